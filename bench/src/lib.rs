@@ -1,0 +1,1 @@
+//! OSU-style benchmarks for cohort

@@ -1,0 +1,1 @@
+//! cohort client library

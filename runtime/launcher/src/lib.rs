@@ -1,0 +1,1 @@
+//! cohort run: the job launcher

@@ -1,0 +1,52 @@
+//! Launcher ⇄ node-server control channel.
+
+use serde::{Deserialize, Serialize};
+
+use crate::ids::{NodeId, Rank};
+
+/// How a rank ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExitStatus {
+    pub code: Option<i32>,
+    pub signal: Option<i32>,
+}
+
+impl ExitStatus {
+    pub fn success(&self) -> bool {
+        self.code == Some(0)
+    }
+    /// Shell-style status: the exit code, or 128 + signal.
+    pub fn shell_code(&self) -> i32 {
+        match (self.code, self.signal) {
+            (Some(c), _) => c,
+            (None, Some(s)) => 128 + s,
+            (None, None) => 1,
+        }
+    }
+}
+
+/// Node server → launcher.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum DaemonMsg {
+    /// First frame: who I am, proof I belong to the job, where my fabric listens.
+    Register {
+        node: NodeId,
+        secret: Vec<u8>,
+        fabric_addr: String,
+        pid: u32,
+    },
+    /// All my ranks were started.
+    Launched,
+    RankExited { rank: Rank, status: ExitStatus },
+    /// Unrecoverable error on this node server.
+    Fatal { reason: String },
+}
+
+/// Launcher → node server.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum LauncherMsg {
+    /// Fabric addresses of every node server (index = node id); start the ranks.
+    Start { peers: Vec<String> },
+    /// Kill every rank now (SIGTERM, then SIGKILL after a grace period) and exit.
+    Shutdown,
+}

@@ -1,0 +1,69 @@
+//! Environment variables the launcher and node servers set.
+
+/// Path of the node server's Unix socket (set for ranks).
+pub const SERVER_URI: &str = "COHORT_SERVER_URI";
+/// The job's client token, hex (set for ranks; never logged).
+pub const CLIENT_TOKEN: &str = "COHORT_TOKEN";
+/// Namespace of the job.
+pub const NSPACE: &str = "COHORT_NSPACE";
+/// Rank of this process in its namespace.
+pub const RANK: &str = "COHORT_RANK";
+/// Number of ranks in the job.
+pub const SIZE: &str = "COHORT_SIZE";
+/// Local rank on the node.
+pub const LOCAL_RANK: &str = "COHORT_LOCAL_RANK";
+/// Node index of the hosting node server.
+pub const NODE_ID: &str = "COHORT_NODE_ID";
+/// Node name of the hosting node server.
+pub const NODE_NAME: &str = "COHORT_NODE_NAME";
+/// Per-job secret node servers prove to each other and to the launcher (hex; set only
+/// in node servers' environment, never on a command line).
+pub const JOB_SECRET: &str = "COHORT_JOB_SECRET";
+/// Log filter (falls back to RUST_LOG).
+pub const LOG: &str = "COHORT_LOG";
+
+/// Lower-case hex of `bytes`.
+pub fn to_hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Parses lower/upper-case hex; `None` on odd length or a non-hex digit.
+pub fn from_hex(s: &str) -> Option<Vec<u8>> {
+    if s.len() % 2 != 0 {
+        return None;
+    }
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok())
+        .collect()
+}
+
+/// Constant-time comparison of secrets.
+pub fn secrets_equal(a: &[u8], b: &[u8]) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// `n` random bytes from the kernel.
+pub fn random_bytes(n: usize) -> std::io::Result<Vec<u8>> {
+    use std::io::Read;
+    let mut buf = vec![0u8; n];
+    std::fs::File::open("/dev/urandom")?.read_exact(&mut buf)?;
+    Ok(buf)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    #[test]
+    fn hex_roundtrip_and_compare() {
+        let b = random_bytes(16).unwrap();
+        assert_eq!(from_hex(&to_hex(&b)).unwrap(), b);
+        assert!(from_hex("abc").is_none());
+        assert!(from_hex("zz").is_none());
+        assert!(secrets_equal(&b, &b));
+        assert!(!secrets_equal(&b, &b[..15]));
+    }
+}

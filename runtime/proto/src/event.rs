@@ -1,0 +1,84 @@
+//! Events: codes, ranges and the notification payload.
+
+use serde::{Deserialize, Serialize};
+
+use crate::ids::ProcId;
+use crate::value::Info;
+
+/// An event code. The group codes below are cohort's stable values for the PMIx group
+/// events; applications may use any other value for their own events.
+pub type EventCode = i32;
+
+pub mod codes {
+    use super::EventCode;
+    pub const GROUP_INVITED: EventCode = -159;
+    pub const GROUP_LEFT: EventCode = -160;
+    pub const GROUP_INVITE_ACCEPTED: EventCode = -161;
+    pub const GROUP_INVITE_DECLINED: EventCode = -162;
+    pub const GROUP_INVITE_FAILED: EventCode = -163;
+    pub const GROUP_MEMBERSHIP_UPDATE: EventCode = -164;
+    pub const GROUP_CONSTRUCT_ABORT: EventCode = -165;
+    pub const GROUP_CONSTRUCT_COMPLETE: EventCode = -166;
+    pub const GROUP_LEADER_SELECTED: EventCode = -167;
+    pub const GROUP_LEADER_FAILED: EventCode = -168;
+    pub const GROUP_CONTEXT_ID_ASSIGNED: EventCode = -169;
+    pub const GROUP_MEMBER_FAILED: EventCode = -170;
+    pub const PROC_TERMINATED: EventCode = -201;
+    pub const LOST_CONNECTION: EventCode = -61;
+
+    /// Human name of a known code, for logs and demo output.
+    pub fn name(code: EventCode) -> Option<&'static str> {
+        Some(match code {
+            GROUP_INVITED => "GROUP_INVITED",
+            GROUP_LEFT => "GROUP_LEFT",
+            GROUP_INVITE_ACCEPTED => "GROUP_INVITE_ACCEPTED",
+            GROUP_INVITE_DECLINED => "GROUP_INVITE_DECLINED",
+            GROUP_INVITE_FAILED => "GROUP_INVITE_FAILED",
+            GROUP_MEMBERSHIP_UPDATE => "GROUP_MEMBERSHIP_UPDATE",
+            GROUP_CONSTRUCT_ABORT => "GROUP_CONSTRUCT_ABORT",
+            GROUP_CONSTRUCT_COMPLETE => "GROUP_CONSTRUCT_COMPLETE",
+            GROUP_LEADER_SELECTED => "GROUP_LEADER_SELECTED",
+            GROUP_LEADER_FAILED => "GROUP_LEADER_FAILED",
+            GROUP_CONTEXT_ID_ASSIGNED => "GROUP_CONTEXT_ID_ASSIGNED",
+            GROUP_MEMBER_FAILED => "GROUP_MEMBER_FAILED",
+            PROC_TERMINATED => "PROC_TERMINATED",
+            LOST_CONNECTION => "LOST_CONNECTION",
+            _ => return None,
+        })
+    }
+}
+
+/// Well-known info keys carried in events and results.
+pub mod keys {
+    pub const GROUP_ID: &str = "pmix.grp.id";
+    pub const GROUP_MEMBERSHIP: &str = "pmix.grp.mbrs";
+    pub const GROUP_CONTEXT_ID: &str = "pmix.grp.ctxid";
+    pub const EVENT_AFFECTED_PROC: &str = "pmix.evproc";
+    pub const GROUP_LEADER: &str = "pmix.grp.ldr";
+}
+
+/// Who an event goes to (PMIX_RANGE_*). The source is never sent its own event.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum Range {
+    /// Every process on the notifier's node.
+    Local,
+    /// Every process of a namespace.
+    Namespace(String),
+    /// Every process of the session.
+    Session,
+    /// Every current member of a group (as the notifier's node server knows it).
+    Group(String),
+    /// An explicit list of processes.
+    Procs(Vec<ProcId>),
+}
+
+/// A notification as delivered to handlers.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Event {
+    pub code: EventCode,
+    /// The process that raised it (or the node server's pseudo-proc for runtime events).
+    pub source: ProcId,
+    /// Processes the event is about (departed member, failed proc, …).
+    pub affected: Vec<ProcId>,
+    pub info: Info,
+}

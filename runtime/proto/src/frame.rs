@@ -1,0 +1,141 @@
+//! Bounded framing: a little-endian u32 length, then a bincode body.
+//!
+//! Every decoder enforces a caller-given maximum before allocating, so an oversized or
+//! malformed frame costs one connection, never memory or the process.
+
+use bincode::Options;
+use serde::{de::DeserializeOwned, Serialize};
+
+use crate::error::CohortError;
+
+/// Largest client ⇄ server frame (a fence reply carrying 64 KiB × many ranks fits).
+pub const MAX_CLIENT_FRAME: usize = 256 << 20;
+/// Largest fabric frame between node servers.
+pub const MAX_PEER_FRAME: usize = 1 << 30;
+/// Largest launcher control frame.
+pub const MAX_CONTROL_FRAME: usize = 1 << 20;
+
+fn options() -> impl Options {
+    bincode::DefaultOptions::new()
+        .with_fixint_encoding()
+        .with_little_endian()
+        .reject_trailing_bytes()
+}
+
+/// Encodes `msg` as a complete frame (length prefix included).
+pub fn encode<T: Serialize>(msg: &T) -> Vec<u8> {
+    let body_len = options()
+        .serialized_size(msg)
+        .expect("cohort messages always serialize") as usize;
+    let mut out = Vec::with_capacity(4 + body_len);
+    out.extend_from_slice(&(body_len as u32).to_le_bytes());
+    options()
+        .serialize_into(&mut out, msg)
+        .expect("cohort messages always serialize");
+    out
+}
+
+/// Encodes only the body (no length prefix), for transports that frame themselves.
+pub fn encode_body<T: Serialize>(msg: &T) -> Vec<u8> {
+    options()
+        .serialize(msg)
+        .expect("cohort messages always serialize")
+}
+
+/// Decodes a frame body, bounded by its own length.
+pub fn decode_body<T: DeserializeOwned>(body: &[u8]) -> Result<T, CohortError> {
+    options()
+        .with_limit(body.len() as u64 + 64)
+        .deserialize(body)
+        .map_err(|e| CohortError::Protocol(format!("malformed frame ({} bytes): {e}", body.len())))
+}
+
+/// Validates a frame's length prefix against `max`.
+pub fn check_len(len: u32, max: usize) -> Result<usize, CohortError> {
+    let len = len as usize;
+    if len > max {
+        return Err(CohortError::Protocol(format!(
+            "frame of {len} bytes exceeds the {max}-byte limit"
+        )));
+    }
+    Ok(len)
+}
+
+/// Reads one frame from a blocking reader. `Ok(None)` on clean EOF before a frame.
+pub fn read_frame<R: std::io::Read, T: DeserializeOwned>(
+    r: &mut R,
+    max: usize,
+    buf: &mut Vec<u8>,
+) -> Result<Option<T>, CohortError> {
+    let mut len = [0u8; 4];
+    match r.read_exact(&mut len) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(None),
+        Err(e) => return Err(e.into()),
+    }
+    let len = check_len(u32::from_le_bytes(len), max)?;
+    buf.clear();
+    buf.resize(len, 0);
+    r.read_exact(buf)?;
+    decode_body(buf).map(Some)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::msg::{ClientFrame, Request};
+    use crate::peer::PeerMsg;
+
+    #[test]
+    fn roundtrip() {
+        let f = ClientFrame {
+            id: 7,
+            req: Request::Leave { id: "g".into() },
+        };
+        let bytes = encode(&f);
+        let mut cur = std::io::Cursor::new(bytes);
+        let mut buf = Vec::new();
+        let back: ClientFrame = read_frame(&mut cur, 1024, &mut buf).unwrap().unwrap();
+        assert_eq!(back, f);
+    }
+
+    #[test]
+    fn oversized_frame_is_rejected_before_allocation() {
+        let mut bytes = (u32::MAX).to_le_bytes().to_vec();
+        bytes.extend_from_slice(&[0; 8]);
+        let mut cur = std::io::Cursor::new(bytes);
+        let mut buf = Vec::new();
+        let e = read_frame::<_, ClientFrame>(&mut cur, 1024, &mut buf).unwrap_err();
+        assert!(e.to_string().contains("exceeds"), "{e}");
+        assert!(buf.capacity() < 1024);
+    }
+
+    /// Deterministic pseudo-random garbage must never panic any decoder.
+    #[test]
+    fn garbage_never_panics_decoders() {
+        let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+        for len in 0..2000usize {
+            let body: Vec<u8> = (0..len % 300)
+                .map(|_| {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    x as u8
+                })
+                .collect();
+            let _ = decode_body::<ClientFrame>(&body);
+            let _ = decode_body::<PeerMsg>(&body);
+            let _ = decode_body::<crate::msg::ServerFrame>(&body);
+            let _ = decode_body::<crate::control::DaemonMsg>(&body);
+        }
+    }
+
+    /// A huge declared vector length inside a small body must fail, not allocate.
+    #[test]
+    fn lying_inner_length_is_bounded() {
+        let mut body = 9u64.to_le_bytes().to_vec(); // request id
+        body.extend_from_slice(&4u32.to_le_bytes()); // Request::Fence variant
+        body.extend_from_slice(&u64::MAX.to_le_bytes()); // procs.len()
+        assert!(decode_body::<ClientFrame>(&body).is_err());
+    }
+}

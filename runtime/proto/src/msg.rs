@@ -1,0 +1,158 @@
+//! Client ⇄ node-server messages (over the node server's Unix socket).
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::CohortError;
+use crate::event::{Event, EventCode, Range};
+use crate::ids::{ContextId, NodeId, ProcId, Rank};
+use crate::job::JobMap;
+use crate::value::{Info, Value};
+
+/// Request id chosen by the client; 0 means "no reply wanted".
+pub type ReqId = u64;
+
+/// First frame a client sends.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Hello {
+    pub version: u32,
+    pub nspace: String,
+    pub rank: Rank,
+    pub pid: u32,
+    pub token: Vec<u8>,
+}
+
+/// The server's answer to a hello.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Welcome {
+    pub job: JobMap,
+    pub node: NodeId,
+    pub node_name: String,
+}
+
+/// Options of a group construct (the PMIX_GROUP_* directives).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ConstructOpts {
+    /// PMIX_TIMEOUT, in milliseconds.
+    pub timeout_ms: Option<u64>,
+    /// PMIX_GROUP_OPTIONAL: partial success when listed procs terminate before joining.
+    pub optional: bool,
+    /// PMIX_GROUP_LEADER: this caller is the construct leader (failure events go to it).
+    pub leader: bool,
+    /// PMIX_GROUP_NOTIFY_TERMINATION: raise member-failed events instead of failing.
+    pub notify_termination: bool,
+    /// PMIX_GROUP_ASSIGN_CONTEXT_ID.
+    pub assign_context_id: bool,
+    /// PMIX_GROUP_ADD_MEMBERS (leaders only).
+    pub add_members: Vec<ProcId>,
+    /// PMIX_GROUP_INFO contributions of this caller.
+    pub group_info: Info,
+}
+
+/// Options of a fence.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct FenceOpts {
+    /// PMIX_COLLECT_DATA: exchange every participant's remote-scope data.
+    pub collect: bool,
+    pub timeout_ms: Option<u64>,
+}
+
+/// Outcome class of a successful construct.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ConstructStatus {
+    /// Every listed process participated.
+    Success,
+    /// Some optional participants terminated first (PMIX_ERR_PARTIAL_SUCCESS).
+    PartialSuccess,
+}
+
+/// What a construct returns to every member.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct GroupResult {
+    pub id: String,
+    pub status: ConstructStatus,
+    /// Canonical membership: sorted by namespace then rank. Group rank = index.
+    pub members: Vec<ProcId>,
+    pub context_id: Option<ContextId>,
+    /// Each member's PMIX_GROUP_INFO contributions.
+    pub group_info: Vec<(ProcId, Info)>,
+    /// Listed processes that terminated before joining (optional participation).
+    pub failed: Vec<ProcId>,
+}
+
+/// A client request.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum Request {
+    /// Publish posted data. Local-scope and remote-scope halves; global data is in both.
+    Commit { local: Info, remote: Info },
+    /// Read `key` of `proc` (which may be `{group, group-rank}`).
+    Get {
+        proc: ProcId,
+        key: String,
+        timeout_ms: Option<u64>,
+    },
+    /// Fence over `procs` (wildcards allowed: `{nspace,*}`, `{group,*}`).
+    Fence { procs: Vec<ProcId>, opts: FenceOpts },
+    /// Collective group construct. Empty `procs` = joining as an add-member.
+    Construct {
+        id: String,
+        procs: Vec<ProcId>,
+        opts: ConstructOpts,
+    },
+    Destruct { id: String, timeout_ms: Option<u64> },
+    Leave { id: String },
+    Notify {
+        code: EventCode,
+        range: Range,
+        info: Info,
+    },
+    /// Membership and context id of a group the caller belongs to.
+    QueryGroup { id: String },
+    /// Names of the groups the caller belongs to (PMIX_GROUP_NAMES).
+    QueryGroupNames,
+    Finalize,
+}
+
+impl Request {
+    /// Short operation name for logs and errors.
+    pub fn op_name(&self) -> &'static str {
+        match self {
+            Request::Commit { .. } => "commit",
+            Request::Get { .. } => "get",
+            Request::Fence { .. } => "fence",
+            Request::Construct { .. } => "group construct",
+            Request::Destruct { .. } => "group destruct",
+            Request::Leave { .. } => "group leave",
+            Request::Notify { .. } => "notify",
+            Request::QueryGroup { .. } => "group query",
+            Request::QueryGroupNames => "group names query",
+            Request::Finalize => "finalize",
+        }
+    }
+}
+
+/// Successful replies.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum Response {
+    Done,
+    Value(Value),
+    Group(GroupResult),
+    GroupNames(Vec<String>),
+}
+
+/// Frames a client sends after its hello.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ClientFrame {
+    pub id: ReqId,
+    pub req: Request,
+}
+
+/// Frames a server sends to a client.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum ServerFrame {
+    Welcome(Result<Welcome, CohortError>),
+    Reply {
+        id: ReqId,
+        result: Result<Response, CohortError>,
+    },
+    Event(Event),
+}

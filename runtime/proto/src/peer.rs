@@ -1,0 +1,119 @@
+//! Node-server ⇄ node-server messages (over the fabric).
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::CohortError;
+use crate::event::Event;
+use crate::ids::{ContextId, ProcId};
+use crate::msg::ConstructStatus;
+use crate::value::Info;
+
+/// Which collective an operation is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum CollKind {
+    Fence,
+    Construct,
+    Destruct,
+}
+
+/// Identifies one collective instance across node servers. Fences are keyed by their
+/// canonical participant signature plus a per-signature sequence number; group
+/// operations by group id (reusable once destruct completes) plus an epoch.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct CollKey {
+    pub kind: CollKind,
+    pub id: String,
+    pub seq: u64,
+}
+
+/// What every participant of one collective agreed to (learnt from any contribution).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum CollSpec {
+    Fence {
+        procs: Vec<ProcId>,
+        collect: bool,
+    },
+    Construct {
+        leaders: Vec<ProcId>,
+    },
+    Destruct {
+        members: Vec<ProcId>,
+        notify_termination: bool,
+    },
+}
+
+/// One participant's share of a collective.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Contribution {
+    pub proc: ProcId,
+    /// Remote-scope posted data (fence with collect, construct).
+    pub data: Info,
+    /// Construct only: PMIX_GROUP_INFO, add-members named, option flags.
+    pub group_info: Info,
+    pub add_members: Vec<ProcId>,
+    pub flags: ContribFlags,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ContribFlags {
+    pub optional: bool,
+    pub notify_termination: bool,
+    pub assign_context_id: bool,
+    pub leader: bool,
+}
+
+/// How a collective ended, as broadcast by its root.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum CollOutcome {
+    Fence {
+        data: Vec<(ProcId, Info)>,
+    },
+    Construct {
+        status: ConstructStatus,
+        members: Vec<ProcId>,
+        context_id: Option<ContextId>,
+        group_info: Vec<(ProcId, Info)>,
+        data: Vec<(ProcId, Info)>,
+        failed: Vec<ProcId>,
+        notify_termination: bool,
+    },
+    Destruct,
+    Failed(CohortError),
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum PeerMsg {
+    /// Aggregated contributions of a subtree, sent to the tree parent.
+    CollUp {
+        key: CollKey,
+        spec: CollSpec,
+        contribs: Vec<Contribution>,
+    },
+    /// An add-member's participation, sent straight to the operation's root.
+    CollJoin { key: CollKey, contrib: Contribution },
+    /// Ask the root to end the operation with an error (timeout at a participant).
+    CollAbort {
+        key: CollKey,
+        spec: Option<CollSpec>,
+        error: CohortError,
+    },
+    /// The outcome, broadcast down the tree (and to add-members' servers).
+    CollDown { key: CollKey, outcome: CollOutcome },
+    /// A process of the sender's node terminated.
+    ProcTerminated { proc: ProcId },
+    /// Deliver an event to these local processes of the receiver.
+    Event { targets: Vec<ProcId>, event: Event },
+    /// Fetch `proc`'s committed remote data (direct modex).
+    ModexReq {
+        req: u64,
+        proc: ProcId,
+        timeout_ms: Option<u64>,
+    },
+    ModexResp {
+        req: u64,
+        proc: ProcId,
+        result: Result<Info, CohortError>,
+    },
+    /// `proc` left group `id`.
+    GroupLeft { id: String, proc: ProcId },
+}

@@ -1,0 +1,1 @@
+//! cohortd, the per-node server

@@ -1,0 +1,1 @@
+//! Collective tree construction for node servers

@@ -1,0 +1,1 @@
+//! The fabric between node servers: one trait, a TCP backend
