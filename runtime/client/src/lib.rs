@@ -1,1 +1,592 @@
-//! cohort client library
+//! The cohort client library: what an application rank links to put and get data,
+//! fence, build and leave process groups, and send and receive events.
+//!
+//! A [`Client`] talks only to its node server (`cohortd`) over a Unix socket. Every
+//! operation has a blocking form and an `*_async` form; the async forms start the
+//! request immediately (like the PMIx `_nb` calls) and return a future that any
+//! executor can drive.
+//!
+//! Threading: the calling thread encodes each request into one buffer and writes it
+//! to the socket itself; one reader thread per client routes replies to waiters by
+//! request id; one event thread runs event handlers, so a handler may call blocking
+//! client APIs.
+//!
+//! ```no_run
+//! use cohort::{Client, FenceOpts, Scope};
+//!
+//! let client = Client::init()?;
+//! client.put(Scope::Global, "endpoint", format!("rank-{}", client.rank()))?;
+//! client.fence(&[], FenceOpts { collect: true, ..Default::default() })?;
+//! let peer = cohort::ProcId::new(client.nspace(), (client.rank() + 1) % client.size());
+//! let ep = client.get(&peer, "endpoint", None)?;
+//! println!("{peer} is at {ep:?}");
+//! client.finalize()?;
+//! # Ok::<(), cohort::CohortError>(())
+//! ```
+
+mod conn;
+mod events;
+mod puts;
+
+#[cfg(test)]
+mod tests;
+
+use std::future::Future;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use cohort_proto::env;
+use cohort_proto::frame::{self, MAX_CLIENT_FRAME};
+use cohort_proto::msg::{ClientFrame, Request, Response, Welcome};
+use cohort_proto::{validate_group_id, NodeId};
+
+pub use cohort_proto::event::{codes, keys};
+pub use cohort_proto::msg::{ConstructOpts, ConstructStatus, FenceOpts, GroupResult};
+pub use cohort_proto::value::info_get;
+pub use cohort_proto::{
+    CohortError, Event, EventCode, Info, JobMap, ProcId, Range, Scope, Value, RANK_WILDCARD,
+};
+pub use conn::LOST_REASON_KEY;
+pub use events::{HandlerId, EVENT_CACHE_CAPACITY};
+
+use conn::{lock, Conn, ReplyFuture, Waiter};
+use events::{EventMsg, EventRegistry};
+use puts::PutBuffer;
+
+/// Result of every client operation.
+pub type Result<T> = std::result::Result<T, CohortError>;
+
+/// Extra time a blocking call with a timeout waits beyond it before giving up on its
+/// own. The server enforces the timeout; this only guards against a wedged server.
+#[cfg(not(test))]
+pub const HARD_DEADLINE_GRACE: Duration = Duration::from_secs(10);
+#[cfg(test)]
+pub const HARD_DEADLINE_GRACE: Duration = Duration::from_millis(300);
+
+/// A connection to the local node server. Cheap to clone; clones share the connection.
+/// Dropping the last clone without [`Client::finalize`] just closes the socket.
+///
+/// Event handlers receive a `&Client`; use it rather than capturing a clone in the
+/// handler, which would keep the connection open until the process exits.
+#[derive(Clone)]
+pub struct Client {
+    inner: Arc<Inner>,
+}
+
+pub(crate) struct Inner {
+    conn: Arc<Conn>,
+    proc_id: ProcId,
+    welcome: Welcome,
+    puts: Mutex<PutBuffer>,
+    registry: Arc<EventRegistry>,
+    events: crossbeam_channel::Sender<EventMsg>,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        self.conn
+            .close_locally("the client was dropped (or finalized) by this process");
+    }
+}
+
+impl Inner {
+    /// Encodes `req` (behind a commit of pending puts when `auto_commit`) and sends it
+    /// as one write. Holding the put lock across the write keeps commits in put order.
+    fn submit(
+        &self,
+        req: Request,
+        auto_commit: bool,
+        waiter: Waiter,
+    ) -> Result<conn::PendingGuard> {
+        let id = self.conn.next_id();
+        let frame = encode_checked(&ClientFrame { id, req })?;
+        if !auto_commit {
+            return self.conn.submit(id, &frame, waiter);
+        }
+        let mut puts = lock(&self.puts);
+        if puts.is_empty() {
+            drop(puts);
+            return self.conn.submit(id, &frame, waiter);
+        }
+        let commit = ClientFrame {
+            id: 0,
+            req: puts.take_commit(),
+        };
+        let mut bytes = match encode_checked(&commit) {
+            Ok(b) => b,
+            Err(e) => {
+                puts.restore(commit.req);
+                return Err(e);
+            }
+        };
+        bytes.extend_from_slice(&frame);
+        self.conn.submit(id, &bytes, waiter)
+    }
+}
+
+/// Encodes a client frame, refusing one the server would reject for its size.
+fn encode_checked(f: &ClientFrame) -> Result<Vec<u8>> {
+    let bytes = frame::encode(f);
+    let body = bytes.len() - 4;
+    if body > MAX_CLIENT_FRAME {
+        return Err(CohortError::BadRequest(format!(
+            "{} request is {body} bytes, over the {MAX_CLIENT_FRAME}-byte frame limit",
+            f.req.op_name()
+        )));
+    }
+    Ok(bytes)
+}
+
+fn duration_ms(d: Duration) -> u64 {
+    let ms = u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+    // A sub-millisecond timeout must not turn into "no timeout" or an instant expiry.
+    if ms == 0 && !d.is_zero() {
+        1
+    } else {
+        ms
+    }
+}
+
+fn unexpected(op: &str, r: &Response) -> CohortError {
+    let kind = match r {
+        Response::Done => "done",
+        Response::Value(_) => "a value",
+        Response::Group(_) => "a group result",
+        Response::GroupNames(_) => "group names",
+    };
+    CohortError::Protocol(format!("the node server answered {op} with {kind}"))
+}
+
+fn expect_done(op: &str, r: Response) -> Result<()> {
+    match r {
+        Response::Done => Ok(()),
+        other => Err(unexpected(op, &other)),
+    }
+}
+
+fn expect_value(r: Response) -> Result<Value> {
+    match r {
+        Response::Value(v) => Ok(v),
+        other => Err(unexpected("get", &other)),
+    }
+}
+
+fn expect_group(op: &str, r: Response) -> Result<GroupResult> {
+    match r {
+        Response::Group(g) => Ok(g),
+        other => Err(unexpected(op, &other)),
+    }
+}
+
+fn expect_names(r: Response) -> Result<Vec<String>> {
+    match r {
+        Response::GroupNames(n) => Ok(n),
+        other => Err(unexpected("group names query", &other)),
+    }
+}
+
+fn check_range(range: &Range) -> Result<()> {
+    match range {
+        Range::Group(id) => validate_group_id(id),
+        _ => Ok(()),
+    }
+}
+
+/// Looks up a launcher-set variable, naming it when it is missing.
+fn required_var(lookup: &dyn Fn(&str) -> Option<String>, name: &str) -> Result<String> {
+    lookup(name).ok_or_else(|| {
+        CohortError::BadRequest(format!(
+            "environment variable {name} is not set: this process was not started by \
+             `cohort run` (singleton mode is not supported)"
+        ))
+    })
+}
+
+impl Client {
+    /// Connects to the node server named by the environment `cohort run` sets
+    /// (`COHORT_SERVER_URI`, `COHORT_NSPACE`, `COHORT_RANK`, `COHORT_TOKEN`).
+    pub fn init() -> Result<Client> {
+        Self::init_from(&|name| std::env::var(name).ok())
+    }
+
+    fn init_from(lookup: &dyn Fn(&str) -> Option<String>) -> Result<Client> {
+        let uri = required_var(lookup, env::SERVER_URI)?;
+        let nspace = required_var(lookup, env::NSPACE)?;
+        let rank_text = required_var(lookup, env::RANK)?;
+        let rank = rank_text.trim().parse::<u32>().map_err(|_| {
+            CohortError::BadRequest(format!("{}={rank_text:?} is not a rank", env::RANK))
+        })?;
+        let token =
+            env::from_hex(required_var(lookup, env::CLIENT_TOKEN)?.trim()).ok_or_else(|| {
+                CohortError::BadRequest(format!("{} is not valid hex", env::CLIENT_TOKEN))
+            })?;
+        Self::connect(uri, &nspace, rank, &token)
+    }
+
+    /// Connects to the node server at `path` as rank `rank` of `nspace`, proving the
+    /// job's client `token`. Fails with the server's error if it refuses the hello.
+    pub fn connect(
+        path: impl AsRef<Path>,
+        nspace: &str,
+        rank: u32,
+        token: &[u8],
+    ) -> Result<Client> {
+        let (stream, welcome) = conn::handshake(path.as_ref(), nspace, rank, token)?;
+        let proc_id = ProcId::new(nspace, rank);
+        let (events_tx, events_rx) = crossbeam_channel::unbounded();
+        let conn = Conn::start(stream, proc_id.clone(), events_tx.clone())?;
+        let registry = Arc::new(EventRegistry::default());
+        let inner = Arc::new(Inner {
+            conn,
+            proc_id,
+            welcome,
+            puts: Mutex::new(PutBuffer::default()),
+            registry: Arc::clone(&registry),
+            events: events_tx,
+        });
+        let weak = Arc::downgrade(&inner);
+        std::thread::Builder::new()
+            .name("cohort-events".into())
+            .spawn(move || events::run_event_thread(events_rx, registry, weak))
+            .map_err(|e| CohortError::Io(format!("cannot start the event thread: {e}")))?;
+        tracing::debug!(proc = %inner.proc_id, node = inner.welcome.node, "connected to the node server");
+        Ok(Client { inner })
+    }
+
+    /// This process's identifier.
+    pub fn proc_id(&self) -> &ProcId {
+        &self.inner.proc_id
+    }
+
+    /// This process's rank in its namespace.
+    pub fn rank(&self) -> u32 {
+        self.inner.proc_id.rank
+    }
+
+    /// Number of ranks in this process's job.
+    pub fn size(&self) -> u32 {
+        self.inner.welcome.job.size()
+    }
+
+    /// This process's namespace.
+    pub fn nspace(&self) -> &str {
+        &self.inner.proc_id.nspace
+    }
+
+    /// The job's rank → node map, as the node server sent it.
+    pub fn job(&self) -> &JobMap {
+        &self.inner.welcome.job
+    }
+
+    /// Index of the node server this process talks to.
+    pub fn node_id(&self) -> NodeId {
+        self.inner.welcome.node
+    }
+
+    /// Name of the node this process runs on.
+    pub fn node_name(&self) -> &str {
+        &self.inner.welcome.node_name
+    }
+
+    /// Posts `key` for others to read once committed. Buffered here until
+    /// [`commit`](Self::commit), a fence or a group construct sends it.
+    pub fn put(&self, scope: Scope, key: &str, value: impl Into<Value>) -> Result<()> {
+        if key.is_empty() {
+            return Err(CohortError::BadRequest("put with an empty key".into()));
+        }
+        lock(&self.inner.puts).put(scope, key, value.into());
+        Ok(())
+    }
+
+    /// Sends the data posted so far to the node server. Needs no reply: the server
+    /// handles frames in order, so a later fence or get on this client sees it.
+    pub fn commit(&self) -> Result<()> {
+        let mut puts = lock(&self.inner.puts);
+        let commit = ClientFrame {
+            id: 0,
+            req: puts.take_commit(),
+        };
+        let bytes = match encode_checked(&commit) {
+            Ok(b) => b,
+            Err(e) => {
+                puts.restore(commit.req);
+                return Err(e);
+            }
+        };
+        self.inner.conn.send_oneway(&bytes)
+    }
+
+    /// Blocking request/reply. `timeout_ms` is the server-side timeout carried in the
+    /// request; the client waits at most that plus [`HARD_DEADLINE_GRACE`].
+    fn call(&self, req: Request, auto_commit: bool, timeout_ms: Option<u64>) -> Result<Response> {
+        let op = req.op_name();
+        let (tx, rx) = crossbeam_channel::bounded(1);
+        let guard = self.inner.submit(req, auto_commit, Waiter::Blocking(tx))?;
+        let deadline = timeout_ms.map(|ms| Duration::from_millis(ms) + HARD_DEADLINE_GRACE);
+        conn::wait_blocking(&rx, guard, deadline, op, timeout_ms.unwrap_or(0))
+    }
+
+    /// Starts a request now and returns its reply future.
+    fn call_async(&self, req: Request, auto_commit: bool) -> ReplyFuture {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        match self.inner.submit(req, auto_commit, Waiter::Async(tx)) {
+            Ok(guard) => ReplyFuture::new(rx, guard),
+            Err(e) => ReplyFuture::failed(e),
+        }
+    }
+
+    fn get_request(proc: &ProcId, key: &str, timeout: Option<Duration>) -> Request {
+        Request::Get {
+            proc: proc.clone(),
+            key: key.to_string(),
+            timeout_ms: timeout.map(duration_ms),
+        }
+    }
+
+    /// Reads `key` posted by `proc` (which may be `{group id, group rank}`), waiting
+    /// up to `timeout` for it to appear (`None`: the server's default).
+    pub fn get(&self, proc: &ProcId, key: &str, timeout: Option<Duration>) -> Result<Value> {
+        let req = Self::get_request(proc, key, timeout);
+        expect_value(self.call(req, false, timeout.map(duration_ms))?)
+    }
+
+    /// Async form of [`get`](Self::get).
+    pub fn get_async(
+        &self,
+        proc: &ProcId,
+        key: &str,
+        timeout: Option<Duration>,
+    ) -> impl Future<Output = Result<Value>> + Send + 'static {
+        let reply = self.call_async(Self::get_request(proc, key, timeout), false);
+        async move { expect_value(reply.await?) }
+    }
+
+    fn fence_request(&self, procs: &[ProcId], opts: FenceOpts) -> Request {
+        let procs = if procs.is_empty() {
+            vec![ProcId::wildcard(self.nspace())]
+        } else {
+            procs.to_vec()
+        };
+        Request::Fence { procs, opts }
+    }
+
+    /// Fence over `procs` (wildcards allowed: `{nspace,*}`, `{group,*}`); an empty
+    /// slice means every rank of this job. Pending puts are committed first.
+    pub fn fence(&self, procs: &[ProcId], opts: FenceOpts) -> Result<()> {
+        let start = Instant::now();
+        let timeout_ms = opts.timeout_ms;
+        let result = self
+            .call(self.fence_request(procs, opts), true, timeout_ms)
+            .and_then(|r| expect_done("fence", r));
+        tracing::debug!(
+            op = "fence",
+            participants = procs.len(),
+            elapsed_us = start.elapsed().as_micros() as u64,
+            ok = result.is_ok(),
+        );
+        result
+    }
+
+    /// Async form of [`fence`](Self::fence).
+    pub fn fence_async(
+        &self,
+        procs: &[ProcId],
+        opts: FenceOpts,
+    ) -> impl Future<Output = Result<()>> + Send + 'static {
+        let reply = self.call_async(self.fence_request(procs, opts), true);
+        async move { expect_done("fence", reply.await?) }
+    }
+
+    fn construct_request(id: &str, procs: &[ProcId], opts: ConstructOpts) -> Result<Request> {
+        validate_group_id(id)?;
+        Ok(Request::Construct {
+            id: id.to_string(),
+            procs: procs.to_vec(),
+            opts,
+        })
+    }
+
+    /// Collective construct of group `id` over `procs`; empty `procs` joins as an
+    /// add-member. Pending puts are committed first so they travel with the group.
+    pub fn group_construct(
+        &self,
+        id: &str,
+        procs: &[ProcId],
+        opts: ConstructOpts,
+    ) -> Result<GroupResult> {
+        let start = Instant::now();
+        let timeout_ms = opts.timeout_ms;
+        let req = Self::construct_request(id, procs, opts)?;
+        let result = self
+            .call(req, true, timeout_ms)
+            .and_then(|r| expect_group("group construct", r));
+        tracing::debug!(
+            op = "group construct",
+            group = id,
+            participants = procs.len(),
+            elapsed_us = start.elapsed().as_micros() as u64,
+            ok = result.is_ok(),
+        );
+        result
+    }
+
+    /// Async form of [`group_construct`](Self::group_construct).
+    pub fn group_construct_async(
+        &self,
+        id: &str,
+        procs: &[ProcId],
+        opts: ConstructOpts,
+    ) -> impl Future<Output = Result<GroupResult>> + Send + 'static {
+        let reply = match Self::construct_request(id, procs, opts) {
+            Ok(req) => self.call_async(req, true),
+            Err(e) => ReplyFuture::failed(e),
+        };
+        async move { expect_group("group construct", reply.await?) }
+    }
+
+    /// Sends a request about group `id` after validating the id.
+    fn group_call_async(&self, id: &str, req: impl FnOnce(String) -> Request) -> ReplyFuture {
+        match validate_group_id(id) {
+            Ok(()) => self.call_async(req(id.to_string()), false),
+            Err(e) => ReplyFuture::failed(e),
+        }
+    }
+
+    /// Collective destruct of group `id`, waiting up to `timeout` for the members.
+    pub fn group_destruct(&self, id: &str, timeout: Option<Duration>) -> Result<()> {
+        validate_group_id(id)?;
+        let timeout_ms = timeout.map(duration_ms);
+        let req = Request::Destruct {
+            id: id.to_string(),
+            timeout_ms,
+        };
+        expect_done("group destruct", self.call(req, false, timeout_ms)?)
+    }
+
+    /// Async form of [`group_destruct`](Self::group_destruct).
+    pub fn group_destruct_async(
+        &self,
+        id: &str,
+        timeout: Option<Duration>,
+    ) -> impl Future<Output = Result<()>> + Send + 'static {
+        let timeout_ms = timeout.map(duration_ms);
+        let reply = self.group_call_async(id, |id| Request::Destruct { id, timeout_ms });
+        async move { expect_done("group destruct", reply.await?) }
+    }
+
+    /// Leaves group `id`; the remaining members get a `GROUP_LEFT` event.
+    pub fn group_leave(&self, id: &str) -> Result<()> {
+        validate_group_id(id)?;
+        let req = Request::Leave { id: id.to_string() };
+        expect_done("group leave", self.call(req, false, None)?)
+    }
+
+    /// Async form of [`group_leave`](Self::group_leave).
+    pub fn group_leave_async(&self, id: &str) -> impl Future<Output = Result<()>> + Send + 'static {
+        let reply = self.group_call_async(id, |id| Request::Leave { id });
+        async move { expect_done("group leave", reply.await?) }
+    }
+
+    /// Membership and context id of group `id` (this process must be a member).
+    pub fn group_query(&self, id: &str) -> Result<GroupResult> {
+        validate_group_id(id)?;
+        let req = Request::QueryGroup { id: id.to_string() };
+        expect_group("group query", self.call(req, false, None)?)
+    }
+
+    /// Async form of [`group_query`](Self::group_query).
+    pub fn group_query_async(
+        &self,
+        id: &str,
+    ) -> impl Future<Output = Result<GroupResult>> + Send + 'static {
+        let reply = self.group_call_async(id, |id| Request::QueryGroup { id });
+        async move { expect_group("group query", reply.await?) }
+    }
+
+    /// Names of the groups this process belongs to (PMIX_GROUP_NAMES).
+    pub fn group_names(&self) -> Result<Vec<String>> {
+        expect_names(self.call(Request::QueryGroupNames, false, None)?)
+    }
+
+    /// Async form of [`group_names`](Self::group_names).
+    pub fn group_names_async(&self) -> impl Future<Output = Result<Vec<String>>> + Send + 'static {
+        let reply = self.call_async(Request::QueryGroupNames, false);
+        async move { expect_names(reply.await?) }
+    }
+
+    /// Raises event `code` to `range` (never delivered back to this process).
+    pub fn notify(&self, code: EventCode, range: Range, info: Info) -> Result<()> {
+        check_range(&range)?;
+        let req = Request::Notify { code, range, info };
+        expect_done("notify", self.call(req, false, None)?)
+    }
+
+    /// Async form of [`notify`](Self::notify).
+    pub fn notify_async(
+        &self,
+        code: EventCode,
+        range: Range,
+        info: Info,
+    ) -> impl Future<Output = Result<()>> + Send + 'static {
+        let reply = match check_range(&range) {
+            Ok(()) => self.call_async(Request::Notify { code, range, info }, false),
+            Err(e) => ReplyFuture::failed(e),
+        };
+        async move { expect_done("notify", reply.await?) }
+    }
+
+    /// Registers `handler` for events whose code is in `codes` (`None` or an empty
+    /// slice: every code). Handlers run on the client's event thread, in registration
+    /// order, and may call any client API. Events that arrived earlier and matched no
+    /// handler are cached (the newest [`EVENT_CACHE_CAPACITY`]) and handed to this
+    /// handler now, each to the first matching handler registered after it arrived.
+    ///
+    /// If the connection to the server is lost, a `codes::LOST_CONNECTION` event is
+    /// raised locally with the reason under [`LOST_REASON_KEY`].
+    pub fn register_event_handler(
+        &self,
+        codes: Option<&[EventCode]>,
+        handler: impl Fn(&Client, &Event) + Send + Sync + 'static,
+    ) -> HandlerId {
+        let id = self.inner.registry.add(codes, Arc::new(handler));
+        // The event thread outlives every handle, so this send cannot fail while
+        // `self` exists; if it somehow did, the handler would simply never run.
+        let _ = self.inner.events.send(EventMsg::Activate(id));
+        id
+    }
+
+    /// Removes a handler. A call already running completes; no new one starts.
+    pub fn deregister_event_handler(&self, id: HandlerId) {
+        self.inner.registry.remove(id);
+    }
+
+    /// Tells the node server this process is done, waits for its answer and closes the
+    /// connection. Other clones of this client fail with `ServerLost` afterwards.
+    pub fn finalize(self) -> Result<()> {
+        let result = self
+            .call(Request::Finalize, false, None)
+            .and_then(|r| expect_done("finalize", r));
+        self.inner.conn.close_locally("the client was finalized");
+        result
+    }
+
+    /// Async form of [`finalize`](Self::finalize).
+    pub fn finalize_async(self) -> impl Future<Output = Result<()>> + Send + 'static {
+        let reply = self.call_async(Request::Finalize, false);
+        async move {
+            let result = reply.await.and_then(|r| expect_done("finalize", r));
+            self.inner.conn.close_locally("the client was finalized");
+            result
+        }
+    }
+}
+
+impl std::fmt::Debug for Client {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Client")
+            .field("proc", &self.inner.proc_id)
+            .field("node", &self.inner.welcome.node)
+            .finish_non_exhaustive()
+    }
+}

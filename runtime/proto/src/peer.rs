@@ -88,6 +88,9 @@ pub enum PeerMsg {
         key: CollKey,
         spec: CollSpec,
         contribs: Vec<Contribution>,
+        /// Expected participants of the subtree that are settled without contributing
+        /// (they left the group).
+        excused: Vec<ProcId>,
     },
     /// An add-member's participation, sent straight to the operation's root.
     CollJoin { key: CollKey, contrib: Contribution },
@@ -98,9 +101,18 @@ pub enum PeerMsg {
         error: CohortError,
     },
     /// The outcome, broadcast down the tree (and to add-members' servers).
-    CollDown { key: CollKey, outcome: CollOutcome },
-    /// A process of the sender's node terminated.
-    ProcTerminated { proc: ProcId },
+    CollDown {
+        key: CollKey,
+        /// Lets a node that never saw the operation compute its children.
+        spec: Option<CollSpec>,
+        outcome: CollOutcome,
+    },
+    /// A process of the sender's node terminated, after joining these collectives
+    /// (its contributions to them may still be on their way up).
+    ProcTerminated {
+        proc: ProcId,
+        contributed: Vec<CollKey>,
+    },
     /// Deliver an event to these local processes of the receiver.
     Event { targets: Vec<ProcId>, event: Event },
     /// Fetch `proc`'s committed remote data (direct modex).

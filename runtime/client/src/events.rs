@@ -1,0 +1,167 @@
+//! Event handlers: registration, the cache of events nobody was registered for, and the
+//! dedicated event thread that runs handlers (never the reader thread, so a handler may
+//! call blocking client APIs).
+//!
+//! Ordering: the reader thread and `register_event_handler` feed one channel, so a new
+//! handler becomes active at its place in the event stream. Events that arrived before
+//! it and matched no handler sit in the cache and are handed to it, oldest first, when
+//! the event thread activates it.
+
+use std::collections::VecDeque;
+use std::panic::AssertUnwindSafe;
+use std::sync::{Arc, Mutex, Weak};
+
+use cohort_proto::event::{codes, Event, EventCode};
+
+use crate::conn::lock;
+use crate::{Client, Inner};
+
+/// Events kept for handlers not yet registered; the oldest are dropped beyond this.
+pub const EVENT_CACHE_CAPACITY: usize = 1024;
+
+/// Identifies a registered handler, for [`Client::deregister_event_handler`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct HandlerId(u64);
+
+pub(crate) type HandlerFn = dyn Fn(&Client, &Event) + Send + Sync + 'static;
+
+/// Work for the event thread, in arrival order.
+pub(crate) enum EventMsg {
+    /// An event from the server (or the synthesized LOST_CONNECTION).
+    Event(Event),
+    /// A handler was registered: activate it and hand it matching cached events.
+    Activate(HandlerId),
+}
+
+struct Registered {
+    id: HandlerId,
+    /// `None` = every code.
+    codes: Option<Vec<EventCode>>,
+    handler: Arc<HandlerFn>,
+    /// False until the event thread reaches this registration in the stream.
+    active: bool,
+}
+
+impl Registered {
+    fn matches(&self, code: EventCode) -> bool {
+        self.codes.as_ref().is_none_or(|c| c.contains(&code))
+    }
+}
+
+#[derive(Default)]
+struct RegistryState {
+    handlers: Vec<Registered>,
+    cache: VecDeque<Event>,
+    next_id: u64,
+}
+
+/// Handlers in registration order plus the bounded cache of unclaimed events.
+#[derive(Default)]
+pub(crate) struct EventRegistry {
+    state: Mutex<RegistryState>,
+}
+
+impl EventRegistry {
+    /// Adds an inactive handler; the caller then queues [`EventMsg::Activate`].
+    /// An empty code list means every code, as in PMIx.
+    pub(crate) fn add(&self, codes: Option<&[EventCode]>, handler: Arc<HandlerFn>) -> HandlerId {
+        let mut st = lock(&self.state);
+        st.next_id += 1;
+        let id = HandlerId(st.next_id);
+        st.handlers.push(Registered {
+            id,
+            codes: codes.filter(|c| !c.is_empty()).map(<[EventCode]>::to_vec),
+            handler,
+            active: false,
+        });
+        id
+    }
+
+    /// Removes a handler; an invocation already running finishes, no new one starts.
+    pub(crate) fn remove(&self, id: HandlerId) {
+        lock(&self.state).handlers.retain(|h| h.id != id);
+    }
+
+    /// Activates `id` and takes the cached events it matches, oldest first.
+    fn activate(&self, id: HandlerId) -> Option<(Arc<HandlerFn>, Vec<Event>)> {
+        let mut st = lock(&self.state);
+        let h = st.handlers.iter_mut().find(|h| h.id == id)?;
+        h.active = true;
+        let handler = Arc::clone(&h.handler);
+        let codes = h.codes.clone();
+        let mut claimed = Vec::new();
+        st.cache.retain(|ev| {
+            let hit = codes.as_ref().is_none_or(|c| c.contains(&ev.code));
+            if hit {
+                claimed.push(ev.clone());
+            }
+            !hit
+        });
+        Some((handler, claimed))
+    }
+
+    /// Active handlers matching `event`, in registration order; caches it if none.
+    fn route(&self, event: &Event) -> Vec<Arc<HandlerFn>> {
+        let mut st = lock(&self.state);
+        let targets: Vec<_> = st
+            .handlers
+            .iter()
+            .filter(|h| h.active && h.matches(event.code))
+            .map(|h| Arc::clone(&h.handler))
+            .collect();
+        if targets.is_empty() {
+            if st.cache.len() >= EVENT_CACHE_CAPACITY {
+                if let Some(old) = st.cache.pop_front() {
+                    tracing::warn!(
+                        code = old.code,
+                        name = codes::name(old.code).unwrap_or("application event"),
+                        source = %old.source,
+                        "event cache full ({EVENT_CACHE_CAPACITY}); dropping the oldest unclaimed event"
+                    );
+                }
+            }
+            st.cache.push_back(event.clone());
+        }
+        targets
+    }
+}
+
+/// Body of the event thread. Ends when every sender is gone or the client is dropped.
+pub(crate) fn run_event_thread(
+    rx: crossbeam_channel::Receiver<EventMsg>,
+    registry: Arc<EventRegistry>,
+    client: Weak<Inner>,
+) {
+    for msg in rx {
+        let (targets, events) = match msg {
+            EventMsg::Event(ev) => (registry.route(&ev), vec![ev]),
+            EventMsg::Activate(id) => match registry.activate(id) {
+                Some((h, evs)) => (vec![h], evs),
+                None => continue,
+            },
+        };
+        if targets.is_empty() || events.is_empty() {
+            continue;
+        }
+        // A temporary handle; if it turns out to be the last one, the client closes here.
+        let Some(inner) = client.upgrade() else {
+            return;
+        };
+        let handle = Client { inner };
+        for ev in &events {
+            for h in &targets {
+                call_handler(h.as_ref(), &handle, ev);
+            }
+        }
+    }
+}
+
+fn call_handler(h: &HandlerFn, client: &Client, ev: &Event) {
+    if std::panic::catch_unwind(AssertUnwindSafe(|| h(client, ev))).is_err() {
+        tracing::error!(
+            code = ev.code,
+            source = %ev.source,
+            "an event handler panicked; the event thread carries on"
+        );
+    }
+}

@@ -1,0 +1,696 @@
+//! Client tests against a scripted in-test server that speaks the proto frames over a
+//! real Unix socket: reply routing, event caching, connection loss, handshake errors,
+//! put/commit framing and handler re-entrancy.
+
+use std::future::Future;
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::PathBuf;
+use std::pin::pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll, Wake, Waker};
+use std::thread::{self, JoinHandle};
+use std::time::{Duration, Instant};
+
+use cohort_proto::frame::{self, MAX_CLIENT_FRAME};
+use cohort_proto::msg::{ClientFrame, Hello, Request, Response, ServerFrame, Welcome};
+use cohort_proto::value::info_get;
+use cohort_proto::PROTOCOL_VERSION;
+
+use crate::*;
+
+/// Upper bound on any wait in these tests, so a bug fails a test instead of hanging it.
+const TEST_DEADLINE: Duration = Duration::from_secs(10);
+const TOKEN: &[u8] = b"\x01\x02secret";
+
+/// The server end of one client connection.
+struct ServerSide {
+    stream: UnixStream,
+    buf: Vec<u8>,
+}
+
+impl ServerSide {
+    /// Next client frame; `None` once the client closed the connection.
+    fn recv(&mut self) -> Option<ClientFrame> {
+        frame::read_frame(&mut self.stream, MAX_CLIENT_FRAME, &mut self.buf)
+            .expect("test server read")
+    }
+
+    fn expect(&mut self) -> ClientFrame {
+        self.recv().expect("client closed the connection early")
+    }
+
+    fn send(&mut self, f: &ServerFrame) {
+        use std::io::Write;
+        self.stream
+            .write_all(&frame::encode(f))
+            .expect("test server write");
+    }
+
+    fn reply(&mut self, id: u64, result: std::result::Result<Response, CohortError>) {
+        self.send(&ServerFrame::Reply { id, result });
+    }
+
+    fn event(&mut self, code: EventCode, n: u64) {
+        self.send(&ServerFrame::Event(Event {
+            code,
+            source: ProcId::new("job", 3),
+            affected: Vec::new(),
+            info: vec![("n".into(), Value::U64(n))],
+        }));
+    }
+}
+
+fn socket_path() -> PathBuf {
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    let dir = std::env::temp_dir().join(format!(
+        "cohort-client-test-{}-{}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    ));
+    std::fs::create_dir_all(&dir).expect("test socket dir");
+    dir.join("server.sock")
+}
+
+fn welcome() -> Welcome {
+    Welcome {
+        job: JobMap::block("job", 4, 2),
+        node: 0,
+        node_name: "node0".into(),
+    }
+}
+
+/// Starts a one-connection server that checks the hello, answers `welcome`, then runs
+/// `script` on the connection.
+fn serve(
+    welcome: std::result::Result<Welcome, CohortError>,
+    script: impl FnOnce(&mut ServerSide) + Send + 'static,
+) -> (PathBuf, JoinHandle<()>) {
+    let path = socket_path();
+    let listener = UnixListener::bind(&path).expect("bind test socket");
+    let cleanup = path.clone();
+    let handle = thread::spawn(move || {
+        let (stream, _) = listener.accept().expect("accept");
+        stream
+            .set_read_timeout(Some(TEST_DEADLINE))
+            .expect("read timeout");
+        let mut side = ServerSide {
+            stream,
+            buf: Vec::new(),
+        };
+        let hello: Hello = frame::read_frame(&mut side.stream, MAX_CLIENT_FRAME, &mut side.buf)
+            .expect("hello")
+            .expect("hello frame");
+        assert_eq!(hello.version, PROTOCOL_VERSION);
+        assert_eq!(hello.token, TOKEN);
+        assert_eq!(hello.pid, std::process::id());
+        let accepted = welcome.is_ok();
+        side.send(&ServerFrame::Welcome(welcome));
+        if accepted {
+            script(&mut side);
+        }
+        if let Some(dir) = cleanup.parent() {
+            let _ = std::fs::remove_dir_all(dir);
+        }
+    });
+    (path, handle)
+}
+
+fn client_with(script: impl FnOnce(&mut ServerSide) + Send + 'static) -> (Client, JoinHandle<()>) {
+    let (path, server) = serve(Ok(welcome()), script);
+    let client = Client::connect(&path, "job", 1, TOKEN).expect("connect");
+    (client, server)
+}
+
+/// Runs `f` on its own thread and fails the test if it does not finish in time.
+fn within_deadline<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
+    let (tx, rx) = crossbeam_channel::bounded(1);
+    thread::spawn(move || {
+        let _ = tx.send(f());
+    });
+    rx.recv_timeout(TEST_DEADLINE)
+        .expect("operation did not finish within the test deadline")
+}
+
+/// A minimal executor (no tokio), to show the async forms are runtime-agnostic.
+fn block_on<F: Future>(f: F) -> F::Output {
+    struct Unpark(thread::Thread);
+    impl Wake for Unpark {
+        fn wake(self: Arc<Self>) {
+            self.0.unpark();
+        }
+    }
+    let waker = Waker::from(Arc::new(Unpark(thread::current())));
+    let mut cx = Context::from_waker(&waker);
+    let mut f = pin!(f);
+    loop {
+        match f.as_mut().poll(&mut cx) {
+            Poll::Ready(v) => return v,
+            Poll::Pending => thread::park(),
+        }
+    }
+}
+
+fn key_of(req: &Request) -> String {
+    match req {
+        Request::Get { key, .. } => key.clone(),
+        other => panic!("expected a get, got {other:?}"),
+    }
+}
+
+#[test]
+fn connect_exposes_the_welcome() {
+    let (client, server) = client_with(|s| assert!(s.recv().is_none()));
+    assert_eq!(client.proc_id(), &ProcId::new("job", 1));
+    assert_eq!(
+        (client.rank(), client.size(), client.nspace()),
+        (1, 4, "job")
+    );
+    assert_eq!((client.node_id(), client.node_name()), (0, "node0"));
+    assert_eq!(client.job().rank_node, vec![0, 0, 1, 1]);
+    // Dropping the last handle closes the socket, so the server sees EOF.
+    drop(client);
+    server.join().expect("server");
+}
+
+#[test]
+fn replies_route_by_id_when_out_of_order() {
+    const THREADS: usize = 4;
+    const ROUNDS: usize = 25;
+    let (client, server) = client_with(|s| {
+        for _ in 0..ROUNDS {
+            // Every client thread has exactly one get outstanding: collect them all,
+            // then answer in reverse arrival order.
+            let batch: Vec<ClientFrame> = (0..THREADS).map(|_| s.expect()).collect();
+            for f in batch.iter().rev() {
+                let key = key_of(&f.req);
+                s.reply(f.id, Ok(Response::Value(Value::Str(key))));
+            }
+        }
+        assert!(s.recv().is_none());
+    });
+    let workers: Vec<_> = (0..THREADS)
+        .map(|t| {
+            let client = client.clone();
+            thread::spawn(move || {
+                let peer = ProcId::new("job", 0);
+                for r in 0..ROUNDS {
+                    let key = format!("t{t}-r{r}");
+                    let v = if t == 0 {
+                        block_on(client.get_async(&peer, &key, None))
+                    } else {
+                        client.get(&peer, &key, Some(Duration::from_secs(5)))
+                    };
+                    assert_eq!(v.expect("get"), Value::Str(key));
+                }
+            })
+        })
+        .collect();
+    for w in workers {
+        w.join().expect("worker");
+    }
+    drop(client);
+    server.join().expect("server");
+}
+
+#[test]
+fn server_errors_reach_the_caller_unchanged() {
+    let err = CohortError::NotFound {
+        proc: ProcId::new("job", 2),
+        key: "k".into(),
+    };
+    let sent = err.clone();
+    let (client, server) = client_with(move |s| {
+        let f = s.expect();
+        s.reply(f.id, Err(sent));
+        let f = s.expect();
+        // A reply of the wrong kind is a protocol error, not a panic.
+        s.reply(f.id, Ok(Response::Done));
+        assert!(s.recv().is_none());
+    });
+    let got = client.get(&ProcId::new("job", 2), "k", None);
+    assert_eq!(got, Err(err));
+    let got = client.group_query("g");
+    assert!(matches!(got, Err(CohortError::Protocol(_))), "{got:?}");
+    drop(client);
+    server.join().expect("server");
+}
+
+type Log = Arc<Mutex<Vec<(&'static str, EventCode, u64)>>>;
+
+fn recording_handler(
+    name: &'static str,
+    log: &Log,
+    done: &crossbeam_channel::Sender<()>,
+) -> impl Fn(&Client, &Event) + Send + Sync + 'static {
+    let log = Arc::clone(log);
+    let done = done.clone();
+    move |_, ev| {
+        let n = info_get(&ev.info, "n").and_then(Value::as_u64).unwrap_or(0);
+        log.lock().expect("log").push((name, ev.code, n));
+        let _ = done.send(());
+    }
+}
+
+#[test]
+fn cached_event_goes_to_matching_handlers_once_in_order() {
+    const A: EventCode = 1001;
+    const B: EventCode = 1002;
+    let (client, server) = client_with(|s| {
+        s.event(A, 1);
+        s.event(B, 2);
+        s.event(A, 3);
+        // The reply follows the events on the stream, so once the client has it the
+        // events are queued for the event thread.
+        let f = s.expect();
+        s.reply(f.id, Ok(Response::GroupNames(vec![])));
+        let f = s.expect();
+        s.event(A, 4);
+        s.reply(f.id, Ok(Response::GroupNames(vec![])));
+        let f = s.expect();
+        s.event(A, 5);
+        s.event(B, 6);
+        s.reply(f.id, Ok(Response::GroupNames(vec![])));
+        assert!(s.recv().is_none());
+    });
+    client.group_names().expect("sync 1");
+
+    let log: Log = Arc::default();
+    let (done, fired) = crossbeam_channel::unbounded();
+    let h1 = client.register_event_handler(Some(&[A]), recording_handler("h1", &log, &done));
+    client.register_event_handler(Some(&[A]), recording_handler("h2", &log, &done));
+    client.register_event_handler(None, recording_handler("all", &log, &done));
+    for _ in 0..3 {
+        fired.recv_timeout(TEST_DEADLINE).expect("cached delivery");
+    }
+    // h1 took both cached A events (in arrival order) and h2, registered later, got
+    // none of them: each cached event is delivered once. B waited for "all".
+    assert_eq!(
+        *log.lock().expect("log"),
+        vec![("h1", A, 1), ("h1", A, 3), ("all", B, 2)]
+    );
+    log.lock().expect("log").clear();
+
+    // A live event goes to every matching handler, in registration order.
+    client.group_names().expect("sync 2");
+    for _ in 0..3 {
+        fired.recv_timeout(TEST_DEADLINE).expect("live delivery");
+    }
+    assert_eq!(
+        *log.lock().expect("log"),
+        vec![("h1", A, 4), ("h2", A, 4), ("all", A, 4)]
+    );
+    log.lock().expect("log").clear();
+
+    client.deregister_event_handler(h1);
+    client.group_names().expect("sync 3");
+    for _ in 0..3 {
+        fired
+            .recv_timeout(TEST_DEADLINE)
+            .expect("delivery after deregister");
+    }
+    assert_eq!(
+        *log.lock().expect("log"),
+        vec![("h2", A, 5), ("all", A, 5), ("all", B, 6)]
+    );
+    assert!(fired.try_recv().is_err());
+    drop(client);
+    server.join().expect("server");
+}
+
+#[test]
+fn event_cache_keeps_the_newest() {
+    const C: EventCode = 77;
+    let total = EVENT_CACHE_CAPACITY as u64 + 10;
+    let (client, server) = client_with(move |s| {
+        for n in 0..total {
+            s.event(C, n);
+        }
+        let f = s.expect();
+        s.reply(f.id, Ok(Response::GroupNames(vec![])));
+        assert!(s.recv().is_none());
+    });
+    client.group_names().expect("sync");
+    let log: Log = Arc::default();
+    let (done, fired) = crossbeam_channel::unbounded();
+    client.register_event_handler(Some(&[C]), recording_handler("h", &log, &done));
+    for _ in 0..EVENT_CACHE_CAPACITY {
+        fired.recv_timeout(TEST_DEADLINE).expect("cached delivery");
+    }
+    let seen: Vec<u64> = log.lock().expect("log").iter().map(|e| e.2).collect();
+    assert_eq!(seen, (10..total).collect::<Vec<_>>());
+    drop(client);
+    server.join().expect("server");
+}
+
+#[test]
+fn server_loss_fails_pending_blocking_and_async_calls() {
+    let (client, server) = client_with(|s| {
+        // Take both requests, answer neither, and hang up.
+        s.expect();
+        s.expect();
+    });
+    let (lost_tx, lost_rx) = crossbeam_channel::unbounded();
+    client.register_event_handler(Some(&[codes::LOST_CONNECTION]), move |_, ev| {
+        let reason = info_get(&ev.info, LOST_REASON_KEY).and_then(|v| v.as_str().map(String::from));
+        let _ = lost_tx.send(reason);
+    });
+
+    // The async form sends at call time, before anyone polls it.
+    let pending_get = client.get_async(&ProcId::new("job", 0), "never", None);
+    let blocking = client.clone();
+    let fence = within_deadline(move || blocking.fence(&[], FenceOpts::default()));
+    let get = within_deadline(move || block_on(pending_get));
+    assert!(
+        matches!(fence, Err(CohortError::ServerLost(_))),
+        "{fence:?}"
+    );
+    assert!(matches!(get, Err(CohortError::ServerLost(_))), "{get:?}");
+
+    // Later calls fail at once, with the same reason.
+    let start = Instant::now();
+    let again = client.group_names();
+    assert!(start.elapsed() < Duration::from_secs(1));
+    assert_eq!(again, fence.map(|_| Vec::new()));
+    let reason = lost_rx
+        .recv_timeout(TEST_DEADLINE)
+        .expect("LOST_CONNECTION event");
+    assert!(
+        reason.as_deref().is_some_and(|r| r.contains("closed")),
+        "{reason:?}"
+    );
+    server.join().expect("server");
+}
+
+#[test]
+fn welcome_error_fails_connect_with_the_servers_error() {
+    let refused = CohortError::AuthRefused("token mismatch for job:1".into());
+    let (path, server) = serve(Err(refused.clone()), |_| {});
+    let got = Client::connect(&path, "job", 1, TOKEN).map(|_| ());
+    assert_eq!(got, Err(refused));
+    server.join().expect("server");
+}
+
+#[test]
+fn connect_to_a_missing_socket_is_server_lost() {
+    let path = socket_path();
+    let got = Client::connect(&path, "job", 0, TOKEN).map(|_| ());
+    assert!(
+        matches!(got, Err(CohortError::ServerLost(ref m)) if m.contains("cannot connect")),
+        "{got:?}"
+    );
+}
+
+#[test]
+fn init_names_the_missing_variable() {
+    let vars = |set: &'static [(&'static str, &'static str)]| {
+        move |name: &str| {
+            set.iter()
+                .find(|(k, _)| *k == name)
+                .map(|(_, v)| v.to_string())
+        }
+    };
+    let e = Client::init_from(&vars(&[])).map(|_| ()).unwrap_err();
+    assert!(e.to_string().contains("COHORT_SERVER_URI"), "{e}");
+    assert!(e.to_string().contains("cohort run"), "{e}");
+    let e = Client::init_from(&vars(&[("COHORT_SERVER_URI", "/x")]))
+        .map(|_| ())
+        .unwrap_err();
+    assert!(e.to_string().contains("COHORT_NSPACE"), "{e}");
+    let e = Client::init_from(&vars(&[
+        ("COHORT_SERVER_URI", "/x"),
+        ("COHORT_NSPACE", "job"),
+        ("COHORT_RANK", "three"),
+        ("COHORT_TOKEN", "00"),
+    ]))
+    .map(|_| ())
+    .unwrap_err();
+    assert!(e.to_string().contains("COHORT_RANK"), "{e}");
+    let e = Client::init_from(&vars(&[
+        ("COHORT_SERVER_URI", "/x"),
+        ("COHORT_NSPACE", "job"),
+        ("COHORT_RANK", "3"),
+        ("COHORT_TOKEN", "xyz"),
+    ]))
+    .map(|_| ())
+    .unwrap_err();
+    assert!(e.to_string().contains("COHORT_TOKEN"), "{e}");
+}
+
+#[test]
+fn put_commit_splits_scopes_and_collectives_auto_commit() {
+    let (frames_tx, frames) = crossbeam_channel::unbounded();
+    let (client, server) = client_with(move |s| {
+        while let Some(f) = s.recv() {
+            let reply = match &f.req {
+                Request::Commit { .. } => None,
+                Request::Fence { .. } => Some(Response::Done),
+                Request::Construct { id, procs, .. } => Some(Response::Group(GroupResult {
+                    id: id.clone(),
+                    status: ConstructStatus::Success,
+                    members: procs.clone(),
+                    context_id: Some(9),
+                    group_info: Vec::new(),
+                    failed: Vec::new(),
+                })),
+                other => panic!("unexpected {other:?}"),
+            };
+            if let Some(r) = reply {
+                s.reply(f.id, Ok(r));
+            }
+            let _ = frames_tx.send(f);
+        }
+    });
+    client.put(Scope::Local, "l", 1u32).expect("put");
+    client.put(Scope::Remote, "r", "far").expect("put");
+    client.put(Scope::Global, "g", true).expect("put");
+    client.commit().expect("commit");
+    let f = frames.recv_timeout(TEST_DEADLINE).expect("commit frame");
+    assert_eq!(
+        f,
+        ClientFrame {
+            id: 0,
+            req: Request::Commit {
+                local: vec![("l".into(), Value::U32(1)), ("g".into(), Value::Bool(true))],
+                remote: vec![("r".into(), "far".into()), ("g".into(), Value::Bool(true))],
+            }
+        }
+    );
+
+    // A fence sends the pending puts first, in the same write.
+    client.put(Scope::Remote, "x", 5u64).expect("put");
+    client.fence(&[], FenceOpts::default()).expect("fence");
+    let f = frames.recv_timeout(TEST_DEADLINE).expect("auto commit");
+    assert_eq!(
+        f.req,
+        Request::Commit {
+            local: vec![],
+            remote: vec![("x".into(), Value::U64(5))]
+        }
+    );
+    assert_eq!(f.id, 0);
+    let f = frames.recv_timeout(TEST_DEADLINE).expect("fence frame");
+    assert_eq!(
+        f.req,
+        Request::Fence {
+            procs: vec![ProcId::wildcard("job")],
+            opts: FenceOpts::default()
+        }
+    );
+    assert_ne!(f.id, 0);
+
+    // Nothing pending: no commit frame.
+    let procs = [ProcId::new("job", 0), ProcId::new("job", 1)];
+    client.fence(&procs, FenceOpts::default()).expect("fence");
+    let f = frames.recv_timeout(TEST_DEADLINE).expect("fence frame");
+    assert!(
+        matches!(f.req, Request::Fence { ref procs, .. } if procs.len() == 2),
+        "{f:?}"
+    );
+
+    // A construct also carries pending puts, in the async form too.
+    client.put(Scope::Local, "ep", "here").expect("put");
+    let g = block_on(client.group_construct_async("grp", &procs, ConstructOpts::default()))
+        .expect("construct");
+    assert_eq!(g.context_id, Some(9));
+    let f = frames.recv_timeout(TEST_DEADLINE).expect("auto commit");
+    assert!(
+        matches!(f.req, Request::Commit { ref local, .. } if local.len() == 1),
+        "{f:?}"
+    );
+    let f = frames.recv_timeout(TEST_DEADLINE).expect("construct frame");
+    assert!(
+        matches!(f.req, Request::Construct { ref id, .. } if id == "grp"),
+        "{f:?}"
+    );
+    drop(client);
+    server.join().expect("server");
+}
+
+#[test]
+fn handler_may_call_blocking_apis() {
+    const PING: EventCode = 4242;
+    let (client, server) = client_with(|s| {
+        s.event(PING, 1);
+        let f = s.expect();
+        let key = key_of(&f.req);
+        s.reply(
+            f.id,
+            Ok(Response::Value(Value::Str(format!("answer to {key}")))),
+        );
+        assert!(s.recv().is_none());
+    });
+    let (tx, rx) = crossbeam_channel::bounded(1);
+    client.register_event_handler(Some(&[PING]), move |c, ev| {
+        let v = c.get(&ev.source, "question", Some(Duration::from_secs(5)));
+        let _ = tx.send(v);
+    });
+    let got = rx.recv_timeout(TEST_DEADLINE).expect("handler finished");
+    assert_eq!(got, Ok(Value::Str("answer to question".into())));
+    drop(client);
+    server.join().expect("server");
+}
+
+#[test]
+fn wedged_server_hits_the_client_side_deadline() {
+    let (client, server) = client_with(|s| {
+        let fence = s.expect();
+        let names = s.expect();
+        // The fence's reply arrives after the client gave up: it must be ignored.
+        s.reply(fence.id, Ok(Response::Done));
+        s.reply(names.id, Ok(Response::GroupNames(vec!["g1".into()])));
+        assert!(s.recv().is_none());
+    });
+    let opts = FenceOpts {
+        collect: false,
+        timeout_ms: Some(50),
+    };
+    let start = Instant::now();
+    let got = client.fence(&[], opts);
+    assert!(start.elapsed() >= Duration::from_millis(50) + HARD_DEADLINE_GRACE);
+    assert!(
+        matches!(got, Err(CohortError::Timeout { timeout_ms: 50, ref op, .. }) if op == "fence"),
+        "{got:?}"
+    );
+    assert_eq!(client.group_names(), Ok(vec!["g1".to_string()]));
+    drop(client);
+    server.join().expect("server");
+}
+
+#[test]
+fn invalid_group_ids_never_reach_the_server() {
+    let (client, server) = client_with(|s| {
+        let f = s.expect();
+        assert_eq!(f.req, Request::QueryGroupNames);
+        s.reply(f.id, Ok(Response::GroupNames(vec![])));
+        assert!(s.recv().is_none());
+    });
+    let long = "x".repeat(256);
+    let invalid = |r: Result<()>| matches!(r, Err(CohortError::InvalidGroupId { .. }));
+    assert!(invalid(
+        client
+            .group_construct("", &[], ConstructOpts::default())
+            .map(|_| ())
+    ));
+    assert!(invalid(client.group_destruct(&long, None)));
+    assert!(invalid(client.group_leave("a\0b")));
+    assert!(invalid(client.group_query("").map(|_| ())));
+    assert!(invalid(client.notify(
+        1,
+        Range::Group(String::new()),
+        vec![]
+    )));
+    assert!(invalid(block_on(client.group_leave_async(""))));
+    assert!(invalid(block_on(client.group_query_async("")).map(|_| ())));
+    assert!(invalid(block_on(client.group_destruct_async("", None))));
+    assert!(invalid(block_on(client.notify_async(
+        1,
+        Range::Group(long.clone()),
+        vec![]
+    ))));
+    assert!(invalid(
+        block_on(client.group_construct_async(&long, &[], ConstructOpts::default())).map(|_| ())
+    ));
+    assert_eq!(client.group_names(), Ok(vec![]));
+    drop(client);
+    server.join().expect("server");
+}
+
+#[test]
+fn async_forms_run_under_tokio_and_finalize_closes() {
+    let (client, server) = client_with(|s| {
+        while let Some(f) = s.recv() {
+            let reply = match f.req {
+                Request::Fence { .. } | Request::Leave { .. } | Request::Notify { .. } => {
+                    Response::Done
+                }
+                Request::Destruct { timeout_ms, .. } => {
+                    assert_eq!(timeout_ms, Some(1500));
+                    Response::Done
+                }
+                Request::QueryGroupNames => Response::GroupNames(vec!["a".into()]),
+                Request::Finalize => {
+                    s.reply(f.id, Ok(Response::Done));
+                    assert!(s.recv().is_none(), "finalize must close the connection");
+                    return;
+                }
+                other => panic!("unexpected {other:?}"),
+            };
+            s.reply(f.id, Ok(reply));
+        }
+        panic!("client closed without finalize");
+    });
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .expect("runtime");
+    rt.block_on(async {
+        let fence = client.fence_async(&[], FenceOpts::default());
+        let names = client.group_names_async();
+        let leave = client.group_leave_async("a");
+        let destruct = client.group_destruct_async("a", Some(Duration::from_millis(1500)));
+        let notify = client.notify_async(5, Range::Session, vec![]);
+        // Spawned futures are 'static and Send.
+        let spawned = tokio::spawn(client.group_names_async());
+        assert_eq!(fence.await, Ok(()));
+        assert_eq!(names.await, Ok(vec!["a".to_string()]));
+        assert_eq!(leave.await, Ok(()));
+        assert_eq!(destruct.await, Ok(()));
+        assert_eq!(notify.await, Ok(()));
+        assert_eq!(spawned.await.expect("join"), Ok(vec!["a".to_string()]));
+    });
+    let other = client.clone();
+    within_deadline(move || client.finalize()).expect("finalize");
+    assert!(
+        matches!(other.group_names(), Err(CohortError::ServerLost(ref m)) if m.contains("finalized"))
+    );
+    server.join().expect("server");
+}
+
+/// Round-trip cost of a blocking call against a server that answers at once. Run with
+/// `cargo test -p cohort --release -- --ignored --nocapture roundtrip`.
+#[test]
+#[ignore = "timing report, not a check"]
+fn roundtrip_latency_report() {
+    const N: u32 = 20_000;
+    let (client, server) = client_with(|s| {
+        while let Some(f) = s.recv() {
+            s.reply(f.id, Ok(Response::Done));
+        }
+    });
+    for _ in 0..1000 {
+        client.fence(&[], FenceOpts::default()).expect("warm-up");
+    }
+    let start = Instant::now();
+    for _ in 0..N {
+        client.fence(&[], FenceOpts::default()).expect("fence");
+    }
+    let blocking = start.elapsed() / N;
+    let start = Instant::now();
+    for _ in 0..N {
+        block_on(client.fence_async(&[], FenceOpts::default())).expect("fence");
+    }
+    let asynchronous = start.elapsed() / N;
+    println!("round trip: blocking {blocking:?}, async {asynchronous:?}");
+    drop(client);
+    server.join().expect("server");
+}

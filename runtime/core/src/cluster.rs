@@ -1,0 +1,162 @@
+//! An in-memory cluster of engines: peer messages are delivered through a FIFO queue,
+//! client frames are collected per client. Used by the engine's tests and as the base
+//! of the discrete-event simulator; it runs the same state machines the node servers run.
+
+use std::collections::{HashMap, VecDeque};
+use std::time::Duration;
+
+use cohort_proto::msg::{ReqId, Request, ServerFrame};
+use cohort_proto::peer::PeerMsg;
+use cohort_proto::{JobMap, NodeId, ProcId};
+use cohort_topology::TreeShape;
+
+use crate::engine::{Action, ClientId, Engine, EngineConfig, Time};
+
+/// Engines wired together in memory.
+pub struct Cluster {
+    pub engines: Vec<Engine>,
+    pub job: JobMap,
+    net: VecDeque<(NodeId, NodeId, PeerMsg)>,
+    /// Frames received by each client, in order.
+    pub inbox: HashMap<ClientId, Vec<ServerFrame>>,
+    pub now: Time,
+    /// Peer messages delivered so far, per sending node.
+    pub sent: Vec<u64>,
+    next_req: ReqId,
+}
+
+impl Cluster {
+    /// `n` ranks over `m` nodes, block mapping; client id of rank r is r + 1.
+    pub fn new(n: u32, m: u32, shape: TreeShape) -> Cluster {
+        let job = JobMap::block("job", n, m);
+        let engines = (0..m)
+            .map(|node| {
+                Engine::new(EngineConfig {
+                    node,
+                    job: job.clone(),
+                    tree_shape: shape,
+                })
+            })
+            .collect();
+        Cluster {
+            engines,
+            job,
+            net: VecDeque::new(),
+            inbox: HashMap::new(),
+            now: Duration::ZERO,
+            sent: vec![0; m as usize],
+            next_req: 1,
+        }
+    }
+
+    pub fn proc(&self, rank: u32) -> ProcId {
+        ProcId::new(self.job.nspace.clone(), rank)
+    }
+
+    pub fn client_of(rank: u32) -> ClientId {
+        u64::from(rank) + 1
+    }
+
+    fn node_of_rank(&self, rank: u32) -> NodeId {
+        self.job.rank_node[rank as usize]
+    }
+
+    /// Connects every rank's client.
+    pub fn connect_all(&mut self) {
+        for r in 0..self.job.size() {
+            self.connect(r);
+        }
+    }
+
+    pub fn connect(&mut self, rank: u32) {
+        let node = self.node_of_rank(rank) as usize;
+        let proc = self.proc(rank);
+        self.engines[node]
+            .on_client_connected(Self::client_of(rank), proc)
+            .expect("rank connects to its own node");
+        self.pump();
+    }
+
+    /// Sends a request from `rank`; returns its request id.
+    pub fn request(&mut self, rank: u32, req: Request) -> ReqId {
+        let id = self.next_req;
+        self.next_req += 1;
+        let node = self.node_of_rank(rank) as usize;
+        let now = self.now;
+        self.engines[node].on_client_request(Self::client_of(rank), id, req, now);
+        self.pump();
+        id
+    }
+
+    pub fn exit(&mut self, rank: u32) {
+        let node = self.node_of_rank(rank) as usize;
+        let proc = self.proc(rank);
+        let now = self.now;
+        self.engines[node].on_proc_exited(proc, now);
+        self.pump();
+    }
+
+    /// Advances the clock and fires timers.
+    pub fn advance(&mut self, d: Duration) {
+        self.now += d;
+        let now = self.now;
+        for e in &mut self.engines {
+            e.on_timer(now);
+        }
+        self.pump();
+    }
+
+    /// Delivers every queued message until the cluster is quiet.
+    pub fn pump(&mut self) {
+        loop {
+            for i in 0..self.engines.len() {
+                for a in self.engines[i].take_actions() {
+                    match a {
+                        Action::ToClient { client, frame } => {
+                            self.inbox.entry(client).or_default().push(frame)
+                        }
+                        Action::ToPeer { node, msg } => {
+                            self.sent[i] += 1;
+                            self.net.push_back((i as NodeId, node, msg))
+                        }
+                    }
+                }
+            }
+            let Some((from, to, msg)) = self.net.pop_front() else {
+                break;
+            };
+            let now = self.now;
+            self.engines[to as usize].on_peer(from, msg, now);
+        }
+    }
+
+    /// The reply to request `id` of `rank`, if it arrived.
+    pub fn reply(
+        &self,
+        rank: u32,
+        id: ReqId,
+    ) -> Option<Result<cohort_proto::msg::Response, cohort_proto::CohortError>> {
+        self.inbox
+            .get(&Self::client_of(rank))?
+            .iter()
+            .find_map(|f| match f {
+                ServerFrame::Reply { id: i, result } if *i == id => Some(result.clone()),
+                _ => None,
+            })
+    }
+
+    /// Events received by `rank`, in order.
+    pub fn events(&self, rank: u32) -> Vec<cohort_proto::Event> {
+        self.inbox
+            .get(&Self::client_of(rank))
+            .map(|v| {
+                v.iter()
+                    .filter_map(|f| match f {
+                        ServerFrame::Event(e) => Some(e.clone()),
+                        _ => None,
+                    })
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+}

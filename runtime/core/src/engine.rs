@@ -1,0 +1,1883 @@
+//! The node server's decision logic, without I/O.
+//!
+//! Inputs: authenticated client requests, fabric messages from peer node servers,
+//! process exits and timer ticks. Outputs: [`Action`]s (frames to clients, messages to
+//! peers) drained with [`Engine::take_actions`]. The node server (and the simulator)
+//! drive it; nothing in here touches a socket or a clock.
+//!
+//! Every collective (fence, group construct, group destruct) runs the same way: local
+//! participants contribute to their node server; each server forwards its subtree's
+//! aggregate to its parent in the operation's [`Tree`] once every expected process of
+//! the subtree has contributed or is known to be gone; the root decides the outcome
+//! and broadcasts it down. Completion is accounted per *process*, not per server, so a
+//! server whose processes all died before calling never stalls its ancestors.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
+use std::time::Duration;
+
+use cohort_proto::event::{codes, keys};
+use cohort_proto::ids::fmt_procs;
+use cohort_proto::msg::{
+    ConstructOpts, ConstructStatus, FenceOpts, GroupResult, ReqId, Request, Response, ServerFrame,
+};
+use cohort_proto::peer::{
+    CollKey, CollKind, CollOutcome, CollSpec, ContribFlags, Contribution, PeerMsg,
+};
+use cohort_proto::value::info_get;
+use cohort_proto::{
+    validate_group_id, CohortError, ContextId, Event, Info, JobMap, NodeId, ProcId, Range, Value,
+};
+use cohort_topology::{rendezvous, Tree, TreeShape};
+
+use crate::kv::{KvStore, Lookup};
+
+/// Engine time: a monotonic offset from an arbitrary origin chosen by the driver.
+pub type Time = Duration;
+/// A client connection, numbered by the driver.
+pub type ClientId = u64;
+
+/// How long a participant that asked the root to abort waits for the root's verdict
+/// before giving up locally (the root is unreachable).
+const ABORT_GRACE: Duration = Duration::from_secs(5);
+/// Events kept for a local process that has not connected yet.
+const MAX_PENDING_EVENTS: usize = 1024;
+
+/// Something the driver must do.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Action {
+    ToClient { client: ClientId, frame: ServerFrame },
+    ToPeer { node: NodeId, msg: PeerMsg },
+}
+
+/// Static configuration of one node server's engine.
+#[derive(Clone, Debug)]
+pub struct EngineConfig {
+    pub node: NodeId,
+    pub job: JobMap,
+    pub tree_shape: TreeShape,
+}
+
+/// A constructed group as this node server knows it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Group {
+    pub id: String,
+    /// Current members, canonical order (group rank = index).
+    pub members: Vec<ProcId>,
+    /// Membership at construct time (fixes the destruct tree on every server).
+    pub original: Vec<ProcId>,
+    pub context_id: Option<ContextId>,
+    pub group_info: BTreeMap<ProcId, Info>,
+    pub notify_termination: bool,
+}
+
+impl Group {
+    fn result(&self, status: ConstructStatus, failed: Vec<ProcId>) -> GroupResult {
+        GroupResult {
+            id: self.id.clone(),
+            status,
+            members: self.members.clone(),
+            context_id: self.context_id,
+            group_info: self
+                .members
+                .iter()
+                .map(|p| (p.clone(), self.group_info.get(p).cloned().unwrap_or_default()))
+                .collect(),
+            failed,
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+struct Waiter {
+    client: ClientId,
+    req: ReqId,
+    proc: ProcId,
+    deadline: Option<Time>,
+    timeout_ms: u64,
+    abort_sent: bool,
+}
+
+#[derive(Debug)]
+struct Coll {
+    spec: Option<CollSpec>,
+    tree: Option<Tree>,
+    contribs: BTreeMap<ProcId, Contribution>,
+    /// Root only: add-members that joined directly.
+    joins: BTreeMap<ProcId, Contribution>,
+    /// Root only: servers that sent joins or aborts (they get the outcome directly).
+    direct_nodes: BTreeSet<NodeId>,
+    excused: BTreeSet<ProcId>,
+    waiters: Vec<Waiter>,
+    sent_up: bool,
+    /// A doomed-operation abort was already sent to the root.
+    doomed_sent: bool,
+    started: Time,
+}
+
+impl Coll {
+    fn new(now: Time) -> Coll {
+        Coll {
+            spec: None,
+            tree: None,
+            contribs: BTreeMap::new(),
+            joins: BTreeMap::new(),
+            direct_nodes: BTreeSet::new(),
+            excused: BTreeSet::new(),
+            waiters: Vec::new(),
+            sent_up: false,
+            doomed_sent: false,
+            started: now,
+        }
+    }
+}
+
+#[derive(Debug)]
+struct PendingGet {
+    client: ClientId,
+    req: ReqId,
+    reader: ProcId,
+    owner: ProcId,
+    key: String,
+    deadline: Option<Time>,
+    timeout_ms: u64,
+    fetched: bool,
+}
+
+#[derive(Debug)]
+struct ModexWait {
+    from: NodeId,
+    req: u64,
+    proc: ProcId,
+    deadline: Option<Time>,
+    timeout_ms: u64,
+}
+
+/// The node server's sans-IO core.
+pub struct Engine {
+    node: NodeId,
+    job: JobMap,
+    shape: TreeShape,
+    all_nodes: Vec<NodeId>,
+
+    clients: HashMap<ClientId, ProcId>,
+    proc_clients: HashMap<ProcId, ClientId>,
+    finalized: HashSet<ProcId>,
+    terminated: HashSet<ProcId>,
+    /// Collectives a terminated process had joined at its host before it died.
+    joined_before_death: HashMap<ProcId, HashSet<CollKey>>,
+    pending_events: HashMap<ProcId, VecDeque<Event>>,
+
+    kv: KvStore,
+    gets: Vec<PendingGet>,
+    modex_waits: Vec<ModexWait>,
+    modex_inflight: HashMap<ProcId, u64>,
+    next_modex: u64,
+
+    colls: HashMap<CollKey, Coll>,
+    fence_seq: HashMap<(ProcId, String), u64>,
+
+    groups: HashMap<String, Group>,
+    retired: HashMap<String, Group>,
+    departed: HashMap<String, BTreeSet<ProcId>>,
+    /// Authority for group ids whose rendezvous is this server: id → current members.
+    live_roots: HashMap<String, Vec<ProcId>>,
+    next_ctx: u64,
+
+    actions: Vec<Action>,
+    self_inbox: VecDeque<PeerMsg>,
+}
+
+impl Engine {
+    pub fn new(cfg: EngineConfig) -> Engine {
+        let all_nodes = (0..cfg.job.num_nodes).collect();
+        Engine {
+            node: cfg.node,
+            job: cfg.job,
+            shape: cfg.tree_shape,
+            all_nodes,
+            clients: HashMap::new(),
+            proc_clients: HashMap::new(),
+            finalized: HashSet::new(),
+            terminated: HashSet::new(),
+            joined_before_death: HashMap::new(),
+            pending_events: HashMap::new(),
+            kv: KvStore::default(),
+            gets: Vec::new(),
+            modex_waits: Vec::new(),
+            modex_inflight: HashMap::new(),
+            next_modex: 1,
+            colls: HashMap::new(),
+            fence_seq: HashMap::new(),
+            groups: HashMap::new(),
+            retired: HashMap::new(),
+            departed: HashMap::new(),
+            live_roots: HashMap::new(),
+            next_ctx: 1,
+            actions: Vec::new(),
+            self_inbox: VecDeque::new(),
+        }
+    }
+
+    pub fn node(&self) -> NodeId {
+        self.node
+    }
+
+    pub fn job(&self) -> &JobMap {
+        &self.job
+    }
+
+    /// Drains the actions produced so far.
+    pub fn take_actions(&mut self) -> Vec<Action> {
+        std::mem::take(&mut self.actions)
+    }
+
+    /// Live groups this server knows (for inspection and tests).
+    pub fn group(&self, id: &str) -> Option<&Group> {
+        self.groups.get(id)
+    }
+
+    /// Number of collectives in progress here (tests use it to check for leaks).
+    pub fn collectives_in_progress(&self) -> usize {
+        self.colls.len()
+    }
+
+    /// The earliest time [`Engine::on_timer`] has work to do.
+    pub fn next_deadline(&self) -> Option<Time> {
+        let colls = self
+            .colls
+            .values()
+            .flat_map(|c| c.waiters.iter().filter_map(|w| w.deadline));
+        let gets = self.gets.iter().filter_map(|g| g.deadline);
+        let modex = self.modex_waits.iter().filter_map(|m| m.deadline);
+        colls.chain(gets).chain(modex).min()
+    }
+
+    // ------------------------------------------------------------------ clients
+
+    /// Admits an authenticated client for `proc`. Refuses procs not hosted here, already
+    /// connected, or already terminated.
+    pub fn on_client_connected(
+        &mut self,
+        client: ClientId,
+        proc: ProcId,
+    ) -> Result<(), CohortError> {
+        match self.job.node_of(&proc) {
+            Some(n) if n == self.node => {}
+            Some(n) => {
+                return Err(CohortError::UnknownProc {
+                    reason: format!("it is hosted by node server {n}, not {}", self.node),
+                    proc,
+                })
+            }
+            None => {
+                return Err(CohortError::UnknownProc {
+                    reason: format!("not a rank of job {}", self.job.nspace),
+                    proc,
+                })
+            }
+        }
+        if self.proc_clients.contains_key(&proc) {
+            return Err(CohortError::AuthRefused(format!(
+                "{proc} is already connected"
+            )));
+        }
+        if self.terminated.contains(&proc) {
+            return Err(CohortError::AuthRefused(format!("{proc} has terminated")));
+        }
+        self.clients.insert(client, proc.clone());
+        self.proc_clients.insert(proc.clone(), client);
+        if let Some(q) = self.pending_events.remove(&proc) {
+            for ev in q {
+                self.push_client(client, ServerFrame::Event(ev));
+            }
+        }
+        Ok(())
+    }
+
+    /// A client connection closed. Without a prior finalize this is the process
+    /// terminating (a client that disconnects mid-operation).
+    pub fn on_client_disconnected(&mut self, client: ClientId, now: Time) {
+        let Some(proc) = self.clients.remove(&client) else {
+            return;
+        };
+        self.proc_clients.remove(&proc);
+        if !self.finalized.contains(&proc) {
+            tracing::info!(%proc, "client disconnected without finalize; treating it as terminated");
+            self.terminate(proc, now);
+        }
+        self.drain_self(now);
+    }
+
+    /// A process hosted here ended.
+    pub fn on_proc_exited(&mut self, proc: ProcId, now: Time) {
+        self.terminate(proc, now);
+        self.drain_self(now);
+    }
+
+    /// Handles one request frame of an admitted client.
+    pub fn on_client_request(&mut self, client: ClientId, id: ReqId, req: Request, now: Time) {
+        let Some(proc) = self.clients.get(&client).cloned() else {
+            return;
+        };
+        match req {
+            Request::Commit { local, remote } => {
+                self.kv.commit(&proc, local, remote);
+                self.on_committed(&proc, now);
+            }
+            Request::Get {
+                proc: target,
+                key,
+                timeout_ms,
+            } => self.get(client, id, proc, target, key, timeout_ms, now),
+            Request::Fence { procs, opts } => self.fence(client, id, proc, procs, opts, now),
+            Request::Construct {
+                id: gid,
+                procs,
+                opts,
+            } => self.construct(client, id, proc, gid, procs, opts, now),
+            Request::Destruct {
+                id: gid,
+                timeout_ms,
+            } => self.destruct(client, id, proc, gid, timeout_ms, now),
+            Request::Leave { id: gid } => {
+                let r = self.leave(proc, gid, now).map(|_| Response::Done);
+                self.reply(client, id, r);
+            }
+            Request::Notify { code, range, info } => {
+                let r = self.notify(proc, code, range, info).map(|_| Response::Done);
+                self.reply(client, id, r);
+            }
+            Request::QueryGroup { id: gid } => {
+                let r = match self.groups.get(&gid) {
+                    Some(g) => Ok(Response::Group(g.result(ConstructStatus::Success, vec![]))),
+                    None => Err(CohortError::GroupNotFound { id: gid }),
+                };
+                self.reply(client, id, r);
+            }
+            Request::QueryGroupNames => {
+                let mut names: Vec<String> = self
+                    .groups
+                    .values()
+                    .filter(|g| g.members.contains(&proc))
+                    .map(|g| g.id.clone())
+                    .collect();
+                names.sort();
+                self.reply(client, id, Ok(Response::GroupNames(names)));
+            }
+            Request::Finalize => {
+                self.finalized.insert(proc);
+                self.reply(client, id, Ok(Response::Done));
+            }
+        }
+        self.drain_self(now);
+    }
+
+    // ------------------------------------------------------------------ peers
+
+    /// Handles one message from a peer node server.
+    pub fn on_peer(&mut self, from: NodeId, msg: PeerMsg, now: Time) {
+        self.handle_peer(from, msg, now);
+        self.drain_self(now);
+    }
+
+    /// A peer node server is gone: every process it hosted is terminated.
+    pub fn on_peer_lost(&mut self, peer: NodeId, now: Time) {
+        for rank in self.job.ranks_on(peer) {
+            let proc = ProcId::new(self.job.nspace.clone(), rank);
+            self.mark_terminated(proc, now);
+        }
+        self.drain_self(now);
+    }
+
+    fn handle_peer(&mut self, from: NodeId, msg: PeerMsg, now: Time) {
+        match msg {
+            PeerMsg::CollUp {
+                key,
+                spec,
+                contribs,
+                excused,
+            } => {
+                let coll = self.colls.entry(key.clone()).or_insert_with(|| Coll::new(now));
+                for c in contribs {
+                    coll.contribs.insert(c.proc.clone(), c);
+                }
+                coll.excused.extend(excused);
+                if let Err(e) = self.merge_spec(&key, spec) {
+                    self.fail(&key, e, now);
+                    return;
+                }
+                self.progress(&key, now);
+            }
+            PeerMsg::CollJoin { key, contrib } => {
+                let coll = self.colls.entry(key.clone()).or_insert_with(|| Coll::new(now));
+                coll.joins.insert(contrib.proc.clone(), contrib);
+                coll.direct_nodes.insert(from);
+                self.progress(&key, now);
+            }
+            PeerMsg::CollAbort { key, spec, error } => {
+                let coll = self.colls.entry(key.clone()).or_insert_with(|| Coll::new(now));
+                coll.direct_nodes.insert(from);
+                if let Some(spec) = spec {
+                    let _ = self.merge_spec(&key, spec);
+                }
+                let error = self.refine_timeout(&key, error);
+                self.fail(&key, error, now);
+            }
+            PeerMsg::CollDown { key, spec, outcome } => self.on_down(key, spec, outcome, now),
+            PeerMsg::ProcTerminated { proc, contributed } => {
+                if !contributed.is_empty() {
+                    self.joined_before_death
+                        .insert(proc.clone(), contributed.into_iter().collect());
+                }
+                self.mark_terminated(proc, now)
+            }
+            PeerMsg::Event { targets, event } => {
+                for p in targets {
+                    if self.job.node_of(&p) == Some(self.node) {
+                        self.deliver_local(&p, event.clone());
+                    }
+                }
+            }
+            PeerMsg::ModexReq {
+                req,
+                proc,
+                timeout_ms,
+            } => self.modex_request(from, req, proc, timeout_ms, now),
+            PeerMsg::ModexResp { req, proc, result } => self.modex_response(req, proc, result, now),
+            PeerMsg::GroupLeft { id, proc } => self.apply_left(&id, &proc, now),
+        }
+    }
+
+    // ------------------------------------------------------------------ timers
+
+    /// Expires every deadline at or before `now`.
+    pub fn on_timer(&mut self, now: Time) {
+        // collectives
+        let keys: Vec<CollKey> = self
+            .colls
+            .iter()
+            .filter(|(_, c)| c.waiters.iter().any(|w| w.deadline.is_some_and(|d| d <= now)))
+            .map(|(k, _)| k.clone())
+            .collect();
+        for key in keys {
+            self.expire_waiters(&key, now);
+        }
+        // gets
+        let mut i = 0;
+        while i < self.gets.len() {
+            if self.gets[i].deadline.is_some_and(|d| d <= now) {
+                let g = self.gets.swap_remove(i);
+                let err = CohortError::Timeout {
+                    op: format!("get of {:?} from {}", g.key, g.owner),
+                    timeout_ms: g.timeout_ms,
+                    missing: vec![g.owner.clone()],
+                };
+                self.reply(g.client, g.req, Err(err));
+            } else {
+                i += 1;
+            }
+        }
+        // modex requests from peers waiting for a local commit
+        let mut i = 0;
+        while i < self.modex_waits.len() {
+            if self.modex_waits[i].deadline.is_some_and(|d| d <= now) {
+                let m = self.modex_waits.swap_remove(i);
+                let err = CohortError::Timeout {
+                    op: format!("direct modex of {}", m.proc),
+                    timeout_ms: m.timeout_ms,
+                    missing: vec![m.proc.clone()],
+                };
+                self.send_peer(
+                    m.from,
+                    PeerMsg::ModexResp {
+                        req: m.req,
+                        proc: m.proc,
+                        result: Err(err),
+                    },
+                );
+            } else {
+                i += 1;
+            }
+        }
+        self.drain_self(now);
+    }
+
+    fn expire_waiters(&mut self, key: &CollKey, now: Time) {
+        let root = self.root_of(key);
+        let Some(coll) = self.colls.get_mut(key) else {
+            return;
+        };
+        let mut abort: Option<CohortError> = None;
+        let mut give_up: Vec<Waiter> = Vec::new();
+        coll.waiters.retain_mut(|w| {
+            if !w.deadline.is_some_and(|d| d <= now) {
+                return true;
+            }
+            if w.abort_sent {
+                give_up.push(w.clone());
+                return false;
+            }
+            w.abort_sent = true;
+            w.deadline = Some(now + ABORT_GRACE);
+            abort.get_or_insert(CohortError::Timeout {
+                op: op_name(key),
+                timeout_ms: w.timeout_ms,
+                missing: Vec::new(),
+            });
+            true
+        });
+        let spec = coll.spec.clone();
+        for w in give_up {
+            let err = CohortError::Timeout {
+                op: format!("{} (root node server {root:?} did not answer)", op_name(key)),
+                timeout_ms: w.timeout_ms,
+                missing: Vec::new(),
+            };
+            self.reply(w.client, w.req, Err(err));
+        }
+        if let Some(err) = abort {
+            match root {
+                Some(r) if r != self.node => {
+                    let error = self.refine_timeout(key, err);
+                    self.send_peer(
+                        r,
+                        PeerMsg::CollAbort {
+                            key: key.clone(),
+                            spec,
+                            error,
+                        },
+                    );
+                }
+                _ => {
+                    let error = self.refine_timeout(key, err);
+                    self.fail(key, error, now);
+                }
+            }
+        }
+    }
+
+    /// Fills in the processes a timed-out collective still waits for, as far as this
+    /// server knows.
+    fn refine_timeout(&self, key: &CollKey, err: CohortError) -> CohortError {
+        match err {
+            CohortError::Timeout { op, timeout_ms, .. } => {
+                let missing = self.missing(key);
+                CohortError::Timeout {
+                    op,
+                    timeout_ms,
+                    missing,
+                }
+            }
+            other => other,
+        }
+    }
+
+    fn missing(&self, key: &CollKey) -> Vec<ProcId> {
+        let Some(coll) = self.colls.get(key) else {
+            return Vec::new();
+        };
+        let Some(spec) = &coll.spec else {
+            return Vec::new();
+        };
+        let joined = |p: &ProcId| coll.contribs.contains_key(p) || coll.joins.contains_key(p);
+        let mut expected: BTreeSet<ProcId> = expected_of(spec).iter().cloned().collect();
+        expected.extend(add_members_of(coll));
+        expected
+            .into_iter()
+            .filter(|p| !joined(p) && !coll.excused.contains(p))
+            .collect()
+    }
+
+    // ------------------------------------------------------------------ kv / get
+
+    #[allow(clippy::too_many_arguments)]
+    fn get(
+        &mut self,
+        client: ClientId,
+        req: ReqId,
+        reader: ProcId,
+        target: ProcId,
+        key: String,
+        timeout_ms: Option<u64>,
+        now: Time,
+    ) {
+        let owner = if target.nspace != self.job.nspace {
+            let group = self
+                .groups
+                .get(&target.nspace)
+                .or_else(|| self.retired.get(&target.nspace));
+            let Some(g) = group else {
+                let err = CohortError::UnknownProc {
+                    reason: "no such namespace or group".into(),
+                    proc: target,
+                };
+                return self.reply(client, req, Err(err));
+            };
+            let Some(member) = g.members.get(target.rank as usize).cloned() else {
+                let err = CohortError::UnknownProc {
+                    reason: format!("group {:?} has {} members", g.id, g.members.len()),
+                    proc: target,
+                };
+                return self.reply(client, req, Err(err));
+            };
+            if let Some(v) = g.group_info.get(&member).and_then(|i| info_get(i, &key)) {
+                let v = v.clone();
+                return self.reply(client, req, Ok(Response::Value(v)));
+            }
+            member
+        } else {
+            target
+        };
+        if let Some(v) = self.job_value(&owner, &key) {
+            return self.reply(client, req, Ok(Response::Value(v)));
+        }
+        if owner.is_wildcard() {
+            let err = CohortError::NotFound { proc: owner, key };
+            return self.reply(client, req, Err(err));
+        }
+        if !self.job.contains(&owner) {
+            let err = CohortError::UnknownProc {
+                reason: format!("not a rank of job {}", self.job.nspace),
+                proc: owner,
+            };
+            return self.reply(client, req, Err(err));
+        }
+        let pending = PendingGet {
+            client,
+            req,
+            reader,
+            owner,
+            key,
+            deadline: timeout_ms.map(|t| now + Duration::from_millis(t)),
+            timeout_ms: timeout_ms.unwrap_or(0),
+            fetched: false,
+        };
+        if let Some(p) = self.try_get(pending) {
+            self.gets.push(p);
+        }
+    }
+
+    /// Answers a get if possible; returns it back if it must wait.
+    fn try_get(&mut self, mut g: PendingGet) -> Option<PendingGet> {
+        let local = self.job.node_of(&g.owner) == Some(self.node);
+        let lookup = if local {
+            self.kv.lookup_local(&g.reader, &g.owner, &g.key)
+        } else {
+            self.kv.lookup_foreign(&g.owner, &g.key)
+        };
+        match lookup {
+            Lookup::Found(v) => {
+                self.reply(g.client, g.req, Ok(Response::Value(v)));
+                None
+            }
+            Lookup::Absent if local || g.fetched => {
+                let err = CohortError::NotFound {
+                    proc: g.owner,
+                    key: g.key,
+                };
+                self.reply(g.client, g.req, Err(err));
+                None
+            }
+            _ if local => {
+                if self.terminated.contains(&g.owner) {
+                    let err = CohortError::ProcTerminated {
+                        op: format!("get of {:?}", g.key),
+                        procs: vec![g.owner],
+                    };
+                    self.reply(g.client, g.req, Err(err));
+                    return None;
+                }
+                Some(g)
+            }
+            _ => {
+                // Remote owner: fetch its committed data from its node server.
+                if !self.modex_inflight.contains_key(&g.owner) {
+                    let id = self.next_modex;
+                    self.next_modex += 1;
+                    self.modex_inflight.insert(g.owner.clone(), id);
+                    let node = self.job.node_of(&g.owner).unwrap_or(self.node);
+                    let timeout_ms = g.deadline.map(|_| g.timeout_ms);
+                    self.send_peer(
+                        node,
+                        PeerMsg::ModexReq {
+                            req: id,
+                            proc: g.owner.clone(),
+                            timeout_ms,
+                        },
+                    );
+                }
+                g.fetched = false;
+                Some(g)
+            }
+        }
+    }
+
+    fn retry_gets(&mut self, owner: &ProcId, fetched: bool) {
+        let (mine, rest): (Vec<_>, Vec<_>) =
+            std::mem::take(&mut self.gets).into_iter().partition(|g| &g.owner == owner);
+        self.gets = rest;
+        for mut g in mine {
+            g.fetched |= fetched;
+            if let Some(g) = self.try_get(g) {
+                self.gets.push(g);
+            }
+        }
+    }
+
+    fn on_committed(&mut self, proc: &ProcId, _now: Time) {
+        self.retry_gets(proc, false);
+        let (ready, rest): (Vec<_>, Vec<_>) =
+            std::mem::take(&mut self.modex_waits).into_iter().partition(|m| &m.proc == proc);
+        self.modex_waits = rest;
+        for m in ready {
+            let data = self.kv.remote_view(&m.proc);
+            self.send_peer(
+                m.from,
+                PeerMsg::ModexResp {
+                    req: m.req,
+                    proc: m.proc,
+                    result: Ok(data),
+                },
+            );
+        }
+    }
+
+    fn modex_request(
+        &mut self,
+        from: NodeId,
+        req: u64,
+        proc: ProcId,
+        timeout_ms: Option<u64>,
+        now: Time,
+    ) {
+        let result = if self.job.node_of(&proc) != Some(self.node) {
+            Some(Err(CohortError::UnknownProc {
+                reason: format!("not hosted by node server {}", self.node),
+                proc: proc.clone(),
+            }))
+        } else if self.kv.has_committed(&proc) {
+            Some(Ok(self.kv.remote_view(&proc)))
+        } else if self.terminated.contains(&proc) {
+            Some(Err(CohortError::ProcTerminated {
+                op: "get".into(),
+                procs: vec![proc.clone()],
+            }))
+        } else {
+            None
+        };
+        match result {
+            Some(result) => self.send_peer(from, PeerMsg::ModexResp { req, proc, result }),
+            None => self.modex_waits.push(ModexWait {
+                from,
+                req,
+                proc,
+                deadline: timeout_ms.map(|t| now + Duration::from_millis(t)),
+                timeout_ms: timeout_ms.unwrap_or(0),
+            }),
+        }
+    }
+
+    fn modex_response(
+        &mut self,
+        req: u64,
+        proc: ProcId,
+        result: Result<Info, CohortError>,
+        _now: Time,
+    ) {
+        if self.modex_inflight.get(&proc) == Some(&req) {
+            self.modex_inflight.remove(&proc);
+        }
+        match result {
+            Ok(data) => {
+                self.kv.store_foreign(proc.clone(), data);
+                self.retry_gets(&proc, true);
+            }
+            Err(e) => {
+                let (mine, rest): (Vec<_>, Vec<_>) =
+                    std::mem::take(&mut self.gets).into_iter().partition(|g| g.owner == proc);
+                self.gets = rest;
+                for g in mine {
+                    self.reply(g.client, g.req, Err(e.clone()));
+                }
+            }
+        }
+    }
+
+    /// Job-level keys every process can read without anyone posting them.
+    fn job_value(&self, proc: &ProcId, key: &str) -> Option<Value> {
+        if proc.nspace != self.job.nspace {
+            return None;
+        }
+        let job_wide = match key {
+            "pmix.job.size" | "pmix.univ.size" => Some(Value::U32(self.job.size())),
+            "pmix.num.nodes" => Some(Value::U32(self.job.num_nodes)),
+            "pmix.nspace" => Some(Value::Str(self.job.nspace.clone())),
+            _ => None,
+        };
+        if job_wide.is_some() || proc.is_wildcard() {
+            return job_wide;
+        }
+        let node = self.job.node_of(proc)?;
+        match key {
+            "pmix.rank" => Some(Value::U32(proc.rank)),
+            "pmix.nodeid" => Some(Value::U32(node)),
+            "pmix.hname" => self.job.node_names.get(node as usize).cloned().map(Value::Str),
+            "pmix.lrank" => self.job.local_rank(proc.rank).map(Value::U32),
+            "pmix.local.size" => Some(Value::U32(self.job.ranks_on(node).len() as u32)),
+            _ => None,
+        }
+    }
+
+    // ------------------------------------------------------------------ collectives
+
+    /// Expands wildcards (`{nspace,*}`, `{group,*}`, `{group, r}`) into sorted job procs.
+    fn expand(&self, procs: &[ProcId]) -> Result<Vec<ProcId>, CohortError> {
+        if procs.is_empty() {
+            return Ok(self.job.all_procs());
+        }
+        let mut out = BTreeSet::new();
+        for p in procs {
+            if p.nspace == self.job.nspace {
+                if p.is_wildcard() {
+                    out.extend(self.job.all_procs());
+                } else if self.job.contains(p) {
+                    out.insert(p.clone());
+                } else {
+                    return Err(CohortError::UnknownProc {
+                        reason: format!("job {} has {} ranks", self.job.nspace, self.job.size()),
+                        proc: p.clone(),
+                    });
+                }
+            } else if let Some(g) = self.groups.get(&p.nspace) {
+                if p.is_wildcard() {
+                    out.extend(g.members.iter().cloned());
+                } else {
+                    match g.members.get(p.rank as usize) {
+                        Some(m) => {
+                            out.insert(m.clone());
+                        }
+                        None => {
+                            return Err(CohortError::UnknownProc {
+                                reason: format!("group {:?} has {} members", g.id, g.members.len()),
+                                proc: p.clone(),
+                            })
+                        }
+                    }
+                }
+            } else {
+                return Err(CohortError::UnknownProc {
+                    reason: "no such namespace or group".into(),
+                    proc: p.clone(),
+                });
+            }
+        }
+        Ok(out.into_iter().collect())
+    }
+
+    fn fence(
+        &mut self,
+        client: ClientId,
+        req: ReqId,
+        proc: ProcId,
+        procs: Vec<ProcId>,
+        opts: FenceOpts,
+        now: Time,
+    ) {
+        let members = match self.expand(&procs) {
+            Ok(m) => m,
+            Err(e) => return self.reply(client, req, Err(e)),
+        };
+        if members.binary_search(&proc).is_err() {
+            let err = CohortError::BadRequest(format!(
+                "fence caller {proc} is not among the participants {}",
+                fmt_procs(&members)
+            ));
+            return self.reply(client, req, Err(err));
+        }
+        let sig = signature(&members);
+        let seq = self.fence_seq.entry((proc.clone(), sig.clone())).or_insert(0);
+        let key = CollKey {
+            kind: CollKind::Fence,
+            id: sig,
+            seq: *seq,
+        };
+        *seq += 1;
+        let data = if opts.collect {
+            self.kv.remote_view(&proc)
+        } else {
+            Vec::new()
+        };
+        let contrib = Contribution {
+            proc: proc.clone(),
+            data,
+            group_info: Vec::new(),
+            add_members: Vec::new(),
+            flags: ContribFlags::default(),
+        };
+        let spec = CollSpec::Fence {
+            procs: members,
+            collect: opts.collect,
+        };
+        let waiter = waiter(client, req, proc, opts.timeout_ms, now);
+        self.contribute(key, spec, contrib, waiter, now);
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn construct(
+        &mut self,
+        client: ClientId,
+        req: ReqId,
+        proc: ProcId,
+        gid: String,
+        procs: Vec<ProcId>,
+        opts: ConstructOpts,
+        now: Time,
+    ) {
+        if let Err(e) = validate_group_id(&gid) {
+            return self.reply(client, req, Err(e));
+        }
+        if let Some(g) = self.groups.get(&gid) {
+            let err = CohortError::GroupIdInUse {
+                id: gid,
+                members: g.members.clone(),
+            };
+            return self.reply(client, req, Err(err));
+        }
+        let add_members = match self.expand_nonempty(&opts.add_members) {
+            Ok(a) => a,
+            Err(e) => return self.reply(client, req, Err(e)),
+        };
+        let contrib = Contribution {
+            proc: proc.clone(),
+            data: self.kv.remote_view(&proc),
+            group_info: opts.group_info,
+            add_members,
+            flags: ContribFlags {
+                optional: opts.optional,
+                notify_termination: opts.notify_termination,
+                assign_context_id: opts.assign_context_id,
+                leader: opts.leader,
+            },
+        };
+        let key = CollKey {
+            kind: CollKind::Construct,
+            id: gid,
+            seq: 0,
+        };
+        let waiter = waiter(client, req, proc.clone(), opts.timeout_ms, now);
+        if procs.is_empty() {
+            // An add-member: hold the waiter here, join at the rendezvous directly.
+            let coll = self.colls.entry(key.clone()).or_insert_with(|| Coll::new(now));
+            if coll.waiters.iter().any(|w| w.proc == proc) {
+                let err = CohortError::BadRequest(format!(
+                    "{proc} already participates in {}",
+                    op_name(&key)
+                ));
+                return self.reply(client, req, Err(err));
+            }
+            coll.waiters.push(waiter);
+            let root = self.rendezvous_node(&key.id);
+            self.send_peer(root, PeerMsg::CollJoin { key, contrib });
+            return;
+        }
+        let leaders = match self.expand(&procs) {
+            Ok(l) => l,
+            Err(e) => return self.reply(client, req, Err(e)),
+        };
+        if leaders.binary_search(&proc).is_err() {
+            let err = CohortError::BadRequest(format!(
+                "group {:?}: leader list {} does not include the caller {proc}; add-members call with no procs",
+                key.id,
+                fmt_procs(&leaders)
+            ));
+            return self.reply(client, req, Err(err));
+        }
+        self.contribute(key, CollSpec::Construct { leaders }, contrib, waiter, now);
+    }
+
+    fn expand_nonempty(&self, procs: &[ProcId]) -> Result<Vec<ProcId>, CohortError> {
+        if procs.is_empty() {
+            Ok(Vec::new())
+        } else {
+            self.expand(procs)
+        }
+    }
+
+    fn destruct(
+        &mut self,
+        client: ClientId,
+        req: ReqId,
+        proc: ProcId,
+        gid: String,
+        timeout_ms: Option<u64>,
+        now: Time,
+    ) {
+        let group = match self.member_group(&gid, &proc) {
+            Ok(g) => g,
+            Err(e) => return self.reply(client, req, Err(e)),
+        };
+        let key = CollKey {
+            kind: CollKind::Destruct,
+            id: gid,
+            seq: 0,
+        };
+        let spec = CollSpec::Destruct {
+            members: group.original.clone(),
+            notify_termination: group.notify_termination,
+        };
+        let contrib = Contribution {
+            proc: proc.clone(),
+            data: Vec::new(),
+            group_info: Vec::new(),
+            add_members: Vec::new(),
+            flags: ContribFlags::default(),
+        };
+        let waiter = waiter(client, req, proc, timeout_ms, now);
+        self.contribute(key, spec, contrib, waiter, now);
+    }
+
+    fn member_group(&self, gid: &str, proc: &ProcId) -> Result<&Group, CohortError> {
+        validate_group_id(gid)?;
+        let g = self
+            .groups
+            .get(gid)
+            .ok_or_else(|| CohortError::GroupNotFound { id: gid.into() })?;
+        if !g.members.contains(proc) {
+            return Err(CohortError::NotAMember {
+                id: gid.into(),
+                proc: proc.clone(),
+            });
+        }
+        Ok(g)
+    }
+
+    fn contribute(
+        &mut self,
+        key: CollKey,
+        spec: CollSpec,
+        contrib: Contribution,
+        waiter: Waiter,
+        now: Time,
+    ) {
+        let coll = self.colls.entry(key.clone()).or_insert_with(|| Coll::new(now));
+        if coll.contribs.contains_key(&contrib.proc) {
+            let err = CohortError::BadRequest(format!(
+                "{} already participates in {}",
+                contrib.proc,
+                op_name(&key)
+            ));
+            return self.reply(waiter.client, waiter.req, Err(err));
+        }
+        if let Err(e) = self.merge_spec(&key, spec) {
+            self.reply(waiter.client, waiter.req, Err(e.clone()));
+            return self.fail(&key, e, now);
+        }
+        let coll = self.colls.get_mut(&key).expect("created above");
+        coll.contribs.insert(contrib.proc.clone(), contrib);
+        coll.waiters.push(waiter);
+        self.progress(&key, now);
+    }
+
+    /// Records the spec of `key`, or checks a new one against it.
+    fn merge_spec(&mut self, key: &CollKey, spec: CollSpec) -> Result<(), CohortError> {
+        let tree = self.tree_for(key, &spec);
+        let coll = self.colls.get_mut(key).expect("caller created the tracker");
+        let Some(old) = &mut coll.spec else {
+            coll.spec = Some(spec);
+            coll.tree = Some(tree);
+            return Ok(());
+        };
+        match (old, spec) {
+            (CollSpec::Fence { collect, .. }, CollSpec::Fence { collect: c, .. }) => {
+                *collect |= c;
+                Ok(())
+            }
+            (CollSpec::Construct { leaders }, CollSpec::Construct { leaders: l }) => {
+                if *leaders == l {
+                    Ok(())
+                } else {
+                    Err(CohortError::LeaderMismatch {
+                        id: key.id.clone(),
+                        a: leaders.clone(),
+                        b: l,
+                    })
+                }
+            }
+            (CollSpec::Destruct { .. }, CollSpec::Destruct { .. }) => Ok(()),
+            _ => Err(CohortError::Mismatch {
+                op: op_name(key),
+                reason: "operation kinds differ".into(),
+            }),
+        }
+    }
+
+    fn rendezvous_node(&self, gid: &str) -> NodeId {
+        self.all_nodes[rendezvous(gid, self.all_nodes.len())]
+    }
+
+    fn tree_for(&self, key: &CollKey, spec: &CollSpec) -> Tree {
+        let procs = expected_of(spec);
+        let mut nodes: Vec<NodeId> = procs.iter().filter_map(|p| self.job.node_of(p)).collect();
+        nodes.sort_unstable();
+        nodes.dedup();
+        let root = match key.kind {
+            CollKind::Fence => {
+                let salt = format!("{}#{}", key.id, key.seq);
+                nodes
+                    .get(rendezvous(&salt, nodes.len().max(1)))
+                    .copied()
+                    .unwrap_or(self.node)
+            }
+            CollKind::Construct | CollKind::Destruct => self.rendezvous_node(&key.id),
+        };
+        Tree::new(&nodes, root, self.shape)
+    }
+
+    /// The root of `key`, when it can be known here.
+    fn root_of(&self, key: &CollKey) -> Option<NodeId> {
+        match key.kind {
+            CollKind::Construct | CollKind::Destruct => Some(self.rendezvous_node(&key.id)),
+            CollKind::Fence => self
+                .colls
+                .get(key)
+                .and_then(|c| c.tree.as_ref())
+                .map(|t| t.root()),
+        }
+    }
+
+    /// Where process `p` stands in collective `key`, as far as this server can tell.
+    fn standing(&self, key: &CollKey, coll: &Coll, p: &ProcId) -> Standing {
+        if coll.contribs.contains_key(p) || coll.joins.contains_key(p) {
+            return Standing::Joined;
+        }
+        if coll.excused.contains(p) || self.has_departed(&key.id, key.kind, p) {
+            return Standing::Excused;
+        }
+        if self.terminated.contains(p) {
+            let joined = self
+                .joined_before_death
+                .get(p)
+                .is_some_and(|keys| keys.contains(key));
+            // A process that joined before dying has its contribution on the way.
+            return if joined {
+                Standing::Pending
+            } else {
+                Standing::FailedEarly
+            };
+        }
+        Standing::Pending
+    }
+
+    /// Whether a participant failing before joining dooms the whole operation.
+    fn intolerant(coll: &Coll, spec: &CollSpec) -> bool {
+        match spec {
+            CollSpec::Fence { .. } => true,
+            CollSpec::Construct { .. } => {
+                let f = merged_flags(coll);
+                !f.optional && !f.notify_termination
+            }
+            CollSpec::Destruct {
+                notify_termination, ..
+            } => !notify_termination,
+        }
+    }
+
+    /// Every process `key` waits for: the spec's list plus named add-members.
+    fn all_expected(coll: &Coll, spec: &CollSpec) -> BTreeSet<ProcId> {
+        let mut expected: BTreeSet<ProcId> = expected_of(spec).iter().cloned().collect();
+        if matches!(spec, CollSpec::Construct { .. }) {
+            expected.extend(add_members_of(coll));
+        }
+        expected
+    }
+
+    /// Moves `key` forward: a root decides; an interior or leaf server forwards its
+    /// subtree once settled, and asks the root to fail an operation it knows is doomed.
+    fn progress(&mut self, key: &CollKey, now: Time) {
+        let Some(coll) = self.colls.get(key) else {
+            return;
+        };
+        if self.root_of(key) == Some(self.node) {
+            if let Some(decision) = self.evaluate_root(key) {
+                self.decide(key, decision, now);
+            }
+            return;
+        }
+        let (Some(spec), Some(tree)) = (&coll.spec, &coll.tree) else {
+            return;
+        };
+        if !coll.doomed_sent && Self::intolerant(coll, spec) {
+            let failed: Vec<ProcId> = Self::all_expected(coll, spec)
+                .into_iter()
+                .filter(|p| self.standing(key, coll, p) == Standing::FailedEarly)
+                .collect();
+            if !failed.is_empty() {
+                let err = CohortError::ProcTerminated {
+                    op: op_name(key),
+                    procs: failed,
+                };
+                self.colls.get_mut(key).expect("present").doomed_sent = true;
+                return self.fail(key, err, now);
+            }
+        }
+        if coll.sent_up || !tree.contains(self.node) {
+            return;
+        }
+        let subtree: HashSet<NodeId> = tree.subtree(self.node).into_iter().collect();
+        let mut excused = coll.excused.clone();
+        for p in expected_of(spec)
+            .iter()
+            .filter(|p| self.job.node_of(p).is_some_and(|n| subtree.contains(&n)))
+        {
+            match self.standing(key, coll, p) {
+                Standing::Pending => return,
+                Standing::Excused => {
+                    excused.insert(p.clone());
+                }
+                Standing::Joined | Standing::FailedEarly => {}
+            }
+        }
+        let parent = tree.parent(self.node).expect("non-root tree member has a parent");
+        let msg = PeerMsg::CollUp {
+            key: key.clone(),
+            spec: spec.clone(),
+            contribs: coll.contribs.values().cloned().collect(),
+            excused: excused.iter().cloned().collect(),
+        };
+        let coll = self.colls.get_mut(key).expect("present");
+        coll.sent_up = true;
+        coll.excused = excused;
+        self.send_peer(parent, msg);
+    }
+
+    fn has_departed(&self, gid: &str, kind: CollKind, p: &ProcId) -> bool {
+        kind == CollKind::Destruct && self.departed.get(gid).is_some_and(|d| d.contains(p))
+    }
+
+    fn evaluate_root(&self, key: &CollKey) -> Option<Decision> {
+        let coll = self.colls.get(key)?;
+        let spec = coll.spec.as_ref()?;
+        if matches!(spec, CollSpec::Construct { .. }) {
+            if let Some(live) = self.live_roots.get(&key.id) {
+                return Some(Decision::Fail(CohortError::GroupIdInUse {
+                    id: key.id.clone(),
+                    members: live.clone(),
+                }));
+            }
+        }
+        let expected = Self::all_expected(coll, spec);
+        let standings: Vec<(ProcId, Standing)> = expected
+            .into_iter()
+            .map(|p| {
+                let s = self.standing(key, coll, &p);
+                (p, s)
+            })
+            .collect();
+        let failed: Vec<ProcId> = standings
+            .iter()
+            .filter(|(_, s)| *s == Standing::FailedEarly)
+            .map(|(p, _)| p.clone())
+            .collect();
+        if !failed.is_empty() && Self::intolerant(coll, spec) {
+            return Some(Decision::Fail(CohortError::ProcTerminated {
+                op: op_name(key),
+                procs: failed,
+            }));
+        }
+        standings
+            .iter()
+            .all(|(_, s)| *s != Standing::Pending)
+            .then_some(Decision::Succeed)
+    }
+
+    /// Root: turns a decision into the outcome and broadcasts it.
+    fn decide(&mut self, key: &CollKey, decision: Decision, now: Time) {
+        let outcome = match decision {
+            Decision::Fail(e) => CollOutcome::Failed(e),
+            Decision::Succeed => self.success_outcome(key),
+        };
+        let spec = self.colls.get(key).and_then(|c| c.spec.clone());
+        self.on_down(key.clone(), spec, outcome, now);
+    }
+
+    fn success_outcome(&mut self, key: &CollKey) -> CollOutcome {
+        let coll = self.colls.get(key).expect("decided collectives exist");
+        match coll.spec.as_ref().expect("decided collectives have a spec") {
+            CollSpec::Fence { .. } => CollOutcome::Fence {
+                data: coll
+                    .contribs
+                    .values()
+                    .filter(|c| !c.data.is_empty())
+                    .map(|c| (c.proc.clone(), c.data.clone()))
+                    .collect(),
+            },
+            CollSpec::Construct { leaders } => {
+                let flags = merged_flags(coll);
+                let mut expected: BTreeSet<ProcId> = leaders.iter().cloned().collect();
+                expected.extend(add_members_of(coll));
+                let all = || coll.contribs.values().chain(coll.joins.values());
+                let members: Vec<ProcId> = expected
+                    .iter()
+                    .filter(|p| coll.contribs.contains_key(*p) || coll.joins.contains_key(*p))
+                    .cloned()
+                    .collect();
+                let failed: Vec<ProcId> = expected
+                    .iter()
+                    .filter(|p| !members.contains(p))
+                    .cloned()
+                    .collect();
+                let in_group = |c: &&Contribution| expected.contains(&c.proc);
+                let group_info = all()
+                    .filter(in_group)
+                    .map(|c| (c.proc.clone(), c.group_info.clone()))
+                    .collect();
+                let data = all()
+                    .filter(in_group)
+                    .map(|c| (c.proc.clone(), c.data.clone()))
+                    .collect();
+                let status = if failed.is_empty() {
+                    ConstructStatus::Success
+                } else {
+                    ConstructStatus::PartialSuccess
+                };
+                let context_id = flags.assign_context_id.then(|| {
+                    let id = (self.next_ctx << 16) | u64::from(self.node);
+                    self.next_ctx += 1;
+                    id
+                });
+                self.live_roots.insert(key.id.clone(), members.clone());
+                CollOutcome::Construct {
+                    status,
+                    members,
+                    context_id,
+                    group_info,
+                    data,
+                    failed,
+                    notify_termination: flags.notify_termination,
+                }
+            }
+            CollSpec::Destruct { .. } => {
+                self.live_roots.remove(&key.id);
+                CollOutcome::Destruct
+            }
+        }
+    }
+
+    /// Ends `key` with `error`: decided here when this server is (or may be) the root,
+    /// otherwise the root is asked to end it for everyone.
+    fn fail(&mut self, key: &CollKey, error: CohortError, now: Time) {
+        match self.root_of(key) {
+            Some(r) if r != self.node => {
+                let spec = self.colls.get(key).and_then(|c| c.spec.clone());
+                self.send_peer(
+                    r,
+                    PeerMsg::CollAbort {
+                        key: key.clone(),
+                        spec,
+                        error,
+                    },
+                );
+            }
+            _ => self.decide(key, Decision::Fail(error), now),
+        }
+    }
+
+    /// The outcome reached this server: forward it to the subtree, apply it locally.
+    fn on_down(&mut self, key: CollKey, spec: Option<CollSpec>, outcome: CollOutcome, now: Time) {
+        let coll = self.colls.remove(&key);
+        let spec = spec.or_else(|| coll.as_ref().and_then(|c| c.spec.clone()));
+        let tree = spec.as_ref().map(|s| self.tree_for(&key, s));
+        let mut targets: BTreeSet<NodeId> = tree
+            .as_ref()
+            .map(|t| t.children(self.node).into_iter().collect())
+            .unwrap_or_default();
+        if let Some(c) = &coll {
+            // Servers that reached the root directly (add-members, aborts) and are not
+            // in the tree below it.
+            if tree.as_ref().is_some_and(|t| t.root() == self.node) || tree.is_none() {
+                targets.extend(
+                    c.direct_nodes
+                        .iter()
+                        .filter(|n| !tree.as_ref().is_some_and(|t| t.contains(**n)))
+                        .copied(),
+                );
+            }
+        }
+        targets.remove(&self.node);
+        for n in targets {
+            self.send_peer(
+                n,
+                PeerMsg::CollDown {
+                    key: key.clone(),
+                    spec: spec.clone(),
+                    outcome: outcome.clone(),
+                },
+            );
+        }
+        let waiters = coll.as_ref().map(|c| c.waiters.clone()).unwrap_or_default();
+        let elapsed = coll.as_ref().map(|c| now.saturating_sub(c.started));
+        tracing::debug!(
+            kind = ?key.kind,
+            id = %key.id,
+            seq = key.seq,
+            ok = !matches!(outcome, CollOutcome::Failed(_)),
+            waiters = waiters.len(),
+            elapsed_us = elapsed.map(|e| e.as_micros() as u64),
+            "collective complete"
+        );
+        self.apply_outcome(&key, outcome, waiters);
+    }
+
+    fn apply_outcome(&mut self, key: &CollKey, outcome: CollOutcome, waiters: Vec<Waiter>) {
+        match outcome {
+            CollOutcome::Failed(e) => {
+                for w in waiters {
+                    self.reply(w.client, w.req, Err(e.clone()));
+                }
+            }
+            CollOutcome::Fence { data } => {
+                self.store_foreign(data);
+                for w in waiters {
+                    self.reply(w.client, w.req, Ok(Response::Done));
+                }
+            }
+            CollOutcome::Construct {
+                status,
+                members,
+                context_id,
+                group_info,
+                data,
+                failed,
+                notify_termination,
+            } => {
+                self.store_foreign(data);
+                let group = Group {
+                    id: key.id.clone(),
+                    original: members.clone(),
+                    members,
+                    context_id,
+                    group_info: group_info.into_iter().collect(),
+                    notify_termination,
+                };
+                let result = group.result(status, failed.clone());
+                let has_local = group
+                    .members
+                    .iter()
+                    .any(|p| self.job.node_of(p) == Some(self.node));
+                self.departed.remove(&key.id);
+                if has_local {
+                    self.retired.remove(&key.id);
+                    self.groups.insert(key.id.clone(), group.clone());
+                }
+                for w in waiters {
+                    let r = if group.members.contains(&w.proc) {
+                        Ok(Response::Group(result.clone()))
+                    } else {
+                        Err(CohortError::NotAMember {
+                            id: key.id.clone(),
+                            proc: w.proc.clone(),
+                        })
+                    };
+                    self.reply(w.client, w.req, r);
+                }
+                if notify_termination {
+                    for f in failed {
+                        self.member_failed_event(&group, &f);
+                    }
+                }
+            }
+            CollOutcome::Destruct => {
+                if let Some(g) = self.groups.remove(&key.id) {
+                    self.retired.insert(key.id.clone(), g);
+                }
+                self.departed.remove(&key.id);
+                for w in waiters {
+                    self.reply(w.client, w.req, Ok(Response::Done));
+                }
+            }
+        }
+    }
+
+    fn store_foreign(&mut self, data: Vec<(ProcId, Info)>) {
+        for (p, info) in data {
+            if self.job.node_of(&p) != Some(self.node) {
+                self.kv.store_foreign(p, info);
+            }
+        }
+    }
+
+    // ------------------------------------------------------------------ leave / events
+
+    fn leave(&mut self, proc: ProcId, gid: String, now: Time) -> Result<(), CohortError> {
+        let group = self.member_group(&gid, &proc)?;
+        let mut nodes: BTreeSet<NodeId> = group
+            .original
+            .iter()
+            .filter_map(|p| self.job.node_of(p))
+            .collect();
+        nodes.insert(self.rendezvous_node(&gid));
+        nodes.remove(&self.node);
+        for n in nodes {
+            self.send_peer(
+                n,
+                PeerMsg::GroupLeft {
+                    id: gid.clone(),
+                    proc: proc.clone(),
+                },
+            );
+        }
+        self.apply_left(&gid, &proc, now);
+        Ok(())
+    }
+
+    fn apply_left(&mut self, gid: &str, proc: &ProcId, now: Time) {
+        self.departed
+            .entry(gid.to_string())
+            .or_default()
+            .insert(proc.clone());
+        if let Some(m) = self.live_roots.get_mut(gid) {
+            m.retain(|p| p != proc);
+            if m.is_empty() {
+                self.live_roots.remove(gid);
+            }
+        }
+        let Some(g) = self.groups.get_mut(gid) else {
+            return;
+        };
+        if !g.members.contains(proc) {
+            return;
+        }
+        g.members.retain(|p| p != proc);
+        let event = Event {
+            code: codes::GROUP_LEFT,
+            source: proc.clone(),
+            affected: vec![proc.clone()],
+            info: vec![(keys::GROUP_ID.into(), Value::Str(gid.to_string()))],
+        };
+        let locals: Vec<ProcId> = g
+            .members
+            .iter()
+            .filter(|p| self.job.node_of(p) == Some(self.node))
+            .cloned()
+            .collect();
+        if locals.is_empty() {
+            if let Some(g) = self.groups.remove(gid) {
+                self.retired.insert(gid.to_string(), g);
+            }
+        }
+        for p in locals {
+            self.deliver_local(&p, event.clone());
+        }
+        let key = CollKey {
+            kind: CollKind::Destruct,
+            id: gid.to_string(),
+            seq: 0,
+        };
+        self.progress(&key, now);
+    }
+
+    fn notify(
+        &mut self,
+        source: ProcId,
+        code: i32,
+        range: Range,
+        info: Info,
+    ) -> Result<(), CohortError> {
+        let targets: Vec<ProcId> = match range {
+            Range::Local => self
+                .job
+                .ranks_on(self.node)
+                .into_iter()
+                .map(|r| ProcId::new(self.job.nspace.clone(), r))
+                .collect(),
+            Range::Session => self.job.all_procs(),
+            Range::Namespace(ns) => {
+                if ns != self.job.nspace {
+                    return Err(CohortError::UnknownProc {
+                        proc: ProcId::wildcard(ns),
+                        reason: "no such namespace".into(),
+                    });
+                }
+                self.job.all_procs()
+            }
+            Range::Group(gid) => self
+                .groups
+                .get(&gid)
+                .map(|g| g.members.clone())
+                .ok_or(CohortError::GroupNotFound { id: gid })?,
+            Range::Procs(procs) => self.expand_nonempty(&procs)?,
+        };
+        let targets = targets.into_iter().filter(|p| *p != source).collect();
+        let event = Event {
+            code,
+            source,
+            affected: Vec::new(),
+            info,
+        };
+        self.route_event(targets, event);
+        Ok(())
+    }
+
+    fn route_event(&mut self, targets: Vec<ProcId>, event: Event) {
+        let mut by_node: BTreeMap<NodeId, Vec<ProcId>> = BTreeMap::new();
+        for p in targets {
+            if let Some(n) = self.job.node_of(&p) {
+                by_node.entry(n).or_default().push(p);
+            }
+        }
+        for (n, procs) in by_node {
+            if n == self.node {
+                for p in procs {
+                    self.deliver_local(&p, event.clone());
+                }
+            } else {
+                self.send_peer(
+                    n,
+                    PeerMsg::Event {
+                        targets: procs,
+                        event: event.clone(),
+                    },
+                );
+            }
+        }
+    }
+
+    /// Delivers to a local process now, or caches it until the process connects.
+    fn deliver_local(&mut self, proc: &ProcId, event: Event) {
+        if self.terminated.contains(proc) {
+            return;
+        }
+        if let Some(&client) = self.proc_clients.get(proc) {
+            self.push_client(client, ServerFrame::Event(event));
+            return;
+        }
+        let q = self.pending_events.entry(proc.clone()).or_default();
+        if q.len() >= MAX_PENDING_EVENTS {
+            tracing::warn!(%proc, "event cache full; dropping the oldest event");
+            q.pop_front();
+        }
+        q.push_back(event);
+    }
+
+    fn member_failed_event(&mut self, group: &Group, failed: &ProcId) {
+        let event = Event {
+            code: codes::GROUP_MEMBER_FAILED,
+            source: failed.clone(),
+            affected: vec![failed.clone()],
+            info: vec![(keys::GROUP_ID.into(), Value::Str(group.id.clone()))],
+        };
+        let locals: Vec<ProcId> = group
+            .members
+            .iter()
+            .filter(|p| *p != failed && self.job.node_of(p) == Some(self.node))
+            .cloned()
+            .collect();
+        for p in locals {
+            self.deliver_local(&p, event.clone());
+        }
+    }
+
+    // ------------------------------------------------------------------ termination
+
+    /// A local process ended: tell every peer, then account for it here.
+    fn terminate(&mut self, proc: ProcId, now: Time) {
+        if self.terminated.contains(&proc) {
+            return;
+        }
+        let contributed: Vec<CollKey> = self
+            .colls
+            .iter()
+            .filter(|(_, c)| c.contribs.contains_key(&proc) || c.waiters.iter().any(|w| w.proc == proc))
+            .map(|(k, _)| k.clone())
+            .collect();
+        for &n in &self.all_nodes.clone() {
+            if n != self.node {
+                self.send_peer(
+                    n,
+                    PeerMsg::ProcTerminated {
+                        proc: proc.clone(),
+                        contributed: contributed.clone(),
+                    },
+                );
+            }
+        }
+        if !contributed.is_empty() {
+            self.joined_before_death
+                .insert(proc.clone(), contributed.into_iter().collect());
+        }
+        self.mark_terminated(proc, now);
+    }
+
+    fn mark_terminated(&mut self, proc: ProcId, now: Time) {
+        if !self.terminated.insert(proc.clone()) {
+            return;
+        }
+        self.pending_events.remove(&proc);
+        // Nobody is left to answer a terminated process's own requests.
+        for c in self.colls.values_mut() {
+            c.waiters.retain(|w| w.proc != proc);
+        }
+        self.gets.retain(|g| g.reader != proc);
+        // Gets and modex requests waiting for its data fail now.
+        if self.job.node_of(&proc) == Some(self.node) {
+            self.retry_gets(&proc, false);
+            let (mine, rest): (Vec<_>, Vec<_>) =
+                std::mem::take(&mut self.modex_waits).into_iter().partition(|m| m.proc == proc);
+            self.modex_waits = rest;
+            for m in mine {
+                let result = Err(CohortError::ProcTerminated {
+                    op: "get".into(),
+                    procs: vec![proc.clone()],
+                });
+                self.send_peer(
+                    m.from,
+                    PeerMsg::ModexResp {
+                        req: m.req,
+                        proc: m.proc,
+                        result,
+                    },
+                );
+            }
+        }
+        let keys: Vec<CollKey> = self.colls.keys().cloned().collect();
+        for key in keys {
+            self.progress(&key, now);
+        }
+        let notify: Vec<Group> = self
+            .groups
+            .values()
+            .filter(|g| g.notify_termination && g.members.contains(&proc))
+            .cloned()
+            .collect();
+        for g in notify {
+            self.member_failed_event(&g, &proc);
+        }
+    }
+
+    // ------------------------------------------------------------------ plumbing
+
+    fn reply(&mut self, client: ClientId, req: ReqId, result: Result<Response, CohortError>) {
+        if req == 0 {
+            return;
+        }
+        self.push_client(client, ServerFrame::Reply { id: req, result });
+    }
+
+    fn push_client(&mut self, client: ClientId, frame: ServerFrame) {
+        if self.clients.contains_key(&client) {
+            self.actions.push(Action::ToClient { client, frame });
+        }
+    }
+
+    fn send_peer(&mut self, node: NodeId, msg: PeerMsg) {
+        if node == self.node {
+            self.self_inbox.push_back(msg);
+        } else {
+            self.actions.push(Action::ToPeer { node, msg });
+        }
+    }
+
+    fn drain_self(&mut self, now: Time) {
+        while let Some(msg) = self.self_inbox.pop_front() {
+            self.handle_peer(self.node, msg, now);
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Standing {
+    /// Its contribution is here.
+    Joined,
+    /// It left the group; nothing to wait for.
+    Excused,
+    /// It terminated without joining.
+    FailedEarly,
+    /// Still to call, or its contribution is on the way.
+    Pending,
+}
+
+enum Decision {
+    Succeed,
+    Fail(CohortError),
+}
+
+fn waiter(client: ClientId, req: ReqId, proc: ProcId, timeout_ms: Option<u64>, now: Time) -> Waiter {
+    Waiter {
+        client,
+        req,
+        proc,
+        deadline: timeout_ms.map(|t| now + Duration::from_millis(t)),
+        timeout_ms: timeout_ms.unwrap_or(0),
+        abort_sent: false,
+    }
+}
+
+/// Processes whose participation the tree accounts for.
+fn expected_of(spec: &CollSpec) -> &[ProcId] {
+    match spec {
+        CollSpec::Fence { procs, .. } => procs,
+        CollSpec::Construct { leaders } => leaders,
+        CollSpec::Destruct { members, .. } => members,
+    }
+}
+
+/// Add-members named by any leader that contributed so far.
+fn add_members_of(coll: &Coll) -> BTreeSet<ProcId> {
+    coll.contribs
+        .values()
+        .flat_map(|c| c.add_members.iter().cloned())
+        .collect()
+}
+
+fn merged_flags(coll: &Coll) -> ContribFlags {
+    coll.contribs
+        .values()
+        .fold(ContribFlags::default(), |a, c| ContribFlags {
+            optional: a.optional || c.flags.optional,
+            notify_termination: a.notify_termination || c.flags.notify_termination,
+            assign_context_id: a.assign_context_id || c.flags.assign_context_id,
+            leader: a.leader || c.flags.leader,
+        })
+}
+
+fn op_name(key: &CollKey) -> String {
+    match key.kind {
+        CollKind::Fence => format!("fence over {}", key.id),
+        CollKind::Construct => format!("group construct {:?}", key.id),
+        CollKind::Destruct => format!("group destruct {:?}", key.id),
+    }
+}
+
+/// Canonical, exact signature of a sorted participant list: `ns:0-3,5;ns2:0`.
+pub fn signature(procs: &[ProcId]) -> String {
+    let mut out = String::new();
+    let mut i = 0;
+    while i < procs.len() {
+        let ns = &procs[i].nspace;
+        if !out.is_empty() {
+            out.push(';');
+        }
+        out.push_str(ns);
+        out.push(':');
+        let mut first = true;
+        while i < procs.len() && &procs[i].nspace == ns {
+            let start = procs[i].rank;
+            let mut end = start;
+            while i + 1 < procs.len() && procs[i + 1].nspace == *ns && procs[i + 1].rank == end + 1 {
+                i += 1;
+                end += 1;
+            }
+            if !first {
+                out.push(',');
+            }
+            first = false;
+            if start == end {
+                out.push_str(&start.to_string());
+            } else {
+                out.push_str(&format!("{start}-{end}"));
+            }
+            i += 1;
+        }
+    }
+    out
+}
