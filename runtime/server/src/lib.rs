@@ -1,1 +1,7 @@
-//! cohortd, the per-node server
+//! cohortd's library half: the node service (client socket, fabric, engine driver).
+//! `main.rs` is the process shell around it: launcher control channel, rank processes,
+//! stdio forwarding and signals.
+
+pub mod service;
+
+pub use service::{NodeService, ServiceConfig};
