@@ -661,7 +661,7 @@ impl Engine {
     fn try_get(&mut self, mut g: PendingGet) -> Option<PendingGet> {
         let local = self.job.node_of(&g.owner) == Some(self.node);
         let lookup = if local {
-            self.kv.lookup_local(&g.reader, &g.owner, &g.key)
+            self.kv.lookup_local(&g.owner, &g.key)
         } else {
             self.kv.lookup_foreign(&g.owner, &g.key)
         };

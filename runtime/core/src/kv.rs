@@ -60,17 +60,15 @@ impl KvStore {
         self.foreign.insert(proc, data.into_iter().collect());
     }
 
-    /// Reads `key` of a process hosted on this node, as seen by `reader` (also local).
-    pub fn lookup_local(&self, reader: &ProcId, owner: &ProcId, key: &str) -> Lookup {
-        let own = reader == owner;
+    /// Reads `key` of a process hosted on this node. Local and global data first; then
+    /// remote-scope data, which group members must be able to read wherever they run
+    /// (the scope decides what travels to other nodes, not who may read it).
+    pub fn lookup_local(&self, owner: &ProcId, key: &str) -> Lookup {
         let found = self
             .local_half
             .get(owner)
             .and_then(|m| m.get(key))
-            .or_else(|| {
-                own.then(|| self.remote_half.get(owner).and_then(|m| m.get(key)))
-                    .flatten()
-            });
+            .or_else(|| self.remote_half.get(owner).and_then(|m| m.get(key)));
         match found {
             Some(v) => Lookup::Found(v.clone()),
             None if self.committed.contains(owner) => Lookup::Absent,
@@ -99,15 +97,16 @@ mod tests {
         let mut kv = KvStore::default();
         let a = ProcId::new("j", 0);
         let b = ProcId::new("j", 1);
-        assert_eq!(kv.lookup_local(&b, &a, "x"), Lookup::Unknown);
+        assert_eq!(kv.lookup_local(&a, "x"), Lookup::Unknown);
         kv.commit(
             &a,
             vec![("loc".into(), Value::U32(1)), ("glob".into(), Value::U32(3))],
             vec![("rem".into(), Value::U32(2)), ("glob".into(), Value::U32(3))],
         );
-        assert_eq!(kv.lookup_local(&b, &a, "loc"), Lookup::Found(Value::U32(1)));
-        assert_eq!(kv.lookup_local(&b, &a, "rem"), Lookup::Absent);
-        assert_eq!(kv.lookup_local(&a, &a, "rem"), Lookup::Found(Value::U32(2)));
+        assert_eq!(kv.lookup_local(&a, "loc"), Lookup::Found(Value::U32(1)));
+        assert_eq!(kv.lookup_local(&a, "rem"), Lookup::Found(Value::U32(2)));
+        assert_eq!(kv.lookup_local(&a, "none"), Lookup::Absent);
+        let _ = b;
         let view = kv.remote_view(&a);
         assert!(view.iter().any(|(k, _)| k == "glob"));
         assert!(!view.iter().any(|(k, _)| k == "loc"));

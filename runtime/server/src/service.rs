@@ -1,12 +1,35 @@
 //! The node service: accepts local clients on a private Unix socket, talks to peer node
-//! servers over the fabric, and drives the sans-IO engine from `cohort-core`.
+//! servers over the fabric, and drives the sans-IO [`Engine`] from `cohort-core`.
 //!
-//! Must run inside a `tokio::task::LocalSet` on a current-thread runtime.
+//! Everything runs on one thread inside a `tokio::task::LocalSet`: the engine is owned
+//! by a `RefCell`, every input (client frame, fabric message, process exit, timer) is
+//! one borrow, and the resulting actions are written out before the next input.
 
+use std::cell::RefCell;
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::net::SocketAddr;
+use std::os::unix::fs::PermissionsExt;
 use std::path::PathBuf;
+use std::rc::Rc;
+use std::time::{Duration, Instant};
 
-use cohort_proto::{JobMap, NodeId, Rank};
+use bytes::Bytes;
+use cohort_core::{Action, ClientId, Engine, EngineConfig, Time};
+use cohort_proto::frame::{self, MAX_CLIENT_FRAME};
+use cohort_proto::msg::{ClientFrame, Hello, ServerFrame, Welcome};
+use cohort_proto::peer::PeerMsg;
+use cohort_proto::{CohortError, JobMap, NodeId, ProcId, Rank, PROTOCOL_VERSION};
+use cohort_topology::TreeShape;
+use cohort_transport::{AnyFabric, Fabric, FabricConfig, FabricEvent, FabricKind};
+use tokio::io::{AsyncReadExt, BufReader};
+use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::net::{UnixListener, UnixStream};
+use tokio::sync::Notify;
+
+/// A client must say hello within this long after connecting.
+const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
+/// Largest hello frame.
+const MAX_HELLO: usize = 64 << 10;
 
 /// Everything the service needs to know about its place in the job.
 #[derive(Clone, Debug)]
@@ -25,25 +48,145 @@ pub struct ServiceConfig {
 
 /// Handle to a running node service.
 pub struct NodeService {
-    cfg: ServiceConfig,
+    shared: Rc<RefCell<Shared>>,
+    fabric: AnyFabric,
     fabric_addr: String,
     socket_path: PathBuf,
+    node: NodeId,
+    stop: Rc<Notify>,
+}
+
+struct ClientConn {
+    proc: Option<ProcId>,
+    write: Rc<OwnedWriteHalf>,
+    queue: Rc<RefCell<VecDeque<Bytes>>>,
+    wake_writer: Rc<Notify>,
+}
+
+struct Shared {
+    engine: Engine,
+    fabric: AnyFabric,
+    origin: Instant,
+    clients: HashMap<ClientId, ClientConn>,
+    next_client: ClientId,
+    client_token: Vec<u8>,
+    owner_uid: u32,
+    /// Outbound peer messages held until the peer table is known.
+    held: Option<Vec<(NodeId, Bytes)>>,
+    /// Local processes that exited while their connection was still open: the exit is
+    /// applied once the connection drains, so no frame they sent is lost.
+    exited_while_connected: HashSet<ProcId>,
+    timer: Rc<Notify>,
+    armed: Option<Time>,
+}
+
+impl Shared {
+    fn now(&self) -> Time {
+        self.origin.elapsed()
+    }
+
+    /// Writes out every action the engine produced and re-arms the timer if needed.
+    fn flush(&mut self) {
+        for action in self.engine.take_actions() {
+            match action {
+                Action::ToClient { client, frame } => self.send_client(client, &frame),
+                Action::ToPeer { node, msg } => {
+                    let bytes = Bytes::from(frame::encode_body(&msg));
+                    match &mut self.held {
+                        Some(held) => held.push((node, bytes)),
+                        None => {
+                            if let Err(e) = self.fabric.send(node, bytes) {
+                                tracing::warn!(peer = node, error = %e, "fabric send failed");
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        let next = self.engine.next_deadline();
+        if next.is_some() && (self.armed.is_none() || next < self.armed) {
+            self.armed = next;
+            self.timer.notify_one();
+        }
+    }
+
+    fn send_client(&mut self, client: ClientId, frame: &ServerFrame) {
+        let Some(conn) = self.clients.get(&client) else {
+            return;
+        };
+        let bytes = Bytes::from(frame::encode(frame));
+        let mut queue = conn.queue.borrow_mut();
+        if queue.is_empty() {
+            // Fast path: straight into the socket, no task hop.
+            match conn.write.try_write(&bytes) {
+                Ok(n) if n == bytes.len() => return,
+                Ok(n) => queue.push_back(bytes.slice(n..)),
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => queue.push_back(bytes),
+                Err(e) => {
+                    tracing::debug!(client, error = %e, "client write failed");
+                    return;
+                }
+            }
+        } else {
+            queue.push_back(bytes);
+        }
+        conn.wake_writer.notify_one();
+    }
 }
 
 impl NodeService {
     /// Binds the fabric listener and the client socket; serving starts at once, peers
     /// become reachable after [`NodeService::start`].
     pub async fn bind(cfg: ServiceConfig) -> std::io::Result<NodeService> {
-        // STUB: replaced by the real service; keeps the process shell buildable.
         std::fs::create_dir_all(&cfg.socket_dir)?;
-        let listener = std::net::TcpListener::bind(cfg.fabric_listen)?;
-        let fabric_addr = listener.local_addr()?.to_string();
-        std::mem::forget(listener);
+        std::fs::set_permissions(&cfg.socket_dir, std::fs::Permissions::from_mode(0o700))?;
         let socket_path = cfg.socket_dir.join("cohortd.sock");
+        let _ = std::fs::remove_file(&socket_path);
+        let listener = UnixListener::bind(&socket_path)?;
+
+        let kind = FabricKind::from_env().map_err(std::io::Error::other)?;
+        let fabric_cfg = FabricConfig::new(cfg.node, cfg.fabric_listen, cfg.job_secret.clone());
+        let (fabric, events) = AnyFabric::bind(kind, fabric_cfg).await?;
+        let fabric_addr = fabric.local_addr();
+
+        let engine = Engine::new(EngineConfig {
+            node: cfg.node,
+            job: cfg.job.clone(),
+            tree_shape: TreeShape::default(),
+        });
+        let timer = Rc::new(Notify::new());
+        // SAFETY: getuid cannot fail and has no preconditions.
+        let owner_uid = unsafe { libc::getuid() };
+        let shared = Rc::new(RefCell::new(Shared {
+            engine,
+            fabric: fabric.clone(),
+            origin: Instant::now(),
+            clients: HashMap::new(),
+            next_client: 1,
+            client_token: cfg.client_token.clone(),
+            owner_uid,
+            held: Some(Vec::new()),
+            exited_while_connected: HashSet::new(),
+            timer: timer.clone(),
+            armed: None,
+        }));
+        let stop = Rc::new(Notify::new());
+        tokio::task::spawn_local(accept_loop(listener, shared.clone(), stop.clone()));
+        tokio::task::spawn_local(fabric_loop(events, shared.clone()));
+        tokio::task::spawn_local(timer_loop(shared.clone(), timer));
+        tracing::info!(
+            node = cfg.node,
+            fabric = %fabric_addr,
+            socket = %socket_path.display(),
+            "node service listening"
+        );
         Ok(NodeService {
-            cfg,
+            shared,
+            fabric,
             fabric_addr,
             socket_path,
+            node: cfg.node,
+            stop,
         })
     }
 
@@ -56,17 +199,277 @@ impl NodeService {
     }
 
     pub fn node(&self) -> NodeId {
-        self.cfg.node
+        self.node
     }
 
     /// Every node server's fabric address is known (index = node id): start talking.
-    pub fn start(&self, _peers: Vec<String>) {}
+    pub fn start(&self, peers: Vec<String>) {
+        self.fabric.set_peers(peers);
+        let held = self.shared.borrow_mut().held.take().unwrap_or_default();
+        for (node, bytes) in held {
+            if let Err(e) = self.fabric.send(node, bytes) {
+                tracing::warn!(peer = node, error = %e, "fabric send failed");
+            }
+        }
+    }
 
     /// A local rank's process ended (normally or not).
-    pub fn proc_exited(&self, _rank: Rank) {}
+    pub fn proc_exited(&self, rank: Rank) {
+        let mut s = self.shared.borrow_mut();
+        let proc = ProcId::new(s.engine.job().nspace.clone(), rank);
+        let connected = s
+            .clients
+            .values()
+            .any(|c| c.proc.as_ref() == Some(&proc));
+        if connected {
+            s.exited_while_connected.insert(proc);
+            return;
+        }
+        let now = s.now();
+        s.engine.on_proc_exited(proc, now);
+        s.flush();
+    }
 
     /// Graceful end: say goodbye to peers, close the client socket, remove it.
     pub async fn shutdown(&self) {
+        self.stop.notify_one();
+        self.fabric.shutdown().await;
         let _ = std::fs::remove_file(&self.socket_path);
+    }
+}
+
+async fn accept_loop(listener: UnixListener, shared: Rc<RefCell<Shared>>, stop: Rc<Notify>) {
+    loop {
+        let accepted = tokio::select! {
+            r = listener.accept() => r,
+            _ = stop.notified() => return,
+        };
+        match accepted {
+            Ok((stream, _)) => {
+                tokio::task::spawn_local(serve_client(stream, shared.clone()));
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "accept on the client socket failed");
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        }
+    }
+}
+
+/// Checks peer credentials and the hello; returns the admitted proc.
+async fn authenticate(
+    cred: std::io::Result<tokio::net::unix::UCred>,
+    reader: &mut BufReader<OwnedReadHalf>,
+    shared: &Rc<RefCell<Shared>>,
+) -> Result<Hello, CohortError> {
+    let cred =
+        cred.map_err(|e| CohortError::AuthRefused(format!("cannot read peer credentials: {e}")))?;
+    let owner = shared.borrow().owner_uid;
+    if cred.uid() != owner {
+        return Err(CohortError::AuthRefused(format!(
+            "peer uid {} (pid {:?}) is not the job owner uid {owner}",
+            cred.uid(),
+            cred.pid()
+        )));
+    }
+    let hello: Hello = tokio::time::timeout(HELLO_TIMEOUT, read_frame(reader, MAX_HELLO))
+        .await
+        .map_err(|_| CohortError::AuthRefused("no hello within the timeout".into()))??
+        .ok_or_else(|| CohortError::AuthRefused("closed before hello".into()))?;
+    if hello.version != PROTOCOL_VERSION {
+        return Err(CohortError::AuthRefused(format!(
+            "protocol version {} is not {PROTOCOL_VERSION}",
+            hello.version
+        )));
+    }
+    let token_ok = cohort_proto::env::secrets_equal(&hello.token, &shared.borrow().client_token);
+    if !token_ok {
+        return Err(CohortError::AuthRefused(format!(
+            "wrong job token from {}:{} (pid {:?})",
+            hello.nspace,
+            hello.rank,
+            cred.pid()
+        )));
+    }
+    Ok(hello)
+}
+
+async fn serve_client(stream: UnixStream, shared: Rc<RefCell<Shared>>) {
+    let cred = stream.peer_cred();
+    let (read, write) = stream.into_split();
+    let mut reader = BufReader::with_capacity(64 << 10, read);
+    let write = Rc::new(write);
+    let client = {
+        let mut s = shared.borrow_mut();
+        let id = s.next_client;
+        s.next_client += 1;
+        id
+    };
+    let queue = Rc::new(RefCell::new(VecDeque::new()));
+    let wake_writer = Rc::new(Notify::new());
+    shared.borrow_mut().clients.insert(
+        client,
+        ClientConn {
+            proc: None,
+            write: write.clone(),
+            queue: queue.clone(),
+            wake_writer: wake_writer.clone(),
+        },
+    );
+    let writer = tokio::task::spawn_local(writer_loop(write.clone(), queue, wake_writer));
+
+    let hello = authenticate(cred, &mut reader, &shared).await;
+    let admitted = hello.and_then(|h| {
+        let proc = ProcId::new(h.nspace, h.rank);
+        let mut s = shared.borrow_mut();
+        s.engine.on_client_connected(client, proc.clone())?;
+        let job = s.engine.job().clone();
+        let node = s.engine.node();
+        let node_name = job.node_names.get(node as usize).cloned().unwrap_or_default();
+        s.send_client(
+            client,
+            &ServerFrame::Welcome(Ok(Welcome {
+                job,
+                node,
+                node_name,
+            })),
+        );
+        if let Some(c) = s.clients.get_mut(&client) {
+            c.proc = Some(proc.clone());
+        }
+        s.flush();
+        Ok(proc)
+    });
+    let proc = match admitted {
+        Ok(p) => p,
+        Err(e) => {
+            tracing::warn!(client, error = %e, "client connection refused");
+            let bytes = frame::encode(&ServerFrame::Welcome(Err(e)));
+            let _ = write.try_write(&bytes);
+            shared.borrow_mut().clients.remove(&client);
+            writer.abort();
+            return;
+        }
+    };
+    tracing::debug!(client, %proc, "client admitted");
+
+    loop {
+        match read_frame::<ClientFrame>(&mut reader, MAX_CLIENT_FRAME).await {
+            Ok(Some(f)) => {
+                let mut s = shared.borrow_mut();
+                let now = s.now();
+                s.engine.on_client_request(client, f.id, f.req, now);
+                s.flush();
+            }
+            Ok(None) => break,
+            Err(CohortError::Io(e)) => {
+                tracing::debug!(client, %proc, error = %e, "client connection ended");
+                break;
+            }
+            Err(e) => {
+                tracing::warn!(client, %proc, error = %e, "closing client connection after a bad frame");
+                break;
+            }
+        }
+    }
+    let mut s = shared.borrow_mut();
+    let now = s.now();
+    s.engine.on_client_disconnected(client, now);
+    s.clients.remove(&client);
+    if s.exited_while_connected.remove(&proc) {
+        s.engine.on_proc_exited(proc, now);
+    }
+    s.flush();
+    writer.abort();
+}
+
+async fn writer_loop(
+    write: Rc<OwnedWriteHalf>,
+    queue: Rc<RefCell<VecDeque<Bytes>>>,
+    wake: Rc<Notify>,
+) {
+    loop {
+        wake.notified().await;
+        loop {
+            let front = queue.borrow().front().cloned();
+            let Some(buf) = front else { break };
+            if write.writable().await.is_err() {
+                return;
+            }
+            match write.try_write(&buf) {
+                Ok(n) => {
+                    let mut q = queue.borrow_mut();
+                    if n == buf.len() {
+                        q.pop_front();
+                    } else if let Some(f) = q.front_mut() {
+                        *f = buf.slice(n..);
+                    }
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                Err(_) => return,
+            }
+        }
+    }
+}
+
+async fn read_frame<T: serde::de::DeserializeOwned>(
+    reader: &mut BufReader<OwnedReadHalf>,
+    max: usize,
+) -> Result<Option<T>, CohortError> {
+    let mut len = [0u8; 4];
+    match reader.read_exact(&mut len).await {
+        Ok(_) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(None),
+        Err(e) => return Err(e.into()),
+    }
+    let len = frame::check_len(u32::from_le_bytes(len), max)?;
+    let mut body = vec![0u8; len];
+    reader.read_exact(&mut body).await?;
+    frame::decode_body(&body).map(Some)
+}
+
+async fn fabric_loop(
+    mut events: tokio::sync::mpsc::UnboundedReceiver<FabricEvent>,
+    shared: Rc<RefCell<Shared>>,
+) {
+    while let Some(ev) = events.recv().await {
+        let mut s = shared.borrow_mut();
+        let now = s.now();
+        match ev {
+            FabricEvent::Message { from, payload } => match frame::decode_body::<PeerMsg>(&payload) {
+                Ok(msg) => s.engine.on_peer(from, msg, now),
+                Err(e) => tracing::error!(peer = from, error = %e, "dropping a malformed fabric message"),
+            },
+            FabricEvent::PeerLost { peer, reason } => {
+                tracing::error!(peer, %reason, "peer node server lost");
+                s.engine.on_peer_lost(peer, now);
+            }
+        }
+        s.flush();
+    }
+}
+
+async fn timer_loop(shared: Rc<RefCell<Shared>>, wake: Rc<Notify>) {
+    loop {
+        let (deadline, origin) = {
+            let s = shared.borrow();
+            (s.armed, s.origin)
+        };
+        match deadline {
+            Some(d) => {
+                tokio::select! {
+                    _ = tokio::time::sleep_until((origin + d).into()) => {
+                        let mut s = shared.borrow_mut();
+                        s.armed = None;
+                        let now = s.now();
+                        s.engine.on_timer(now);
+                        s.flush();
+                        // flush() re-armed for the next deadline, if any
+                    }
+                    _ = wake.notified() => {}
+                }
+            }
+            None => wake.notified().await,
+        }
     }
 }
