@@ -39,6 +39,9 @@ pub type ClientId = u64;
 /// How long a participant that asked the root to abort waits for the root's verdict
 /// before giving up locally (the root is unreachable).
 const ABORT_GRACE: Duration = Duration::from_secs(5);
+/// How long a root waits for probe replies before naming the missing processes from
+/// what it has heard.
+const PROBE_GRACE: Duration = Duration::from_secs(2);
 /// Events kept for a local process that has not connected yet.
 const MAX_PENDING_EVENTS: usize = 1024;
 
@@ -111,6 +114,8 @@ struct Coll {
     sent_up: bool,
     /// A doomed-operation abort was already sent to the root.
     doomed_sent: bool,
+    /// Root only: a timeout is ending the operation; collecting who joined where.
+    probe: Option<Probe>,
     started: Time,
 }
 
@@ -126,9 +131,19 @@ impl Coll {
             waiters: Vec::new(),
             sent_up: false,
             doomed_sent: false,
+            probe: None,
             started: now,
         }
     }
+}
+
+#[derive(Debug)]
+struct Probe {
+    op: String,
+    timeout_ms: u64,
+    waiting: BTreeSet<NodeId>,
+    joined: BTreeSet<ProcId>,
+    deadline: Time,
 }
 
 #[derive(Debug)]
@@ -243,10 +258,12 @@ impl Engine {
 
     /// The earliest time [`Engine::on_timer`] has work to do.
     pub fn next_deadline(&self) -> Option<Time> {
-        let colls = self
-            .colls
-            .values()
-            .flat_map(|c| c.waiters.iter().filter_map(|w| w.deadline));
+        let colls = self.colls.values().flat_map(|c| {
+            c.waiters
+                .iter()
+                .filter_map(|w| w.deadline)
+                .chain(c.probe.as_ref().map(|p| p.deadline))
+        });
         let gets = self.gets.iter().filter_map(|g| g.deadline);
         let modex = self.modex_waits.iter().filter_map(|m| m.deadline);
         colls.chain(gets).chain(modex).min()
@@ -420,8 +437,36 @@ impl Engine {
                 if let Some(spec) = spec {
                     let _ = self.merge_spec(&key, spec);
                 }
-                let error = self.refine_timeout(&key, error);
-                self.fail(&key, error, now);
+                if self.root_of(&key) == Some(self.node) {
+                    self.start_probe(&key, error, now);
+                } else {
+                    self.fail(&key, error, now);
+                }
+            }
+            PeerMsg::CollProbe { key } => {
+                let joined = self
+                    .colls
+                    .get(&key)
+                    .map(|c| {
+                        let mut j: BTreeSet<ProcId> = c.contribs.keys().cloned().collect();
+                        j.extend(c.waiters.iter().map(|w| w.proc.clone()));
+                        j.into_iter().collect()
+                    })
+                    .unwrap_or_default();
+                self.send_peer(from, PeerMsg::CollProbeReply { key, joined });
+            }
+            PeerMsg::CollProbeReply { key, joined } => {
+                let done = match self.colls.get_mut(&key).and_then(|c| c.probe.as_mut()) {
+                    Some(p) => {
+                        p.waiting.remove(&from);
+                        p.joined.extend(joined);
+                        p.waiting.is_empty()
+                    }
+                    None => false,
+                };
+                if done {
+                    self.finish_probe(&key, now);
+                }
             }
             PeerMsg::CollDown { key, spec, outcome } => self.on_down(key, spec, outcome, now),
             PeerMsg::ProcTerminated { proc, contributed } => {
@@ -461,6 +506,15 @@ impl Engine {
             .collect();
         for key in keys {
             self.expire_waiters(&key, now);
+        }
+        let probes: Vec<CollKey> = self
+            .colls
+            .iter()
+            .filter(|(_, c)| c.probe.as_ref().is_some_and(|p| p.deadline <= now))
+            .map(|(k, _)| k.clone())
+            .collect();
+        for key in probes {
+            self.finish_probe(&key, now);
         }
         // gets
         let mut i = 0;
@@ -548,12 +602,60 @@ impl Engine {
                         },
                     );
                 }
-                _ => {
-                    let error = self.refine_timeout(key, err);
-                    self.fail(key, error, now);
-                }
+                _ => self.start_probe(key, err, now),
             }
         }
+    }
+
+    /// Root: a participant timed out. Ask every server involved who joined there, then
+    /// fail with exactly the processes that never called (or succeed, if the last
+    /// contributions arrive meanwhile).
+    fn start_probe(&mut self, key: &CollKey, err: CohortError, now: Time) {
+        let CohortError::Timeout { op, timeout_ms, .. } = err else {
+            return self.fail(key, err, now);
+        };
+        let coll = self.colls.entry(key.clone()).or_insert_with(|| Coll::new(now));
+        if coll.probe.is_some() {
+            return;
+        }
+        let mut waiting: BTreeSet<NodeId> = coll.direct_nodes.clone();
+        if let Some(t) = &coll.tree {
+            waiting.extend(t.nodes().iter().copied());
+        }
+        waiting.remove(&self.node);
+        coll.probe = Some(Probe {
+            op,
+            timeout_ms,
+            waiting: waiting.clone(),
+            joined: BTreeSet::new(),
+            deadline: now + PROBE_GRACE,
+        });
+        if waiting.is_empty() {
+            return self.finish_probe(key, now);
+        }
+        for n in waiting {
+            self.send_peer(n, PeerMsg::CollProbe { key: key.clone() });
+        }
+    }
+
+    fn finish_probe(&mut self, key: &CollKey, now: Time) {
+        let Some(coll) = self.colls.get_mut(key) else {
+            return;
+        };
+        let Some(probe) = coll.probe.take() else {
+            return;
+        };
+        let missing: Vec<ProcId> = self
+            .missing(key)
+            .into_iter()
+            .filter(|p| !probe.joined.contains(p))
+            .collect();
+        let error = CohortError::Timeout {
+            op: probe.op,
+            timeout_ms: probe.timeout_ms,
+            missing,
+        };
+        self.decide(key, Decision::Fail(error), now);
     }
 
     /// Fills in the processes a timed-out collective still waits for, as far as this
@@ -1481,7 +1583,16 @@ impl Engine {
                     self.reply(w.client, w.req, r);
                 }
                 if notify_termination {
-                    for f in failed {
+                    // Listed processes that never joined, and members that joined but
+                    // died before the construct completed.
+                    let dead: Vec<ProcId> = group
+                        .members
+                        .iter()
+                        .filter(|p| self.terminated.contains(*p))
+                        .cloned()
+                        .chain(failed)
+                        .collect();
+                    for f in dead {
                         self.member_failed_event(&group, &f);
                     }
                 }

@@ -100,6 +100,10 @@ pub enum PeerMsg {
         spec: Option<CollSpec>,
         error: CohortError,
     },
+    /// Root → participant servers, when a timeout is about to end the operation: report
+    /// which processes joined at your server, so the error names exactly who is missing.
+    CollProbe { key: CollKey },
+    CollProbeReply { key: CollKey, joined: Vec<ProcId> },
     /// The outcome, broadcast down the tree (and to add-members' servers).
     CollDown {
         key: CollKey,

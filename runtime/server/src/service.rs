@@ -94,11 +94,13 @@ impl Shared {
                     let bytes = Bytes::from(frame::encode_body(&msg));
                     match &mut self.held {
                         Some(held) => held.push((node, bytes)),
-                        None => {
-                            if let Err(e) = self.fabric.send(node, bytes) {
-                                tracing::warn!(peer = node, error = %e, "fabric send failed");
+                        None => match self.fabric.send(node, bytes) {
+                            Ok(()) => {}
+                            Err(cohort_transport::FabricError::Closed) => {
+                                tracing::debug!(peer = node, "fabric closed; message dropped")
                             }
-                        }
+                            Err(e) => tracing::warn!(peer = node, error = %e, "fabric send failed"),
+                        },
                     }
                 }
             }
