@@ -1,0 +1,175 @@
+//! Group, fence, data and event behaviour on real node servers: every scenario of the
+//! `testprog` rank program runs under `cohort run` on one node server and on three.
+//! The ranks assert the documented behaviour themselves and exit non-zero on a
+//! violation; here we check every rank succeeded and that the values that must agree
+//! across ranks (membership, context ids) do.
+
+use cohort_cluster_tests::{example, run_cohort, text, DEADLINE};
+
+struct Job {
+    status: Option<i32>,
+    stdout: String,
+    stderr: String,
+}
+
+fn run(nodes: u32, n: u32, scenario: &str, recovery: bool) -> Job {
+    let prog = example("testprog");
+    let nodes_s = nodes.to_string();
+    let n_s = n.to_string();
+    let mut args: Vec<&str> = vec!["run", "--nodes", &nodes_s, "-n", &n_s];
+    if recovery {
+        args.push("--enable-recovery");
+    }
+    let prog_s = prog.to_string_lossy().into_owned();
+    args.push(&prog_s);
+    args.push(scenario);
+    let out = run_cohort(&args, DEADLINE);
+    Job {
+        status: out.status.code(),
+        stdout: text(&out.stdout),
+        stderr: text(&out.stderr),
+    }
+}
+
+fn results(job: &Job) -> Vec<String> {
+    job.stdout
+        .lines()
+        .filter_map(|l| l.split_once("RESULT ").map(|(_, r)| r.to_string()))
+        .collect()
+}
+
+/// Runs `scenario`, requires success and `expect_results` RESULT lines.
+fn ok(nodes: u32, n: u32, scenario: &str, expect_results: usize) -> Vec<String> {
+    let job = run(nodes, n, scenario, false);
+    assert_eq!(
+        job.status,
+        Some(0),
+        "{scenario} on {nodes} node(s) failed\nstdout:\n{}\nstderr:\n{}",
+        job.stdout,
+        job.stderr
+    );
+    let r = results(&job);
+    assert_eq!(r.len(), expect_results, "{scenario}: {r:?}\nstderr:\n{}", job.stderr);
+    r
+}
+
+fn all_equal(scenario: &str, r: &[String]) {
+    assert!(
+        r.windows(2).all(|w| w[0] == w[1]),
+        "{scenario}: ranks disagree: {r:?}"
+    );
+}
+
+macro_rules! on_1_and_3_nodes {
+    ($($name:ident: $scenario:literal, $n:literal, $results:expr, $agree:expr;)*) => {$(
+        mod $name {
+            use super::*;
+            #[test]
+            fn one_node() {
+                let r = ok(1, $n, $scenario, $results($n));
+                if $agree { all_equal($scenario, &r) }
+            }
+            #[test]
+            fn three_nodes() {
+                let r = ok(3, $n, $scenario, $results($n));
+                if $agree { all_equal($scenario, &r) }
+            }
+        }
+    )*};
+}
+
+fn every(n: usize) -> usize {
+    n
+}
+fn all_but_one(n: usize) -> usize {
+    n - 1
+}
+
+on_1_and_3_nodes! {
+    // group-construction-methods §6.4.3.1: canonical membership, one context id
+    collective_construct: "construct", 6, every, true;
+    add_members: "addmembers", 6, every, true;
+    // PMIX_GROUP_OPTIONAL → PMIX_ERR_PARTIAL_SUCCESS with the reduced membership
+    optional_participation: "optional", 6, all_but_one, true;
+    required_participation: "required", 6, all_but_one, true;
+    // PMIX_TIMEOUT: an error naming who never called, never a hang
+    construct_timeout: "timeout", 6, all_but_one, true;
+    fences_all_subset_group: "fence", 6, every, true;
+    direct_modex_get: "modex", 6, every, true;
+    concurrent_overlapping_constructs_and_fence: "concurrent", 6, every, false;
+    ids_reusable_context_ids_unique: "reuse", 6, every, true;
+    // rfc0033: PMIX_GROUP_LEFT to the remaining members
+    leave_then_destruct: "leave", 6, every, true;
+    events_by_range_and_cached: "events", 6, every, false;
+    bad_input_typed_errors: "badinput", 6, every, true;
+    bad_frames_cost_one_connection: "badframe", 6, every, true;
+    private_authenticated_socket: "private-socket", 6, every, true;
+}
+
+/// In `concurrent`, ranks of both groups must report the same context id per group,
+/// and the two groups' ids differ.
+#[test]
+fn concurrent_groups_have_one_context_id_each() {
+    let r = ok(3, 6, "concurrent", 6);
+    let ids = |key: &str| -> Vec<String> {
+        r.iter()
+            .filter_map(|l| l.split_whitespace().find_map(|w| w.strip_prefix(key).map(String::from)))
+            .collect()
+    };
+    let cx = ids("cx=");
+    let cy = ids("cy=");
+    assert_eq!(cx.len(), 4, "{r:?}");
+    assert_eq!(cy.len(), 4, "{r:?}");
+    all_equal("cx", &cx);
+    all_equal("cy", &cy);
+    assert_ne!(cx[0], cy[0]);
+}
+
+/// A rank that dies before calling a fence turns into an error naming it at every
+/// other rank, on every node; the survivors keep working.
+#[test]
+fn rank_dying_before_fence_is_an_error_not_a_hang() {
+    for nodes in [1, 3] {
+        let job = run(nodes, 6, "dies-before-fence", true);
+        assert_eq!(job.status, Some(134), "SIGABRT of the dying rank is the job status\n{}", job.stderr);
+        assert_eq!(results(&job).len(), 5, "{}\n{}", job.stdout, job.stderr);
+    }
+}
+
+/// A rank that joins a construct and disconnects before it completes: still a member,
+/// and with notify-termination the others get a member-failed event.
+#[test]
+fn rank_dying_inside_construct_is_reported_by_event() {
+    for nodes in [1, 3] {
+        let job = run(nodes, 6, "dies-in-construct", true);
+        assert_eq!(job.status, Some(134), "{}", job.stderr);
+        assert_eq!(results(&job).len(), 5, "{}\n{}", job.stdout, job.stderr);
+    }
+}
+
+/// The demo job `make demo` runs: every rank prints the same membership and context id.
+#[test]
+fn demo_job_agrees_on_membership_and_context_id() {
+    let prog = example("demo");
+    let out = run_cohort(
+        ["run", "--nodes", "3", "-n", "6", &prog.to_string_lossy()],
+        DEADLINE,
+    );
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}\n{}", text(&out.stderr));
+    let lines: Vec<&str> = stdout.lines().filter(|l| l.contains("context id")).collect();
+    assert_eq!(lines.len(), 6, "{stdout}");
+    let tail = |l: &str| {
+        let from = l.find("members").unwrap_or(0);
+        let to = l.find(" | ").unwrap_or(l.len());
+        l[from..to].to_string()
+    };
+    let first = tail(lines[0]);
+    assert!(first.contains("members [0,1,2,3,4,5]"), "{first}");
+    for l in &lines {
+        assert_eq!(tail(l), first, "{stdout}");
+    }
+    for node in ["node0", "node1", "node2"] {
+        assert!(stdout.contains(&format!("on {node}:")), "{node} missing: {stdout}");
+    }
+}
