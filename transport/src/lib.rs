@@ -1,1 +1,150 @@
-//! The fabric between node servers: one trait, a TCP backend
+//! The fabric between node servers: ordered, framed, authenticated messages from one
+//! `cohortd` to another, behind one [`Fabric`] trait whose backend is picked at run time.
+//!
+//! This crate owns the node-server ⇄ node-server wire: connection set-up and
+//! authentication, framing, per-peer queues, and peer-loss detection. It knows nothing
+//! of what the payloads mean (they are `cohort_proto` peer messages, encoded by the node
+//! server). Backends form the closed enum [`AnyFabric`], one file each:
+//!
+//! * `tcp` ([`TcpFabric`]): tokio sockets, one outbound connection per peer.
+//! * verbs: planned (RC queue pairs); it will join [`AnyFabric`] and [`FabricKind`].
+//!
+//! Delivery contract, whatever the backend:
+//!
+//! * [`Fabric::send`] never blocks. Messages to one peer arrive in the order they were
+//!   sent, each at most once; a message to one's own node id is delivered locally.
+//! * Received messages and failures arrive on the event channel returned by `bind`, as
+//!   [`FabricEvent`]s. A peer whose connection breaks without a goodbye is reported
+//!   once per loss as [`FabricEvent::PeerLost`]; messages still in flight to or from it
+//!   may be lost, and a later `send` reconnects (a restarted peer is reachable again).
+//! * [`Fabric::close`] says goodbye to every connected peer, so a clean shutdown is not
+//!   reported as a loss; after it no more events are delivered.
+//!
+//! ```
+//! use bytes::Bytes;
+//! use cohort_transport::{AnyFabric, Fabric, FabricConfig, FabricEvent, FabricKind};
+//!
+//! # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+//! let secret = b"per-job secret".to_vec();
+//! let cfg = |node| FabricConfig::new(node, "127.0.0.1:0".parse().unwrap(), secret.clone());
+//! let (a, _a_events) = AnyFabric::bind(FabricKind::Tcp, cfg(0)).await.unwrap();
+//! let (b, mut b_events) = AnyFabric::bind(FabricKind::Tcp, cfg(1)).await.unwrap();
+//! let peers = vec![a.local_addr(), b.local_addr()];
+//! a.set_peers(peers.clone());
+//! b.set_peers(peers);
+//!
+//! a.send(1, Bytes::from_static(b"hello")).unwrap();
+//! match b_events.recv().await {
+//!     Some(FabricEvent::Message { from, payload }) => assert_eq!((from, &payload[..]), (0, &b"hello"[..])),
+//!     other => panic!("unexpected {other:?}"),
+//! }
+//! a.shutdown().await;
+//! b.shutdown().await;
+//! # });
+//! ```
+
+mod any;
+mod error;
+mod liveness;
+mod tcp;
+pub mod wire;
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use bytes::Bytes;
+
+pub use any::{AnyFabric, FabricKind, BACKEND_ENV};
+pub use cohort_proto::NodeId;
+pub use error::FabricError;
+pub use tcp::TcpFabric;
+
+/// How long an acceptor waits for a connector's hello before dropping the connection.
+pub const HELLO_TIMEOUT: Duration = Duration::from_secs(5);
+/// Default for [`FabricConfig::connect_timeout`].
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a closing fabric waits for its goodbyes to be acknowledged before it
+/// drops the remaining connections.
+pub const CLOSE_GRACE: Duration = Duration::from_secs(5);
+
+/// What the fabric tells its owner.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FabricEvent {
+    /// A payload from `from` (possibly this node itself).
+    Message { from: NodeId, payload: Bytes },
+    /// `peer` is unreachable: an established connection broke without a goodbye, or an
+    /// attempt to connect failed or was refused (the payloads queued for it were
+    /// dropped). `reason` names the peer and the cause.
+    PeerLost { peer: NodeId, reason: String },
+}
+
+/// Everything a backend needs to start.
+#[derive(Clone)]
+pub struct FabricConfig {
+    /// This node server's id.
+    pub node: NodeId,
+    /// Where to listen; a concrete address (each emulated node has its own loopback
+    /// address, e.g. `127.0.1.3:0`). Outbound connections use the same source IP.
+    pub listen: SocketAddr,
+    /// Per-job secret; peers must present the same one (at most
+    /// [`wire::MAX_SECRET_LEN`] bytes).
+    pub secret: Vec<u8>,
+    /// Largest payload sent or accepted; a larger incoming frame closes that connection.
+    pub max_frame: usize,
+    /// Bound on connecting plus handshaking with a peer.
+    pub connect_timeout: Duration,
+}
+
+impl FabricConfig {
+    /// A configuration with the default frame limit
+    /// (`cohort_proto::frame::MAX_PEER_FRAME`) and [`DEFAULT_CONNECT_TIMEOUT`].
+    pub fn new(node: NodeId, listen: SocketAddr, secret: Vec<u8>) -> Self {
+        FabricConfig {
+            node,
+            listen,
+            secret,
+            max_frame: cohort_proto::frame::MAX_PEER_FRAME,
+            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+        }
+    }
+}
+
+impl std::fmt::Debug for FabricConfig {
+    // Never print the secret.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FabricConfig")
+            .field("node", &self.node)
+            .field("listen", &self.listen)
+            .field("secret", &format_args!("<{} bytes>", self.secret.len()))
+            .field("max_frame", &self.max_frame)
+            .field("connect_timeout", &self.connect_timeout)
+            .finish()
+    }
+}
+
+/// Message passing between node servers. Implemented by every backend and by
+/// [`AnyFabric`], which delegates to the backend chosen at run time.
+pub trait Fabric: Send + Sync + 'static {
+    /// The backend's name (`"tcp"`).
+    fn backend(&self) -> &'static str;
+
+    /// This node's id.
+    fn node(&self) -> NodeId;
+
+    /// The address peers connect to, e.g. `"127.0.1.3:41234"`.
+    fn local_addr(&self) -> String;
+
+    /// The job's peer table: entry `i` is node `i`'s [`local_addr`](Fabric::local_addr),
+    /// including this node's own entry. May be called again to replace it.
+    fn set_peers(&self, peers: Vec<String>);
+
+    /// Queues `payload` for `to` without blocking. Messages to one peer keep their
+    /// order. Sending to this node's own id delivers a `Message { from: self }` to the
+    /// own event channel. Network failures are reported later as `PeerLost`.
+    fn send(&self, to: NodeId, payload: Bytes) -> Result<(), FabricError>;
+
+    /// Starts a graceful close: queued messages are flushed, every connected peer is
+    /// told goodbye (so it reports no loss), and no more events are delivered. Further
+    /// sends fail with [`FabricError::Closed`].
+    fn close(&self);
+}

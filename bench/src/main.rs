@@ -1,0 +1,324 @@
+//! `cohort-bench`: OSU-style latency benchmarks, run under `cohort run`.
+//!
+//! Like osu_allgather: each iteration is timed on every rank, a fence (outside the
+//! timed region) separates iterations, warm-up iterations are skipped, and the table
+//! gives the average/min/max over ranks of each rank's mean, plus the mean of the
+//! ranks' medians. Every table also prints a baseline measured in the same run — the
+//! round trip of a bare Unix-socket ping-pong between two ranks of one node, or a TCP
+//! ping-pong between ranks on two different (emulated) nodes — and the ratio of the
+//! median to the ideal time: one-way baseline latency × sequential hops.
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::time::{Duration, Instant};
+
+use clap::{Parser, Subcommand, ValueEnum};
+use cohort::{Client, ConstructOpts, FenceOpts, ProcId, Scope, Value};
+
+#[derive(Parser)]
+#[command(
+    name = "cohort-bench",
+    about = "OSU-style latency benchmarks for cohort (run under `cohort run`)",
+    after_help = "EXAMPLES:\n  cohort run -n 4 cohort-bench fence\n  cohort run --nodes 3 -n 6 cohort-bench group --iterations 300"
+)]
+struct Cli {
+    #[command(subcommand)]
+    what: What,
+    /// Timed iterations per row.
+    #[arg(long, short = 'i', global = true, default_value_t = 1000)]
+    iterations: usize,
+    /// Warm-up iterations skipped per row.
+    #[arg(long, short = 'x', global = true, default_value_t = 100)]
+    warmup: usize,
+}
+
+#[derive(Subcommand)]
+enum What {
+    /// Fence with data collection, payload sizes 0 B .. 64 KiB per rank.
+    Fence {
+        /// Smallest payload per rank, bytes.
+        #[arg(long, default_value_t = 0)]
+        min_size: usize,
+        /// Largest payload per rank, bytes (powers of two from 1 up to it).
+        #[arg(long, default_value_t = 65536)]
+        max_size: usize,
+    },
+    /// Group construct (with a context id) and destruct, every rank a leader.
+    Group {
+        #[arg(long, value_enum, default_value_t = Method::Collective)]
+        method: Method,
+    },
+}
+
+#[derive(Clone, Copy, ValueEnum, PartialEq, Eq)]
+enum Method {
+    Collective,
+    Bootstrap,
+    Invite,
+}
+
+struct Stats {
+    avg: f64,
+    min: f64,
+    max: f64,
+    median: f64,
+}
+
+fn main() {
+    let cli = Cli::parse();
+    if let Err(e) = run(cli) {
+        eprintln!("cohort-bench: {e}");
+        std::process::exit(1);
+    }
+}
+
+type Res<T> = Result<T, Box<dyn std::error::Error>>;
+
+fn run(cli: Cli) -> Res<()> {
+    let c = Client::init()?;
+    let nodes = c.job().num_nodes;
+    let baseline = Baseline::measure(&c)?;
+    let hops = |depth: usize| if nodes == 1 { 2 } else { 2 + 2 * depth };
+    let depth = {
+        let all: Vec<u32> = (0..nodes).collect();
+        cohort_topology::Tree::new(&all, 0, cohort_topology::TreeShape::default()).depth()
+    };
+    match cli.what {
+        What::Fence { min_size, max_size } => {
+            header(&c, &baseline, &format!(
+                "# cohort-bench fence (collect data): {} ranks on {} node server(s), {} iterations ({} warm-up)",
+                c.size(), nodes, cli.iterations, cli.warmup
+            ));
+            let mut sizes = vec![min_size];
+            let mut s = min_size.max(1);
+            while s <= max_size {
+                if s > min_size {
+                    sizes.push(s);
+                }
+                s *= 2;
+            }
+            for size in sizes {
+                let payload = vec![0xabu8; size];
+                let st = measure(&c, cli.iterations, cli.warmup, &format!("fence{size}"), |c| {
+                    c.put(Scope::Remote, "bench.payload", payload.clone())?;
+                    let t = Instant::now();
+                    c.fence(&[], FenceOpts { collect: true, timeout_ms: Some(60_000) })?;
+                    Ok(t.elapsed())
+                })?;
+                row(&c, &size.to_string(), &st, hops(depth), &baseline);
+            }
+        }
+        What::Group { method } => {
+            if method != Method::Collective {
+                return Err("only --method collective is implemented so far (bootstrap and invite: issue 5)".into());
+            }
+            header(&c, &baseline, &format!(
+                "# cohort-bench group --method collective (context id; every rank a leader): {} ranks on {} node server(s), {} iterations ({} warm-up)",
+                c.size(), nodes, cli.iterations, cli.warmup
+            ));
+            let all: Vec<ProcId> = (0..c.size()).map(|r| ProcId::new(c.nspace(), r)).collect();
+            let opts = ConstructOpts { assign_context_id: true, timeout_ms: Some(60_000), ..Default::default() };
+            let mut destructs = Vec::new();
+            let st = measure(&c, cli.iterations, cli.warmup, "construct", |c| {
+                let t = Instant::now();
+                let g = c.group_construct("bench-group", &all, opts.clone())?;
+                let took = t.elapsed();
+                if g.context_id.is_none() {
+                    return Err("no context id".into());
+                }
+                let t = Instant::now();
+                c.group_destruct("bench-group", Some(Duration::from_secs(60)))?;
+                destructs.push(t.elapsed());
+                Ok(took)
+            })?;
+            row(&c, "construct", &st, hops(depth), &baseline);
+            let st = reduce(&c, "destruct", &destructs[cli.warmup.min(destructs.len())..])?;
+            row(&c, "destruct", &st, hops(depth), &baseline);
+        }
+    }
+    c.finalize()?;
+    Ok(())
+}
+
+fn header(c: &Client, b: &Baseline, title: &str) {
+    if c.rank() != 0 {
+        return;
+    }
+    println!("{title}");
+    println!(
+        "# Baseline (same run): {} ping-pong round trip {:.2} us between rank 0 and rank {}",
+        b.kind, b.rtt_us, b.peer
+    );
+    println!("# Ideal = baseline one-way latency x Hops (sequential messages on the critical path); Ratio = Median / Ideal");
+    println!(
+        "{:<12}{:>18}{:>18}{:>18}{:>14}{:>6}{:>12}{:>8}",
+        "# Size", "Avg Latency(us)", "Min Latency(us)", "Max Latency(us)", "Median(us)", "Hops", "Ideal(us)", "Ratio"
+    );
+}
+
+fn row(c: &Client, label: &str, st: &Stats, hops: usize, b: &Baseline) {
+    if c.rank() != 0 {
+        return;
+    }
+    let ideal = b.rtt_us / 2.0 * hops as f64;
+    println!(
+        "{:<12}{:>18.2}{:>18.2}{:>18.2}{:>14.2}{:>6}{:>12.2}{:>8.2}",
+        label, st.avg, st.min, st.max, st.median, hops, ideal, st.median / ideal
+    );
+}
+
+/// Runs `iters + warmup` iterations of `op` (which returns its own timed part), with
+/// an untimed fence after each, and reduces the per-rank results on rank 0.
+fn measure(
+    c: &Client,
+    iters: usize,
+    warmup: usize,
+    tag: &str,
+    mut op: impl FnMut(&Client) -> Res<Duration>,
+) -> Res<Stats> {
+    let mut times = Vec::with_capacity(iters);
+    for i in 0..iters + warmup {
+        let t = op(c)?;
+        if i >= warmup {
+            times.push(t);
+        }
+        c.fence(&[], FenceOpts::default())?;
+    }
+    reduce(c, tag, &times)
+}
+
+/// Publishes this rank's mean and median, collects every rank's on rank 0.
+fn reduce(c: &Client, tag: &str, times: &[Duration]) -> Res<Stats> {
+    let mut us: Vec<f64> = times.iter().map(|t| t.as_secs_f64() * 1e6).collect();
+    us.sort_by(|a, b| a.total_cmp(b));
+    let mean = us.iter().sum::<f64>() / us.len().max(1) as f64;
+    let median = us.get(us.len() / 2).copied().unwrap_or(0.0);
+    c.put(Scope::Global, &format!("bench.{tag}.mean"), mean.to_bits())?;
+    c.put(Scope::Global, &format!("bench.{tag}.median"), median.to_bits())?;
+    c.fence(&[], FenceOpts { collect: true, timeout_ms: Some(60_000) })?;
+    let mut means = Vec::new();
+    let mut medians = Vec::new();
+    if c.rank() == 0 {
+        for r in 0..c.size() {
+            let p = ProcId::new(c.nspace(), r);
+            let get = |k: &str| -> Res<f64> {
+                match c.get(&p, k, Some(Duration::from_secs(30)))? {
+                    Value::U64(bits) => Ok(f64::from_bits(bits)),
+                    v => Err(format!("unexpected {v:?}").into()),
+                }
+            };
+            means.push(get(&format!("bench.{tag}.mean"))?);
+            medians.push(get(&format!("bench.{tag}.median"))?);
+        }
+    } else {
+        means.push(mean);
+        medians.push(median);
+    }
+    Ok(Stats {
+        avg: means.iter().sum::<f64>() / means.len() as f64,
+        min: means.iter().copied().fold(f64::INFINITY, f64::min),
+        max: means.iter().copied().fold(0.0, f64::max),
+        median: medians.iter().sum::<f64>() / medians.len() as f64,
+    })
+}
+
+/// The same-run baseline: a bare socket ping-pong between rank 0 and a peer rank —
+/// rank 1 over a Unix socket on one node, or the first rank of node 1 over TCP between
+/// the two emulated nodes' loopback addresses.
+struct Baseline {
+    kind: &'static str,
+    peer: u32,
+    rtt_us: f64,
+}
+
+const PINGS: usize = 2000;
+
+impl Baseline {
+    fn measure(c: &Client) -> Res<Baseline> {
+        let job = c.job();
+        let multi = job.num_nodes > 1;
+        let peer = if multi {
+            job.ranks_on(1).first().copied().ok_or("node 1 hosts no rank")?
+        } else {
+            1.min(c.size() - 1)
+        };
+        let kind = if multi { "TCP" } else { "Unix-socket" };
+        let me = c.rank();
+        let mut rtt = 0.0;
+        if c.size() > 1 && (me == 0 || me == peer) {
+            rtt = if multi { tcp_pingpong(c, me == 0, peer)? } else { uds_pingpong(c, me == 0, peer)? };
+        }
+        if me == 0 {
+            c.put(Scope::Global, "bench.baseline", rtt.to_bits())?;
+        }
+        c.fence(&[], FenceOpts { collect: true, timeout_ms: Some(60_000) })?;
+        let rtt = match c.get(&ProcId::new(c.nspace(), 0), "bench.baseline", None)? {
+            Value::U64(b) => f64::from_bits(b),
+            v => return Err(format!("unexpected {v:?}").into()),
+        };
+        Ok(Baseline { kind, peer, rtt_us: rtt })
+    }
+}
+
+fn pingpong<S: Read + Write>(mut s: S, leader: bool) -> Res<f64> {
+    let mut b = [0u8; 1];
+    let mut times = Vec::with_capacity(PINGS);
+    for _ in 0..PINGS + 200 {
+        if leader {
+            let t = Instant::now();
+            s.write_all(&b)?;
+            s.read_exact(&mut b)?;
+            times.push(t.elapsed().as_secs_f64() * 1e6);
+        } else {
+            s.read_exact(&mut b)?;
+            s.write_all(&b)?;
+        }
+    }
+    if !leader {
+        return Ok(0.0);
+    }
+    let mut t: Vec<f64> = times[200..].to_vec();
+    t.sort_by(|a, b| a.total_cmp(b));
+    Ok(t[t.len() / 2])
+}
+
+fn uds_pingpong(c: &Client, leader: bool, peer: u32) -> Res<f64> {
+    let path = std::env::temp_dir().join(format!("cohort-bench-{}-{}.sock", std::process::id(), c.nspace()));
+    if leader {
+        let _ = std::fs::remove_file(&path);
+        let l = UnixListener::bind(&path)?;
+        c.put(Scope::Global, "bench.uds", path.to_string_lossy().into_owned())?;
+        c.commit()?;
+        let (s, _) = l.accept()?;
+        let r = pingpong(s, true);
+        let _ = std::fs::remove_file(&path);
+        r
+    } else {
+        let v = c.get(&ProcId::new(c.nspace(), 0), "bench.uds", Some(Duration::from_secs(30)))?;
+        let _ = peer;
+        let s = UnixStream::connect(v.as_str().ok_or("bad path")?)?;
+        pingpong(s, false)
+    }
+}
+
+fn tcp_pingpong(c: &Client, leader: bool, _peer: u32) -> Res<f64> {
+    // Each emulated node owns a loopback address: node i is 127.0.1.(i+1).
+    let addr_of = |node: u32| format!("127.0.1.{}", node + 1);
+    if leader {
+        let l = TcpListener::bind(format!("{}:0", addr_of(c.node_id())))?;
+        c.put(Scope::Global, "bench.tcp", l.local_addr()?.to_string())?;
+        c.commit()?;
+        let (s, _) = l.accept()?;
+        s.set_nodelay(true)?;
+        pingpong(s, true)
+    } else {
+        let v = c.get(&ProcId::new(c.nspace(), 0), "bench.tcp", Some(Duration::from_secs(30)))?;
+        let local: std::net::SocketAddr = format!("{}:0", addr_of(c.node_id())).parse()?;
+        let sock = std::net::TcpStream::connect(v.as_str().ok_or("bad addr")?)?;
+        let _ = local;
+        sock.set_nodelay(true)?;
+        let s: TcpStream = sock;
+        pingpong(s, false)
+    }
+}

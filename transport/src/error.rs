@@ -1,0 +1,79 @@
+//! Typed fabric errors. Every variant that concerns a peer names it, so a `PeerLost`
+//! reason or a refused `send` says which node server is involved.
+
+use std::time::Duration;
+
+use crate::NodeId;
+
+/// What can go wrong on the fabric. Errors returned by [`Fabric::send`](crate::Fabric::send)
+/// are local (bad arguments, closed fabric); failures on the wire arrive later as
+/// [`FabricEvent::PeerLost`](crate::FabricEvent::PeerLost), whose reason is one of these
+/// rendered as text.
+#[derive(Debug, thiserror::Error)]
+pub enum FabricError {
+    /// The destination is not in the peer table given to `set_peers`.
+    #[error("node {peer} is not among the {known} known peers")]
+    UnknownPeer { peer: NodeId, known: usize },
+
+    /// `close` was called (or the event receiver is gone); nothing more is sent.
+    #[error("the fabric is closed")]
+    Closed,
+
+    /// The payload is larger than the configured frame limit; peers would refuse it.
+    #[error("payload of {len} bytes for node {peer} exceeds the {max}-byte frame limit")]
+    FrameTooLarge {
+        peer: NodeId,
+        len: usize,
+        max: usize,
+    },
+
+    /// Could not open a connection to the peer's address.
+    #[error("could not connect to node {peer} at {addr}: {source}")]
+    Connect {
+        peer: NodeId,
+        addr: String,
+        #[source]
+        source: std::io::Error,
+    },
+
+    /// Connecting plus handshaking took longer than `FabricConfig::connect_timeout`.
+    #[error("timed out after {after:?} connecting to node {peer} at {addr}")]
+    ConnectTimeout {
+        peer: NodeId,
+        addr: String,
+        after: Duration,
+    },
+
+    /// The peer answered the hello with a refusal (wrong secret, version, node id …).
+    #[error("node {peer} at {addr} refused the connection: {reason}")]
+    Refused {
+        peer: NodeId,
+        addr: String,
+        reason: String,
+    },
+
+    /// An established connection failed (reset, broken pipe …).
+    #[error("connection with node {peer} failed: {source}")]
+    Io {
+        peer: NodeId,
+        #[source]
+        source: std::io::Error,
+    },
+
+    /// The peer closed an established connection without saying goodbye.
+    #[error("node {peer} closed the connection without a goodbye")]
+    PeerClosed { peer: NodeId },
+
+    /// The peer broke the wire protocol (oversized frame, unknown control word …).
+    #[error("node {peer} violated the fabric protocol: {reason}")]
+    Protocol { peer: NodeId, reason: String },
+
+    /// A new incarnation of the peer connected while the old one was still considered
+    /// alive: the old process is gone.
+    #[error("node {peer} restarted (a new incarnation connected)")]
+    Restarted { peer: NodeId },
+
+    /// `FabricKind` parsing: no backend of that name.
+    #[error("unknown fabric backend {name:?} (expected \"auto\" or \"tcp\")")]
+    UnknownBackend { name: String },
+}

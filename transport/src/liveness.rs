@@ -1,0 +1,202 @@
+//! Which connections belong to which live incarnation of each peer, and when a broken
+//! connection means "peer lost". Pure bookkeeping shared by backends: the backend feeds
+//! it connection events and carries out the returned [`Verdict`] (emit the event, tear
+//! down the listed connections).
+//!
+//! Rules: every established connection carries the remote process's incarnation. The
+//! first connection of a live incarnation to break without a goodbye reports the peer
+//! lost once and condemns that incarnation's other connections, so one crash is one
+//! `PeerLost` however many connections it breaks. A goodbye marks the incarnation as
+//! departing: its connections may then end quietly. A new incarnation replacing a live
+//! one means the old process died ([`FabricError::Restarted`]).
+
+use std::collections::HashMap;
+
+use crate::{FabricError, NodeId};
+
+/// Identifies one connection (or connection task) inside a fabric.
+pub(crate) type ConnId = u64;
+
+/// How a registered connection ended.
+#[derive(Debug)]
+pub(crate) enum LinkEnd {
+    /// The peer said goodbye on it.
+    Goodbye,
+    /// It broke: the peer is lost (unless it was already departing).
+    Broken(FabricError),
+    /// We ended it ourselves (closing, or our own queue went away).
+    Local,
+}
+
+/// What the backend must do after a liveness change.
+#[derive(Debug, Default)]
+pub(crate) struct Verdict {
+    /// Report this peer lost with this error as the reason.
+    pub lost: Option<(NodeId, FabricError)>,
+    /// Connections to tear down without further reports.
+    pub condemned: Vec<ConnId>,
+}
+
+#[derive(Debug)]
+struct Incarnation {
+    id: u64,
+    departing: bool,
+}
+
+#[derive(Debug, Default)]
+pub(crate) struct Liveness {
+    conns: HashMap<ConnId, (NodeId, u64)>,
+    current: HashMap<NodeId, Incarnation>,
+}
+
+impl Liveness {
+    /// A connection to/from `peer` finished its handshake; `incarnation` is the peer's.
+    pub fn established(&mut self, peer: NodeId, incarnation: u64, conn: ConnId) -> Verdict {
+        let mut verdict = Verdict::default();
+        match self.current.get(&peer) {
+            Some(cur) if cur.id == incarnation => {}
+            Some(cur) => {
+                // A departing incarnation may still be flushing: leave its connections be.
+                if !cur.departing {
+                    let old = cur.id;
+                    verdict.lost = Some((peer, FabricError::Restarted { peer }));
+                    verdict.condemned = self.take_conns(peer, old);
+                }
+                self.current.insert(
+                    peer,
+                    Incarnation {
+                        id: incarnation,
+                        departing: false,
+                    },
+                );
+            }
+            None => {
+                self.current.insert(
+                    peer,
+                    Incarnation {
+                        id: incarnation,
+                        departing: false,
+                    },
+                );
+            }
+        }
+        self.conns.insert(conn, (peer, incarnation));
+        verdict
+    }
+
+    /// Whether `conn` still speaks for a peer (messages read from it may be delivered).
+    pub fn is_registered(&self, conn: ConnId) -> bool {
+        self.conns.contains_key(&conn)
+    }
+
+    /// A connection ended. Unknown (never registered or already condemned) ones are ignored.
+    pub fn ended(&mut self, conn: ConnId, how: LinkEnd) -> Verdict {
+        let mut verdict = Verdict::default();
+        let Some((peer, inc)) = self.conns.remove(&conn) else {
+            return verdict;
+        };
+        let Some(cur) = self.current.get_mut(&peer).filter(|c| c.id == inc) else {
+            // An older, departing incarnation finishing up.
+            return verdict;
+        };
+        match how {
+            LinkEnd::Goodbye => cur.departing = true,
+            LinkEnd::Local => {}
+            LinkEnd::Broken(err) => {
+                if !cur.departing {
+                    verdict.lost = Some((peer, err));
+                    verdict.condemned = self.take_conns(peer, inc);
+                    self.current.remove(&peer);
+                    return verdict;
+                }
+            }
+        }
+        if !self.conns.values().any(|&(p, i)| p == peer && i == inc) {
+            self.current.remove(&peer);
+        }
+        verdict
+    }
+
+    fn take_conns(&mut self, peer: NodeId, inc: u64) -> Vec<ConnId> {
+        let ids: Vec<ConnId> = self
+            .conns
+            .iter()
+            .filter(|(_, &(p, i))| p == peer && i == inc)
+            .map(|(&c, _)| c)
+            .collect();
+        for c in &ids {
+            self.conns.remove(c);
+        }
+        ids
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn broken(peer: NodeId) -> LinkEnd {
+        LinkEnd::Broken(FabricError::PeerClosed { peer })
+    }
+
+    #[test]
+    fn one_crash_is_one_loss() {
+        let mut l = Liveness::default();
+        assert!(l.established(1, 100, 10).lost.is_none());
+        assert!(l.established(1, 100, 11).lost.is_none());
+        let v = l.ended(10, broken(1));
+        assert_eq!(v.lost.as_ref().map(|(p, _)| *p), Some(1));
+        assert_eq!(v.condemned, vec![11]);
+        assert!(!l.is_registered(11));
+        // The condemned connection's own end is silent.
+        assert!(l.ended(11, broken(1)).lost.is_none());
+    }
+
+    #[test]
+    fn goodbye_makes_later_breaks_quiet() {
+        let mut l = Liveness::default();
+        l.established(2, 7, 1);
+        l.established(2, 7, 2);
+        assert!(l.ended(1, LinkEnd::Goodbye).lost.is_none());
+        assert!(l.is_registered(2));
+        assert!(l.ended(2, broken(2)).lost.is_none());
+        // Fully gone: a fresh connection of the same incarnation starts clean.
+        l.established(2, 7, 3);
+        assert!(l.ended(3, broken(2)).lost.is_some());
+    }
+
+    #[test]
+    fn new_incarnation_replaces_live_one_with_a_loss() {
+        let mut l = Liveness::default();
+        l.established(3, 1, 1);
+        let v = l.established(3, 2, 2);
+        assert!(matches!(
+            v.lost,
+            Some((3, FabricError::Restarted { peer: 3 }))
+        ));
+        assert_eq!(v.condemned, vec![1]);
+        assert!(l.is_registered(2));
+        assert!(l.ended(2, broken(3)).lost.is_some());
+    }
+
+    #[test]
+    fn new_incarnation_after_goodbye_lets_old_connections_finish() {
+        let mut l = Liveness::default();
+        l.established(4, 1, 1);
+        l.established(4, 1, 2);
+        l.ended(1, LinkEnd::Goodbye);
+        let v = l.established(4, 2, 3);
+        assert!(v.lost.is_none() && v.condemned.is_empty());
+        assert!(l.is_registered(2), "old incarnation may still deliver");
+        assert!(l.ended(2, broken(4)).lost.is_none());
+        assert!(l.ended(3, broken(4)).lost.is_some());
+    }
+
+    #[test]
+    fn local_end_is_silent() {
+        let mut l = Liveness::default();
+        l.established(5, 1, 1);
+        assert!(l.ended(1, LinkEnd::Local).lost.is_none());
+        assert!(l.ended(99, broken(5)).lost.is_none());
+    }
+}

@@ -1,0 +1,867 @@
+//! The TCP backend: tokio sockets, one task per connection.
+//!
+//! Each peer we send to gets one outbound connection, opened on the first `send`, with
+//! a writer task that drains the peer's unbounded queue (batching whatever is queued
+//! into one vectored write, so a lone message leaves at once). Connections peers open
+//! to us are receive-only: a reader task per connection decodes frames into events. Using
+//! each connection in one direction only avoids simultaneous-open races. The reverse
+//! direction of a connection carries only a goodbye, which lets a connector notice a
+//! dead or departing acceptor even while it has nothing to send.
+//!
+//! Locking: one `std::sync::Mutex` guards the peer table, the queues and the
+//! [`Liveness`] bookkeeping; it is never held across an `.await`. Events are emitted
+//! while holding it, which is what orders a `PeerLost` after the last `Message` from
+//! the same incarnation.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::io::{self, IoSlice};
+use std::net::{IpAddr, SocketAddr};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpSocket, TcpStream};
+use tokio::sync::mpsc::{self, UnboundedReceiver, UnboundedSender};
+use tokio::sync::{watch, Notify};
+use tokio::task::AbortHandle;
+use tokio::time::timeout;
+use tracing::{debug, info, warn, Instrument};
+
+use crate::liveness::{ConnId, LinkEnd, Liveness, Verdict};
+use crate::wire::{
+    self, Frame, FrameDecoder, Hello, Reply, GOODBYE, HELLO_FIXED_LEN, MAX_SECRET_LEN,
+    REPLY_FIXED_LEN, WIRE_VERSION,
+};
+use crate::{Fabric, FabricConfig, FabricError, FabricEvent, NodeId, CLOSE_GRACE, HELLO_TIMEOUT};
+
+/// At most this many frames go into one vectored write (well under `IOV_MAX`).
+const MAX_BATCH_FRAMES: usize = 64;
+/// A batch stops growing once it holds this many payload bytes.
+const MAX_BATCH_BYTES: usize = 1 << 20;
+/// Pause after a failed `accept` (e.g. out of file descriptors) before trying again.
+const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
+
+/// The TCP fabric. Cheap to clone; every clone drives the same sockets. Dropping the
+/// last clone without [`close`](Fabric::close) tears every connection down abruptly
+/// (peers then report this node lost, as they would for a crash).
+#[derive(Clone)]
+pub struct TcpFabric {
+    owner: Arc<Owner>,
+}
+
+/// Dropped with the last user handle; tasks hold `Shared` only.
+struct Owner {
+    shared: Arc<Shared>,
+}
+
+struct Shared {
+    me: NodeId,
+    local_addr: SocketAddr,
+    /// Source IP of outbound connections (the listen IP, unless that is unspecified).
+    source_ip: Option<IpAddr>,
+    secret: Vec<u8>,
+    decoder: FrameDecoder,
+    connect_timeout: Duration,
+    incarnation: u64,
+    runtime: tokio::runtime::Handle,
+    closing: watch::Sender<bool>,
+    tasks_live: Arc<TaskCount>,
+    state: Mutex<State>,
+}
+
+struct State {
+    peers: Vec<String>,
+    /// `None` once closed: no more events.
+    events: Option<UnboundedSender<FabricEvent>>,
+    closing: bool,
+    liveness: Liveness,
+    outbound: HashMap<NodeId, OutLink>,
+    tasks: HashMap<ConnId, AbortHandle>,
+    next_id: ConnId,
+}
+
+/// The queue of a peer's writer task; `id` is that task's connection id.
+struct OutLink {
+    id: ConnId,
+    queue: UnboundedSender<Outgoing>,
+}
+
+enum Outgoing {
+    Frame(Bytes),
+    Goodbye,
+}
+
+impl TcpFabric {
+    /// Listens on `cfg.listen` and returns the fabric and its event channel. Must be
+    /// called inside a tokio runtime (current-thread or multi-thread, with I/O and time
+    /// enabled); the fabric's tasks are spawned on that runtime, so `send` and `close`
+    /// may then be called from any thread.
+    pub async fn bind(
+        cfg: FabricConfig,
+    ) -> io::Result<(TcpFabric, UnboundedReceiver<FabricEvent>)> {
+        if cfg.secret.len() > MAX_SECRET_LEN {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "fabric secret is {} bytes, over the {MAX_SECRET_LEN}-byte limit",
+                    cfg.secret.len()
+                ),
+            ));
+        }
+        let listener = TcpListener::bind(cfg.listen).await?;
+        let local_addr = listener.local_addr()?;
+        let (events_tx, events_rx) = mpsc::unbounded_channel();
+        let shared = Arc::new(Shared {
+            me: cfg.node,
+            local_addr,
+            source_ip: Some(local_addr.ip()).filter(|ip| !ip.is_unspecified()),
+            secret: cfg.secret,
+            decoder: FrameDecoder::new(cfg.max_frame),
+            connect_timeout: cfg.connect_timeout,
+            incarnation: new_incarnation(),
+            runtime: tokio::runtime::Handle::current(),
+            closing: watch::channel(false).0,
+            tasks_live: Arc::default(),
+            state: Mutex::new(State {
+                peers: Vec::new(),
+                events: Some(events_tx),
+                closing: false,
+                liveness: Liveness::default(),
+                outbound: HashMap::new(),
+                tasks: HashMap::new(),
+                next_id: 0,
+            }),
+        });
+        {
+            let mut st = shared.lock();
+            let task_shared = shared.clone();
+            shared.spawn_tracked(&mut st, move |_| accept_loop(task_shared, listener));
+        }
+        info!(backend = "tcp", node = shared.me, addr = %local_addr, "fabric listening");
+        let owner = Arc::new(Owner { shared });
+        Ok((TcpFabric { owner }, events_rx))
+    }
+
+    /// [`close`](Fabric::close), then waits until every goodbye was acknowledged by
+    /// its peer (or [`CLOSE_GRACE`] passed, after which the rest is dropped).
+    pub async fn shutdown(&self) {
+        let shared = &self.owner.shared;
+        shared.close();
+        if timeout(CLOSE_GRACE, shared.tasks_live.wait_idle())
+            .await
+            .is_err()
+        {
+            warn!(
+                node = shared.me,
+                "fabric goodbyes not acknowledged within {CLOSE_GRACE:?}; dropping connections"
+            );
+            shared.abort_all();
+        }
+    }
+}
+
+impl std::fmt::Debug for TcpFabric {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TcpFabric")
+            .field("node", &self.owner.shared.me)
+            .field("addr", &self.owner.shared.local_addr)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Fabric for TcpFabric {
+    fn backend(&self) -> &'static str {
+        "tcp"
+    }
+
+    fn node(&self) -> NodeId {
+        self.owner.shared.me
+    }
+
+    fn local_addr(&self) -> String {
+        self.owner.shared.local_addr.to_string()
+    }
+
+    fn set_peers(&self, peers: Vec<String>) {
+        let shared = &self.owner.shared;
+        debug!(
+            node = shared.me,
+            count = peers.len(),
+            "fabric peer table set"
+        );
+        shared.lock().peers = peers;
+    }
+
+    fn send(&self, to: NodeId, payload: Bytes) -> Result<(), FabricError> {
+        self.owner.shared.send(to, payload)
+    }
+
+    fn close(&self) {
+        self.owner.shared.close();
+    }
+}
+
+impl Drop for Owner {
+    fn drop(&mut self) {
+        let shared = self.shared.clone();
+        if !shared.lock().closing {
+            debug!(
+                node = shared.me,
+                "fabric dropped without close; aborting connections"
+            );
+            shared.abort_all();
+            return;
+        }
+        // Closing: give the goodbyes their grace period, then drop what is left.
+        let runtime = shared.runtime.clone();
+        runtime.spawn(async move {
+            let _ = timeout(CLOSE_GRACE, shared.tasks_live.wait_idle()).await;
+            shared.abort_all();
+        });
+    }
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // A panic while holding the lock cannot leave `State` half-updated in a way
+        // that matters more than losing the fabric, so keep going.
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn send(self: &Arc<Self>, to: NodeId, payload: Bytes) -> Result<(), FabricError> {
+        if payload.len() > self.decoder.max() {
+            return Err(FabricError::FrameTooLarge {
+                peer: to,
+                len: payload.len(),
+                max: self.decoder.max(),
+            });
+        }
+        let mut st = self.lock();
+        if st.closing {
+            return Err(FabricError::Closed);
+        }
+        if to == self.me {
+            let events = st.events.as_ref().ok_or(FabricError::Closed)?;
+            return events
+                .send(FabricEvent::Message {
+                    from: self.me,
+                    payload,
+                })
+                .map_err(|_| FabricError::Closed);
+        }
+        let Some(addr) = st.peers.get(to as usize).cloned() else {
+            return Err(FabricError::UnknownPeer {
+                peer: to,
+                known: st.peers.len(),
+            });
+        };
+        let mut item = Outgoing::Frame(payload);
+        if let Some(link) = st.outbound.get(&to) {
+            match link.queue.send(item) {
+                Ok(()) => return Ok(()),
+                // The writer has ended; start a new connection below.
+                Err(mpsc::error::SendError(back)) => item = back,
+            }
+        }
+        let (queue, rx) = mpsc::unbounded_channel();
+        let _ = queue.send(item);
+        let task_shared = self.clone();
+        let id = self.spawn_tracked(&mut st, move |id| {
+            run_outbound(task_shared, to, addr, id, rx)
+        });
+        st.outbound.insert(to, OutLink { id, queue });
+        Ok(())
+    }
+
+    fn close(&self) {
+        let mut st = self.lock();
+        if st.closing {
+            return;
+        }
+        st.closing = true;
+        st.events = None;
+        for link in st.outbound.values() {
+            let _ = link.queue.send(Outgoing::Goodbye);
+        }
+        drop(st);
+        self.closing.send_replace(true);
+        debug!(node = self.me, "fabric closing; saying goodbye to peers");
+    }
+
+    /// Drops every connection at once (no goodbyes) and ends the event stream.
+    fn abort_all(&self) {
+        let mut st = self.lock();
+        st.closing = true;
+        st.events = None;
+        st.outbound.clear();
+        for (_, task) in st.tasks.drain() {
+            task.abort();
+        }
+        drop(st);
+        self.closing.send_replace(true);
+    }
+
+    /// Spawns a connection task with a fresh id, tracked for abort and for `shutdown`.
+    fn spawn_tracked<F, Fut>(&self, st: &mut State, make: F) -> ConnId
+    where
+        F: FnOnce(ConnId) -> Fut,
+        Fut: Future<Output = ()> + Send + 'static,
+    {
+        let id = st.next_id;
+        st.next_id += 1;
+        let guard = self.tasks_live.enter();
+        let task = make(id);
+        let handle = self.runtime.spawn(async move {
+            let _guard = guard;
+            task.await
+        });
+        st.tasks.retain(|_, t| !t.is_finished());
+        st.tasks.insert(id, handle.abort_handle());
+        id
+    }
+
+    /// Hands decoded payloads to the owner, unless the connection was condemned (its
+    /// peer already reported lost) or the fabric is closing. `false` means stop reading.
+    fn deliver(&self, peer: NodeId, conn: ConnId, batch: &mut Vec<Bytes>) -> bool {
+        let st = self.lock();
+        if !st.liveness.is_registered(conn) {
+            return false;
+        }
+        if let Some(events) = &st.events {
+            for payload in batch.drain(..) {
+                let _ = events.send(FabricEvent::Message {
+                    from: peer,
+                    payload,
+                });
+            }
+        }
+        batch.clear();
+        true
+    }
+
+    /// A connection finished its handshake with `peer`'s `incarnation`.
+    fn established(&self, peer: NodeId, incarnation: u64, conn: ConnId) {
+        let mut st = self.lock();
+        let verdict = st.liveness.established(peer, incarnation, conn);
+        st.apply(verdict);
+    }
+
+    /// A connection task is ending (after registration, or as a failed connect).
+    fn ended(&self, peer: NodeId, conn: ConnId, how: LinkEnd) {
+        let mut st = self.lock();
+        st.tasks.remove(&conn);
+        if st.outbound.get(&peer).is_some_and(|l| l.id == conn) {
+            st.outbound.remove(&peer);
+        }
+        let verdict = st.liveness.ended(conn, how);
+        st.apply(verdict);
+    }
+
+    /// An outbound connection could not be set up; its queued payloads are dropped.
+    fn connect_failed(&self, peer: NodeId, conn: ConnId, err: FabricError, dropped: usize) {
+        let mut st = self.lock();
+        st.tasks.remove(&conn);
+        if st.outbound.get(&peer).is_some_and(|l| l.id == conn) {
+            st.outbound.remove(&peer);
+        }
+        if st.closing {
+            return;
+        }
+        warn!(node = self.me, peer, dropped, error = %err, "fabric peer unreachable");
+        st.emit(FabricEvent::PeerLost {
+            peer,
+            reason: err.to_string(),
+        });
+    }
+
+    /// Why a hello is refused, if it is. The secret is checked before anything that
+    /// would tell an unauthenticated connector about the job.
+    fn check_hello(&self, hello: &Hello) -> Result<(), String> {
+        if hello.wire_version != WIRE_VERSION {
+            return Err(format!(
+                "fabric wire version {} is not this node's {WIRE_VERSION}",
+                hello.wire_version
+            ));
+        }
+        if hello.proto_version != cohort_proto::PROTOCOL_VERSION {
+            return Err(format!(
+                "protocol version {} is not this node's {}",
+                hello.proto_version,
+                cohort_proto::PROTOCOL_VERSION
+            ));
+        }
+        if !cohort_proto::env::secrets_equal(&hello.secret, &self.secret) {
+            return Err("job secret mismatch".into());
+        }
+        if hello.node == self.me {
+            return Err(format!("hello claims this node's own id {}", self.me));
+        }
+        if hello.expected != self.me {
+            return Err(format!(
+                "hello is meant for node {}, this is node {}",
+                hello.expected, self.me
+            ));
+        }
+        let known = self.lock().peers.len();
+        if known > 0 && hello.node as usize >= known {
+            return Err(format!(
+                "node id {} is not below the {known} known peers",
+                hello.node
+            ));
+        }
+        Ok(())
+    }
+
+    /// Connects to `peer` at `addr` and handshakes, all within the connect timeout.
+    /// Returns the stream and the peer's incarnation.
+    async fn connect(&self, peer: NodeId, addr: &str) -> Result<(TcpStream, u64), FabricError> {
+        let attempt = async {
+            let mut stream = self
+                .open(addr)
+                .await
+                .map_err(|source| FabricError::Connect {
+                    peer,
+                    addr: addr.to_string(),
+                    source,
+                })?;
+            let io_err = |source| FabricError::Io { peer, source };
+            stream.set_nodelay(true).map_err(io_err)?;
+            let hello = Hello {
+                wire_version: WIRE_VERSION,
+                proto_version: cohort_proto::PROTOCOL_VERSION,
+                node: self.me,
+                expected: peer,
+                incarnation: self.incarnation,
+                secret: self.secret.clone(),
+            };
+            stream.write_all(&hello.encode()).await.map_err(io_err)?;
+            let mut fixed = [0u8; REPLY_FIXED_LEN];
+            stream.read_exact(&mut fixed).await.map_err(io_err)?;
+            let head = Reply::decode_head(&fixed).map_err(|e| FabricError::Protocol {
+                peer,
+                reason: format!("bad handshake reply: {e}"),
+            })?;
+            let mut reason = vec![0u8; head.reason_len]; // bounded by MAX_REASON_LEN
+            stream.read_exact(&mut reason).await.map_err(io_err)?;
+            match Reply::from_parts(head, &reason) {
+                Reply::Refuse { reason, .. } => Err(FabricError::Refused {
+                    peer,
+                    addr: addr.to_string(),
+                    reason,
+                }),
+                Reply::Accept { node, .. } if node != peer => Err(FabricError::Protocol {
+                    peer,
+                    reason: format!("{addr} answered as node {node}"),
+                }),
+                Reply::Accept { incarnation, .. } => Ok((stream, incarnation)),
+            }
+        };
+        match timeout(self.connect_timeout, attempt).await {
+            Ok(result) => result,
+            Err(_) => Err(FabricError::ConnectTimeout {
+                peer,
+                addr: addr.to_string(),
+                after: self.connect_timeout,
+            }),
+        }
+    }
+
+    /// Opens a TCP connection to `addr` (any resolved address), from our own IP.
+    async fn open(&self, addr: &str) -> io::Result<TcpStream> {
+        let mut last_err = None;
+        for target in tokio::net::lookup_host(addr).await? {
+            let socket = if target.is_ipv4() {
+                TcpSocket::new_v4()?
+            } else {
+                TcpSocket::new_v6()?
+            };
+            if let Some(ip) = self.source_ip.filter(|ip| ip.is_ipv4() == target.is_ipv4()) {
+                socket.bind(SocketAddr::new(ip, 0))?;
+            }
+            match socket.connect(target).await {
+                Ok(stream) => return Ok(stream),
+                Err(e) => last_err = Some(e),
+            }
+        }
+        Err(last_err.unwrap_or_else(|| {
+            io::Error::new(io::ErrorKind::NotFound, "address resolved to nothing")
+        }))
+    }
+}
+
+impl State {
+    fn emit(&self, event: FabricEvent) {
+        if let Some(events) = &self.events {
+            let _ = events.send(event);
+        }
+    }
+
+    fn apply(&mut self, verdict: Verdict) {
+        if let Some((peer, err)) = verdict.lost {
+            if !self.closing {
+                warn!(peer, error = %err, "fabric peer lost");
+                self.emit(FabricEvent::PeerLost {
+                    peer,
+                    reason: err.to_string(),
+                });
+            }
+        }
+        if verdict.condemned.is_empty() {
+            return;
+        }
+        self.outbound
+            .retain(|_, link| !verdict.condemned.contains(&link.id));
+        for conn in &verdict.condemned {
+            if let Some(task) = self.tasks.remove(conn) {
+                task.abort();
+            }
+        }
+    }
+}
+
+/// Counts live connection tasks so `shutdown` can wait for them.
+#[derive(Default)]
+struct TaskCount {
+    live: AtomicUsize,
+    idle: Notify,
+}
+
+struct TaskGuard(Arc<TaskCount>);
+
+impl TaskCount {
+    fn enter(self: &Arc<Self>) -> TaskGuard {
+        self.live.fetch_add(1, Ordering::SeqCst);
+        TaskGuard(self.clone())
+    }
+
+    async fn wait_idle(&self) {
+        loop {
+            let idle = self.idle.notified();
+            tokio::pin!(idle);
+            idle.as_mut().enable();
+            if self.live.load(Ordering::SeqCst) == 0 {
+                return;
+            }
+            idle.await;
+        }
+    }
+}
+
+impl Drop for TaskGuard {
+    fn drop(&mut self) {
+        if self.0.live.fetch_sub(1, Ordering::SeqCst) == 1 {
+            self.0.idle.notify_waiters();
+        }
+    }
+}
+
+/// Resolves once the fabric starts closing.
+async fn closing(rx: &mut watch::Receiver<bool>) {
+    let _ = rx.wait_for(|closing| *closing).await;
+}
+
+async fn accept_loop(shared: Arc<Shared>, listener: TcpListener) {
+    let mut closing_rx = shared.closing.subscribe();
+    loop {
+        let accepted = tokio::select! {
+            r = listener.accept() => r,
+            _ = closing(&mut closing_rx) => return,
+        };
+        match accepted {
+            Ok((stream, remote)) => {
+                let mut st = shared.lock();
+                if st.closing {
+                    return;
+                }
+                let task_shared = shared.clone();
+                shared.spawn_tracked(&mut st, move |id| {
+                    run_inbound(task_shared, stream, remote, id)
+                });
+            }
+            Err(e) => {
+                warn!(node = shared.me, error = %e, "fabric accept failed");
+                tokio::time::sleep(ACCEPT_BACKOFF).await;
+            }
+        }
+    }
+}
+
+/// One connection a peer opened to us: handshake, then read frames until it ends.
+async fn run_inbound(shared: Arc<Shared>, mut stream: TcpStream, remote: SocketAddr, id: ConnId) {
+    let span = tracing::debug_span!("fabric_in", node = shared.me, %remote);
+    async move {
+        let _ = stream.set_nodelay(true);
+        let hello = match timeout(HELLO_TIMEOUT, read_hello(&mut stream)).await {
+            Ok(Ok(hello)) => hello,
+            Ok(Err(e)) => {
+                warn!(error = %e, "dropping fabric connection: bad hello");
+                return;
+            }
+            Err(_) => {
+                warn!("dropping fabric connection: no hello within {HELLO_TIMEOUT:?}");
+                return;
+            }
+        };
+        let peer = hello.node;
+        if let Err(reason) = shared.check_hello(&hello) {
+            warn!(claimed_node = peer, %reason, "refusing fabric connection");
+            let reply = Reply::Refuse {
+                node: shared.me,
+                reason,
+            };
+            let _ = timeout(HELLO_TIMEOUT, async {
+                stream.write_all(&reply.encode()).await?;
+                stream.shutdown().await
+            })
+            .await;
+            return;
+        }
+        if shared.lock().closing {
+            return;
+        }
+        shared.established(peer, hello.incarnation, id);
+        let reply = Reply::Accept {
+            node: shared.me,
+            incarnation: shared.incarnation,
+        };
+        let end = match timeout(HELLO_TIMEOUT, stream.write_all(&reply.encode())).await {
+            Ok(Ok(())) => {
+                debug!(peer, "fabric connection accepted");
+                read_frames(&shared, &mut stream, peer, id).await
+            }
+            Ok(Err(source)) => LinkEnd::Broken(FabricError::Io { peer, source }),
+            Err(_) => LinkEnd::Broken(FabricError::Io {
+                peer,
+                source: io::ErrorKind::TimedOut.into(),
+            }),
+        };
+        shared.ended(peer, id, end);
+    }
+    .instrument(span)
+    .await
+}
+
+async fn read_hello(stream: &mut TcpStream) -> Result<Hello, String> {
+    let mut fixed = [0u8; HELLO_FIXED_LEN];
+    stream
+        .read_exact(&mut fixed)
+        .await
+        .map_err(|e| e.to_string())?;
+    let head = Hello::decode_head(&fixed).map_err(|e| e.to_string())?;
+    let mut secret = vec![0u8; head.secret_len]; // bounded by MAX_SECRET_LEN
+    stream
+        .read_exact(&mut secret)
+        .await
+        .map_err(|e| e.to_string())?;
+    Ok(Hello::from_parts(head, secret))
+}
+
+/// Reads frames from an accepted connection and delivers them until the peer says
+/// goodbye, the connection breaks, or we close.
+async fn read_frames(shared: &Shared, stream: &mut TcpStream, peer: NodeId, id: ConnId) -> LinkEnd {
+    let mut closing_rx = shared.closing.subscribe();
+    let decoder = shared.decoder;
+    let mut buf = BytesMut::new();
+    let mut batch = Vec::new();
+    loop {
+        let mut goodbye = false;
+        let mut violation = None;
+        loop {
+            match decoder.decode(&mut buf) {
+                Ok(Some(Frame::Data(payload))) => batch.push(payload),
+                Ok(Some(Frame::Goodbye)) => {
+                    goodbye = true;
+                    break;
+                }
+                Ok(None) => break,
+                Err(e) => {
+                    violation = Some(e);
+                    break;
+                }
+            }
+        }
+        if !batch.is_empty() && !shared.deliver(peer, id, &mut batch) {
+            return LinkEnd::Local;
+        }
+        if let Some(e) = violation {
+            warn!(peer, error = %e, "closing fabric connection: protocol violation");
+            return LinkEnd::Broken(FabricError::Protocol {
+                peer,
+                reason: e.to_string(),
+            });
+        }
+        if goodbye {
+            debug!(peer, "fabric peer said goodbye");
+            return LinkEnd::Goodbye;
+        }
+        buf.reserve(decoder.reserve_hint(&buf));
+        tokio::select! {
+            r = stream.read_buf(&mut buf) => match r {
+                Ok(0) => return LinkEnd::Broken(FabricError::PeerClosed { peer }),
+                Ok(_) => {}
+                Err(source) => return LinkEnd::Broken(FabricError::Io { peer, source }),
+            },
+            _ = closing(&mut closing_rx) => {
+                let (mut rd, mut wr) = stream.split();
+                say_goodbye(&mut rd, &mut wr).await;
+                return LinkEnd::Local;
+            }
+        }
+    }
+}
+
+/// Our connection to `peer`: connect, handshake, then write queued frames until the
+/// queue says goodbye, the peer says goodbye, or the connection breaks.
+async fn run_outbound(
+    shared: Arc<Shared>,
+    peer: NodeId,
+    addr: String,
+    id: ConnId,
+    mut queue: UnboundedReceiver<Outgoing>,
+) {
+    let span = tracing::debug_span!("fabric_out", node = shared.me, peer, %addr);
+    async move {
+        debug!("connecting");
+        let (mut stream, incarnation) = match shared.connect(peer, &addr).await {
+            Ok(connected) => connected,
+            Err(err) => {
+                queue.close();
+                let mut dropped = 0;
+                while let Ok(item) = queue.try_recv() {
+                    dropped += matches!(item, Outgoing::Frame(_)) as usize;
+                }
+                shared.connect_failed(peer, id, err, dropped);
+                return;
+            }
+        };
+        debug!(incarnation, "fabric connection established");
+        shared.established(peer, incarnation, id);
+        let end = write_frames(&mut stream, peer, &mut queue).await;
+        shared.ended(peer, id, end);
+    }
+    .instrument(span)
+    .await
+}
+
+async fn write_frames(
+    stream: &mut TcpStream,
+    peer: NodeId,
+    queue: &mut UnboundedReceiver<Outgoing>,
+) -> LinkEnd {
+    let (mut rd, mut wr) = stream.split();
+    let mut reverse = [0u8; 4];
+    let mut reverse_len = 0;
+    let mut batch: Vec<Bytes> = Vec::with_capacity(MAX_BATCH_FRAMES);
+    loop {
+        tokio::select! {
+            item = queue.recv() => {
+                let mut goodbye = false;
+                match item {
+                    None => return LinkEnd::Local,
+                    Some(Outgoing::Goodbye) => goodbye = true,
+                    Some(Outgoing::Frame(payload)) => {
+                        let mut bytes = payload.len();
+                        batch.push(payload);
+                        while batch.len() < MAX_BATCH_FRAMES && bytes < MAX_BATCH_BYTES {
+                            match queue.try_recv() {
+                                Ok(Outgoing::Frame(payload)) => {
+                                    bytes += payload.len();
+                                    batch.push(payload);
+                                }
+                                Ok(Outgoing::Goodbye) => {
+                                    goodbye = true;
+                                    break;
+                                }
+                                Err(_) => break,
+                            }
+                        }
+                        let written = write_batch(&mut wr, &batch).await;
+                        batch.clear();
+                        if let Err(source) = written {
+                            return LinkEnd::Broken(FabricError::Io { peer, source });
+                        }
+                    }
+                }
+                if goodbye {
+                    say_goodbye(&mut rd, &mut wr).await;
+                    return LinkEnd::Local;
+                }
+            }
+            r = rd.read(&mut reverse[reverse_len..]) => match r {
+                Ok(0) => return LinkEnd::Broken(FabricError::PeerClosed { peer }),
+                Ok(n) => {
+                    reverse_len += n;
+                    if reverse_len == reverse.len() {
+                        let word = u32::from_le_bytes(reverse);
+                        if word == GOODBYE {
+                            debug!("fabric peer said goodbye");
+                            return LinkEnd::Goodbye;
+                        }
+                        return LinkEnd::Broken(FabricError::Protocol {
+                            peer,
+                            reason: format!("unexpected word {word:#010x} from the acceptor"),
+                        });
+                    }
+                }
+                Err(source) => return LinkEnd::Broken(FabricError::Io { peer, source }),
+            }
+        }
+    }
+}
+
+/// Writes `frames` (length word + payload each) with as few vectored writes as the
+/// kernel allows, without copying payloads.
+async fn write_batch<W: AsyncWrite + Unpin>(wr: &mut W, frames: &[Bytes]) -> io::Result<()> {
+    let headers: Vec<[u8; 4]> = frames.iter().map(|f| wire::data_header(f.len())).collect();
+    let mut slices: Vec<IoSlice<'_>> = Vec::with_capacity(frames.len() * 2);
+    for (header, payload) in headers.iter().zip(frames) {
+        slices.push(IoSlice::new(header));
+        if !payload.is_empty() {
+            slices.push(IoSlice::new(payload));
+        }
+    }
+    let mut remaining = &mut slices[..];
+    while !remaining.is_empty() {
+        let n = wr.write_vectored(remaining).await?;
+        if n == 0 {
+            return Err(io::ErrorKind::WriteZero.into());
+        }
+        IoSlice::advance_slices(&mut remaining, n);
+    }
+    Ok(())
+}
+
+/// Tells the other end we are closing on purpose, then waits (bounded) for it to close
+/// its side, so the goodbye is not lost to a reset from unread data.
+async fn say_goodbye<R, W>(rd: &mut R, wr: &mut W)
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin,
+{
+    let _ = timeout(CLOSE_GRACE, async {
+        wr.write_all(&GOODBYE.to_le_bytes()).await?;
+        wr.shutdown().await?;
+        let mut sink = [0u8; 4096];
+        while rd.read(&mut sink).await? > 0 {}
+        io::Result::Ok(())
+    })
+    .await;
+}
+
+/// A random number identifying this process's fabric, so peers can tell a restarted
+/// node server from the one they knew.
+fn new_incarnation() -> u64 {
+    if let Ok(bytes) = cohort_proto::env::random_bytes(8) {
+        if let Ok(bytes) = <[u8; 8]>::try_from(bytes) {
+            return u64::from_le_bytes(bytes);
+        }
+    }
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0);
+    nanos ^ ((std::process::id() as u64) << 32)
+}

@@ -1,0 +1,474 @@
+//! The TCP fabric over real loopback sockets. Each test uses its own 127.x.y.z addresses
+//! so tests can run in parallel, and every test runs under a hard deadline so nothing
+//! can hang; no test asserts how long anything took.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::time::Duration;
+
+use bytes::Bytes;
+use cohort_transport::wire::{self, Hello, Reply, REPLY_FIXED_LEN, WIRE_VERSION};
+use cohort_transport::{AnyFabric, Fabric, FabricConfig, FabricEvent, FabricKind, TcpFabric};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::sync::mpsc::error::TryRecvError;
+use tokio::sync::mpsc::UnboundedReceiver;
+use tokio::time::timeout;
+
+type Events = UnboundedReceiver<FabricEvent>;
+
+const DEADLINE: Duration = Duration::from_secs(120);
+/// Generous bound for noticing a vanished peer.
+const LOSS_BOUND: Duration = Duration::from_secs(10);
+/// A quiet period used to check that no unexpected event follows.
+const QUIET: Duration = Duration::from_millis(300);
+const SECRET: &[u8] = b"test job secret";
+
+async fn within<F: Future>(f: F) -> F::Output {
+    timeout(DEADLINE, f).await.expect("test deadline passed")
+}
+
+fn config(node: u32, ip: &str, secret: &[u8]) -> FabricConfig {
+    FabricConfig::new(node, format!("{ip}:0").parse().unwrap(), secret.to_vec())
+}
+
+/// Binds one fabric per address (node i on ips[i]) and gives all the same peer table.
+async fn cluster(ips: &[&str]) -> Vec<(TcpFabric, Events)> {
+    let mut out = Vec::new();
+    for (i, ip) in ips.iter().enumerate() {
+        out.push(TcpFabric::bind(config(i as u32, ip, SECRET)).await.unwrap());
+    }
+    let peers: Vec<String> = out.iter().map(|(f, _)| f.local_addr()).collect();
+    for (f, _) in &out {
+        f.set_peers(peers.clone());
+    }
+    out
+}
+
+async fn next_event(rx: &mut Events) -> FabricEvent {
+    rx.recv().await.expect("event channel ended")
+}
+
+async fn next_message(rx: &mut Events) -> (u32, Bytes) {
+    match next_event(rx).await {
+        FabricEvent::Message { from, payload } => (from, payload),
+        other => panic!("expected a message, got {other:?}"),
+    }
+}
+
+async fn next_loss(rx: &mut Events) -> (u32, String) {
+    match next_event(rx).await {
+        FabricEvent::PeerLost { peer, reason } => (peer, reason),
+        other => panic!("expected a peer loss, got {other:?}"),
+    }
+}
+
+/// Asserts nothing arrives for a short while.
+async fn assert_quiet(rx: &mut Events) {
+    tokio::time::sleep(QUIET).await;
+    match rx.try_recv() {
+        Err(TryRecvError::Empty) | Err(TryRecvError::Disconnected) => {}
+        Ok(ev) => panic!("unexpected event {ev:?}"),
+    }
+}
+
+fn numbered(a: u32, b: u32) -> Bytes {
+    let mut v = a.to_le_bytes().to_vec();
+    v.extend_from_slice(&b.to_le_bytes());
+    Bytes::from(v)
+}
+
+fn unnumber(p: &[u8]) -> (u32, u32) {
+    (
+        u32::from_le_bytes(p[..4].try_into().unwrap()),
+        u32::from_le_bytes(p[4..8].try_into().unwrap()),
+    )
+}
+
+/// 1. All-to-all (self included) among three nodes, per-sender order kept.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn all_to_all_keeps_per_peer_order() {
+    within(async {
+        const N: u32 = 10_000;
+        let mut nodes = cluster(&["127.0.1.1", "127.0.1.2", "127.0.1.3"]).await;
+        for (sender, (f, _)) in nodes.iter().enumerate() {
+            assert_eq!(f.backend(), "tcp");
+            assert_eq!(f.node(), sender as u32);
+        }
+        for seq in 0..N {
+            for (sender, (f, _)) in nodes.iter().enumerate() {
+                for to in 0..3 {
+                    f.send(to, numbered(sender as u32, seq)).unwrap();
+                }
+            }
+        }
+        for (me, (_, rx)) in nodes.iter_mut().enumerate() {
+            let mut next = [0u32; 3];
+            for _ in 0..3 * N {
+                let (from, payload) = next_message(rx).await;
+                let (sender, seq) = unnumber(&payload);
+                assert_eq!(from, sender, "node {me}: wrong sender id");
+                assert_eq!(seq, next[from as usize], "node {me}: order from {from}");
+                next[from as usize] += 1;
+            }
+            assert_eq!(next, [N; 3]);
+        }
+        for (f, rx) in &mut nodes {
+            f.shutdown().await;
+            assert_quiet(rx).await;
+        }
+    })
+    .await
+}
+
+/// 2. Payloads of 0 B .. 64 MiB go there and back intact.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sizes_round_trip_intact() {
+    within(async {
+        let mut nodes = cluster(&["127.0.2.1", "127.0.2.2"]).await;
+        let (b, mut b_rx) = nodes.pop().unwrap();
+        let (a, mut a_rx) = nodes.pop().unwrap();
+        // Node 1 echoes everything back to node 0.
+        let echo_from = b.clone();
+        let echo = tokio::spawn(async move {
+            while let Some(FabricEvent::Message { from, payload }) = b_rx.recv().await {
+                let _ = echo_from.send(from, payload);
+            }
+        });
+        for size in [0usize, 1, 64 << 10, 4 << 20, 64 << 20] {
+            let payload: Bytes = (0..size).map(|i| (i * 7 + i / 251) as u8).collect();
+            a.send(1, payload.clone()).unwrap();
+            let (from, back) = next_message(&mut a_rx).await;
+            assert_eq!(from, 1);
+            assert_eq!(back.len(), size);
+            assert!(back == payload, "{size}-byte payload corrupted");
+        }
+        a.shutdown().await;
+        b.shutdown().await;
+        echo.await.unwrap();
+    })
+    .await
+}
+
+/// 3. Several tasks sending to one peer: each message exactly once, each task's in order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_senders_deliver_exactly_once() {
+    within(async {
+        const TASKS: u32 = 8;
+        const PER_TASK: u32 = 2_000;
+        let mut nodes = cluster(&["127.0.3.1", "127.0.3.2"]).await;
+        let a = nodes[0].0.clone();
+        let senders: Vec<_> = (0..TASKS)
+            .map(|task| {
+                let a = a.clone();
+                tokio::spawn(async move {
+                    for seq in 0..PER_TASK {
+                        a.send(1, numbered(task, seq)).unwrap();
+                        if seq % 64 == 0 {
+                            tokio::task::yield_now().await;
+                        }
+                    }
+                })
+            })
+            .collect();
+        for s in senders {
+            s.await.unwrap();
+        }
+        let rx = &mut nodes[1].1;
+        let mut next: HashMap<u32, u32> = HashMap::new();
+        for _ in 0..TASKS * PER_TASK {
+            let (from, payload) = next_message(rx).await;
+            assert_eq!(from, 0);
+            let (task, seq) = unnumber(&payload);
+            let expected = next.entry(task).or_default();
+            assert_eq!(seq, *expected, "task {task}: duplicate, loss or reorder");
+            *expected += 1;
+        }
+        assert!(next.values().all(|&n| n == PER_TASK));
+        assert_quiet(rx).await;
+        for (f, _) in &nodes {
+            f.shutdown().await;
+        }
+    })
+    .await
+}
+
+/// 4. A peer with another secret is refused: no message gets through, and the sender
+/// hears about it with the peer named and the secret not echoed.
+#[tokio::test]
+async fn wrong_secret_is_refused() {
+    within(async {
+        let (a, mut a_rx) = TcpFabric::bind(config(0, "127.0.4.1", b"right-secret"))
+            .await
+            .unwrap();
+        let (b, mut b_rx) = TcpFabric::bind(config(1, "127.0.4.2", b"wrong-secret"))
+            .await
+            .unwrap();
+        let peers = vec![a.local_addr(), b.local_addr()];
+        a.set_peers(peers.clone());
+        b.set_peers(peers);
+
+        for attempt in 0..2 {
+            a.send(1, Bytes::from_static(b"let me in")).unwrap();
+            let (peer, reason) = next_loss(&mut a_rx).await;
+            assert_eq!(peer, 1);
+            assert!(reason.contains("node 1"), "attempt {attempt}: {reason}");
+            assert!(reason.contains("refused"), "attempt {attempt}: {reason}");
+            assert!(reason.contains("secret"), "attempt {attempt}: {reason}");
+            assert!(!reason.contains("right-secret") && !reason.contains("wrong-secret"));
+        }
+        assert!(
+            matches!(b_rx.try_recv(), Err(TryRecvError::Empty)),
+            "the refusing node must deliver nothing"
+        );
+        a.shutdown().await;
+        b.shutdown().await;
+    })
+    .await
+}
+
+/// 5a. A peer that vanishes without `close` is reported lost, once.
+#[tokio::test]
+async fn dropped_peer_is_reported_lost_once() {
+    within(async {
+        let mut nodes = cluster(&["127.0.5.1", "127.0.5.2"]).await;
+        let (b, _b_rx) = nodes.pop().unwrap();
+        let (a, mut a_rx) = nodes.pop().unwrap();
+        // Connections in both directions.
+        a.send(1, Bytes::from_static(b"ping")).unwrap();
+        b.send(0, Bytes::from_static(b"pong")).unwrap();
+        assert_eq!(next_message(&mut a_rx).await.0, 1);
+
+        drop(b);
+        let (peer, reason) = timeout(LOSS_BOUND, next_loss(&mut a_rx))
+            .await
+            .expect("loss not reported within the bound");
+        assert_eq!(peer, 1);
+        assert!(reason.contains("node 1"), "{reason}");
+        assert_quiet(&mut a_rx).await;
+        a.shutdown().await;
+    })
+    .await
+}
+
+/// 5b. A peer that closes gracefully is not reported lost.
+#[tokio::test]
+async fn graceful_close_is_not_a_loss() {
+    within(async {
+        let mut nodes = cluster(&["127.0.5.11", "127.0.5.12"]).await;
+        let (d, mut d_rx) = nodes.pop().unwrap();
+        let (c, mut c_rx) = nodes.pop().unwrap();
+        c.send(1, Bytes::from_static(b"to d")).unwrap();
+        d.send(0, Bytes::from_static(b"to c")).unwrap();
+        assert_eq!(next_message(&mut d_rx).await.0, 0);
+        assert_eq!(next_message(&mut c_rx).await.0, 1);
+
+        // Messages queued before close are still delivered.
+        c.send(1, Bytes::from_static(b"last words")).unwrap();
+        c.shutdown().await;
+        assert!(matches!(
+            c.send(1, Bytes::new()),
+            Err(cohort_transport::FabricError::Closed)
+        ));
+        assert_eq!(
+            next_message(&mut d_rx).await,
+            (0, Bytes::from_static(b"last words"))
+        );
+        assert_quiet(&mut d_rx).await;
+        // The closed node's event stream ends.
+        assert!(c_rx.recv().await.is_none());
+        d.shutdown().await;
+    })
+    .await
+}
+
+/// 6. A client that passes the handshake and then announces an oversized frame loses
+/// its connection; the fabric keeps serving another peer.
+#[tokio::test]
+async fn oversized_frame_closes_only_that_connection() {
+    within(async {
+        const MAX: usize = 1 << 20;
+        let mut a_cfg = config(0, "127.0.6.1", SECRET);
+        a_cfg.max_frame = MAX;
+        let (a, mut a_rx) = TcpFabric::bind(a_cfg).await.unwrap();
+        let (b, _b_rx) = TcpFabric::bind(config(2, "127.0.6.2", SECRET))
+            .await
+            .unwrap();
+        let peers = vec![a.local_addr(), "127.0.6.3:1".into(), b.local_addr()];
+        a.set_peers(peers.clone());
+        b.set_peers(peers);
+
+        let mut raw = tokio::net::TcpStream::connect(a.local_addr())
+            .await
+            .unwrap();
+        let hello = Hello {
+            wire_version: WIRE_VERSION,
+            proto_version: cohort_proto::PROTOCOL_VERSION,
+            node: 1,
+            expected: 0,
+            incarnation: 42,
+            secret: SECRET.to_vec(),
+        };
+        raw.write_all(&hello.encode()).await.unwrap();
+        let mut fixed = [0u8; REPLY_FIXED_LEN];
+        raw.read_exact(&mut fixed).await.unwrap();
+        let head = Reply::decode_head(&fixed).unwrap();
+        assert!(head.accepted && head.node == 0, "{head:?}");
+
+        raw.write_all(&wire::data_header(2)).await.unwrap();
+        raw.write_all(b"ok").await.unwrap();
+        assert_eq!(
+            next_message(&mut a_rx).await,
+            (1, Bytes::from_static(b"ok"))
+        );
+
+        b.send(0, Bytes::from_static(b"before")).unwrap();
+        assert_eq!(
+            next_message(&mut a_rx).await,
+            (2, Bytes::from_static(b"before"))
+        );
+
+        raw.write_all(&((MAX + 1) as u32).to_le_bytes())
+            .await
+            .unwrap();
+        let (peer, reason) = next_loss(&mut a_rx).await;
+        assert_eq!(peer, 1);
+        assert!(reason.contains("exceeds"), "{reason}");
+        let mut sink = [0u8; 16];
+        match raw.read(&mut sink).await {
+            Ok(0) | Err(_) => {}
+            Ok(n) => panic!("connection still open, read {n} bytes"),
+        }
+
+        b.send(0, Bytes::from_static(b"after")).unwrap();
+        assert_eq!(
+            next_message(&mut a_rx).await,
+            (2, Bytes::from_static(b"after"))
+        );
+        a.shutdown().await;
+        b.shutdown().await;
+    })
+    .await
+}
+
+/// Connections that never complete a proper hello are dropped, silently for the owner.
+#[tokio::test]
+async fn bad_or_missing_hello_is_dropped() {
+    within(async {
+        let (a, mut a_rx) = TcpFabric::bind(config(0, "127.0.6.11", SECRET))
+            .await
+            .unwrap();
+        a.set_peers(vec![a.local_addr(), "127.0.6.12:1".into()]);
+
+        let mut garbage = tokio::net::TcpStream::connect(a.local_addr())
+            .await
+            .unwrap();
+        garbage.write_all(&[0x55; 64]).await.unwrap();
+        let mut silent = tokio::net::TcpStream::connect(a.local_addr())
+            .await
+            .unwrap();
+        let mut sink = [0u8; 16];
+        for stream in [&mut garbage, &mut silent] {
+            // Closed without a reply (the silent one after the hello timeout).
+            match stream.read(&mut sink).await {
+                Ok(0) | Err(_) => {}
+                Ok(n) => panic!("unexpected {n}-byte answer"),
+            }
+        }
+        assert!(matches!(a_rx.try_recv(), Err(TryRecvError::Empty)));
+        a.shutdown().await;
+    })
+    .await
+}
+
+/// 7. After a peer restarts on the same address, sends reach the new incarnation.
+#[tokio::test]
+async fn reconnects_to_a_restarted_peer() {
+    within(async {
+        let mut nodes = cluster(&["127.0.7.1", "127.0.7.2"]).await;
+        let (b, _b_rx) = nodes.pop().unwrap();
+        let (a, mut a_rx) = nodes.pop().unwrap();
+        let peers = vec![a.local_addr(), b.local_addr()];
+        a.send(1, Bytes::from_static(b"one")).unwrap();
+        b.send(0, Bytes::from_static(b"hi")).unwrap();
+        assert_eq!(next_message(&mut a_rx).await.0, 1);
+
+        drop(b);
+        assert_eq!(next_loss(&mut a_rx).await.0, 1);
+
+        // The old listener goes away asynchronously; retry until the address is free.
+        let mut b_cfg = config(1, "127.0.7.2", SECRET);
+        b_cfg.listen = peers[1].parse().unwrap();
+        let (b2, mut b2_rx) = loop {
+            match AnyFabric::bind(FabricKind::Tcp, b_cfg.clone()).await {
+                Ok(bound) => break bound,
+                Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => {
+                    tokio::time::sleep(Duration::from_millis(20)).await
+                }
+                Err(e) => panic!("rebind failed: {e}"),
+            }
+        };
+        assert_eq!(b2.local_addr(), peers[1]);
+        b2.set_peers(peers);
+
+        a.send(1, Bytes::from_static(b"two")).unwrap();
+        assert_eq!(
+            next_message(&mut b2_rx).await,
+            (0, Bytes::from_static(b"two"))
+        );
+        b2.send(0, Bytes::from_static(b"back")).unwrap();
+        assert_eq!(
+            next_message(&mut a_rx).await,
+            (1, Bytes::from_static(b"back"))
+        );
+        b2.shutdown().await;
+        assert_quiet(&mut a_rx).await;
+        a.shutdown().await;
+    })
+    .await
+}
+
+/// Unreachable peers are reported with the address; local misuse is a typed error.
+#[tokio::test]
+async fn connect_failure_and_local_errors() {
+    within(async {
+        let mut cfg = config(0, "127.0.8.1", SECRET);
+        cfg.max_frame = 1024;
+        let (a, mut a_rx) = TcpFabric::bind(cfg).await.unwrap();
+
+        // Self-sends work before any peer table, in order.
+        for i in 0..3u8 {
+            a.send(0, Bytes::from(vec![i])).unwrap();
+        }
+        for i in 0..3u8 {
+            assert_eq!(next_message(&mut a_rx).await, (0, Bytes::from(vec![i])));
+        }
+        let e = a.send(1, Bytes::new()).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                cohort_transport::FabricError::UnknownPeer { peer: 1, known: 0 }
+            ),
+            "{e}"
+        );
+
+        // A port nobody listens on.
+        let closed = std::net::TcpListener::bind("127.0.8.2:0").unwrap();
+        let dead_addr = closed.local_addr().unwrap().to_string();
+        drop(closed);
+        a.set_peers(vec![a.local_addr(), dead_addr.clone()]);
+        let e = a.send(1, Bytes::from(vec![0; 1025])).unwrap_err();
+        assert!(e.to_string().contains("node 1"), "{e}");
+        a.send(1, Bytes::from_static(b"into the void")).unwrap();
+        let (peer, reason) = next_loss(&mut a_rx).await;
+        assert_eq!(peer, 1);
+        assert!(reason.contains(&dead_addr), "{reason}");
+
+        a.close();
+        assert!(matches!(
+            a.send(0, Bytes::new()),
+            Err(cohort_transport::FabricError::Closed)
+        ));
+        assert!(a_rx.recv().await.is_none());
+    })
+    .await
+}
