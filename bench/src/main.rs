@@ -100,12 +100,24 @@ fn run(cli: Cli) -> Res<()> {
             }
             for size in sizes {
                 let payload = vec![0xabu8; size];
-                let st = measure(&c, cli.iterations, cli.warmup, &format!("fence{size}"), |c| {
-                    c.put(Scope::Remote, "bench.payload", payload.clone())?;
-                    let t = Instant::now();
-                    c.fence(&[], FenceOpts { collect: true, timeout_ms: Some(60_000) })?;
-                    Ok(t.elapsed())
-                })?;
+                let st = measure(
+                    &c,
+                    cli.iterations,
+                    cli.warmup,
+                    &format!("fence{size}"),
+                    |c| {
+                        c.put(Scope::Remote, "bench.payload", payload.clone())?;
+                        let t = Instant::now();
+                        c.fence(
+                            &[],
+                            FenceOpts {
+                                collect: true,
+                                timeout_ms: Some(60_000),
+                            },
+                        )?;
+                        Ok(t.elapsed())
+                    },
+                )?;
                 row(&c, &size.to_string(), &st, hops(depth), &baseline);
             }
         }
@@ -118,7 +130,11 @@ fn run(cli: Cli) -> Res<()> {
                 c.size(), nodes, cli.iterations, cli.warmup
             ));
             let all: Vec<ProcId> = (0..c.size()).map(|r| ProcId::new(c.nspace(), r)).collect();
-            let opts = ConstructOpts { assign_context_id: true, timeout_ms: Some(60_000), ..Default::default() };
+            let opts = ConstructOpts {
+                assign_context_id: true,
+                timeout_ms: Some(60_000),
+                ..Default::default()
+            };
             let mut destructs = Vec::new();
             let st = measure(&c, cli.iterations, cli.warmup, "construct", |c| {
                 let t = Instant::now();
@@ -133,7 +149,11 @@ fn run(cli: Cli) -> Res<()> {
                 Ok(took)
             })?;
             row(&c, "construct", &st, hops(depth), &baseline);
-            let st = reduce(&c, "destruct", &destructs[cli.warmup.min(destructs.len())..])?;
+            let st = reduce(
+                &c,
+                "destruct",
+                &destructs[cli.warmup.min(destructs.len())..],
+            )?;
             row(&c, "destruct", &st, hops(depth), &baseline);
         }
     }
@@ -153,7 +173,14 @@ fn header(c: &Client, b: &Baseline, title: &str) {
     println!("# Ideal = baseline one-way latency x Hops (sequential messages on the critical path); Ratio = Median / Ideal");
     println!(
         "{:<12}{:>18}{:>18}{:>18}{:>14}{:>6}{:>12}{:>8}",
-        "# Size", "Avg Latency(us)", "Min Latency(us)", "Max Latency(us)", "Median(us)", "Hops", "Ideal(us)", "Ratio"
+        "# Size",
+        "Avg Latency(us)",
+        "Min Latency(us)",
+        "Max Latency(us)",
+        "Median(us)",
+        "Hops",
+        "Ideal(us)",
+        "Ratio"
     );
 }
 
@@ -164,7 +191,14 @@ fn row(c: &Client, label: &str, st: &Stats, hops: usize, b: &Baseline) {
     let ideal = b.rtt_us / 2.0 * hops as f64;
     println!(
         "{:<12}{:>18.2}{:>18.2}{:>18.2}{:>14.2}{:>6}{:>12.2}{:>8.2}",
-        label, st.avg, st.min, st.max, st.median, hops, ideal, st.median / ideal
+        label,
+        st.avg,
+        st.min,
+        st.max,
+        st.median,
+        hops,
+        ideal,
+        st.median / ideal
     );
 }
 
@@ -195,8 +229,18 @@ fn reduce(c: &Client, tag: &str, times: &[Duration]) -> Res<Stats> {
     let mean = us.iter().sum::<f64>() / us.len().max(1) as f64;
     let median = us.get(us.len() / 2).copied().unwrap_or(0.0);
     c.put(Scope::Global, &format!("bench.{tag}.mean"), mean.to_bits())?;
-    c.put(Scope::Global, &format!("bench.{tag}.median"), median.to_bits())?;
-    c.fence(&[], FenceOpts { collect: true, timeout_ms: Some(60_000) })?;
+    c.put(
+        Scope::Global,
+        &format!("bench.{tag}.median"),
+        median.to_bits(),
+    )?;
+    c.fence(
+        &[],
+        FenceOpts {
+            collect: true,
+            timeout_ms: Some(60_000),
+        },
+    )?;
     let mut means = Vec::new();
     let mut medians = Vec::new();
     if c.rank() == 0 {
@@ -239,7 +283,10 @@ impl Baseline {
         let job = c.job();
         let multi = job.num_nodes > 1;
         let peer = if multi {
-            job.ranks_on(1).first().copied().ok_or("node 1 hosts no rank")?
+            job.ranks_on(1)
+                .first()
+                .copied()
+                .ok_or("node 1 hosts no rank")?
         } else {
             1.min(c.size() - 1)
         };
@@ -247,17 +294,31 @@ impl Baseline {
         let me = c.rank();
         let mut rtt = 0.0;
         if c.size() > 1 && (me == 0 || me == peer) {
-            rtt = if multi { tcp_pingpong(c, me == 0, peer)? } else { uds_pingpong(c, me == 0, peer)? };
+            rtt = if multi {
+                tcp_pingpong(c, me == 0, peer)?
+            } else {
+                uds_pingpong(c, me == 0, peer)?
+            };
         }
         if me == 0 {
             c.put(Scope::Global, "bench.baseline", rtt.to_bits())?;
         }
-        c.fence(&[], FenceOpts { collect: true, timeout_ms: Some(60_000) })?;
+        c.fence(
+            &[],
+            FenceOpts {
+                collect: true,
+                timeout_ms: Some(60_000),
+            },
+        )?;
         let rtt = match c.get(&ProcId::new(c.nspace(), 0), "bench.baseline", None)? {
             Value::U64(b) => f64::from_bits(b),
             v => return Err(format!("unexpected {v:?}").into()),
         };
-        Ok(Baseline { kind, peer, rtt_us: rtt })
+        Ok(Baseline {
+            kind,
+            peer,
+            rtt_us: rtt,
+        })
     }
 }
 
@@ -284,18 +345,30 @@ fn pingpong<S: Read + Write>(mut s: S, leader: bool) -> Res<f64> {
 }
 
 fn uds_pingpong(c: &Client, leader: bool, peer: u32) -> Res<f64> {
-    let path = std::env::temp_dir().join(format!("cohort-bench-{}-{}.sock", std::process::id(), c.nspace()));
+    let path = std::env::temp_dir().join(format!(
+        "cohort-bench-{}-{}.sock",
+        std::process::id(),
+        c.nspace()
+    ));
     if leader {
         let _ = std::fs::remove_file(&path);
         let l = UnixListener::bind(&path)?;
-        c.put(Scope::Global, "bench.uds", path.to_string_lossy().into_owned())?;
+        c.put(
+            Scope::Global,
+            "bench.uds",
+            path.to_string_lossy().into_owned(),
+        )?;
         c.commit()?;
         let (s, _) = l.accept()?;
         let r = pingpong(s, true);
         let _ = std::fs::remove_file(&path);
         r
     } else {
-        let v = c.get(&ProcId::new(c.nspace(), 0), "bench.uds", Some(Duration::from_secs(30)))?;
+        let v = c.get(
+            &ProcId::new(c.nspace(), 0),
+            "bench.uds",
+            Some(Duration::from_secs(30)),
+        )?;
         let _ = peer;
         let s = UnixStream::connect(v.as_str().ok_or("bad path")?)?;
         pingpong(s, false)
@@ -313,7 +386,11 @@ fn tcp_pingpong(c: &Client, leader: bool, _peer: u32) -> Res<f64> {
         s.set_nodelay(true)?;
         pingpong(s, true)
     } else {
-        let v = c.get(&ProcId::new(c.nspace(), 0), "bench.tcp", Some(Duration::from_secs(30)))?;
+        let v = c.get(
+            &ProcId::new(c.nspace(), 0),
+            "bench.tcp",
+            Some(Duration::from_secs(30)),
+        )?;
         let local: std::net::SocketAddr = format!("{}:0", addr_of(c.node_id())).parse()?;
         let sock = std::net::TcpStream::connect(v.as_str().ok_or("bad addr")?)?;
         let _ = local;

@@ -49,7 +49,12 @@ fn ok(nodes: u32, n: u32, scenario: &str, expect_results: usize) -> Vec<String> 
         job.stderr
     );
     let r = results(&job);
-    assert_eq!(r.len(), expect_results, "{scenario}: {r:?}\nstderr:\n{}", job.stderr);
+    assert_eq!(
+        r.len(),
+        expect_results,
+        "{scenario}: {r:?}\nstderr:\n{}",
+        job.stderr
+    );
     r
 }
 
@@ -113,7 +118,10 @@ fn concurrent_groups_have_one_context_id_each() {
     let r = ok(3, 6, "concurrent", 6);
     let ids = |key: &str| -> Vec<String> {
         r.iter()
-            .filter_map(|l| l.split_whitespace().find_map(|w| w.strip_prefix(key).map(String::from)))
+            .filter_map(|l| {
+                l.split_whitespace()
+                    .find_map(|w| w.strip_prefix(key).map(String::from))
+            })
             .collect()
     };
     let cx = ids("cx=");
@@ -131,7 +139,12 @@ fn concurrent_groups_have_one_context_id_each() {
 fn rank_dying_before_fence_is_an_error_not_a_hang() {
     for nodes in [1, 3] {
         let job = run(nodes, 6, "dies-before-fence", true);
-        assert_eq!(job.status, Some(134), "SIGABRT of the dying rank is the job status\n{}", job.stderr);
+        assert_eq!(
+            job.status,
+            Some(134),
+            "SIGABRT of the dying rank is the job status\n{}",
+            job.stderr
+        );
         assert_eq!(results(&job).len(), 5, "{}\n{}", job.stdout, job.stderr);
     }
 }
@@ -156,8 +169,16 @@ fn demo_job_agrees_on_membership_and_context_id() {
         DEADLINE,
     );
     let stdout = text(&out.stdout);
-    assert_eq!(out.status.code(), Some(0), "{stdout}\n{}", text(&out.stderr));
-    let lines: Vec<&str> = stdout.lines().filter(|l| l.contains("context id")).collect();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{stdout}\n{}",
+        text(&out.stderr)
+    );
+    let lines: Vec<&str> = stdout
+        .lines()
+        .filter(|l| l.contains("context id"))
+        .collect();
     assert_eq!(lines.len(), 6, "{stdout}");
     let tail = |l: &str| {
         let from = l.find("members").unwrap_or(0);
@@ -170,6 +191,9 @@ fn demo_job_agrees_on_membership_and_context_id() {
         assert_eq!(tail(l), first, "{stdout}");
     }
     for node in ["node0", "node1", "node2"] {
-        assert!(stdout.contains(&format!("on {node}:")), "{node} missing: {stdout}");
+        assert!(
+            stdout.contains(&format!("on {node}:")),
+            "{node} missing: {stdout}"
+        );
     }
 }

@@ -193,7 +193,12 @@ mod tests {
         for n in 1..40u32 {
             let nodes: Vec<NodeId> = (0..n).collect();
             for root in [0, n / 2, n - 1] {
-                for shape in [TreeShape::KAry(1), TreeShape::KAry(2), TreeShape::KAry(4), TreeShape::Binomial] {
+                for shape in [
+                    TreeShape::KAry(1),
+                    TreeShape::KAry(2),
+                    TreeShape::KAry(4),
+                    TreeShape::Binomial,
+                ] {
                     let t = Tree::new(&nodes, root, shape);
                     assert_eq!(t.root(), root);
                     assert_eq!(t.len(), n as usize);
@@ -223,6 +228,9 @@ mod tests {
         assert_eq!(rendezvous("grp-a", 7), rendezvous("grp-a", 7));
         let hits: std::collections::BTreeSet<usize> =
             (0..64).map(|i| rendezvous(&format!("g{i}"), 8)).collect();
-        assert!(hits.len() >= 6, "64 ids should land on most of 8 servers: {hits:?}");
+        assert!(
+            hits.len() >= 6,
+            "64 ids should land on most of 8 servers: {hits:?}"
+        );
     }
 }

@@ -17,7 +17,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "demo.endpoint",
         format!("tcp://{}:{}", client.node_name(), 5000 + me.rank),
     )?;
-    let all: Vec<ProcId> = (0..n).rev().map(|r| ProcId::new(client.nspace(), r)).collect();
+    let all: Vec<ProcId> = (0..n)
+        .rev()
+        .map(|r| ProcId::new(client.nspace(), r))
+        .collect();
     let opts = ConstructOpts {
         assign_context_id: true,
         timeout_ms: Some(30_000),

@@ -67,7 +67,11 @@ fn p(c: &Client, r: u32) -> ProcId {
 }
 
 fn ranks(procs: &[ProcId]) -> String {
-    procs.iter().map(|p| p.rank.to_string()).collect::<Vec<_>>().join(",")
+    procs
+        .iter()
+        .map(|p| p.rank.to_string())
+        .collect::<Vec<_>>()
+        .join(",")
 }
 
 fn ctx() -> ConstructOpts {
@@ -96,10 +100,22 @@ fn construct() -> R {
     let mut opts = ctx();
     opts.group_info = vec![("color".into(), Value::U32(me * 7))];
     let g = e2s(c.group_construct("grp-a", &leaders, opts), "construct")?;
-    check!(g.status == ConstructStatus::Success, "status {:?}", g.status);
-    check!(g.members == all(&c), "membership not canonical: {}", ranks(&g.members));
+    check!(
+        g.status == ConstructStatus::Success,
+        "status {:?}",
+        g.status
+    );
+    check!(
+        g.members == all(&c),
+        "membership not canonical: {}",
+        ranks(&g.members)
+    );
     let cid = g.context_id.ok_or("no context id")?;
-    check!(g.group_info.len() == n as usize, "group info of {} members", g.group_info.len());
+    check!(
+        g.group_info.len() == n as usize,
+        "group info of {} members",
+        g.group_info.len()
+    );
     for (pr, info) in &g.group_info {
         check!(
             info == &vec![("color".to_string(), Value::U32(pr.rank * 7))],
@@ -108,19 +124,38 @@ fn construct() -> R {
     }
     let other = p(&c, (me + 1) % n);
     let ep = e2s(c.get(&other, "ep", Some(Duration::from_secs(5))), "get ep")?;
-    check!(ep == Value::Str(format!("ep-{}", other.rank)), "endpoint of {other}: {ep:?}");
+    check!(
+        ep == Value::Str(format!("ep-{}", other.rank)),
+        "endpoint of {other}: {ep:?}"
+    );
     let by_group_rank = e2s(
-        c.get(&ProcId::new("grp-a", (me + 1) % n), "color", Some(Duration::from_secs(5))),
+        c.get(
+            &ProcId::new("grp-a", (me + 1) % n),
+            "color",
+            Some(Duration::from_secs(5)),
+        ),
         "get by group rank",
     )?;
-    check!(by_group_rank == Value::U32(((me + 1) % n) * 7), "group-rank get: {by_group_rank:?}");
+    check!(
+        by_group_rank == Value::U32(((me + 1) % n) * 7),
+        "group-rank get: {by_group_rank:?}"
+    );
     let names = e2s(c.group_names(), "group names")?;
     check!(names == vec!["grp-a".to_string()], "group names {names:?}");
     println!("RESULT members={} ctx={cid}", ranks(&g.members));
-    e2s(c.group_destruct("grp-a", Some(Duration::from_secs(60))), "destruct")?;
+    e2s(
+        c.group_destruct("grp-a", Some(Duration::from_secs(60))),
+        "destruct",
+    )?;
     // still readable after destruct
-    let ep = e2s(c.get(&other, "ep", Some(Duration::from_secs(5))), "get after destruct")?;
-    check!(ep == Value::Str(format!("ep-{}", other.rank)), "after destruct: {ep:?}");
+    let ep = e2s(
+        c.get(&other, "ep", Some(Duration::from_secs(5))),
+        "get after destruct",
+    )?;
+    check!(
+        ep == Value::Str(format!("ep-{}", other.rank)),
+        "after destruct: {ep:?}"
+    );
     e2s(c.finalize(), "finalize")
 }
 
@@ -130,11 +165,20 @@ fn fence() -> R {
     let me = c.rank();
     let n = c.size();
     e2s(c.put(Scope::Global, "payload", vec![me as u8; 1024]), "put")?;
-    let collect = FenceOpts { collect: true, timeout_ms: Some(60_000) };
+    let collect = FenceOpts {
+        collect: true,
+        timeout_ms: Some(60_000),
+    };
     e2s(c.fence(&[], collect.clone()), "fence all")?;
     for r in 0..n {
-        let v = e2s(c.get(&p(&c, r), "payload", Some(Duration::from_secs(5))), "get")?;
-        check!(v == Value::Bytes(vec![r as u8; 1024]), "payload of rank {r}");
+        let v = e2s(
+            c.get(&p(&c, r), "payload", Some(Duration::from_secs(5))),
+            "get",
+        )?;
+        check!(
+            v == Value::Bytes(vec![r as u8; 1024]),
+            "payload of rank {r}"
+        );
     }
     // subset: even ranks only, twice in a row (sequence numbering)
     let evens: Vec<ProcId> = (0..n).filter(|r| r % 2 == 0).map(|r| p(&c, r)).collect();
@@ -147,7 +191,10 @@ fn fence() -> R {
     let odds: Vec<ProcId> = (0..n).filter(|r| r % 2 == 1).map(|r| p(&c, r)).collect();
     if me % 2 == 1 {
         e2s(c.group_construct("odds", &odds, ctx()), "construct odds")?;
-        e2s(c.fence(&[ProcId::wildcard("odds")], collect), "fence {odds,*}")?;
+        e2s(
+            c.fence(&[ProcId::wildcard("odds")], collect),
+            "fence {odds,*}",
+        )?;
         e2s(c.group_destruct("odds", None), "destruct odds")?;
     }
     e2s(c.fence(&[], FenceOpts::default()), "final fence")?;
@@ -182,16 +229,25 @@ fn modex() -> R {
         if r == me {
             continue;
         }
-        let v = e2s(c.get(&p(&c, r), "late", Some(Duration::from_secs(10))), "get")?;
+        let v = e2s(
+            c.get(&p(&c, r), "late", Some(Duration::from_secs(10))),
+            "get",
+        )?;
         check!(v == Value::Str(format!("v{r}")), "rank {r}: {v:?}");
         match c.get(&p(&c, r), "never-posted", Some(Duration::from_secs(10))) {
             Err(CohortError::NotFound { proc, key }) => {
-                check!(proc == p(&c, r) && key == "never-posted", "not-found names {proc} {key}")
+                check!(
+                    proc == p(&c, r) && key == "never-posted",
+                    "not-found names {proc} {key}"
+                )
             }
             other => return Err(format!("expected NotFound, got {other:?}")),
         }
     }
-    let size = e2s(c.get(&ProcId::wildcard(c.nspace()), "pmix.job.size", None), "job size")?;
+    let size = e2s(
+        c.get(&ProcId::wildcard(c.nspace()), "pmix.job.size", None),
+        "job size",
+    )?;
     check!(size == Value::U32(n), "job size {size:?}");
     println!("RESULT modex-ok");
     e2s(c.finalize(), "finalize")
@@ -209,12 +265,22 @@ fn addmembers() -> R {
             .filter(|r| (r % 2 == 0) == (me == 0))
             .map(|r| p(&c, r))
             .collect();
-        e2s(c.group_construct("adds", &leaders, opts), "leader construct")?
+        e2s(
+            c.group_construct("adds", &leaders, opts),
+            "leader construct",
+        )?
     } else {
-        e2s(c.group_construct("adds", &[], ctx()), "add-member construct")?
+        e2s(
+            c.group_construct("adds", &[], ctx()),
+            "add-member construct",
+        )?
     };
     check!(g.members == all(&c), "members {}", ranks(&g.members));
-    println!("RESULT members={} ctx={}", ranks(&g.members), g.context_id.unwrap_or(0));
+    println!(
+        "RESULT members={} ctx={}",
+        ranks(&g.members),
+        g.context_id.unwrap_or(0)
+    );
     e2s(c.group_destruct("adds", None), "destruct")?;
     e2s(c.finalize(), "finalize")
 }
@@ -226,12 +292,31 @@ fn optional() -> R {
     if c.rank() == n - 1 {
         return e2s(c.finalize(), "finalize");
     }
-    let opts = ConstructOpts { optional: true, ..ctx() };
+    let opts = ConstructOpts {
+        optional: true,
+        ..ctx()
+    };
     let g = e2s(c.group_construct("opt", &all(&c), opts), "construct")?;
-    check!(g.status == ConstructStatus::PartialSuccess, "status {:?}", g.status);
-    check!(g.failed == vec![p(&c, n - 1)], "failed {}", ranks(&g.failed));
-    check!(g.members == all(&c)[..n as usize - 1], "members {}", ranks(&g.members));
-    println!("RESULT members={} ctx={}", ranks(&g.members), g.context_id.unwrap_or(0));
+    check!(
+        g.status == ConstructStatus::PartialSuccess,
+        "status {:?}",
+        g.status
+    );
+    check!(
+        g.failed == vec![p(&c, n - 1)],
+        "failed {}",
+        ranks(&g.failed)
+    );
+    check!(
+        g.members == all(&c)[..n as usize - 1],
+        "members {}",
+        ranks(&g.members)
+    );
+    println!(
+        "RESULT members={} ctx={}",
+        ranks(&g.members),
+        g.context_id.unwrap_or(0)
+    );
     e2s(c.finalize(), "finalize")
 }
 
@@ -260,9 +345,16 @@ fn timeout() -> R {
         std::thread::sleep(Duration::from_secs(3));
         return e2s(c.finalize(), "finalize");
     }
-    let opts = ConstructOpts { timeout_ms: Some(500), ..ctx() };
+    let opts = ConstructOpts {
+        timeout_ms: Some(500),
+        ..ctx()
+    };
     match c.group_construct("slow", &all(&c), opts) {
-        Err(CohortError::Timeout { missing, timeout_ms, .. }) => {
+        Err(CohortError::Timeout {
+            missing,
+            timeout_ms,
+            ..
+        }) => {
             check!(timeout_ms == 500, "timeout_ms {timeout_ms}");
             check!(missing == vec![p(&c, n - 1)], "missing {}", ranks(&missing));
         }
@@ -280,13 +372,26 @@ fn concurrent() -> R {
     let half = n / 2;
     let x: Vec<ProcId> = (0..=half).map(|r| p(&c, r)).collect();
     let y: Vec<ProcId> = (half - 1..n).map(|r| p(&c, r)).collect();
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(|e| e.to_string())?;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| e.to_string())?;
     let (gx, gy, f) = rt.block_on(async {
-        let fx = x.contains(c.proc_id()).then(|| c.group_construct_async("cx", &x, ctx()));
-        let fy = y.contains(c.proc_id()).then(|| c.group_construct_async("cy", &y, ctx()));
+        let fx = x
+            .contains(c.proc_id())
+            .then(|| c.group_construct_async("cx", &x, ctx()));
+        let fy = y
+            .contains(c.proc_id())
+            .then(|| c.group_construct_async("cy", &y, ctx()));
         let ff = c.fence_async(&[], FenceOpts::default());
-        let gx = match fx { Some(f) => Some(f.await), None => None };
-        let gy = match fy { Some(f) => Some(f.await), None => None };
+        let gx = match fx {
+            Some(f) => Some(f.await),
+            None => None,
+        };
+        let gy = match fy {
+            Some(f) => Some(f.await),
+            None => None,
+        };
         (gx, gy, ff.await)
     });
     e2s(f, "fence")?;
@@ -342,11 +447,20 @@ fn leave() -> R {
             other => return Err(format!("destruct after leave: {other:?}")),
         }
     } else {
-        let ev = rx.recv_timeout(Duration::from_secs(30)).map_err(|_| "no GROUP_LEFT event")?;
-        check!(ev.affected == vec![p(&c, 1)], "left event names {:?}", ev.affected);
+        let ev = rx
+            .recv_timeout(Duration::from_secs(30))
+            .map_err(|_| "no GROUP_LEFT event")?;
+        check!(
+            ev.affected == vec![p(&c, 1)],
+            "left event names {:?}",
+            ev.affected
+        );
         let g = e2s(c.group_query("lv"), "query")?;
         check!(!g.members.contains(&p(&c, 1)), "leaver still listed");
-        e2s(c.group_destruct("lv", Some(Duration::from_secs(60))), "destruct")?;
+        e2s(
+            c.group_destruct("lv", Some(Duration::from_secs(60))),
+            "destruct",
+        )?;
     }
     println!("RESULT leave-ok");
     e2s(c.finalize(), "finalize")
@@ -361,9 +475,18 @@ fn events() -> R {
     let rx = (!late).then(|| event_channel(&c, &[1000, 1001, 1002]));
     e2s(c.group_construct("ev", &all(&c), ctx()), "construct")?;
     if me == 0 {
-        e2s(c.notify(1000, Range::Session, vec![("k".into(), Value::U32(1))]), "notify session")?;
-        e2s(c.notify(1001, Range::Group("ev".into()), vec![]), "notify group")?;
-        e2s(c.notify(1002, Range::Procs(vec![p(&c, n - 1), p(&c, 1)]), vec![]), "notify procs")?;
+        e2s(
+            c.notify(1000, Range::Session, vec![("k".into(), Value::U32(1))]),
+            "notify session",
+        )?;
+        e2s(
+            c.notify(1001, Range::Group("ev".into()), vec![]),
+            "notify group",
+        )?;
+        e2s(
+            c.notify(1002, Range::Procs(vec![p(&c, n - 1), p(&c, 1)]), vec![]),
+            "notify procs",
+        )?;
     }
     let expect: Vec<i32> = match me {
         0 => vec![],
@@ -380,7 +503,9 @@ fn events() -> R {
     };
     let mut got = Vec::new();
     while got.len() < expect.len() {
-        let ev = rx.recv_timeout(Duration::from_secs(30)).map_err(|_| format!("events so far {got:?}, expected {expect:?}"))?;
+        let ev = rx
+            .recv_timeout(Duration::from_secs(30))
+            .map_err(|_| format!("events so far {got:?}, expected {expect:?}"))?;
         check!(ev.source == p(&c, 0), "source {}", ev.source);
         got.push(ev.code);
     }
@@ -408,7 +533,9 @@ fn badinput() -> R {
         other => return Err(format!("empty id: {other:?}")),
     }
     match c.group_construct(&"x".repeat(256), &all(&c), ctx()) {
-        Err(CohortError::InvalidGroupId { reason, .. }) => check!(reason.contains("256"), "{reason}"),
+        Err(CohortError::InvalidGroupId { reason, .. }) => {
+            check!(reason.contains("256"), "{reason}")
+        }
         other => return Err(format!("long id: {other:?}")),
     }
     match c.group_construct("u", &[p(&c, me), p(&c, 999)], ctx()) {
@@ -429,14 +556,20 @@ fn badinput() -> R {
     }
     // live id: ranks 0,1 build it; the others then try it with another membership
     if me < 2 {
-        e2s(c.group_construct("live", &[p(&c, 0), p(&c, 1)], ctx()), "construct live")?;
+        e2s(
+            c.group_construct("live", &[p(&c, 0), p(&c, 1)], ctx()),
+            "construct live",
+        )?;
     }
     e2s(c.fence(&[], FenceOpts::default()), "fence")?;
     if me >= 2 {
         let others: Vec<ProcId> = (2..n).map(|r| p(&c, r)).collect();
         match c.group_construct("live", &others, ctx()) {
             Err(CohortError::GroupIdInUse { id, members }) => {
-                check!(id == "live" && members == vec![p(&c, 0), p(&c, 1)], "{id} {members:?}")
+                check!(
+                    id == "live" && members == vec![p(&c, 0), p(&c, 1)],
+                    "{id} {members:?}"
+                )
             }
             other => return Err(format!("live id: {other:?}")),
         }
@@ -462,7 +595,13 @@ fn dies_before_fence() -> R {
     if c.rank() == n - 1 {
         std::process::abort();
     }
-    match c.fence(&[], FenceOpts { collect: false, timeout_ms: Some(60_000) }) {
+    match c.fence(
+        &[],
+        FenceOpts {
+            collect: false,
+            timeout_ms: Some(60_000),
+        },
+    ) {
         Err(CohortError::ProcTerminated { procs, .. }) => {
             check!(procs == vec![p(&c, n - 1)], "names {}", ranks(&procs))
         }
@@ -480,7 +619,10 @@ fn dies_before_fence() -> R {
 fn dies_in_construct() -> R {
     let c = init()?;
     let n = c.size();
-    let opts = ConstructOpts { notify_termination: true, ..ctx() };
+    let opts = ConstructOpts {
+        notify_termination: true,
+        ..ctx()
+    };
     if c.rank() == n - 1 {
         let _pending = c.group_construct_async("dying", &all(&c), opts);
         std::thread::sleep(Duration::from_millis(100));
@@ -490,9 +632,18 @@ fn dies_in_construct() -> R {
     std::thread::sleep(Duration::from_millis(500));
     let g = e2s(c.group_construct("dying", &all(&c), opts), "construct")?;
     check!(g.members == all(&c), "members {}", ranks(&g.members));
-    let ev = rx.recv_timeout(Duration::from_secs(30)).map_err(|_| "no member-failed event")?;
-    check!(ev.affected == vec![p(&c, n - 1)], "failed {:?}", ev.affected);
-    e2s(c.group_destruct("dying", Some(Duration::from_secs(60))), "destruct")?;
+    let ev = rx
+        .recv_timeout(Duration::from_secs(30))
+        .map_err(|_| "no member-failed event")?;
+    check!(
+        ev.affected == vec![p(&c, n - 1)],
+        "failed {:?}",
+        ev.affected
+    );
+    e2s(
+        c.group_destruct("dying", Some(Duration::from_secs(60))),
+        "destruct",
+    )?;
     println!("RESULT survived");
     e2s(c.finalize(), "finalize")
 }
@@ -500,7 +651,8 @@ fn dies_in_construct() -> R {
 fn raw_connect() -> Result<UnixStream, String> {
     let path = std::env::var("COHORT_SERVER_URI").map_err(|_| "no COHORT_SERVER_URI")?;
     let s = UnixStream::connect(&path).map_err(|e| format!("connect {path}: {e}"))?;
-    s.set_read_timeout(Some(Duration::from_secs(20))).map_err(|e| e.to_string())?;
+    s.set_read_timeout(Some(Duration::from_secs(20)))
+        .map_err(|e| e.to_string())?;
     Ok(s)
 }
 
@@ -521,14 +673,19 @@ fn expect_closed(mut s: UnixStream, what: &str) -> R {
 fn badframe() -> R {
     // garbage instead of a hello
     let mut s = raw_connect()?;
-    s.write_all(&[9, 0, 0, 0, 0xde, 0xad, 0xbe, 0xef, 1, 2, 3, 4, 5]).map_err(|e| e.to_string())?;
+    s.write_all(&[9, 0, 0, 0, 0xde, 0xad, 0xbe, 0xef, 1, 2, 3, 4, 5])
+        .map_err(|e| e.to_string())?;
     expect_closed(s, "malformed hello")?;
     // oversized length prefix
     let mut s = raw_connect()?;
-    s.write_all(&u32::MAX.to_le_bytes()).map_err(|e| e.to_string())?;
+    s.write_all(&u32::MAX.to_le_bytes())
+        .map_err(|e| e.to_string())?;
     expect_closed(s, "oversized frame")?;
     // a well-formed hello with the wrong token
-    let rank: u32 = std::env::var("COHORT_RANK").map_err(|e| e.to_string())?.parse().map_err(|_| "rank")?;
+    let rank: u32 = std::env::var("COHORT_RANK")
+        .map_err(|e| e.to_string())?
+        .parse()
+        .map_err(|_| "rank")?;
     let nspace = std::env::var("COHORT_NSPACE").map_err(|e| e.to_string())?;
     let path = std::env::var("COHORT_SERVER_URI").map_err(|e| e.to_string())?;
     match Client::connect(&path, &nspace, rank, b"not-the-token") {
@@ -546,9 +703,15 @@ fn badframe() -> R {
 fn private_socket() -> R {
     use std::os::unix::fs::{MetadataExt, PermissionsExt};
     let path = std::env::var("COHORT_SERVER_URI").map_err(|_| "no COHORT_SERVER_URI")?;
-    let dir = std::path::Path::new(&path).parent().ok_or("socket has no parent dir")?;
+    let dir = std::path::Path::new(&path)
+        .parent()
+        .ok_or("socket has no parent dir")?;
     let meta = std::fs::metadata(dir).map_err(|e| e.to_string())?;
-    check!(meta.permissions().mode() & 0o777 == 0o700, "socket dir mode {:o}", meta.permissions().mode());
+    check!(
+        meta.permissions().mode() & 0o777 == 0o700,
+        "socket dir mode {:o}",
+        meta.permissions().mode()
+    );
     // SAFETY: getuid has no preconditions.
     let uid = unsafe { libc::getuid() };
     check!(meta.uid() == uid, "socket dir owner {}", meta.uid());
@@ -562,7 +725,10 @@ fn private_socket() -> R {
             .gid(65534)
             .status()
             .map_err(|e| format!("spawn as nobody: {e}"))?;
-        check!(status.code() == Some(0), "a connection from uid 65534 was not refused: {status}");
+        check!(
+            status.code() == Some(0),
+            "a connection from uid 65534 was not refused: {status}"
+        );
     }
     let c = init()?;
     e2s(c.fence(&[], FenceOpts::default()), "fence")?;
@@ -574,7 +740,9 @@ fn private_socket() -> R {
 fn connect_only() -> R {
     let path = std::env::var("COHORT_SERVER_URI").map_err(|_| "no COHORT_SERVER_URI")?;
     match UnixStream::connect(&path) {
-        Ok(_) => Err(format!("uid {} connected to {path}", unsafe { libc::getuid() })),
+        Ok(_) => Err(format!("uid {} connected to {path}", unsafe {
+            libc::getuid()
+        })),
         Err(_) => Ok(()),
     }
 }

@@ -1,19 +1,25 @@
 //! The connection to the node server: the hello handshake, the locked write path, the
-//! table of requests awaiting a reply, and the single reader thread that completes them.
+//! table of requests awaiting a reply, and the read token that decides who reads.
+//!
+//! Reading is done by whoever holds the read token. A thread blocked in a call takes
+//! it and reads its own reply straight off the socket (one wake-up per call instead of
+//! two); the background reader thread reads only while no call is blocked, so events
+//! and async replies still flow when the application is busy elsewhere. Frames meant
+//! for others are dispatched to their waiters by whichever thread read them.
 //!
 //! Nothing here knows about groups or puts; it moves frames and routes replies by id.
 
 use std::collections::HashMap;
 use std::future::Future;
-use std::io::{BufReader, Write};
+use std::io::Write;
 use std::os::unix::io::AsRawFd;
 use std::os::unix::net::UnixStream;
 use std::path::Path;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::task::{Context, Poll};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use cohort_proto::event::{codes, Event};
 use cohort_proto::frame::{self, MAX_CLIENT_FRAME};
@@ -69,7 +75,19 @@ pub(crate) struct Conn {
     closed_locally: AtomicBool,
     events: crossbeam_channel::Sender<EventMsg>,
     me: ProcId,
+    /// Who may read: `true` while some thread is reading. Waiters for the token or
+    /// for a dispatched reply sleep on `read_cv`.
+    read_token: Mutex<bool>,
+    read_cv: Condvar,
+    /// Bytes read but not yet parsed into frames; only the token holder touches it.
+    read_buf: Mutex<Vec<u8>>,
+    /// Threads currently blocked in a call; while non-zero the background reader
+    /// leaves the socket to them.
+    blockers: AtomicUsize,
 }
+
+/// How long the background reader naps while calls are blocked (they read for it).
+const BACKGROUND_NAP: Duration = Duration::from_millis(5);
 
 /// Locks a mutex, ignoring poisoning: every critical section here leaves its data
 /// consistent, and a panic in one application thread must not wedge the others.
@@ -152,6 +170,10 @@ impl Conn {
             closed_locally: AtomicBool::new(false),
             events,
             me,
+            read_token: Mutex::new(false),
+            read_cv: Condvar::new(),
+            read_buf: Mutex::new(Vec::with_capacity(64 << 10)),
+            blockers: AtomicUsize::new(0),
         });
         let reader = Arc::clone(&conn);
         std::thread::Builder::new()
@@ -239,6 +261,7 @@ impl Conn {
         for (_, w) in waiters {
             w.complete(Err(CohortError::ServerLost(reason.clone())));
         }
+        self.read_cv.notify_all();
     }
 
     /// Closes the link from this side (finalize or drop); pending calls fail with `reason`.
@@ -249,34 +272,146 @@ impl Conn {
         let _ = self.stream.shutdown(std::net::Shutdown::Both);
     }
 
+    /// Background reader: reads whenever no call is blocked reading for itself.
     fn read_loop(self: Arc<Self>) {
-        let mut reader = BufReader::with_capacity(64 << 10, &self.stream);
-        let mut buf = Vec::new();
-        let reason = loop {
-            match frame::read_frame::<_, ServerFrame>(&mut reader, MAX_CLIENT_FRAME, &mut buf) {
-                Ok(Some(ServerFrame::Reply { id, result })) => {
-                    let waiter = lock(&self.pending).waiters.remove(&id);
-                    match waiter {
-                        Some(w) => w.complete(result),
-                        None => tracing::debug!(id, "reply for a request nobody awaits any more"),
-                    }
-                }
-                Ok(Some(ServerFrame::Event(event))) => {
-                    let _ = self.events.send(EventMsg::Event(event));
-                }
-                Ok(Some(ServerFrame::Welcome(_))) => {
-                    break "protocol error: the node server sent a second welcome".to_string();
-                }
-                Ok(None) => break "the node server closed the connection".to_string(),
-                Err(e) => break format!("reading from the node server failed: {e}"),
+        let fd = self.stream.as_raw_fd();
+        loop {
+            if lock(&self.pending).lost.is_some() {
+                break;
             }
-        };
-        // Release buffered memory before anything else; large fence replies may be in it.
-        drop(reader);
-        drop(buf);
+            if self.blockers.load(Ordering::Acquire) > 0 {
+                let token = lock(&self.read_token);
+                let _ = self.read_cv.wait_timeout(token, BACKGROUND_NAP);
+                continue;
+            }
+            match poll_readable(fd, None) {
+                Ok(true) => {}
+                Ok(false) => continue,
+                Err(e) => {
+                    self.lose(format!("waiting for the node server failed: {e}"));
+                    break;
+                }
+            }
+            if self.blockers.load(Ordering::Acquire) > 0 || !self.take_token() {
+                continue;
+            }
+            let r = self.read_batch();
+            self.release_token();
+            if let Err(reason) = r {
+                self.lose(reason);
+                break;
+            }
+        }
+    }
+
+    /// Tries to become the reader; `false` when another thread is reading.
+    fn take_token(&self) -> bool {
+        let mut held = lock(&self.read_token);
+        if *held {
+            return false;
+        }
+        *held = true;
+        true
+    }
+
+    fn release_token(&self) {
+        *lock(&self.read_token) = false;
+        self.read_cv.notify_all();
+    }
+
+    /// Token holder: reads what the socket has (without blocking) and dispatches every
+    /// complete frame. `Err` means the connection is gone.
+    fn read_batch(&self) -> Result<(), String> {
+        let fd = self.stream.as_raw_fd();
+        let mut buf = lock(&self.read_buf);
+        let mut dispatched = false;
+        loop {
+            if buf.capacity() - buf.len() < 16 << 10 {
+                buf.reserve(64 << 10);
+            }
+            let spare = buf.capacity() - buf.len();
+            // SAFETY: the pointer/length pair describes the spare capacity of `buf`,
+            // which recv initializes up to the returned count before we extend len.
+            let n = unsafe {
+                libc::recv(
+                    fd,
+                    buf.as_mut_ptr().add(buf.len()).cast::<libc::c_void>(),
+                    spare,
+                    libc::MSG_DONTWAIT,
+                )
+            };
+            if n < 0 {
+                let e = std::io::Error::last_os_error();
+                match e.kind() {
+                    std::io::ErrorKind::Interrupted => continue,
+                    std::io::ErrorKind::WouldBlock => break,
+                    _ => return Err(format!("reading from the node server failed: {e}")),
+                }
+            }
+            if n == 0 {
+                self.dispatch_buffered(&mut buf)?;
+                return Err("the node server closed the connection".to_string());
+            }
+            // SAFETY: recv wrote `n` bytes into the spare capacity.
+            let filled = buf.len() + n as usize;
+            unsafe { buf.set_len(filled) };
+            dispatched |= self.dispatch_buffered(&mut buf)?;
+            if (n as usize) < spare {
+                break;
+            }
+        }
+        if dispatched {
+            self.read_cv.notify_all();
+        }
+        Ok(())
+    }
+
+    /// Parses and dispatches every complete frame at the front of `buf`.
+    fn dispatch_buffered(&self, buf: &mut Vec<u8>) -> Result<bool, String> {
+        let mut at = 0;
+        let mut any = false;
+        while buf.len() - at >= 4 {
+            let len = u32::from_le_bytes([buf[at], buf[at + 1], buf[at + 2], buf[at + 3]]);
+            let len = frame::check_len(len, MAX_CLIENT_FRAME).map_err(|e| e.to_string())?;
+            if buf.len() - at - 4 < len {
+                break;
+            }
+            let f: ServerFrame =
+                frame::decode_body(&buf[at + 4..at + 4 + len]).map_err(|e| e.to_string())?;
+            at += 4 + len;
+            self.dispatch(f)?;
+            any = true;
+        }
+        buf.drain(..at);
+        Ok(any)
+    }
+
+    fn dispatch(&self, f: ServerFrame) -> Result<(), String> {
+        match f {
+            ServerFrame::Reply { id, result } => {
+                let waiter = lock(&self.pending).waiters.remove(&id);
+                match waiter {
+                    Some(w) => w.complete(result),
+                    None => tracing::debug!(id, "reply for a request nobody awaits any more"),
+                }
+            }
+            ServerFrame::Event(event) => {
+                let _ = self.events.send(EventMsg::Event(event));
+            }
+            ServerFrame::Welcome(_) => {
+                return Err("protocol error: the node server sent a second welcome".to_string())
+            }
+        }
+        Ok(())
+    }
+
+    /// The connection died: fail everyone, wake every waiter, raise LOST_CONNECTION.
+    fn lose(&self, reason: String) {
         let _ = self.stream.shutdown(std::net::Shutdown::Both);
+        let first = lock(&self.pending).lost.is_none();
         self.fail_all(&reason);
-        if !self.closed_locally.load(Ordering::SeqCst) {
+        self.read_cv.notify_all();
+        if first && !self.closed_locally.load(Ordering::SeqCst) {
             tracing::warn!(%reason, "lost the connection to the node server");
             let _ = self.events.send(EventMsg::Event(Event {
                 code: codes::LOST_CONNECTION,
@@ -285,6 +420,92 @@ impl Conn {
                 info: vec![(LOST_REASON_KEY.to_string(), Value::Str(reason))],
             }));
         }
+    }
+
+    /// A blocked call: read for ourselves while nobody else is reading, otherwise wait
+    /// for the reader to hand our reply over. `None` when `deadline` passed.
+    fn wait_reply(
+        &self,
+        rx: &crossbeam_channel::Receiver<Reply>,
+        deadline: Option<Instant>,
+    ) -> Option<Reply> {
+        self.blockers.fetch_add(1, Ordering::AcqRel);
+        let got = self.wait_reply_inner(rx, deadline);
+        self.blockers.fetch_sub(1, Ordering::AcqRel);
+        got
+    }
+
+    fn wait_reply_inner(
+        &self,
+        rx: &crossbeam_channel::Receiver<Reply>,
+        deadline: Option<Instant>,
+    ) -> Option<Reply> {
+        let fd = self.stream.as_raw_fd();
+        loop {
+            if let Ok(r) = rx.try_recv() {
+                return Some(r);
+            }
+            let remaining = match deadline {
+                Some(d) => match d.checked_duration_since(Instant::now()) {
+                    Some(r) if !r.is_zero() => Some(r),
+                    _ => return None,
+                },
+                None => None,
+            };
+            if !self.take_token() {
+                // Someone else reads; it notifies after dispatching.
+                let token = lock(&self.read_token);
+                if *token && rx.is_empty() {
+                    let nap = remaining.unwrap_or(Duration::from_secs(1));
+                    let _ = self.read_cv.wait_timeout(token, nap);
+                }
+                continue;
+            }
+            if let Some(reason) = lock(&self.pending).lost.clone() {
+                self.release_token();
+                return Some(Err(CohortError::ServerLost(reason)));
+            }
+            // Our reply may have been dispatched while we took the token.
+            if let Ok(r) = rx.try_recv() {
+                self.release_token();
+                return Some(r);
+            }
+            let ready = poll_readable(fd, remaining);
+            let outcome = match ready {
+                Ok(true) => self.read_batch(),
+                Ok(false) => Ok(()),
+                Err(e) => Err(format!("waiting for the node server failed: {e}")),
+            };
+            self.release_token();
+            if let Err(reason) = outcome {
+                self.lose(reason);
+            }
+        }
+    }
+}
+
+/// Waits until `fd` is readable (or hung up); `Ok(false)` on timeout.
+fn poll_readable(fd: std::os::unix::io::RawFd, timeout: Option<Duration>) -> std::io::Result<bool> {
+    let ms = match timeout {
+        Some(t) => t.as_millis().clamp(1, i32::MAX as u128) as i32,
+        None => -1,
+    };
+    let mut pfd = libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    loop {
+        // SAFETY: `pfd` is a valid pollfd for the duration of the call.
+        let n = unsafe { libc::poll(&mut pfd, 1, ms) };
+        if n < 0 {
+            let e = std::io::Error::last_os_error();
+            if e.kind() == std::io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(e);
+        }
+        return Ok(n > 0);
     }
 }
 
@@ -342,21 +563,18 @@ pub(crate) fn wait_blocking(
     op: &'static str,
     timeout_ms: u64,
 ) -> Reply {
-    let got = match deadline {
-        Some(d) => rx.recv_timeout(d).map_err(|e| match e {
-            crossbeam_channel::RecvTimeoutError::Timeout => CohortError::Timeout {
-                op: op.to_string(),
-                timeout_ms,
-                missing: Vec::new(),
-            },
-            crossbeam_channel::RecvTimeoutError::Disconnected => guard.conn.lost_error(),
+    let until = deadline.map(|d| Instant::now() + d);
+    match guard.conn.wait_reply(rx, until) {
+        Some(reply) => {
+            guard.armed = false;
+            reply
+        }
+        None => Err(CohortError::Timeout {
+            op: op.to_string(),
+            timeout_ms,
+            missing: Vec::new(),
         }),
-        None => rx.recv().map_err(|_| guard.conn.lost_error()),
-    };
-    if got.is_ok() {
-        guard.armed = false;
     }
-    got?
 }
 
 /// The reply of a request made through an `*_async` call. Works under any executor:

@@ -48,8 +48,14 @@ const MAX_PENDING_EVENTS: usize = 1024;
 /// Something the driver must do.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Action {
-    ToClient { client: ClientId, frame: ServerFrame },
-    ToPeer { node: NodeId, msg: PeerMsg },
+    ToClient {
+        client: ClientId,
+        frame: ServerFrame,
+    },
+    ToPeer {
+        node: NodeId,
+        msg: PeerMsg,
+    },
 }
 
 /// Static configuration of one node server's engine.
@@ -83,7 +89,12 @@ impl Group {
             group_info: self
                 .members
                 .iter()
-                .map(|p| (p.clone(), self.group_info.get(p).cloned().unwrap_or_default()))
+                .map(|p| {
+                    (
+                        p.clone(),
+                        self.group_info.get(p).cloned().unwrap_or_default(),
+                    )
+                })
                 .collect(),
             failed,
         }
@@ -414,7 +425,10 @@ impl Engine {
                 contribs,
                 excused,
             } => {
-                let coll = self.colls.entry(key.clone()).or_insert_with(|| Coll::new(now));
+                let coll = self
+                    .colls
+                    .entry(key.clone())
+                    .or_insert_with(|| Coll::new(now));
                 for c in contribs {
                     coll.contribs.insert(c.proc.clone(), c);
                 }
@@ -426,13 +440,19 @@ impl Engine {
                 self.progress(&key, now);
             }
             PeerMsg::CollJoin { key, contrib } => {
-                let coll = self.colls.entry(key.clone()).or_insert_with(|| Coll::new(now));
+                let coll = self
+                    .colls
+                    .entry(key.clone())
+                    .or_insert_with(|| Coll::new(now));
                 coll.joins.insert(contrib.proc.clone(), contrib);
                 coll.direct_nodes.insert(from);
                 self.progress(&key, now);
             }
             PeerMsg::CollAbort { key, spec, error } => {
-                let coll = self.colls.entry(key.clone()).or_insert_with(|| Coll::new(now));
+                let coll = self
+                    .colls
+                    .entry(key.clone())
+                    .or_insert_with(|| Coll::new(now));
                 coll.direct_nodes.insert(from);
                 if let Some(spec) = spec {
                     let _ = self.merge_spec(&key, spec);
@@ -501,7 +521,11 @@ impl Engine {
         let keys: Vec<CollKey> = self
             .colls
             .iter()
-            .filter(|(_, c)| c.waiters.iter().any(|w| w.deadline.is_some_and(|d| d <= now)))
+            .filter(|(_, c)| {
+                c.waiters
+                    .iter()
+                    .any(|w| w.deadline.is_some_and(|d| d <= now))
+            })
             .map(|(k, _)| k.clone())
             .collect();
         for key in keys {
@@ -564,7 +588,7 @@ impl Engine {
         let mut abort: Option<CohortError> = None;
         let mut give_up: Vec<Waiter> = Vec::new();
         coll.waiters.retain_mut(|w| {
-            if !w.deadline.is_some_and(|d| d <= now) {
+            if w.deadline.is_none_or(|d| d > now) {
                 return true;
             }
             if w.abort_sent {
@@ -583,7 +607,10 @@ impl Engine {
         let spec = coll.spec.clone();
         for w in give_up {
             let err = CohortError::Timeout {
-                op: format!("{} (root node server {root:?} did not answer)", op_name(key)),
+                op: format!(
+                    "{} (root node server {root:?} did not answer)",
+                    op_name(key)
+                ),
                 timeout_ms: w.timeout_ms,
                 missing: Vec::new(),
             };
@@ -614,7 +641,10 @@ impl Engine {
         let CohortError::Timeout { op, timeout_ms, .. } = err else {
             return self.fail(key, err, now);
         };
-        let coll = self.colls.entry(key.clone()).or_insert_with(|| Coll::new(now));
+        let coll = self
+            .colls
+            .entry(key.clone())
+            .or_insert_with(|| Coll::new(now));
         if coll.probe.is_some() {
             return;
         }
@@ -815,8 +845,9 @@ impl Engine {
     }
 
     fn retry_gets(&mut self, owner: &ProcId, fetched: bool) {
-        let (mine, rest): (Vec<_>, Vec<_>) =
-            std::mem::take(&mut self.gets).into_iter().partition(|g| &g.owner == owner);
+        let (mine, rest): (Vec<_>, Vec<_>) = std::mem::take(&mut self.gets)
+            .into_iter()
+            .partition(|g| &g.owner == owner);
         self.gets = rest;
         for mut g in mine {
             g.fetched |= fetched;
@@ -828,8 +859,9 @@ impl Engine {
 
     fn on_committed(&mut self, proc: &ProcId, _now: Time) {
         self.retry_gets(proc, false);
-        let (ready, rest): (Vec<_>, Vec<_>) =
-            std::mem::take(&mut self.modex_waits).into_iter().partition(|m| &m.proc == proc);
+        let (ready, rest): (Vec<_>, Vec<_>) = std::mem::take(&mut self.modex_waits)
+            .into_iter()
+            .partition(|m| &m.proc == proc);
         self.modex_waits = rest;
         for m in ready {
             let data = self.kv.remote_view(&m.proc);
@@ -895,8 +927,9 @@ impl Engine {
                 self.retry_gets(&proc, true);
             }
             Err(e) => {
-                let (mine, rest): (Vec<_>, Vec<_>) =
-                    std::mem::take(&mut self.gets).into_iter().partition(|g| g.owner == proc);
+                let (mine, rest): (Vec<_>, Vec<_>) = std::mem::take(&mut self.gets)
+                    .into_iter()
+                    .partition(|g| g.owner == proc);
                 self.gets = rest;
                 for g in mine {
                     self.reply(g.client, g.req, Err(e.clone()));
@@ -923,7 +956,12 @@ impl Engine {
         match key {
             "pmix.rank" => Some(Value::U32(proc.rank)),
             "pmix.nodeid" => Some(Value::U32(node)),
-            "pmix.hname" => self.job.node_names.get(node as usize).cloned().map(Value::Str),
+            "pmix.hname" => self
+                .job
+                .node_names
+                .get(node as usize)
+                .cloned()
+                .map(Value::Str),
             "pmix.lrank" => self.job.local_rank(proc.rank).map(Value::U32),
             "pmix.local.size" => Some(Value::U32(self.job.ranks_on(node).len() as u32)),
             _ => None,
@@ -997,7 +1035,10 @@ impl Engine {
             return self.reply(client, req, Err(err));
         }
         let sig = signature(&members);
-        let seq = self.fence_seq.entry((proc.clone(), sig.clone())).or_insert(0);
+        let seq = self
+            .fence_seq
+            .entry((proc.clone(), sig.clone()))
+            .or_insert(0);
         let key = CollKey {
             kind: CollKind::Fence,
             id: sig,
@@ -1069,7 +1110,10 @@ impl Engine {
         let waiter = waiter(client, req, proc.clone(), opts.timeout_ms, now);
         if procs.is_empty() {
             // An add-member: hold the waiter here, join at the rendezvous directly.
-            let coll = self.colls.entry(key.clone()).or_insert_with(|| Coll::new(now));
+            let coll = self
+                .colls
+                .entry(key.clone())
+                .or_insert_with(|| Coll::new(now));
             if coll.waiters.iter().any(|w| w.proc == proc) {
                 let err = CohortError::BadRequest(format!(
                     "{proc} already participates in {}",
@@ -1161,7 +1205,10 @@ impl Engine {
         waiter: Waiter,
         now: Time,
     ) {
-        let coll = self.colls.entry(key.clone()).or_insert_with(|| Coll::new(now));
+        let coll = self
+            .colls
+            .entry(key.clone())
+            .or_insert_with(|| Coll::new(now));
         if coll.contribs.contains_key(&contrib.proc) {
             let err = CohortError::BadRequest(format!(
                 "{} already participates in {}",
@@ -1339,7 +1386,9 @@ impl Engine {
                 Standing::Joined | Standing::FailedEarly => {}
             }
         }
-        let parent = tree.parent(self.node).expect("non-root tree member has a parent");
+        let parent = tree
+            .parent(self.node)
+            .expect("non-root tree member has a parent");
         let msg = PeerMsg::CollUp {
             key: key.clone(),
             spec: spec.clone(),
@@ -1798,7 +1847,9 @@ impl Engine {
         let contributed: Vec<CollKey> = self
             .colls
             .iter()
-            .filter(|(_, c)| c.contribs.contains_key(&proc) || c.waiters.iter().any(|w| w.proc == proc))
+            .filter(|(_, c)| {
+                c.contribs.contains_key(&proc) || c.waiters.iter().any(|w| w.proc == proc)
+            })
             .map(|(k, _)| k.clone())
             .collect();
         for &n in &self.all_nodes.clone() {
@@ -1832,8 +1883,9 @@ impl Engine {
         // Gets and modex requests waiting for its data fail now.
         if self.job.node_of(&proc) == Some(self.node) {
             self.retry_gets(&proc, false);
-            let (mine, rest): (Vec<_>, Vec<_>) =
-                std::mem::take(&mut self.modex_waits).into_iter().partition(|m| m.proc == proc);
+            let (mine, rest): (Vec<_>, Vec<_>) = std::mem::take(&mut self.modex_waits)
+                .into_iter()
+                .partition(|m| m.proc == proc);
             self.modex_waits = rest;
             for m in mine {
                 let result = Err(CohortError::ProcTerminated {
@@ -1912,7 +1964,13 @@ enum Decision {
     Fail(CohortError),
 }
 
-fn waiter(client: ClientId, req: ReqId, proc: ProcId, timeout_ms: Option<u64>, now: Time) -> Waiter {
+fn waiter(
+    client: ClientId,
+    req: ReqId,
+    proc: ProcId,
+    timeout_ms: Option<u64>,
+    now: Time,
+) -> Waiter {
     Waiter {
         client,
         req,
@@ -1974,7 +2032,8 @@ pub fn signature(procs: &[ProcId]) -> String {
         while i < procs.len() && &procs[i].nspace == ns {
             let start = procs[i].rank;
             let mut end = start;
-            while i + 1 < procs.len() && procs[i + 1].nspace == *ns && procs[i + 1].rank == end + 1 {
+            while i + 1 < procs.len() && procs[i + 1].nspace == *ns && procs[i + 1].rank == end + 1
+            {
                 i += 1;
                 end += 1;
             }

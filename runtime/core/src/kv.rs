@@ -100,8 +100,14 @@ mod tests {
         assert_eq!(kv.lookup_local(&a, "x"), Lookup::Unknown);
         kv.commit(
             &a,
-            vec![("loc".into(), Value::U32(1)), ("glob".into(), Value::U32(3))],
-            vec![("rem".into(), Value::U32(2)), ("glob".into(), Value::U32(3))],
+            vec![
+                ("loc".into(), Value::U32(1)),
+                ("glob".into(), Value::U32(3)),
+            ],
+            vec![
+                ("rem".into(), Value::U32(2)),
+                ("glob".into(), Value::U32(3)),
+            ],
         );
         assert_eq!(kv.lookup_local(&a, "loc"), Lookup::Found(Value::U32(1)));
         assert_eq!(kv.lookup_local(&a, "rem"), Lookup::Found(Value::U32(2)));

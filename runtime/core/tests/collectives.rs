@@ -6,7 +6,9 @@ use std::time::Duration;
 
 use cohort_core::cluster::Cluster;
 use cohort_proto::event::codes;
-use cohort_proto::msg::{ConstructOpts, ConstructStatus, FenceOpts, GroupResult, Request, Response};
+use cohort_proto::msg::{
+    ConstructOpts, ConstructStatus, FenceOpts, GroupResult, Request, Response,
+};
 use cohort_proto::{CohortError, ProcId, Range, Value};
 use cohort_topology::TreeShape;
 
@@ -70,8 +72,16 @@ fn fence_completes_only_when_all_participants_called() {
     c.connect_all();
     let mut reqs = Vec::new();
     for r in 0..6 {
-        reqs.push(c.request(r, Request::Fence { procs: vec![], opts: FenceOpts::default() }));
-        let done = (0..=r).filter(|&q| c.reply(q, reqs[q as usize]).is_some()).count();
+        reqs.push(c.request(
+            r,
+            Request::Fence {
+                procs: vec![],
+                opts: FenceOpts::default(),
+            },
+        ));
+        let done = (0..=r)
+            .filter(|&q| c.reply(q, reqs[q as usize]).is_some())
+            .count();
         assert_eq!(done, if r == 5 { 6 } else { 0 }, "after rank {r} called");
     }
     for e in &c.engines {
@@ -92,7 +102,10 @@ fn fence_with_collect_makes_remote_data_readable_without_modex() {
                 r,
                 Request::Fence {
                     procs: vec![],
-                    opts: FenceOpts { collect: true, timeout_ms: None },
+                    opts: FenceOpts {
+                        collect: true,
+                        timeout_ms: None,
+                    },
                 },
             )
         })
@@ -115,7 +128,10 @@ fn get_fetches_uncollected_remote_data_on_demand_and_waits_for_commit() {
     let g = get(&mut c, 0, p1.clone(), "ep");
     assert!(c.reply(0, g).is_none(), "waits for rank 1 to commit");
     commit(&mut c, 1, "ep", Value::Str("addr-1".into()));
-    assert_eq!(c.reply(0, g), Some(Ok(Response::Value(Value::Str("addr-1".into())))));
+    assert_eq!(
+        c.reply(0, g),
+        Some(Ok(Response::Value(Value::Str("addr-1".into()))))
+    );
     let g2 = get(&mut c, 0, p1.clone(), "missing");
     assert!(matches!(err(&c, 0, g2), CohortError::NotFound { proc, .. } if proc == p1));
 }
@@ -159,7 +175,10 @@ fn collective_construct_across_three_nodes() {
         let g = group(&c, r, reqs[r as usize]);
         assert_eq!(g, first, "rank {r} sees the same result");
     }
-    assert_eq!(first.group_info[4].1, vec![("color".to_string(), Value::U32(40))]);
+    assert_eq!(
+        first.group_info[4].1,
+        vec![("color".to_string(), Value::U32(40))]
+    );
     // remote data of members is readable right after construct, without a fence
     let sent_before = c.sent.clone();
     let p5 = c.proc(5);
@@ -177,11 +196,25 @@ fn add_members_join_with_no_procs() {
     let mut c = Cluster::new(6, 3, TreeShape::KAry(2));
     c.connect_all();
     // add-members call first (ranks 5 and 3), then the leaders 0 and 2 (node 0 and 1)
-    let a5 = c.request(5, Request::Construct { id: "g".into(), procs: vec![], opts: Default::default() });
+    let a5 = c.request(
+        5,
+        Request::Construct {
+            id: "g".into(),
+            procs: vec![],
+            opts: Default::default(),
+        },
+    );
     let mut opts = ctx_opts();
     opts.add_members = vec![c.proc(5)];
     let l0 = construct(&mut c, 0, "g", &[0, 2], opts.clone());
-    let a3 = c.request(3, Request::Construct { id: "g".into(), procs: vec![], opts: Default::default() });
+    let a3 = c.request(
+        3,
+        Request::Construct {
+            id: "g".into(),
+            procs: vec![],
+            opts: Default::default(),
+        },
+    );
     opts.add_members = vec![c.proc(3)];
     assert!(c.reply(0, l0).is_none());
     let l2 = construct(&mut c, 2, "g", &[2, 0], opts);
@@ -198,11 +231,24 @@ fn context_ids_are_unique_and_ids_reusable_after_destruct() {
     let mut seen = std::collections::BTreeSet::new();
     for round in 0..4 {
         for id in ["a", "b", "c", "d"] {
-            let reqs: Vec<u64> = (0..3).map(|r| construct(&mut c, r, id, &[0, 1, 2], ctx_opts())).collect();
+            let reqs: Vec<u64> = (0..3)
+                .map(|r| construct(&mut c, r, id, &[0, 1, 2], ctx_opts()))
+                .collect();
             let ctx = group(&c, 0, reqs[0]).context_id.unwrap();
-            assert!(seen.insert(ctx), "round {round} id {id}: context id {ctx} reused");
+            assert!(
+                seen.insert(ctx),
+                "round {round} id {id}: context id {ctx} reused"
+            );
             let d: Vec<u64> = (0..3)
-                .map(|r| c.request(r, Request::Destruct { id: id.into(), timeout_ms: None }))
+                .map(|r| {
+                    c.request(
+                        r,
+                        Request::Destruct {
+                            id: id.into(),
+                            timeout_ms: None,
+                        },
+                    )
+                })
                 .collect();
             for r in 0..3 {
                 assert_eq!(c.reply(r, d[r as usize]), Some(Ok(Response::Done)));
@@ -215,7 +261,9 @@ fn context_ids_are_unique_and_ids_reusable_after_destruct() {
 fn second_construct_of_a_live_id_is_refused_at_every_member() {
     let mut c = Cluster::new(4, 2, TreeShape::KAry(2));
     c.connect_all();
-    let reqs: Vec<u64> = (0..2).map(|r| construct(&mut c, r, "live", &[0, 1], ctx_opts())).collect();
+    let reqs: Vec<u64> = (0..2)
+        .map(|r| construct(&mut c, r, "live", &[0, 1], ctx_opts()))
+        .collect();
     group(&c, 0, reqs[0]);
     // ranks 2 and 3 (not members) try to construct the same id with another membership
     let a = construct(&mut c, 2, "live", &[2, 3], ctx_opts());
@@ -231,7 +279,10 @@ fn second_construct_of_a_live_id_is_refused_at_every_member() {
     }
     // a member trying again is refused locally
     let again = construct(&mut c, 0, "live", &[0, 2], ctx_opts());
-    assert!(matches!(err(&c, 0, again), CohortError::GroupIdInUse { .. }));
+    assert!(matches!(
+        err(&c, 0, again),
+        CohortError::GroupIdInUse { .. }
+    ));
 }
 
 #[test]
@@ -241,10 +292,22 @@ fn concurrent_constructs_with_overlapping_members_and_a_fence_do_not_interfere()
     // interleave: x over {0..3}, y over {2..5}, and a fence over {2,3}
     let x0 = construct(&mut c, 0, "x", &[0, 1, 2, 3], ctx_opts());
     let y5 = construct(&mut c, 5, "y", &[2, 3, 4, 5], ctx_opts());
-    let f2 = c.request(2, Request::Fence { procs: vec![c.proc(2), c.proc(3)], opts: Default::default() });
+    let f2 = c.request(
+        2,
+        Request::Fence {
+            procs: vec![c.proc(2), c.proc(3)],
+            opts: Default::default(),
+        },
+    );
     let y2 = construct(&mut c, 2, "y", &[2, 3, 4, 5], ctx_opts());
     let x2 = construct(&mut c, 2, "x", &[0, 1, 2, 3], ctx_opts());
-    let f3 = c.request(3, Request::Fence { procs: vec![c.proc(3), c.proc(2)], opts: Default::default() });
+    let f3 = c.request(
+        3,
+        Request::Fence {
+            procs: vec![c.proc(3), c.proc(2)],
+            opts: Default::default(),
+        },
+    );
     assert_eq!(c.reply(2, f2), Some(Ok(Response::Done)));
     assert_eq!(c.reply(3, f3), Some(Ok(Response::Done)));
     let y3 = construct(&mut c, 3, "y", &[2, 3, 4, 5], ctx_opts());
@@ -272,14 +335,20 @@ fn leaders_with_different_lists_get_a_mismatch_error() {
     let a = construct(&mut c, 0, "m", &[0, 1], ctx_opts());
     let b = construct(&mut c, 1, "m", &[0, 1, 2], ctx_opts());
     for (r, q) in [(0, a), (1, b)] {
-        assert!(matches!(err(&c, r, q), CohortError::LeaderMismatch { .. }), "rank {r}");
+        assert!(
+            matches!(err(&c, r, q), CohortError::LeaderMismatch { .. }),
+            "rank {r}"
+        );
     }
     // Different nodes: detected where the two subtrees meet.
     let a = construct(&mut c, 0, "m2", &[0, 2], ctx_opts());
     let b = construct(&mut c, 2, "m2", &[0, 1, 2], ctx_opts());
     let _ = construct(&mut c, 1, "m2", &[0, 1, 2], ctx_opts());
     for (r, q) in [(0, a), (2, b)] {
-        assert!(matches!(err(&c, r, q), CohortError::LeaderMismatch { ref id, .. } if id == "m2"), "rank {r}");
+        assert!(
+            matches!(err(&c, r, q), CohortError::LeaderMismatch { ref id, .. } if id == "m2"),
+            "rank {r}"
+        );
     }
 }
 
@@ -291,7 +360,10 @@ fn a_leader_dying_after_joining_is_not_reported_as_failing_to_join() {
     c.connect_all();
     // ranks 0 and 1 share node 0: rank 0 joins then dies before rank 1 calls
     let all: Vec<u32> = (0..6).collect();
-    let reqs: Vec<(u32, u64)> = [0, 2, 3, 4, 5].iter().map(|&r| (r, construct(&mut c, r, "late", &all, ctx_opts()))).collect();
+    let reqs: Vec<(u32, u64)> = [0, 2, 3, 4, 5]
+        .iter()
+        .map(|&r| (r, construct(&mut c, r, "late", &all, ctx_opts())))
+        .collect();
     c.exit(0);
     let r1 = construct(&mut c, 1, "late", &all, ctx_opts());
     let g = group(&c, 1, r1);
@@ -307,10 +379,18 @@ fn a_leader_dying_after_joining_is_not_reported_as_failing_to_join() {
 fn optional_participation_gives_partial_success() {
     let mut c = Cluster::new(6, 3, TreeShape::KAry(2));
     c.connect_all();
-    let opts = ConstructOpts { optional: true, ..ctx_opts() };
+    let opts = ConstructOpts {
+        optional: true,
+        ..ctx_opts()
+    };
     let reqs: Vec<(u32, u64)> = [0, 1, 2, 3, 5]
         .iter()
-        .map(|&r| (r, construct(&mut c, r, "opt", &[0, 1, 2, 3, 4, 5], opts.clone())))
+        .map(|&r| {
+            (
+                r,
+                construct(&mut c, r, "opt", &[0, 1, 2, 3, 4, 5], opts.clone()),
+            )
+        })
         .collect();
     assert!(c.reply(0, reqs[0].1).is_none());
     c.exit(4);
@@ -344,13 +424,20 @@ fn required_participant_terminating_fails_the_construct_for_everyone() {
 fn construct_timeout_names_missing_procs_and_never_hangs() {
     let mut c = Cluster::new(6, 3, TreeShape::KAry(2));
     c.connect_all();
-    let opts = ConstructOpts { timeout_ms: Some(500), ..ctx_opts() };
+    let opts = ConstructOpts {
+        timeout_ms: Some(500),
+        ..ctx_opts()
+    };
     let a = construct(&mut c, 0, "t", &[0, 3, 5], opts.clone());
     let b = construct(&mut c, 3, "t", &[0, 3, 5], opts);
     c.advance(Duration::from_millis(600));
     for (r, q) in [(0, a), (3, b)] {
         match err(&c, r, q) {
-            CohortError::Timeout { missing, timeout_ms, .. } => {
+            CohortError::Timeout {
+                missing,
+                timeout_ms,
+                ..
+            } => {
                 assert_eq!(missing, vec![c.proc(5)], "rank {r}");
                 assert_eq!(timeout_ms, 500);
             }
@@ -368,14 +455,26 @@ fn construct_timeout_names_missing_procs_and_never_hangs() {
 fn leave_notifies_remaining_members_and_destruct_completes_without_the_leaver() {
     let mut c = Cluster::new(6, 3, TreeShape::KAry(2));
     c.connect_all();
-    let reqs: Vec<u64> = (0..6).map(|r| construct(&mut c, r, "lv", &[0, 1, 2, 3, 4, 5], ctx_opts())).collect();
+    let reqs: Vec<u64> = (0..6)
+        .map(|r| construct(&mut c, r, "lv", &[0, 1, 2, 3, 4, 5], ctx_opts()))
+        .collect();
     group(&c, 0, reqs[0]);
     // another member already started destruct before the leave
-    let d0 = c.request(0, Request::Destruct { id: "lv".into(), timeout_ms: None });
+    let d0 = c.request(
+        0,
+        Request::Destruct {
+            id: "lv".into(),
+            timeout_ms: None,
+        },
+    );
     let l = c.request(4, Request::Leave { id: "lv".into() });
     assert_eq!(c.reply(4, l), Some(Ok(Response::Done)));
     for r in [0, 1, 2, 3, 5] {
-        let left: Vec<_> = c.events(r).into_iter().filter(|e| e.code == codes::GROUP_LEFT).collect();
+        let left: Vec<_> = c
+            .events(r)
+            .into_iter()
+            .filter(|e| e.code == codes::GROUP_LEFT)
+            .collect();
         assert_eq!(left.len(), 1, "rank {r}");
         assert_eq!(left[0].affected, vec![c.proc(4)]);
     }
@@ -385,7 +484,18 @@ fn leave_notifies_remaining_members_and_destruct_completes_without_the_leaver() 
     assert_eq!(group(&c, 1, q).members.len(), 5);
     let d: Vec<(u32, u64)> = [1, 2, 3, 5]
         .iter()
-        .map(|&r| (r, c.request(r, Request::Destruct { id: "lv".into(), timeout_ms: None })))
+        .map(|&r| {
+            (
+                r,
+                c.request(
+                    r,
+                    Request::Destruct {
+                        id: "lv".into(),
+                        timeout_ms: None,
+                    },
+                ),
+            )
+        })
         .collect();
     assert_eq!(c.reply(0, d0), Some(Ok(Response::Done)));
     for (r, q) in d {
@@ -393,39 +503,95 @@ fn leave_notifies_remaining_members_and_destruct_completes_without_the_leaver() 
     }
     // the leaver can no longer destruct / leave
     let bad = c.request(4, Request::Leave { id: "lv".into() });
-    assert!(matches!(err(&c, 4, bad), CohortError::GroupNotFound { .. } | CohortError::NotAMember { .. }));
+    assert!(matches!(
+        err(&c, 4, bad),
+        CohortError::GroupNotFound { .. } | CohortError::NotAMember { .. }
+    ));
 }
 
 #[test]
 fn destruct_and_leave_of_a_group_the_caller_is_not_in_are_errors() {
     let mut c = Cluster::new(4, 2, TreeShape::KAry(2));
     c.connect_all();
-    let reqs: Vec<u64> = [0, 2].iter().map(|&r| construct(&mut c, r, "g", &[0, 2], ctx_opts())).collect();
+    let reqs: Vec<u64> = [0, 2]
+        .iter()
+        .map(|&r| construct(&mut c, r, "g", &[0, 2], ctx_opts()))
+        .collect();
     group(&c, 0, reqs[0]);
-    let d = c.request(2, Request::Destruct { id: "nope".into(), timeout_ms: None });
+    let d = c.request(
+        2,
+        Request::Destruct {
+            id: "nope".into(),
+            timeout_ms: None,
+        },
+    );
     assert!(matches!(err(&c, 2, d), CohortError::GroupNotFound { id } if id == "nope"));
     // rank 3 lives on node 1 which knows the group (rank 2 is there) but 3 is no member
-    let d = c.request(3, Request::Destruct { id: "g".into(), timeout_ms: None });
-    assert!(matches!(err(&c, 3, d), CohortError::NotAMember { ref id, ref proc } if id == "g" && *proc == c.proc(3)));
+    let d = c.request(
+        3,
+        Request::Destruct {
+            id: "g".into(),
+            timeout_ms: None,
+        },
+    );
+    assert!(
+        matches!(err(&c, 3, d), CohortError::NotAMember { ref id, ref proc } if id == "g" && *proc == c.proc(3))
+    );
     let l = c.request(3, Request::Leave { id: "g".into() });
     assert!(matches!(err(&c, 3, l), CohortError::NotAMember { .. }));
-    let bad = c.request(0, Request::Construct { id: String::new(), procs: vec![c.proc(0)], opts: Default::default() });
-    assert!(matches!(err(&c, 0, bad), CohortError::InvalidGroupId { .. }));
-    let bad = c.request(0, Request::Construct { id: "x".repeat(256), procs: vec![c.proc(0)], opts: Default::default() });
-    assert!(matches!(err(&c, 0, bad), CohortError::InvalidGroupId { .. }));
+    let bad = c.request(
+        0,
+        Request::Construct {
+            id: String::new(),
+            procs: vec![c.proc(0)],
+            opts: Default::default(),
+        },
+    );
+    assert!(matches!(
+        err(&c, 0, bad),
+        CohortError::InvalidGroupId { .. }
+    ));
+    let bad = c.request(
+        0,
+        Request::Construct {
+            id: "x".repeat(256),
+            procs: vec![c.proc(0)],
+            opts: Default::default(),
+        },
+    );
+    assert!(matches!(
+        err(&c, 0, bad),
+        CohortError::InvalidGroupId { .. }
+    ));
     let bad = construct(&mut c, 0, "u", &[0, 99], ctx_opts());
-    assert!(matches!(err(&c, 0, bad), CohortError::UnknownProc { ref proc, .. } if proc.rank == 99));
+    assert!(
+        matches!(err(&c, 0, bad), CohortError::UnknownProc { ref proc, .. } if proc.rank == 99)
+    );
 }
 
 #[test]
 fn group_addressed_fence_and_group_rank_get() {
     let mut c = Cluster::new(6, 3, TreeShape::KAry(2));
     c.connect_all();
-    let reqs: Vec<(u32, u64)> = [1, 3, 5].iter().map(|&r| (r, construct(&mut c, r, "odd", &[5, 3, 1], ctx_opts()))).collect();
+    let reqs: Vec<(u32, u64)> = [1, 3, 5]
+        .iter()
+        .map(|&r| (r, construct(&mut c, r, "odd", &[5, 3, 1], ctx_opts())))
+        .collect();
     group(&c, 1, reqs[0].1);
     let f: Vec<(u32, u64)> = [1, 3, 5]
         .iter()
-        .map(|&r| (r, c.request(r, Request::Fence { procs: vec![ProcId::wildcard("odd")], opts: Default::default() })))
+        .map(|&r| {
+            (
+                r,
+                c.request(
+                    r,
+                    Request::Fence {
+                        procs: vec![ProcId::wildcard("odd")],
+                        opts: Default::default(),
+                    },
+                ),
+            )
+        })
         .collect();
     for (r, q) in f {
         assert_eq!(c.reply(r, q), Some(Ok(Response::Done)), "rank {r}");
@@ -444,7 +610,14 @@ fn events_are_routed_by_range_and_cached_for_unconnected_procs() {
     for r in 0..5 {
         c.connect(r);
     }
-    let n = c.request(0, Request::Notify { code: 4242, range: Range::Session, info: vec![] });
+    let n = c.request(
+        0,
+        Request::Notify {
+            code: 4242,
+            range: Range::Session,
+            info: vec![],
+        },
+    );
     assert_eq!(c.reply(0, n), Some(Ok(Response::Done)));
     for r in 1..5 {
         assert_eq!(c.events(r).len(), 1, "rank {r}");
@@ -453,7 +626,14 @@ fn events_are_routed_by_range_and_cached_for_unconnected_procs() {
     assert!(c.events(0).is_empty(), "the source is not notified");
     c.connect(5);
     assert_eq!(c.events(5).len(), 1, "cached event delivered on connect");
-    let n = c.request(2, Request::Notify { code: 7, range: Range::Local, info: vec![] });
+    let n = c.request(
+        2,
+        Request::Notify {
+            code: 7,
+            range: Range::Local,
+            info: vec![],
+        },
+    );
     assert_eq!(c.reply(2, n), Some(Ok(Response::Done)));
     assert_eq!(c.events(3).iter().filter(|e| e.code == 7).count(), 1);
     assert_eq!(c.events(4).iter().filter(|e| e.code == 7).count(), 0);
@@ -463,18 +643,38 @@ fn events_are_routed_by_range_and_cached_for_unconnected_procs() {
 fn notify_termination_turns_member_failure_into_an_event_and_lets_destruct_finish() {
     let mut c = Cluster::new(6, 3, TreeShape::KAry(2));
     c.connect_all();
-    let opts = ConstructOpts { notify_termination: true, ..ctx_opts() };
-    let reqs: Vec<u64> = (0..6).map(|r| construct(&mut c, r, "nt", &[0, 1, 2, 3, 4, 5], opts.clone())).collect();
+    let opts = ConstructOpts {
+        notify_termination: true,
+        ..ctx_opts()
+    };
+    let reqs: Vec<u64> = (0..6)
+        .map(|r| construct(&mut c, r, "nt", &[0, 1, 2, 3, 4, 5], opts.clone()))
+        .collect();
     group(&c, 0, reqs[0]);
     c.exit(2);
     for r in [0, 1, 3, 4, 5] {
-        let ev: Vec<_> = c.events(r).into_iter().filter(|e| e.code == codes::GROUP_MEMBER_FAILED).collect();
+        let ev: Vec<_> = c
+            .events(r)
+            .into_iter()
+            .filter(|e| e.code == codes::GROUP_MEMBER_FAILED)
+            .collect();
         assert_eq!(ev.len(), 1, "rank {r}");
         assert_eq!(ev[0].affected, vec![c.proc(2)]);
     }
     let d: Vec<(u32, u64)> = [0, 1, 3, 4, 5]
         .iter()
-        .map(|&r| (r, c.request(r, Request::Destruct { id: "nt".into(), timeout_ms: None })))
+        .map(|&r| {
+            (
+                r,
+                c.request(
+                    r,
+                    Request::Destruct {
+                        id: "nt".into(),
+                        timeout_ms: None,
+                    },
+                ),
+            )
+        })
         .collect();
     for (r, q) in d {
         assert_eq!(c.reply(r, q), Some(Ok(Response::Done)), "rank {r}");
@@ -485,15 +685,31 @@ fn notify_termination_turns_member_failure_into_an_event_and_lets_destruct_finis
 fn destruct_without_notify_termination_fails_when_a_member_died() {
     let mut c = Cluster::new(4, 2, TreeShape::KAry(2));
     c.connect_all();
-    let reqs: Vec<u64> = (0..4).map(|r| construct(&mut c, r, "d", &[0, 1, 2, 3], ctx_opts())).collect();
+    let reqs: Vec<u64> = (0..4)
+        .map(|r| construct(&mut c, r, "d", &[0, 1, 2, 3], ctx_opts()))
+        .collect();
     group(&c, 0, reqs[0]);
     c.exit(3);
     let d: Vec<(u32, u64)> = [0, 1, 2]
         .iter()
-        .map(|&r| (r, c.request(r, Request::Destruct { id: "d".into(), timeout_ms: None })))
+        .map(|&r| {
+            (
+                r,
+                c.request(
+                    r,
+                    Request::Destruct {
+                        id: "d".into(),
+                        timeout_ms: None,
+                    },
+                ),
+            )
+        })
         .collect();
     for (r, q) in d {
-        assert!(matches!(err(&c, r, q), CohortError::ProcTerminated { ref procs, .. } if *procs == vec![c.proc(3)]), "rank {r}");
+        assert!(
+            matches!(err(&c, r, q), CohortError::ProcTerminated { ref procs, .. } if *procs == vec![c.proc(3)]),
+            "rank {r}"
+        );
     }
 }
 
@@ -501,12 +717,20 @@ fn destruct_without_notify_termination_fails_when_a_member_died() {
 fn a_client_disconnecting_mid_fence_fails_the_fence_instead_of_hanging() {
     let mut c = Cluster::new(4, 2, TreeShape::KAry(2));
     c.connect_all();
-    let f0 = c.request(0, Request::Fence { procs: vec![], opts: Default::default() });
+    let f0 = c.request(
+        0,
+        Request::Fence {
+            procs: vec![],
+            opts: Default::default(),
+        },
+    );
     let node = c.job.rank_node[2] as usize;
     let now = c.now;
     c.engines[node].on_client_disconnected(Cluster::client_of(2), now);
     c.pump();
-    assert!(matches!(err(&c, 0, f0), CohortError::ProcTerminated { ref procs, .. } if *procs == vec![c.proc(2)]));
+    assert!(
+        matches!(err(&c, 0, f0), CohortError::ProcTerminated { ref procs, .. } if *procs == vec![c.proc(2)])
+    );
 }
 
 #[test]
@@ -514,7 +738,9 @@ fn many_nodes_binomial_and_kary_agree() {
     for shape in [TreeShape::KAry(2), TreeShape::KAry(4), TreeShape::Binomial] {
         let mut c = Cluster::new(40, 13, shape);
         c.connect_all();
-        let reqs: Vec<u64> = (0..40).map(|r| construct(&mut c, r, "big", &(0..40).collect::<Vec<_>>(), ctx_opts())).collect();
+        let reqs: Vec<u64> = (0..40)
+            .map(|r| construct(&mut c, r, "big", &(0..40).collect::<Vec<_>>(), ctx_opts()))
+            .collect();
         let g0 = group(&c, 0, reqs[0]);
         assert_eq!(g0.members.len(), 40);
         for r in 0..40 {

@@ -37,9 +37,14 @@ pub enum DaemonMsg {
     },
     /// All my ranks were started.
     Launched,
-    RankExited { rank: Rank, status: ExitStatus },
+    RankExited {
+        rank: Rank,
+        status: ExitStatus,
+    },
     /// Unrecoverable error on this node server.
-    Fatal { reason: String },
+    Fatal {
+        reason: String,
+    },
 }
 
 /// Launcher → node server.

@@ -20,10 +20,17 @@ pub enum CohortError {
     #[error("process {proc} is not a member of group {id:?}")]
     NotAMember { id: String, proc: ProcId },
 
-    #[error("group id {id:?} is already in use by a live group with members {}", fmt_procs(members))]
+    #[error(
+        "group id {id:?} is already in use by a live group with members {}",
+        fmt_procs(members)
+    )]
     GroupIdInUse { id: String, members: Vec<ProcId> },
 
-    #[error("leaders of group {id:?} disagree on the leader list: {} vs {}", fmt_procs(a), fmt_procs(b))]
+    #[error(
+        "leaders of group {id:?} disagree on the leader list: {} vs {}",
+        fmt_procs(a),
+        fmt_procs(b)
+    )]
     LeaderMismatch {
         id: String,
         a: Vec<ProcId>,
@@ -33,14 +40,20 @@ pub enum CohortError {
     #[error("{op} disagrees with a concurrent call: {reason}")]
     Mismatch { op: String, reason: String },
 
-    #[error("{op} timed out after {timeout_ms} ms; still waiting for {}", fmt_procs(missing))]
+    #[error(
+        "{op} timed out after {timeout_ms} ms; still waiting for {}",
+        fmt_procs(missing)
+    )]
     Timeout {
         op: String,
         timeout_ms: u64,
         missing: Vec<ProcId>,
     },
 
-    #[error("{op} failed: process(es) {} terminated before participating", fmt_procs(procs))]
+    #[error(
+        "{op} failed: process(es) {} terminated before participating",
+        fmt_procs(procs)
+    )]
     ProcTerminated { op: String, procs: Vec<ProcId> },
 
     #[error("key {key:?} not found for process {proc}")]

@@ -115,7 +115,11 @@ mod tests {
         v.sort();
         assert_eq!(
             v,
-            vec![ProcId::new("a", 1), ProcId::new("a", 3), ProcId::new("b", 0)]
+            vec![
+                ProcId::new("a", 1),
+                ProcId::new("a", 3),
+                ProcId::new("b", 0)
+            ]
         );
     }
 

@@ -18,7 +18,9 @@ pub mod value;
 
 pub use error::CohortError;
 pub use event::{Event, EventCode, Range};
-pub use ids::{validate_group_id, ContextId, NodeId, ProcId, Rank, MAX_GROUP_ID_LEN, RANK_WILDCARD};
+pub use ids::{
+    validate_group_id, ContextId, NodeId, ProcId, Rank, MAX_GROUP_ID_LEN, RANK_WILDCARD,
+};
 pub use job::JobMap;
 pub use value::{Info, Scope, Value};
 

@@ -83,7 +83,10 @@ pub struct GroupResult {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum Request {
     /// Publish posted data. Local-scope and remote-scope halves; global data is in both.
-    Commit { local: Info, remote: Info },
+    Commit {
+        local: Info,
+        remote: Info,
+    },
     /// Read `key` of `proc` (which may be `{group, group-rank}`).
     Get {
         proc: ProcId,
@@ -91,22 +94,32 @@ pub enum Request {
         timeout_ms: Option<u64>,
     },
     /// Fence over `procs` (wildcards allowed: `{nspace,*}`, `{group,*}`).
-    Fence { procs: Vec<ProcId>, opts: FenceOpts },
+    Fence {
+        procs: Vec<ProcId>,
+        opts: FenceOpts,
+    },
     /// Collective group construct. Empty `procs` = joining as an add-member.
     Construct {
         id: String,
         procs: Vec<ProcId>,
         opts: ConstructOpts,
     },
-    Destruct { id: String, timeout_ms: Option<u64> },
-    Leave { id: String },
+    Destruct {
+        id: String,
+        timeout_ms: Option<u64>,
+    },
+    Leave {
+        id: String,
+    },
     Notify {
         code: EventCode,
         range: Range,
         info: Info,
     },
     /// Membership and context id of a group the caller belongs to.
-    QueryGroup { id: String },
+    QueryGroup {
+        id: String,
+    },
     /// Names of the groups the caller belongs to (PMIX_GROUP_NAMES).
     QueryGroupNames,
     Finalize,

@@ -93,7 +93,10 @@ pub enum PeerMsg {
         excused: Vec<ProcId>,
     },
     /// An add-member's participation, sent straight to the operation's root.
-    CollJoin { key: CollKey, contrib: Contribution },
+    CollJoin {
+        key: CollKey,
+        contrib: Contribution,
+    },
     /// Ask the root to end the operation with an error (timeout at a participant).
     CollAbort {
         key: CollKey,
@@ -102,8 +105,13 @@ pub enum PeerMsg {
     },
     /// Root → participant servers, when a timeout is about to end the operation: report
     /// which processes joined at your server, so the error names exactly who is missing.
-    CollProbe { key: CollKey },
-    CollProbeReply { key: CollKey, joined: Vec<ProcId> },
+    CollProbe {
+        key: CollKey,
+    },
+    CollProbeReply {
+        key: CollKey,
+        joined: Vec<ProcId>,
+    },
     /// The outcome, broadcast down the tree (and to add-members' servers).
     CollDown {
         key: CollKey,
@@ -118,7 +126,10 @@ pub enum PeerMsg {
         contributed: Vec<CollKey>,
     },
     /// Deliver an event to these local processes of the receiver.
-    Event { targets: Vec<ProcId>, event: Event },
+    Event {
+        targets: Vec<ProcId>,
+        event: Event,
+    },
     /// Fetch `proc`'s committed remote data (direct modex).
     ModexReq {
         req: u64,
@@ -131,5 +142,8 @@ pub enum PeerMsg {
         result: Result<Info, CohortError>,
     },
     /// `proc` left group `id`.
-    GroupLeft { id: String, proc: ProcId },
+    GroupLeft {
+        id: String,
+        proc: ProcId,
+    },
 }

@@ -219,10 +219,7 @@ impl NodeService {
     pub fn proc_exited(&self, rank: Rank) {
         let mut s = self.shared.borrow_mut();
         let proc = ProcId::new(s.engine.job().nspace.clone(), rank);
-        let connected = s
-            .clients
-            .values()
-            .any(|c| c.proc.as_ref() == Some(&proc));
+        let connected = s.clients.values().any(|c| c.proc.as_ref() == Some(&proc));
         if connected {
             s.exited_while_connected.insert(proc);
             return;
@@ -327,7 +324,11 @@ async fn serve_client(stream: UnixStream, shared: Rc<RefCell<Shared>>) {
         s.engine.on_client_connected(client, proc.clone())?;
         let job = s.engine.job().clone();
         let node = s.engine.node();
-        let node_name = job.node_names.get(node as usize).cloned().unwrap_or_default();
+        let node_name = job
+            .node_names
+            .get(node as usize)
+            .cloned()
+            .unwrap_or_default();
         s.send_client(
             client,
             &ServerFrame::Welcome(Ok(Welcome {
@@ -438,9 +439,12 @@ async fn fabric_loop(
         let mut s = shared.borrow_mut();
         let now = s.now();
         match ev {
-            FabricEvent::Message { from, payload } => match frame::decode_body::<PeerMsg>(&payload) {
+            FabricEvent::Message { from, payload } => match frame::decode_body::<PeerMsg>(&payload)
+            {
                 Ok(msg) => s.engine.on_peer(from, msg, now),
-                Err(e) => tracing::error!(peer = from, error = %e, "dropping a malformed fabric message"),
+                Err(e) => {
+                    tracing::error!(peer = from, error = %e, "dropping a malformed fabric message")
+                }
             },
             FabricEvent::PeerLost { peer, reason } => {
                 tracing::error!(peer, %reason, "peer node server lost");
