@@ -77,6 +77,9 @@ pub struct Group {
     pub context_id: Option<ContextId>,
     pub group_info: BTreeMap<ProcId, Info>,
     pub notify_termination: bool,
+    /// Members that declared themselves leader; when any did, failure events go only
+    /// to them (PMIX_GROUP_LEADER), otherwise to every member.
+    pub designated_leaders: Vec<ProcId>,
 }
 
 impl Group {
@@ -1497,6 +1500,12 @@ impl Engine {
                     id
                 });
                 self.live_roots.insert(key.id.clone(), members.clone());
+                let designated_leaders = coll
+                    .contribs
+                    .values()
+                    .filter(|c| c.flags.leader)
+                    .map(|c| c.proc.clone())
+                    .collect();
                 CollOutcome::Construct {
                     status,
                     members,
@@ -1505,6 +1514,7 @@ impl Engine {
                     data,
                     failed,
                     notify_termination: flags.notify_termination,
+                    designated_leaders,
                 }
             }
             CollSpec::Destruct { .. } => {
@@ -1600,6 +1610,7 @@ impl Engine {
                 data,
                 failed,
                 notify_termination,
+                designated_leaders,
             } => {
                 self.store_foreign(data);
                 let group = Group {
@@ -1609,6 +1620,7 @@ impl Engine {
                     context_id,
                     group_info: group_info.into_iter().collect(),
                     notify_termination,
+                    designated_leaders,
                 };
                 let result = group.result(status, failed.clone());
                 let has_local = group
@@ -1826,8 +1838,12 @@ impl Engine {
             affected: vec![failed.clone()],
             info: vec![(keys::GROUP_ID.into(), Value::Str(group.id.clone()))],
         };
-        let locals: Vec<ProcId> = group
-            .members
+        let audience = if group.designated_leaders.is_empty() {
+            &group.members
+        } else {
+            &group.designated_leaders
+        };
+        let locals: Vec<ProcId> = audience
             .iter()
             .filter(|p| *p != failed && self.job.node_of(p) == Some(self.node))
             .cloned()

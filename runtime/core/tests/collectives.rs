@@ -748,3 +748,31 @@ fn many_nodes_binomial_and_kary_agree() {
         }
     }
 }
+
+/// PMIX_GROUP_LEADER: with a designated leader, failure events go only to the leader.
+#[test]
+fn member_failed_events_go_only_to_the_designated_leader() {
+    let mut c = Cluster::new(6, 3, TreeShape::KAry(2));
+    c.connect_all();
+    let all: Vec<u32> = (0..6).collect();
+    let reqs: Vec<u64> = (0..6)
+        .map(|r| {
+            let opts = ConstructOpts {
+                notify_termination: true,
+                leader: r == 3,
+                ..ctx_opts()
+            };
+            construct(&mut c, r, "led", &all, opts)
+        })
+        .collect();
+    group(&c, 0, reqs[0]);
+    c.exit(5);
+    for r in 0..5 {
+        let n = c
+            .events(r)
+            .iter()
+            .filter(|e| e.code == codes::GROUP_MEMBER_FAILED)
+            .count();
+        assert_eq!(n, usize::from(r == 3), "rank {r}");
+    }
+}

@@ -31,6 +31,7 @@ pub enum DaemonMsg {
     /// First frame: who I am, proof I belong to the job, where my fabric listens.
     Register {
         node: NodeId,
+        #[serde(with = "serde_bytes")]
         secret: Vec<u8>,
         fabric_addr: String,
         pid: u32,

@@ -18,6 +18,7 @@ pub struct Hello {
     pub nspace: String,
     pub rank: Rank,
     pub pid: u32,
+    #[serde(with = "serde_bytes")]
     pub token: Vec<u8>,
 }
 

@@ -76,6 +76,8 @@ pub enum CollOutcome {
         data: Vec<(ProcId, Info)>,
         failed: Vec<ProcId>,
         notify_termination: bool,
+        /// Callers that passed PMIX_GROUP_LEADER: failure events go only to them.
+        designated_leaders: Vec<ProcId>,
     },
     Destruct,
     Failed(CohortError),

@@ -13,7 +13,8 @@ pub enum Value {
     I64(i64),
     F64(f64),
     Str(String),
-    Bytes(Vec<u8>),
+    /// Encoded as one byte string, not element by element.
+    Bytes(#[serde(with = "serde_bytes")] Vec<u8>),
     Procs(Vec<ProcId>),
 }
 
