@@ -84,6 +84,8 @@ pub(crate) struct Conn {
     /// Threads currently blocked in a call; while non-zero the background reader
     /// leaves the socket to them.
     blockers: AtomicUsize,
+    /// Threads sleeping on `read_cv`; notifying costs a syscall, so only when non-zero.
+    cv_sleepers: AtomicUsize,
 }
 
 /// How long the background reader naps while calls are blocked (they read for it).
@@ -174,6 +176,7 @@ impl Conn {
             read_cv: Condvar::new(),
             read_buf: Mutex::new(Vec::with_capacity(64 << 10)),
             blockers: AtomicUsize::new(0),
+            cv_sleepers: AtomicUsize::new(0),
         });
         let reader = Arc::clone(&conn);
         std::thread::Builder::new()
@@ -280,8 +283,8 @@ impl Conn {
                 break;
             }
             if self.blockers.load(Ordering::Acquire) > 0 {
-                let token = lock(&self.read_token);
-                let _ = self.read_cv.wait_timeout(token, BACKGROUND_NAP);
+                // Blocked calls read for us; nap without being woken by their traffic.
+                std::thread::park_timeout(BACKGROUND_NAP);
                 continue;
             }
             match poll_readable(fd, None) {
@@ -316,7 +319,13 @@ impl Conn {
 
     fn release_token(&self) {
         *lock(&self.read_token) = false;
-        self.read_cv.notify_all();
+        self.wake_sleepers();
+    }
+
+    fn wake_sleepers(&self) {
+        if self.cv_sleepers.load(Ordering::Acquire) > 0 {
+            self.read_cv.notify_all();
+        }
     }
 
     /// Token holder: reads what the socket has (without blocking) and dispatches every
@@ -361,7 +370,7 @@ impl Conn {
             }
         }
         if dispatched {
-            self.read_cv.notify_all();
+            self.wake_sleepers();
         }
         Ok(())
     }
@@ -457,7 +466,9 @@ impl Conn {
                 let token = lock(&self.read_token);
                 if *token && rx.is_empty() {
                     let nap = remaining.unwrap_or(Duration::from_secs(1));
+                    self.cv_sleepers.fetch_add(1, Ordering::AcqRel);
                     let _ = self.read_cv.wait_timeout(token, nap);
+                    self.cv_sleepers.fetch_sub(1, Ordering::AcqRel);
                 }
                 continue;
             }
