@@ -58,6 +58,12 @@ enum Method {
     Invite,
 }
 
+/// A fence that exchanges posted data, bounded so a broken run cannot hang.
+const COLLECT: FenceOpts = FenceOpts {
+    collect: true,
+    timeout_ms: Some(60_000),
+};
+
 struct Stats {
     avg: f64,
     min: f64,
@@ -108,13 +114,7 @@ fn run(cli: Cli) -> Res<()> {
                     |c| {
                         c.put(Scope::Remote, "bench.payload", payload.clone())?;
                         let t = Instant::now();
-                        c.fence(
-                            &[],
-                            FenceOpts {
-                                collect: true,
-                                timeout_ms: Some(60_000),
-                            },
-                        )?;
+                        c.fence(&[], COLLECT)?;
                         Ok(t.elapsed())
                     },
                 )?;
@@ -234,13 +234,7 @@ fn reduce(c: &Client, tag: &str, times: &[Duration]) -> Res<Stats> {
         &format!("bench.{tag}.median"),
         median.to_bits(),
     )?;
-    c.fence(
-        &[],
-        FenceOpts {
-            collect: true,
-            timeout_ms: Some(60_000),
-        },
-    )?;
+    c.fence(&[], COLLECT)?;
     let mut means = Vec::new();
     let mut medians = Vec::new();
     if c.rank() == 0 {
@@ -303,13 +297,7 @@ impl Baseline {
         if me == 0 {
             c.put(Scope::Global, "bench.baseline", rtt.to_bits())?;
         }
-        c.fence(
-            &[],
-            FenceOpts {
-                collect: true,
-                timeout_ms: Some(60_000),
-            },
-        )?;
+        c.fence(&[], COLLECT)?;
         let rtt = match c.get(&ProcId::new(c.nspace(), 0), "bench.baseline", None)? {
             Value::U64(b) => f64::from_bits(b),
             v => return Err(format!("unexpected {v:?}").into()),

@@ -1026,17 +1026,15 @@ impl Engine {
         opts: FenceOpts,
         now: Time,
     ) {
-        let members = match self.expand(&procs) {
+        let members = match self.participants_with(&procs, &proc, |m| {
+            format!(
+                "fence caller {proc} is not among the participants {}",
+                fmt_procs(m)
+            )
+        }) {
             Ok(m) => m,
             Err(e) => return self.reply(client, req, Err(e)),
         };
-        if members.binary_search(&proc).is_err() {
-            let err = CohortError::BadRequest(format!(
-                "fence caller {proc} is not among the participants {}",
-                fmt_procs(&members)
-            ));
-            return self.reply(client, req, Err(err));
-        }
         let sig = signature(&members);
         let seq = self
             .fence_seq
@@ -1129,19 +1127,31 @@ impl Engine {
             self.send_peer(root, PeerMsg::CollJoin { key, contrib });
             return;
         }
-        let leaders = match self.expand(&procs) {
+        let leaders = match self.participants_with(&procs, &proc, |l| {
+            format!(
+                "group {:?}: leader list {} does not include the caller {proc}; add-members call with no procs",
+                key.id,
+                fmt_procs(l)
+            )
+        }) {
             Ok(l) => l,
             Err(e) => return self.reply(client, req, Err(e)),
         };
-        if leaders.binary_search(&proc).is_err() {
-            let err = CohortError::BadRequest(format!(
-                "group {:?}: leader list {} does not include the caller {proc}; add-members call with no procs",
-                key.id,
-                fmt_procs(&leaders)
-            ));
-            return self.reply(client, req, Err(err));
-        }
         self.contribute(key, CollSpec::Construct { leaders }, contrib, waiter, now);
+    }
+
+    /// Expands `procs` and checks the caller is among them (`why` words the error).
+    fn participants_with(
+        &self,
+        procs: &[ProcId],
+        caller: &ProcId,
+        why: impl FnOnce(&[ProcId]) -> String,
+    ) -> Result<Vec<ProcId>, CohortError> {
+        let all = self.expand(procs)?;
+        if all.binary_search(caller).is_err() {
+            return Err(CohortError::BadRequest(why(&all)));
+        }
+        Ok(all)
     }
 
     fn expand_nonempty(&self, procs: &[ProcId]) -> Result<Vec<ProcId>, CohortError> {
