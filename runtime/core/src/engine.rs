@@ -42,6 +42,8 @@ const ABORT_GRACE: Duration = Duration::from_secs(5);
 /// How long a root waits for probe replies before naming the missing processes from
 /// what it has heard.
 const PROBE_GRACE: Duration = Duration::from_secs(2);
+/// Failed collectives remembered so that a late local participant gets the same error.
+const MAX_TOMBSTONES: usize = 1024;
 /// Events kept for a local process that has not connected yet.
 const MAX_PENDING_EVENTS: usize = 1024;
 
@@ -203,6 +205,11 @@ pub struct Engine {
     next_modex: u64,
 
     colls: HashMap<CollKey, Coll>,
+    /// Failed collectives: the error, and the local participants that had not called
+    /// yet. When one of them calls, it gets the same error instead of starting a new
+    /// attempt alone.
+    tombstones: HashMap<CollKey, (CohortError, BTreeSet<ProcId>)>,
+    tombstone_order: VecDeque<CollKey>,
     fence_seq: HashMap<(ProcId, String), u64>,
 
     groups: HashMap<String, Group>,
@@ -236,6 +243,8 @@ impl Engine {
             modex_inflight: HashMap::new(),
             next_modex: 1,
             colls: HashMap::new(),
+            tombstones: HashMap::new(),
+            tombstone_order: VecDeque::new(),
             fence_seq: HashMap::new(),
             groups: HashMap::new(),
             retired: HashMap::new(),
@@ -1110,6 +1119,9 @@ impl Engine {
         };
         let waiter = waiter(client, req, proc.clone(), opts.timeout_ms, now);
         if procs.is_empty() {
+            if let Some(err) = self.late_failure(&key, &proc) {
+                return self.reply(client, req, Err(err));
+            }
             // An add-member: hold the waiter here, join at the rendezvous directly.
             let coll = self
                 .colls
@@ -1218,6 +1230,9 @@ impl Engine {
         waiter: Waiter,
         now: Time,
     ) {
+        if let Some(err) = self.late_failure(&key, &contrib.proc) {
+            return self.reply(waiter.client, waiter.req, Err(err));
+        }
         let coll = self
             .colls
             .entry(key.clone())
@@ -1238,6 +1253,51 @@ impl Engine {
         coll.contribs.insert(contrib.proc.clone(), contrib);
         coll.waiters.push(waiter);
         self.progress(&key, now);
+    }
+
+    /// The error of a failed `key` that `proc` was expected in but had not joined yet.
+    fn late_failure(&mut self, key: &CollKey, proc: &ProcId) -> Option<CohortError> {
+        let (err, late) = self.tombstones.get_mut(key)?;
+        if !late.remove(proc) {
+            return None;
+        }
+        let err = err.clone();
+        if late.is_empty() {
+            self.tombstones.remove(key);
+        }
+        Some(err)
+    }
+
+    /// Remembers which local participants of failed `key` had not called yet.
+    fn bury(
+        &mut self,
+        key: &CollKey,
+        spec: Option<&CollSpec>,
+        err: &CohortError,
+        answered: &[Waiter],
+    ) {
+        let Some(spec) = spec else { return };
+        let late: BTreeSet<ProcId> = expected_of(spec)
+            .iter()
+            .filter(|p| self.job.node_of(p) == Some(self.node))
+            .filter(|p| !answered.iter().any(|w| &w.proc == *p) && !self.terminated.contains(*p))
+            .cloned()
+            .collect();
+        if late.is_empty() {
+            return;
+        }
+        if self
+            .tombstones
+            .insert(key.clone(), (err.clone(), late))
+            .is_none()
+        {
+            self.tombstone_order.push_back(key.clone());
+        }
+        while self.tombstone_order.len() > MAX_TOMBSTONES {
+            if let Some(old) = self.tombstone_order.pop_front() {
+                self.tombstones.remove(&old);
+            }
+        }
     }
 
     /// Records the spec of `key`, or checks a new one against it.
@@ -1596,6 +1656,11 @@ impl Engine {
             elapsed_us = elapsed.map(|e| e.as_micros() as u64),
             "collective complete"
         );
+        if let CollOutcome::Failed(err) = &outcome {
+            self.bury(&key, spec.as_ref(), err, &waiters);
+        } else {
+            self.tombstones.remove(&key);
+        }
         self.apply_outcome(&key, outcome, waiters);
     }
 

@@ -776,3 +776,31 @@ fn member_failed_events_go_only_to_the_designated_leader() {
         assert_eq!(n, usize::from(r == 3), "rank {r}");
     }
 }
+
+/// A participant that calls after its collective already failed gets the same error
+/// as everyone else, not a fresh attempt of its own.
+#[test]
+fn a_late_caller_of_a_failed_construct_gets_the_same_error() {
+    let mut c = Cluster::new(6, 3, TreeShape::KAry(2));
+    c.connect_all();
+    c.exit(5);
+    let all: Vec<u32> = (0..6).collect();
+    let early: Vec<(u32, u64)> = [0, 1, 2, 4]
+        .iter()
+        .map(|&r| (r, construct(&mut c, r, "late", &all, ctx_opts())))
+        .collect();
+    let first = err(&c, 0, early[0].1);
+    for (r, q) in &early {
+        assert_eq!(err(&c, *r, *q), first, "rank {r}");
+    }
+    // the others leave; rank 3 finally calls
+    c.exit(0);
+    c.exit(1);
+    let late = construct(&mut c, 3, "late", &all, ctx_opts());
+    assert_eq!(err(&c, 3, late), first, "same error, naming only rank 5");
+    // calling again is a new attempt
+    let again = construct(&mut c, 3, "late", &all, ctx_opts());
+    assert!(
+        matches!(err(&c, 3, again), CohortError::ProcTerminated { ref procs, .. } if procs.len() == 3)
+    );
+}

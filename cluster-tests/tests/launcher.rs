@@ -1,0 +1,700 @@
+//! `cohort run` end to end with real `cohortd` node servers on loopback addresses.
+//! Ranks are plain shell commands; they record their pid and their node server's pid
+//! in `$DIR/pid.<rank>` where a test needs to check that nothing survives.
+
+use std::collections::BTreeSet;
+use std::path::PathBuf;
+use std::process::{Command, Output};
+use std::time::Duration;
+
+use cohort_cluster_tests::*;
+
+/// A test's scratch space: `tmp/` is the launcher's TMPDIR (where the job directory
+/// goes), `files/` is `$DIR` for rank scripts.
+struct Scratch {
+    _dir: TempDir,
+    tmp: TempDirView,
+    files: PathBuf,
+}
+
+struct TempDirView(PathBuf);
+
+impl TempDirView {
+    fn entries(&self) -> Vec<String> {
+        let mut v: Vec<String> = std::fs::read_dir(&self.0)
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect();
+        v.sort();
+        v
+    }
+}
+
+fn scratch(tag: &str) -> Scratch {
+    let dir = TempDir::new(tag);
+    let tmp = dir.path().join("tmp");
+    let files = dir.path().join("files");
+    std::fs::create_dir_all(&tmp).unwrap();
+    std::fs::create_dir_all(&files).unwrap();
+    Scratch {
+        _dir: dir,
+        tmp: TempDirView(tmp),
+        files,
+    }
+}
+
+impl Scratch {
+    fn cohort(&self, args: &[&str]) -> Command {
+        let mut cmd = cohort_command(args);
+        cmd.env("TMPDIR", &self.tmp.0).env("DIR", &self.files);
+        cmd
+    }
+
+    fn run(&self, args: &[&str]) -> Output {
+        CohortRun::spawn(self.cohort(args)).wait(DEADLINE)
+    }
+
+    fn assert_job_dir_removed(&self) {
+        assert_eq!(
+            self.tmp.entries(),
+            Vec::<String>::new(),
+            "the job directory was left behind"
+        );
+    }
+
+    /// Pids recorded by the ranks that got as far as recording them.
+    fn recorded(&self, ranks: u32) -> Vec<u32> {
+        (0..ranks)
+            .filter_map(|r| std::fs::read_to_string(self.files.join(format!("pid.{r}"))).ok())
+            .flat_map(|s| {
+                s.split_whitespace()
+                    .filter_map(|w| w.parse().ok())
+                    .collect::<Vec<u32>>()
+            })
+            .collect()
+    }
+}
+
+fn code(out: &Output) -> Option<i32> {
+    out.status.code()
+}
+
+fn describe(out: &Output) -> String {
+    format!(
+        "status {:?}\n--- stdout:\n{}\n--- stderr:\n{}",
+        out.status,
+        text(&out.stdout),
+        text(&out.stderr)
+    )
+}
+
+fn assert_all_gone(pids: &[u32]) {
+    let left = survivors(pids, Duration::from_secs(10));
+    assert!(left.is_empty(), "processes survived the job: {left:?}");
+}
+
+/// Waits (bounded) until `pid` has at least `n` live descendants; returns them.
+fn wait_for_descendants(pid: u32, n: usize) -> Vec<u32> {
+    let found = wait_until(DEADLINE, || descendants_of(pid).len() >= n);
+    let pids = descendants_of(pid);
+    assert!(found, "expected {n} processes below {pid}, found {pids:?}");
+    pids
+}
+
+/// Records `$$ $PPID` (rank pid, node server pid) for the harness.
+const RECORD: &str = "echo $$ $PPID > $DIR/pid.$COHORT_RANK";
+
+#[test]
+fn every_rank_output_is_forwarded() {
+    let s = scratch("fwd");
+    let out = s.run(&[
+        "run",
+        "--nodes",
+        "3",
+        "-n",
+        "5",
+        "sh",
+        "-c",
+        "echo hello from $COHORT_RANK; echo complaint from $COHORT_RANK >&2",
+    ]);
+    assert_eq!(code(&out), Some(0), "{}", describe(&out));
+    let mut lines: Vec<String> = text(&out.stdout).lines().map(String::from).collect();
+    lines.sort();
+    let want: Vec<String> = (0..5).map(|r| format!("hello from {r}")).collect();
+    assert_eq!(lines, want, "{}", describe(&out));
+    let err = text(&out.stderr);
+    for r in 0..5 {
+        assert!(
+            err.contains(&format!("complaint from {r}\n")),
+            "{}",
+            describe(&out)
+        );
+    }
+    s.assert_job_dir_removed();
+}
+
+#[test]
+fn tag_output_prefixes_every_line() {
+    let s = scratch("tag");
+    let out = s.run(&[
+        "run",
+        "--tag-output",
+        "--nodes",
+        "2",
+        "-n",
+        "2",
+        "sh",
+        "-c",
+        "echo out $COHORT_RANK; echo err $COHORT_RANK >&2; printf 'partial %s' $COHORT_RANK",
+    ]);
+    assert_eq!(code(&out), Some(0), "{}", describe(&out));
+    let stdout = text(&out.stdout);
+    let first = stdout.lines().next().unwrap_or_default();
+    let nspace = first
+        .strip_prefix('[')
+        .and_then(|l| l.split_once(','))
+        .map(|(ns, _)| ns.to_string())
+        .unwrap_or_default();
+    assert!(nspace.starts_with("cohort."), "{}", describe(&out));
+    let got: BTreeSet<&str> = stdout.lines().collect();
+    let mut want = BTreeSet::new();
+    let expected: Vec<String> = (0..2)
+        .flat_map(|r| {
+            [
+                format!("[{nspace},{r}]<stdout>: out {r}"),
+                format!("[{nspace},{r}]<stdout>: partial {r}"),
+            ]
+        })
+        .collect();
+    want.extend(expected.iter().map(String::as_str));
+    assert_eq!(got, want, "{}", describe(&out));
+    let stderr = text(&out.stderr);
+    for r in 0..2 {
+        assert!(
+            stderr.contains(&format!("[{nspace},{r}]<stderr>: err {r}\n")),
+            "{}",
+            describe(&out)
+        );
+    }
+}
+
+#[test]
+fn untagged_output_is_forwarded_byte_for_byte() {
+    let s = scratch("bytes");
+    let out = s.run(&[
+        "run",
+        "-n",
+        "1",
+        "sh",
+        "-c",
+        r"printf 'a\377\376b\n'; printf 'no newline'",
+    ]);
+    assert_eq!(code(&out), Some(0), "{}", describe(&out));
+    assert_eq!(out.stdout, b"a\xff\xfeb\nno newline");
+}
+
+#[test]
+fn rank_environment_and_block_mapping() {
+    let s = scratch("env");
+    let out = s.run(&[
+        "run",
+        "--nodes",
+        "3",
+        "-n",
+        "7",
+        "sh",
+        "-c",
+        "echo rank=$COHORT_RANK size=$COHORT_SIZE node=$COHORT_NODE_NAME id=$COHORT_NODE_ID \
+         local=$COHORT_LOCAL_RANK ns=$COHORT_NSPACE uri=$COHORT_SERVER_URI \
+         token=${#COHORT_TOKEN} secret=${COHORT_JOB_SECRET:-unset}",
+    ]);
+    assert_eq!(code(&out), Some(0), "{}", describe(&out));
+    let stdout = text(&out.stdout);
+    let mut lines: Vec<&str> = stdout.lines().collect();
+    lines.sort_by_key(|l| {
+        l.strip_prefix("rank=")
+            .and_then(|r| r.split(' ').next())
+            .and_then(|r| r.parse::<u32>().ok())
+    });
+    assert_eq!(lines.len(), 7, "{}", describe(&out));
+    let nodes = [0, 0, 0, 1, 1, 2, 2];
+    let locals = [0, 1, 2, 0, 1, 0, 1];
+    let nspace = lines[0]
+        .split(' ')
+        .find_map(|w| w.strip_prefix("ns="))
+        .unwrap()
+        .to_string();
+    assert!(nspace.starts_with("cohort."), "{stdout}");
+    for (r, line) in lines.iter().enumerate() {
+        let want_prefix = format!(
+            "rank={r} size=7 node=node{n} id={n} local={l} ns={nspace} uri=",
+            n = nodes[r],
+            l = locals[r]
+        );
+        assert!(
+            line.starts_with(&want_prefix),
+            "{line:?} !~ {want_prefix:?}"
+        );
+        assert!(
+            line.contains(&format!("/node{}/", nodes[r])),
+            "socket should be under the node's directory: {line}"
+        );
+        assert!(line.ends_with("token=64 secret=unset"), "{line}");
+    }
+    s.assert_job_dir_removed();
+}
+
+#[test]
+fn exports_reach_every_rank() {
+    let s = scratch("export");
+    let mut cmd = s.cohort(&[
+        "run",
+        "--nodes",
+        "2",
+        "-n",
+        "2",
+        "-x",
+        "SET_HERE=a b",
+        "-x",
+        "FROM_LAUNCHER",
+        "sh",
+        "-c",
+        "echo \"$SET_HERE|$FROM_LAUNCHER\"",
+    ]);
+    cmd.env("FROM_LAUNCHER", "inherited");
+    let out = CohortRun::spawn(cmd).wait(DEADLINE);
+    assert_eq!(code(&out), Some(0), "{}", describe(&out));
+    assert_eq!(
+        text(&out.stdout),
+        "a b|inherited\na b|inherited\n",
+        "{}",
+        describe(&out)
+    );
+}
+
+#[test]
+fn exit_status_is_the_failing_rank_status() {
+    let s = scratch("status");
+    let out = s.run(&[
+        "run",
+        "-n",
+        "3",
+        "sh",
+        "-c",
+        "[ $COHORT_RANK = 1 ] && exit 3; exit 0",
+    ]);
+    assert_eq!(code(&out), Some(3), "{}", describe(&out));
+    assert!(
+        text(&out.stderr).contains("rank 1 on node0 exited with status 3"),
+        "{}",
+        describe(&out)
+    );
+    s.assert_job_dir_removed();
+}
+
+#[test]
+fn exit_status_is_the_first_failure_under_recovery() {
+    let s = scratch("first");
+    // Rank 2 fails first; rank 0 fails later, once rank 2 is certainly gone.
+    let out = s.run(&[
+        "run",
+        "--enable-recovery",
+        "-n",
+        "3",
+        "sh",
+        "-c",
+        "case $COHORT_RANK in
+           2) echo $$ > $DIR/first.tmp; mv $DIR/first.tmp $DIR/first; exit 5;;
+           0) while [ ! -e $DIR/first ]; do sleep 0.05; done
+              p=$(cat $DIR/first)
+              while kill -0 $p 2>/dev/null; do sleep 0.05; done
+              sleep 0.5; exit 7;;
+           *) exit 0;;
+         esac",
+    ]);
+    assert_eq!(code(&out), Some(5), "{}", describe(&out));
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("rank 2 on node0 exited with status 5; continuing"),
+        "{err}"
+    );
+    assert!(err.contains("2 rank(s) failed"), "{err}");
+}
+
+#[test]
+fn a_killed_rank_terminates_the_job() {
+    let s = scratch("killed");
+    let script = format!(
+        "{RECORD}
+         if [ $COHORT_RANK = 1 ]; then
+           i=0
+           while [ $i -lt 1200 ]; do
+             [ -s $DIR/pid.0 ] && [ -s $DIR/pid.2 ] && [ -s $DIR/pid.3 ] && kill -9 $$
+             i=$((i+1)); sleep 0.05
+           done
+         fi
+         exec sleep 300"
+    );
+    let out = s.run(&["run", "--nodes", "2", "-n", "4", "sh", "-c", &script]);
+    assert_eq!(code(&out), Some(137), "{}", describe(&out));
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("rank 1 on node0 was killed by signal 9 (SIGKILL)"),
+        "{err}"
+    );
+    assert!(err.contains("terminating the job"), "{err}");
+    let pids = s.recorded(4);
+    assert_eq!(pids.len(), 8, "every rank should have recorded its pids");
+    assert_all_gone(&pids);
+    s.assert_job_dir_removed();
+}
+
+#[test]
+fn recovery_keeps_the_job_running() {
+    let s = scratch("recovery");
+    let script = "if [ $COHORT_RANK = 1 ]; then echo $$ > $DIR/gone.tmp; mv $DIR/gone.tmp $DIR/gone; exit 3; fi
+         while [ ! -e $DIR/gone ]; do sleep 0.05; done
+         p=$(cat $DIR/gone)
+         while kill -0 $p 2>/dev/null; do sleep 0.05; done
+         sleep 0.5
+         echo rank $COHORT_RANK still running";
+    let out = s.run(&[
+        "run",
+        "--enable-recovery",
+        "--nodes",
+        "2",
+        "-n",
+        "3",
+        "sh",
+        "-c",
+        script,
+    ]);
+    assert_eq!(code(&out), Some(3), "{}", describe(&out));
+    let stdout = text(&out.stdout);
+    for r in [0, 2] {
+        assert!(
+            stdout.contains(&format!("rank {r} still running")),
+            "{}",
+            describe(&out)
+        );
+    }
+    assert!(
+        text(&out.stderr).contains("continuing (--enable-recovery)"),
+        "{}",
+        describe(&out)
+    );
+}
+
+#[test]
+fn timeout_kills_a_hanging_job() {
+    let s = scratch("timeout");
+    let script = format!("{RECORD}; exec sleep 300");
+    let out = s.run(&[
+        "run",
+        "--timeout",
+        "3",
+        "--nodes",
+        "2",
+        "-n",
+        "2",
+        "sh",
+        "-c",
+        &script,
+    ]);
+    assert_eq!(code(&out), Some(124), "{}", describe(&out));
+    assert!(
+        text(&out.stderr).contains("--timeout 3 s"),
+        "{}",
+        describe(&out)
+    );
+    assert_all_gone(&s.recorded(2));
+    s.assert_job_dir_removed();
+}
+
+#[test]
+fn sigterm_to_the_launcher_cleans_up() {
+    let s = scratch("sigterm");
+    // Not `exec`: each rank's shell has a child of its own, which must go too.
+    let script = format!("{RECORD}; sleep 300; echo never");
+    let job = CohortRun::spawn(s.cohort(&["run", "--nodes", "2", "-n", "4", "sh", "-c", &script]));
+    assert!(
+        wait_for_pid_files(&s.files, 4, DEADLINE),
+        "ranks did not start"
+    );
+    let entries = s.tmp.entries();
+    assert_eq!(entries.len(), 1, "{entries:?}");
+    assert!(entries[0].starts_with("cohort-"), "{entries:?}");
+    // Every node server, rank and rank child (2 + 4 + 4), found while they run.
+    let pids = wait_for_descendants(job.pid(), 10);
+
+    job.signal(libc::SIGTERM);
+    let out = job.wait(DEADLINE);
+    assert_eq!(code(&out), Some(143), "{}", describe(&out));
+    assert!(
+        text(&out.stderr).contains("received SIGTERM"),
+        "{}",
+        describe(&out)
+    );
+    assert!(!text(&out.stdout).contains("never"), "{}", describe(&out));
+    assert_all_gone(&pids);
+    s.assert_job_dir_removed();
+}
+
+#[test]
+fn a_lost_node_server_terminates_the_job() {
+    let s = scratch("lostnode");
+    let script = format!("{RECORD}; sleep 300");
+    let job = CohortRun::spawn(s.cohort(&["run", "--nodes", "2", "-n", "4", "sh", "-c", &script]));
+    assert!(
+        wait_for_pid_files(&s.files, 4, DEADLINE),
+        "ranks did not start"
+    );
+    let pids = wait_for_descendants(job.pid(), 10);
+    // Ranks 2 and 3 run on node1; their parent is node1's cohortd, a child of the
+    // launcher this test started.
+    let node1 = recorded_pids(&s.files, 4)[2].1;
+    assert_eq!(parent_of(node1), Some(job.pid()));
+    // SAFETY: kill(2) on a pid just checked to belong to our job.
+    unsafe {
+        libc::kill(node1 as libc::pid_t, libc::SIGKILL);
+    }
+    let out = job.wait(DEADLINE);
+    assert_eq!(code(&out), Some(1), "{}", describe(&out));
+    assert!(
+        text(&out.stderr).contains("node server node1"),
+        "{}",
+        describe(&out)
+    );
+    assert_all_gone(&pids);
+    s.assert_job_dir_removed();
+}
+
+#[test]
+fn the_job_secret_never_appears_on_a_command_line() {
+    let s = scratch("secret");
+    let script = format!(
+        "{RECORD}
+         i=0; while [ ! -e $DIR/go ] && [ $i -lt 1200 ]; do i=$((i+1)); sleep 0.05; done
+         echo secret=${{COHORT_JOB_SECRET:-unset}}"
+    );
+    let mut cmd = s.cohort(&["run", "--nodes", "2", "-n", "3", "sh", "-c", &script]);
+    cmd.env("COHORT_LOG", "trace");
+    let job = CohortRun::spawn(cmd);
+    assert!(
+        wait_for_pid_files(&s.files, 3, DEADLINE),
+        "ranks did not start"
+    );
+
+    let ranks = recorded_pids(&s.files, 3);
+    let daemons: BTreeSet<u32> = ranks.iter().map(|&(_, d)| d).collect();
+    assert_eq!(daemons.len(), 2);
+    let mut secrets = Vec::new();
+    for &d in &daemons {
+        let secret = initial_env_var(d, "COHORT_JOB_SECRET").expect("daemon got the secret");
+        assert_eq!(secret.len(), 64, "32 bytes of hex");
+        let token = initial_env_var(d, "COHORT_TOKEN").expect("daemon got the token");
+        secrets.push(secret);
+        secrets.push(token);
+    }
+    assert_eq!(secrets[0], secrets[2], "one secret per job");
+
+    let mut everyone = vec![job.pid()];
+    everyone.extend(descendants_of(job.pid()));
+    for pid in everyone {
+        let Some(cmd) = cmdline(pid) else { continue };
+        let cmd = String::from_utf8_lossy(&cmd).into_owned();
+        for secret in &secrets {
+            assert!(
+                !cmd.contains(secret.as_str()),
+                "pid {pid} shows a secret: {cmd:?}"
+            );
+        }
+    }
+    for &(rank, _) in &ranks {
+        assert_eq!(initial_env_var(rank, "COHORT_JOB_SECRET"), None);
+    }
+
+    std::fs::write(s.files.join("go"), b"").unwrap();
+    let out = job.wait(DEADLINE);
+    assert_eq!(code(&out), Some(0), "{}", describe(&out));
+    assert_eq!(text(&out.stdout).matches("secret=unset").count(), 3);
+    let all = format!("{}{}", text(&out.stdout), text(&out.stderr));
+    assert!(
+        !all.contains(secrets[0].as_str()),
+        "the job secret was printed or logged"
+    );
+}
+
+#[test]
+fn a_missing_program_exits_127_with_a_message() {
+    let s = scratch("missing");
+    let out = s.run(&[
+        "run",
+        "--nodes",
+        "2",
+        "-n",
+        "2",
+        "/nonexistent/cohort-test-program",
+    ]);
+    assert_eq!(code(&out), Some(127), "{}", describe(&out));
+    let err = text(&out.stderr);
+    assert!(err.contains("cannot start rank"), "{err}");
+    assert!(err.contains("/nonexistent/cohort-test-program"), "{err}");
+    s.assert_job_dir_removed();
+}
+
+#[test]
+fn command_line_help_version_and_errors() {
+    let out = run_cohort(["--version"], DEADLINE);
+    assert_eq!(code(&out), Some(0));
+    assert!(
+        text(&out.stdout).starts_with("cohort "),
+        "{}",
+        describe(&out)
+    );
+
+    let out = run_cohort(["run", "--help"], DEADLINE);
+    assert_eq!(code(&out), Some(0));
+    let help = text(&out.stdout);
+    for part in [
+        "--np",
+        "--nodes",
+        "--tag-output",
+        "--enable-recovery",
+        "--timeout",
+        "-x",
+        "EXAMPLES",
+    ] {
+        assert!(help.contains(part), "help lacks {part}: {help}");
+    }
+
+    let out = run_cohort(["run", "true"], DEADLINE);
+    assert_eq!(code(&out), Some(2), "{}", describe(&out));
+    assert!(text(&out.stderr).contains("--np"), "{}", describe(&out));
+
+    let out = run_cohort(["run", "-n", "1", "-x", "COHORT_RANK=4", "true"], DEADLINE);
+    assert_eq!(code(&out), Some(1), "{}", describe(&out));
+    assert!(
+        text(&out.stderr).contains("COHORT_RANK"),
+        "{}",
+        describe(&out)
+    );
+}
+
+#[test]
+fn cohortd_refuses_to_run_without_its_secrets() {
+    let mut cmd = Command::new(cohortd_bin());
+    cmd.args([
+        "--node",
+        "0",
+        "--nodes",
+        "1",
+        "--node-name",
+        "node0",
+        "--listen",
+        "127.0.1.1:0",
+        "--control",
+        "127.0.0.1:9",
+        "--job-dir",
+        "/nonexistent",
+        "--nspace",
+        "ns",
+        "--np",
+        "1",
+        "--",
+        "true",
+    ])
+    .env_remove("COHORT_JOB_SECRET")
+    .env_remove("COHORT_TOKEN")
+    .stdout(std::process::Stdio::piped())
+    .stderr(std::process::Stdio::piped());
+    let out = CohortRun::spawn(cmd).wait(DEADLINE);
+    assert_eq!(code(&out), Some(2), "{}", describe(&out));
+    assert!(
+        text(&out.stderr).contains("COHORT_JOB_SECRET"),
+        "{}",
+        describe(&out)
+    );
+}
+
+/// Writes an executable stand-in for cohortd that records its pid and arguments and
+/// then just waits, so the test can play the node server's part (or not).
+fn fake_daemon(s: &Scratch) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let path = s.files.join("fake-cohortd");
+    std::fs::write(
+        &path,
+        "#!/bin/sh\necho \"$$ $*\" >> \"$DIR/fake.$$\"\nexec sleep 300\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    path
+}
+
+/// `(pid, arguments)` of every fake node server started so far.
+fn fake_daemons(s: &Scratch) -> Vec<(u32, String)> {
+    std::fs::read_dir(&s.files)
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with("fake."))
+        .filter_map(|e| std::fs::read_to_string(e.path()).ok())
+        .filter_map(|line| {
+            let (pid, args) = line.trim_end().split_once(' ')?;
+            Some((pid.parse().ok()?, args.to_string()))
+        })
+        .collect()
+}
+
+#[test]
+fn node_servers_that_never_register_fail_the_startup() {
+    let s = scratch("noregister");
+    let mut cmd = s.cohort(&["run", "--nodes", "2", "-n", "2", "true"]);
+    cmd.env("COHORT_DAEMON", fake_daemon(&s))
+        .env("COHORT_STARTUP_TIMEOUT", "2");
+    let out = CohortRun::spawn(cmd).wait(DEADLINE);
+    assert_eq!(code(&out), Some(1), "{}", describe(&out));
+    let err = text(&out.stderr);
+    assert!(err.contains("did not register within 2 s"), "{err}");
+    assert!(err.contains("node0") && err.contains("node1"), "{err}");
+    let pids: Vec<u32> = fake_daemons(&s).iter().map(|(p, _)| *p).collect();
+    assert_eq!(pids.len(), 2);
+    assert_all_gone(&pids);
+    s.assert_job_dir_removed();
+}
+
+#[test]
+fn a_registration_with_the_wrong_secret_is_refused() {
+    use cohort_proto::control::DaemonMsg;
+    use std::io::Write;
+
+    let s = scratch("badsecret");
+    let mut cmd = s.cohort(&["run", "-n", "1", "true"]);
+    cmd.env("COHORT_DAEMON", fake_daemon(&s))
+        .env("COHORT_STARTUP_TIMEOUT", "3");
+    let job = CohortRun::spawn(cmd);
+    assert!(wait_until(DEADLINE, || !fake_daemons(&s).is_empty()));
+    let (_, args) = fake_daemons(&s).remove(0);
+    let control = args
+        .split(' ')
+        .skip_while(|a| *a != "--control")
+        .nth(1)
+        .expect("the launcher passes --control")
+        .to_string();
+    let mut conn = std::net::TcpStream::connect(&control).unwrap();
+    let forged = DaemonMsg::Register {
+        node: 0,
+        secret: vec![0; 32],
+        fabric_addr: "127.0.1.1:1".into(),
+        pid: std::process::id(),
+    };
+    conn.write_all(&cohort_proto::frame::encode(&forged))
+        .unwrap();
+
+    let out = job.wait(DEADLINE);
+    assert_eq!(code(&out), Some(1), "{}", describe(&out));
+    let err = text(&out.stderr);
+    assert!(err.contains("refused a control connection"), "{err}");
+    assert!(err.contains("wrong job secret"), "{err}");
+    assert!(err.contains("did not register"), "{err}");
+}

@@ -1,0 +1,245 @@
+//! The `cohort` command line: what a user types, parsed with clap, plus the small
+//! mpirun-compatibility rewrites (`-np N`) clap cannot express.
+
+use std::ffi::OsString;
+
+use clap::{Args, Parser, Subcommand};
+
+const ABOUT: &str = "cohort — launcher of the cohort PMIx process-group runtime";
+
+const LONG_VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (cohort PMIx process-group runtime)\n\n",
+    "Starts one cohortd node server per node and the ranks of a parallel job under them."
+);
+
+const TOP_EXAMPLES: &str = "\
+EXAMPLES
+  Run 4 ranks of ./app on one node server:
+      cohort run -n 4 ./app
+
+  Run 8 ranks over 2 node servers, prefixing every output line with [nspace,rank]:
+      cohort run --nodes 2 -n 8 --tag-output ./app
+
+  See every option of `run`:
+      cohort run --help";
+
+const RUN_LONG_ABOUT: &str = "\
+Launch a parallel job of N ranks under cohort node servers (like mpirun).
+
+cohort starts M cohortd node servers on this host (node0 … node<M-1>, each on its own
+loopback address), maps the N ranks onto them block-wise, forwards every rank's stdout
+and stderr, and exits with the job's status. When a rank fails (non-zero status or a
+signal) the whole job is terminated unless --enable-recovery is given. Ctrl-C, SIGTERM
+and SIGHUP terminate the job; a second one kills the node servers at once.";
+
+const RUN_EXAMPLES: &str = "\
+EXAMPLES
+  Run 4 ranks of ./hello on one node server:
+      cohort run -n 4 ./hello
+
+  Run 8 ranks over 2 node servers (block mapping: ranks 0-3 on node0, 4-7 on node1),
+  prefixing every output line with [nspace,rank]<stdout>: or <stderr>:
+      cohort run --nodes 2 -n 8 --tag-output ./ring
+
+  Export variables to every rank and stop the job after 10 minutes:
+      cohort run -n 16 -x OMP_NUM_THREADS=4 -x LD_LIBRARY_PATH --timeout 600 ./solver in.dat
+
+  Keep the job running when a rank fails (the job still exits with the first failure):
+      cohort run -n 4 --enable-recovery ./resilient
+
+ENVIRONMENT
+  COHORT_LOG, RUST_LOG   log filter of the launcher and node servers (default: warn)
+  COHORT_DAEMON          path of the cohortd binary (default: next to cohort, then PATH)
+  TMPDIR                 where the private job directory is created (default: /tmp)
+  COHORT_STARTUP_TIMEOUT seconds the node servers get to start and register (default: 60)
+
+  Every rank sees COHORT_RANK, COHORT_SIZE, COHORT_LOCAL_RANK, COHORT_NODE_ID,
+  COHORT_NODE_NAME, COHORT_NSPACE, COHORT_SERVER_URI and COHORT_TOKEN.
+
+EXIT STATUS
+  0 when every rank exits 0, else the status of the first rank that failed (128+N for
+  a rank killed by signal N); 124 when --timeout expires; 129/130/143 when cohort
+  receives SIGHUP/SIGINT/SIGTERM; 1 when a node server fails or cohort cannot start.";
+
+/// `cohort [--help | --version | run ...]`.
+#[derive(Debug, Parser)]
+#[command(
+    name = "cohort",
+    version,
+    long_version = LONG_VERSION,
+    about = ABOUT,
+    after_help = TOP_EXAMPLES,
+    subcommand_required = true,
+    arg_required_else_help = true
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Launch a parallel job (like mpirun / prterun)
+    #[command(
+        about = "Launch a parallel job of N ranks under cohort node servers (like mpirun)",
+        long_about = RUN_LONG_ABOUT,
+        override_usage = "cohort run [OPTIONS] -n <N> <PROGRAM> [ARGS]...",
+        after_help = RUN_EXAMPLES
+    )]
+    Run(RunArgs),
+}
+
+/// Options of `cohort run`.
+#[derive(Clone, Debug, Args)]
+pub struct RunArgs {
+    /// Number of ranks to start (also --np; mpirun's -np is accepted too)
+    #[arg(
+        short = 'n',
+        long = "np",
+        value_name = "N",
+        help_heading = "Mapping options",
+        value_parser = clap::value_parser!(u32).range(1..)
+    )]
+    pub np: u32,
+
+    /// Number of node servers (cohortd) to start; ranks are mapped block-wise
+    #[arg(
+        long,
+        value_name = "M",
+        default_value_t = 1,
+        help_heading = "Mapping options",
+        value_parser = clap::value_parser!(u32).range(1..)
+    )]
+    pub nodes: u32,
+
+    #[arg(
+        long,
+        help_heading = "Output options",
+        help = "Prefix every output line with [NSPACE,RANK]<stdout>: or <stderr>:"
+    )]
+    pub tag_output: bool,
+
+    /// Export VAR from cohort's environment to every rank, or set it to VAL (repeatable)
+    #[arg(
+        short = 'x',
+        value_name = "VAR[=VAL]",
+        action = clap::ArgAction::Append,
+        help_heading = "Environment options"
+    )]
+    pub export: Vec<String>,
+
+    /// Keep the job running when a rank exits abnormally (non-zero status or signal)
+    #[arg(long, help_heading = "Fault-tolerance options")]
+    pub enable_recovery: bool,
+
+    /// Terminate the job SECS seconds after launch (exit status 124)
+    #[arg(
+        long,
+        value_name = "SECS",
+        help_heading = "Fault-tolerance options",
+        value_parser = clap::value_parser!(u64).range(1..)
+    )]
+    pub timeout: Option<u64>,
+
+    /// The program every rank runs, then its arguments (everything after PROGRAM is
+    /// passed to it untouched)
+    #[arg(
+        value_names = ["PROGRAM", "ARGS"],
+        required = true,
+        num_args = 1..,
+        trailing_var_arg = true,
+        allow_hyphen_values = true
+    )]
+    pub command: Vec<OsString>,
+}
+
+/// Options of `cohort run` that take a separate value (for [`normalize_args`]).
+const VALUE_OPTIONS: &[&str] = &["-n", "--np", "--nodes", "-x", "--timeout"];
+
+/// Rewrites mpirun's single-dash `-np N` into `--np N`, but only among cohort's own
+/// options: an `-np` after PROGRAM belongs to the program.
+pub fn normalize_args(args: impl IntoIterator<Item = OsString>) -> Vec<OsString> {
+    let mut out: Vec<OsString> = args.into_iter().collect();
+    let Some(run_at) = out.iter().position(|a| a == "run") else {
+        return out;
+    };
+    let mut i = run_at + 1;
+    while i < out.len() {
+        let arg = out[i].to_string_lossy().into_owned();
+        if arg == "--" || !arg.starts_with('-') || arg == "-" {
+            break;
+        }
+        if arg == "-np" {
+            out[i] = OsString::from("--np");
+        }
+        if VALUE_OPTIONS.contains(&arg.as_str()) || arg == "-np" {
+            i += 1;
+        }
+        i += 1;
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    fn parse(args: &[&str]) -> Result<RunArgs, clap::Error> {
+        let argv = normalize_args(args.iter().map(OsString::from));
+        Cli::try_parse_from(argv).map(|c| match c.command {
+            Command::Run(r) => r,
+        })
+    }
+
+    #[test]
+    fn cli_is_well_formed() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn program_arguments_are_not_ours() {
+        let r = parse(&[
+            "cohort",
+            "run",
+            "-n",
+            "3",
+            "--tag-output",
+            "sh",
+            "-c",
+            "echo -n --np 2",
+            "--help",
+        ])
+        .unwrap();
+        assert_eq!(r.np, 3);
+        assert!(r.tag_output);
+        assert_eq!(r.command, ["sh", "-c", "echo -n --np 2", "--help"]);
+    }
+
+    #[test]
+    fn mpirun_style_np_and_exports() {
+        let r = parse(&[
+            "cohort", "run", "-np", "4", "--nodes", "2", "-x", "A=1", "-x", "B", "prog", "-np",
+        ])
+        .unwrap();
+        assert_eq!((r.np, r.nodes), (4, 2));
+        assert_eq!(r.export, ["A=1", "B"]);
+        assert_eq!(r.command, ["prog", "-np"]);
+    }
+
+    #[test]
+    fn double_dash_separates_the_program() {
+        let r = parse(&["cohort", "run", "--np", "1", "--", "--weird-name", "x"]).unwrap();
+        assert_eq!(r.command, ["--weird-name", "x"]);
+    }
+
+    #[test]
+    fn bad_values_are_refused() {
+        assert!(parse(&["cohort", "run", "-n", "0", "prog"]).is_err());
+        assert!(parse(&["cohort", "run", "-n", "2", "--nodes", "0", "prog"]).is_err());
+        assert!(parse(&["cohort", "run", "-n", "2", "--timeout", "0", "prog"]).is_err());
+        assert!(parse(&["cohort", "run", "-n", "2"]).is_err());
+        assert!(parse(&["cohort", "run", "prog"]).is_err());
+    }
+}

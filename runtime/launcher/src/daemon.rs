@@ -1,0 +1,244 @@
+//! Starting node servers: where `cohortd` is found, which loopback address each node
+//! gets, and the exact command line and environment it is started with.
+
+use std::ffi::OsString;
+use std::net::{Ipv4Addr, SocketAddr};
+use std::path::{Path, PathBuf};
+
+use cohort_proto::env::{self, to_hex};
+use cohort_proto::NodeId;
+
+use crate::reaper::parent_death_signal;
+
+/// Environment variable naming the `cohortd` binary to start.
+pub const DAEMON_ENV: &str = "COHORT_DAEMON";
+const DAEMON_NAME: &str = "cohortd";
+
+/// Finds `cohortd`: `$COHORT_DAEMON`, else next to the running executable, else PATH.
+pub fn find_cohortd() -> Result<PathBuf, String> {
+    if let Some(p) = std::env::var_os(DAEMON_ENV).filter(|p| !p.is_empty()) {
+        let p = PathBuf::from(p);
+        return if is_executable(&p) {
+            Ok(p)
+        } else {
+            Err(format!(
+                "{DAEMON_ENV}={} is not an executable file",
+                p.display()
+            ))
+        };
+    }
+    let beside = std::env::current_exe()
+        .ok()
+        .and_then(|exe| exe.parent().map(|d| d.join(DAEMON_NAME)));
+    if let Some(p) = beside.filter(|p| is_executable(p)) {
+        return Ok(p);
+    }
+    std::env::var_os("PATH")
+        .iter()
+        .flat_map(std::env::split_paths)
+        .map(|d| d.join(DAEMON_NAME))
+        .find(|p| is_executable(p))
+        .ok_or_else(|| {
+            format!(
+                "cannot find {DAEMON_NAME}: not next to this executable nor in PATH \
+                 (set {DAEMON_ENV} to its path)"
+            )
+        })
+}
+
+fn is_executable(p: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+}
+
+/// Loopback address of node `i`: 127.0.1.1 … 127.0.1.254, then 127.0.2.1 … and so on,
+/// so every node server has an address of its own (as on a real cluster).
+pub fn node_address(i: NodeId) -> Option<Ipv4Addr> {
+    let block = i / 254;
+    let host = (i % 254) + 1;
+    let third = u8::try_from(block + 1).ok()?;
+    Some(Ipv4Addr::new(127, 0, third, host as u8))
+}
+
+/// Most nodes [`node_address`] can place.
+pub const MAX_NODES: u32 = 255 * 254;
+
+/// Everything that differs between the node servers of one job.
+#[derive(Clone, Debug)]
+pub struct DaemonLaunch<'a> {
+    pub node: NodeId,
+    pub nodes: u32,
+    pub node_name: &'a str,
+    pub listen: SocketAddr,
+    pub control: SocketAddr,
+    pub job_dir: &'a Path,
+    pub nspace: &'a str,
+    pub np: u32,
+    pub tag_output: bool,
+    /// `VAR=VAL` pairs, already resolved.
+    pub exports: &'a [(String, OsString)],
+    pub command: &'a [OsString],
+}
+
+impl DaemonLaunch<'_> {
+    /// cohortd's arguments. Never contains a secret: those travel in the environment.
+    pub fn args(&self) -> Vec<OsString> {
+        let mut a: Vec<OsString> = vec![
+            "--node".into(),
+            self.node.to_string().into(),
+            "--nodes".into(),
+            self.nodes.to_string().into(),
+            "--node-name".into(),
+            self.node_name.into(),
+            "--listen".into(),
+            self.listen.to_string().into(),
+            "--control".into(),
+            self.control.to_string().into(),
+            "--job-dir".into(),
+            self.job_dir.as_os_str().to_owned(),
+            "--nspace".into(),
+            self.nspace.into(),
+            "--np".into(),
+            self.np.to_string().into(),
+        ];
+        if self.tag_output {
+            a.push("--tag-output".into());
+        }
+        for (var, val) in self.exports {
+            let mut kv = OsString::from(var);
+            kv.push("=");
+            kv.push(val);
+            a.push("-x".into());
+            a.push(kv);
+        }
+        a.push("--".into());
+        a.extend(self.command.iter().cloned());
+        a
+    }
+
+    /// Starts the node server in its own process group, with the job secret and client
+    /// token in its environment only, and SIGTERM as its parent-death signal.
+    pub fn spawn(
+        &self,
+        program: &Path,
+        job_secret: &[u8],
+        client_token: &[u8],
+    ) -> std::io::Result<tokio::process::Child> {
+        let mut cmd = tokio::process::Command::new(program);
+        cmd.args(self.args())
+            .env(env::JOB_SECRET, to_hex(job_secret))
+            .env(env::CLIENT_TOKEN, to_hex(client_token))
+            .stdin(std::process::Stdio::null())
+            .process_group(0)
+            .kill_on_drop(false);
+        // SAFETY: the hook only makes async-signal-safe syscalls.
+        unsafe {
+            cmd.pre_exec(parent_death_signal(libc::SIGTERM));
+        }
+        cmd.spawn()
+    }
+}
+
+/// Resolves `-x VAR` / `-x VAR=VAL` against the launcher's environment. Unset `VAR`s
+/// are skipped with a warning, as mpirun does.
+pub fn resolve_exports(specs: &[String]) -> Result<Vec<(String, OsString)>, String> {
+    const RESERVED: &[&str] = &[
+        env::SERVER_URI,
+        env::CLIENT_TOKEN,
+        env::NSPACE,
+        env::RANK,
+        env::SIZE,
+        env::LOCAL_RANK,
+        env::NODE_ID,
+        env::NODE_NAME,
+        env::JOB_SECRET,
+    ];
+    let mut out = Vec::new();
+    for spec in specs {
+        let (name, value) = match spec.split_once('=') {
+            Some((n, v)) => (n, Some(OsString::from(v))),
+            None => (spec.as_str(), None),
+        };
+        if name.is_empty() || name.contains('\0') {
+            return Err(format!("-x {spec:?}: not a variable name"));
+        }
+        if RESERVED.contains(&name) {
+            return Err(format!(
+                "-x {name}: cohort sets this variable itself for every rank"
+            ));
+        }
+        let value = match value.or_else(|| std::env::var_os(name)) {
+            Some(v) => v,
+            None => {
+                crate::say(format_args!(
+                    "warning: -x {name}: not set in the environment; not exported"
+                ));
+                continue;
+            }
+        };
+        out.retain(|(n, _): &(String, OsString)| n != name);
+        out.push((name.to_string(), value));
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn node_addresses_are_distinct_loopback_addresses() {
+        assert_eq!(node_address(0), Some(Ipv4Addr::new(127, 0, 1, 1)));
+        assert_eq!(node_address(253), Some(Ipv4Addr::new(127, 0, 1, 254)));
+        assert_eq!(node_address(254), Some(Ipv4Addr::new(127, 0, 2, 1)));
+        assert_eq!(
+            node_address(MAX_NODES - 1),
+            Some(Ipv4Addr::new(127, 0, 255, 254))
+        );
+        assert_eq!(node_address(MAX_NODES), None);
+        let all: std::collections::HashSet<_> = (0..600).map(node_address).collect();
+        assert_eq!(all.len(), 600);
+    }
+
+    #[test]
+    fn command_line_carries_no_secret() {
+        let exports = vec![("A".to_string(), OsString::from("1 2"))];
+        let cmd = vec![OsString::from("sh"), OsString::from("-c")];
+        let l = DaemonLaunch {
+            node: 2,
+            nodes: 3,
+            node_name: "node2",
+            listen: "127.0.1.3:0".parse().unwrap(),
+            control: "127.0.0.1:999".parse().unwrap(),
+            job_dir: Path::new("/tmp/j"),
+            nspace: "cohort.1.abcd",
+            np: 7,
+            tag_output: true,
+            exports: &exports,
+            command: &cmd,
+        };
+        let args: Vec<String> = l
+            .args()
+            .into_iter()
+            .map(|a| a.into_string().unwrap())
+            .collect();
+        let joined = args.join(" ");
+        assert!(joined.starts_with("--node 2 --nodes 3 --node-name node2 --listen 127.0.1.3:0"));
+        assert!(
+            joined.ends_with("--tag-output -x A=1 2 -- sh -c"),
+            "{joined}"
+        );
+        assert!(!joined.to_lowercase().contains("secret"));
+    }
+
+    #[test]
+    fn exports_resolve_and_refuse_reserved_names() {
+        let ok = resolve_exports(&["X=1".into(), "PATH".into(), "X=2".into()]).unwrap();
+        assert_eq!(ok[0].0, "PATH");
+        assert_eq!(ok[1], ("X".to_string(), OsString::from("2")));
+        assert!(resolve_exports(&["COHORT_RANK=3".into()]).is_err());
+        assert!(resolve_exports(&["=3".into()]).is_err());
+        let skipped = resolve_exports(&["COHORT_SURELY_UNSET_VARIABLE_FOR_TEST".into()]).unwrap();
+        assert!(skipped.is_empty());
+    }
+}

@@ -1,0 +1,573 @@
+//! `cohort run` end to end: prepare the job (secrets, job directory, control listener),
+//! start the node servers, register them, start the ranks, then feed what happens
+//! (control messages, node-server exits, signals, timers) to the [`JobMonitor`] until
+//! it ends the job, and tear everything down.
+//!
+//! Runs on a current-thread runtime so every node server is spawned by the main
+//! thread, which its parent-death signal is tied to.
+
+use std::ffi::OsString;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use cohort_proto::control::{DaemonMsg, ExitStatus, LauncherMsg};
+use cohort_proto::env::{random_bytes, to_hex};
+use cohort_proto::{JobMap, NodeId};
+use tokio::net::tcp::OwnedWriteHalf;
+use tokio::net::TcpListener;
+use tokio::signal::unix::{signal, Signal, SignalKind};
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+use tokio::time::{sleep_until, Instant};
+
+use crate::cli::RunArgs;
+use crate::control::{self, Registration};
+use crate::daemon::{self, DaemonLaunch};
+use crate::jobdir::JobDir;
+use crate::monitor::{describe_status, signal_name, JobMonitor, Step, Verdict, FAILURE_EXIT};
+use crate::reaper;
+
+/// How long every node server has to register, unless `COHORT_STARTUP_TIMEOUT` (in
+/// seconds) says otherwise.
+pub const STARTUP_TIMEOUT: Duration = Duration::from_secs(60);
+pub const STARTUP_TIMEOUT_ENV: &str = "COHORT_STARTUP_TIMEOUT";
+
+fn startup_timeout() -> Duration {
+    std::env::var(STARTUP_TIMEOUT_ENV)
+        .ok()
+        .and_then(|s| s.trim().parse::<u64>().ok())
+        .filter(|&s| s > 0)
+        .map(Duration::from_secs)
+        .unwrap_or(STARTUP_TIMEOUT)
+}
+/// How long node servers get to stop their ranks and exit after `Shutdown` (their own
+/// SIGTERM→SIGKILL grace for ranks is 2 s) before the launcher SIGKILLs them.
+pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(4);
+/// How long SIGKILLed node servers may take to be reaped before we stop waiting.
+const KILL_WAIT: Duration = Duration::from_secs(5);
+/// Budget for killing processes orphaned below us at the very end.
+const SWEEP_BUDGET: Duration = Duration::from_secs(3);
+
+/// Runs `cohort run` and returns the process exit status.
+pub fn run(args: RunArgs) -> i32 {
+    let rt = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            crate::say(format_args!("cannot start the async runtime: {e}"));
+            return FAILURE_EXIT;
+        }
+    };
+    rt.block_on(async move {
+        // Handlers first: a Ctrl-C from here on tears the job down properly.
+        let mut signals = match Signals::new() {
+            Ok(s) => s,
+            Err(e) => {
+                crate::say(format_args!("cannot install signal handlers: {e}"));
+                return FAILURE_EXIT;
+            }
+        };
+        match Launcher::prepare(args).await {
+            Ok(launcher) => launcher.run(&mut signals).await,
+            Err(msg) => {
+                crate::say(format_args!("{msg}"));
+                FAILURE_EXIT
+            }
+        }
+    })
+}
+
+/// What happens to a running job, as seen by the launcher.
+#[derive(Debug)]
+enum Event {
+    Registered(Registration),
+    Msg { node: NodeId, msg: DaemonMsg },
+    ControlClosed { node: NodeId, error: Option<String> },
+    DaemonExited { node: NodeId, how: String },
+}
+
+/// One node server, from spawn to reaping.
+#[derive(Debug)]
+struct Daemon {
+    pid: u32,
+    writer: Option<OwnedWriteHalf>,
+    fabric_addr: Option<String>,
+    running: bool,
+}
+
+struct Launcher {
+    args: RunArgs,
+    cohortd: PathBuf,
+    exports: Vec<(String, OsString)>,
+    job_secret: Vec<u8>,
+    client_token: Vec<u8>,
+    job_dir: JobDir,
+    listener: Option<TcpListener>,
+    control_addr: SocketAddr,
+    monitor: JobMonitor,
+    daemons: Vec<Daemon>,
+    started: bool,
+    launched: u32,
+    tx: mpsc::UnboundedSender<Event>,
+    rx: mpsc::UnboundedReceiver<Event>,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+impl Launcher {
+    async fn prepare(args: RunArgs) -> Result<Launcher, String> {
+        if args.nodes > daemon::MAX_NODES {
+            return Err(format!(
+                "--nodes {} is more than the {} node servers one host can address",
+                args.nodes,
+                daemon::MAX_NODES
+            ));
+        }
+        let cohortd = daemon::find_cohortd()?;
+        let exports = daemon::resolve_exports(&args.export)?;
+        let random = |n| random_bytes(n).map_err(|e| format!("cannot read random bytes: {e}"));
+        let job_secret = random(32)?;
+        let client_token = random(32)?;
+        let nspace = format!("cohort.{}.{}", std::process::id(), to_hex(&random(2)?));
+        let job_dir =
+            JobDir::create().map_err(|e| format!("cannot create the job directory: {e}"))?;
+        let listener = TcpListener::bind("127.0.0.1:0")
+            .await
+            .map_err(|e| format!("cannot listen for node servers on 127.0.0.1: {e}"))?;
+        let control_addr = listener
+            .local_addr()
+            .map_err(|e| format!("control listener: {e}"))?;
+        let job = JobMap::block(nspace, args.np, args.nodes);
+        tracing::info!(
+            nspace = %job.nspace, np = args.np, nodes = args.nodes,
+            cohortd = %cohortd.display(), job_dir = %job_dir.path().display(),
+            "launching"
+        );
+        let (tx, rx) = mpsc::unbounded_channel();
+        Ok(Launcher {
+            monitor: JobMonitor::new(job, args.enable_recovery),
+            args,
+            cohortd,
+            exports,
+            job_secret,
+            client_token,
+            job_dir,
+            listener: Some(listener),
+            control_addr,
+            daemons: Vec::new(),
+            started: false,
+            launched: 0,
+            tx,
+            rx,
+            tasks: Vec::new(),
+        })
+    }
+
+    async fn run(mut self, signals: &mut Signals) -> i32 {
+        reaper::become_subreaper();
+        let verdict = match self.spawn_daemons() {
+            Ok(()) => self.watch(signals).await,
+            Err(reason) => Verdict::StartupFailed { reason },
+        };
+        let code = self.monitor.exit_code(&verdict);
+        if let Some(msg) = self.monitor.message(&verdict) {
+            crate::say(format_args!("{msg}"));
+        }
+        self.shut_down(signals).await;
+        code
+    }
+
+    fn spawn_daemons(&mut self) -> Result<(), String> {
+        let listener = self.listener.take().expect("listener is taken once");
+        self.tasks.push(tokio::spawn(accept_loop(
+            listener,
+            self.job_secret.clone(),
+            self.args.nodes,
+            self.tx.clone(),
+        )));
+        let job = self.monitor.job().clone();
+        for node in 0..self.args.nodes {
+            let ip = daemon::node_address(node).expect("node count checked in prepare");
+            let launch = DaemonLaunch {
+                node,
+                nodes: self.args.nodes,
+                node_name: &job.node_names[node as usize],
+                listen: SocketAddr::new(ip.into(), 0),
+                control: self.control_addr,
+                job_dir: self.job_dir.path(),
+                nspace: &job.nspace,
+                np: self.args.np,
+                tag_output: self.args.tag_output,
+                exports: &self.exports,
+                command: &self.args.command,
+            };
+            let mut child = launch
+                .spawn(&self.cohortd, &self.job_secret, &self.client_token)
+                .map_err(|e| {
+                    format!(
+                        "cannot start {} for {}: {e}",
+                        self.cohortd.display(),
+                        launch.node_name
+                    )
+                })?;
+            let pid = child.id().unwrap_or(0);
+            tracing::debug!(node, pid, "node server started");
+            self.daemons.push(Daemon {
+                pid,
+                writer: None,
+                fabric_addr: None,
+                running: true,
+            });
+            let tx = self.tx.clone();
+            self.tasks.push(tokio::spawn(async move {
+                let how = match child.wait().await {
+                    Ok(st) => describe_status(&rank_status(st)),
+                    Err(e) => format!("could not be waited for ({e})"),
+                };
+                let _ = tx.send(Event::DaemonExited { node, how });
+            }));
+        }
+        Ok(())
+    }
+
+    /// Runs the job until something ends it.
+    async fn watch(&mut self, signals: &mut Signals) -> Verdict {
+        let startup_limit = startup_timeout();
+        let startup_deadline = Instant::now() + startup_limit;
+        let timeout = self.args.timeout;
+        // An absurdly large --timeout is no timeout rather than an overflow.
+        let job_deadline = timeout.and_then(|s| Instant::now().checked_add(Duration::from_secs(s)));
+        let never = Instant::now() + Duration::from_secs(86_400);
+        loop {
+            let event = tokio::select! {
+                ev = self.rx.recv() => ev.expect("the launcher holds a sender"),
+                sig = signals.recv() => return Verdict::Interrupted { signal: sig },
+                _ = sleep_until(startup_deadline), if !self.started => {
+                    let reason = self.missing_registrations(startup_limit);
+                    return Verdict::StartupFailed { reason };
+                }
+                _ = sleep_until(job_deadline.unwrap_or(never)), if job_deadline.is_some() => {
+                    return Verdict::TimedOut { secs: timeout.unwrap_or_default() };
+                }
+            };
+            if let Some(verdict) = self.handle(event).await {
+                return verdict;
+            }
+        }
+    }
+
+    async fn handle(&mut self, event: Event) -> Option<Verdict> {
+        match event {
+            Event::Registered(reg) => self.on_registered(reg).await,
+            Event::Msg { node, msg } => self.on_message(node, msg),
+            Event::ControlClosed { node, error } => {
+                let reason = match error {
+                    Some(e) => format!("broke its control connection ({e})"),
+                    None => "closed its control connection".to_string(),
+                };
+                Some(self.daemon_failed(node, reason))
+            }
+            Event::DaemonExited { node, how } => {
+                self.daemons[node as usize].running = false;
+                let pid = self.daemons[node as usize].pid;
+                Some(self.daemon_failed(node, format!("(pid {pid}) {how} unexpectedly")))
+            }
+        }
+    }
+
+    fn daemon_failed(&self, node: NodeId, reason: String) -> Verdict {
+        if self.started {
+            Verdict::DaemonFailed { node, reason }
+        } else {
+            Verdict::StartupFailed {
+                reason: format!(
+                    "node server {} {reason} during startup",
+                    self.monitor.node_name(node)
+                ),
+            }
+        }
+    }
+
+    async fn on_registered(&mut self, reg: Registration) -> Option<Verdict> {
+        let node = reg.node;
+        let slot = &mut self.daemons[node as usize];
+        if self.started || slot.writer.is_some() {
+            tracing::warn!(node, "refusing a second registration for node{node}");
+            return None;
+        }
+        if reg.pid != slot.pid {
+            tracing::warn!(
+                node,
+                expected = slot.pid,
+                got = reg.pid,
+                "node server registered with an unexpected pid"
+            );
+        }
+        tracing::debug!(node, fabric = %reg.fabric_addr, "node server registered");
+        slot.writer = Some(reg.writer);
+        slot.fabric_addr = Some(reg.fabric_addr);
+        let mut reader = reg.reader;
+        let tx = self.tx.clone();
+        self.tasks.push(tokio::spawn(async move {
+            loop {
+                match control::read_daemon_msg(&mut reader).await {
+                    Ok(Some(msg)) => {
+                        if tx.send(Event::Msg { node, msg }).is_err() {
+                            return;
+                        }
+                    }
+                    Ok(None) => {
+                        let _ = tx.send(Event::ControlClosed { node, error: None });
+                        return;
+                    }
+                    Err(e) => {
+                        let error = Some(e.to_string());
+                        let _ = tx.send(Event::ControlClosed { node, error });
+                        return;
+                    }
+                }
+            }
+        }));
+
+        if self.daemons.iter().any(|d| d.fabric_addr.is_none()) {
+            return None;
+        }
+        let peers: Vec<String> = self
+            .daemons
+            .iter()
+            .map(|d| d.fabric_addr.clone().unwrap_or_default())
+            .collect();
+        self.started = true;
+        tracing::info!(?peers, "every node server registered; starting the ranks");
+        let start = LauncherMsg::Start { peers };
+        for (node, d) in self.daemons.iter_mut().enumerate() {
+            let Some(w) = d.writer.as_mut() else { continue };
+            if let Err(e) = control::send(w, &start).await {
+                return Some(Verdict::DaemonFailed {
+                    node: node as NodeId,
+                    reason: format!("could not be told to start ({e})"),
+                });
+            }
+        }
+        None
+    }
+
+    fn on_message(&mut self, node: NodeId, msg: DaemonMsg) -> Option<Verdict> {
+        match msg {
+            DaemonMsg::Register { .. } => {
+                tracing::warn!(node, "ignoring a repeated Register");
+                None
+            }
+            DaemonMsg::Launched => {
+                self.launched += 1;
+                tracing::debug!(node, "ranks launched");
+                if self.launched == self.args.nodes {
+                    tracing::info!("every rank has been launched");
+                }
+                None
+            }
+            DaemonMsg::RankExited { rank, status } => {
+                tracing::debug!(node, rank, ?status, "rank exited");
+                match self.monitor.rank_exited(node, rank, status) {
+                    Ok(Step::Continue) => None,
+                    Ok(Step::Notice(msg)) => {
+                        crate::say(format_args!("{msg}"));
+                        None
+                    }
+                    Ok(Step::End(verdict)) => Some(verdict),
+                    Err(bogus) => {
+                        tracing::warn!("ignoring a bogus rank exit: {bogus}");
+                        None
+                    }
+                }
+            }
+            DaemonMsg::Fatal { reason } => Some(Verdict::DaemonFailed {
+                node,
+                reason: format!("reported a fatal error: {}", printable(&reason)),
+            }),
+        }
+    }
+
+    fn missing_registrations(&self, limit: Duration) -> String {
+        let missing: Vec<String> = self
+            .daemons
+            .iter()
+            .enumerate()
+            .filter(|(_, d)| d.fabric_addr.is_none())
+            .map(|(i, d)| format!("{} (pid {})", self.monitor.node_name(i as NodeId), d.pid))
+            .collect();
+        format!(
+            "node server(s) {} did not register within {} s",
+            missing.join(", "),
+            limit.as_secs()
+        )
+    }
+
+    /// Stops every node server (Shutdown, then SIGKILL after the grace period), reaps
+    /// them, kills anything orphaned below us, and removes the job directory.
+    async fn shut_down(&mut self, signals: &mut Signals) {
+        for (node, d) in self.daemons.iter_mut().enumerate() {
+            if !d.running {
+                continue;
+            }
+            let told = match d.writer.as_mut() {
+                Some(w) => matches!(
+                    tokio::time::timeout(
+                        Duration::from_secs(1),
+                        control::send(w, &LauncherMsg::Shutdown)
+                    )
+                    .await,
+                    Ok(Ok(()))
+                ),
+                None => false,
+            };
+            if !told {
+                // Not registered (or unreachable): its SIGTERM handler does the same.
+                tracing::debug!(node, "sending SIGTERM to an unregistered node server");
+                reaper::signal_group(d.pid, libc::SIGTERM);
+            }
+        }
+
+        let grace_end = Instant::now() + SHUTDOWN_GRACE;
+        let mut kill_deadline: Option<Instant> = None;
+        while self.daemons.iter().any(|d| d.running) {
+            let far = Instant::now() + Duration::from_secs(3600);
+            tokio::select! {
+                ev = self.rx.recv() => match ev.expect("the launcher holds a sender") {
+                    Event::DaemonExited { node, how } => {
+                        tracing::debug!(node, "node server {how}");
+                        self.daemons[node as usize].running = false;
+                    }
+                    Event::Msg { node, msg: DaemonMsg::RankExited { rank, status } } => {
+                        tracing::debug!(node, rank, ?status, "rank exited during shutdown");
+                    }
+                    other => tracing::trace!(?other, "ignored during shutdown"),
+                },
+                _ = sleep_until(grace_end), if kill_deadline.is_none() => {
+                    let names = self.running_names();
+                    let grace = SHUTDOWN_GRACE.as_secs();
+                    crate::say(format_args!(
+                        "node server(s) {names} did not stop within {grace} s; killing them"
+                    ));
+                    kill_deadline = Some(self.kill_daemons());
+                }
+                sig = signals.recv(), if kill_deadline.is_none() => {
+                    crate::say(format_args!(
+                        "received {} while stopping the job; killing the node servers now",
+                        signal_name(sig)
+                    ));
+                    kill_deadline = Some(self.kill_daemons());
+                }
+                _ = sleep_until(kill_deadline.unwrap_or(far)), if kill_deadline.is_some() => {
+                    tracing::error!("node server(s) {} could not be reaped", self.running_names());
+                    break;
+                }
+            }
+        }
+        for task in self.tasks.drain(..) {
+            task.abort();
+        }
+        // Blocking is fine here: nothing else is left to drive.
+        let swept = reaper::sweep_orphans(SWEEP_BUDGET);
+        if swept > 0 {
+            tracing::info!(swept, "killed processes the job left behind");
+        }
+        self.job_dir.remove();
+    }
+
+    fn kill_daemons(&self) -> Instant {
+        for d in self.daemons.iter().filter(|d| d.running) {
+            reaper::signal_group(d.pid, libc::SIGKILL);
+        }
+        Instant::now() + KILL_WAIT
+    }
+
+    fn running_names(&self) -> String {
+        let names: Vec<String> = self
+            .daemons
+            .iter()
+            .enumerate()
+            .filter(|(_, d)| d.running)
+            .map(|(i, _)| self.monitor.node_name(i as NodeId))
+            .collect();
+        names.join(", ")
+    }
+}
+
+/// Accepts control connections and forwards every authenticated registration.
+async fn accept_loop(
+    listener: TcpListener,
+    secret: Vec<u8>,
+    num_nodes: u32,
+    tx: mpsc::UnboundedSender<Event>,
+) {
+    loop {
+        let (stream, peer) = match listener.accept().await {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::warn!("control listener: {e}");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        let secret = secret.clone();
+        let tx = tx.clone();
+        tokio::spawn(async move {
+            match control::handshake(stream, &secret, num_nodes).await {
+                Ok(reg) => {
+                    let _ = tx.send(Event::Registered(reg));
+                }
+                Err(why) => {
+                    tracing::warn!(%peer, "refused a control connection: {why}");
+                    crate::say(format_args!(
+                        "refused a control connection from {peer}: {why}"
+                    ));
+                }
+            }
+        });
+    }
+}
+
+/// Terminating signals of the launcher.
+struct Signals {
+    int: Signal,
+    term: Signal,
+    hup: Signal,
+}
+
+impl Signals {
+    fn new() -> std::io::Result<Signals> {
+        Ok(Signals {
+            int: signal(SignalKind::interrupt())?,
+            term: signal(SignalKind::terminate())?,
+            hup: signal(SignalKind::hangup())?,
+        })
+    }
+
+    async fn recv(&mut self) -> i32 {
+        tokio::select! {
+            _ = self.int.recv() => libc::SIGINT,
+            _ = self.term.recv() => libc::SIGTERM,
+            _ = self.hup.recv() => libc::SIGHUP,
+        }
+    }
+}
+
+/// std's exit status in the wire form.
+pub fn rank_status(st: std::process::ExitStatus) -> ExitStatus {
+    use std::os::unix::process::ExitStatusExt;
+    ExitStatus {
+        code: st.code(),
+        signal: st.signal(),
+    }
+}
+
+/// Strips control characters from text a node server sent, before it reaches a terminal.
+fn printable(s: &str) -> String {
+    s.chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .take(1000)
+        .collect()
+}

@@ -1,0 +1,167 @@
+//! cohortd's command line, as `cohort run` writes it. Secrets are not here: they come
+//! from the environment (see `Secrets` in the shell module).
+
+use std::ffi::OsString;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use clap::Parser;
+
+/// cohortd — the cohort node server (started by `cohort run`, not by hand)
+#[derive(Clone, Debug, Parser)]
+#[command(
+    name = "cohortd",
+    version,
+    about = "cohortd — the cohort node server (one per node and job; started by `cohort run`)",
+    after_help = "The job secret and client token are read from COHORT_JOB_SECRET and \
+                  COHORT_TOKEN (hex) and removed from the environment before anything else runs."
+)]
+pub struct DaemonArgs {
+    /// Index of this node server in the job (0-based)
+    #[arg(long, value_name = "I")]
+    pub node: u32,
+
+    /// Number of node servers in the job
+    #[arg(long, value_name = "M", value_parser = clap::value_parser!(u32).range(1..))]
+    pub nodes: u32,
+
+    /// Name of this node (what ranks see as COHORT_NODE_NAME)
+    #[arg(long, value_name = "NAME")]
+    pub node_name: String,
+
+    /// Address the fabric listens on (port 0 = any)
+    #[arg(long, value_name = "IP:PORT")]
+    pub listen: SocketAddr,
+
+    /// The launcher's control address
+    #[arg(long, value_name = "IP:PORT")]
+    pub control: SocketAddr,
+
+    #[arg(
+        long,
+        value_name = "DIR",
+        help = "The job's private directory; the client socket goes in <DIR>/node<I>"
+    )]
+    pub job_dir: PathBuf,
+
+    /// Namespace of the job
+    #[arg(long, value_name = "NS")]
+    pub nspace: String,
+
+    /// Number of ranks in the whole job
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub np: u32,
+
+    #[arg(
+        long,
+        help = "Prefix forwarded output lines with [NSPACE,RANK]<stdout>: / <stderr>:"
+    )]
+    pub tag_output: bool,
+
+    /// Set VAR=VAL in every rank's environment (repeatable)
+    #[arg(
+        short = 'x',
+        value_name = "VAR=VAL",
+        value_parser = parse_export,
+        action = clap::ArgAction::Append
+    )]
+    pub export: Vec<(OsString, OsString)>,
+
+    /// The rank program and its arguments
+    #[arg(last = true, required = true, value_name = "PROGRAM [ARGS]")]
+    pub command: Vec<OsString>,
+}
+
+fn parse_export(s: &str) -> Result<(OsString, OsString), String> {
+    match s.split_once('=') {
+        Some((k, v)) if !k.is_empty() => Ok((k.into(), v.into())),
+        _ => Err(format!("expected VAR=VAL, got {s:?}")),
+    }
+}
+
+impl DaemonArgs {
+    /// Checks what clap cannot: the node index is inside the job.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.node >= self.nodes {
+            return Err(format!(
+                "--node {} is out of range for --nodes {}",
+                self.node, self.nodes
+            ));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn parses_what_the_launcher_writes() {
+        DaemonArgs::command().debug_assert();
+        let a = DaemonArgs::try_parse_from([
+            "cohortd",
+            "--node",
+            "1",
+            "--nodes",
+            "3",
+            "--node-name",
+            "node1",
+            "--listen",
+            "127.0.1.2:0",
+            "--control",
+            "127.0.0.1:4000",
+            "--job-dir",
+            "/tmp/j",
+            "--nspace",
+            "cohort.1.ab12",
+            "--np",
+            "7",
+            "--tag-output",
+            "-x",
+            "A=b=c",
+            "--",
+            "sh",
+            "-c",
+            "echo -x",
+        ])
+        .unwrap();
+        assert_eq!((a.node, a.nodes, a.np), (1, 3, 7));
+        assert!(a.tag_output);
+        assert_eq!(a.export, [("A".into(), "b=c".into())]);
+        assert_eq!(a.command, ["sh", "-c", "echo -x"]);
+        assert!(a.validate().is_ok());
+    }
+
+    #[test]
+    fn refuses_bad_values() {
+        let base = |node: &str, x: &str| {
+            DaemonArgs::try_parse_from([
+                "cohortd",
+                "--node",
+                node,
+                "--nodes",
+                "2",
+                "--node-name",
+                "n",
+                "--listen",
+                "127.0.0.1:0",
+                "--control",
+                "127.0.0.1:1",
+                "--job-dir",
+                "/j",
+                "--nspace",
+                "ns",
+                "--np",
+                "1",
+                "-x",
+                x,
+                "--",
+                "p",
+            ])
+        };
+        assert!(base("0", "NOEQUALS").is_err());
+        assert!(base("2", "A=1").unwrap().validate().is_err());
+    }
+}

@@ -1,0 +1,536 @@
+//! cohortd's process shell: takes the secrets out of the environment, binds the node
+//! service, registers with the launcher, starts and watches this node's ranks, forwards
+//! their output, and stops everything on `Shutdown`, a signal or a lost launcher.
+//!
+//! Everything runs on one thread (current-thread runtime + `LocalSet`): the node
+//! service needs it, and ranks' parent-death signal is tied to the spawning thread.
+
+mod args;
+mod control;
+mod output;
+mod procs;
+mod ranks;
+
+use std::fmt;
+use std::io::Write;
+use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use clap::Parser;
+use cohort_proto::control::{DaemonMsg, LauncherMsg};
+use cohort_proto::env::{self, from_hex, to_hex};
+use cohort_proto::JobMap;
+use cohort_server::{NodeService, ServiceConfig};
+use tokio::net::tcp::OwnedWriteHalf;
+use tokio::net::TcpStream;
+use tokio::signal::unix::{signal, Signal, SignalKind};
+use tokio::sync::mpsc;
+use tokio::time::{sleep_until, Instant};
+use tracing_subscriber::EnvFilter;
+
+use args::DaemonArgs;
+use control::FromLauncher;
+use output::{OutputSink, Stream};
+use ranks::{RankExit, RankTemplate, Ranks};
+
+/// Ranks get this long between SIGTERM and SIGKILL.
+const RANK_GRACE: Duration = Duration::from_secs(2);
+/// Bound on waiting for SIGKILLed ranks to be reaped.
+const KILL_WAIT: Duration = Duration::from_secs(2);
+/// Bound on the node service's goodbye.
+const SERVICE_SHUTDOWN: Duration = Duration::from_secs(2);
+/// Bound on connecting to the launcher.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// Bound on flushing forwarded output at exit.
+const OUTPUT_FLUSH: Duration = Duration::from_secs(2);
+
+/// Writes `cohortd: <msg>` to stderr, ignoring a closed stderr (the launcher may be
+/// gone; that must not turn into a panic).
+pub(crate) fn say(msg: fmt::Arguments<'_>) {
+    // One write per message, so lines from concurrent processes do not interleave.
+    let line = format!("cohortd: {msg}\n");
+    let _ = std::io::stderr().write_all(line.as_bytes());
+}
+
+/// The per-job secrets, taken from (and removed from) the environment.
+struct Secrets {
+    job_secret: Vec<u8>,
+    client_token: Vec<u8>,
+}
+
+impl Secrets {
+    /// Reads and unsets both variables. Must run before any thread is started.
+    fn take_from_env() -> Result<Secrets, String> {
+        let secret = std::env::var_os(env::JOB_SECRET);
+        let token = std::env::var_os(env::CLIENT_TOKEN);
+        std::env::remove_var(env::JOB_SECRET);
+        std::env::remove_var(env::CLIENT_TOKEN);
+        Ok(Secrets {
+            job_secret: decode_secret(env::JOB_SECRET, secret)?,
+            client_token: decode_secret(env::CLIENT_TOKEN, token)?,
+        })
+    }
+}
+
+fn decode_secret(name: &str, value: Option<std::ffi::OsString>) -> Result<Vec<u8>, String> {
+    let value =
+        value.ok_or_else(|| format!("{name} is not set (cohortd is started by `cohort run`)"))?;
+    value
+        .to_str()
+        .and_then(from_hex)
+        .filter(|b| !b.is_empty())
+        .ok_or_else(|| format!("{name} is not a non-empty hex string"))
+}
+
+/// Entry point; returns the process exit status.
+pub fn main() -> i32 {
+    let args = DaemonArgs::parse();
+    let secrets = match Secrets::take_from_env() {
+        Ok(s) => s,
+        Err(e) => {
+            say(format_args!("{e}"));
+            return 2;
+        }
+    };
+    if let Err(e) = args.validate() {
+        say(format_args!("{e}"));
+        return 2;
+    }
+    init_tracing();
+
+    let stdout = OutputSink::spawn(Stream::Stdout);
+    let stderr = OutputSink::spawn(Stream::Stderr);
+    let (stdout, stderr) = match (stdout, stderr) {
+        (Ok(o), Ok(e)) => (o, e),
+        (Err(e), _) | (_, Err(e)) => {
+            say(format_args!("cannot start the output threads: {e}"));
+            return 1;
+        }
+    };
+    let rt = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            say(format_args!("cannot start the async runtime: {e}"));
+            return 1;
+        }
+    };
+    let local = tokio::task::LocalSet::new();
+    let span = tracing::info_span!("cohortd", node = %args.node_name);
+    let code = local.block_on(&rt, async {
+        let _enter = span.enter();
+        run(args, secrets, &stdout, &stderr).await
+    });
+    // Dropping the runtime drops the forwarding tasks and with them the last senders,
+    // so the writer threads can drain and stop.
+    drop(local);
+    drop(rt);
+    stdout.close(OUTPUT_FLUSH);
+    stderr.close(OUTPUT_FLUSH);
+    code
+}
+
+/// Logs go to stderr, filtered by `COHORT_LOG`, else `RUST_LOG`, else `warn`.
+fn init_tracing() {
+    let filter = EnvFilter::try_from_env(env::LOG)
+        .or_else(|_| EnvFilter::try_from_default_env())
+        .unwrap_or_else(|_| EnvFilter::new("warn"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
+}
+
+/// Why cohortd stops.
+#[derive(Debug)]
+enum End {
+    /// The launcher said so.
+    Shutdown,
+    /// The launcher is gone (or unusable).
+    LauncherLost(String),
+    Signal(i32),
+    /// Something on our side broke; the launcher was told with `Fatal`.
+    Fatal(String),
+}
+
+impl End {
+    fn exit_code(&self) -> i32 {
+        match self {
+            End::Shutdown => 0,
+            End::LauncherLost(_) | End::Fatal(_) => 1,
+            End::Signal(sig) => 128 + sig,
+        }
+    }
+}
+
+async fn run(args: DaemonArgs, secrets: Secrets, stdout: &OutputSink, stderr: &OutputSink) -> i32 {
+    let node_name = args.node_name.clone();
+    let mut job = JobMap::block(args.nspace.clone(), args.np, args.nodes);
+    job.node_names[args.node as usize] = node_name.clone();
+    let token_hex = to_hex(&secrets.client_token);
+    let job_secret = secrets.job_secret.clone();
+    let Some((svc, socket_dir)) = bind_service(&args, &job, secrets).await else {
+        return 1;
+    };
+    let mut signals = match Signals::new() {
+        Ok(s) => s,
+        Err(e) => {
+            say(format_args!(
+                "{node_name}: cannot install signal handlers: {e}"
+            ));
+            return finish(&svc, &socket_dir, &args, End::Fatal(e.to_string())).await;
+        }
+    };
+    let (link, mut from_launcher) = match await_start(&args, &job_secret, &svc, &mut signals).await
+    {
+        Ok(started) => started,
+        Err(end) => return finish(&svc, &socket_dir, &args, end).await,
+    };
+
+    let (exit_tx, mut exits) = mpsc::unbounded_channel();
+    let template = RankTemplate {
+        job,
+        node: args.node,
+        command: args.command.clone(),
+        exports: args.export.clone(),
+        server_uri: svc.socket_path(),
+        token_hex,
+        tag_output: args.tag_output,
+    };
+    let mut ranks = Ranks::new(template, exit_tx);
+    ranks.launch_all(stdout, stderr);
+
+    let mut link = Some(link);
+    let end = serve(
+        &svc,
+        &mut ranks,
+        &mut link,
+        &mut from_launcher,
+        &mut exits,
+        &mut signals,
+    )
+    .await;
+    match &end {
+        End::Shutdown => tracing::debug!("shutdown requested"),
+        End::LauncherLost(why) => say(format_args!(
+            "{node_name}: lost the launcher ({why}); stopping {} rank(s)",
+            ranks.running()
+        )),
+        End::Signal(sig) => tracing::info!(sig, "terminating on a signal"),
+        End::Fatal(why) => say(format_args!("{node_name}: {why}")),
+    }
+    if matches!(end, End::LauncherLost(_)) {
+        link = None;
+    }
+    stop_ranks(&svc, &mut ranks, &mut link, &mut exits).await;
+    finish(&svc, &socket_dir, &args, end).await
+}
+
+/// Creates the private socket directory and binds the node service in it.
+async fn bind_service(
+    args: &DaemonArgs,
+    job: &JobMap,
+    secrets: Secrets,
+) -> Option<(NodeService, PathBuf)> {
+    let socket_dir = args.job_dir.join(format!("node{}", args.node));
+    if let Err(e) = create_private_dir(&socket_dir) {
+        say(format_args!(
+            "{}: cannot create the socket directory {}: {e}",
+            args.node_name,
+            socket_dir.display()
+        ));
+        return None;
+    }
+    let cfg = ServiceConfig {
+        node: args.node,
+        job: job.clone(),
+        job_secret: secrets.job_secret,
+        client_token: secrets.client_token,
+        fabric_listen: args.listen,
+        socket_dir: socket_dir.clone(),
+    };
+    match NodeService::bind(cfg).await {
+        Ok(svc) => {
+            tracing::debug!(
+                fabric = %svc.fabric_addr(),
+                socket = %svc.socket_path().display(),
+                "node service bound"
+            );
+            Some((svc, socket_dir))
+        }
+        Err(e) => {
+            say(format_args!(
+                "{}: cannot start the node service (fabric on {}): {e}",
+                args.node_name, args.listen
+            ));
+            remove_dir(&socket_dir);
+            None
+        }
+    }
+}
+
+/// Registers with the launcher, waits for the peer list and starts the service on it.
+/// `Err` says why the node server stops before any rank ran.
+async fn await_start(
+    args: &DaemonArgs,
+    job_secret: &[u8],
+    svc: &NodeService,
+    signals: &mut Signals,
+) -> Result<(OwnedWriteHalf, mpsc::UnboundedReceiver<FromLauncher>), End> {
+    let (mut link, mut from_launcher) = connect(args, job_secret, svc).await.map_err(|e| {
+        say(format_args!(
+            "{}: cannot register with the launcher at {}: {e}",
+            args.node_name, args.control
+        ));
+        End::LauncherLost(e)
+    })?;
+    let peers = tokio::select! {
+        ev = from_launcher.recv() => match ev.unwrap_or(FromLauncher::Closed(None)) {
+            FromLauncher::Msg(LauncherMsg::Start { peers }) => peers,
+            FromLauncher::Msg(LauncherMsg::Shutdown) => return Err(End::Shutdown),
+            FromLauncher::Closed(e) => {
+                return Err(End::LauncherLost(e.unwrap_or_else(|| "connection closed".into())));
+            }
+        },
+        sig = signals.recv() => return Err(End::Signal(sig)),
+    };
+    if peers.len() != args.nodes as usize {
+        let reason = format!(
+            "the launcher sent {} peer addresses for {} nodes",
+            peers.len(),
+            args.nodes
+        );
+        let fatal = DaemonMsg::Fatal {
+            reason: reason.clone(),
+        };
+        let _ = control::send(&mut link, &fatal).await;
+        say(format_args!("{}: {reason}", args.node_name));
+        return Err(End::Fatal(reason));
+    }
+    svc.start(peers);
+    Ok((link, from_launcher))
+}
+
+/// Runs the job on this node: reports rank exits until the launcher, a signal or a
+/// broken control connection ends it. `link` is `None` afterwards if it broke.
+async fn serve(
+    svc: &NodeService,
+    ranks: &mut Ranks,
+    link: &mut Option<OwnedWriteHalf>,
+    from_launcher: &mut mpsc::UnboundedReceiver<FromLauncher>,
+    exits: &mut mpsc::UnboundedReceiver<RankExit>,
+    signals: &mut Signals,
+) -> End {
+    if let Some(w) = link.as_mut() {
+        if control::send(w, &DaemonMsg::Launched).await.is_err() {
+            *link = None;
+        }
+    }
+    loop {
+        if link.is_none() {
+            return End::LauncherLost("cannot write to the control connection".into());
+        }
+        tokio::select! {
+            ev = from_launcher.recv() => match ev.unwrap_or(FromLauncher::Closed(None)) {
+                FromLauncher::Msg(LauncherMsg::Shutdown) => return End::Shutdown,
+                FromLauncher::Msg(other) => {
+                    tracing::warn!(?other, "ignoring an unexpected control message");
+                }
+                FromLauncher::Closed(e) => {
+                    return End::LauncherLost(e.unwrap_or_else(|| "connection closed".into()));
+                }
+            },
+            Some(exit) = exits.recv() => handle_exit(svc, ranks, link, exit).await,
+            sig = signals.recv() => return End::Signal(sig),
+        }
+    }
+}
+
+/// SIGTERM, grace, SIGKILL, then whatever is left in the ranks' process groups. Exits
+/// seen meanwhile are still reported while the launcher listens.
+async fn stop_ranks(
+    svc: &NodeService,
+    ranks: &mut Ranks,
+    link: &mut Option<OwnedWriteHalf>,
+    exits: &mut mpsc::UnboundedReceiver<RankExit>,
+) {
+    ranks.signal_running(libc::SIGTERM);
+    drain_exits(svc, ranks, link, exits, RANK_GRACE).await;
+    if ranks.running() > 0 {
+        tracing::info!(
+            left = ranks.running(),
+            "ranks ignored SIGTERM; killing them"
+        );
+        ranks.signal_running(libc::SIGKILL);
+        drain_exits(svc, ranks, link, exits, KILL_WAIT).await;
+    }
+    let leftovers = ranks.kill_leftovers();
+    if leftovers > 0 {
+        tracing::debug!(leftovers, "killed processes left in rank process groups");
+    }
+}
+
+/// Handles one rank exit: tells the service and, while it listens, the launcher
+/// (`link` becomes `None` when writing to it fails).
+async fn handle_exit(
+    svc: &NodeService,
+    ranks: &mut Ranks,
+    link: &mut Option<OwnedWriteHalf>,
+    exit: RankExit,
+) {
+    tracing::debug!(rank = exit.rank, status = ?exit.status, "rank exited");
+    ranks.exited(exit.rank);
+    svc.proc_exited(exit.rank);
+    if let Some(w) = link.as_mut() {
+        let msg = DaemonMsg::RankExited {
+            rank: exit.rank,
+            status: exit.status,
+        };
+        if control::send(w, &msg).await.is_err() {
+            *link = None;
+        }
+    }
+}
+
+/// Handles rank exits until none is running or `budget` has passed.
+async fn drain_exits(
+    svc: &NodeService,
+    ranks: &mut Ranks,
+    link: &mut Option<OwnedWriteHalf>,
+    exits: &mut mpsc::UnboundedReceiver<RankExit>,
+    budget: Duration,
+) {
+    let deadline = Instant::now() + budget;
+    while ranks.running() > 0 {
+        tokio::select! {
+            Some(exit) = exits.recv() => handle_exit(svc, ranks, link, exit).await,
+            _ = sleep_until(deadline) => return,
+        }
+    }
+}
+
+/// Stops the node service, removes the socket directory (and the job directory when
+/// the launcher is gone and we were the last), and returns the exit status.
+async fn finish(svc: &NodeService, socket_dir: &Path, args: &DaemonArgs, end: End) -> i32 {
+    if tokio::time::timeout(SERVICE_SHUTDOWN, svc.shutdown())
+        .await
+        .is_err()
+    {
+        tracing::warn!("the node service did not shut down within {SERVICE_SHUTDOWN:?}");
+    }
+    remove_dir(socket_dir);
+    if matches!(end, End::LauncherLost(_)) {
+        // Only succeeds once it is empty, i.e. for the last node server out.
+        let _ = std::fs::remove_dir(&args.job_dir);
+    }
+    end.exit_code()
+}
+
+/// Connects to the launcher and registers; returns the write half and the reader's
+/// event stream.
+async fn connect(
+    args: &DaemonArgs,
+    job_secret: &[u8],
+    svc: &NodeService,
+) -> Result<(OwnedWriteHalf, mpsc::UnboundedReceiver<FromLauncher>), String> {
+    let stream = tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(args.control))
+        .await
+        .map_err(|_| format!("no answer within {CONNECT_TIMEOUT:?}"))?
+        .map_err(|e| e.to_string())?;
+    let _ = stream.set_nodelay(true);
+    let (reader, mut writer) = stream.into_split();
+    let register = DaemonMsg::Register {
+        node: args.node,
+        secret: job_secret.to_vec(),
+        fabric_addr: svc.fabric_addr(),
+        pid: std::process::id(),
+    };
+    control::send(&mut writer, &register)
+        .await
+        .map_err(|e| e.to_string())?;
+    let (tx, rx) = mpsc::unbounded_channel();
+    tokio::task::spawn_local(control::read_loop(reader, tx));
+    Ok((writer, rx))
+}
+
+/// Creates `dir` with mode 0700 (tightening it if it already exists).
+fn create_private_dir(dir: &Path) -> std::io::Result<()> {
+    match std::fs::DirBuilder::new().mode(0o700).create(dir) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+            let meta = std::fs::symlink_metadata(dir)?;
+            if !meta.is_dir() {
+                return Err(std::io::Error::other("exists and is not a directory"));
+            }
+            std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
+        }
+        Err(e) => Err(e),
+    }
+}
+
+fn remove_dir(dir: &Path) {
+    match std::fs::remove_dir_all(dir) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => tracing::warn!(dir = %dir.display(), "cannot remove: {e}"),
+    }
+}
+
+/// Signals that stop cohortd (SIGTERM is also its parent-death signal).
+struct Signals {
+    term: Signal,
+    int: Signal,
+    hup: Signal,
+}
+
+impl Signals {
+    fn new() -> std::io::Result<Signals> {
+        Ok(Signals {
+            term: signal(SignalKind::terminate())?,
+            int: signal(SignalKind::interrupt())?,
+            hup: signal(SignalKind::hangup())?,
+        })
+    }
+
+    async fn recv(&mut self) -> i32 {
+        tokio::select! {
+            _ = self.term.recv() => libc::SIGTERM,
+            _ = self.int.recv() => libc::SIGINT,
+            _ = self.hup.recv() => libc::SIGHUP,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn secrets_must_be_hex() {
+        assert_eq!(
+            decode_secret("X", Some("00ff".into())).unwrap(),
+            vec![0, 255]
+        );
+        assert!(decode_secret("X", None).unwrap_err().contains("not set"));
+        assert!(decode_secret("X", Some("xyz".into())).is_err());
+        assert!(decode_secret("X", Some("".into())).is_err());
+    }
+
+    #[test]
+    fn private_dir_is_0700() {
+        let base = std::env::temp_dir().join(format!("cohortd-test-{}", std::process::id()));
+        std::fs::create_dir_all(&base).unwrap();
+        std::fs::set_permissions(&base, std::fs::Permissions::from_mode(0o755)).unwrap();
+        create_private_dir(&base).unwrap();
+        let mode = std::fs::metadata(&base).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o700);
+        let fresh = base.join("node0");
+        create_private_dir(&fresh).unwrap();
+        let mode = std::fs::metadata(&fresh).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o700);
+        std::fs::remove_dir_all(&base).unwrap();
+    }
+}

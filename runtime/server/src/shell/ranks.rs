@@ -1,0 +1,207 @@
+//! This node's ranks: started with the job's environment, each in its own process
+//! group and killed if cohortd dies; output forwarded; an exit reported only after the
+//! rank's output has been forwarded; stopped all together at the end.
+
+use std::collections::BTreeMap;
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::time::Duration;
+
+use cohort_proto::control::ExitStatus;
+use cohort_proto::env;
+use cohort_proto::{JobMap, NodeId, Rank};
+use tokio::process::{Child, Command};
+use tokio::sync::mpsc;
+use tokio::task::spawn_local;
+
+use super::output::{forward, LineTagger, OutputSink};
+use super::procs::{live_groups, parent_death_signal, signal_group};
+use super::say;
+
+/// Exit code reported for a rank whose program could not be started (as a shell does).
+pub const NOT_STARTED: i32 = 127;
+/// After a rank exits, how long its output may take to reach EOF before the exit is
+/// reported anyway (a background child can hold the pipe open forever).
+const OUTPUT_DRAIN: Duration = Duration::from_secs(2);
+
+/// A rank ended (its output is forwarded).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RankExit {
+    pub rank: Rank,
+    pub status: ExitStatus,
+}
+
+/// What every rank of this node shares.
+#[derive(Clone, Debug)]
+pub struct RankTemplate {
+    pub job: JobMap,
+    pub node: NodeId,
+    pub command: Vec<OsString>,
+    pub exports: Vec<(OsString, OsString)>,
+    pub server_uri: PathBuf,
+    pub token_hex: String,
+    pub tag_output: bool,
+}
+
+impl RankTemplate {
+    fn node_name(&self) -> &str {
+        &self.job.node_names[self.node as usize]
+    }
+
+    fn command(&self, rank: Rank) -> Command {
+        let mut cmd = Command::new(&self.command[0]);
+        let local_rank = self.job.local_rank(rank).unwrap_or(0);
+        cmd.args(&self.command[1..])
+            .env_remove(env::JOB_SECRET)
+            .envs(self.exports.iter().map(|(k, v)| (k, v)))
+            .env(env::SERVER_URI, &self.server_uri)
+            .env(env::CLIENT_TOKEN, &self.token_hex)
+            .env(env::NSPACE, &self.job.nspace)
+            .env(env::RANK, rank.to_string())
+            .env(env::SIZE, self.job.size().to_string())
+            .env(env::LOCAL_RANK, local_rank.to_string())
+            .env(env::NODE_ID, self.node.to_string())
+            .env(env::NODE_NAME, self.node_name())
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .process_group(0)
+            .kill_on_drop(false);
+        // SAFETY: the hook only makes async-signal-safe syscalls.
+        unsafe {
+            cmd.pre_exec(parent_death_signal(libc::SIGKILL));
+        }
+        cmd
+    }
+}
+
+/// The ranks this node server started and has not yet seen exit.
+pub struct Ranks {
+    template: RankTemplate,
+    /// rank → its pid, which is also its process group id.
+    running: BTreeMap<Rank, u32>,
+    /// Every process group we created, for the final sweep.
+    groups: Vec<u32>,
+    exits: mpsc::UnboundedSender<RankExit>,
+}
+
+impl Ranks {
+    pub fn new(template: RankTemplate, exits: mpsc::UnboundedSender<RankExit>) -> Ranks {
+        Ranks {
+            template,
+            running: BTreeMap::new(),
+            groups: Vec::new(),
+            exits,
+        }
+    }
+
+    /// Starts every rank of this node. Must run on the thread that outlives them (the
+    /// parent-death signal is tied to it) and inside a `LocalSet`.
+    pub fn launch_all(&mut self, stdout: &OutputSink, stderr: &OutputSink) {
+        let ranks = self.template.job.ranks_on(self.template.node);
+        for rank in ranks {
+            self.launch(rank, stdout, stderr);
+        }
+    }
+
+    fn launch(&mut self, rank: Rank, stdout: &OutputSink, stderr: &OutputSink) {
+        let mut child = match self.template.command(rank).spawn() {
+            Ok(child) => child,
+            Err(e) => {
+                say(format_args!(
+                    "{}: cannot start rank {rank}: {:?}: {e}",
+                    self.template.node_name(),
+                    self.template.command[0],
+                ));
+                let status = ExitStatus {
+                    code: Some(NOT_STARTED),
+                    signal: None,
+                };
+                let _ = self.exits.send(RankExit { rank, status });
+                return;
+            }
+        };
+        let pid = child.id().unwrap_or(0);
+        tracing::debug!(rank, pid, "rank started");
+        self.running.insert(rank, pid);
+        self.groups.push(pid);
+
+        let (tag_out, tag_err) = if self.template.tag_output {
+            let ns = &self.template.job.nspace;
+            (
+                LineTagger::tag(ns, rank, "stdout"),
+                LineTagger::tag(ns, rank, "stderr"),
+            )
+        } else {
+            (Vec::new(), Vec::new())
+        };
+        let out = child
+            .stdout
+            .take()
+            .map(|p| spawn_local(forward(p, LineTagger::new(tag_out), stdout.sender())));
+        let err = child
+            .stderr
+            .take()
+            .map(|p| spawn_local(forward(p, LineTagger::new(tag_err), stderr.sender())));
+        let exits = self.exits.clone();
+        spawn_local(async move {
+            let status = wait(&mut child, rank).await;
+            let drained = async {
+                if let Some(t) = out {
+                    let _ = t.await;
+                }
+                if let Some(t) = err {
+                    let _ = t.await;
+                }
+            };
+            if tokio::time::timeout(OUTPUT_DRAIN, drained).await.is_err() {
+                tracing::debug!(rank, "output still open after exit (held by a child?)");
+            }
+            let _ = exits.send(RankExit { rank, status });
+        });
+    }
+
+    /// Records that `rank`'s exit was handled; `false` if it was not running.
+    pub fn exited(&mut self, rank: Rank) -> bool {
+        self.running.remove(&rank).is_some()
+    }
+
+    pub fn running(&self) -> usize {
+        self.running.len()
+    }
+
+    /// Signals the process group of every rank not yet seen exiting.
+    pub fn signal_running(&self, signal: i32) {
+        for (&rank, &pgid) in &self.running {
+            tracing::debug!(rank, pgid, signal, "signalling rank");
+            signal_group(pgid, signal);
+        }
+    }
+
+    /// SIGKILLs whatever is left in the ranks' process groups (their children).
+    pub fn kill_leftovers(&self) -> usize {
+        let live = live_groups(&self.groups);
+        for &pgid in &live {
+            signal_group(pgid, libc::SIGKILL);
+        }
+        live.len()
+    }
+}
+
+async fn wait(child: &mut Child, rank: Rank) -> ExitStatus {
+    use std::os::unix::process::ExitStatusExt;
+    match child.wait().await {
+        Ok(st) => ExitStatus {
+            code: st.code(),
+            signal: st.signal(),
+        },
+        Err(e) => {
+            tracing::warn!(rank, "cannot wait for rank: {e}");
+            ExitStatus {
+                code: None,
+                signal: None,
+            }
+        }
+    }
+}
