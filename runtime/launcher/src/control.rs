@@ -6,9 +6,9 @@ use std::time::Duration;
 
 use cohort_proto::control::{DaemonMsg, LauncherMsg};
 use cohort_proto::env::secrets_equal;
-use cohort_proto::frame::{check_len, decode_body, encode, MAX_CONTROL_FRAME};
+use cohort_proto::frame::{read_frame_async, write_frame_async, MAX_CONTROL_FRAME};
 use cohort_proto::{CohortError, NodeId};
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::TcpStream;
 
@@ -19,22 +19,12 @@ pub const REGISTER_TIMEOUT: Duration = Duration::from_secs(10);
 pub async fn read_daemon_msg<R: AsyncRead + Unpin>(
     r: &mut R,
 ) -> Result<Option<DaemonMsg>, CohortError> {
-    let mut len = [0u8; 4];
-    match r.read_exact(&mut len).await {
-        Ok(_) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(None),
-        Err(e) => return Err(e.into()),
-    }
-    let len = check_len(u32::from_le_bytes(len), MAX_CONTROL_FRAME)?;
-    let mut body = vec![0u8; len];
-    r.read_exact(&mut body).await?;
-    decode_body(&body).map(Some)
+    read_frame_async(r, MAX_CONTROL_FRAME).await
 }
 
 /// Writes one launcher message.
 pub async fn send<W: AsyncWrite + Unpin>(w: &mut W, msg: &LauncherMsg) -> std::io::Result<()> {
-    w.write_all(&encode(msg)).await?;
-    w.flush().await
+    write_frame_async(w, msg).await
 }
 
 /// A node server that proved it belongs to the job.
@@ -104,6 +94,8 @@ pub async fn handshake(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use cohort_proto::frame::encode;
+    use tokio::io::AsyncWriteExt;
     use tokio::net::TcpListener;
 
     async fn connect_and_send(addr: std::net::SocketAddr, msg: &DaemonMsg) -> TcpStream {

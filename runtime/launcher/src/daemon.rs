@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use cohort_proto::env::{self, to_hex};
 use cohort_proto::NodeId;
 
-use crate::reaper::parent_death_signal;
+use cohort_os::parent_death_signal;
 
 /// Environment variable naming the `cohortd` binary to start.
 pub const DAEMON_ENV: &str = "COHORT_DAEMON";
@@ -133,7 +133,7 @@ impl DaemonLaunch<'_> {
             .kill_on_drop(false);
         // SAFETY: the hook only makes async-signal-safe syscalls.
         unsafe {
-            cmd.pre_exec(parent_death_signal(libc::SIGTERM));
+            cmd.pre_exec(parent_death_signal(libc::SIGTERM, "the launcher"));
         }
         cmd.spawn()
     }

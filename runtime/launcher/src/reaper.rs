@@ -19,29 +19,6 @@ pub fn become_subreaper() {
     }
 }
 
-/// Returns a `pre_exec` hook that delivers `signal` to the child when its parent
-/// thread dies, and refuses to exec if the parent is already gone.
-///
-/// Spawn from the thread that lives as long as the job: the kernel ties the death
-/// signal to the spawning *thread*.
-pub fn parent_death_signal(signal: i32) -> impl FnMut() -> std::io::Result<()> + Send + Sync {
-    // SAFETY: getpid has no preconditions.
-    let parent = unsafe { libc::getpid() };
-    move || {
-        // SAFETY: async-signal-safe syscalls with integer arguments, run in the child
-        // between fork and exec.
-        unsafe {
-            if libc::prctl(libc::PR_SET_PDEATHSIG, signal as libc::c_ulong, 0, 0, 0) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            if libc::getppid() != parent {
-                return Err(std::io::Error::other("parent exited before exec"));
-            }
-        }
-        Ok(())
-    }
-}
-
 /// Sends `signal` to process group `pgid`. `false` if it no longer exists.
 pub fn signal_group(pgid: u32, signal: i32) -> bool {
     let Ok(pgid) = libc::pid_t::try_from(pgid) else {

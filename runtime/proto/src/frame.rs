@@ -80,6 +80,38 @@ pub fn read_frame<R: std::io::Read, T: DeserializeOwned>(
     decode_body(buf).map(Some)
 }
 
+/// Reads one frame from an async reader. `Ok(None)` on clean EOF before a frame.
+#[cfg(feature = "tokio")]
+pub async fn read_frame_async<R, T>(r: &mut R, max: usize) -> Result<Option<T>, CohortError>
+where
+    R: tokio::io::AsyncRead + Unpin,
+    T: DeserializeOwned,
+{
+    use tokio::io::AsyncReadExt;
+    let mut len = [0u8; 4];
+    match r.read_exact(&mut len).await {
+        Ok(_) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(None),
+        Err(e) => return Err(e.into()),
+    }
+    let len = check_len(u32::from_le_bytes(len), max)?;
+    let mut body = vec![0u8; len];
+    r.read_exact(&mut body).await?;
+    decode_body(&body).map(Some)
+}
+
+/// Writes one whole frame to an async writer and flushes it.
+#[cfg(feature = "tokio")]
+pub async fn write_frame_async<W, T>(w: &mut W, msg: &T) -> std::io::Result<()>
+where
+    W: tokio::io::AsyncWrite + Unpin,
+    T: Serialize,
+{
+    use tokio::io::AsyncWriteExt;
+    w.write_all(&encode(msg)).await?;
+    w.flush().await
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -21,7 +21,7 @@ use cohort_proto::peer::PeerMsg;
 use cohort_proto::{CohortError, JobMap, NodeId, ProcId, Rank, PROTOCOL_VERSION};
 use cohort_topology::TreeShape;
 use cohort_transport::{AnyFabric, Fabric, FabricConfig, FabricEvent, FabricKind};
-use tokio::io::{AsyncReadExt, BufReader};
+use tokio::io::BufReader;
 use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::Notify;
@@ -271,10 +271,11 @@ async fn authenticate(
             cred.pid()
         )));
     }
-    let hello: Hello = tokio::time::timeout(HELLO_TIMEOUT, read_frame(reader, MAX_HELLO))
-        .await
-        .map_err(|_| CohortError::AuthRefused("no hello within the timeout".into()))??
-        .ok_or_else(|| CohortError::AuthRefused("closed before hello".into()))?;
+    let hello: Hello =
+        tokio::time::timeout(HELLO_TIMEOUT, frame::read_frame_async(reader, MAX_HELLO))
+            .await
+            .map_err(|_| CohortError::AuthRefused("no hello within the timeout".into()))??
+            .ok_or_else(|| CohortError::AuthRefused("closed before hello".into()))?;
     if hello.version != PROTOCOL_VERSION {
         return Err(CohortError::AuthRefused(format!(
             "protocol version {} is not {PROTOCOL_VERSION}",
@@ -357,7 +358,7 @@ async fn serve_client(stream: UnixStream, shared: Rc<RefCell<Shared>>) {
     tracing::debug!(client, %proc, "client admitted");
 
     loop {
-        match read_frame::<ClientFrame>(&mut reader, MAX_CLIENT_FRAME).await {
+        match frame::read_frame_async::<_, ClientFrame>(&mut reader, MAX_CLIENT_FRAME).await {
             Ok(Some(f)) => {
                 let mut s = shared.borrow_mut();
                 let now = s.now();
@@ -413,22 +414,6 @@ async fn writer_loop(
             }
         }
     }
-}
-
-async fn read_frame<T: serde::de::DeserializeOwned>(
-    reader: &mut BufReader<OwnedReadHalf>,
-    max: usize,
-) -> Result<Option<T>, CohortError> {
-    let mut len = [0u8; 4];
-    match reader.read_exact(&mut len).await {
-        Ok(_) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(None),
-        Err(e) => return Err(e.into()),
-    }
-    let len = frame::check_len(u32::from_le_bytes(len), max)?;
-    let mut body = vec![0u8; len];
-    reader.read_exact(&mut body).await?;
-    frame::decode_body(&body).map(Some)
 }
 
 async fn fabric_loop(

@@ -2,31 +2,23 @@
 //! [`LauncherMsg`]/[`DaemonMsg`], and a reader task turning frames into events.
 
 use cohort_proto::control::{DaemonMsg, LauncherMsg};
-use cohort_proto::frame::{check_len, decode_body, encode, MAX_CONTROL_FRAME};
+#[cfg(test)]
+use cohort_proto::frame::encode;
+use cohort_proto::frame::{read_frame_async, write_frame_async, MAX_CONTROL_FRAME};
 use cohort_proto::CohortError;
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::mpsc;
 
 /// Reads one launcher message; `Ok(None)` on a clean EOF between frames.
 pub async fn read_launcher_msg<R: AsyncRead + Unpin>(
     r: &mut R,
 ) -> Result<Option<LauncherMsg>, CohortError> {
-    let mut len = [0u8; 4];
-    match r.read_exact(&mut len).await {
-        Ok(_) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(None),
-        Err(e) => return Err(e.into()),
-    }
-    let len = check_len(u32::from_le_bytes(len), MAX_CONTROL_FRAME)?;
-    let mut body = vec![0u8; len];
-    r.read_exact(&mut body).await?;
-    decode_body(&body).map(Some)
+    read_frame_async(r, MAX_CONTROL_FRAME).await
 }
 
 /// Writes one message to the launcher.
 pub async fn send<W: AsyncWrite + Unpin>(w: &mut W, msg: &DaemonMsg) -> std::io::Result<()> {
-    w.write_all(&encode(msg)).await?;
-    w.flush().await
+    write_frame_async(w, msg).await
 }
 
 /// What the launcher said, or that it is gone.

@@ -27,7 +27,6 @@ use tokio::net::TcpStream;
 use tokio::signal::unix::{signal, Signal, SignalKind};
 use tokio::sync::mpsc;
 use tokio::time::{sleep_until, Instant};
-use tracing_subscriber::EnvFilter;
 
 use args::DaemonArgs;
 use control::FromLauncher;
@@ -97,7 +96,7 @@ pub fn main() -> i32 {
         say(format_args!("{e}"));
         return 2;
     }
-    init_tracing();
+    cohort_os::init_tracing();
 
     let stdout = OutputSink::spawn(Stream::Stdout);
     let stderr = OutputSink::spawn(Stream::Stderr);
@@ -131,17 +130,6 @@ pub fn main() -> i32 {
     stdout.close(OUTPUT_FLUSH);
     stderr.close(OUTPUT_FLUSH);
     code
-}
-
-/// Logs go to stderr, filtered by `COHORT_LOG`, else `RUST_LOG`, else `warn`.
-fn init_tracing() {
-    let filter = EnvFilter::try_from_env(env::LOG)
-        .or_else(|_| EnvFilter::try_from_default_env())
-        .unwrap_or_else(|_| EnvFilter::new("warn"));
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .init();
 }
 
 /// Why cohortd stops.

@@ -1,27 +1,6 @@
 //! The few raw process calls the shell needs: parent-death signals for ranks,
 //! signalling the process groups we created, and finding what is left in them.
 
-/// A `pre_exec` hook: the child gets `signal` when this (spawning) thread dies, and
-/// refuses to exec when we are already gone.
-pub fn parent_death_signal(signal: i32) -> impl FnMut() -> std::io::Result<()> + Send + Sync {
-    // SAFETY: getpid has no preconditions.
-    let parent = unsafe { libc::getpid() };
-    move || {
-        // SAFETY: async-signal-safe syscalls with integer arguments, between fork and exec.
-        unsafe {
-            if libc::prctl(libc::PR_SET_PDEATHSIG, signal as libc::c_ulong, 0, 0, 0) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            if libc::getppid() != parent {
-                return Err(std::io::Error::other(
-                    "cohortd exited before the rank started",
-                ));
-            }
-        }
-        Ok(())
-    }
-}
-
 /// Sends `signal` to process group `pgid`; `false` if the group is gone.
 pub fn signal_group(pgid: u32, signal: i32) -> bool {
     match libc::pid_t::try_from(pgid) {

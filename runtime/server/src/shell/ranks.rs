@@ -16,8 +16,9 @@ use tokio::sync::mpsc;
 use tokio::task::spawn_local;
 
 use super::output::{forward, LineTagger, OutputSink};
-use super::procs::{live_groups, parent_death_signal, signal_group};
+use super::procs::{live_groups, signal_group};
 use super::say;
+use cohort_os::parent_death_signal;
 
 /// Exit code reported for a rank whose program could not be started (as a shell does).
 pub const NOT_STARTED: i32 = 127;
@@ -70,7 +71,7 @@ impl RankTemplate {
             .kill_on_drop(false);
         // SAFETY: the hook only makes async-signal-safe syscalls.
         unsafe {
-            cmd.pre_exec(parent_death_signal(libc::SIGKILL));
+            cmd.pre_exec(parent_death_signal(libc::SIGKILL, "cohortd"));
         }
         cmd
     }
