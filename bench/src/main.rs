@@ -84,7 +84,9 @@ type Res<T> = Result<T, Box<dyn std::error::Error>>;
 fn run(cli: Cli) -> Res<()> {
     let c = Client::init()?;
     let nodes = c.job().num_nodes;
-    let baseline = Baseline::measure(&c)?;
+    let before = Baseline::measure(&c, 0)?;
+    let mut rows: Vec<(String, Stats)> = Vec::new();
+    let title;
     let hops = |depth: usize| if nodes == 1 { 2 } else { 2 + 2 * depth };
     let depth = {
         let all: Vec<u32> = (0..nodes).collect();
@@ -92,10 +94,10 @@ fn run(cli: Cli) -> Res<()> {
     };
     match cli.what {
         What::Fence { min_size, max_size } => {
-            header(&c, &baseline, &format!(
+            title = format!(
                 "# cohort-bench fence (collect data): {} ranks on {} node server(s), {} iterations ({} warm-up)",
                 c.size(), nodes, cli.iterations, cli.warmup
-            ));
+            );
             let mut sizes = vec![min_size];
             let mut s = min_size.max(1);
             while s <= max_size {
@@ -118,17 +120,17 @@ fn run(cli: Cli) -> Res<()> {
                         Ok(t.elapsed())
                     },
                 )?;
-                row(&c, &size.to_string(), &st, hops(depth), &baseline);
+                rows.push((size.to_string(), st));
             }
         }
         What::Group { method } => {
             if method != Method::Collective {
                 return Err("only --method collective is implemented so far (bootstrap and invite: issue 5)".into());
             }
-            header(&c, &baseline, &format!(
+            title = format!(
                 "# cohort-bench group --method collective (context id; every rank a leader): {} ranks on {} node server(s), {} iterations ({} warm-up)",
                 c.size(), nodes, cli.iterations, cli.warmup
-            ));
+            );
             let all: Vec<ProcId> = (0..c.size()).map(|r| ProcId::new(c.nspace(), r)).collect();
             let opts = ConstructOpts {
                 assign_context_id: true,
@@ -148,27 +150,39 @@ fn run(cli: Cli) -> Res<()> {
                 destructs.push(t.elapsed());
                 Ok(took)
             })?;
-            row(&c, "construct", &st, hops(depth), &baseline);
+            rows.push(("construct".into(), st));
             let st = reduce(
                 &c,
                 "destruct",
                 &destructs[cli.warmup.min(destructs.len())..],
             )?;
-            row(&c, "destruct", &st, hops(depth), &baseline);
+            rows.push(("destruct".into(), st));
         }
     }
+    let after = Baseline::measure(&c, 1)?;
+    report(&c, &title, &before, &after, &rows, hops(depth));
     c.finalize()?;
     Ok(())
 }
 
-fn header(c: &Client, b: &Baseline, title: &str) {
+/// Prints the table on rank 0. The ideal uses the faster of the two baselines
+/// (measured before and after the rows), which can only make the ratio worse.
+fn report(
+    c: &Client,
+    title: &str,
+    before: &Baseline,
+    after: &Baseline,
+    rows: &[(String, Stats)],
+    hops: usize,
+) {
     if c.rank() != 0 {
         return;
     }
+    let rtt = before.rtt_us.min(after.rtt_us);
     println!("{title}");
     println!(
-        "# Baseline (same run): {} ping-pong round trip {:.2} us between rank 0 and rank {}",
-        b.kind, b.rtt_us, b.peer
+        "# Baseline (same run): {} ping-pong round trip between rank 0 and rank {}: {:.2} us before, {:.2} us after the rows; using {:.2} us",
+        before.kind, before.peer, before.rtt_us, after.rtt_us, rtt
     );
     println!("# Ideal = baseline one-way latency x Hops (sequential messages on the critical path); Ratio = Median / Ideal");
     println!(
@@ -182,24 +196,20 @@ fn header(c: &Client, b: &Baseline, title: &str) {
         "Ideal(us)",
         "Ratio"
     );
-}
-
-fn row(c: &Client, label: &str, st: &Stats, hops: usize, b: &Baseline) {
-    if c.rank() != 0 {
-        return;
+    let ideal = rtt / 2.0 * hops as f64;
+    for (label, st) in rows {
+        println!(
+            "{:<12}{:>18.2}{:>18.2}{:>18.2}{:>14.2}{:>6}{:>12.2}{:>8.2}",
+            label,
+            st.avg,
+            st.min,
+            st.max,
+            st.median,
+            hops,
+            ideal,
+            st.median / ideal
+        );
     }
-    let ideal = b.rtt_us / 2.0 * hops as f64;
-    println!(
-        "{:<12}{:>18.2}{:>18.2}{:>18.2}{:>14.2}{:>6}{:>12.2}{:>8.2}",
-        label,
-        st.avg,
-        st.min,
-        st.max,
-        st.median,
-        hops,
-        ideal,
-        st.median / ideal
-    );
 }
 
 /// Runs `iters + warmup` iterations of `op` (which returns its own timed part), with
@@ -273,7 +283,7 @@ struct Baseline {
 const PINGS: usize = 2000;
 
 impl Baseline {
-    fn measure(c: &Client) -> Res<Baseline> {
+    fn measure(c: &Client, round: u32) -> Res<Baseline> {
         let job = c.job();
         let multi = job.num_nodes > 1;
         let peer = if multi {
@@ -286,19 +296,46 @@ impl Baseline {
         };
         let kind = if multi { "TCP" } else { "Unix-socket" };
         let me = c.rank();
+        let key = format!("bench.pingpong.{round}");
+        let paired = c.size() > 1 && (me == 0 || me == peer);
+        // Rank 0 listens and publishes where; the fence orders that before the lookup.
+        let listener = if paired && me == 0 {
+            Some(Listener::open(c, multi, round, &key)?)
+        } else {
+            None
+        };
+        c.fence(&[], FenceOpts::default())?;
         let mut rtt = 0.0;
-        if c.size() > 1 && (me == 0 || me == peer) {
-            rtt = if multi {
-                tcp_pingpong(c, me == 0, peer)?
+        if let Some(l) = listener {
+            rtt = l.accept_and_ping()?;
+        } else if paired {
+            let addr = c.get(
+                &ProcId::new(c.nspace(), 0),
+                &key,
+                Some(Duration::from_secs(30)),
+            )?;
+            let addr = addr.as_str().ok_or("bad ping-pong address")?;
+            if multi {
+                let s = TcpStream::connect(addr)?;
+                s.set_nodelay(true)?;
+                pingpong(s, false)?;
             } else {
-                uds_pingpong(c, me == 0, peer)?
-            };
+                pingpong(UnixStream::connect(addr)?, false)?;
+            }
         }
         if me == 0 {
-            c.put(Scope::Global, "bench.baseline", rtt.to_bits())?;
+            c.put(
+                Scope::Global,
+                &format!("bench.baseline.{round}"),
+                rtt.to_bits(),
+            )?;
         }
         c.fence(&[], COLLECT)?;
-        let rtt = match c.get(&ProcId::new(c.nspace(), 0), "bench.baseline", None)? {
+        let rtt = match c.get(
+            &ProcId::new(c.nspace(), 0),
+            &format!("bench.baseline.{round}"),
+            None,
+        )? {
             Value::U64(b) => f64::from_bits(b),
             v => return Err(format!("unexpected {v:?}").into()),
         };
@@ -307,6 +344,52 @@ impl Baseline {
             peer,
             rtt_us: rtt,
         })
+    }
+}
+
+/// Rank 0's end of the baseline ping-pong: a Unix socket on one node, or TCP on this
+/// emulated node's own loopback address (node i is 127.0.1.(i+1)) across nodes.
+enum Listener {
+    Uds(UnixListener, std::path::PathBuf),
+    Tcp(TcpListener),
+}
+
+impl Listener {
+    fn open(c: &Client, tcp: bool, round: u32, key: &str) -> Res<Listener> {
+        let (l, addr) = if tcp {
+            let l = TcpListener::bind(format!("127.0.1.{}:0", c.node_id() + 1))?;
+            let addr = l.local_addr()?.to_string();
+            (Listener::Tcp(l), addr)
+        } else {
+            let path = std::env::temp_dir().join(format!(
+                "cohort-bench-{}-{}-{round}.sock",
+                std::process::id(),
+                c.nspace()
+            ));
+            let _ = std::fs::remove_file(&path);
+            let l = UnixListener::bind(&path)?;
+            let addr = path.to_string_lossy().into_owned();
+            (Listener::Uds(l, path), addr)
+        };
+        c.put(Scope::Global, key, addr)?;
+        c.commit()?;
+        Ok(l)
+    }
+
+    fn accept_and_ping(self) -> Res<f64> {
+        match self {
+            Listener::Tcp(l) => {
+                let (s, _) = l.accept()?;
+                s.set_nodelay(true)?;
+                pingpong(s, true)
+            }
+            Listener::Uds(l, path) => {
+                let (s, _) = l.accept()?;
+                let r = pingpong(s, true);
+                let _ = std::fs::remove_file(&path);
+                r
+            }
+        }
     }
 }
 
@@ -330,60 +413,4 @@ fn pingpong<S: Read + Write>(mut s: S, leader: bool) -> Res<f64> {
     let mut t: Vec<f64> = times[200..].to_vec();
     t.sort_by(|a, b| a.total_cmp(b));
     Ok(t[t.len() / 2])
-}
-
-fn uds_pingpong(c: &Client, leader: bool, peer: u32) -> Res<f64> {
-    let path = std::env::temp_dir().join(format!(
-        "cohort-bench-{}-{}.sock",
-        std::process::id(),
-        c.nspace()
-    ));
-    if leader {
-        let _ = std::fs::remove_file(&path);
-        let l = UnixListener::bind(&path)?;
-        c.put(
-            Scope::Global,
-            "bench.uds",
-            path.to_string_lossy().into_owned(),
-        )?;
-        c.commit()?;
-        let (s, _) = l.accept()?;
-        let r = pingpong(s, true);
-        let _ = std::fs::remove_file(&path);
-        r
-    } else {
-        let v = c.get(
-            &ProcId::new(c.nspace(), 0),
-            "bench.uds",
-            Some(Duration::from_secs(30)),
-        )?;
-        let _ = peer;
-        let s = UnixStream::connect(v.as_str().ok_or("bad path")?)?;
-        pingpong(s, false)
-    }
-}
-
-fn tcp_pingpong(c: &Client, leader: bool, _peer: u32) -> Res<f64> {
-    // Each emulated node owns a loopback address: node i is 127.0.1.(i+1).
-    let addr_of = |node: u32| format!("127.0.1.{}", node + 1);
-    if leader {
-        let l = TcpListener::bind(format!("{}:0", addr_of(c.node_id())))?;
-        c.put(Scope::Global, "bench.tcp", l.local_addr()?.to_string())?;
-        c.commit()?;
-        let (s, _) = l.accept()?;
-        s.set_nodelay(true)?;
-        pingpong(s, true)
-    } else {
-        let v = c.get(
-            &ProcId::new(c.nspace(), 0),
-            "bench.tcp",
-            Some(Duration::from_secs(30)),
-        )?;
-        let local: std::net::SocketAddr = format!("{}:0", addr_of(c.node_id())).parse()?;
-        let sock = std::net::TcpStream::connect(v.as_str().ok_or("bad addr")?)?;
-        let _ = local;
-        sock.set_nodelay(true)?;
-        let s: TcpStream = sock;
-        pingpong(s, false)
-    }
 }
