@@ -18,7 +18,8 @@ use std::time::Duration;
 use cohort_proto::event::{codes, keys};
 use cohort_proto::ids::fmt_procs;
 use cohort_proto::msg::{
-    ConstructOpts, ConstructStatus, FenceOpts, GroupResult, ReqId, Request, Response, ServerFrame,
+    ConstructDecision, ConstructOpts, ConstructStatus, FenceOpts, GroupResult, InviteOpts, ReqId,
+    Request, Response, ServerFrame,
 };
 use cohort_proto::peer::{
     CollKey, CollKind, CollOutcome, CollSpec, ContribFlags, Contribution, PeerMsg,
@@ -30,6 +31,9 @@ use cohort_proto::{
 use cohort_topology::{rendezvous, Tree, TreeShape};
 
 use crate::kv::{KvStore, Lookup};
+
+mod invite;
+use invite::{invite_key, InviteTracker};
 
 /// Engine time: a monotonic offset from an arbitrary origin chosen by the driver.
 pub type Time = Duration;
@@ -132,6 +136,14 @@ struct Coll {
     doomed_sent: bool,
     /// Root only: a timeout is ending the operation; collecting who joined where.
     probe: Option<Probe>,
+    /// Root only: processes that failed before joining and that a decision dropped.
+    dropped: BTreeSet<ProcId>,
+    /// Root only: failures already reported by a member-failed event.
+    failure_reported: BTreeSet<ProcId>,
+    /// Root only: a leader-failed event went out for the current leader.
+    leader_failure_reported: bool,
+    /// Root only: who won a leadership claim after the designated leader failed.
+    claimed_leader: Option<ProcId>,
     started: Time,
 }
 
@@ -148,9 +160,28 @@ impl Coll {
             sent_up: false,
             doomed_sent: false,
             probe: None,
+            dropped: BTreeSet::new(),
+            failure_reported: BTreeSet::new(),
+            leader_failure_reported: false,
+            claimed_leader: None,
             started: now,
         }
     }
+}
+
+#[derive(Debug)]
+enum AckKind {
+    Decide,
+    /// A join of invite `id`; its waiter is in the invite's tracker entry.
+    Join(String),
+}
+
+#[derive(Debug)]
+struct AckWaiter {
+    client: ClientId,
+    req: ReqId,
+    proc: ProcId,
+    kind: AckKind,
 }
 
 #[derive(Debug)]
@@ -219,6 +250,14 @@ pub struct Engine {
     live_roots: HashMap<String, Vec<ProcId>>,
     next_ctx: u64,
 
+    /// Invite/join constructs tracked here (this server hosts their first leader).
+    invites: HashMap<String, InviteTracker>,
+    /// Where the tracker of an invite this server's processes joined lives.
+    invite_homes: HashMap<String, NodeId>,
+    /// Requests waiting for a peer's `Ack` (decisions; joins, in case they are refused).
+    acks: HashMap<u64, AckWaiter>,
+    next_token: u64,
+
     actions: Vec<Action>,
     self_inbox: VecDeque<PeerMsg>,
 }
@@ -251,6 +290,10 @@ impl Engine {
             departed: HashMap::new(),
             live_roots: HashMap::new(),
             next_ctx: 1,
+            invites: HashMap::new(),
+            invite_homes: HashMap::new(),
+            acks: HashMap::new(),
+            next_token: 1,
             actions: Vec::new(),
             self_inbox: VecDeque::new(),
         }
@@ -379,6 +422,23 @@ impl Engine {
                 id: gid,
                 timeout_ms,
             } => self.destruct(client, id, proc, gid, timeout_ms, now),
+            Request::Invite {
+                id: gid,
+                procs,
+                opts,
+            } => self.invite(client, id, proc, gid, procs, opts, now),
+            Request::Join {
+                id: gid,
+                leader,
+                accept,
+                timeout_ms,
+                group_info,
+            } => self.join(
+                client, id, proc, gid, leader, accept, timeout_ms, group_info, now,
+            ),
+            Request::Decide { id: gid, decision } => {
+                self.decide_request(client, id, proc, gid, decision)
+            }
             Request::Leave { id: gid } => {
                 let r = self.leave(proc, gid, now).map(|_| Response::Done);
                 self.reply(client, id, r);
@@ -456,10 +516,22 @@ impl Engine {
                     .colls
                     .entry(key.clone())
                     .or_insert_with(|| Coll::new(now));
-                coll.joins.insert(contrib.proc.clone(), contrib);
+                let (proc, count) = (contrib.proc.clone(), contrib.flags.bootstrap);
+                coll.joins.insert(proc.clone(), contrib);
                 coll.direct_nodes.insert(from);
+                if let Some(n) = count {
+                    if let Err(e) = self.merge_bootstrap(&key, &proc, n) {
+                        return self.fail(&key, e, now);
+                    }
+                }
                 self.progress(&key, now);
             }
+            PeerMsg::CollAbort { key, error, .. } if key.kind == CollKind::Invite => match error {
+                CohortError::Timeout { timeout_ms, .. } => {
+                    self.invite_timed_out(&key.id, timeout_ms, now)
+                }
+                other => self.fail_invite(&key.id, other, now),
+            },
             PeerMsg::CollAbort { key, spec, error } => {
                 let coll = self
                     .colls
@@ -522,6 +594,31 @@ impl Engine {
             } => self.modex_request(from, req, proc, timeout_ms, now),
             PeerMsg::ModexResp { req, proc, result } => self.modex_response(req, proc, result, now),
             PeerMsg::GroupLeft { id, proc } => self.apply_left(&id, &proc, now),
+            PeerMsg::InviteReply {
+                id,
+                accept,
+                contrib,
+                token,
+            } => self.on_invite_reply(from, id, accept, contrib, token, now),
+            PeerMsg::Decide {
+                key,
+                proc,
+                decision,
+                token,
+            } => {
+                let result = if key.kind == CollKind::Invite {
+                    self.invite_decision(&key.id, &proc, decision, now)
+                } else {
+                    self.apply_decision(&key, &proc, decision, now)
+                };
+                self.send_peer(from, PeerMsg::Ack { token, result });
+            }
+            PeerMsg::Ack { token, result } => self.on_ack(token, result),
+            PeerMsg::GroupLive { id, members } => {
+                if self.rendezvous_node(&id) == self.node {
+                    self.live_roots.insert(id, members);
+                }
+            }
         }
     }
 
@@ -653,6 +750,9 @@ impl Engine {
         let CohortError::Timeout { op, timeout_ms, .. } = err else {
             return self.fail(key, err, now);
         };
+        if key.kind == CollKind::Invite {
+            return self.invite_timed_out(&key.id, timeout_ms, now);
+        }
         let coll = self
             .colls
             .entry(key.clone())
@@ -1110,6 +1210,7 @@ impl Engine {
                 notify_termination: opts.notify_termination,
                 assign_context_id: opts.assign_context_id,
                 leader: opts.leader,
+                bootstrap: opts.bootstrap,
             },
         };
         let key = CollKey {
@@ -1118,26 +1219,21 @@ impl Engine {
             seq: 0,
         };
         let waiter = waiter(client, req, proc.clone(), opts.timeout_ms, now);
-        if procs.is_empty() {
-            if let Some(err) = self.late_failure(&key, &proc) {
-                return self.reply(client, req, Err(err));
-            }
-            // An add-member: hold the waiter here, join at the rendezvous directly.
-            let coll = self
-                .colls
-                .entry(key.clone())
-                .or_insert_with(|| Coll::new(now));
-            if coll.waiters.iter().any(|w| w.proc == proc) {
+        if let Some(count) = opts.bootstrap {
+            // group-construction-methods §6.4.3.2: a bootstrap leader passes only itself.
+            if count == 0 || procs.len() != 1 || procs[0] != proc {
                 let err = CohortError::BadRequest(format!(
-                    "{proc} already participates in {}",
-                    op_name(&key)
+                    "group {:?}: a bootstrap leader passes exactly itself ({proc}) and a leader count of at least 1 (got {} procs, count {count})",
+                    key.id,
+                    procs.len()
                 ));
                 return self.reply(client, req, Err(err));
             }
-            coll.waiters.push(waiter);
-            let root = self.rendezvous_node(&key.id);
-            self.send_peer(root, PeerMsg::CollJoin { key, contrib });
-            return;
+            return self.join_at_root(key, contrib, waiter, now);
+        }
+        if procs.is_empty() {
+            // An add-member: hold the waiter here, join at the rendezvous directly.
+            return self.join_at_root(key, contrib, waiter, now);
         }
         let leaders = match self.participants_with(&procs, &proc, |l| {
             format!(
@@ -1150,6 +1246,29 @@ impl Engine {
             Err(e) => return self.reply(client, req, Err(e)),
         };
         self.contribute(key, CollSpec::Construct { leaders }, contrib, waiter, now);
+    }
+
+    /// Participation that goes straight to the operation's rendezvous server (add-members,
+    /// bootstrap leaders): the waiter stays here until the outcome comes back.
+    fn join_at_root(&mut self, key: CollKey, contrib: Contribution, waiter: Waiter, now: Time) {
+        let proc = contrib.proc.clone();
+        if let Some(err) = self.late_failure(&key, &proc) {
+            return self.reply(waiter.client, waiter.req, Err(err));
+        }
+        let coll = self
+            .colls
+            .entry(key.clone())
+            .or_insert_with(|| Coll::new(now));
+        if coll.waiters.iter().any(|w| w.proc == proc) {
+            let err = CohortError::BadRequest(format!(
+                "{proc} already participates in {}",
+                op_name(&key)
+            ));
+            return self.reply(waiter.client, waiter.req, Err(err));
+        }
+        coll.waiters.push(waiter);
+        let root = self.rendezvous_node(&key.id);
+        self.send_peer(root, PeerMsg::CollJoin { key, contrib });
     }
 
     /// Expands `procs` and checks the caller is among them (`why` words the error).
@@ -1326,9 +1445,43 @@ impl Engine {
                 }
             }
             (CollSpec::Destruct { .. }, CollSpec::Destruct { .. }) => Ok(()),
+            (CollSpec::Bootstrap { leaders }, CollSpec::Bootstrap { leaders: n })
+                if *leaders == n =>
+            {
+                Ok(())
+            }
             _ => Err(CohortError::Mismatch {
                 op: op_name(key),
                 reason: "operation kinds differ".into(),
+            }),
+        }
+    }
+
+    /// A bootstrap leader joined at the root saying there are `n` leaders.
+    fn merge_bootstrap(&mut self, key: &CollKey, proc: &ProcId, n: u32) -> Result<(), CohortError> {
+        let coll = self.colls.get(key).expect("caller created the tracker");
+        match &coll.spec {
+            None => self.merge_spec(key, CollSpec::Bootstrap { leaders: n }),
+            Some(CollSpec::Bootstrap { leaders: m }) if *m == n => Ok(()),
+            Some(CollSpec::Bootstrap { leaders: m }) => {
+                let m = *m;
+                let other = coll
+                    .joins
+                    .values()
+                    .find(|c| c.flags.bootstrap == Some(m))
+                    .map(|c| c.proc.clone())
+                    .unwrap_or_else(|| proc.clone());
+                Err(CohortError::LeaderCountMismatch {
+                    id: key.id.clone(),
+                    a: (other, m),
+                    b: (proc.clone(), n),
+                })
+            }
+            Some(_) => Err(CohortError::Mismatch {
+                op: op_name(key),
+                reason: format!(
+                    "{proc} uses the bootstrap method, other callers the collective one"
+                ),
             }),
         }
     }
@@ -1351,6 +1504,7 @@ impl Engine {
                     .unwrap_or(self.node)
             }
             CollKind::Construct | CollKind::Destruct => self.rendezvous_node(&key.id),
+            CollKind::Invite => self.invite_home(&key.id).unwrap_or(self.node),
         };
         Tree::new(&nodes, root, self.shape)
     }
@@ -1359,6 +1513,7 @@ impl Engine {
     fn root_of(&self, key: &CollKey) -> Option<NodeId> {
         match key.kind {
             CollKind::Construct | CollKind::Destruct => Some(self.rendezvous_node(&key.id)),
+            CollKind::Invite => self.invite_home(&key.id),
             CollKind::Fence => self
                 .colls
                 .get(key)
@@ -1394,7 +1549,7 @@ impl Engine {
     fn intolerant(coll: &Coll, spec: &CollSpec) -> bool {
         match spec {
             CollSpec::Fence { .. } => true,
-            CollSpec::Construct { .. } => {
+            CollSpec::Construct { .. } | CollSpec::Bootstrap { .. } => {
                 let f = merged_flags(coll);
                 !f.optional && !f.notify_termination
             }
@@ -1404,11 +1559,17 @@ impl Engine {
         }
     }
 
-    /// Every process `key` waits for: the spec's list plus named add-members.
+    /// Every process `key` waits for: the spec's list (for bootstrap: the leaders that
+    /// joined so far) plus named add-members.
     fn all_expected(coll: &Coll, spec: &CollSpec) -> BTreeSet<ProcId> {
         let mut expected: BTreeSet<ProcId> = expected_of(spec).iter().cloned().collect();
-        if matches!(spec, CollSpec::Construct { .. }) {
-            expected.extend(add_members_of(coll));
+        match spec {
+            CollSpec::Construct { .. } => expected.extend(add_members_of(coll)),
+            CollSpec::Bootstrap { .. } => {
+                expected.extend(bootstrap_leaders(coll));
+                expected.extend(add_members_of(coll));
+            }
+            _ => {}
         }
         expected
     }
@@ -1420,8 +1581,11 @@ impl Engine {
             return;
         };
         if self.root_of(key) == Some(self.node) {
-            if let Some(decision) = self.evaluate_root(key) {
-                self.decide(key, decision, now);
+            self.check_leader(key);
+            match self.evaluate_root(key) {
+                Some(Decision::Pause(failed)) => self.report_failures(key, failed),
+                Some(decision) => self.decide(key, decision, now),
+                None => {}
             }
             return;
         }
@@ -1474,6 +1638,266 @@ impl Engine {
         self.send_peer(parent, msg);
     }
 
+    /// Who may decide about construct `key` now: the claimed leader, else a designated
+    /// leader that is alive; `None` means any participant may.
+    fn current_leader(&self, coll: &Coll) -> Option<ProcId> {
+        if let Some(l) = &coll.claimed_leader {
+            return (!self.terminated.contains(l)).then(|| l.clone());
+        }
+        designated_leaders(coll)
+            .into_iter()
+            .find(|l| !self.terminated.contains(l))
+    }
+
+    /// Everyone taking part in construct `key` that is still alive (those that have not
+    /// called yet too: events wait for them).
+    fn live_participants(&self, coll: &Coll) -> Vec<ProcId> {
+        let Some(spec) = &coll.spec else {
+            return coll.joins.keys().cloned().collect();
+        };
+        let mut all = Self::all_expected(coll, spec);
+        all.extend(coll.contribs.keys().cloned());
+        all.extend(coll.joins.keys().cloned());
+        all.into_iter()
+            .filter(|p| !self.terminated.contains(p))
+            .collect()
+    }
+
+    /// Root: processes failed before joining a notify-termination construct. The leader
+    /// (or every participant without one) hears of each once; the construct waits for
+    /// a decision (`Continue`/`Abort`) or a timeout.
+    fn report_failures(&mut self, key: &CollKey, failed: Vec<ProcId>) {
+        let Some(coll) = self.colls.get(key) else {
+            return;
+        };
+        let fresh: Vec<ProcId> = failed
+            .into_iter()
+            .filter(|p| !coll.failure_reported.contains(p))
+            .collect();
+        if fresh.is_empty() {
+            return;
+        }
+        let audience = match self.current_leader(coll) {
+            Some(l) => vec![l],
+            None => self.live_participants(coll),
+        };
+        let coll = self.colls.get_mut(key).expect("present");
+        coll.failure_reported.extend(fresh.iter().cloned());
+        for f in fresh {
+            let event = group_event(codes::GROUP_MEMBER_FAILED, f.clone(), vec![f], &key.id);
+            self.route_event(audience.clone(), event);
+        }
+    }
+
+    /// Root: a designated (or claimed) leader died before the construct completed →
+    /// every participant hears of it once, and may claim leadership or abort.
+    fn check_leader(&mut self, key: &CollKey) {
+        let Some(coll) = self.colls.get(key) else {
+            return;
+        };
+        if coll.leader_failure_reported || coll.spec.is_none() {
+            return;
+        }
+        let candidates: Vec<ProcId> = match &coll.claimed_leader {
+            Some(l) => vec![l.clone()],
+            None => designated_leaders(coll),
+        };
+        let Some(dead) = candidates
+            .iter()
+            .find(|l| self.terminated.contains(*l))
+            .cloned()
+        else {
+            return;
+        };
+        if self.current_leader(coll).is_some() {
+            return;
+        }
+        let audience = self.live_participants(coll);
+        self.colls
+            .get_mut(key)
+            .expect("present")
+            .leader_failure_reported = true;
+        let event = group_event(
+            codes::GROUP_LEADER_FAILED,
+            dead.clone(),
+            vec![dead],
+            &key.id,
+        );
+        self.route_event(audience, event);
+    }
+
+    /// A new context id: unique in the session because the allocating server's index
+    /// is in the low bits, never reused because the counter only grows.
+    fn allocate_context_id(&mut self) -> ContextId {
+        let id = (self.next_ctx << 16) | u64::from(self.node);
+        self.next_ctx += 1;
+        id
+    }
+
+    fn track_ack(&mut self, client: ClientId, req: ReqId, proc: ProcId, kind: AckKind) -> u64 {
+        let token = self.next_token;
+        self.next_token += 1;
+        self.acks.insert(
+            token,
+            AckWaiter {
+                client,
+                req,
+                proc,
+                kind,
+            },
+        );
+        token
+    }
+
+    /// A client's decision: routed to the invite tracker when this server knows one for
+    /// the group, else to the group's rendezvous (collective / bootstrap root).
+    fn decide_request(
+        &mut self,
+        client: ClientId,
+        req: ReqId,
+        proc: ProcId,
+        gid: String,
+        decision: ConstructDecision,
+    ) {
+        if let Err(e) = validate_group_id(&gid) {
+            return self.reply(client, req, Err(e));
+        }
+        let (key, home) = match self.invite_home(&gid) {
+            Some(home) => (invite_key(&gid), home),
+            None => {
+                let root = self.rendezvous_node(&gid);
+                let key = CollKey {
+                    kind: CollKind::Construct,
+                    id: gid,
+                    seq: 0,
+                };
+                (key, root)
+            }
+        };
+        let token = self.track_ack(client, req, proc.clone(), AckKind::Decide);
+        self.send_peer(
+            home,
+            PeerMsg::Decide {
+                key,
+                proc,
+                decision,
+                token,
+            },
+        );
+    }
+
+    fn on_ack(&mut self, token: u64, result: Result<(), CohortError>) {
+        let Some(a) = self.acks.remove(&token) else {
+            return;
+        };
+        match (a.kind, result) {
+            (AckKind::Decide, r) => self.reply(a.client, a.req, r.map(|_| Response::Done)),
+            (AckKind::Join(_), Ok(())) => {}
+            (AckKind::Join(id), Err(e)) => {
+                if let Some(c) = self.colls.get_mut(&invite_key(&id)) {
+                    c.waiters
+                        .retain(|w| !(w.client == a.client && w.req == a.req));
+                }
+                self.reply(a.client, a.req, Err(e));
+            }
+        }
+        let _ = a.proc;
+    }
+
+    /// Root: a participant's decision about construct `key` in progress.
+    fn apply_decision(
+        &mut self,
+        key: &CollKey,
+        proc: &ProcId,
+        decision: ConstructDecision,
+        now: Time,
+    ) -> Result<(), CohortError> {
+        let Some(coll) = self.colls.get(key) else {
+            return Err(CohortError::BadRequest(format!(
+                "no construct of group {:?} is in progress at its rendezvous node server",
+                key.id
+            )));
+        };
+        let leader = self.current_leader(coll);
+        if let (Some(l), false) = (
+            &leader,
+            matches!(decision, ConstructDecision::ClaimLeadership),
+        ) {
+            if l != proc {
+                return Err(CohortError::NotLeader {
+                    id: key.id.clone(),
+                    proc: proc.clone(),
+                    reason: format!("{l} leads this construct"),
+                });
+            }
+        }
+        match decision {
+            ConstructDecision::Continue => {
+                let failed: Vec<ProcId> = match &coll.spec {
+                    Some(spec) => Self::all_expected(coll, spec)
+                        .into_iter()
+                        .filter(|p| self.standing(key, coll, p) == Standing::FailedEarly)
+                        .collect(),
+                    None => Vec::new(),
+                };
+                self.colls
+                    .get_mut(key)
+                    .expect("present")
+                    .dropped
+                    .extend(failed);
+                self.progress(key, now);
+                Ok(())
+            }
+            ConstructDecision::Abort => {
+                let audience = self.live_participants(coll);
+                let err = CohortError::ConstructAborted {
+                    id: key.id.clone(),
+                    reason: format!("aborted by {proc}"),
+                };
+                let event =
+                    group_event(codes::GROUP_CONSTRUCT_ABORT, proc.clone(), vec![], &key.id);
+                self.decide(key, Decision::Fail(err), now);
+                self.route_event(audience, event);
+                Ok(())
+            }
+            ConstructDecision::ClaimLeadership => {
+                if let Some(l) = leader {
+                    return Err(CohortError::NotLeader {
+                        id: key.id.clone(),
+                        proc: proc.clone(),
+                        reason: format!("{l} already leads this construct"),
+                    });
+                }
+                if !coll.leader_failure_reported {
+                    return Err(CohortError::NotLeader {
+                        id: key.id.clone(),
+                        proc: proc.clone(),
+                        reason: "no leader of this construct has failed".into(),
+                    });
+                }
+                let audience = self.live_participants(coll);
+                let coll = self.colls.get_mut(key).expect("present");
+                coll.claimed_leader = Some(proc.clone());
+                coll.leader_failure_reported = false;
+                let mut event =
+                    group_event(codes::GROUP_LEADER_SELECTED, proc.clone(), vec![], &key.id);
+                event
+                    .info
+                    .push((keys::GROUP_LEADER.into(), Value::Procs(vec![proc.clone()])));
+                self.route_event(audience, event);
+                // Failures reported to the old leader are reported again to the new one.
+                let coll = self.colls.get_mut(key).expect("present");
+                coll.failure_reported.clear();
+                self.progress(key, now);
+                Ok(())
+            }
+            ConstructDecision::Invite(_) => Err(CohortError::BadRequest(format!(
+                "group {:?}: only an invite/join construct can invite more processes",
+                key.id
+            ))),
+        }
+    }
+
     fn has_departed(&self, gid: &str, kind: CollKind, p: &ProcId) -> bool {
         kind == CollKind::Destruct && self.departed.get(gid).is_some_and(|d| d.contains(p))
     }
@@ -1481,12 +1905,30 @@ impl Engine {
     fn evaluate_root(&self, key: &CollKey) -> Option<Decision> {
         let coll = self.colls.get(key)?;
         let spec = coll.spec.as_ref()?;
-        if matches!(spec, CollSpec::Construct { .. }) {
+        let is_construct = matches!(
+            spec,
+            CollSpec::Construct { .. } | CollSpec::Bootstrap { .. }
+        );
+        if is_construct {
             if let Some(live) = self.live_roots.get(&key.id) {
                 return Some(Decision::Fail(CohortError::GroupIdInUse {
                     id: key.id.clone(),
                     members: live.clone(),
                 }));
+            }
+        }
+        if let CollSpec::Bootstrap { leaders } = spec {
+            let joined = bootstrap_leaders(coll).len() as u32;
+            if joined > *leaders {
+                return Some(Decision::Fail(CohortError::Mismatch {
+                    op: op_name(key),
+                    reason: format!(
+                        "{joined} bootstrap leaders called, but they said there are {leaders}"
+                    ),
+                }));
+            }
+            if joined < *leaders {
+                return None;
             }
         }
         let expected = Self::all_expected(coll, spec);
@@ -1502,11 +1944,24 @@ impl Engine {
             .filter(|(_, s)| *s == Standing::FailedEarly)
             .map(|(p, _)| p.clone())
             .collect();
-        if !failed.is_empty() && Self::intolerant(coll, spec) {
-            return Some(Decision::Fail(CohortError::ProcTerminated {
-                op: op_name(key),
-                procs: failed,
-            }));
+        if !failed.is_empty() {
+            if Self::intolerant(coll, spec) {
+                return Some(Decision::Fail(CohortError::ProcTerminated {
+                    op: op_name(key),
+                    procs: failed,
+                }));
+            }
+            // Notify-termination (without optional): a decision must drop them first.
+            // Report only once every live participant has joined: only then is it known
+            // whether a leader was declared (who alone hears of failures then).
+            let undecided: Vec<ProcId> = failed
+                .into_iter()
+                .filter(|p| !coll.dropped.contains(p))
+                .collect();
+            if is_construct && !merged_flags(coll).optional && !undecided.is_empty() {
+                let all_in = standings.iter().all(|(_, s)| *s != Standing::Pending);
+                return all_in.then_some(Decision::Pause(undecided));
+            }
         }
         standings
             .iter()
@@ -1519,12 +1974,20 @@ impl Engine {
         let outcome = match decision {
             Decision::Fail(e) => CollOutcome::Failed(e),
             Decision::Succeed => self.success_outcome(key),
+            Decision::Pause(failed) => return self.report_failures(key, failed),
         };
         let spec = self.colls.get(key).and_then(|c| c.spec.clone());
         self.on_down(key.clone(), spec, outcome, now);
     }
 
     fn success_outcome(&mut self, key: &CollKey) -> CollOutcome {
+        let wants_context_id = self.colls.get(key).is_some_and(|c| {
+            matches!(
+                c.spec,
+                Some(CollSpec::Construct { .. } | CollSpec::Bootstrap { .. })
+            ) && merged_flags(c).assign_context_id
+        });
+        let context_id = wants_context_id.then(|| self.allocate_context_id());
         let coll = self.colls.get(key).expect("decided collectives exist");
         match coll.spec.as_ref().expect("decided collectives have a spec") {
             CollSpec::Fence { .. } => CollOutcome::Fence {
@@ -1535,10 +1998,9 @@ impl Engine {
                     .map(|c| (c.proc.clone(), c.data.clone()))
                     .collect(),
             },
-            CollSpec::Construct { leaders } => {
+            spec @ (CollSpec::Construct { .. } | CollSpec::Bootstrap { .. }) => {
                 let flags = merged_flags(coll);
-                let mut expected: BTreeSet<ProcId> = leaders.iter().cloned().collect();
-                expected.extend(add_members_of(coll));
+                let expected = Self::all_expected(coll, spec);
                 let all = || coll.contribs.values().chain(coll.joins.values());
                 let members: Vec<ProcId> = expected
                     .iter()
@@ -1564,18 +2026,11 @@ impl Engine {
                 } else {
                     ConstructStatus::PartialSuccess
                 };
-                let context_id = flags.assign_context_id.then(|| {
-                    let id = (self.next_ctx << 16) | u64::from(self.node);
-                    self.next_ctx += 1;
-                    id
-                });
                 self.live_roots.insert(key.id.clone(), members.clone());
-                let designated_leaders = coll
-                    .contribs
-                    .values()
-                    .filter(|c| c.flags.leader)
-                    .map(|c| c.proc.clone())
-                    .collect();
+                let designated_leaders = match &coll.claimed_leader {
+                    Some(l) => vec![l.clone()],
+                    None => designated_leaders(coll),
+                };
                 CollOutcome::Construct {
                     status,
                     members,
@@ -1997,6 +2452,7 @@ impl Engine {
         for key in keys {
             self.progress(&key, now);
         }
+        self.invite_terminated(&proc, now);
         let notify: Vec<Group> = self
             .groups
             .values()
@@ -2053,6 +2509,8 @@ enum Standing {
 enum Decision {
     Succeed,
     Fail(CohortError),
+    /// Processes failed before joining; the construct waits for a decision about them.
+    Pause(Vec<ProcId>),
 }
 
 fn waiter(
@@ -2077,6 +2535,7 @@ fn expected_of(spec: &CollSpec) -> &[ProcId] {
     match spec {
         CollSpec::Fence { procs, .. } => procs,
         CollSpec::Construct { leaders } => leaders,
+        CollSpec::Bootstrap { .. } => &[],
         CollSpec::Destruct { members, .. } => members,
     }
 }
@@ -2085,19 +2544,51 @@ fn expected_of(spec: &CollSpec) -> &[ProcId] {
 fn add_members_of(coll: &Coll) -> BTreeSet<ProcId> {
     coll.contribs
         .values()
+        .chain(coll.joins.values())
         .flat_map(|c| c.add_members.iter().cloned())
+        .collect()
+}
+
+/// Bootstrap leaders that joined so far.
+fn bootstrap_leaders(coll: &Coll) -> BTreeSet<ProcId> {
+    coll.joins
+        .values()
+        .filter(|c| c.flags.bootstrap.is_some())
+        .map(|c| c.proc.clone())
+        .collect()
+}
+
+/// Callers that declared themselves leader (PMIX_GROUP_LEADER).
+fn designated_leaders(coll: &Coll) -> Vec<ProcId> {
+    coll.contribs
+        .values()
+        .chain(coll.joins.values())
+        .filter(|c| c.flags.leader)
+        .map(|c| c.proc.clone())
         .collect()
 }
 
 fn merged_flags(coll: &Coll) -> ContribFlags {
     coll.contribs
         .values()
+        .chain(coll.joins.values())
         .fold(ContribFlags::default(), |a, c| ContribFlags {
             optional: a.optional || c.flags.optional,
             notify_termination: a.notify_termination || c.flags.notify_termination,
             assign_context_id: a.assign_context_id || c.flags.assign_context_id,
             leader: a.leader || c.flags.leader,
+            bootstrap: a.bootstrap.or(c.flags.bootstrap),
         })
+}
+
+/// A group event about `source` (info: the group id).
+fn group_event(code: i32, source: ProcId, affected: Vec<ProcId>, gid: &str) -> Event {
+    Event {
+        code,
+        source,
+        affected,
+        info: vec![(keys::GROUP_ID.into(), Value::Str(gid.to_string()))],
+    }
 }
 
 fn op_name(key: &CollKey) -> String {
@@ -2105,6 +2596,7 @@ fn op_name(key: &CollKey) -> String {
         CollKind::Fence => format!("fence over {}", key.id),
         CollKind::Construct => format!("group construct {:?}", key.id),
         CollKind::Destruct => format!("group destruct {:?}", key.id),
+        CollKind::Invite => format!("group invite {:?}", key.id),
     }
 }
 

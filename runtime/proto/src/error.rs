@@ -37,6 +37,20 @@ pub enum CohortError {
         b: Vec<ProcId>,
     },
 
+    #[error("bootstrap leaders of group {id:?} disagree on the number of leaders: {} says {}, {} says {}", a.0, a.1, b.0, b.1)]
+    LeaderCountMismatch {
+        id: String,
+        a: (ProcId, u32),
+        b: (ProcId, u32),
+    },
+
+    #[error("group {id:?}: {proc} cannot lead: {reason}")]
+    NotLeader {
+        id: String,
+        proc: ProcId,
+        reason: String,
+    },
+
     #[error("{op} disagrees with a concurrent call: {reason}")]
     Mismatch { op: String, reason: String },
 
@@ -89,9 +103,12 @@ impl CohortError {
     pub fn pmix_status(&self) -> &'static str {
         use CohortError::*;
         match self {
-            InvalidGroupId { .. } | BadRequest(_) | Mismatch { .. } | LeaderMismatch { .. } => {
-                "PMIX_ERR_BAD_PARAM"
-            }
+            InvalidGroupId { .. }
+            | BadRequest(_)
+            | Mismatch { .. }
+            | LeaderMismatch { .. }
+            | LeaderCountMismatch { .. } => "PMIX_ERR_BAD_PARAM",
+            NotLeader { .. } => "PMIX_ERR_NO_PERMISSIONS",
             UnknownProc { .. } => "PMIX_ERR_NOT_FOUND",
             GroupNotFound { .. } => "PMIX_ERR_NOT_FOUND",
             NotAMember { .. } => "PMIX_ERR_BAD_PARAM",

@@ -47,6 +47,40 @@ pub struct ConstructOpts {
     pub add_members: Vec<ProcId>,
     /// PMIX_GROUP_INFO contributions of this caller.
     pub group_info: Info,
+    /// PMIX_GROUP_BOOTSTRAP: the number of leaders. Bootstrap leaders pass only
+    /// themselves as procs; add-members still call with no procs.
+    pub bootstrap: Option<u32>,
+}
+
+/// Options of `group_invite` (the invite/join method; the caller is the leader).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct InviteOpts {
+    /// PMIX_TIMEOUT for the whole construct, in milliseconds.
+    pub timeout_ms: Option<u64>,
+    pub assign_context_id: bool,
+    pub notify_termination: bool,
+    /// The leader's PMIX_GROUP_INFO contributions.
+    pub group_info: Info,
+    /// When set, a decline or an invitee failure pauses completion until the leader
+    /// decides (`ConstructDecision::Continue` drops it, `Invite` adds replacements,
+    /// `Abort` ends the construct). When unset, declined and failed invitees are
+    /// dropped automatically.
+    pub decide_declines: bool,
+}
+
+/// What a leader (or, without a leader, any participant) decides about a construct in
+/// progress — the PMIx "results returned from the event handler".
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum ConstructDecision {
+    /// Proceed without the processes that failed (or declined) so far.
+    Continue,
+    /// End the construct for every participant with PMIX_GROUP_CONSTRUCT_ABORT.
+    Abort,
+    /// Invite method: invite these processes too (e.g. to replace a decliner).
+    Invite(Vec<ProcId>),
+    /// After PMIX_GROUP_LEADER_FAILED: the caller becomes the leader. Only the first
+    /// claim wins; everyone gets PMIX_GROUP_LEADER_SELECTED.
+    ClaimLeadership,
 }
 
 /// Options of a fence.
@@ -117,6 +151,27 @@ pub enum Request {
         range: Range,
         info: Info,
     },
+    /// Invite/join method: the caller (leader) invites `procs`; the reply comes when
+    /// every invitee has answered and the group is complete (or the construct failed).
+    Invite {
+        id: String,
+        procs: Vec<ProcId>,
+        opts: InviteOpts,
+    },
+    /// Answer an invitation from `leader`. Accepting replies when the group is
+    /// complete; declining replies at once.
+    Join {
+        id: String,
+        leader: ProcId,
+        accept: bool,
+        timeout_ms: Option<u64>,
+        group_info: Info,
+    },
+    /// A decision about construct `id` in progress (see [`ConstructDecision`]).
+    Decide {
+        id: String,
+        decision: ConstructDecision,
+    },
     /// Membership and context id of a group the caller belongs to.
     QueryGroup {
         id: String,
@@ -136,6 +191,9 @@ impl Request {
             Request::Construct { .. } => "group construct",
             Request::Destruct { .. } => "group destruct",
             Request::Leave { .. } => "group leave",
+            Request::Invite { .. } => "group invite",
+            Request::Join { .. } => "group join",
+            Request::Decide { .. } => "group construct decision",
             Request::Notify { .. } => "notify",
             Request::QueryGroup { .. } => "group query",
             Request::QueryGroupNames => "group names query",

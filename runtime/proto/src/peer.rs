@@ -14,6 +14,8 @@ pub enum CollKind {
     Fence,
     Construct,
     Destruct,
+    /// Invite/join construct, tracked at the (current) leader's node server.
+    Invite,
 }
 
 /// Identifies one collective instance across node servers. Fences are keyed by their
@@ -35,6 +37,10 @@ pub enum CollSpec {
     },
     Construct {
         leaders: Vec<ProcId>,
+    },
+    /// Bootstrap method: only the number of leaders is known in advance.
+    Bootstrap {
+        leaders: u32,
     },
     Destruct {
         members: Vec<ProcId>,
@@ -60,6 +66,8 @@ pub struct ContribFlags {
     pub notify_termination: bool,
     pub assign_context_id: bool,
     pub leader: bool,
+    /// Bootstrap leader: the number of leaders it was told.
+    pub bootstrap: Option<u32>,
 }
 
 /// How a collective ended, as broadcast by its root.
@@ -147,5 +155,32 @@ pub enum PeerMsg {
     GroupLeft {
         id: String,
         proc: ProcId,
+    },
+    /// An invitee's answer, sent to the node server tracking the invite.
+    InviteReply {
+        id: String,
+        accept: bool,
+        contrib: Contribution,
+        /// Answered with an `Ack` only when the answer is refused.
+        token: u64,
+    },
+    /// A participant's decision about a construct in progress, sent to the node server
+    /// deciding it (the root, or the invite tracker).
+    Decide {
+        key: CollKey,
+        proc: ProcId,
+        decision: crate::msg::ConstructDecision,
+        token: u64,
+    },
+    /// The outcome of a `Decide` (always) or a refused `InviteReply`.
+    Ack {
+        token: u64,
+        result: Result<(), CohortError>,
+    },
+    /// A group built by invitation is live: tell the id's rendezvous server, which
+    /// guards id uniqueness for every method.
+    GroupLive {
+        id: String,
+        members: Vec<ProcId>,
     },
 }
