@@ -322,6 +322,11 @@ impl Engine {
         self.colls.len()
     }
 
+    /// Requests waiting for a peer's acknowledgement (tests use it to check for leaks).
+    pub fn pending_acks(&self) -> usize {
+        self.acks.len() + self.invites.len()
+    }
+
     /// The earliest time [`Engine::on_timer`] has work to do.
     pub fn next_deadline(&self) -> Option<Time> {
         let colls = self.colls.values().flat_map(|c| {
@@ -2115,6 +2120,12 @@ impl Engine {
             self.bury(&key, spec.as_ref(), err, &waiters);
         } else {
             self.tombstones.remove(&key);
+        }
+        if key.kind == CollKind::Invite {
+            // Accepted joins were only waiting for a refusal that can no longer come.
+            self.acks
+                .retain(|_, a| !matches!(&a.kind, AckKind::Join(id) if *id == key.id));
+            self.invite_homes.remove(&key.id);
         }
         self.apply_outcome(&key, outcome, waiters);
     }

@@ -515,3 +515,31 @@ fn join_without_an_invitation_is_refused() {
     assert_eq!(ranks(&group(&c, 0, inv).members), vec![0, 1]);
     assert_eq!(ranks(&group(&c, 1, j1).members), vec![0, 1]);
 }
+
+/// Nothing is left behind on any server once an invite completes or fails.
+#[test]
+fn invites_leave_no_state_behind() {
+    let mut c = cluster();
+    let inv = invite(&mut c, 0, "clean", &[1, 3, 5], InviteOpts::default());
+    for r in [1, 3, 5] {
+        join(&mut c, r, "clean", 0, true);
+    }
+    group(&c, 0, inv);
+    let inv = invite(
+        &mut c,
+        0,
+        "gone",
+        &[2, 4],
+        InviteOpts {
+            timeout_ms: Some(100),
+            ..Default::default()
+        },
+    );
+    join(&mut c, 2, "gone", 0, true);
+    c.advance(Duration::from_millis(200));
+    assert!(matches!(err(&c, 0, inv), CohortError::Timeout { .. }));
+    for e in &c.engines {
+        assert_eq!(e.collectives_in_progress(), 0, "node {}", e.node());
+        assert_eq!(e.pending_acks(), 0, "node {}", e.node());
+    }
+}
