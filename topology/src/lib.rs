@@ -1,9 +1,25 @@
-//! Collective trees over the node servers taking part in one operation.
+//! Topology: what a host looks like, where ranks go on it, and the collective trees
+//! over the node servers taking part in one operation.
 //!
-//! A [`Tree`] is built from the ordered list of participating node servers and the
-//! operation's root; every server computes the same tree from the same inputs, so no
-//! coordination is needed. Roots are chosen per operation ([`rendezvous`]) so that no
-//! single server carries every collective.
+//! * [`machine`] — the host summary ([`Topology`]) and the NIC a node server prefers;
+//!   [`discover`] fills it (hwloc with the `hwloc` feature, else the CPU affinity).
+//! * [`placement`] — `--map-by` / `--bind-to` arithmetic and the [`Binding`] a rank
+//!   reads from `COHORT_BINDING`; [`affinity`] applies bindings.
+//! * Trees (this file): a [`Tree`] is built from the ordered list of participating
+//!   node servers and the operation's root; every server computes the same tree from
+//!   the same inputs, so no coordination is needed. Roots are chosen per operation
+//!   ([`rendezvous`]) so that no single server carries every collective.
+
+pub mod affinity;
+pub mod cpuset;
+pub mod discover;
+pub mod machine;
+pub mod placement;
+
+pub use cpuset::CpuSet;
+pub use discover::Discover;
+pub use machine::{cpus_near, preferred_nic, NicInfo, NicKind, Topology};
+pub use placement::{binding_from_env, BindTo, Binding, MapBy, NodeLayout};
 
 /// Index of a node server in the job.
 pub type NodeId = u32;

@@ -3,7 +3,9 @@
 
 use std::ffi::OsString;
 
+use clap::builder::TypedValueParser as _;
 use clap::{Args, Parser, Subcommand};
+use cohort_topology::{BindTo, MapBy};
 
 const ABOUT: &str = "cohort — launcher of the cohort PMIx process-group runtime";
 
@@ -21,6 +23,9 @@ EXAMPLES
   Run 8 ranks over 2 node servers, prefixing every output line with [nspace,rank]:
       cohort run --nodes 2 -n 8 --tag-output ./app
 
+  Show this host's packages, NUMA nodes, cores and network devices:
+      cohort topo
+
   See every option of `run`:
       cohort run --help";
 
@@ -28,10 +33,12 @@ const RUN_LONG_ABOUT: &str = "\
 Launch a parallel job of N ranks under cohort node servers (like mpirun).
 
 cohort starts M cohortd node servers on this host (node0 … node<M-1>, each on its own
-loopback address), maps the N ranks onto them block-wise, forwards every rank's stdout
-and stderr, and exits with the job's status. When a rank fails (non-zero status or a
-signal) the whole job is terminated unless --enable-recovery is given. Ctrl-C, SIGTERM
-and SIGHUP terminate the job; a second one kills the node servers at once.";
+loopback address), maps the N ranks onto them (block-wise, or round-robin with
+--map-by node), binds each rank to a core unless that would oversubscribe the cores
+(see --bind-to), forwards every rank's stdout and stderr, and exits with the job's
+status. When a rank fails (non-zero status or a signal) the whole job is terminated
+unless --enable-recovery is given. Ctrl-C, SIGTERM and SIGHUP terminate the job; a
+second one kills the node servers at once.";
 
 const RUN_EXAMPLES: &str = "\
 EXAMPLES
@@ -41,6 +48,10 @@ EXAMPLES
   Run 8 ranks over 2 node servers (block mapping: ranks 0-3 on node0, 4-7 on node1),
   prefixing every output line with [nspace,rank]<stdout>: or <stderr>:
       cohort run --nodes 2 -n 8 --tag-output ./ring
+
+  Deal 8 ranks round-robin over 2 node servers (0,2,4,6 on node0) and bind each to
+  the CPUs of a NUMA domain, alternating domains:
+      cohort run --nodes 2 -n 8 --map-by node --bind-to numa ./app
 
   Export variables to every rank and stop the job after 10 minutes:
       cohort run -n 16 -x OMP_NUM_THREADS=4 -x LD_LIBRARY_PATH --timeout 600 ./solver in.dat
@@ -55,7 +66,8 @@ ENVIRONMENT
   COHORT_STARTUP_TIMEOUT seconds the node servers get to start and register (default: 60)
 
   Every rank sees COHORT_RANK, COHORT_SIZE, COHORT_LOCAL_RANK, COHORT_NODE_ID,
-  COHORT_NODE_NAME, COHORT_NSPACE, COHORT_SERVER_URI and COHORT_TOKEN.
+  COHORT_NODE_NAME, COHORT_NSPACE, COHORT_SERVER_URI, COHORT_TOKEN and
+  COHORT_BINDING (the CPUs it is bound to, like 0-1, or none).
 
 EXIT STATUS
   0 when every rank exits 0, else the status of the first rank that failed (128+N for
@@ -88,6 +100,28 @@ pub enum Command {
         after_help = RUN_EXAMPLES
     )]
     Run(RunArgs),
+
+    /// Show this host's topology: packages, NUMA nodes, cores, PUs, network devices
+    #[command(
+        about = "Show this host's topology: packages, NUMA nodes, cores, PUs and network / OpenFabrics devices",
+        long_about = TOPO_LONG_ABOUT
+    )]
+    Topo(TopoArgs),
+}
+
+const TOPO_LONG_ABOUT: &str = "\
+Show this host's topology as cohort sees it (through hwloc): the machine, processor
+packages, NUMA nodes with their memory, cores with their PUs (hardware threads, by OS
+CPU number), and network / OpenFabrics (InfiniBand, RoCE) devices with the NUMA node
+and CPUs each is near. The device marked (preferred) is the one a node server uses
+and binds its progress thread near. Only CPUs this process may use are shown.";
+
+/// Options of `cohort topo`.
+#[derive(Clone, Debug, Args)]
+pub struct TopoArgs {
+    /// Print JSON instead of a table
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// Options of `cohort run`.
@@ -103,7 +137,8 @@ pub struct RunArgs {
     )]
     pub np: u32,
 
-    /// Number of node servers (cohortd) to start; ranks are mapped block-wise
+    /// Number of node servers (cohortd) to start; ranks are mapped block-wise unless
+    /// --map-by node
     #[arg(
         long,
         value_name = "M",
@@ -112,6 +147,29 @@ pub struct RunArgs {
         value_parser = clap::value_parser!(u32).range(1..)
     )]
     pub nodes: u32,
+
+    /// Place ranks: slot = block over node servers; node = round-robin over node
+    /// servers; numa / core = block, and within a node spread over NUMA domains / cores
+    #[arg(
+        long,
+        value_name = "POLICY",
+        default_value_t = MapBy::Slot,
+        value_parser = clap::builder::PossibleValuesParser::new(MapBy::NAMES)
+            .map(|s| s.parse::<MapBy>().expect("a listed name")),
+        help_heading = "Mapping options"
+    )]
+    pub map_by: MapBy,
+
+    /// Bind each rank to a core, to a NUMA domain's CPUs, or not at all [default: core,
+    /// or none when ranks outnumber cores]
+    #[arg(
+        long,
+        value_name = "WHAT",
+        value_parser = clap::builder::PossibleValuesParser::new(BindTo::NAMES)
+            .map(|s| s.parse::<BindTo>().expect("a listed name")),
+        help_heading = "Mapping options"
+    )]
+    pub bind_to: Option<BindTo>,
 
     #[arg(
         long,
@@ -155,7 +213,15 @@ pub struct RunArgs {
 }
 
 /// Options of `cohort run` that take a separate value (for [`normalize_args`]).
-const VALUE_OPTIONS: &[&str] = &["-n", "--np", "--nodes", "-x", "--timeout"];
+const VALUE_OPTIONS: &[&str] = &[
+    "-n",
+    "--np",
+    "--nodes",
+    "-x",
+    "--timeout",
+    "--map-by",
+    "--bind-to",
+];
 
 /// Rewrites mpirun's single-dash `-np N` into `--np N`, but only among cohort's own
 /// options: an `-np` after PROGRAM belongs to the program.
@@ -190,6 +256,7 @@ mod tests {
         let argv = normalize_args(args.iter().map(OsString::from));
         Cli::try_parse_from(argv).map(|c| match c.command {
             Command::Run(r) => r,
+            Command::Topo(_) => panic!("not a run command"),
         })
     }
 
@@ -226,6 +293,35 @@ mod tests {
         assert_eq!((r.np, r.nodes), (4, 2));
         assert_eq!(r.export, ["A=1", "B"]);
         assert_eq!(r.command, ["prog", "-np"]);
+    }
+
+    #[test]
+    fn mapping_and_binding_options() {
+        let r = parse(&["cohort", "run", "-n", "2", "prog"]).unwrap();
+        assert_eq!((r.map_by, r.bind_to), (MapBy::Slot, None));
+        let r = parse(&[
+            "cohort",
+            "run",
+            "-np",
+            "4",
+            "--map-by",
+            "node",
+            "--bind-to",
+            "numa",
+            "prog",
+            "--bind-to",
+        ])
+        .unwrap();
+        assert_eq!((r.map_by, r.bind_to), (MapBy::Node, Some(BindTo::Numa)));
+        assert_eq!(r.command, ["prog", "--bind-to"]);
+        assert!(parse(&["cohort", "run", "-n", "2", "--map-by", "socket", "prog"]).is_err());
+        assert!(parse(&["cohort", "run", "-n", "2", "--bind-to", "pu", "prog"]).is_err());
+    }
+
+    #[test]
+    fn topo_takes_json() {
+        let c = Cli::try_parse_from(["cohort", "topo", "--json"]).unwrap();
+        assert!(matches!(c.command, Command::Topo(TopoArgs { json: true })));
     }
 
     #[test]

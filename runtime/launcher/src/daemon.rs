@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 
 use cohort_proto::env::{self, to_hex};
 use cohort_proto::NodeId;
+use cohort_topology::{BindTo, MapBy};
 
 use cohort_os::parent_death_signal;
 
@@ -74,6 +75,10 @@ pub struct DaemonLaunch<'a> {
     pub job_dir: &'a Path,
     pub nspace: &'a str,
     pub np: u32,
+    pub map_by: MapBy,
+    pub bind_to: BindTo,
+    /// This node server's first placement slot on its host (see `topo::plan_job`).
+    pub first_slot: u32,
     pub tag_output: bool,
     /// `VAR=VAL` pairs, already resolved.
     pub exports: &'a [(String, OsString)],
@@ -100,6 +105,12 @@ impl DaemonLaunch<'_> {
             self.nspace.into(),
             "--np".into(),
             self.np.to_string().into(),
+            "--map-by".into(),
+            self.map_by.as_str().into(),
+            "--bind-to".into(),
+            self.bind_to.as_str().into(),
+            "--first-slot".into(),
+            self.first_slot.to_string().into(),
         ];
         if self.tag_output {
             a.push("--tag-output".into());
@@ -152,6 +163,7 @@ pub fn resolve_exports(specs: &[String]) -> Result<Vec<(String, OsString)>, Stri
         env::NODE_ID,
         env::NODE_NAME,
         env::JOB_SECRET,
+        env::BINDING,
     ];
     let mut out = Vec::new();
     for spec in specs {
@@ -213,6 +225,9 @@ mod tests {
             job_dir: Path::new("/tmp/j"),
             nspace: "cohort.1.abcd",
             np: 7,
+            map_by: MapBy::Node,
+            bind_to: BindTo::Core,
+            first_slot: 4,
             tag_output: true,
             exports: &exports,
             command: &cmd,
@@ -225,7 +240,9 @@ mod tests {
         let joined = args.join(" ");
         assert!(joined.starts_with("--node 2 --nodes 3 --node-name node2 --listen 127.0.1.3:0"));
         assert!(
-            joined.ends_with("--tag-output -x A=1 2 -- sh -c"),
+            joined.ends_with(
+                "--np 7 --map-by node --bind-to core --first-slot 4 --tag-output -x A=1 2 -- sh -c"
+            ),
             "{joined}"
         );
         assert!(!joined.to_lowercase().contains("secret"));

@@ -13,7 +13,9 @@ use std::time::Duration;
 
 use cohort_proto::control::{DaemonMsg, ExitStatus, LauncherMsg};
 use cohort_proto::env::{random_bytes, to_hex};
-use cohort_proto::{JobMap, NodeId};
+use cohort_proto::NodeId;
+use cohort_topology::placement::job_map;
+use cohort_topology::Discover;
 use tokio::net::tcp::OwnedWriteHalf;
 use tokio::net::TcpListener;
 use tokio::signal::unix::{signal, Signal, SignalKind};
@@ -27,6 +29,7 @@ use crate::daemon::{self, DaemonLaunch};
 use crate::jobdir::JobDir;
 use crate::monitor::{describe_status, signal_name, JobMonitor, Step, Verdict, FAILURE_EXIT};
 use crate::reaper;
+use crate::topo::{plan_job, JobPlacement};
 
 /// How long every node server has to register, unless `COHORT_STARTUP_TIMEOUT` (in
 /// seconds) says otherwise.
@@ -108,6 +111,7 @@ struct Launcher {
     listener: Option<TcpListener>,
     control_addr: SocketAddr,
     monitor: JobMonitor,
+    placement: JobPlacement,
     daemons: Vec<Daemon>,
     started: bool,
     launched: u32,
@@ -139,15 +143,22 @@ impl Launcher {
         let control_addr = listener
             .local_addr()
             .map_err(|e| format!("control listener: {e}"))?;
-        let job = JobMap::block(nspace, args.np, args.nodes);
+        let job = job_map(args.map_by, nspace, args.np, args.nodes);
+        // Every node server runs on this host, so this host's cores decide.
+        let placement = plan_job(args.bind_to, &job, &Discover { io: false }.run());
+        if let Some(notice) = &placement.notice {
+            crate::say(format_args!("{notice}"));
+        }
         tracing::info!(
             nspace = %job.nspace, np = args.np, nodes = args.nodes,
+            map_by = %args.map_by, bind_to = %placement.bind_to,
             cohortd = %cohortd.display(), job_dir = %job_dir.path().display(),
             "launching"
         );
         let (tx, rx) = mpsc::unbounded_channel();
         Ok(Launcher {
             monitor: JobMonitor::new(job, args.enable_recovery),
+            placement,
             args,
             cohortd,
             exports,
@@ -199,6 +210,9 @@ impl Launcher {
                 job_dir: self.job_dir.path(),
                 nspace: &job.nspace,
                 np: self.args.np,
+                map_by: self.args.map_by,
+                bind_to: self.placement.bind_to,
+                first_slot: self.placement.first_slots[node as usize],
                 tag_output: self.args.tag_output,
                 exports: &self.exports,
                 command: &self.args.command,

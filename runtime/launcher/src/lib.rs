@@ -4,7 +4,8 @@
 //! failures, timeouts and signals into one exit status. It never leaves a node server,
 //! a rank or the job directory behind.
 //!
-//! [`monitor`] decides (no I/O); [`launch`] is the tokio glue around it.
+//! [`monitor`] decides (no I/O); [`launch`] is the tokio glue around it. [`topo`] is
+//! `cohort topo`, and decides the job's placement on this host for `cohort run`.
 
 pub mod cli;
 pub mod control;
@@ -13,6 +14,7 @@ pub mod jobdir;
 pub mod launch;
 pub mod monitor;
 pub mod reaper;
+pub mod topo;
 
 /// Writes `cohort: <msg>` to stderr. A closed stderr is ignored rather than turned into
 /// a panic half-way through tearing a job down.

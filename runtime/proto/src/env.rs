@@ -16,6 +16,8 @@ pub const LOCAL_RANK: &str = "COHORT_LOCAL_RANK";
 pub const NODE_ID: &str = "COHORT_NODE_ID";
 /// Node name of the hosting node server.
 pub const NODE_NAME: &str = "COHORT_NODE_NAME";
+/// CPUs this rank is bound to, as a list (`0-1,4`), or `none` (set for ranks).
+pub const BINDING: &str = "COHORT_BINDING";
 /// Per-job secret node servers prove to each other and to the launcher (hex; set only
 /// in node servers' environment, never on a command line).
 pub const JOB_SECRET: &str = "COHORT_JOB_SECRET";

@@ -4,7 +4,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::ids::{NodeId, ProcId, Rank};
 
-/// The job's namespace, size and rank → node map (block mapping by default).
+/// The job's namespace, size and rank → node map (block mapping by default;
+/// round-robin with `--map-by node`).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct JobMap {
     pub nspace: String,
@@ -30,6 +31,17 @@ impl JobMap {
             nspace: nspace.into(),
             num_nodes: m,
             rank_node,
+            node_names: (0..m).map(|i| format!("node{i}")).collect(),
+        }
+    }
+
+    /// `n` ranks dealt round-robin over `m` nodes: rank `r` on node `r % m`.
+    pub fn round_robin(nspace: impl Into<String>, n: u32, m: u32) -> JobMap {
+        assert!(m > 0, "a job needs at least one node");
+        JobMap {
+            nspace: nspace.into(),
+            num_nodes: m,
+            rank_node: (0..n).map(|r| r % m).collect(),
             node_names: (0..m).map(|i| format!("node{i}")).collect(),
         }
     }
@@ -88,5 +100,15 @@ mod tests {
         assert_eq!(m.node_of(&ProcId::new("j", 6)), Some(2));
         assert_eq!(m.node_of(&ProcId::new("j", 7)), None);
         assert_eq!(m.node_of(&ProcId::new("other", 0)), None);
+    }
+
+    #[test]
+    fn round_robin_mapping_deals_ranks() {
+        let m = JobMap::round_robin("j", 5, 2);
+        assert_eq!(m.rank_node, vec![0, 1, 0, 1, 0]);
+        assert_eq!(m.ranks_on(0), vec![0, 2, 4]);
+        assert_eq!(m.local_rank(3), Some(1));
+        assert_eq!(m.local_rank(4), Some(2));
+        assert_eq!(m.node_names, ["node0", "node1"]);
     }
 }

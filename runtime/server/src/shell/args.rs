@@ -5,7 +5,9 @@ use std::ffi::OsString;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
+use clap::builder::TypedValueParser as _;
 use clap::Parser;
+use cohort_topology::{BindTo, MapBy};
 
 /// cohortd — the cohort node server (started by `cohort run`, not by hand)
 #[derive(Clone, Debug, Parser)]
@@ -51,6 +53,31 @@ pub struct DaemonArgs {
     /// Number of ranks in the whole job
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     pub np: u32,
+
+    /// How ranks are mapped (the launcher's --map-by; every node server must agree)
+    #[arg(
+        long,
+        value_name = "POLICY",
+        default_value_t = MapBy::Slot,
+        value_parser = clap::builder::PossibleValuesParser::new(MapBy::NAMES)
+            .map(|s| s.parse::<MapBy>().expect("a listed name"))
+    )]
+    pub map_by: MapBy,
+
+    /// What ranks are bound to [default: core, or none when this node's ranks
+    /// outnumber its cores]
+    #[arg(
+        long,
+        value_name = "WHAT",
+        value_parser = clap::builder::PossibleValuesParser::new(BindTo::NAMES)
+            .map(|s| s.parse::<BindTo>().expect("a listed name"))
+    )]
+    pub bind_to: Option<BindTo>,
+
+    /// Placement slot of this node's first rank among all ranks on this host (node
+    /// servers sharing a host bind their ranks to distinct cores)
+    #[arg(long, value_name = "K", default_value_t = 0)]
+    pub first_slot: u32,
 
     #[arg(
         long,
@@ -118,6 +145,12 @@ mod tests {
             "cohort.1.ab12",
             "--np",
             "7",
+            "--map-by",
+            "node",
+            "--bind-to",
+            "none",
+            "--first-slot",
+            "3",
             "--tag-output",
             "-x",
             "A=b=c",
@@ -128,6 +161,10 @@ mod tests {
         ])
         .unwrap();
         assert_eq!((a.node, a.nodes, a.np), (1, 3, 7));
+        assert_eq!(
+            (a.map_by, a.bind_to, a.first_slot),
+            (MapBy::Node, Some(BindTo::None), 3)
+        );
         assert!(a.tag_output);
         assert_eq!(a.export, [("A".into(), "b=c".into())]);
         assert_eq!(a.command, ["sh", "-c", "echo -x"]);
@@ -163,5 +200,10 @@ mod tests {
         };
         assert!(base("0", "NOEQUALS").is_err());
         assert!(base("2", "A=1").unwrap().validate().is_err());
+        let defaults = base("0", "A=1").unwrap();
+        assert_eq!(
+            (defaults.map_by, defaults.bind_to, defaults.first_slot),
+            (MapBy::Slot, None, 0)
+        );
     }
 }

@@ -8,6 +8,7 @@
 mod args;
 mod control;
 mod output;
+mod placement;
 mod procs;
 mod ranks;
 
@@ -22,6 +23,7 @@ use cohort_proto::control::{DaemonMsg, LauncherMsg};
 use cohort_proto::env::{self, from_hex, to_hex};
 use cohort_proto::JobMap;
 use cohort_server::{NodeService, ServiceConfig};
+use cohort_topology::placement::job_map;
 use tokio::net::tcp::OwnedWriteHalf;
 use tokio::net::TcpStream;
 use tokio::signal::unix::{signal, Signal, SignalKind};
@@ -31,6 +33,7 @@ use tokio::time::{sleep_until, Instant};
 use args::DaemonArgs;
 use control::FromLauncher;
 use output::{OutputSink, Stream};
+use placement::NodePlacement;
 use ranks::{RankExit, RankTemplate, Ranks};
 
 /// Ranks get this long between SIGTERM and SIGKILL.
@@ -107,6 +110,14 @@ pub fn main() -> i32 {
             return 1;
         }
     };
+    // After the output threads (they keep every CPU), before the runtime: this thread
+    // is the progress thread.
+    let span = tracing::info_span!("cohortd", node = %args.node_name);
+    let placement = span.in_scope(|| {
+        let placement = NodePlacement::discover();
+        placement.bind_progress_thread();
+        placement
+    });
     let rt = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -118,10 +129,9 @@ pub fn main() -> i32 {
         }
     };
     let local = tokio::task::LocalSet::new();
-    let span = tracing::info_span!("cohortd", node = %args.node_name);
     let code = local.block_on(&rt, async {
         let _enter = span.enter();
-        run(args, secrets, &stdout, &stderr).await
+        run(args, secrets, &placement, &stdout, &stderr).await
     });
     // Dropping the runtime drops the forwarding tasks and with them the last senders,
     // so the writer threads can drain and stop.
@@ -154,9 +164,16 @@ impl End {
     }
 }
 
-async fn run(args: DaemonArgs, secrets: Secrets, stdout: &OutputSink, stderr: &OutputSink) -> i32 {
+async fn run(
+    args: DaemonArgs,
+    secrets: Secrets,
+    placement: &NodePlacement,
+    stdout: &OutputSink,
+    stderr: &OutputSink,
+) -> i32 {
     let node_name = args.node_name.clone();
-    let mut job = JobMap::block(args.nspace.clone(), args.np, args.nodes);
+    // Built exactly as the launcher built it, so every process agrees on the map.
+    let mut job = job_map(args.map_by, args.nspace.clone(), args.np, args.nodes);
     job.node_names[args.node as usize] = node_name.clone();
     let token_hex = to_hex(&secrets.client_token);
     let job_secret = secrets.job_secret.clone();
@@ -179,7 +196,10 @@ async fn run(args: DaemonArgs, secrets: Secrets, stdout: &OutputSink, stderr: &O
     };
 
     let (exit_tx, mut exits) = mpsc::unbounded_channel();
+    let bindings = placement.rank_bindings(&args, &job);
     let template = RankTemplate {
+        bindings,
+        unbound_cpus: placement.unbound_cpus().cloned(),
         job,
         node: args.node,
         command: args.command.clone(),

@@ -11,6 +11,8 @@ use std::time::Duration;
 use cohort_proto::control::ExitStatus;
 use cohort_proto::env;
 use cohort_proto::{JobMap, NodeId, Rank};
+use cohort_topology::affinity::CpuMask;
+use cohort_topology::{Binding, CpuSet};
 use tokio::process::{Child, Command};
 use tokio::sync::mpsc;
 use tokio::task::spawn_local;
@@ -43,6 +45,10 @@ pub struct RankTemplate {
     pub server_uri: PathBuf,
     pub token_hex: String,
     pub tag_output: bool,
+    /// Each local rank's binding (`COHORT_BINDING`); a missing rank is unbound.
+    pub bindings: BTreeMap<Rank, Binding>,
+    /// The CPUs unbound ranks get (cohortd's own, before it bound its progress thread).
+    pub unbound_cpus: Option<CpuSet>,
 }
 
 impl RankTemplate {
@@ -64,6 +70,7 @@ impl RankTemplate {
             .env(env::LOCAL_RANK, local_rank.to_string())
             .env(env::NODE_ID, self.node.to_string())
             .env(env::NODE_NAME, self.node_name())
+            .env(env::BINDING, self.binding(rank).to_string())
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -73,7 +80,46 @@ impl RankTemplate {
         unsafe {
             cmd.pre_exec(parent_death_signal(libc::SIGKILL, "cohortd"));
         }
+        self.bind(&mut cmd, rank);
         cmd
+    }
+
+    fn binding(&self, rank: Rank) -> Binding {
+        self.bindings
+            .get(&rank)
+            .cloned()
+            .unwrap_or(Binding::Unbound)
+    }
+
+    /// Binds the child before it execs: to its CPUs (failing the start if the kernel
+    /// refuses, rather than running unbound while `COHORT_BINDING` says otherwise), or,
+    /// unbound, back to every CPU cohortd had (best effort).
+    fn bind(&self, cmd: &mut Command, rank: Rank) {
+        let binding = self.binding(rank);
+        let (cpus, required) = match &binding {
+            Binding::Cpus(cpus) => (cpus, true),
+            Binding::Unbound => match &self.unbound_cpus {
+                Some(cpus) => (cpus, false),
+                None => return,
+            },
+        };
+        let mask = match CpuMask::new(cpus) {
+            Ok(m) => m,
+            Err(e) => {
+                tracing::warn!(rank, %cpus, "cannot bind rank {rank}: {e}");
+                if required {
+                    cmd.env(env::BINDING, Binding::Unbound.to_string());
+                }
+                return;
+            }
+        };
+        // SAFETY: the hook makes one async-signal-safe syscall on a prebuilt mask.
+        unsafe {
+            cmd.pre_exec(move || match mask.apply() {
+                Err(e) if required => Err(e),
+                _ => Ok(()),
+            });
+        }
     }
 }
 
@@ -110,8 +156,12 @@ impl Ranks {
         let mut child = match self.template.command(rank).spawn() {
             Ok(child) => child,
             Err(e) => {
+                let bound = match self.template.binding(rank) {
+                    Binding::Cpus(cpus) => format!(" bound to CPUs {cpus}"),
+                    Binding::Unbound => String::new(),
+                };
                 say(format_args!(
-                    "{}: cannot start rank {rank}: {:?}: {e}",
+                    "{}: cannot start rank {rank}{bound}: {:?}: {e}",
                     self.template.node_name(),
                     self.template.command[0],
                 ));

@@ -1,0 +1,224 @@
+//! Topology end to end: `cohort topo`, and `cohort run --map-by / --bind-to` with real
+//! node servers — what each rank's kernel affinity (`Cpus_allowed_list`) and its
+//! `COHORT_BINDING` say, and which node server hosts which rank.
+
+use std::collections::BTreeSet;
+use std::process::Output;
+
+use cohort_cluster_tests::*;
+use cohort_topology::CpuSet;
+
+fn describe(out: &Output) -> String {
+    format!(
+        "status {:?}\n--- stdout:\n{}\n--- stderr:\n{}",
+        out.status,
+        text(&out.stdout),
+        text(&out.stderr)
+    )
+}
+
+fn run_ok(args: &[&str]) -> Output {
+    let out = run_cohort(args, DEADLINE);
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    out
+}
+
+/// `cohort topo --json`, parsed.
+fn topo_json() -> serde_json::Value {
+    let out = run_ok(&["topo", "--json"]);
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}\n{}", describe(&out)))
+}
+
+/// The CPU sets of this host's cores, as `cohort topo` reports them.
+fn core_sets() -> Vec<CpuSet> {
+    topo_json()["cores"]
+        .as_array()
+        .expect("cores is an array")
+        .iter()
+        .map(|c| c["cpuset"].as_str().unwrap().parse().unwrap())
+        .collect()
+}
+
+/// CPUs this test process may run on: what unbound ranks must get.
+fn own_cpus() -> CpuSet {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    allowed_list(&status)
+}
+
+fn allowed_list(status: &str) -> CpuSet {
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+        .expect("Cpus_allowed_list in /proc status")
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+/// What one rank reported.
+#[derive(Debug)]
+struct RankReport {
+    rank: u32,
+    node: String,
+    /// The kernel's view of the rank's affinity.
+    allowed: CpuSet,
+    /// `COHORT_BINDING` as the rank saw it.
+    binding: String,
+}
+
+/// Each rank prints `rank|node|Cpus_allowed_list|COHORT_BINDING` on one line.
+const REPORT: &str = "echo \"$COHORT_RANK|$COHORT_NODE_NAME|$(grep Cpus_allowed_list /proc/self/status | cut -f2)|$COHORT_BINDING\"";
+
+fn run_reports(args: &[&str], np: u32) -> (Vec<RankReport>, String) {
+    let mut argv: Vec<&str> = vec!["run"];
+    argv.extend_from_slice(args);
+    argv.extend_from_slice(&["sh", "-c", REPORT]);
+    let out = run_ok(&argv);
+    let mut reports: Vec<RankReport> = text(&out.stdout)
+        .lines()
+        .map(|l| {
+            let f: Vec<&str> = l.split('|').collect();
+            assert_eq!(f.len(), 4, "bad report line {l:?}\n{}", describe(&out));
+            RankReport {
+                rank: f[0].parse().unwrap(),
+                node: f[1].to_string(),
+                allowed: f[2].parse().unwrap(),
+                binding: f[3].to_string(),
+            }
+        })
+        .collect();
+    reports.sort_by_key(|r| r.rank);
+    let ranks: Vec<u32> = reports.iter().map(|r| r.rank).collect();
+    assert_eq!(
+        ranks,
+        (0..np).collect::<Vec<_>>(),
+        "one report per rank\n{}",
+        describe(&out)
+    );
+    (reports, text(&out.stderr))
+}
+
+fn assert_one_distinct_core_each(reports: &[RankReport], cores: &[CpuSet]) {
+    let mut seen = BTreeSet::new();
+    for r in reports {
+        assert!(
+            cores.contains(&r.allowed),
+            "rank {} runs on {} which is not one core ({cores:?})",
+            r.rank,
+            r.allowed
+        );
+        assert_eq!(r.binding, r.allowed.to_string(), "COHORT_BINDING of {r:?}");
+        assert!(
+            seen.insert(r.allowed.clone()),
+            "two ranks on one core: {reports:?}"
+        );
+    }
+}
+
+fn assert_unbound(reports: &[RankReport]) {
+    let all = own_cpus();
+    for r in reports {
+        assert_eq!(r.allowed, all, "rank {} should be unbound: {r:?}", r.rank);
+        assert_eq!(r.binding, "none", "{r:?}");
+    }
+}
+
+#[test]
+fn topo_reports_cores_and_pus() {
+    let j = topo_json();
+    assert!(!j["cores"].as_array().unwrap().is_empty(), "{j}");
+    assert!(!j["pus"].as_array().unwrap().is_empty(), "{j}");
+    assert!(!j["numa_nodes"].as_array().unwrap().is_empty(), "{j}");
+    assert!(j["nics"].is_array(), "{j}");
+    assert_eq!(
+        j["machine"]["source"], "hwloc",
+        "the shipped binaries use hwloc"
+    );
+
+    let table = text(&run_ok(&["topo"]).stdout);
+    for heading in ["PACKAGE", "NUMA", "CORE", "NIC"] {
+        assert!(table.contains(heading), "{table}");
+    }
+}
+
+#[test]
+fn bind_to_core_gives_each_rank_its_own_core() {
+    let cores = core_sets();
+    if cores.len() < 2 {
+        eprintln!("skipped: this host has {} core(s)", cores.len());
+        return;
+    }
+    let (reports, stderr) = run_reports(&["-n", "2", "--bind-to", "core"], 2);
+    assert_one_distinct_core_each(&reports, &cores);
+    assert!(!stderr.contains("oversubscribed"), "{stderr}");
+
+    // The default when the cores suffice.
+    let (reports, _) = run_reports(&["-n", "2"], 2);
+    assert_one_distinct_core_each(&reports, &cores);
+
+    // Node servers sharing this host hand out distinct cores too.
+    let (reports, _) = run_reports(&["--nodes", "2", "-n", "2", "--bind-to", "core"], 2);
+    assert_one_distinct_core_each(&reports, &cores);
+}
+
+#[test]
+fn bind_to_none_leaves_ranks_unbound() {
+    let (reports, stderr) = run_reports(&["-n", "2", "--bind-to", "none"], 2);
+    assert_unbound(&reports);
+    assert!(!stderr.contains("oversubscribed"), "{stderr}");
+}
+
+#[test]
+fn oversubscribed_jobs_are_not_bound_and_say_so() {
+    let cores = core_sets().len() as u32;
+    let np = cores + 2;
+    let (reports, stderr) = run_reports(&["-n", &np.to_string()], np);
+    assert_unbound(&reports);
+    let said: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.contains("oversubscribed"))
+        .collect();
+    assert_eq!(said.len(), 1, "said once: {stderr}");
+    assert!(
+        said[0].contains(&format!("{np} ranks on node0 with {cores} cores")),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn map_by_node_deals_ranks_round_robin() {
+    let (reports, _) = run_reports(&["--map-by", "node", "--nodes", "2", "-n", "4"], 4);
+    let nodes: Vec<&str> = reports.iter().map(|r| r.node.as_str()).collect();
+    assert_eq!(nodes, ["node0", "node1", "node0", "node1"], "{reports:?}");
+
+    let (reports, _) = run_reports(&["--map-by", "slot", "--nodes", "2", "-n", "4"], 4);
+    let nodes: Vec<&str> = reports.iter().map(|r| r.node.as_str()).collect();
+    assert_eq!(nodes, ["node0", "node0", "node1", "node1"], "{reports:?}");
+}
+
+#[test]
+fn round_robin_jobs_construct_groups_across_nodes() {
+    // Launcher, node servers and clients must agree on the round-robin map for a
+    // cross-node group construct (and reading a member's data) to complete.
+    let demo = example("demo");
+    let demo = demo.to_string_lossy();
+    let out = run_cohort(
+        [
+            "run",
+            "--map-by",
+            "node",
+            "--nodes",
+            "2",
+            "-n",
+            "4",
+            demo.as_ref(),
+        ],
+        DEADLINE,
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    let stdout = text(&out.stdout);
+    for (rank, node) in [(0, "node0"), (1, "node1"), (2, "node0"), (3, "node1")] {
+        let want = format!("rank {rank} on {node}: group \"demo-group\" members [0,1,2,3]");
+        assert!(stdout.contains(&want), "{want}\n{}", describe(&out));
+    }
+}

@@ -1,0 +1,101 @@
+//! Where this node server and its ranks run: discovers the host once, binds the
+//! progress thread (cohortd's one thread) near the NIC it prefers, and computes every
+//! local rank's binding from `--map-by` / `--bind-to` / `--first-slot`.
+
+use std::collections::BTreeMap;
+
+use cohort_proto::{JobMap, NodeId, Rank};
+use cohort_topology::affinity::{bind_current_thread, current_affinity};
+use cohort_topology::placement::decide_binding;
+use cohort_topology::{
+    cpus_near, preferred_nic, Binding, CpuSet, Discover, NicInfo, NodeLayout, Topology,
+};
+
+use super::args::DaemonArgs;
+use super::say;
+
+/// This host as the node server found it, and the NIC it chose.
+pub struct NodePlacement {
+    topo: Topology,
+    /// CPUs cohortd could run on before it bound its progress thread: what ranks that
+    /// are not bound get back (they would otherwise inherit the progress thread's).
+    unbound_cpus: Option<CpuSet>,
+    /// The NIC this node server prefers (for the fabric; `None` without any device).
+    pub nic: Option<NicInfo>,
+}
+
+impl NodePlacement {
+    /// Discovers the host (with its network devices) and picks the NIC.
+    pub fn discover() -> NodePlacement {
+        let topo = Discover { io: true }.run();
+        let nic = preferred_nic(&topo);
+        NodePlacement {
+            unbound_cpus: current_affinity().ok(),
+            topo,
+            nic,
+        }
+    }
+
+    /// Binds the calling thread — run it on the progress thread — to the CPUs of the
+    /// preferred NIC's NUMA node. Best effort: a failure is logged, not fatal.
+    pub fn bind_progress_thread(&self) {
+        let Some(nic) = &self.nic else {
+            tracing::debug!("no network or OpenFabrics device found; progress thread not bound");
+            return;
+        };
+        let Some(cpus) = cpus_near(&self.topo, nic) else {
+            tracing::debug!(nic = %nic.name, "no CPU known near the NIC; progress thread not bound");
+            return;
+        };
+        let why = match nic.numa {
+            Some(n) => format!("the CPUs of NUMA node {n}, where it is attached"),
+            None => "the CPUs hwloc reports near it".to_string(),
+        };
+        match bind_current_thread(&cpus) {
+            Ok(()) => tracing::info!(
+                nic = %nic.name, kind = ?nic.kind, pci = nic.pci_bus_id.as_deref().unwrap_or("-"),
+                "progress thread bound to CPUs {cpus} near the preferred NIC {}: {why}",
+                nic.name
+            ),
+            Err(e) => tracing::warn!(
+                nic = %nic.name,
+                "cannot bind the progress thread to CPUs {cpus} near NIC {}: {e}", nic.name
+            ),
+        }
+    }
+
+    /// Each local rank's binding. Without `--bind-to` (not started by `cohort run`)
+    /// the node decides alone, and says so when oversubscribed.
+    pub fn rank_bindings(&self, args: &DaemonArgs, job: &JobMap) -> BTreeMap<Rank, Binding> {
+        let ranks = job.ranks_on(args.node as NodeId);
+        let layout = NodeLayout::from_topology(&self.topo);
+        let bind_to = match args.bind_to {
+            Some(b) => b,
+            None => {
+                let d = decide_binding(
+                    None,
+                    ranks.len() as u32,
+                    layout.num_cores(),
+                    &args.node_name,
+                );
+                if let Some(notice) = d.notice {
+                    say(format_args!("{notice}"));
+                }
+                d.bind_to
+            }
+        };
+        let plan = layout.plan(args.map_by, bind_to, args.first_slot, ranks.len() as u32);
+        let bindings: BTreeMap<Rank, Binding> = ranks.into_iter().zip(plan).collect();
+        tracing::debug!(
+            map_by = %args.map_by, bind_to = %bind_to, first_slot = args.first_slot,
+            bindings = ?bindings.iter().map(|(r, b)| format!("{r}:{b}")).collect::<Vec<_>>(),
+            "rank placement"
+        );
+        bindings
+    }
+
+    /// CPUs for ranks that are not bound.
+    pub fn unbound_cpus(&self) -> Option<&CpuSet> {
+        self.unbound_cpus.as_ref()
+    }
+}

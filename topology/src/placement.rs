@@ -1,0 +1,412 @@
+//! Where ranks go and what they are bound to: `--map-by` and `--bind-to` as pure
+//! arithmetic over a [`Topology`], the default binding decision (bind to core unless
+//! oversubscribed), and the [`Binding`] a rank reads back from `COHORT_BINDING`.
+//!
+//! The launcher and every node server run the same functions on the same inputs, so
+//! they agree on the job map and on every rank's CPUs without talking about it.
+
+use std::fmt;
+use std::str::FromStr;
+
+use cohort_proto::env;
+use cohort_proto::JobMap;
+use serde::{Deserialize, Serialize};
+
+use crate::cpuset::{CpuListError, CpuSet};
+use crate::machine::Topology;
+
+/// `--map-by`: how ranks are placed on node servers, and on cores within a node.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum MapBy {
+    /// Fill node servers in turn (block mapping); within a node, consecutive cores.
+    #[default]
+    Slot,
+    /// Rank `r` on node server `r % M` (round-robin); within a node, consecutive cores.
+    Node,
+    /// Block over node servers; within a node, alternate NUMA domains.
+    Numa,
+    /// Block over node servers; within a node, consecutive cores.
+    Core,
+}
+
+/// `--bind-to`: what a rank is bound to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum BindTo {
+    None,
+    Core,
+    Numa,
+}
+
+macro_rules! keyword_enum {
+    ($ty:ident { $($name:literal => $variant:ident),+ $(,)? }) => {
+        impl $ty {
+            /// Every accepted spelling, for help texts and errors.
+            pub const NAMES: &'static [&'static str] = &[$($name),+];
+
+            pub fn as_str(self) -> &'static str {
+                match self { $($ty::$variant => $name),+ }
+            }
+        }
+
+        impl fmt::Display for $ty {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+
+        impl FromStr for $ty {
+            type Err = String;
+
+            fn from_str(s: &str) -> Result<$ty, String> {
+                match s.to_ascii_lowercase().as_str() {
+                    $($name => Ok($ty::$variant),)+
+                    _ => Err(format!(
+                        "{s:?} is not one of {}",
+                        $ty::NAMES.join(", ")
+                    )),
+                }
+            }
+        }
+    };
+}
+
+keyword_enum!(MapBy { "slot" => Slot, "node" => Node, "numa" => Numa, "core" => Core });
+keyword_enum!(BindTo { "none" => None, "core" => Core, "numa" => Numa });
+
+/// The job's rank → node-server map for `map_by`. The launcher and every node server
+/// build it with this one function.
+pub fn job_map(map_by: MapBy, nspace: impl Into<String>, np: u32, nodes: u32) -> JobMap {
+    match map_by {
+        MapBy::Node => JobMap::round_robin(nspace, np, nodes),
+        MapBy::Slot | MapBy::Numa | MapBy::Core => JobMap::block(nspace, np, nodes),
+    }
+}
+
+/// What a rank is bound to.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Binding {
+    /// Not bound: runs wherever its node server may run.
+    Unbound,
+    /// Bound to exactly these CPUs.
+    Cpus(CpuSet),
+}
+
+impl Binding {
+    pub fn cpus(&self) -> Option<&CpuSet> {
+        match self {
+            Binding::Unbound => None,
+            Binding::Cpus(c) => Some(c),
+        }
+    }
+}
+
+/// `none`, or the CPU list (`0-1`): the value of `COHORT_BINDING`.
+impl fmt::Display for Binding {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Binding::Unbound => f.write_str("none"),
+            Binding::Cpus(c) => write!(f, "{c}"),
+        }
+    }
+}
+
+impl FromStr for Binding {
+    type Err = CpuListError;
+
+    fn from_str(s: &str) -> Result<Binding, CpuListError> {
+        let s = s.trim();
+        if s.eq_ignore_ascii_case("none") {
+            return Ok(Binding::Unbound);
+        }
+        let cpus: CpuSet = s.parse()?;
+        if cpus.is_empty() {
+            return Err(CpuListError {
+                text: s.to_string(),
+                why: "no CPU",
+            });
+        }
+        Ok(Binding::Cpus(cpus))
+    }
+}
+
+/// This process's binding as its node server set it (`COHORT_BINDING`); `None` when
+/// the variable is absent (not started by cohortd) or malformed.
+pub fn binding_from_env() -> Option<Binding> {
+    binding_from(std::env::var(env::BINDING).ok().as_deref())
+}
+
+/// [`binding_from_env`] on a given value of the variable.
+pub fn binding_from(value: Option<&str>) -> Option<Binding> {
+    value?.parse().ok()
+}
+
+/// The CPUs a node server places ranks on: its allowed cores, grouped by NUMA domain.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NodeLayout {
+    /// Each core's PUs, in logical order.
+    pub cores: Vec<CpuSet>,
+    /// Each core's NUMA domain, an index into `domains`.
+    pub core_domain: Vec<usize>,
+    /// The CPUs of each NUMA domain that has cores.
+    pub domains: Vec<CpuSet>,
+}
+
+impl NodeLayout {
+    /// The layout of `topo`: its cores, and NUMA domains that have cores (memory-only
+    /// nodes are left out). Cores outside every NUMA node form one domain of their own.
+    pub fn from_topology(topo: &Topology) -> NodeLayout {
+        let mut domains: Vec<(Option<u32>, CpuSet)> = Vec::new();
+        let mut core_domain = Vec::new();
+        let mut cores = Vec::new();
+        for core in topo.cores.iter().filter(|c| !c.cpuset.is_empty()) {
+            let at = match domains.iter().position(|(n, _)| *n == core.numa) {
+                Some(at) => at,
+                None => {
+                    let cpus = core
+                        .numa
+                        .and_then(|n| topo.numa_node(n))
+                        .map(|n| n.cpuset.intersection(&topo.machine.cpuset))
+                        .unwrap_or_default();
+                    domains.push((core.numa, cpus));
+                    domains.len() - 1
+                }
+            };
+            // A domain's CPUs cover its cores even when hwloc's NUMA cpuset is odd.
+            domains[at].1 = domains[at].1.union(&core.cpuset);
+            core_domain.push(at);
+            cores.push(core.cpuset.clone());
+        }
+        NodeLayout {
+            cores,
+            core_domain,
+            domains: domains.into_iter().map(|(_, c)| c).collect(),
+        }
+    }
+
+    pub fn num_cores(&self) -> usize {
+        self.cores.len()
+    }
+
+    /// Core of placement slot `slot` (slots are numbered across every rank that shares
+    /// the host): consecutive cores, or for `numa` alternate domains first.
+    pub fn core_of_slot(&self, map_by: MapBy, slot: u32) -> Option<usize> {
+        if self.cores.is_empty() {
+            return None;
+        }
+        let slot = slot as usize;
+        match map_by {
+            MapBy::Slot | MapBy::Node | MapBy::Core => Some(slot % self.cores.len()),
+            MapBy::Numa => {
+                let domain = slot % self.domains.len();
+                let in_domain: Vec<usize> = (0..self.cores.len())
+                    .filter(|&c| self.core_domain[c] == domain)
+                    .collect();
+                let nth = (slot / self.domains.len()) % in_domain.len();
+                Some(in_domain[nth])
+            }
+        }
+    }
+
+    /// Binding of placement slot `slot`.
+    pub fn binding(&self, map_by: MapBy, bind_to: BindTo, slot: u32) -> Binding {
+        let Some(core) = self.core_of_slot(map_by, slot) else {
+            return Binding::Unbound;
+        };
+        match bind_to {
+            BindTo::None => Binding::Unbound,
+            BindTo::Core => Binding::Cpus(self.cores[core].clone()),
+            BindTo::Numa => Binding::Cpus(self.domains[self.core_domain[core]].clone()),
+        }
+    }
+
+    /// Bindings of `count` ranks occupying slots `first_slot ..`.
+    pub fn plan(
+        &self,
+        map_by: MapBy,
+        bind_to: BindTo,
+        first_slot: u32,
+        count: u32,
+    ) -> Vec<Binding> {
+        (0..count)
+            .map(|i| self.binding(map_by, bind_to, first_slot + i))
+            .collect()
+    }
+}
+
+/// The binding policy in force, and why.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BindDecision {
+    pub bind_to: BindTo,
+    /// More ranks than cores share the host.
+    pub oversubscribed: bool,
+    /// What to tell the user (once), if anything.
+    pub notice: Option<String>,
+}
+
+/// Decides the binding for `ranks` ranks sharing a host of `cores` cores. `where_`
+/// names the place in messages (`node0`, `this host (node0-node2)`).
+///
+/// Like mpirun: with no `--bind-to`, bind to core unless oversubscribed, and say so
+/// when not binding; an explicit `--bind-to core` while oversubscribed is obeyed
+/// (ranks share cores) with a warning.
+pub fn decide_binding(
+    requested: Option<BindTo>,
+    ranks: u32,
+    cores: usize,
+    where_: &str,
+) -> BindDecision {
+    let oversubscribed = ranks as usize > cores;
+    let plural = |n: usize, what: &str| format!("{n} {what}{}", if n == 1 { "" } else { "s" });
+    let what = format!(
+        "{} on {where_} with {}",
+        plural(ranks as usize, "rank"),
+        plural(cores, "core")
+    );
+    let (bind_to, notice) = match (requested, oversubscribed) {
+        (None, false) => (BindTo::Core, None),
+        (None, true) => (
+            BindTo::None,
+            Some(format!(
+                "{what}: oversubscribed, not binding (use --bind-to to override)"
+            )),
+        ),
+        (Some(BindTo::Core), true) => (
+            BindTo::Core,
+            Some(format!(
+                "warning: {what}: oversubscribed; binding anyway as --bind-to core \
+                 asks (ranks share cores)"
+            )),
+        ),
+        (Some(b), _) => (b, None),
+    };
+    BindDecision {
+        bind_to,
+        oversubscribed,
+        notice,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::machine::tests::synthetic;
+
+    fn lists(b: &[Binding]) -> Vec<String> {
+        b.iter().map(|b| b.to_string()).collect()
+    }
+
+    #[test]
+    fn keywords_parse_and_print() {
+        assert_eq!("NODE".parse::<MapBy>(), Ok(MapBy::Node));
+        assert_eq!("numa".parse::<BindTo>(), Ok(BindTo::Numa));
+        assert!("socket"
+            .parse::<MapBy>()
+            .unwrap_err()
+            .contains("slot, node"));
+        assert_eq!(BindTo::None.to_string(), "none");
+        assert_eq!(MapBy::default(), MapBy::Slot);
+    }
+
+    #[test]
+    fn job_maps_block_or_round_robin() {
+        assert_eq!(job_map(MapBy::Slot, "j", 4, 2).rank_node, [0, 0, 1, 1]);
+        assert_eq!(job_map(MapBy::Core, "j", 4, 2).rank_node, [0, 0, 1, 1]);
+        assert_eq!(job_map(MapBy::Node, "j", 5, 2).rank_node, [0, 1, 0, 1, 0]);
+    }
+
+    #[test]
+    fn bind_to_core_gives_distinct_cores_with_their_threads() {
+        let l = NodeLayout::from_topology(&synthetic(2, 2, 2));
+        assert_eq!(l.num_cores(), 4);
+        let b = l.plan(MapBy::Core, BindTo::Core, 0, 4);
+        assert_eq!(lists(&b), ["0,4", "1,5", "2,6", "3,7"]);
+        // slots continue where a co-located node server's ranks ended
+        let b = l.plan(MapBy::Slot, BindTo::Core, 2, 2);
+        assert_eq!(lists(&b), ["2,6", "3,7"]);
+    }
+
+    #[test]
+    fn map_by_numa_alternates_domains() {
+        let l = NodeLayout::from_topology(&synthetic(2, 2, 1));
+        let cores = l.plan(MapBy::Numa, BindTo::Core, 0, 5);
+        assert_eq!(lists(&cores), ["0", "2", "1", "3", "0"]);
+        let numa = l.plan(MapBy::Numa, BindTo::Numa, 0, 3);
+        assert_eq!(lists(&numa), ["0-1", "2-3", "0-1"]);
+        let numa = l.plan(MapBy::Core, BindTo::Numa, 0, 3);
+        assert_eq!(lists(&numa), ["0-1", "0-1", "2-3"]);
+    }
+
+    #[test]
+    fn bind_to_none_and_empty_layouts_leave_ranks_unbound() {
+        let l = NodeLayout::from_topology(&synthetic(1, 2, 1));
+        assert!(l
+            .plan(MapBy::Core, BindTo::None, 0, 3)
+            .iter()
+            .all(|b| *b == Binding::Unbound));
+        let mut empty = synthetic(1, 1, 1);
+        empty.cores.clear();
+        let l = NodeLayout::from_topology(&empty);
+        assert_eq!(l.plan(MapBy::Numa, BindTo::Core, 0, 1), [Binding::Unbound]);
+    }
+
+    #[test]
+    fn memory_only_numa_nodes_are_not_domains() {
+        let mut t = synthetic(1, 2, 1);
+        t.numa_nodes.push(crate::machine::NumaNode {
+            os_index: 7,
+            memory_bytes: 1 << 30,
+            cpuset: CpuSet::new(),
+        });
+        let l = NodeLayout::from_topology(&t);
+        assert_eq!(l.domains.len(), 1);
+        assert_eq!(lists(&l.plan(MapBy::Numa, BindTo::Core, 0, 2)), ["0", "1"]);
+    }
+
+    #[test]
+    fn default_binds_to_core_unless_oversubscribed() {
+        let d = decide_binding(None, 2, 2, "node0");
+        assert_eq!(
+            (d.bind_to, d.oversubscribed, d.notice),
+            (BindTo::Core, false, None)
+        );
+
+        let d = decide_binding(None, 4, 2, "node0");
+        assert_eq!(d.bind_to, BindTo::None);
+        assert!(d.oversubscribed);
+        assert_eq!(
+            d.notice.as_deref(),
+            Some("4 ranks on node0 with 2 cores: oversubscribed, not binding (use --bind-to to override)")
+        );
+
+        let d = decide_binding(Some(BindTo::Core), 4, 2, "node0");
+        assert_eq!(d.bind_to, BindTo::Core);
+        assert!(d.notice.unwrap().starts_with("warning:"));
+
+        let d = decide_binding(None, 2, 1, "node0");
+        assert!(d
+            .notice
+            .unwrap()
+            .starts_with("2 ranks on node0 with 1 core: "));
+
+        for b in [BindTo::None, BindTo::Numa] {
+            let d = decide_binding(Some(b), 4, 2, "node0");
+            assert_eq!((d.bind_to, d.notice), (b, None));
+        }
+    }
+
+    #[test]
+    fn bindings_roundtrip_through_the_environment_form() {
+        assert_eq!(binding_from(Some("none")), Some(Binding::Unbound));
+        assert_eq!(
+            binding_from(Some("0-1")),
+            Some(Binding::Cpus(CpuSet::from([0, 1])))
+        );
+        assert_eq!(binding_from(Some("")), None);
+        assert_eq!(binding_from(Some("garbage")), None);
+        assert_eq!(binding_from(None), None);
+        let b = Binding::Cpus(CpuSet::from([3, 4, 5, 9]));
+        assert_eq!(b.to_string().parse::<Binding>(), Ok(b));
+    }
+}
