@@ -577,7 +577,12 @@ impl Engine {
                     self.finish_probe(&key, now);
                 }
             }
-            PeerMsg::CollDown { key, spec, outcome } => self.on_down(key, spec, outcome, now),
+            PeerMsg::CollDown {
+                key,
+                spec,
+                outcome,
+                late,
+            } => self.on_down(key, spec, outcome, late, now),
             PeerMsg::ProcTerminated { proc, contributed } => {
                 if !contributed.is_empty() {
                     self.joined_before_death
@@ -1397,12 +1402,15 @@ impl Engine {
         &mut self,
         key: &CollKey,
         spec: Option<&CollSpec>,
+        late: &[ProcId],
         err: &CohortError,
         answered: &[Waiter],
     ) {
-        let Some(spec) = spec else { return };
-        let late: BTreeSet<ProcId> = expected_of(spec)
+        let late: BTreeSet<ProcId> = spec
+            .map(expected_of)
+            .unwrap_or_default()
             .iter()
+            .chain(late)
             .filter(|p| self.job.node_of(p) == Some(self.node))
             .filter(|p| !answered.iter().any(|w| &w.proc == *p) && !self.terminated.contains(*p))
             .cloned()
@@ -1981,8 +1989,16 @@ impl Engine {
             Decision::Succeed => self.success_outcome(key),
             Decision::Pause(failed) => return self.report_failures(key, failed),
         };
-        let spec = self.colls.get(key).and_then(|c| c.spec.clone());
-        self.on_down(key.clone(), spec, outcome, now);
+        let coll = self.colls.get(key);
+        let spec = coll.and_then(|c| c.spec.clone());
+        let late: Vec<ProcId> = match (coll, &spec, &outcome) {
+            (Some(c), Some(s), CollOutcome::Failed(_)) => Self::all_expected(c, s)
+                .into_iter()
+                .filter(|p| !c.contribs.contains_key(p) && !c.joins.contains_key(p))
+                .collect(),
+            _ => Vec::new(),
+        };
+        self.on_down(key.clone(), spec, outcome, late, now);
     }
 
     fn success_outcome(&mut self, key: &CollKey) -> CollOutcome {
@@ -2074,7 +2090,14 @@ impl Engine {
     }
 
     /// The outcome reached this server: forward it to the subtree, apply it locally.
-    fn on_down(&mut self, key: CollKey, spec: Option<CollSpec>, outcome: CollOutcome, now: Time) {
+    fn on_down(
+        &mut self,
+        key: CollKey,
+        spec: Option<CollSpec>,
+        outcome: CollOutcome,
+        late: Vec<ProcId>,
+        now: Time,
+    ) {
         let coll = self.colls.remove(&key);
         let spec = spec.or_else(|| coll.as_ref().and_then(|c| c.spec.clone()));
         let tree = spec.as_ref().map(|s| self.tree_for(&key, s));
@@ -2094,6 +2117,10 @@ impl Engine {
                 );
             }
         }
+        if tree.as_ref().is_none_or(|t| t.root() == self.node) {
+            // The root also tells the servers of expected processes that never joined.
+            targets.extend(late.iter().filter_map(|p| self.job.node_of(p)));
+        }
         targets.remove(&self.node);
         for n in targets {
             self.send_peer(
@@ -2102,6 +2129,7 @@ impl Engine {
                     key: key.clone(),
                     spec: spec.clone(),
                     outcome: outcome.clone(),
+                    late: late.clone(),
                 },
             );
         }
@@ -2117,7 +2145,7 @@ impl Engine {
             "collective complete"
         );
         if let CollOutcome::Failed(err) = &outcome {
-            self.bury(&key, spec.as_ref(), err, &waiters);
+            self.bury(&key, spec.as_ref(), &late, err, &waiters);
         } else {
             self.tombstones.remove(&key);
         }

@@ -132,9 +132,12 @@ fn bootstrap_two_leaders_each_adding_members() {
 #[test]
 fn bootstrap_leaders_with_different_counts_get_a_clear_error() {
     let mut c = cluster();
-    let a = bootstrap(&mut c, 0, "bad", 2, &[]);
+    let early = add_member(&mut c, 1, "bad");
+    let a = bootstrap(&mut c, 0, "bad", 2, &[1, 3]);
     let b = bootstrap(&mut c, 5, "bad", 3, &[]);
-    for (r, q) in [(0, a), (5, b)] {
+    // rank 3 was named by leader 0 but calls only after the failure
+    let late = add_member(&mut c, 3, "bad");
+    for (r, q) in [(0, a), (5, b), (1, early), (3, late)] {
         match err(&c, r, q) {
             CohortError::LeaderCountMismatch { id, a, b } => {
                 assert_eq!(id, "bad");

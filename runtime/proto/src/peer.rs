@@ -128,6 +128,9 @@ pub enum PeerMsg {
         /// Lets a node that never saw the operation compute its children.
         spec: Option<CollSpec>,
         outcome: CollOutcome,
+        /// On failure: processes the root expected that had not joined there. Their
+        /// servers answer a later call of theirs with this same outcome.
+        late: Vec<ProcId>,
     },
     /// A process of the sender's node terminated, after joining these collectives
     /// (its contributions to them may still be on their way up).

@@ -391,10 +391,11 @@ impl Engine {
                     key: key.clone(),
                     spec: None,
                     outcome: outcome.clone(),
+                    late: Vec::new(),
                 },
             );
         }
-        self.on_down(key, None, outcome, now);
+        self.on_down(key, None, outcome, Vec::new(), now);
     }
 
     /// Tracker: ends invite `id` with `error` for every participant.
