@@ -8,13 +8,19 @@
 //! ping-pong between ranks on two different (emulated) nodes — and the ratio of the
 //! median to the ideal time: one-way baseline latency × sequential hops.
 
+use std::future::Future;
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::os::unix::net::{UnixListener, UnixStream};
+use std::sync::Arc;
+use std::task::{Context, Poll, Wake, Waker};
 use std::time::{Duration, Instant};
 
 use clap::{Parser, Subcommand, ValueEnum};
-use cohort::{Client, ConstructOpts, FenceOpts, ProcId, Scope, Value};
+use cohort::{
+    codes, Client, ConstructOpts, FenceOpts, GroupEventInfo, GroupResult, InviteOpts, ProcId,
+    Scope, Value,
+};
 
 #[derive(Parser)]
 #[command(
@@ -44,7 +50,8 @@ enum What {
         #[arg(long, default_value_t = 65536)]
         max_size: usize,
     },
-    /// Group construct (with a context id) and destruct, every rank a leader.
+    /// Group construct (with a context id) and destruct: collective (every rank a
+    /// leader), bootstrap (two leaders, the rest added) or invite (rank 0 invites).
     Group {
         #[arg(long, value_enum, default_value_t = Method::Collective)]
         method: Method,
@@ -57,6 +64,19 @@ enum Method {
     Bootstrap,
     Invite,
 }
+
+impl Method {
+    fn name(self) -> &'static str {
+        match self {
+            Method::Collective => "collective",
+            Method::Bootstrap => "bootstrap",
+            Method::Invite => "invite",
+        }
+    }
+}
+
+/// The group every `group` row constructs and destructs, once per iteration.
+const GROUP_ID: &str = "bench-group";
 
 /// A fence that exchanges posted data, bounded so a broken run cannot hang.
 const COLLECT: FenceOpts = FenceOpts {
@@ -124,45 +144,199 @@ fn run(cli: Cli) -> Res<()> {
             }
         }
         What::Group { method } => {
-            if method != Method::Collective {
-                return Err("only --method collective is implemented so far (bootstrap and invite: issue 5)".into());
-            }
-            title = format!(
-                "# cohort-bench group --method collective (context id; every rank a leader): {} ranks on {} node server(s), {} iterations ({} warm-up)",
-                c.size(), nodes, cli.iterations, cli.warmup
-            );
-            let all: Vec<ProcId> = (0..c.size()).map(|r| ProcId::new(c.nspace(), r)).collect();
-            let opts = ConstructOpts {
-                assign_context_id: true,
-                timeout_ms: Some(60_000),
-                ..Default::default()
+            let (what, group_rows) = match method {
+                Method::Collective => ("every rank a leader", group_collective(&c, &cli)?),
+                Method::Bootstrap => (
+                    "two leaders knowing only the leader count, half of the other ranks added by each",
+                    group_bootstrap(&c, &cli)?,
+                ),
+                Method::Invite => (
+                    "rank 0 invites every other rank; invitees accept from their event handler with the async join; timed: invite / join call to its return",
+                    group_invite(&c, &cli)?,
+                ),
             };
-            let mut destructs = Vec::new();
-            let st = measure(&c, cli.iterations, cli.warmup, "construct", |c| {
-                let t = Instant::now();
-                let g = c.group_construct("bench-group", &all, opts.clone())?;
-                let took = t.elapsed();
-                if g.context_id.is_none() {
-                    return Err("no context id".into());
-                }
-                let t = Instant::now();
-                c.group_destruct("bench-group", Some(Duration::from_secs(60)))?;
-                destructs.push(t.elapsed());
-                Ok(took)
-            })?;
-            rows.push(("construct".into(), st));
-            let st = reduce(
-                &c,
-                "destruct",
-                &destructs[cli.warmup.min(destructs.len())..],
-            )?;
-            rows.push(("destruct".into(), st));
+            title = format!(
+                "# cohort-bench group --method {} (context id; {what}): {} ranks on {} node server(s), {} iterations ({} warm-up)",
+                method.name(), c.size(), nodes, cli.iterations, cli.warmup
+            );
+            rows = group_rows;
         }
     }
     let after = Baseline::measure(&c, 1)?;
     report(&c, &title, &before, &after, &rows, hops(depth));
     c.finalize()?;
     Ok(())
+}
+
+type Rows = Vec<(String, Stats)>;
+
+/// Construct options every method's callers use: a context id, bounded.
+fn bench_construct_opts() -> ConstructOpts {
+    ConstructOpts {
+        assign_context_id: true,
+        timeout_ms: Some(60_000),
+        ..Default::default()
+    }
+}
+
+/// Times `construct` (which returns the group and its own timed part) and the destruct
+/// that follows it, per iteration; a `construct` row and a `destruct` row.
+fn construct_destruct_rows(
+    c: &Client,
+    cli: &Cli,
+    mut construct: impl FnMut(&Client) -> Res<(GroupResult, Duration)>,
+) -> Res<Rows> {
+    let mut destructs = Vec::new();
+    let st = measure(c, cli.iterations, cli.warmup, "construct", |c| {
+        let (g, took) = construct(c)?;
+        if g.context_id.is_none() {
+            return Err("no context id".into());
+        }
+        let t = Instant::now();
+        c.group_destruct(GROUP_ID, Some(Duration::from_secs(60)))?;
+        destructs.push(t.elapsed());
+        Ok(took)
+    })?;
+    let mut rows = vec![("construct".to_string(), st)];
+    let st = reduce(c, "destruct", &destructs[cli.warmup.min(destructs.len())..])?;
+    rows.push(("destruct".into(), st));
+    Ok(rows)
+}
+
+/// §6.4.3.1: every rank calls with the full leader list.
+fn group_collective(c: &Client, cli: &Cli) -> Res<Rows> {
+    let all: Vec<ProcId> = (0..c.size()).map(|r| ProcId::new(c.nspace(), r)).collect();
+    let opts = bench_construct_opts();
+    construct_destruct_rows(c, cli, |c| {
+        let t = Instant::now();
+        let g = c.group_construct(GROUP_ID, &all, opts.clone())?;
+        Ok((g, t.elapsed()))
+    })
+}
+
+/// The bootstrap leaders: rank 0 and the first rank of the last node (rank n/2 on one
+/// node), or rank 0 alone in a one-rank job.
+fn bootstrap_leaders(c: &Client) -> Vec<u32> {
+    let job = c.job();
+    let second = if job.num_nodes > 1 {
+        job.ranks_on(job.num_nodes - 1)
+            .first()
+            .copied()
+            .unwrap_or(0)
+    } else {
+        c.size() / 2
+    };
+    if second == 0 {
+        vec![0]
+    } else {
+        vec![0, second]
+    }
+}
+
+/// §6.4.3.2: each leader passes only itself and the leader count, and adds every
+/// other non-leader rank (alternately, so each adds half).
+fn group_bootstrap(c: &Client, cli: &Cli) -> Res<Rows> {
+    let leaders = bootstrap_leaders(c);
+    let me = c.rank();
+    let mut opts = bench_construct_opts();
+    let procs = match leaders.iter().position(|&l| l == me) {
+        Some(i) => {
+            opts.bootstrap = Some(leaders.len() as u32);
+            opts.add_members = (0..c.size())
+                .filter(|r| !leaders.contains(r))
+                .enumerate()
+                .filter(|(k, _)| k % leaders.len() == i)
+                .map(|(_, r)| ProcId::new(c.nspace(), r))
+                .collect();
+            vec![c.proc_id().clone()]
+        }
+        None => Vec::new(),
+    };
+    construct_destruct_rows(c, cli, |c| {
+        let t = Instant::now();
+        let g = c.group_construct(GROUP_ID, &procs, opts.clone())?;
+        Ok((g, t.elapsed()))
+    })
+}
+
+type JoinReply = std::pin::Pin<
+    Box<dyn Future<Output = Result<Option<GroupResult>, cohort::CohortError>> + Send>,
+>;
+
+/// §6.4.3.3: rank 0 invites every other rank; each invitee accepts from its
+/// GROUP_INVITED handler with the async join and hands the reply future, with the time
+/// the join was called, to the main thread, which waits for it. Timed: the leader's
+/// invite call, an invitee's join call, each to its return.
+fn group_invite(c: &Client, cli: &Cli) -> Res<Rows> {
+    if c.size() < 2 {
+        return Err("--method invite needs at least 2 ranks".into());
+    }
+    let me = c.rank();
+    let leader = ProcId::new(c.nspace(), 0);
+    let invitees: Vec<ProcId> = (1..c.size()).map(|r| ProcId::new(c.nspace(), r)).collect();
+    // Nobody waits for these; consume them so they do not pile up in the event cache.
+    c.register_event_handler(
+        Some(&[
+            codes::GROUP_CONSTRUCT_COMPLETE,
+            codes::GROUP_INVITE_ACCEPTED,
+        ]),
+        |_, _| {},
+    );
+    let (joins_tx, joins) = std::sync::mpsc::channel::<(Instant, JoinReply)>();
+    let joins_tx = std::sync::Mutex::new(joins_tx);
+    if me != 0 {
+        c.register_event_handler(Some(&[codes::GROUP_INVITED]), move |c, ev| {
+            let inv = GroupEventInfo::of(ev);
+            let (Some(id), Some(from)) = (inv.id, inv.leader) else {
+                return;
+            };
+            let t = Instant::now();
+            let reply = c.group_join_async(&id, &from, true, Some(Duration::from_secs(60)), vec![]);
+            if let Ok(tx) = joins_tx.lock() {
+                let _ = tx.send((t, Box::pin(reply)));
+            }
+        });
+    }
+    let opts = InviteOpts {
+        assign_context_id: true,
+        timeout_ms: Some(60_000),
+        ..Default::default()
+    };
+    construct_destruct_rows(c, cli, |c| {
+        if me == 0 {
+            let t = Instant::now();
+            let g = c.group_invite(GROUP_ID, &invitees, opts.clone())?;
+            return Ok((g, t.elapsed()));
+        }
+        let (t, reply) = joins
+            .recv_timeout(Duration::from_secs(60))
+            .map_err(|_| format!("no invitation from {leader} within 60 s"))?;
+        let g = block_on(reply)?.ok_or("an accepting join returned no group")?;
+        let took = t.elapsed();
+        if g.id != GROUP_ID {
+            return Err(format!("joined {:?}, expected {GROUP_ID:?}", g.id).into());
+        }
+        Ok((g, took))
+    })
+}
+
+/// Drives a reply future on this thread (no async runtime needed).
+fn block_on<F: Future>(f: F) -> F::Output {
+    struct Unpark(std::thread::Thread);
+    impl Wake for Unpark {
+        fn wake(self: Arc<Self>) {
+            self.0.unpark();
+        }
+    }
+    let waker = Waker::from(Arc::new(Unpark(std::thread::current())));
+    let mut cx = Context::from_waker(&waker);
+    let mut f = std::pin::pin!(f);
+    loop {
+        match f.as_mut().poll(&mut cx) {
+            Poll::Ready(v) => return v,
+            Poll::Pending => std::thread::park(),
+        }
+    }
 }
 
 /// Prints the table on rank 0. The ideal uses the faster of the two baselines

@@ -3,8 +3,9 @@
 //! and exits non-zero with a message naming the violated expectation; lines starting
 //! with `RESULT` are compared across ranks by the tests.
 //!
-//! Spec references: ../shared/spec/group-construction-methods.txt (§6.4.3.1),
-//! pmix-standard-sets-and-groups.tex, rfc0033-pmix-groups.md.
+//! Spec references: ../shared/spec/group-construction-methods.txt (§6.4.3.1 collective,
+//! §6.4.3.2 bootstrap, §6.4.3.3 invite), pmix-standard-sets-and-groups.tex,
+//! rfc0033-pmix-groups.md.
 
 use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
@@ -45,6 +46,23 @@ fn main() {
         "badframe" => badframe(),
         "private-socket" => private_socket(),
         "connect-only" => connect_only(),
+        "bootstrap" => bootstrap(),
+        "bootstrap-count-mismatch" => bootstrap_count_mismatch(),
+        "bootstrap-member-dies" => bootstrap_member_dies(),
+        "invite" => invite(),
+        "invite-blocking-join" => invite_blocking_join(),
+        "invite-decline-drop" => invite_decline_drop(),
+        "invite-decline-replace" => invite_decline_replace(),
+        "invite-abort" => invite_abort(),
+        "invite-member-dies" => invite_member_dies(),
+        "invite-leader-dies" => invite_leader_dies(),
+        "construct-leader-dies-abort" => construct_leader_dies_abort(),
+        "collective-member-dies-notify" => collective_member_dies_notify(),
+        "bootstrap-leader-missing" => bootstrap_leader_missing(),
+        "invite-timeout" => invite_timeout(),
+        "bootstrap-member-dies-required" => bootstrap_member_dies_required(),
+        "invite-decline-continue" => invite_decline_continue(),
+        "collective-member-dies-notify-anyone" => collective_member_dies_notify_anyone(),
         other => Err(format!("unknown scenario {other:?}")),
     };
     if let Err(e) = result {
@@ -745,4 +763,1389 @@ fn connect_only() -> R {
         })),
         Err(_) => Ok(()),
     }
+}
+
+// ---------------------------------------------------------------------------------
+// Bootstrap (§6.4.3.2) and invite/join (§6.4.3.3) methods, and their failure paths.
+// Every wait is bounded: constructs by METHOD_TIMEOUT_MS, events by EVENT_WAIT, so a
+// rank reports what it was waiting for well before the harness deadline.
+
+use std::future::Future;
+use std::pin::Pin;
+
+use cohort::{ConstructDecision, GroupEventInfo, GroupResult, InviteOpts};
+
+const METHOD_TIMEOUT_MS: u64 = 30_000;
+const EVENT_WAIT: Duration = Duration::from_secs(25);
+
+type JoinFuture = Pin<Box<dyn Future<Output = Result<Option<GroupResult>, CohortError>> + Send>>;
+
+fn mctx() -> ConstructOpts {
+    ConstructOpts {
+        assign_context_id: true,
+        timeout_ms: Some(METHOD_TIMEOUT_MS),
+        ..Default::default()
+    }
+}
+
+fn invite_opts() -> InviteOpts {
+    InviteOpts {
+        assign_context_id: true,
+        timeout_ms: Some(METHOD_TIMEOUT_MS),
+        ..Default::default()
+    }
+}
+
+fn join_timeout() -> Option<Duration> {
+    Some(Duration::from_millis(METHOD_TIMEOUT_MS))
+}
+
+fn next_event(rx: &crossbeam_channel::Receiver<Event>, what: &str) -> Result<Event, String> {
+    rx.recv_timeout(EVENT_WAIT)
+        .map_err(|_| format!("no {what} event within {EVENT_WAIT:?}"))
+}
+
+/// Drives `fut` (a reply future of an `*_async` call) to completion on this thread.
+fn await_reply<T>(fut: impl Future<Output = T>, what: &str) -> Result<T, String> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .map_err(|e| e.to_string())?;
+    // The timer must be created inside the runtime.
+    rt.block_on(async { tokio::time::timeout(EVENT_WAIT * 2, fut).await })
+        .map_err(|_| format!("{what}: no reply within {:?}", EVENT_WAIT * 2))
+}
+
+/// Fails with the first error a handler reported, if any.
+fn handler_errors(errs: &crossbeam_channel::Receiver<String>) -> R {
+    match errs.try_recv() {
+        Ok(e) => Err(format!("in an event handler: {e}")),
+        Err(_) => Ok(()),
+    }
+}
+
+/// Checks the group fields of an event: its group id and, when given, its source,
+/// leader and membership.
+fn check_group_event(
+    ev: &Event,
+    what: &str,
+    id: &str,
+    source: Option<&ProcId>,
+    leader: Option<&ProcId>,
+    membership: Option<&[ProcId]>,
+) -> Result<GroupEventInfo, String> {
+    let info = GroupEventInfo::of(ev);
+    check!(
+        info.id.as_deref() == Some(id),
+        "{what}: group id {:?}, expected {id:?}",
+        info.id
+    );
+    if let Some(src) = source {
+        check!(
+            &ev.source == src,
+            "{what}: source {}, expected {src}",
+            ev.source
+        );
+    }
+    if let Some(l) = leader {
+        check!(
+            info.leader.as_ref() == Some(l),
+            "{what}: leader {:?}, expected {l}",
+            info.leader
+        );
+    }
+    if let Some(m) = membership {
+        check!(
+            info.membership.as_deref() == Some(m),
+            "{what}: membership {:?}, expected {}",
+            info.membership.as_deref().map(ranks),
+            ranks(m)
+        );
+    }
+    Ok(info)
+}
+
+/// Checks a completed group: status, canonical membership, a context id, and the
+/// `GROUP_CONSTRUCT_COMPLETE` event every member gets (same membership and id).
+fn check_complete(
+    g: &GroupResult,
+    complete: &crossbeam_channel::Receiver<Event>,
+    id: &str,
+    members: &[ProcId],
+) -> R {
+    check!(g.id == id, "result for group {:?}", g.id);
+    check!(
+        g.members == members,
+        "members {}, expected {}",
+        ranks(&g.members),
+        ranks(members)
+    );
+    check!(g.context_id.is_some(), "no context id");
+    let ev = next_event(complete, "GROUP_CONSTRUCT_COMPLETE")?;
+    let info = check_group_event(&ev, "construct-complete", id, None, None, Some(members))?;
+    check!(
+        info.context_id == g.context_id,
+        "complete event context id {:?}, result {:?}",
+        info.context_id,
+        g.context_id
+    );
+    Ok(())
+}
+
+/// The group is usable once complete: query it and fence over `{id,*}`.
+fn use_group(c: &Client, g: &GroupResult) -> R {
+    let q = e2s(c.group_query(&g.id), "group query")?;
+    check!(
+        q.members == g.members && q.context_id == g.context_id,
+        "query says members {} ctx {:?}",
+        ranks(&q.members),
+        q.context_id
+    );
+    e2s(
+        c.fence(
+            &[ProcId::wildcard(g.id.as_str())],
+            FenceOpts {
+                collect: false,
+                timeout_ms: Some(METHOD_TIMEOUT_MS),
+            },
+        ),
+        "group fence",
+    )
+}
+
+fn result_line(g: &GroupResult) -> String {
+    format!(
+        "RESULT members={} ctx={} status={:?} failed={}",
+        ranks(&g.members),
+        g.context_id.unwrap_or(0),
+        g.status,
+        ranks(&g.failed)
+    )
+}
+
+fn fence_all(c: &Client) -> R {
+    e2s(
+        c.fence(
+            &[],
+            FenceOpts {
+                collect: false,
+                timeout_ms: Some(METHOD_TIMEOUT_MS),
+            },
+        ),
+        "fence",
+    )
+}
+
+fn destruct(c: &Client, id: &str) -> R {
+    e2s(
+        c.group_destruct(id, Some(Duration::from_millis(METHOD_TIMEOUT_MS))),
+        "destruct",
+    )
+}
+
+/// Bootstrap leaders `0` and `n-1` (different nodes on 3 node servers) name the add-members
+/// between them, half each; leader `me` names these.
+fn bootstrap_adds(c: &Client, me: u32) -> Vec<ProcId> {
+    let n = c.size();
+    (1..n - 1)
+        .filter(|r| (r % 2 == 0) == (me == 0))
+        .map(|r| p(c, r))
+        .collect()
+}
+
+/// §6.4.3.2: two leaders each know only themselves and the leader count; each names
+/// half of the add-members. Everyone gets the full canonical membership, one context id,
+/// every member's group info, and every member's remote data without a fence.
+fn bootstrap() -> R {
+    let c = init()?;
+    let me = c.rank();
+    let n = c.size();
+    e2s(c.put(Scope::Remote, "ep", format!("ep-{me}")), "put")?;
+    let mut opts = mctx();
+    opts.group_info = vec![("color".into(), Value::U32(me * 7))];
+    let g = if me == 0 || me == n - 1 {
+        opts.bootstrap = Some(2);
+        opts.add_members = bootstrap_adds(&c, me);
+        e2s(
+            c.group_construct("boot", &[p(&c, me)], opts),
+            "bootstrap leader construct",
+        )?
+    } else {
+        e2s(
+            c.group_construct("boot", &[], opts),
+            "bootstrap add-member construct",
+        )?
+    };
+    check!(
+        g.status == ConstructStatus::Success,
+        "status {:?}",
+        g.status
+    );
+    check!(g.members == all(&c), "members {}", ranks(&g.members));
+    check!(g.context_id.is_some(), "no context id");
+    check!(
+        g.group_info.len() == n as usize,
+        "group info of {} members",
+        g.group_info.len()
+    );
+    for (pr, info) in &g.group_info {
+        check!(
+            info == &vec![("color".to_string(), Value::U32(pr.rank * 7))],
+            "group info of {pr}: {info:?}"
+        );
+    }
+    let other = p(&c, (me + 1) % n);
+    let ep = e2s(c.get(&other, "ep", Some(Duration::from_secs(5))), "get ep")?;
+    check!(
+        ep == Value::Str(format!("ep-{}", other.rank)),
+        "endpoint of {other}: {ep:?}"
+    );
+    use_group(&c, &g)?;
+    println!("{}", result_line(&g));
+    destruct(&c, "boot")?;
+    e2s(c.finalize(), "finalize")
+}
+
+/// Bootstrap leaders that disagree on the leader count (2 vs 3) fail, with every other
+/// caller, with an error naming both claims, well before the timeout. Leader 0 names
+/// two add-members: rank 1 calls before the leaders (they wait for its go-ahead), rank 2
+/// only after leader 0 got its error (a late caller gets the same error).
+fn bootstrap_count_mismatch() -> R {
+    const EARLY_CALLED: i32 = 7101;
+    const LEADER_FAILED_ALREADY: i32 = 7102;
+    let c = init()?;
+    let me = c.rank();
+    let n = c.size();
+    let id = "boot-mm";
+    let (early, late) = (1, 2);
+    let go = event_channel(&c, &[EARLY_CALLED, LEADER_FAILED_ALREADY]);
+    let opts = ConstructOpts {
+        timeout_ms: Some(10_000),
+        ..Default::default()
+    };
+    let expect_mismatch = |got: Result<GroupResult, CohortError>| -> R {
+        match got {
+            Err(CohortError::LeaderCountMismatch { id: got_id, a, b }) => {
+                check!(got_id == id, "error names group {got_id:?}");
+                let mut claims = vec![a, b];
+                claims.sort_by_key(|(pr, _)| pr.rank);
+                check!(
+                    claims == vec![(p(&c, 0), 2), (p(&c, n - 1), 3)],
+                    "error names the claims {claims:?}"
+                );
+                Ok(())
+            }
+            other => Err(format!("expected LeaderCountMismatch, got {other:?}")),
+        }
+    };
+    let start = std::time::Instant::now();
+    let got = match me {
+        r if r == early => {
+            let pending = c.group_construct_async(id, &[], opts);
+            let leaders = vec![p(&c, 0), p(&c, n - 1)];
+            e2s(
+                c.notify(EARLY_CALLED, Range::Procs(leaders), vec![]),
+                "notify the leaders",
+            )?;
+            Some(await_reply(pending, "add-member construct")?)
+        }
+        r if r == late => {
+            let ev = next_event(&go, "leader 0's report")?;
+            check!(
+                ev.code == LEADER_FAILED_ALREADY,
+                "unexpected event {}",
+                ev.code
+            );
+            Some(c.group_construct(id, &[], opts))
+        }
+        r if r == 0 || r == n - 1 => {
+            let ev = next_event(&go, "the early add-member's go-ahead")?;
+            check!(ev.code == EARLY_CALLED, "unexpected event {}", ev.code);
+            let opts = ConstructOpts {
+                bootstrap: Some(if me == 0 { 2 } else { 3 }),
+                add_members: if me == 0 {
+                    vec![p(&c, early), p(&c, late)]
+                } else {
+                    vec![]
+                },
+                ..opts
+            };
+            let got = c.group_construct(id, &[p(&c, me)], opts);
+            if me == 0 {
+                e2s(
+                    c.notify(
+                        LEADER_FAILED_ALREADY,
+                        Range::Procs(vec![p(&c, late)]),
+                        vec![],
+                    ),
+                    "notify the late add-member",
+                )?;
+            }
+            Some(got)
+        }
+        _ => None,
+    };
+    if let Some(got) = got {
+        check!(
+            start.elapsed() < Duration::from_secs(5),
+            "the mismatch took {:?} to be reported: {got:?}",
+            start.elapsed()
+        );
+        expect_mismatch(got)?;
+        println!("RESULT count-mismatch-ok");
+    }
+    fence_all(&c)?;
+    e2s(c.finalize(), "finalize")
+}
+
+/// A named add-member (rank n-2, named by leader 0) ends before calling; with optional
+/// participation the others get PARTIAL_SUCCESS without it, and no events.
+fn bootstrap_member_dies() -> R {
+    let c = init()?;
+    let me = c.rank();
+    let n = c.size();
+    let dying = n - 2;
+    if me == dying {
+        return e2s(c.finalize(), "finalize");
+    }
+    let failed_events = event_channel(&c, &[codes::GROUP_MEMBER_FAILED]);
+    let mut opts = ConstructOpts {
+        optional: true,
+        ..mctx()
+    };
+    let g = if me == 0 || me == n - 1 {
+        opts.bootstrap = Some(2);
+        opts.add_members = bootstrap_adds(&c, me);
+        if me == 0 {
+            check!(
+                opts.add_members.contains(&p(&c, dying)),
+                "leader 0 must name rank {dying}"
+            );
+        }
+        e2s(
+            c.group_construct("boot-opt", &[p(&c, me)], opts),
+            "bootstrap leader construct",
+        )?
+    } else {
+        e2s(
+            c.group_construct("boot-opt", &[], opts),
+            "bootstrap add-member construct",
+        )?
+    };
+    let expect: Vec<ProcId> = all(&c).into_iter().filter(|q| q.rank != dying).collect();
+    check!(
+        g.status == ConstructStatus::PartialSuccess,
+        "status {:?}",
+        g.status
+    );
+    check!(
+        g.failed == vec![p(&c, dying)],
+        "failed {}",
+        ranks(&g.failed)
+    );
+    check!(g.members == expect, "members {}", ranks(&g.members));
+    let survivors: Vec<ProcId> = expect.clone();
+    e2s(c.fence(&survivors, FenceOpts::default()), "survivor fence")?;
+    check!(
+        failed_events.try_recv().is_err(),
+        "optional participation raised GROUP_MEMBER_FAILED"
+    );
+    println!("{}", result_line(&g));
+    destruct(&c, "boot-opt")?;
+    e2s(c.finalize(), "finalize")
+}
+
+/// A decliner is not a member: the group is not among its group names. (Not checked
+/// with `group_query`: the node server answers queries for any group it knows.)
+fn check_not_member(c: &Client, id: &str) -> R {
+    let names = e2s(c.group_names(), "group names")?;
+    check!(
+        !names.iter().any(|n| n == id),
+        "the decliner belongs to {id:?}: group names {names:?}"
+    );
+    Ok(())
+}
+
+/// Checks an invitation from `leader` to group `id`; `invited` = everyone invited.
+fn check_invitation(ev: &Event, id: &str, leader: &ProcId, invited: Option<&[ProcId]>) -> R {
+    check!(
+        ev.code == codes::GROUP_INVITED,
+        "event {} is not GROUP_INVITED",
+        ev.code
+    );
+    check_group_event(ev, "invitation", id, Some(leader), Some(leader), invited).map(|_| ())
+}
+
+/// An INVITED handler that accepts from inside the handler with the non-blocking join.
+/// With `keep`, the join's future goes to the main thread; otherwise it is dropped on
+/// the spot (the join must stand regardless). Problems go to `errs`.
+fn accept_in_handler(
+    id: &'static str,
+    leader: ProcId,
+    invited: Option<Vec<ProcId>>,
+    keep: Option<crossbeam_channel::Sender<JoinFuture>>,
+    errs: crossbeam_channel::Sender<String>,
+) -> impl Fn(&Client, &Event) + Send + Sync + 'static {
+    move |c, ev| {
+        if let Err(e) = check_invitation(ev, id, &leader, invited.as_deref()) {
+            let _ = errs.send(e);
+            return;
+        }
+        let info = vec![("color".to_string(), Value::U32(c.rank() * 7))];
+        let fut = c.group_join_async(id, &leader, true, join_timeout(), info);
+        match &keep {
+            Some(tx) => {
+                let _ = tx.send(Box::pin(fut));
+            }
+            None => drop(fut),
+        }
+    }
+}
+
+/// The invite leader's side: invite and check the result and the completion event.
+/// Invitees that terminated before answering (`failed`) are reported like optional
+/// participants of the other methods (partial success); declines are not failures.
+fn lead_invite(
+    c: &Client,
+    id: &str,
+    invitees: &[ProcId],
+    opts: InviteOpts,
+    complete: &crossbeam_channel::Receiver<Event>,
+    members: &[ProcId],
+    failed: &[ProcId],
+) -> Result<GroupResult, String> {
+    let g = e2s(c.group_invite(id, invitees, opts), "invite")?;
+    let status = if failed.is_empty() {
+        ConstructStatus::Success
+    } else {
+        ConstructStatus::PartialSuccess
+    };
+    check!(
+        g.status == status && g.failed == failed,
+        "status {:?} failed {}",
+        g.status,
+        ranks(&g.failed)
+    );
+    check_complete(&g, complete, id, members)?;
+    Ok(g)
+}
+
+/// §6.4.3.3: rank 0 invites everyone else; invitees accept from their INVITED handler
+/// with the non-blocking join (odd ranks keep the future, even ranks drop it); the
+/// last rank registers its handler only after the invitation was sent (cached event).
+/// Everyone gets CONSTRUCT_COMPLETE with one membership and context id; the leader's
+/// invite returns the same result and it saw one ACCEPTED event per invitee.
+fn invite() -> R {
+    let c = init()?;
+    let me = c.rank();
+    let n = c.size();
+    let id = "inv";
+    let leader = p(&c, 0);
+    let invitees: Vec<ProcId> = (1..n).map(|r| p(&c, r)).collect();
+    let complete = event_channel(&c, &[codes::GROUP_CONSTRUCT_COMPLETE]);
+    let accepted = event_channel(&c, &[codes::GROUP_INVITE_ACCEPTED]);
+    let (errs_tx, errs) = crossbeam_channel::unbounded();
+    let (fut_tx, futs) = crossbeam_channel::unbounded();
+    let keep = (me % 2 == 1).then_some(fut_tx);
+    let late = me == n - 1;
+    let handler = accept_in_handler(id, leader.clone(), Some(invitees.clone()), keep, errs_tx);
+    let mut handler = Some(handler);
+    if me != 0 && !late {
+        if let Some(h) = handler.take() {
+            c.register_event_handler(Some(&[codes::GROUP_INVITED]), h);
+        }
+    }
+    fence_all(&c)?;
+    let g = if me == 0 {
+        let g = lead_invite(&c, id, &invitees, invite_opts(), &complete, &all(&c), &[])?;
+        let mut from = Vec::new();
+        for _ in 1..n {
+            let ev = next_event(&accepted, "GROUP_INVITE_ACCEPTED")?;
+            check_group_event(&ev, "accepted", id, None, None, None)?;
+            check!(
+                ev.affected == vec![ev.source.clone()],
+                "accepted event: source {} affected {:?}",
+                ev.source,
+                ev.affected
+            );
+            from.push(ev.source);
+        }
+        from.sort();
+        check!(from == invitees, "accepted by {}", ranks(&from));
+        g
+    } else {
+        if late {
+            std::thread::sleep(Duration::from_millis(500));
+            if let Some(h) = handler.take() {
+                c.register_event_handler(Some(&[codes::GROUP_INVITED]), h);
+            }
+        }
+        let ev = match complete.recv_timeout(EVENT_WAIT) {
+            Ok(ev) => ev,
+            Err(_) => {
+                handler_errors(&errs)?;
+                return Err("no GROUP_CONSTRUCT_COMPLETE event".into());
+            }
+        };
+        handler_errors(&errs)?;
+        let info = check_group_event(&ev, "construct-complete", id, None, None, Some(&all(&c)))?;
+        let g = e2s(c.group_query(id), "query after CONSTRUCT_COMPLETE")?;
+        check!(
+            info.context_id.is_some() && info.context_id == g.context_id,
+            "complete event ctx {:?}, query ctx {:?}",
+            info.context_id,
+            g.context_id
+        );
+        if me % 2 == 1 {
+            let fut = futs
+                .recv_timeout(EVENT_WAIT)
+                .map_err(|_| "the handler handed over no join future")?;
+            let joined = e2s(await_reply(fut, "join")?, "join")?
+                .ok_or("an accepting join returned no group")?;
+            check!(
+                joined.members == g.members && joined.context_id == g.context_id,
+                "join returned members {} ctx {:?}",
+                ranks(&joined.members),
+                joined.context_id
+            );
+        }
+        check!(
+            accepted.try_recv().is_err(),
+            "an invitee got GROUP_INVITE_ACCEPTED"
+        );
+        g
+    };
+    use_group(&c, &g)?;
+    println!("{}", result_line(&g));
+    destruct(&c, id)?;
+    e2s(c.finalize(), "finalize")
+}
+
+/// Invitees hand the invitation from the handler to the application thread, which calls
+/// the blocking join (no deadlock: the handler has returned).
+fn invite_blocking_join() -> R {
+    let c = init()?;
+    let me = c.rank();
+    let n = c.size();
+    let id = "inv-blk";
+    let leader = p(&c, 0);
+    let invitees: Vec<ProcId> = (1..n).map(|r| p(&c, r)).collect();
+    let complete = event_channel(&c, &[codes::GROUP_CONSTRUCT_COMPLETE]);
+    let invited = event_channel(&c, &[codes::GROUP_INVITED]);
+    fence_all(&c)?;
+    let g = if me == 0 {
+        lead_invite(&c, id, &invitees, invite_opts(), &complete, &all(&c), &[])?
+    } else {
+        let ev = next_event(&invited, "GROUP_INVITED")?;
+        check_invitation(&ev, id, &leader, Some(&invitees))?;
+        let g = e2s(
+            c.group_join(id, &leader, true, join_timeout(), vec![]),
+            "blocking join",
+        )?
+        .ok_or("an accepting join returned no group")?;
+        check_complete(&g, &complete, id, &all(&c))?;
+        g
+    };
+    use_group(&c, &g)?;
+    println!("{}", result_line(&g));
+    destruct(&c, id)?;
+    e2s(c.finalize(), "finalize")
+}
+
+/// Rank 1 declines (blocking join, returns None at once); the leader gets a DECLINED
+/// event naming it; the group completes without it.
+fn invite_decline_drop() -> R {
+    let c = init()?;
+    let me = c.rank();
+    let n = c.size();
+    let id = "inv-dec";
+    let leader = p(&c, 0);
+    let decliner = p(&c, 1);
+    let invitees: Vec<ProcId> = (1..n).map(|r| p(&c, r)).collect();
+    let members: Vec<ProcId> = all(&c).into_iter().filter(|q| q != &decliner).collect();
+    let complete = event_channel(&c, &[codes::GROUP_CONSTRUCT_COMPLETE]);
+    let declined = event_channel(&c, &[codes::GROUP_INVITE_DECLINED]);
+    let invited = event_channel(&c, &[codes::GROUP_INVITED]);
+    let (errs_tx, errs) = crossbeam_channel::unbounded();
+    if me > 1 {
+        let h = accept_in_handler(id, leader.clone(), Some(invitees.clone()), None, errs_tx);
+        c.register_event_handler(Some(&[codes::GROUP_INVITED]), h);
+    }
+    fence_all(&c)?;
+    let g = match me {
+        0 => {
+            let g = lead_invite(&c, id, &invitees, invite_opts(), &complete, &members, &[])?;
+            let ev = next_event(&declined, "GROUP_INVITE_DECLINED")?;
+            check_group_event(&ev, "declined", id, Some(&decliner), None, None)?;
+            check!(
+                ev.affected == vec![decliner.clone()],
+                "declined event affects {:?}",
+                ev.affected
+            );
+            Some(g)
+        }
+        1 => {
+            let ev = next_event(&invited, "GROUP_INVITED")?;
+            check_invitation(&ev, id, &leader, Some(&invitees))?;
+            let start = std::time::Instant::now();
+            let got = e2s(
+                c.group_join(id, &leader, false, join_timeout(), vec![]),
+                "declining join",
+            )?;
+            check!(got.is_none(), "a declining join returned a group");
+            check!(
+                start.elapsed() < Duration::from_secs(5),
+                "declining took {:?}",
+                start.elapsed()
+            );
+            None
+        }
+        _ => {
+            let ev = next_event(&complete, "GROUP_CONSTRUCT_COMPLETE");
+            handler_errors(&errs)?;
+            let ev = ev?;
+            check_group_event(&ev, "construct-complete", id, None, None, Some(&members))?;
+            Some(e2s(c.group_query(id), "query after CONSTRUCT_COMPLETE")?)
+        }
+    };
+    if let Some(g) = &g {
+        use_group(&c, g)?;
+    }
+    fence_all(&c)?;
+    if let Some(g) = g {
+        println!("{}", result_line(&g));
+        destruct(&c, id)?;
+    } else {
+        check_not_member(&c, id)?;
+        check!(
+            complete.try_recv().is_err(),
+            "the decliner got GROUP_CONSTRUCT_COMPLETE"
+        );
+    }
+    e2s(c.finalize(), "finalize")
+}
+
+/// `decide_declines`: rank 1 declines (non-blocking join from its handler); the leader's
+/// DECLINED handler invites rank n-1 (not invited at first) instead; the invite returns
+/// once n-1 has answered; the group holds n-1 and not 1.
+fn invite_decline_replace() -> R {
+    let c = init()?;
+    let me = c.rank();
+    let n = c.size();
+    let id = "inv-rep";
+    let leader = p(&c, 0);
+    let decliner = p(&c, 1);
+    let replacement = p(&c, n - 1);
+    let invitees: Vec<ProcId> = (1..n - 1).map(|r| p(&c, r)).collect();
+    let members: Vec<ProcId> = all(&c).into_iter().filter(|q| q != &decliner).collect();
+    let complete = event_channel(&c, &[codes::GROUP_CONSTRUCT_COMPLETE]);
+    let (errs_tx, errs) = crossbeam_channel::unbounded::<String>();
+    let (fut_tx, futs) = crossbeam_channel::unbounded();
+    let (decided_tx, decided) = crossbeam_channel::unbounded();
+    if me == 0 {
+        let (id_, decliner_, replacement_) = (id, decliner.clone(), replacement.clone());
+        c.register_event_handler(Some(&[codes::GROUP_INVITE_DECLINED]), move |c, ev| {
+            let mut r =
+                check_group_event(ev, "declined", id_, Some(&decliner_), None, None).map(|_| ());
+            if r.is_ok() {
+                r = c
+                    .group_construct_decide(
+                        id_,
+                        ConstructDecision::Invite(vec![replacement_.clone()]),
+                    )
+                    .map_err(|e| format!("decide Invite: {e}"));
+            }
+            let _ = decided_tx.send(r);
+        });
+    } else if me == 1 {
+        let (leader_, errs_) = (leader.clone(), errs_tx.clone());
+        let invited = invitees.clone();
+        c.register_event_handler(Some(&[codes::GROUP_INVITED]), move |c, ev| {
+            if let Err(e) = check_invitation(ev, id, &leader_, Some(&invited)) {
+                let _ = errs_.send(e);
+                return;
+            }
+            let fut = c.group_join_async(id, &leader_, false, join_timeout(), vec![]);
+            let _ = fut_tx.send(Box::pin(fut) as JoinFuture);
+        });
+    } else if me == n - 1 {
+        // The replacement's invitation lists at least itself.
+        let (leader_, errs_) = (leader.clone(), errs_tx.clone());
+        let me_ = p(&c, me);
+        let check_and_keep = accept_in_handler(id, leader.clone(), None, Some(fut_tx), errs_tx);
+        c.register_event_handler(Some(&[codes::GROUP_INVITED]), move |c, ev| {
+            let listed = GroupEventInfo::of(ev)
+                .membership
+                .is_some_and(|m| m.contains(&me_));
+            if !listed {
+                let _ = errs_.send(format!(
+                    "replacement invitation from {leader_} does not list {me_}"
+                ));
+            }
+            check_and_keep(c, ev);
+        });
+    } else {
+        let h = accept_in_handler(id, leader.clone(), Some(invitees.clone()), None, errs_tx);
+        c.register_event_handler(Some(&[codes::GROUP_INVITED]), h);
+    }
+    fence_all(&c)?;
+    let opts = InviteOpts {
+        decide_declines: true,
+        ..invite_opts()
+    };
+    let g = if me == 0 {
+        let g = lead_invite(&c, id, &invitees, opts, &complete, &members, &[])?;
+        decided
+            .recv_timeout(EVENT_WAIT)
+            .map_err(|_| "the DECLINED handler never ran")??;
+        Some(g)
+    } else if me == 1 {
+        let fut = futs
+            .recv_timeout(EVENT_WAIT)
+            .map_err(|_| "no invitation handled")?;
+        handler_errors(&errs)?;
+        let got = e2s(await_reply(fut, "declining join")?, "declining join")?;
+        check!(got.is_none(), "a declining join returned a group");
+        None
+    } else {
+        let ev = next_event(&complete, "GROUP_CONSTRUCT_COMPLETE");
+        handler_errors(&errs)?;
+        check_group_event(&ev?, "construct-complete", id, None, None, Some(&members))?;
+        let g = e2s(c.group_query(id), "query after CONSTRUCT_COMPLETE")?;
+        if me == n - 1 {
+            let fut = futs
+                .recv_timeout(EVENT_WAIT)
+                .map_err(|_| "no join future")?;
+            let joined = e2s(await_reply(fut, "join")?, "join")?
+                .ok_or("the replacement's accepting join returned no group")?;
+            check!(
+                joined.members == members,
+                "join members {}",
+                ranks(&joined.members)
+            );
+        }
+        Some(g)
+    };
+    if let Some(g) = &g {
+        use_group(&c, g)?;
+    }
+    fence_all(&c)?;
+    match g {
+        Some(g) => {
+            println!("{}", result_line(&g));
+            destruct(&c, id)?;
+        }
+        None => check_not_member(&c, id)?,
+    }
+    e2s(c.finalize(), "finalize")
+}
+
+/// The leader aborts after the first accept (rank 1's): rank 1's join and the leader's
+/// invite fail with ConstructAborted; every invitee, answered or not, gets
+/// GROUP_CONSTRUCT_ABORT; a late answer to the aborted invitation fails at once.
+fn invite_abort() -> R {
+    let c = init()?;
+    let me = c.rank();
+    let n = c.size();
+    let id = "inv-abort";
+    let leader = p(&c, 0);
+    let invitees: Vec<ProcId> = (1..n).map(|r| p(&c, r)).collect();
+    let aborted = event_channel(&c, &[codes::GROUP_CONSTRUCT_ABORT]);
+    let invited = event_channel(&c, &[codes::GROUP_INVITED]);
+    let (decided_tx, decided) = crossbeam_channel::unbounded();
+    if me == 0 {
+        c.register_event_handler(Some(&[codes::GROUP_INVITE_ACCEPTED]), move |c, ev| {
+            let r = check_group_event(ev, "accepted", id, None, None, None)
+                .map(|_| ev.source.clone())
+                .and_then(|from| {
+                    c.group_construct_decide(id, ConstructDecision::Abort)
+                        .map(|()| from)
+                        .map_err(|e| format!("decide Abort: {e}"))
+                });
+            let _ = decided_tx.send(r);
+        });
+    }
+    fence_all(&c)?;
+    let is_aborted =
+        |r: &CohortError| matches!(r, CohortError::ConstructAborted { id: got, .. } if got == id);
+    if me == 0 {
+        match c.group_invite(id, &invitees, invite_opts()) {
+            Err(e) if is_aborted(&e) => {}
+            other => return Err(format!("invite: expected ConstructAborted, got {other:?}")),
+        }
+        let from = decided
+            .recv_timeout(EVENT_WAIT)
+            .map_err(|_| "the ACCEPTED handler never ran")??;
+        check!(from == p(&c, 1), "first accept from {from}");
+    } else {
+        let ev = next_event(&invited, "GROUP_INVITED")?;
+        check_invitation(&ev, id, &leader, Some(&invitees))?;
+        if me == 1 {
+            match c.group_join(id, &leader, true, join_timeout(), vec![]) {
+                Err(e) if is_aborted(&e) => {}
+                other => return Err(format!("join: expected ConstructAborted, got {other:?}")),
+            }
+        }
+        let ev = next_event(&aborted, "GROUP_CONSTRUCT_ABORT")?;
+        check_group_event(&ev, "construct-abort", id, None, None, None)?;
+        if me == n - 1 {
+            let start = std::time::Instant::now();
+            match c.group_join(id, &leader, true, Some(Duration::from_secs(10)), vec![]) {
+                Ok(g) => return Err(format!("a join after the abort succeeded: {g:?}")),
+                Err(CohortError::Timeout { .. }) => {
+                    return Err("a join after the abort waited for its timeout".into())
+                }
+                Err(e) => check!(
+                    start.elapsed() < Duration::from_secs(5),
+                    "a join after the abort took {:?} to fail ({e})",
+                    start.elapsed()
+                ),
+            }
+        }
+    }
+    check!(
+        c.group_query(id).is_err(),
+        "the aborted group can be queried"
+    );
+    fence_all(&c)?;
+    println!("RESULT aborted");
+    e2s(c.finalize(), "finalize")
+}
+
+/// The last rank receives its invitation and ends without answering: the leader gets
+/// GROUP_INVITE_FAILED naming it and the group completes without it.
+fn invite_member_dies() -> R {
+    let c = init()?;
+    let me = c.rank();
+    let n = c.size();
+    let id = "inv-dies";
+    let leader = p(&c, 0);
+    let dying = p(&c, n - 1);
+    let invitees: Vec<ProcId> = (1..n).map(|r| p(&c, r)).collect();
+    let members: Vec<ProcId> = all(&c).into_iter().filter(|q| q != &dying).collect();
+    let complete = event_channel(&c, &[codes::GROUP_CONSTRUCT_COMPLETE]);
+    let failed = event_channel(&c, &[codes::GROUP_INVITE_FAILED]);
+    let invited = event_channel(&c, &[codes::GROUP_INVITED]);
+    let (errs_tx, errs) = crossbeam_channel::unbounded();
+    if me != 0 && me != n - 1 {
+        let h = accept_in_handler(id, leader.clone(), Some(invitees.clone()), None, errs_tx);
+        c.register_event_handler(Some(&[codes::GROUP_INVITED]), h);
+    }
+    fence_all(&c)?;
+    let g = if me == n - 1 {
+        let ev = next_event(&invited, "GROUP_INVITED")?;
+        check_invitation(&ev, id, &leader, Some(&invitees))?;
+        return e2s(c.finalize(), "finalize");
+    } else if me == 0 {
+        let g = lead_invite(
+            &c,
+            id,
+            &invitees,
+            invite_opts(),
+            &complete,
+            &members,
+            std::slice::from_ref(&dying),
+        )?;
+        let ev = next_event(&failed, "GROUP_INVITE_FAILED")?;
+        check_group_event(&ev, "invite-failed", id, None, None, None)?;
+        check!(
+            ev.affected == vec![dying.clone()],
+            "invite-failed affects {:?}",
+            ev.affected
+        );
+        g
+    } else {
+        let ev = next_event(&complete, "GROUP_CONSTRUCT_COMPLETE");
+        handler_errors(&errs)?;
+        check_group_event(&ev?, "construct-complete", id, None, None, Some(&members))?;
+        e2s(c.group_query(id), "query after CONSTRUCT_COMPLETE")?
+    };
+    use_group(&c, &g)?;
+    println!(
+        "RESULT members={} ctx={}",
+        ranks(&g.members),
+        g.context_id.unwrap_or(0)
+    );
+    destruct(&c, id)?;
+    e2s(c.finalize(), "finalize")
+}
+
+/// The invite leader dies (SIGABRT) after inviting, before the last invitee answered
+/// (run with --enable-recovery). The invitees that accepted get LEADER_FAILED; rank 1
+/// claims leadership and wins; rank 2's later claim gets NotLeader naming rank 1;
+/// everyone else gets LEADER_SELECTED naming rank 1; the new leader gets the last
+/// invitee's ACCEPTED event and the group completes with the survivors.
+fn invite_leader_dies() -> R {
+    let c = init()?;
+    let me = c.rank();
+    let n = c.size();
+    let id = "inv-ldr";
+    let leader = p(&c, 0);
+    let claimant = p(&c, 1);
+    let invitees: Vec<ProcId> = (1..n).map(|r| p(&c, r)).collect();
+    let complete = event_channel(&c, &[codes::GROUP_CONSTRUCT_COMPLETE]);
+    let leader_failed = event_channel(&c, &[codes::GROUP_LEADER_FAILED]);
+    let selected = event_channel(&c, &[codes::GROUP_LEADER_SELECTED]);
+    let accepted = event_channel(&c, &[codes::GROUP_INVITE_ACCEPTED]);
+    let invited = event_channel(&c, &[codes::GROUP_INVITED]);
+    fence_all(&c)?;
+    if me == 0 {
+        let _invite = c.group_invite_async(id, &invitees, invite_opts());
+        std::thread::sleep(Duration::from_millis(1000));
+        std::process::abort();
+    }
+    let ev = next_event(&invited, "GROUP_INVITED")?;
+    check_invitation(&ev, id, &leader, Some(&invitees))?;
+    let last = me == n - 1;
+    if last {
+        // Answer only once the leader is long dead and a new one elected.
+        std::thread::sleep(Duration::from_millis(3000));
+    }
+    let join = c.group_join_async(id, &leader, true, join_timeout(), vec![]);
+    if !last {
+        let ev = next_event(&leader_failed, "GROUP_LEADER_FAILED")?;
+        check_group_event(&ev, "leader-failed", id, Some(&leader), None, None)?;
+    }
+    if me == 1 {
+        e2s(
+            c.group_construct_decide(id, ConstructDecision::ClaimLeadership),
+            "claim leadership",
+        )?;
+    } else {
+        let ev = next_event(&selected, "GROUP_LEADER_SELECTED")?;
+        check_group_event(
+            &ev,
+            "leader-selected",
+            id,
+            Some(&claimant),
+            Some(&claimant),
+            None,
+        )?;
+        if me == 2 {
+            match c.group_construct_decide(id, ConstructDecision::ClaimLeadership) {
+                Err(e @ CohortError::NotLeader { .. }) => check!(
+                    e.to_string().contains(&claimant.to_string()),
+                    "NotLeader does not name the leader {claimant}: {e}"
+                ),
+                other => return Err(format!("second claim: expected NotLeader, got {other:?}")),
+            }
+        }
+    }
+    let survivors: Vec<ProcId> = invitees.clone();
+    let g =
+        e2s(await_reply(join, "join")?, "join")?.ok_or("an accepting join returned no group")?;
+    check!(g.members == survivors, "members {}", ranks(&g.members));
+    let ev = next_event(&complete, "GROUP_CONSTRUCT_COMPLETE")?;
+    let info = check_group_event(&ev, "construct-complete", id, None, None, Some(&survivors))?;
+    check!(
+        info.context_id == g.context_id,
+        "complete event ctx {:?}, join ctx {:?}",
+        info.context_id,
+        g.context_id
+    );
+    if me == 1 {
+        let ev = next_event(&accepted, "GROUP_INVITE_ACCEPTED (at the new leader)")?;
+        check_group_event(&ev, "accepted", id, Some(&p(&c, n - 1)), None, None)?;
+    }
+    use_group(&c, &g)?;
+    println!("{} leader={}", result_line(&g), claimant.rank);
+    destruct(&c, id)?;
+    e2s(c.finalize(), "finalize")
+}
+
+/// Collective construct whose designated leader (rank 0, PMIX_GROUP_LEADER) dies after
+/// calling while the last rank has not called yet (run with --enable-recovery): the
+/// callers get LEADER_FAILED naming it; rank 1 decides Abort from its handler; every
+/// caller's construct fails with ConstructAborted and the others get CONSTRUCT_ABORT.
+fn construct_leader_dies_abort() -> R {
+    let c = init()?;
+    let me = c.rank();
+    let n = c.size();
+    let id = "cons-ldr";
+    let leader = p(&c, 0);
+    let leader_failed = event_channel(&c, &[codes::GROUP_LEADER_FAILED]);
+    let aborted = event_channel(&c, &[codes::GROUP_CONSTRUCT_ABORT]);
+    let (decided_tx, decided) = crossbeam_channel::unbounded();
+    if me == 1 {
+        c.register_event_handler(Some(&[codes::GROUP_LEADER_FAILED]), move |c, ev| {
+            let r = if GroupEventInfo::of(ev).id.as_deref() == Some(id) {
+                c.group_construct_decide(id, ConstructDecision::Abort)
+                    .map_err(|e| format!("decide Abort: {e}"))
+            } else {
+                Err(format!("leader-failed event for another group: {ev:?}"))
+            };
+            let _ = decided_tx.send(r);
+        });
+    }
+    fence_all(&c)?;
+    if me == 0 {
+        let opts = ConstructOpts {
+            leader: true,
+            ..mctx()
+        };
+        let _construct = c.group_construct_async(id, &all(&c), opts);
+        std::thread::sleep(Duration::from_millis(500));
+        std::process::abort();
+    }
+    let survivors: Vec<ProcId> = (1..n).map(|r| p(&c, r)).collect();
+    if me == n - 1 {
+        // Listed but never calls: keeps the construct pending until the abort.
+        e2s(c.fence(&survivors, FenceOpts::default()), "survivor fence")?;
+        return e2s(c.finalize(), "finalize");
+    }
+    match c.group_construct(id, &all(&c), mctx()) {
+        Err(CohortError::ConstructAborted { id: got, .. }) if got == id => {}
+        other => return Err(format!("expected ConstructAborted, got {other:?}")),
+    }
+    let ev = next_event(&leader_failed, "GROUP_LEADER_FAILED")?;
+    check_group_event(&ev, "leader-failed", id, Some(&leader), None, None)?;
+    if me == 1 {
+        decided
+            .recv_timeout(EVENT_WAIT)
+            .map_err(|_| "the LEADER_FAILED handler never ran")??;
+    } else {
+        let ev = next_event(&aborted, "GROUP_CONSTRUCT_ABORT")?;
+        check_group_event(&ev, "construct-abort", id, None, None, None)?;
+    }
+    e2s(c.fence(&survivors, FenceOpts::default()), "survivor fence")?;
+    println!("RESULT aborted");
+    e2s(c.finalize(), "finalize")
+}
+
+/// notify-termination with a designated leader (rank 0): the last rank ends before
+/// calling; only the leader gets MEMBER_FAILED; rank 1's attempt to decide is refused
+/// with NotLeader; the leader decides Continue and everyone gets PartialSuccess with
+/// the failed rank listed.
+fn collective_member_dies_notify() -> R {
+    const PLEASE_TRY: i32 = 7001;
+    const TRIED: i32 = 7002;
+    let c = init()?;
+    let me = c.rank();
+    let n = c.size();
+    let id = "cons-notify";
+    let dying = p(&c, n - 1);
+    if me == n - 1 {
+        return e2s(c.finalize(), "finalize");
+    }
+    let member_failed = event_channel(&c, &[codes::GROUP_MEMBER_FAILED]);
+    let pings = event_channel(&c, &[PLEASE_TRY, TRIED]);
+    let opts = ConstructOpts {
+        notify_termination: true,
+        leader: me == 0,
+        ..mctx()
+    };
+    let construct = c.group_construct_async(id, &all(&c), opts);
+    match me {
+        0 => {
+            let ev = next_event(&member_failed, "GROUP_MEMBER_FAILED")?;
+            check_group_event(&ev, "member-failed", id, None, None, None)?;
+            check!(
+                ev.affected == vec![dying.clone()],
+                "member-failed affects {:?}",
+                ev.affected
+            );
+            // Let rank 1 try to decide while the construct waits for us.
+            e2s(
+                c.notify(PLEASE_TRY, Range::Procs(vec![p(&c, 1)]), vec![]),
+                "notify rank 1",
+            )?;
+            let ev = next_event(&pings, "rank 1's report")?;
+            check!(ev.code == TRIED, "unexpected event {}", ev.code);
+            if let Some(Value::Str(e)) = cohort::info_get(&ev.info, "error") {
+                return Err(format!("rank 1: {e}"));
+            }
+            e2s(
+                c.group_construct_decide(id, ConstructDecision::Continue),
+                "decide Continue",
+            )?;
+        }
+        1 => {
+            let ev = next_event(&pings, "the leader's go-ahead")?;
+            check!(ev.code == PLEASE_TRY, "unexpected event {}", ev.code);
+            let outcome = match c.group_construct_decide(id, ConstructDecision::Continue) {
+                Err(CohortError::NotLeader { .. }) => Ok(()),
+                other => Err(format!(
+                    "a non-leader's decision: expected NotLeader, got {other:?}"
+                )),
+            };
+            let info = match &outcome {
+                Ok(()) => vec![],
+                Err(e) => vec![("error".to_string(), Value::Str(e.clone()))],
+            };
+            e2s(
+                c.notify(TRIED, Range::Procs(vec![p(&c, 0)]), info),
+                "notify leader",
+            )?;
+            outcome?;
+        }
+        _ => {}
+    }
+    let g = e2s(await_reply(construct, "construct")?, "construct")?;
+    let members: Vec<ProcId> = all(&c).into_iter().filter(|q| q != &dying).collect();
+    check!(
+        g.status == ConstructStatus::PartialSuccess,
+        "status {:?}",
+        g.status
+    );
+    check!(
+        g.failed == vec![dying.clone()],
+        "failed {}",
+        ranks(&g.failed)
+    );
+    check!(g.members == members, "members {}", ranks(&g.members));
+    e2s(c.fence(&members, FenceOpts::default()), "member fence")?;
+    if me != 0 {
+        check!(
+            member_failed.try_recv().is_err(),
+            "a non-leader got GROUP_MEMBER_FAILED"
+        );
+    }
+    println!("{}", result_line(&g));
+    destruct(&c, id)?;
+    e2s(c.finalize(), "finalize")
+}
+
+/// A bootstrap leader that never calls cannot be named by anyone (only the count is
+/// known), so only the timeout ends the construct: leader 0 and its add-members get
+/// Timeout after the 2 s they asked for.
+fn bootstrap_leader_missing() -> R {
+    let c = init()?;
+    let me = c.rank();
+    let n = c.size();
+    if me == n - 1 {
+        return e2s(c.finalize(), "finalize");
+    }
+    let mut opts = ConstructOpts {
+        timeout_ms: Some(2000),
+        ..Default::default()
+    };
+    let procs = if me == 0 {
+        opts.bootstrap = Some(2);
+        opts.add_members = (1..n - 1).map(|r| p(&c, r)).collect();
+        vec![p(&c, 0)]
+    } else {
+        vec![]
+    };
+    let start = std::time::Instant::now();
+    match c.group_construct("boot-lost", &procs, opts) {
+        Err(CohortError::Timeout { timeout_ms, .. }) => {
+            check!(timeout_ms == 2000, "timeout_ms {timeout_ms}")
+        }
+        other => return Err(format!("expected Timeout, got {other:?}")),
+    }
+    check!(
+        start.elapsed() >= Duration::from_millis(1900),
+        "timed out after {:?}",
+        start.elapsed()
+    );
+    println!("RESULT timeout-ok");
+    e2s(c.finalize(), "finalize")
+}
+
+/// The last invitee never answers (it is alive, it just ignores the invitation): the
+/// construct fails with Timeout after the leader's 2 s, naming it, for the leader and
+/// for the invitees blocked in their join.
+fn invite_timeout() -> R {
+    let c = init()?;
+    let me = c.rank();
+    let n = c.size();
+    let id = "inv-slow";
+    let leader = p(&c, 0);
+    let silent = p(&c, n - 1);
+    let invitees: Vec<ProcId> = (1..n).map(|r| p(&c, r)).collect();
+    let invited = event_channel(&c, &[codes::GROUP_INVITED]);
+    fence_all(&c)?;
+    let expect_timeout = |r: Result<(), CohortError>, what: &str| -> R {
+        match r {
+            Err(CohortError::Timeout { missing, .. }) => {
+                check!(
+                    missing == vec![silent.clone()],
+                    "{what}: timeout names {}",
+                    ranks(&missing)
+                );
+                Ok(())
+            }
+            other => Err(format!("{what}: expected Timeout, got {other:?}")),
+        }
+    };
+    if me == 0 {
+        let opts = InviteOpts {
+            timeout_ms: Some(2000),
+            ..invite_opts()
+        };
+        expect_timeout(c.group_invite(id, &invitees, opts).map(|_| ()), "invite")?;
+    } else {
+        let ev = next_event(&invited, "GROUP_INVITED")?;
+        check_invitation(&ev, id, &leader, Some(&invitees))?;
+        if me == n - 1 {
+            std::thread::sleep(Duration::from_millis(3000));
+        } else {
+            let r = c.group_join(id, &leader, true, join_timeout(), vec![]);
+            expect_timeout(r.map(|_| ()), "join")?;
+        }
+    }
+    fence_all(&c)?;
+    println!("RESULT timeout-ok");
+    e2s(c.finalize(), "finalize")
+}
+
+/// Without optional participation or notify-termination, a named add-member (rank n-2,
+/// named by leader 0) ending before calling fails the bootstrap construct for every
+/// caller with ProcTerminated naming it.
+fn bootstrap_member_dies_required() -> R {
+    let c = init()?;
+    let me = c.rank();
+    let n = c.size();
+    let dying = n - 2;
+    if me == dying {
+        return e2s(c.finalize(), "finalize");
+    }
+    let mut opts = mctx();
+    let procs = if me == 0 || me == n - 1 {
+        opts.bootstrap = Some(2);
+        opts.add_members = bootstrap_adds(&c, me);
+        vec![p(&c, me)]
+    } else {
+        vec![]
+    };
+    match c.group_construct("boot-req", &procs, opts) {
+        Err(CohortError::ProcTerminated { procs, .. }) => {
+            check!(procs == vec![p(&c, dying)], "terminated {}", ranks(&procs))
+        }
+        other => return Err(format!("expected ProcTerminated, got {other:?}")),
+    }
+    println!("RESULT required-ok");
+    e2s(c.finalize(), "finalize")
+}
+
+/// `decide_declines`: rank 1 declines; completion waits for the leader, which decides
+/// Continue only a second later; the group then completes without rank 1.
+fn invite_decline_continue() -> R {
+    const HOLD: Duration = Duration::from_millis(1000);
+    let c = init()?;
+    let me = c.rank();
+    let n = c.size();
+    let id = "inv-cont";
+    let leader = p(&c, 0);
+    let decliner = p(&c, 1);
+    let invitees: Vec<ProcId> = (1..n).map(|r| p(&c, r)).collect();
+    let members: Vec<ProcId> = all(&c).into_iter().filter(|q| q != &decliner).collect();
+    let complete = event_channel(&c, &[codes::GROUP_CONSTRUCT_COMPLETE]);
+    let invited = event_channel(&c, &[codes::GROUP_INVITED]);
+    let (errs_tx, errs) = crossbeam_channel::unbounded();
+    let (decided_tx, decided) = crossbeam_channel::unbounded();
+    if me == 0 {
+        let decliner_ = decliner.clone();
+        c.register_event_handler(Some(&[codes::GROUP_INVITE_DECLINED]), move |c, ev| {
+            let r = check_group_event(ev, "declined", id, Some(&decliner_), None, None).and_then(
+                |_| {
+                    std::thread::sleep(HOLD);
+                    let at = std::time::Instant::now();
+                    c.group_construct_decide(id, ConstructDecision::Continue)
+                        .map(|()| at)
+                        .map_err(|e| format!("decide Continue: {e}"))
+                },
+            );
+            let _ = decided_tx.send(r);
+        });
+    } else if me > 1 {
+        let h = accept_in_handler(id, leader.clone(), Some(invitees.clone()), None, errs_tx);
+        c.register_event_handler(Some(&[codes::GROUP_INVITED]), h);
+    }
+    fence_all(&c)?;
+    let opts = InviteOpts {
+        decide_declines: true,
+        ..invite_opts()
+    };
+    let g = match me {
+        0 => {
+            let g = lead_invite(&c, id, &invitees, opts, &complete, &members, &[])?;
+            let returned = std::time::Instant::now();
+            let at = decided
+                .recv_timeout(EVENT_WAIT)
+                .map_err(|_| "the DECLINED handler never ran")??;
+            check!(
+                returned >= at,
+                "the invite returned before the leader decided"
+            );
+            Some(g)
+        }
+        1 => {
+            let ev = next_event(&invited, "GROUP_INVITED")?;
+            check_invitation(&ev, id, &leader, Some(&invitees))?;
+            let got = e2s(
+                c.group_join(id, &leader, false, join_timeout(), vec![]),
+                "declining join",
+            )?;
+            check!(got.is_none(), "a declining join returned a group");
+            None
+        }
+        _ => {
+            let ev = next_event(&complete, "GROUP_CONSTRUCT_COMPLETE");
+            handler_errors(&errs)?;
+            check_group_event(&ev?, "construct-complete", id, None, None, Some(&members))?;
+            Some(e2s(c.group_query(id), "query after CONSTRUCT_COMPLETE")?)
+        }
+    };
+    if let Some(g) = &g {
+        use_group(&c, g)?;
+    }
+    fence_all(&c)?;
+    match g {
+        Some(g) => {
+            println!("{}", result_line(&g));
+            destruct(&c, id)?;
+        }
+        None => check_not_member(&c, id)?,
+    }
+    e2s(c.finalize(), "finalize")
+}
+
+/// notify-termination without a designated leader: the last rank ends before calling;
+/// every caller gets MEMBER_FAILED; rank 1 decides Continue; everyone gets
+/// PartialSuccess listing the failed rank.
+fn collective_member_dies_notify_anyone() -> R {
+    let c = init()?;
+    let me = c.rank();
+    let n = c.size();
+    let id = "cons-notify-any";
+    let dying = p(&c, n - 1);
+    if me == n - 1 {
+        return e2s(c.finalize(), "finalize");
+    }
+    let member_failed = event_channel(&c, &[codes::GROUP_MEMBER_FAILED]);
+    let opts = ConstructOpts {
+        notify_termination: true,
+        ..mctx()
+    };
+    let construct = c.group_construct_async(id, &all(&c), opts);
+    let ev = next_event(&member_failed, "GROUP_MEMBER_FAILED")?;
+    check_group_event(&ev, "member-failed", id, None, None, None)?;
+    check!(
+        ev.affected == vec![dying.clone()],
+        "member-failed affects {:?}",
+        ev.affected
+    );
+    if me == 1 {
+        e2s(
+            c.group_construct_decide(id, ConstructDecision::Continue),
+            "decide Continue",
+        )?;
+    }
+    let g = e2s(await_reply(construct, "construct")?, "construct")?;
+    let members: Vec<ProcId> = all(&c).into_iter().filter(|q| q != &dying).collect();
+    check!(
+        g.status == ConstructStatus::PartialSuccess,
+        "status {:?}",
+        g.status
+    );
+    check!(
+        g.failed == vec![dying.clone()],
+        "failed {}",
+        ranks(&g.failed)
+    );
+    check!(g.members == members, "members {}", ranks(&g.members));
+    println!("{}", result_line(&g));
+    destruct(&c, id)?;
+    e2s(c.finalize(), "finalize")
 }

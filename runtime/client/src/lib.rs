@@ -26,8 +26,11 @@
 
 mod conn;
 mod events;
+mod group_event;
 mod puts;
 
+#[cfg(test)]
+mod method_tests;
 #[cfg(test)]
 mod tests;
 
@@ -42,13 +45,16 @@ use cohort_proto::msg::{ClientFrame, Request, Response, Welcome};
 use cohort_proto::{validate_group_id, NodeId};
 
 pub use cohort_proto::event::{codes, keys};
-pub use cohort_proto::msg::{ConstructOpts, ConstructStatus, FenceOpts, GroupResult};
+pub use cohort_proto::msg::{
+    ConstructDecision, ConstructOpts, ConstructStatus, FenceOpts, GroupResult, InviteOpts,
+};
 pub use cohort_proto::value::info_get;
 pub use cohort_proto::{
     CohortError, Event, EventCode, Info, JobMap, ProcId, Range, Scope, Value, RANK_WILDCARD,
 };
 pub use conn::LOST_REASON_KEY;
 pub use events::{HandlerId, EVENT_CACHE_CAPACITY};
+pub use group_event::GroupEventInfo;
 
 use conn::{lock, Conn, ReplyFuture, Waiter};
 use events::{EventMsg, EventRegistry};
@@ -176,6 +182,22 @@ fn expect_group(op: &str, r: Response) -> Result<GroupResult> {
     match r {
         Response::Group(g) => Ok(g),
         other => Err(unexpected(op, &other)),
+    }
+}
+
+/// A join's reply: a group when it accepted, nothing when it declined.
+fn expect_join(accept: bool, r: Response) -> Result<Option<GroupResult>> {
+    match (accept, r) {
+        (true, Response::Group(g)) => Ok(Some(g)),
+        (false, Response::Done) => Ok(None),
+        (accept, other) => Err(unexpected(
+            if accept {
+                "an accepting group join"
+            } else {
+                "a declining group join"
+            },
+            &other,
+        )),
     }
 }
 
@@ -407,8 +429,21 @@ impl Client {
         })
     }
 
-    /// Collective construct of group `id` over `procs`; empty `procs` joins as an
-    /// add-member. Pending puts are committed first so they travel with the group.
+    /// Constructs group `id` with the collective or the bootstrap method (PMIx
+    /// §6.4.3.1–2). Pending puts are committed first so they travel with the group.
+    ///
+    /// * Collective: every leader passes the full leader list in `procs` (any order).
+    /// * Bootstrap: each leader passes exactly its own id in `procs` and sets
+    ///   [`ConstructOpts::bootstrap`] to the number of leaders; nobody needs to know
+    ///   the other leaders. Leaders that disagree on the count all fail with
+    ///   [`CohortError::LeaderCountMismatch`]. A leader that never calls cannot be
+    ///   named by anyone, so only the timeout catches it.
+    /// * Either method: leaders may name add-members in
+    ///   [`ConstructOpts::add_members`]; an add-member calls with an empty `procs`.
+    ///   The construct completes once every leader and every named add-member called.
+    ///
+    /// The result is the canonical (sorted) membership, the context id when any caller
+    /// asked for one, and every member's group info.
     pub fn group_construct(
         &self,
         id: &str,
@@ -443,6 +478,171 @@ impl Client {
             Err(e) => ReplyFuture::failed(e),
         };
         async move { expect_group("group construct", reply.await?) }
+    }
+
+    fn invite_request(id: &str, procs: &[ProcId], opts: InviteOpts) -> Result<Request> {
+        validate_group_id(id)?;
+        Ok(Request::Invite {
+            id: id.to_string(),
+            procs: procs.to_vec(),
+            opts,
+        })
+    }
+
+    /// Invite/join method (PMIx §6.4.3.3): this process leads the construct of group
+    /// `id` and invites `procs`, each of which gets a `codes::GROUP_INVITED` event
+    /// (see [`GroupEventInfo`]) and answers with [`group_join`](Self::group_join).
+    ///
+    /// Blocks until every invitee has answered (accepted, declined or terminated) and
+    /// the group is complete; the result's membership is this process plus the
+    /// invitees that accepted, in canonical order. Meanwhile this process gets
+    /// `GROUP_INVITE_ACCEPTED`, `GROUP_INVITE_DECLINED` and `GROUP_INVITE_FAILED`
+    /// events; with [`InviteOpts::decide_declines`] a decline or failure pauses the
+    /// construct until [`group_construct_decide`](Self::group_construct_decide) says
+    /// how to go on (typically from the handler of those events). Fails with
+    /// [`CohortError::ConstructAborted`] when the construct is aborted and with
+    /// [`CohortError::Timeout`] past [`InviteOpts::timeout_ms`]. Pending puts are
+    /// committed first so they travel with the group.
+    pub fn group_invite(
+        &self,
+        id: &str,
+        procs: &[ProcId],
+        opts: InviteOpts,
+    ) -> Result<GroupResult> {
+        let start = Instant::now();
+        let timeout_ms = opts.timeout_ms;
+        let req = Self::invite_request(id, procs, opts)?;
+        let result = self
+            .call(req, true, timeout_ms)
+            .and_then(|r| expect_group("group invite", r));
+        tracing::debug!(
+            op = "group invite",
+            group = id,
+            invitees = procs.len(),
+            elapsed_us = start.elapsed().as_micros() as u64,
+            ok = result.is_ok(),
+        );
+        result
+    }
+
+    /// Async form of [`group_invite`](Self::group_invite): the invitations go out now.
+    pub fn group_invite_async(
+        &self,
+        id: &str,
+        procs: &[ProcId],
+        opts: InviteOpts,
+    ) -> impl Future<Output = Result<GroupResult>> + Send + 'static {
+        let reply = match Self::invite_request(id, procs, opts) {
+            Ok(req) => self.call_async(req, true),
+            Err(e) => ReplyFuture::failed(e),
+        };
+        async move { expect_group("group invite", reply.await?) }
+    }
+
+    fn join_request(
+        id: &str,
+        leader: &ProcId,
+        accept: bool,
+        timeout: Option<Duration>,
+        group_info: Info,
+    ) -> Result<Request> {
+        validate_group_id(id)?;
+        Ok(Request::Join {
+            id: id.to_string(),
+            leader: leader.clone(),
+            accept,
+            timeout_ms: timeout.map(duration_ms),
+            group_info,
+        })
+    }
+
+    /// Answers the invitation to group `id` from `leader` (both are in the
+    /// `GROUP_INVITED` event; see [`GroupEventInfo`]).
+    ///
+    /// Accepting blocks until the group is complete and returns its result
+    /// (`Some`); every member then also gets `codes::GROUP_CONSTRUCT_COMPLETE`.
+    /// Declining returns `None` at once. `group_info` is this process's
+    /// PMIX_GROUP_INFO contribution; pending puts are committed first so they travel
+    /// with the group.
+    ///
+    /// From an event handler prefer [`group_join_async`](Self::group_join_async): a
+    /// blocking join there holds the event thread, and so every later event of this
+    /// process, until the group completes.
+    pub fn group_join(
+        &self,
+        id: &str,
+        leader: &ProcId,
+        accept: bool,
+        timeout: Option<Duration>,
+        group_info: Info,
+    ) -> Result<Option<GroupResult>> {
+        let start = Instant::now();
+        let timeout_ms = timeout.map(duration_ms);
+        let req = Self::join_request(id, leader, accept, timeout, group_info)?;
+        let result = self
+            .call(req, true, timeout_ms)
+            .and_then(|r| expect_join(accept, r));
+        tracing::debug!(
+            op = "group join",
+            group = id,
+            %leader,
+            accept,
+            elapsed_us = start.elapsed().as_micros() as u64,
+            ok = result.is_ok(),
+        );
+        result
+    }
+
+    /// Async form of [`group_join`](Self::group_join), safe to call from an event
+    /// handler: the answer is sent before this returns and the handler need not wait.
+    /// Dropping the future only discards the reply; the join itself stands (the
+    /// server is never told to cancel it).
+    pub fn group_join_async(
+        &self,
+        id: &str,
+        leader: &ProcId,
+        accept: bool,
+        timeout: Option<Duration>,
+        group_info: Info,
+    ) -> impl Future<Output = Result<Option<GroupResult>>> + Send + 'static {
+        let reply = match Self::join_request(id, leader, accept, timeout, group_info) {
+            Ok(req) => self.call_async(req, true),
+            Err(e) => ReplyFuture::failed(e),
+        };
+        async move { expect_join(accept, reply.await?) }
+    }
+
+    /// Decides how construct `id`, in progress, goes on — the PMIx "results returned
+    /// from the event handler" of `GROUP_MEMBER_FAILED`, `GROUP_INVITE_DECLINED`,
+    /// `GROUP_INVITE_FAILED` and `GROUP_LEADER_FAILED`:
+    ///
+    /// * `Continue`: proceed without the processes that failed or declined so far;
+    /// * `Abort`: end the construct; blocked callers get
+    ///   [`CohortError::ConstructAborted`], participants `GROUP_CONSTRUCT_ABORT`;
+    /// * `Invite(procs)`: invite method, invite replacements;
+    /// * `ClaimLeadership`: after `GROUP_LEADER_FAILED`, become the leader. The first
+    ///   claim wins and everyone gets `GROUP_LEADER_SELECTED`; later claims fail with
+    ///   [`CohortError::NotLeader`].
+    ///
+    /// While a leader is alive only it may decide (others get `NotLeader`). Returns
+    /// once the server has taken the decision, not when the construct completes.
+    pub fn group_construct_decide(&self, id: &str, decision: ConstructDecision) -> Result<()> {
+        validate_group_id(id)?;
+        let req = Request::Decide {
+            id: id.to_string(),
+            decision,
+        };
+        expect_done("group construct decision", self.call(req, false, None)?)
+    }
+
+    /// Async form of [`group_construct_decide`](Self::group_construct_decide).
+    pub fn group_construct_decide_async(
+        &self,
+        id: &str,
+        decision: ConstructDecision,
+    ) -> impl Future<Output = Result<()>> + Send + 'static {
+        let reply = self.group_call_async(id, |id| Request::Decide { id, decision });
+        async move { expect_done("group construct decision", reply.await?) }
     }
 
     /// Sends a request about group `id` after validating the id.
