@@ -86,6 +86,15 @@ pub(crate) struct Conn {
     blockers: AtomicUsize,
     /// Threads sleeping on `read_cv`; notifying costs a syscall, so only when non-zero.
     cv_sleepers: AtomicUsize,
+    /// The background reader, and whether it is napping because calls were blocked:
+    /// the last blocked call to leave wakes it, so an event arriving right after a
+    /// call (an invitation, say) is read at once rather than after the nap.
+    reader: std::sync::OnceLock<std::thread::Thread>,
+    reader_napping: AtomicBool,
+    /// Set once an event handler is registered: from then on events must be read
+    /// promptly even between calls. Without handlers they are only cached, so pure
+    /// request/reply users do not pay for waking the reader after every call.
+    wants_events: AtomicBool,
 }
 
 /// How long the background reader naps while calls are blocked (they read for it).
@@ -177,12 +186,16 @@ impl Conn {
             read_buf: Mutex::new(Vec::with_capacity(64 << 10)),
             blockers: AtomicUsize::new(0),
             cv_sleepers: AtomicUsize::new(0),
+            reader: std::sync::OnceLock::new(),
+            reader_napping: AtomicBool::new(false),
+            wants_events: AtomicBool::new(false),
         });
         let reader = Arc::clone(&conn);
-        std::thread::Builder::new()
+        let handle = std::thread::Builder::new()
             .name("cohort-reader".into())
             .spawn(move || reader.read_loop())
             .map_err(|e| CohortError::Io(format!("cannot start the reader thread: {e}")))?;
+        let _ = conn.reader.set(handle.thread().clone());
         Ok(conn)
     }
 
@@ -282,9 +295,15 @@ impl Conn {
             if lock(&self.pending).lost.is_some() {
                 break;
             }
-            if self.blockers.load(Ordering::Acquire) > 0 {
+            if self.blockers.load(Ordering::SeqCst) > 0 {
                 // Blocked calls read for us; nap without being woken by their traffic.
-                std::thread::park_timeout(BACKGROUND_NAP);
+                // Announce the nap, then re-check: the last call to leave either sees
+                // the announcement (and unparks us) or we see it gone.
+                self.reader_napping.store(true, Ordering::SeqCst);
+                if self.blockers.load(Ordering::SeqCst) > 0 {
+                    std::thread::park_timeout(BACKGROUND_NAP);
+                }
+                self.reader_napping.store(false, Ordering::SeqCst);
                 continue;
             }
             match poll_readable(fd, None) {
@@ -305,6 +324,21 @@ impl Conn {
                 break;
             }
         }
+    }
+
+    /// Events will be handled: read them promptly from now on.
+    pub(crate) fn want_events(&self) {
+        self.wants_events.store(true, Ordering::SeqCst);
+    }
+
+    /// Whether something must be read before the next blocked call: handled events, or
+    /// replies of async calls.
+    fn needs_prompt_reader(&self) -> bool {
+        self.wants_events.load(Ordering::SeqCst)
+            || lock(&self.pending)
+                .waiters
+                .values()
+                .any(|w| matches!(w, Waiter::Async(_)))
     }
 
     /// Tries to become the reader; `false` when another thread is reading.
@@ -438,9 +472,16 @@ impl Conn {
         rx: &crossbeam_channel::Receiver<Reply>,
         deadline: Option<Instant>,
     ) -> Option<Reply> {
-        self.blockers.fetch_add(1, Ordering::AcqRel);
+        self.blockers.fetch_add(1, Ordering::SeqCst);
         let got = self.wait_reply_inner(rx, deadline);
-        self.blockers.fetch_sub(1, Ordering::AcqRel);
+        if self.blockers.fetch_sub(1, Ordering::SeqCst) == 1
+            && self.reader_napping.load(Ordering::SeqCst)
+            && self.needs_prompt_reader()
+        {
+            if let Some(t) = self.reader.get() {
+                t.unpark();
+            }
+        }
         got
     }
 

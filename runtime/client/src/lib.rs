@@ -750,6 +750,7 @@ impl Client {
         handler: impl Fn(&Client, &Event) + Send + Sync + 'static,
     ) -> HandlerId {
         let id = self.inner.registry.add(codes, Arc::new(handler));
+        self.inner.conn.want_events();
         // The event thread outlives every handle, so this send cannot fail while
         // `self` exists; if it somehow did, the handler would simply never run.
         let _ = self.inner.events.send(EventMsg::Activate(id));
