@@ -28,8 +28,10 @@ build: setup
 bench: build
 	for n in 2 4 8; do target/release/cohort run -n $$n target/release/cohort-bench fence; done
 	for n in 3 6; do target/release/cohort run --nodes 3 -n $$n target/release/cohort-bench fence; done
-	for n in 2 4 8; do target/release/cohort run -n $$n target/release/cohort-bench group; done
-	for n in 3 6; do target/release/cohort run --nodes 3 -n $$n target/release/cohort-bench group; done
+	for m in collective bootstrap invite; do \
+	  for n in 2 4 8; do target/release/cohort run -n $$n target/release/cohort-bench group --method $$m; done; \
+	  for n in 3 6; do target/release/cohort run --nodes 3 -n $$n target/release/cohort-bench group --method $$m; done; \
+	done
 
 lint: setup
 	$(CARGO) fmt --all --check
