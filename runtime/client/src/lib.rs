@@ -688,7 +688,9 @@ impl Client {
         async move { expect_done("group leave", reply.await?) }
     }
 
-    /// Membership and context id of group `id` (this process must be a member).
+    /// Membership and context id of group `id` (PMIX_QUERY_GROUP_MEMBERSHIP), as this
+    /// process's node server knows it: any process may ask, but only groups with a
+    /// member on the same node are known there (`GroupNotFound` otherwise).
     pub fn group_query(&self, id: &str) -> Result<GroupResult> {
         validate_group_id(id)?;
         let req = Request::QueryGroup { id: id.to_string() };
