@@ -374,3 +374,39 @@ pub fn wait_for_pid_files(dir: &Path, ranks: u32, deadline: Duration) -> bool {
         })
     })
 }
+
+/// The outcome of one `cohort run` of the `testprog` rank program.
+pub struct Job {
+    pub status: Option<i32>,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl Job {
+    /// The `RESULT …` lines the ranks printed (without the prefix).
+    pub fn results(&self) -> Vec<String> {
+        self.stdout
+            .lines()
+            .filter_map(|l| l.split_once("RESULT ").map(|(_, r)| r.to_string()))
+            .collect()
+    }
+}
+
+/// Runs `testprog <scenario>` with `n` ranks on `nodes` node servers (with
+/// `--enable-recovery` when `recovery`), bounded by [`DEADLINE`].
+pub fn run_testprog(nodes: u32, n: u32, scenario: &str, recovery: bool) -> Job {
+    let prog = example("testprog").to_string_lossy().into_owned();
+    let (nodes, n) = (nodes.to_string(), n.to_string());
+    let mut args: Vec<&str> = vec!["run", "--nodes", &nodes, "-n", &n];
+    if recovery {
+        args.push("--enable-recovery");
+    }
+    args.push(&prog);
+    args.push(scenario);
+    let out = run_cohort(&args, DEADLINE);
+    Job {
+        status: out.status.code(),
+        stdout: text(&out.stdout),
+        stderr: text(&out.stderr),
+    }
+}

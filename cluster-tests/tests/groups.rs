@@ -4,43 +4,11 @@
 //! violation; here we check every rank succeeded and that the values that must agree
 //! across ranks (membership, context ids) do.
 
-use cohort_cluster_tests::{example, run_cohort, text, DEADLINE};
-
-struct Job {
-    status: Option<i32>,
-    stdout: String,
-    stderr: String,
-}
-
-fn run(nodes: u32, n: u32, scenario: &str, recovery: bool) -> Job {
-    let prog = example("testprog");
-    let nodes_s = nodes.to_string();
-    let n_s = n.to_string();
-    let mut args: Vec<&str> = vec!["run", "--nodes", &nodes_s, "-n", &n_s];
-    if recovery {
-        args.push("--enable-recovery");
-    }
-    let prog_s = prog.to_string_lossy().into_owned();
-    args.push(&prog_s);
-    args.push(scenario);
-    let out = run_cohort(&args, DEADLINE);
-    Job {
-        status: out.status.code(),
-        stdout: text(&out.stdout),
-        stderr: text(&out.stderr),
-    }
-}
-
-fn results(job: &Job) -> Vec<String> {
-    job.stdout
-        .lines()
-        .filter_map(|l| l.split_once("RESULT ").map(|(_, r)| r.to_string()))
-        .collect()
-}
+use cohort_cluster_tests::{example, run_cohort, run_testprog, text, DEADLINE};
 
 /// Runs `scenario`, requires success and `expect_results` RESULT lines.
 fn ok(nodes: u32, n: u32, scenario: &str, expect_results: usize) -> Vec<String> {
-    let job = run(nodes, n, scenario, false);
+    let job = run_testprog(nodes, n, scenario, false);
     assert_eq!(
         job.status,
         Some(0),
@@ -48,7 +16,7 @@ fn ok(nodes: u32, n: u32, scenario: &str, expect_results: usize) -> Vec<String> 
         job.stdout,
         job.stderr
     );
-    let r = results(&job);
+    let r = job.results();
     assert_eq!(
         r.len(),
         expect_results,
@@ -138,14 +106,14 @@ fn concurrent_groups_have_one_context_id_each() {
 #[test]
 fn rank_dying_before_fence_is_an_error_not_a_hang() {
     for nodes in [1, 3] {
-        let job = run(nodes, 6, "dies-before-fence", true);
+        let job = run_testprog(nodes, 6, "dies-before-fence", true);
         assert_eq!(
             job.status,
             Some(134),
             "SIGABRT of the dying rank is the job status\n{}",
             job.stderr
         );
-        assert_eq!(results(&job).len(), 5, "{}\n{}", job.stdout, job.stderr);
+        assert_eq!(job.results().len(), 5, "{}\n{}", job.stdout, job.stderr);
     }
 }
 
@@ -154,9 +122,9 @@ fn rank_dying_before_fence_is_an_error_not_a_hang() {
 #[test]
 fn rank_dying_inside_construct_is_reported_by_event() {
     for nodes in [1, 3] {
-        let job = run(nodes, 6, "dies-in-construct", true);
+        let job = run_testprog(nodes, 6, "dies-in-construct", true);
         assert_eq!(job.status, Some(134), "{}", job.stderr);
-        assert_eq!(results(&job).len(), 5, "{}\n{}", job.stdout, job.stderr);
+        assert_eq!(job.results().len(), 5, "{}\n{}", job.stdout, job.stderr);
     }
 }
 

@@ -8,41 +8,7 @@
 //! Scenarios that kill a rank run with `--enable-recovery`; their job status is the
 //! dying rank's (SIGABRT → 134), so the survivors' RESULT lines are what we check.
 
-use cohort_cluster_tests::{example, run_cohort, text, DEADLINE};
-
-struct Job {
-    status: Option<i32>,
-    stdout: String,
-    stderr: String,
-}
-
-/// Runs `testprog <scenario>` with `n` ranks on `nodes` node servers, bounded by the
-/// harness deadline.
-fn run(nodes: u32, n: u32, scenario: &str, recovery: bool) -> Job {
-    let prog = example("testprog");
-    let nodes_s = nodes.to_string();
-    let n_s = n.to_string();
-    let mut args: Vec<&str> = vec!["run", "--nodes", &nodes_s, "-n", &n_s];
-    if recovery {
-        args.push("--enable-recovery");
-    }
-    let prog_s = prog.to_string_lossy().into_owned();
-    args.push(&prog_s);
-    args.push(scenario);
-    let out = run_cohort(&args, DEADLINE);
-    Job {
-        status: out.status.code(),
-        stdout: text(&out.stdout),
-        stderr: text(&out.stderr),
-    }
-}
-
-fn results(job: &Job) -> Vec<String> {
-    job.stdout
-        .lines()
-        .filter_map(|l| l.split_once("RESULT ").map(|(_, r)| r.to_string()))
-        .collect()
-}
+use cohort_cluster_tests::run_testprog;
 
 /// Runs `scenario`, requires the exit status `status`, no failing rank, and
 /// `expect_results` RESULT lines, which must all be equal when `agree`.
@@ -55,7 +21,7 @@ fn check(
     expect: usize,
     agree: bool,
 ) {
-    let job = run(nodes, n, scenario, recovery);
+    let job = run_testprog(nodes, n, scenario, recovery);
     let context = format!(
         "{scenario} on {nodes} node(s)\n--- stdout:\n{}\n--- stderr:\n{}",
         job.stdout, job.stderr
@@ -65,7 +31,7 @@ fn check(
         !job.stderr.contains("FAIL rank"),
         "a rank failed: {context}"
     );
-    let r = results(&job);
+    let r = job.results();
     assert_eq!(r.len(), expect, "RESULT lines of {context}");
     if agree {
         assert!(

@@ -450,16 +450,28 @@ impl Client {
         procs: &[ProcId],
         opts: ConstructOpts,
     ) -> Result<GroupResult> {
-        let start = Instant::now();
         let timeout_ms = opts.timeout_ms;
         let req = Self::construct_request(id, procs, opts)?;
+        self.traced_group_call("group construct", id, procs.len(), req, timeout_ms)
+    }
+
+    /// A blocking call answered with a group, traced with its elapsed time.
+    fn traced_group_call(
+        &self,
+        op: &'static str,
+        id: &str,
+        participants: usize,
+        req: Request,
+        timeout_ms: Option<u64>,
+    ) -> Result<GroupResult> {
+        let start = Instant::now();
         let result = self
             .call(req, true, timeout_ms)
-            .and_then(|r| expect_group("group construct", r));
+            .and_then(|r| expect_group(op, r));
         tracing::debug!(
-            op = "group construct",
+            op,
             group = id,
-            participants = procs.len(),
+            participants,
             elapsed_us = start.elapsed().as_micros() as u64,
             ok = result.is_ok(),
         );
@@ -509,20 +521,9 @@ impl Client {
         procs: &[ProcId],
         opts: InviteOpts,
     ) -> Result<GroupResult> {
-        let start = Instant::now();
         let timeout_ms = opts.timeout_ms;
         let req = Self::invite_request(id, procs, opts)?;
-        let result = self
-            .call(req, true, timeout_ms)
-            .and_then(|r| expect_group("group invite", r));
-        tracing::debug!(
-            op = "group invite",
-            group = id,
-            invitees = procs.len(),
-            elapsed_us = start.elapsed().as_micros() as u64,
-            ok = result.is_ok(),
-        );
-        result
+        self.traced_group_call("group invite", id, procs.len(), req, timeout_ms)
     }
 
     /// Async form of [`group_invite`](Self::group_invite): the invitations go out now.
