@@ -3,103 +3,15 @@
 //! started from an event handler neither blocks the handler nor is cancelled when its
 //! future is dropped.
 
-use std::future::Future;
-use std::os::unix::net::{UnixListener, UnixStream};
-use std::path::PathBuf;
-use std::pin::pin;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::task::{Context, Poll, Wake, Waker};
-use std::thread::{self, JoinHandle};
+
 use std::time::Duration;
 
-use cohort_proto::frame::{self, MAX_CLIENT_FRAME};
-use cohort_proto::msg::{ClientFrame, Hello, Request, Response, ServerFrame, Welcome};
+use cohort_proto::msg::{Request, Response, ServerFrame};
 
 use crate::*;
 
-const TEST_DEADLINE: Duration = Duration::from_secs(10);
-const TOKEN: &[u8] = b"methods";
-
-struct ServerSide {
-    stream: UnixStream,
-    buf: Vec<u8>,
-}
-
-impl ServerSide {
-    fn recv(&mut self) -> Option<ClientFrame> {
-        frame::read_frame(&mut self.stream, MAX_CLIENT_FRAME, &mut self.buf)
-            .expect("test server read")
-    }
-
-    fn expect(&mut self) -> ClientFrame {
-        self.recv().expect("client closed the connection early")
-    }
-
-    fn send(&mut self, f: &ServerFrame) {
-        use std::io::Write;
-        self.stream
-            .write_all(&frame::encode(f))
-            .expect("test server write");
-    }
-
-    fn reply(&mut self, id: u64, result: std::result::Result<Response, CohortError>) {
-        self.send(&ServerFrame::Reply { id, result });
-    }
-}
-
-/// A client connected as `job:1` to a one-connection server running `script`.
-fn client_with(script: impl FnOnce(&mut ServerSide) + Send + 'static) -> (Client, JoinHandle<()>) {
-    static NEXT: AtomicUsize = AtomicUsize::new(0);
-    let dir = std::env::temp_dir().join(format!(
-        "cohort-methods-test-{}-{}",
-        std::process::id(),
-        NEXT.fetch_add(1, Ordering::Relaxed)
-    ));
-    std::fs::create_dir_all(&dir).expect("test socket dir");
-    let path: PathBuf = dir.join("server.sock");
-    let listener = UnixListener::bind(&path).expect("bind test socket");
-    let server = thread::spawn(move || {
-        let (stream, _) = listener.accept().expect("accept");
-        stream
-            .set_read_timeout(Some(TEST_DEADLINE))
-            .expect("read timeout");
-        let mut side = ServerSide {
-            stream,
-            buf: Vec::new(),
-        };
-        let _hello: Hello = frame::read_frame(&mut side.stream, MAX_CLIENT_FRAME, &mut side.buf)
-            .expect("hello")
-            .expect("hello frame");
-        side.send(&ServerFrame::Welcome(Ok(Welcome {
-            job: JobMap::block("job", 4, 2),
-            node: 0,
-            node_name: "node0".into(),
-        })));
-        script(&mut side);
-        let _ = std::fs::remove_dir_all(&dir);
-    });
-    let client = Client::connect(&path, "job", 1, TOKEN).expect("connect");
-    (client, server)
-}
-
-fn block_on<F: Future>(f: F) -> F::Output {
-    struct Unpark(thread::Thread);
-    impl Wake for Unpark {
-        fn wake(self: Arc<Self>) {
-            self.0.unpark();
-        }
-    }
-    let waker = Waker::from(Arc::new(Unpark(thread::current())));
-    let mut cx = Context::from_waker(&waker);
-    let mut f = pin!(f);
-    loop {
-        match f.as_mut().poll(&mut cx) {
-            Poll::Ready(v) => return v,
-            Poll::Pending => thread::park(),
-        }
-    }
-}
+use crate::tests::{block_on, client_with, TEST_DEADLINE};
 
 fn p(r: u32) -> ProcId {
     ProcId::new("job", r)

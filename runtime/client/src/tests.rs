@@ -20,34 +20,34 @@ use cohort_proto::PROTOCOL_VERSION;
 use crate::*;
 
 /// Upper bound on any wait in these tests, so a bug fails a test instead of hanging it.
-const TEST_DEADLINE: Duration = Duration::from_secs(10);
+pub(crate) const TEST_DEADLINE: Duration = Duration::from_secs(10);
 const TOKEN: &[u8] = b"\x01\x02secret";
 
 /// The server end of one client connection.
-struct ServerSide {
+pub(crate) struct ServerSide {
     stream: UnixStream,
     buf: Vec<u8>,
 }
 
 impl ServerSide {
     /// Next client frame; `None` once the client closed the connection.
-    fn recv(&mut self) -> Option<ClientFrame> {
+    pub(crate) fn recv(&mut self) -> Option<ClientFrame> {
         frame::read_frame(&mut self.stream, MAX_CLIENT_FRAME, &mut self.buf)
             .expect("test server read")
     }
 
-    fn expect(&mut self) -> ClientFrame {
+    pub(crate) fn expect(&mut self) -> ClientFrame {
         self.recv().expect("client closed the connection early")
     }
 
-    fn send(&mut self, f: &ServerFrame) {
+    pub(crate) fn send(&mut self, f: &ServerFrame) {
         use std::io::Write;
         self.stream
             .write_all(&frame::encode(f))
             .expect("test server write");
     }
 
-    fn reply(&mut self, id: u64, result: std::result::Result<Response, CohortError>) {
+    pub(crate) fn reply(&mut self, id: u64, result: std::result::Result<Response, CohortError>) {
         self.send(&ServerFrame::Reply { id, result });
     }
 
@@ -116,7 +116,9 @@ fn serve(
     (path, handle)
 }
 
-fn client_with(script: impl FnOnce(&mut ServerSide) + Send + 'static) -> (Client, JoinHandle<()>) {
+pub(crate) fn client_with(
+    script: impl FnOnce(&mut ServerSide) + Send + 'static,
+) -> (Client, JoinHandle<()>) {
     let (path, server) = serve(Ok(welcome()), script);
     let client = Client::connect(&path, "job", 1, TOKEN).expect("connect");
     (client, server)
@@ -133,7 +135,7 @@ fn within_deadline<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) ->
 }
 
 /// A minimal executor (no tokio), to show the async forms are runtime-agnostic.
-fn block_on<F: Future>(f: F) -> F::Output {
+pub(crate) fn block_on<F: Future>(f: F) -> F::Output {
     struct Unpark(thread::Thread);
     impl Wake for Unpark {
         fn wake(self: Arc<Self>) {
