@@ -322,8 +322,9 @@ impl Engine {
         self.colls.len()
     }
 
-    /// Requests waiting for a peer's acknowledgement (tests use it to check for leaks).
-    pub fn pending_acks(&self) -> usize {
+    /// Open invites plus requests waiting for a peer's acknowledgement (tests use it
+    /// to check that finished invites leave nothing behind).
+    pub fn invite_bookkeeping(&self) -> usize {
         self.acks.len() + self.invites.len()
     }
 

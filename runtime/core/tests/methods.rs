@@ -543,6 +543,6 @@ fn invites_leave_no_state_behind() {
     assert!(matches!(err(&c, 0, inv), CohortError::Timeout { .. }));
     for e in &c.engines {
         assert_eq!(e.collectives_in_progress(), 0, "node {}", e.node());
-        assert_eq!(e.pending_acks(), 0, "node {}", e.node());
+        assert_eq!(e.invite_bookkeeping(), 0, "node {}", e.node());
     }
 }
