@@ -35,6 +35,7 @@ impl Cluster {
                     node,
                     job: job.clone(),
                     tree_shape: shape,
+                    switches: None,
                 })
             })
             .collect();

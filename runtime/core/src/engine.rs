@@ -13,6 +13,7 @@
 //! server whose processes all died before calling never stalls its ancestors.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
+use std::sync::Arc;
 use std::time::Duration;
 
 use cohort_proto::event::{codes, keys};
@@ -28,7 +29,7 @@ use cohort_proto::value::info_get;
 use cohort_proto::{
     validate_group_id, CohortError, ContextId, Event, Info, JobMap, NodeId, ProcId, Range, Value,
 };
-use cohort_topology::{rendezvous, Tree, TreeShape};
+use cohort_topology::{rendezvous, Locality, SwitchMap, Tree, TreeShape};
 
 use crate::kv::{KvStore, Lookup};
 
@@ -70,6 +71,10 @@ pub struct EngineConfig {
     pub node: NodeId,
     pub job: JobMap,
     pub tree_shape: TreeShape,
+    /// The cluster's switch map, when known: collective trees are then built switch
+    /// leaders first, placing nodes by `job.node_names` (which must be the same on
+    /// every node server). `None`: flat trees.
+    pub switches: Option<Arc<SwitchMap>>,
 }
 
 /// A constructed group as this node server knows it.
@@ -219,6 +224,8 @@ pub struct Engine {
     node: NodeId,
     job: JobMap,
     shape: TreeShape,
+    /// The job's nodes on the switch map (from `EngineConfig::switches`).
+    locality: Option<Locality>,
     all_nodes: Vec<NodeId>,
 
     clients: HashMap<ClientId, ProcId>,
@@ -265,10 +272,15 @@ pub struct Engine {
 impl Engine {
     pub fn new(cfg: EngineConfig) -> Engine {
         let all_nodes = (0..cfg.job.num_nodes).collect();
+        let locality = cfg
+            .switches
+            .as_deref()
+            .map(|map| Locality::new(map, &cfg.job.node_names));
         Engine {
             node: cfg.node,
             job: cfg.job,
             shape: cfg.tree_shape,
+            locality,
             all_nodes,
             clients: HashMap::new(),
             proc_clients: HashMap::new(),
@@ -1520,7 +1532,10 @@ impl Engine {
             CollKind::Construct | CollKind::Destruct => self.rendezvous_node(&key.id),
             CollKind::Invite => self.invite_home(&key.id).unwrap_or(self.node),
         };
-        Tree::new(&nodes, root, self.shape)
+        match &self.locality {
+            Some(locality) => Tree::with_locality(&nodes, root, self.shape, locality),
+            None => Tree::new(&nodes, root, self.shape),
+        }
     }
 
     /// The root of `key`, when it can be known here.

@@ -2,6 +2,7 @@
 //! mpirun-compatibility rewrites (`-np N`) clap cannot express.
 
 use std::ffi::OsString;
+use std::path::PathBuf;
 
 use clap::builder::TypedValueParser as _;
 use clap::{Args, Parser, Subcommand};
@@ -59,11 +60,16 @@ EXAMPLES
   Keep the job running when a rank fails (the job still exits with the first failure):
       cohort run -n 4 --enable-recovery ./resilient
 
+  Build the node servers' collective trees switch by switch from a Slurm topology file:
+      cohort run --nodes 8 -n 32 --topology /etc/slurm/topology.conf ./app
+
 ENVIRONMENT
   COHORT_LOG, RUST_LOG   log filter of the launcher and node servers (default: warn)
   COHORT_DAEMON          path of the cohortd binary (default: next to cohort, then PATH)
   TMPDIR                 where the private job directory is created (default: /tmp)
   COHORT_STARTUP_TIMEOUT seconds the node servers get to start and register (default: 60)
+  SLURM_CONF             without --topology, a topology.conf in the same directory as
+                         this file is used when it exists
 
   Every rank sees COHORT_RANK, COHORT_SIZE, COHORT_LOCAL_RANK, COHORT_NODE_ID,
   COHORT_NODE_NAME, COHORT_NSPACE, COHORT_SERVER_URI, COHORT_TOKEN and
@@ -187,6 +193,12 @@ pub struct RunArgs {
     )]
     pub export: Vec<String>,
 
+    /// Slurm topology.conf (SwitchName=… Switches=… Nodes=…) describing the network's
+    /// switches: node servers build their collective trees switch leaders first. Without
+    /// it, a topology.conf next to $SLURM_CONF is used if there is one
+    #[arg(long, value_name = "FILE", help_heading = "Mapping options")]
+    pub topology: Option<PathBuf>,
+
     /// Keep the job running when a rank exits abnormally (non-zero status or signal)
     #[arg(long, help_heading = "Fault-tolerance options")]
     pub enable_recovery: bool,
@@ -221,6 +233,7 @@ const VALUE_OPTIONS: &[&str] = &[
     "--timeout",
     "--map-by",
     "--bind-to",
+    "--topology",
 ];
 
 /// Rewrites mpirun's single-dash `-np N` into `--np N`, but only among cohort's own
@@ -316,6 +329,26 @@ mod tests {
         assert_eq!(r.command, ["prog", "--bind-to"]);
         assert!(parse(&["cohort", "run", "-n", "2", "--map-by", "socket", "prog"]).is_err());
         assert!(parse(&["cohort", "run", "-n", "2", "--bind-to", "pu", "prog"]).is_err());
+    }
+
+    #[test]
+    fn topology_file_option() {
+        let r = parse(&["cohort", "run", "-n", "2", "prog"]).unwrap();
+        assert_eq!(r.topology, None);
+        let r = parse(&[
+            "cohort",
+            "run",
+            "--topology",
+            "/etc/slurm/topology.conf",
+            "-np",
+            "4",
+            "prog",
+            "--topology",
+        ])
+        .unwrap();
+        assert_eq!(r.topology, Some(PathBuf::from("/etc/slurm/topology.conf")));
+        assert_eq!(r.np, 4);
+        assert_eq!(r.command, ["prog", "--topology"]);
     }
 
     #[test]

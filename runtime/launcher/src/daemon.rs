@@ -80,6 +80,8 @@ pub struct DaemonLaunch<'a> {
     /// This node server's first placement slot on its host (see `topo::plan_job`).
     pub first_slot: u32,
     pub tag_output: bool,
+    /// Switch map file (`--topology`), already checked by the launcher.
+    pub topology: Option<&'a Path>,
     /// `VAR=VAL` pairs, already resolved.
     pub exports: &'a [(String, OsString)],
     pub command: &'a [OsString],
@@ -114,6 +116,10 @@ impl DaemonLaunch<'_> {
         ];
         if self.tag_output {
             a.push("--tag-output".into());
+        }
+        if let Some(path) = self.topology {
+            a.push("--topology".into());
+            a.push(path.as_os_str().to_owned());
         }
         for (var, val) in self.exports {
             let mut kv = OsString::from(var);
@@ -229,6 +235,7 @@ mod tests {
             bind_to: BindTo::Core,
             first_slot: 4,
             tag_output: true,
+            topology: None,
             exports: &exports,
             command: &cmd,
         };
@@ -246,6 +253,37 @@ mod tests {
             "{joined}"
         );
         assert!(!joined.to_lowercase().contains("secret"));
+    }
+
+    #[test]
+    fn topology_file_is_passed_on() {
+        let l = DaemonLaunch {
+            node: 0,
+            nodes: 2,
+            node_name: "node0",
+            listen: "127.0.1.1:0".parse().unwrap(),
+            control: "127.0.0.1:999".parse().unwrap(),
+            job_dir: Path::new("/tmp/j"),
+            nspace: "ns",
+            np: 2,
+            map_by: MapBy::Slot,
+            bind_to: BindTo::None,
+            first_slot: 0,
+            tag_output: false,
+            topology: Some(Path::new("/etc/slurm/topology.conf")),
+            exports: &[],
+            command: &[OsString::from("prog")],
+        };
+        let args: Vec<String> = l
+            .args()
+            .into_iter()
+            .map(|a| a.into_string().unwrap())
+            .collect();
+        let joined = args.join(" ");
+        assert!(
+            joined.ends_with("--topology /etc/slurm/topology.conf -- prog"),
+            "{joined}"
+        );
     }
 
     #[test]

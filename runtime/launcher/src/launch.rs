@@ -8,14 +8,15 @@
 
 use std::ffi::OsString;
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use cohort_proto::control::{DaemonMsg, ExitStatus, LauncherMsg};
 use cohort_proto::env::{random_bytes, to_hex};
-use cohort_proto::NodeId;
+use cohort_proto::{JobMap, NodeId};
 use cohort_topology::placement::job_map;
-use cohort_topology::Discover;
+use cohort_topology::switches::{slurm_topology_file, SLURM_CONF_ENV};
+use cohort_topology::{hostlist, Discover, Locality, SwitchMap};
 use tokio::net::tcp::OwnedWriteHalf;
 use tokio::net::TcpListener;
 use tokio::signal::unix::{signal, Signal, SignalKind};
@@ -112,6 +113,8 @@ struct Launcher {
     control_addr: SocketAddr,
     monitor: JobMonitor,
     placement: JobPlacement,
+    /// Switch map file handed to every node server.
+    topology: Option<PathBuf>,
     daemons: Vec<Daemon>,
     started: bool,
     launched: u32,
@@ -144,6 +147,7 @@ impl Launcher {
             .local_addr()
             .map_err(|e| format!("control listener: {e}"))?;
         let job = job_map(args.map_by, nspace, args.np, args.nodes);
+        let topology = topology_file(args.topology.as_deref(), &job)?;
         // Every node server runs on this host, so this host's cores decide.
         let placement = plan_job(args.bind_to, &job, &Discover { io: false }.run());
         if let Some(notice) = &placement.notice {
@@ -159,6 +163,7 @@ impl Launcher {
         Ok(Launcher {
             monitor: JobMonitor::new(job, args.enable_recovery),
             placement,
+            topology,
             args,
             cohortd,
             exports,
@@ -214,6 +219,7 @@ impl Launcher {
                 bind_to: self.placement.bind_to,
                 first_slot: self.placement.first_slots[node as usize],
                 tag_output: self.args.tag_output,
+                topology: self.topology.as_deref(),
                 exports: &self.exports,
                 command: &self.args.command,
             };
@@ -508,6 +514,75 @@ impl Launcher {
             .collect();
         names.join(", ")
     }
+}
+
+/// The switch map file the node servers build their trees from: `--topology`, else a
+/// `topology.conf` next to `$SLURM_CONF`. A `--topology` file that cannot be used is
+/// an error; a Slurm one is ignored with a warning. `None` when no file applies or it
+/// lists none of the job's nodes.
+fn topology_file(given: Option<&Path>, job: &JobMap) -> Result<Option<PathBuf>, String> {
+    let (path, explicit) = match given {
+        Some(p) => (p.to_path_buf(), true),
+        None => match slurm_topology_file(std::env::var_os(SLURM_CONF_ENV).as_deref()) {
+            Some(p) => (p, false),
+            None => return Ok(None),
+        },
+    };
+    // Node servers may start in another directory.
+    let path = std::path::absolute(&path).unwrap_or(path);
+    let map = match SwitchMap::from_file(&path) {
+        Ok(map) => map,
+        Err(e) if explicit => return Err(e.to_string()),
+        Err(e) => {
+            crate::say(format_args!(
+                "warning: {e} (found next to ${SLURM_CONF_ENV}); collective trees ignore it"
+            ));
+            return Ok(None);
+        }
+    };
+    for w in map.warnings() {
+        crate::say(format_args!(
+            "warning: topology file {}:{}: {}",
+            path.display(),
+            w.line,
+            w.message
+        ));
+    }
+    let locality = Locality::new(&map, &job.node_names);
+    let unknown: Vec<&str> = locality
+        .unknown()
+        .into_iter()
+        .map(|n| job.node_names[n as usize].as_str())
+        .collect();
+    if unknown.len() == job.node_names.len() {
+        let msg = format!(
+            "topology file {} lists none of this job's nodes ({}); collective trees are flat",
+            path.display(),
+            hostlist::compress(&job.node_names)
+        );
+        if explicit {
+            crate::say(format_args!("warning: {msg}"));
+        } else {
+            tracing::info!("{msg}");
+        }
+        return Ok(None);
+    }
+    if !unknown.is_empty() {
+        crate::say(format_args!(
+            "warning: topology file {} does not list node(s) {}; their trees ignore the switch map",
+            path.display(),
+            hostlist::compress(&unknown)
+        ));
+    }
+    tracing::info!(
+        file = %path.display(),
+        from = if explicit { "--topology" } else { SLURM_CONF_ENV },
+        switches = map.switch_count(),
+        leaf_switches = locality.leaf_switches(),
+        "collective trees follow the switch map in {}",
+        path.display()
+    );
+    Ok(Some(path))
 }
 
 /// Accepts control connections and forwards every authenticated registration.

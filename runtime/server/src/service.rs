@@ -11,6 +11,7 @@ use std::net::SocketAddr;
 use std::os::unix::fs::PermissionsExt;
 use std::path::PathBuf;
 use std::rc::Rc;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -19,7 +20,8 @@ use cohort_proto::frame::{self, MAX_CLIENT_FRAME};
 use cohort_proto::msg::{ClientFrame, Hello, ServerFrame, Welcome};
 use cohort_proto::peer::PeerMsg;
 use cohort_proto::{CohortError, JobMap, NodeId, ProcId, Rank, PROTOCOL_VERSION};
-use cohort_topology::TreeShape;
+use cohort_topology::radix::{DEFAULT_ALPHA_S, DEFAULT_BETA_S_PER_BYTE, DEFAULT_BYTES_PER_NODE};
+use cohort_topology::{choose_radix, SwitchMap};
 use cohort_transport::{AnyFabric, Fabric, FabricConfig, FabricEvent, FabricKind};
 use tokio::io::BufReader;
 use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
@@ -44,6 +46,9 @@ pub struct ServiceConfig {
     pub fabric_listen: SocketAddr,
     /// Private directory (created 0700 if missing) for the client socket.
     pub socket_dir: PathBuf,
+    /// The cluster's switch map (`--topology`): collective trees are built switch
+    /// leaders first when it is known, flat otherwise.
+    pub switches: Option<Arc<SwitchMap>>,
 }
 
 /// Handle to a running node service.
@@ -151,10 +156,25 @@ impl NodeService {
         let (fabric, events) = AnyFabric::bind(kind, fabric_cfg).await?;
         let fabric_addr = fabric.local_addr();
 
+        // The radix comes from the cost model with its default α/β (the transport does
+        // not measure them yet) for the job's node count.
+        let tree_shape = choose_radix(
+            cfg.job.num_nodes as usize,
+            DEFAULT_ALPHA_S,
+            DEFAULT_BETA_S_PER_BYTE,
+            DEFAULT_BYTES_PER_NODE,
+        );
+        tracing::debug!(
+            nodes = cfg.job.num_nodes,
+            shape = %tree_shape,
+            hierarchical = cfg.switches.is_some(),
+            "collective trees"
+        );
         let engine = Engine::new(EngineConfig {
             node: cfg.node,
             job: cfg.job.clone(),
-            tree_shape: TreeShape::default(),
+            tree_shape,
+            switches: cfg.switches.clone(),
         });
         let timer = Rc::new(Notify::new());
         // SAFETY: getuid cannot fail and has no preconditions.

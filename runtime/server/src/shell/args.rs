@@ -85,6 +85,11 @@ pub struct DaemonArgs {
     )]
     pub tag_output: bool,
 
+    /// Slurm topology.conf (tree format) describing the switches: collective trees are
+    /// built switch leaders first (every node server of the job must get the same file)
+    #[arg(long, value_name = "FILE")]
+    pub topology: Option<PathBuf>,
+
     /// Set VAR=VAL in every rank's environment (repeatable)
     #[arg(
         short = 'x',
@@ -204,6 +209,39 @@ mod tests {
         assert_eq!(
             (defaults.map_by, defaults.bind_to, defaults.first_slot),
             (MapBy::Slot, None, 0)
+        );
+        assert_eq!(defaults.topology, None);
+    }
+
+    #[test]
+    fn takes_a_topology_file() {
+        let a = DaemonArgs::try_parse_from([
+            "cohortd",
+            "--node",
+            "0",
+            "--nodes",
+            "1",
+            "--node-name",
+            "node0",
+            "--listen",
+            "127.0.1.1:0",
+            "--control",
+            "127.0.0.1:1",
+            "--job-dir",
+            "/j",
+            "--nspace",
+            "ns",
+            "--np",
+            "1",
+            "--topology",
+            "/etc/slurm/topology.conf",
+            "--",
+            "p",
+        ])
+        .unwrap();
+        assert_eq!(
+            a.topology.as_deref(),
+            Some(std::path::Path::new("/etc/slurm/topology.conf"))
         );
     }
 }

@@ -16,6 +16,7 @@ use std::fmt;
 use std::io::Write;
 use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use clap::Parser;
@@ -24,6 +25,7 @@ use cohort_proto::env::{self, from_hex, to_hex};
 use cohort_proto::JobMap;
 use cohort_server::{NodeService, ServiceConfig};
 use cohort_topology::placement::job_map;
+use cohort_topology::{hostlist, Locality, SwitchMap};
 use tokio::net::tcp::OwnedWriteHalf;
 use tokio::net::TcpStream;
 use tokio::signal::unix::{signal, Signal, SignalKind};
@@ -252,6 +254,17 @@ async fn bind_service(
         ));
         return None;
     }
+    let switches = match &args.topology {
+        Some(path) => match load_switch_map(path, job) {
+            Ok(map) => Some(Arc::new(map)),
+            Err(e) => {
+                say(format_args!("{}: {e}", args.node_name));
+                remove_dir(&socket_dir);
+                return None;
+            }
+        },
+        None => None,
+    };
     let cfg = ServiceConfig {
         node: args.node,
         job: job.clone(),
@@ -259,6 +272,7 @@ async fn bind_service(
         client_token: secrets.client_token,
         fabric_listen: args.listen,
         socket_dir: socket_dir.clone(),
+        switches,
     };
     match NodeService::bind(cfg).await {
         Ok(svc) => {
@@ -278,6 +292,37 @@ async fn bind_service(
             None
         }
     }
+}
+
+/// Reads the switch map and says how the job's nodes sit on it. The launcher has
+/// checked the file already and warned about nodes it does not list.
+fn load_switch_map(
+    path: &Path,
+    job: &JobMap,
+) -> Result<SwitchMap, cohort_topology::TopologyFileError> {
+    let map = SwitchMap::from_file(path)?;
+    for w in map.warnings() {
+        tracing::debug!(file = %path.display(), "{w}");
+    }
+    let locality = Locality::new(&map, &job.node_names);
+    let unknown: Vec<&str> = locality
+        .unknown()
+        .into_iter()
+        .map(|n| job.node_names[n as usize].as_str())
+        .collect();
+    tracing::info!(
+        file = %path.display(),
+        switches = map.switch_count(),
+        leaf_switches = locality.leaf_switches(),
+        "collective trees are hierarchical (switch leaders first)"
+    );
+    if !unknown.is_empty() {
+        tracing::debug!(
+            nodes = %hostlist::compress(&unknown),
+            "nodes not on the switch map"
+        );
+    }
+    Ok(map)
 }
 
 /// Registers with the launcher, waits for the peer list and starts the service on it.

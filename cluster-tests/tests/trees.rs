@@ -1,0 +1,187 @@
+//! Switch-aware collective trees end to end: `cohort run --topology FILE` hands a
+//! Slurm `topology.conf` to every node server, which then builds its fence and group
+//! trees switch leaders first; a topology.conf next to `$SLURM_CONF` is picked up
+//! without the flag; a malformed file stops `cohort run` before anything starts.
+
+use std::path::Path;
+use std::process::Output;
+
+use cohort_cluster_tests::{
+    cohort_command, example, run_cohort, text, CohortRun, TempDir, DEADLINE,
+};
+
+/// node0..node5 on two leaf switches under one top switch.
+const TOPOLOGY: &str = "\
+# two racks of three
+SwitchName=s1  Nodes=node[0-2]
+SwitchName=s2  Nodes=node[3-5]  LinkSpeed=100
+SwitchName=top Switches=s[1-2]
+";
+
+fn describe(out: &Output) -> String {
+    format!(
+        "status {:?}\n--- stdout:\n{}\n--- stderr:\n{}",
+        out.status,
+        text(&out.stdout),
+        text(&out.stderr)
+    )
+}
+
+fn results(out: &Output) -> Vec<String> {
+    text(&out.stdout)
+        .lines()
+        .filter_map(|l| l.split_once("RESULT ").map(|(_, r)| r.to_string()))
+        .collect()
+}
+
+/// `cohort run --nodes 6 -n 6 --topology FILE testprog SCENARIO`, which must succeed
+/// with every rank reporting the same result.
+fn run_scenario(topology: &Path, scenario: &str) {
+    let prog = example("testprog");
+    let out = run_cohort(
+        [
+            "run".as_ref(),
+            "--nodes".as_ref(),
+            "6".as_ref(),
+            "-n".as_ref(),
+            "6".as_ref(),
+            "--topology".as_ref(),
+            topology.as_os_str(),
+            prog.as_os_str(),
+            scenario.as_ref(),
+        ],
+        DEADLINE,
+    );
+    assert_eq!(out.status.code(), Some(0), "{scenario}: {}", describe(&out));
+    let r = results(&out);
+    assert_eq!(r.len(), 6, "{scenario}: {}", describe(&out));
+    assert!(
+        r.windows(2).all(|w| w[0] == w[1]),
+        "{scenario}: ranks disagree: {r:?}"
+    );
+}
+
+fn write_topology(dir: &TempDir, text: &str) -> std::path::PathBuf {
+    let path = dir.path().join("topology.conf");
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+#[test]
+fn construct_over_switch_trees() {
+    let dir = TempDir::new("trees-construct");
+    run_scenario(&write_topology(&dir, TOPOLOGY), "construct");
+}
+
+#[test]
+fn fence_over_switch_trees() {
+    let dir = TempDir::new("trees-fence");
+    run_scenario(&write_topology(&dir, TOPOLOGY), "fence");
+}
+
+#[test]
+fn node_servers_read_the_switch_map() {
+    let dir = TempDir::new("trees-log");
+    let topology = write_topology(&dir, TOPOLOGY);
+    let mut cmd = cohort_command([
+        "run".as_ref(),
+        "--nodes".as_ref(),
+        "2".as_ref(),
+        "-n".as_ref(),
+        "2".as_ref(),
+        "--topology".as_ref(),
+        topology.as_os_str(),
+        example("testprog").as_os_str(),
+        "fence".as_ref(),
+    ]);
+    cmd.env("COHORT_LOG", "info");
+    let out = CohortRun::spawn(cmd).wait(DEADLINE);
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    let err = text(&out.stderr);
+    let hierarchical = err
+        .lines()
+        .filter(|l| l.contains("switch leaders first"))
+        .count();
+    assert_eq!(hierarchical, 2, "each node server says so:\n{err}");
+    assert!(
+        err.contains("collective trees follow the switch map"),
+        "{err}"
+    );
+}
+
+#[test]
+fn topology_conf_next_to_slurm_conf_is_used() {
+    let dir = TempDir::new("trees-slurm");
+    write_topology(&dir, TOPOLOGY);
+    let mut cmd = cohort_command([
+        "run".as_ref(),
+        "--nodes".as_ref(),
+        "3".as_ref(),
+        "-n".as_ref(),
+        "3".as_ref(),
+        example("testprog").as_os_str(),
+        "fence".as_ref(),
+    ]);
+    cmd.env("COHORT_LOG", "info")
+        .env("SLURM_CONF", dir.path().join("slurm.conf"));
+    let out = CohortRun::spawn(cmd).wait(DEADLINE);
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    let err = text(&out.stderr);
+    let file = dir.path().join("topology.conf");
+    assert!(
+        err.lines()
+            .any(|l| l.contains("collective trees follow the switch map")
+                && l.contains(&file.display().to_string())),
+        "the launcher names the file it uses:\n{err}"
+    );
+}
+
+#[test]
+fn malformed_topology_fails_fast_naming_file_and_line() {
+    let dir = TempDir::new("trees-bad");
+    let topology = write_topology(
+        &dir,
+        "SwitchName=s1 Nodes=node[0-2]\n# fine so far\nSwitchName=s2 Nodes=node[3-\n",
+    );
+    let out = run_cohort(
+        [
+            "run".as_ref(),
+            "--nodes".as_ref(),
+            "6".as_ref(),
+            "-n".as_ref(),
+            "6".as_ref(),
+            "--topology".as_ref(),
+            topology.as_os_str(),
+            "true".as_ref(),
+        ],
+        DEADLINE,
+    );
+    assert_ne!(out.status.code(), Some(0), "{}", describe(&out));
+    let err = text(&out.stderr);
+    let at = format!("{}:3:", topology.display());
+    assert!(err.contains(&at), "names {at}:\n{err}");
+    assert!(
+        !err.contains("node server"),
+        "fails before starting node servers:\n{err}"
+    );
+
+    // A file that does not exist is refused the same way.
+    let missing = dir.path().join("absent.conf");
+    let out = run_cohort(
+        [
+            "run".as_ref(),
+            "-n".as_ref(),
+            "1".as_ref(),
+            "--topology".as_ref(),
+            missing.as_os_str(),
+            "true".as_ref(),
+        ],
+        DEADLINE,
+    );
+    assert_ne!(out.status.code(), Some(0), "{}", describe(&out));
+    assert!(
+        text(&out.stderr).contains(&missing.display().to_string()),
+        "{}",
+        describe(&out)
+    );
+}
