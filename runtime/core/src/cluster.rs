@@ -23,6 +23,9 @@ pub struct Cluster {
     /// Peer messages delivered so far, per sending node.
     pub sent: Vec<u64>,
     next_req: ReqId,
+    /// Links whose messages are held back (to reorder deliveries across links).
+    held_links: std::collections::HashSet<(NodeId, NodeId)>,
+    held: VecDeque<(NodeId, NodeId, PeerMsg)>,
 }
 
 impl Cluster {
@@ -47,6 +50,8 @@ impl Cluster {
             now: Duration::ZERO,
             sent: vec![0; m as usize],
             next_req: 1,
+            held_links: Default::default(),
+            held: VecDeque::new(),
         }
     }
 
@@ -107,6 +112,25 @@ impl Cluster {
         self.pump();
     }
 
+    /// Holds back every message on the link `from → to` until [`Cluster::release`]
+    /// (per-link order is kept; other links overtake it, as on a real network).
+    pub fn hold(&mut self, from: NodeId, to: NodeId) {
+        self.held_links.insert((from, to));
+    }
+
+    /// Delivers what was held on `from → to`, in order, and stops holding it.
+    pub fn release(&mut self, from: NodeId, to: NodeId) {
+        self.held_links.remove(&(from, to));
+        let (mine, rest): (Vec<_>, Vec<_>) = std::mem::take(&mut self.held)
+            .into_iter()
+            .partition(|(f, t, _)| (*f, *t) == (from, to));
+        self.held = rest.into();
+        for m in mine.into_iter().rev() {
+            self.net.push_front(m);
+        }
+        self.pump();
+    }
+
     /// Delivers every queued message until the cluster is quiet.
     pub fn pump(&mut self) {
         loop {
@@ -126,6 +150,10 @@ impl Cluster {
             let Some((from, to, msg)) = self.net.pop_front() else {
                 break;
             };
+            if self.held_links.contains(&(from, to)) {
+                self.held.push_back((from, to, msg));
+                continue;
+            }
             let now = self.now;
             self.engines[to as usize].on_peer(from, msg, now);
         }

@@ -248,6 +248,11 @@ pub struct Engine {
     /// attempt alone.
     tombstones: HashMap<CollKey, (CohortError, BTreeSet<ProcId>)>,
     tombstone_order: VecDeque<CollKey>,
+    /// Root only: operations this server completed successfully, most recent last. An
+    /// abort for one of them is stale: it comes from a server that saw a participant
+    /// exit after the outcome but before the outcome reached it.
+    recently_done: HashSet<CollKey>,
+    recently_done_order: VecDeque<CollKey>,
     fence_seq: HashMap<(ProcId, String), u64>,
 
     groups: HashMap<String, Group>,
@@ -296,6 +301,8 @@ impl Engine {
             colls: HashMap::new(),
             tombstones: HashMap::new(),
             tombstone_order: VecDeque::new(),
+            recently_done: HashSet::new(),
+            recently_done_order: VecDeque::new(),
             fence_seq: HashMap::new(),
             groups: HashMap::new(),
             retired: HashMap::new(),
@@ -515,6 +522,7 @@ impl Engine {
                 contribs,
                 excused,
             } => {
+                self.recently_done.remove(&key);
                 let coll = self
                     .colls
                     .entry(key.clone())
@@ -530,6 +538,7 @@ impl Engine {
                 self.progress(&key, now);
             }
             PeerMsg::CollJoin { key, contrib } => {
+                self.recently_done.remove(&key);
                 let coll = self
                     .colls
                     .entry(key.clone())
@@ -550,6 +559,13 @@ impl Engine {
                 }
                 other => self.fail_invite(&key.id, other, now),
             },
+            PeerMsg::CollAbort { key, .. } if self.recently_done.contains(&key) => {
+                tracing::debug!(
+                    ?key,
+                    from,
+                    "ignoring an abort of an operation already completed"
+                );
+            }
             PeerMsg::CollAbort { key, spec, error } => {
                 let coll = self
                     .colls
@@ -1375,6 +1391,7 @@ impl Engine {
         if let Some(err) = self.late_failure(&key, &contrib.proc) {
             return self.reply(waiter.client, waiter.req, Err(err));
         }
+        self.recently_done.remove(&key);
         let coll = self
             .colls
             .entry(key.clone())
@@ -2005,6 +2022,14 @@ impl Engine {
             Decision::Succeed => self.success_outcome(key),
             Decision::Pause(failed) => return self.report_failures(key, failed),
         };
+        if !matches!(outcome, CollOutcome::Failed(_)) && self.recently_done.insert(key.clone()) {
+            self.recently_done_order.push_back(key.clone());
+            while self.recently_done_order.len() > MAX_TOMBSTONES {
+                if let Some(old) = self.recently_done_order.pop_front() {
+                    self.recently_done.remove(&old);
+                }
+            }
+        }
         let coll = self.colls.get(key);
         let spec = coll.and_then(|c| c.spec.clone());
         let late: Vec<ProcId> = match (coll, &spec, &outcome) {

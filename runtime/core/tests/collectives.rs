@@ -804,3 +804,64 @@ fn a_late_caller_of_a_failed_construct_gets_the_same_error() {
         matches!(err(&c, 3, again), CohortError::ProcTerminated { ref procs, .. } if procs.len() == 3)
     );
 }
+
+/// A participant that completes a collective and exits is not "terminated before
+/// participating" for a server the outcome has not reached yet: the root ignores that
+/// server's stale abort, and the outcome arrives intact.
+#[test]
+fn an_exit_after_completion_does_not_fail_servers_the_outcome_has_not_reached() {
+    use cohort_core::engine::signature;
+    use cohort_topology::{rendezvous, Tree};
+    for kind in ["fence", "construct"] {
+        let mut c = Cluster::new(8, 8, TreeShape::KAry(2));
+        c.connect_all();
+        let all: Vec<u32> = (0..8).collect();
+        let nodes: Vec<u32> = (0..8).collect();
+        let root = if kind == "fence" {
+            let sig = signature(&all.iter().map(|&r| c.proc(r)).collect::<Vec<_>>());
+            nodes[rendezvous(&format!("{sig}#0"), 8)]
+        } else {
+            nodes[rendezvous("late-exit", 8)]
+        };
+        let tree = Tree::new(&nodes, root, TreeShape::KAry(2));
+        // a server two levels down, its parent, and a different child of the root
+        let y = *tree
+            .nodes()
+            .iter()
+            .find(|&&n| tree.parent(n).is_some_and(|p| p != root))
+            .unwrap();
+        let y_parent = tree.parent(y).unwrap();
+        let x = *tree
+            .children(root)
+            .iter()
+            .find(|&&n| n != y_parent)
+            .unwrap();
+        c.hold(y_parent, y);
+        let reqs: Vec<u64> = all
+            .iter()
+            .map(|&r| match kind {
+                "fence" => c.request(
+                    r,
+                    Request::Fence {
+                        procs: vec![],
+                        opts: FenceOpts::default(),
+                    },
+                ),
+                _ => construct(&mut c, r, "late-exit", &all, ctx_opts()),
+            })
+            .collect();
+        // rank x (node x) already has its outcome; it exits before y hears of it
+        assert!(
+            c.reply(x, reqs[x as usize]).is_some_and(|r| r.is_ok()),
+            "{kind}"
+        );
+        assert!(c.reply(y, reqs[y as usize]).is_none(), "{kind}: held back");
+        c.exit(x);
+        c.release(y_parent, y);
+        assert!(
+            c.reply(y, reqs[y as usize]).is_some_and(|r| r.is_ok()),
+            "{kind}: rank {y} got {:?}",
+            c.reply(y, reqs[y as usize])
+        );
+    }
+}
