@@ -2196,10 +2196,16 @@ impl Engine {
                 .retain(|_, a| !matches!(&a.kind, AckKind::Join(id) if *id == key.id));
             self.invite_homes.remove(&key.id);
         }
-        self.apply_outcome(&key, outcome, waiters);
+        self.apply_outcome(&key, outcome, waiters, now);
     }
 
-    fn apply_outcome(&mut self, key: &CollKey, outcome: CollOutcome, waiters: Vec<Waiter>) {
+    fn apply_outcome(
+        &mut self,
+        key: &CollKey,
+        outcome: CollOutcome,
+        waiters: Vec<Waiter>,
+        now: Time,
+    ) {
         match outcome {
             CollOutcome::Failed(e) => {
                 for w in waiters {
@@ -2237,7 +2243,18 @@ impl Engine {
                     .members
                     .iter()
                     .any(|p| self.job.node_of(p) == Some(self.node));
-                self.departed.remove(&key.id);
+                // Members that left right after completing may have told this server
+                // before the outcome got here; their departure applies once installed.
+                let early_leavers: Vec<ProcId> = self
+                    .departed
+                    .get(&key.id)
+                    .map(|d| {
+                        d.iter()
+                            .filter(|p| group.members.contains(p))
+                            .cloned()
+                            .collect()
+                    })
+                    .unwrap_or_default();
                 if has_local {
                     self.retired.remove(&key.id);
                     self.groups.insert(key.id.clone(), group.clone());
@@ -2252,6 +2269,9 @@ impl Engine {
                         })
                     };
                     self.reply(w.client, w.req, r);
+                }
+                for p in early_leavers {
+                    self.apply_left(&key.id, &p, now);
                 }
                 if notify_termination {
                     // Listed processes that never joined, and members that joined but

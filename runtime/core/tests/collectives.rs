@@ -865,3 +865,58 @@ fn an_exit_after_completion_does_not_fail_servers_the_outcome_has_not_reached() 
         );
     }
 }
+
+/// A member that leaves right after its construct completed may reach a server before
+/// the construct's outcome does; that server still removes it and tells its members.
+#[test]
+fn a_leave_that_overtakes_the_construct_outcome_is_not_lost() {
+    use cohort_topology::{rendezvous, Tree};
+    let mut c = Cluster::new(6, 3, TreeShape::KAry(2));
+    c.connect_all();
+    let all: Vec<u32> = (0..6).collect();
+    let root = rendezvous("overtaken", 3) as u32;
+    let tree = Tree::new(&[0, 1, 2], root, TreeShape::KAry(2));
+    // the leaver's node hears first; another node's outcome is held back
+    let slow = *tree.children(root).iter().find(|&&n| n != 0).unwrap_or(&1);
+    let leaver_node = *[0u32, 1, 2].iter().find(|&&n| n != slow).unwrap();
+    let leaver = c.job.ranks_on(leaver_node)[0];
+    c.hold(root, slow);
+    let reqs: Vec<u64> = all
+        .iter()
+        .map(|&r| construct(&mut c, r, "overtaken", &all, ctx_opts()))
+        .collect();
+    group(&c, leaver, reqs[leaver as usize]);
+    let l = c.request(
+        leaver,
+        Request::Leave {
+            id: "overtaken".into(),
+        },
+    );
+    assert_eq!(c.reply(leaver, l), Some(Ok(Response::Done)));
+    c.release(root, slow);
+    for r in c.job.ranks_on(slow) {
+        let g = group(&c, r, reqs[r as usize]);
+        assert_eq!(
+            g.members.len(),
+            6,
+            "the construct result itself lists everyone"
+        );
+        let left: Vec<_> = c
+            .events(r)
+            .into_iter()
+            .filter(|e| e.code == codes::GROUP_LEFT)
+            .collect();
+        assert_eq!(left.len(), 1, "rank {r}");
+        assert_eq!(left[0].affected, vec![c.proc(leaver)]);
+        let q = c.request(
+            r,
+            Request::QueryGroup {
+                id: "overtaken".into(),
+            },
+        );
+        assert!(
+            !group(&c, r, q).members.contains(&c.proc(leaver)),
+            "rank {r}"
+        );
+    }
+}
