@@ -110,7 +110,9 @@ fn run(cli: Cli) -> Res<()> {
     let hops = |depth: usize| if nodes == 1 { 2 } else { 2 + 2 * depth };
     let depth = {
         let all: Vec<u32> = (0..nodes).collect();
-        cohort_topology::Tree::new(&all, 0, cohort_topology::TreeShape::default()).depth()
+        // The shape the node servers pick for this many servers (flat, no switch map).
+        let shape = cohort_topology::default_shape(nodes as usize);
+        cohort_topology::Tree::new(&all, 0, shape).depth()
     };
     match cli.what {
         What::Fence { min_size, max_size } => {

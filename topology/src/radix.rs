@@ -128,6 +128,17 @@ impl CostModel {
     }
 }
 
+/// The shape node servers use for `n` participating servers until the transport
+/// measures α and β: [`choose_radix`] with the documented defaults.
+pub fn default_shape(n: usize) -> TreeShape {
+    choose_radix(
+        n,
+        DEFAULT_ALPHA_S,
+        DEFAULT_BETA_S_PER_BYTE,
+        DEFAULT_BYTES_PER_NODE,
+    )
+}
+
 /// Picks the tree shape for `n` node servers from the per-hop latency `alpha_s`
 /// (seconds), the per-byte time `beta_s_per_byte` (seconds/byte) and the payload per
 /// node server, with the default per-message overhead ([`DEFAULT_OVERHEAD_S`]); see

@@ -20,8 +20,7 @@ use cohort_proto::frame::{self, MAX_CLIENT_FRAME};
 use cohort_proto::msg::{ClientFrame, Hello, ServerFrame, Welcome};
 use cohort_proto::peer::PeerMsg;
 use cohort_proto::{CohortError, JobMap, NodeId, ProcId, Rank, PROTOCOL_VERSION};
-use cohort_topology::radix::{DEFAULT_ALPHA_S, DEFAULT_BETA_S_PER_BYTE, DEFAULT_BYTES_PER_NODE};
-use cohort_topology::{choose_radix, SwitchMap};
+use cohort_topology::{default_shape, SwitchMap};
 use cohort_transport::{AnyFabric, Fabric, FabricConfig, FabricEvent, FabricKind};
 use tokio::io::BufReader;
 use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
@@ -158,12 +157,7 @@ impl NodeService {
 
         // The radix comes from the cost model with its default α/β (the transport does
         // not measure them yet) for the job's node count.
-        let tree_shape = choose_radix(
-            cfg.job.num_nodes as usize,
-            DEFAULT_ALPHA_S,
-            DEFAULT_BETA_S_PER_BYTE,
-            DEFAULT_BYTES_PER_NODE,
-        );
+        let tree_shape = default_shape(cfg.job.num_nodes as usize);
         tracing::debug!(
             nodes = cfg.job.num_nodes,
             shape = %tree_shape,
