@@ -40,8 +40,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .map(|(_, i)| i.clone())
         .unwrap_or_default();
     let endpoint = client.get(next, "demo.endpoint", None)?;
+    let binding = client
+        .binding()
+        .map(|b| b.to_string())
+        .unwrap_or_else(|| "?".into());
     println!(
-        "rank {} on {}: group {:?} members [{}] context id {} | member {} group info {:?} endpoint {:?}",
+        "rank {} on {} (cpus {binding}): group {:?} members [{}] context id {} | member {} group info {:?} endpoint {:?}",
         me.rank,
         client.node_name(),
         group.id,

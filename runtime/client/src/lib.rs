@@ -52,6 +52,7 @@ pub use cohort_proto::value::info_get;
 pub use cohort_proto::{
     CohortError, Event, EventCode, Info, JobMap, ProcId, Range, Scope, Value, RANK_WILDCARD,
 };
+pub use cohort_topology::{Binding, CpuSet};
 pub use conn::LOST_REASON_KEY;
 pub use events::{HandlerId, EVENT_CACHE_CAPACITY};
 pub use group_event::GroupEventInfo;
@@ -758,6 +759,13 @@ impl Client {
         // `self` exists; if it somehow did, the handler would simply never run.
         let _ = self.inner.events.send(EventMsg::Activate(id));
         id
+    }
+
+    /// The CPUs this rank is bound to, as its node server set them before exec
+    /// (`COHORT_BINDING`): `Binding::Unbound` when it chose not to bind (e.g.
+    /// oversubscribed), `None` when not started by `cohortd`.
+    pub fn binding(&self) -> Option<Binding> {
+        cohort_topology::binding_from_env()
     }
 
     /// Removes a handler. A call already running completes; no new one starts.
