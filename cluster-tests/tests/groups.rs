@@ -160,7 +160,7 @@ fn demo_job_agrees_on_membership_and_context_id() {
     }
     for node in ["node0", "node1", "node2"] {
         assert!(
-            stdout.contains(&format!("on {node}:")),
+            stdout.contains(&format!("on {node} (cpus ")),
             "{node} missing: {stdout}"
         );
     }
