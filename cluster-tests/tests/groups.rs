@@ -165,3 +165,40 @@ fn demo_job_agrees_on_membership_and_context_id() {
         );
     }
 }
+
+/// The same scenarios on 8 node servers, where collective trees are two or more levels
+/// deep: outcomes then travel different paths than termination notices and leaves, the
+/// conditions two races fixed on 2026-11-21 needed (a participant exiting right after
+/// the outcome; a leave overtaking the construct outcome).
+mod deep_trees {
+    use super::*;
+
+    fn ok8(scenario: &str) -> Vec<String> {
+        ok(8, 8, scenario, 8)
+    }
+
+    #[test]
+    fn construct() {
+        all_equal("construct", &ok8("construct"));
+    }
+    #[test]
+    fn fence() {
+        all_equal("fence", &ok8("fence"));
+    }
+    #[test]
+    fn leave() {
+        all_equal("leave", &ok8("leave"));
+    }
+    #[test]
+    fn reuse() {
+        all_equal("reuse", &ok8("reuse"));
+    }
+    #[test]
+    fn add_members() {
+        all_equal("addmembers", &ok8("addmembers"));
+    }
+    #[test]
+    fn events() {
+        ok8("events");
+    }
+}

@@ -117,3 +117,39 @@ on_1_and_3_nodes! {
     collective_member_dies_notify_anyone_decides: "collective-member-dies-notify-anyone", 6,
         recovery: false, status: 0, results: 5, agree: true;
 }
+
+/// Bootstrap and invite/join on 8 node servers (deeper trees, more servers between
+/// the leaders, the rendezvous and the members).
+mod deep_trees {
+    use super::*;
+
+    fn ok8(scenario: &str) {
+        let job = run_testprog(8, 8, scenario, false);
+        assert_eq!(
+            job.status,
+            Some(0),
+            "{scenario}\n{}\n{}",
+            job.stdout,
+            job.stderr
+        );
+        let r = job.results();
+        assert!(!r.is_empty(), "{scenario}: no RESULT lines\n{}", job.stderr);
+        assert!(
+            r.windows(2).all(|w| w[0] == w[1]) || scenario == "invite",
+            "{scenario}: {r:?}"
+        );
+    }
+
+    #[test]
+    fn bootstrap() {
+        ok8("bootstrap");
+    }
+    #[test]
+    fn invite() {
+        ok8("invite");
+    }
+    #[test]
+    fn collective_member_dies_notify() {
+        ok8("collective-member-dies-notify");
+    }
+}
