@@ -185,7 +185,6 @@ enum AckKind {
 struct AckWaiter {
     client: ClientId,
     req: ReqId,
-    proc: ProcId,
     kind: AckKind,
 }
 
@@ -1780,18 +1779,10 @@ impl Engine {
         id
     }
 
-    fn track_ack(&mut self, client: ClientId, req: ReqId, proc: ProcId, kind: AckKind) -> u64 {
+    fn track_ack(&mut self, client: ClientId, req: ReqId, kind: AckKind) -> u64 {
         let token = self.next_token;
         self.next_token += 1;
-        self.acks.insert(
-            token,
-            AckWaiter {
-                client,
-                req,
-                proc,
-                kind,
-            },
-        );
+        self.acks.insert(token, AckWaiter { client, req, kind });
         token
     }
 
@@ -1820,7 +1811,7 @@ impl Engine {
                 (key, root)
             }
         };
-        let token = self.track_ack(client, req, proc.clone(), AckKind::Decide);
+        let token = self.track_ack(client, req, AckKind::Decide);
         self.send_peer(
             home,
             PeerMsg::Decide {
@@ -1847,7 +1838,6 @@ impl Engine {
                 self.reply(a.client, a.req, Err(e));
             }
         }
-        let _ = a.proc;
     }
 
     /// Root: a participant's decision about construct `key` in progress.

@@ -216,7 +216,7 @@ impl Engine {
         };
         let mut token = 0;
         if accept {
-            token = self.track_ack(client, req, proc.clone(), AckKind::Join(id.clone()));
+            token = self.track_ack(client, req, AckKind::Join(id.clone()));
             let w = waiter(client, req, proc, timeout_ms, now);
             self.colls
                 .entry(invite_key(&id))
