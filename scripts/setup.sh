@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # Installs what building and testing cohort needs on a fresh Debian/Ubuntu machine:
 # a C toolchain, pkg-config and the hwloc/udev headers topology discovery links
-# against (apt), and a Rust toolchain (rustup) when cargo is missing. Idempotent:
+# against, cmake and libclang for the verbs backend's small C shim (sideway's
+# rdma-mummy-sys; libibverbs itself is loaded at run time, not needed to build) (apt),
+# and a Rust toolchain (rustup) when cargo is missing. Idempotent:
 # does nothing when everything is present.
 set -euo pipefail
 
 need=()
-for pkg in build-essential pkg-config libhwloc-dev libudev-dev ca-certificates curl iproute2 procps; do
+for pkg in build-essential pkg-config cmake libclang-dev libhwloc-dev libudev-dev ca-certificates curl iproute2 procps; do
     dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || need+=("$pkg")
 done
 if ((${#need[@]})); then

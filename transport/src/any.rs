@@ -7,20 +7,21 @@ use std::str::FromStr;
 use bytes::Bytes;
 use tokio::sync::mpsc::UnboundedReceiver;
 
-use crate::{Fabric, FabricConfig, FabricError, FabricEvent, NodeId, TcpFabric};
+use crate::{Fabric, FabricConfig, FabricError, FabricEvent, NodeId, TcpFabric, VerbsFabric};
 
-/// Environment variable that forces a backend (`auto` or `tcp`).
+/// Environment variable that forces a backend (`auto`, `verbs` or `tcp`).
 pub const BACKEND_ENV: &str = "COHORT_FABRIC";
 
 /// Which backend to start.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum FabricKind {
-    /// The fastest usable backend. Today that is always TCP; once the verbs backend
-    /// exists, verbs when a usable RDMA device is present.
+    /// Verbs when a device with an ACTIVE port exists, else TCP.
     #[default]
     Auto,
     /// TCP over tokio.
     Tcp,
+    /// RC queue pairs over libibverbs; binding fails without a usable device.
+    Verbs,
 }
 
 impl FabricKind {
@@ -36,6 +37,7 @@ impl FabricKind {
         match self {
             FabricKind::Auto => "auto",
             FabricKind::Tcp => "tcp",
+            FabricKind::Verbs => "verbs",
         }
     }
 }
@@ -46,6 +48,7 @@ impl FromStr for FabricKind {
         match s.trim().to_ascii_lowercase().as_str() {
             "auto" => Ok(FabricKind::Auto),
             "tcp" => Ok(FabricKind::Tcp),
+            "verbs" => Ok(FabricKind::Verbs),
             _ => Err(FabricError::UnknownBackend {
                 name: s.to_string(),
             }),
@@ -64,6 +67,47 @@ impl fmt::Display for FabricKind {
 #[derive(Clone, Debug)]
 pub enum AnyFabric {
     Tcp(TcpFabric),
+    Verbs(VerbsFabric),
+}
+
+/// What `auto` decided, and why: the line [`AnyFabric::bind`] logs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AutoChoice {
+    pub kind: FabricKind,
+    pub reason: String,
+}
+
+impl FabricKind {
+    /// Resolves `Auto` against this machine: verbs when a device with an ACTIVE port is
+    /// found (the one `cfg.verbs` / `COHORT_IB_DEVICE` names, if any), else TCP. Other
+    /// kinds are returned as they are.
+    pub fn resolve(self, cfg: &FabricConfig) -> AutoChoice {
+        if self != FabricKind::Auto {
+            return AutoChoice {
+                kind: self,
+                reason: format!("{BACKEND_ENV} or the caller asked for {self}"),
+            };
+        }
+        let opts = match cfg.verbs.clone().with_env() {
+            Ok(opts) => opts,
+            Err(e) => {
+                return AutoChoice {
+                    kind: FabricKind::Tcp,
+                    reason: format!("verbs settings unusable: {e}"),
+                }
+            }
+        };
+        match crate::verbs::probe(&opts) {
+            Ok(dev) => AutoChoice {
+                kind: FabricKind::Verbs,
+                reason: format!("RDMA device {} port {} is ACTIVE", dev.name, dev.port),
+            },
+            Err(why) => AutoChoice {
+                kind: FabricKind::Tcp,
+                reason: why,
+            },
+        }
+    }
 }
 
 impl AnyFabric {
@@ -73,13 +117,25 @@ impl AnyFabric {
         kind: FabricKind,
         cfg: FabricConfig,
     ) -> std::io::Result<(AnyFabric, UnboundedReceiver<FabricEvent>)> {
-        let (fabric, events) = match kind {
+        let choice = kind.resolve(&cfg);
+        let (fabric, events) = match choice.kind {
+            FabricKind::Verbs => {
+                let (f, events) = VerbsFabric::bind(cfg).await?;
+                (AnyFabric::Verbs(f), events)
+            }
             FabricKind::Auto | FabricKind::Tcp => {
                 let (f, events) = TcpFabric::bind(cfg).await?;
                 (AnyFabric::Tcp(f), events)
             }
         };
-        tracing::info!(requested = %kind, backend = fabric.backend(), "fabric backend selected");
+        tracing::info!(
+            requested = %kind,
+            backend = fabric.backend(),
+            reason = %choice.reason,
+            "fabric backend selected: {} ({})",
+            fabric.backend(),
+            choice.reason
+        );
         Ok((fabric, events))
     }
 
@@ -89,7 +145,14 @@ impl AnyFabric {
     pub async fn shutdown(&self) {
         match self {
             AnyFabric::Tcp(f) => f.shutdown().await,
+            AnyFabric::Verbs(f) => f.shutdown().await,
         }
+    }
+}
+
+impl From<VerbsFabric> for AnyFabric {
+    fn from(f: VerbsFabric) -> Self {
+        AnyFabric::Verbs(f)
     }
 }
 
@@ -103,31 +166,37 @@ impl Fabric for AnyFabric {
     fn backend(&self) -> &'static str {
         match self {
             AnyFabric::Tcp(f) => f.backend(),
+            AnyFabric::Verbs(f) => f.backend(),
         }
     }
     fn node(&self) -> NodeId {
         match self {
             AnyFabric::Tcp(f) => f.node(),
+            AnyFabric::Verbs(f) => f.node(),
         }
     }
     fn local_addr(&self) -> String {
         match self {
             AnyFabric::Tcp(f) => f.local_addr(),
+            AnyFabric::Verbs(f) => f.local_addr(),
         }
     }
     fn set_peers(&self, peers: Vec<String>) {
         match self {
             AnyFabric::Tcp(f) => f.set_peers(peers),
+            AnyFabric::Verbs(f) => f.set_peers(peers),
         }
     }
     fn send(&self, to: NodeId, payload: Bytes) -> Result<(), FabricError> {
         match self {
             AnyFabric::Tcp(f) => f.send(to, payload),
+            AnyFabric::Verbs(f) => f.send(to, payload),
         }
     }
     fn close(&self) {
         match self {
             AnyFabric::Tcp(f) => f.close(),
+            AnyFabric::Verbs(f) => f.close(),
         }
     }
 }
@@ -143,5 +212,7 @@ mod tests {
         let e = "ib".parse::<FabricKind>().unwrap_err();
         assert!(e.to_string().contains("\"ib\""), "{e}");
         assert_eq!(FabricKind::Tcp.to_string(), "tcp");
+        assert_eq!("Verbs".parse::<FabricKind>().unwrap(), FabricKind::Verbs);
+        assert_eq!(FabricKind::Verbs.to_string(), "verbs");
     }
 }

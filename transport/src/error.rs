@@ -74,6 +74,6 @@ pub enum FabricError {
     Restarted { peer: NodeId },
 
     /// `FabricKind` parsing: no backend of that name.
-    #[error("unknown fabric backend {name:?} (expected \"auto\" or \"tcp\")")]
+    #[error("unknown fabric backend {name:?} (expected \"auto\", \"verbs\" or \"tcp\")")]
     UnknownBackend { name: String },
 }

@@ -7,7 +7,11 @@
 //! server). Backends form the closed enum [`AnyFabric`], one file each:
 //!
 //! * `tcp` ([`TcpFabric`]): tokio sockets, one outbound connection per peer.
-//! * verbs: planned (RC queue pairs); it will join [`AnyFabric`] and [`FabricKind`].
+//! * `verbs` ([`VerbsFabric`]): RC queue pairs over libibverbs (loaded at run time),
+//!   set up over the same authenticated TCP handshake; see the `verbs` module.
+//!
+//! `COHORT_FABRIC=auto` (the default) picks verbs when a device with an ACTIVE port
+//! exists and TCP otherwise, and logs the choice and its reason at info.
 //!
 //! Delivery contract, whatever the backend:
 //!
@@ -45,8 +49,10 @@
 
 mod any;
 mod error;
+mod handshake;
 mod liveness;
 mod tcp;
+mod verbs;
 pub mod wire;
 
 use std::net::SocketAddr;
@@ -54,10 +60,14 @@ use std::time::Duration;
 
 use bytes::Bytes;
 
-pub use any::{AnyFabric, FabricKind, BACKEND_ENV};
+pub use any::{AnyFabric, AutoChoice, FabricKind, BACKEND_ENV};
 pub use cohort_proto::NodeId;
 pub use error::FabricError;
 pub use tcp::TcpFabric;
+pub use verbs::{
+    memlock_limit, probe as probe_verbs, VerbsDevice, VerbsFabric, VerbsOptions, DEVICE_ENV,
+    GID_INDEX_ENV,
+};
 
 /// How long an acceptor waits for a connector's hello before dropping the connection.
 pub const HELLO_TIMEOUT: Duration = Duration::from_secs(5);
@@ -93,6 +103,9 @@ pub struct FabricConfig {
     pub max_frame: usize,
     /// Bound on connecting plus handshaking with a peer.
     pub connect_timeout: Duration,
+    /// Device, port and GID for the verbs backend (unset fields: environment, then
+    /// automatic); ignored by TCP.
+    pub verbs: VerbsOptions,
 }
 
 impl FabricConfig {
@@ -105,6 +118,7 @@ impl FabricConfig {
             secret,
             max_frame: cohort_proto::frame::MAX_PEER_FRAME,
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+            verbs: VerbsOptions::default(),
         }
     }
 }
@@ -118,6 +132,7 @@ impl std::fmt::Debug for FabricConfig {
             .field("secret", &format_args!("<{} bytes>", self.secret.len()))
             .field("max_frame", &self.max_frame)
             .field("connect_timeout", &self.connect_timeout)
+            .field("verbs", &self.verbs)
             .finish()
     }
 }
@@ -125,7 +140,7 @@ impl std::fmt::Debug for FabricConfig {
 /// Message passing between node servers. Implemented by every backend and by
 /// [`AnyFabric`], which delegates to the backend chosen at run time.
 pub trait Fabric: Send + Sync + 'static {
-    /// The backend's name (`"tcp"`).
+    /// The backend's name (`"tcp"` or `"verbs"`).
     fn backend(&self) -> &'static str;
 
     /// This node's id.

@@ -17,24 +17,23 @@ use std::collections::HashMap;
 use std::future::Future;
 use std::io::{self, IoSlice};
 use std::net::{IpAddr, SocketAddr};
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpSocket, TcpStream};
+use tokio::io::{AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc::{self, UnboundedReceiver, UnboundedSender};
-use tokio::sync::{watch, Notify};
+use tokio::sync::watch;
 use tokio::task::AbortHandle;
 use tokio::time::timeout;
 use tracing::{debug, info, warn, Instrument};
 
-use crate::liveness::{ConnId, LinkEnd, Liveness, Verdict};
-use crate::wire::{
-    self, Frame, FrameDecoder, Hello, Reply, GOODBYE, HELLO_FIXED_LEN, MAX_SECRET_LEN,
-    REPLY_FIXED_LEN, WIRE_VERSION,
+use crate::handshake::{
+    self, closing, new_incarnation, read_hello, say_goodbye, Identity, TaskCount,
 };
+use crate::liveness::{ConnId, LinkEnd, Liveness, Verdict};
+use crate::wire::{self, Frame, FrameDecoder, Hello, Reply, GOODBYE, MAX_SECRET_LEN, WIRE_VERSION};
 use crate::{Fabric, FabricConfig, FabricError, FabricEvent, NodeId, CLOSE_GRACE, HELLO_TIMEOUT};
 
 /// At most this many frames go into one vectored write (well under `IOV_MAX`).
@@ -377,118 +376,26 @@ impl Shared {
         });
     }
 
-    /// Why a hello is refused, if it is. The secret is checked before anything that
-    /// would tell an unauthenticated connector about the job.
+    /// Why a hello is refused, if it is (see [`handshake::check_hello`]).
     fn check_hello(&self, hello: &Hello) -> Result<(), String> {
-        if hello.wire_version != WIRE_VERSION {
-            return Err(format!(
-                "fabric wire version {} is not this node's {WIRE_VERSION}",
-                hello.wire_version
-            ));
-        }
-        if hello.proto_version != cohort_proto::PROTOCOL_VERSION {
-            return Err(format!(
-                "protocol version {} is not this node's {}",
-                hello.proto_version,
-                cohort_proto::PROTOCOL_VERSION
-            ));
-        }
-        if !cohort_proto::env::secrets_equal(&hello.secret, &self.secret) {
-            return Err("job secret mismatch".into());
-        }
-        if hello.node == self.me {
-            return Err(format!("hello claims this node's own id {}", self.me));
-        }
-        if hello.expected != self.me {
-            return Err(format!(
-                "hello is meant for node {}, this is node {}",
-                hello.expected, self.me
-            ));
-        }
         let known = self.lock().peers.len();
-        if known > 0 && hello.node as usize >= known {
-            return Err(format!(
-                "node id {} is not below the {known} known peers",
-                hello.node
-            ));
+        handshake::check_hello(&self.identity(), hello, known)
+    }
+
+    fn identity(&self) -> Identity<'_> {
+        Identity {
+            me: self.me,
+            secret: &self.secret,
+            incarnation: self.incarnation,
+            wire_version: WIRE_VERSION,
+            source_ip: self.source_ip,
         }
-        Ok(())
     }
 
     /// Connects to `peer` at `addr` and handshakes, all within the connect timeout.
     /// Returns the stream and the peer's incarnation.
     async fn connect(&self, peer: NodeId, addr: &str) -> Result<(TcpStream, u64), FabricError> {
-        let attempt = async {
-            let mut stream = self
-                .open(addr)
-                .await
-                .map_err(|source| FabricError::Connect {
-                    peer,
-                    addr: addr.to_string(),
-                    source,
-                })?;
-            let io_err = |source| FabricError::Io { peer, source };
-            stream.set_nodelay(true).map_err(io_err)?;
-            let hello = Hello {
-                wire_version: WIRE_VERSION,
-                proto_version: cohort_proto::PROTOCOL_VERSION,
-                node: self.me,
-                expected: peer,
-                incarnation: self.incarnation,
-                secret: self.secret.clone(),
-            };
-            stream.write_all(&hello.encode()).await.map_err(io_err)?;
-            let mut fixed = [0u8; REPLY_FIXED_LEN];
-            stream.read_exact(&mut fixed).await.map_err(io_err)?;
-            let head = Reply::decode_head(&fixed).map_err(|e| FabricError::Protocol {
-                peer,
-                reason: format!("bad handshake reply: {e}"),
-            })?;
-            let mut reason = vec![0u8; head.reason_len]; // bounded by MAX_REASON_LEN
-            stream.read_exact(&mut reason).await.map_err(io_err)?;
-            match Reply::from_parts(head, &reason) {
-                Reply::Refuse { reason, .. } => Err(FabricError::Refused {
-                    peer,
-                    addr: addr.to_string(),
-                    reason,
-                }),
-                Reply::Accept { node, .. } if node != peer => Err(FabricError::Protocol {
-                    peer,
-                    reason: format!("{addr} answered as node {node}"),
-                }),
-                Reply::Accept { incarnation, .. } => Ok((stream, incarnation)),
-            }
-        };
-        match timeout(self.connect_timeout, attempt).await {
-            Ok(result) => result,
-            Err(_) => Err(FabricError::ConnectTimeout {
-                peer,
-                addr: addr.to_string(),
-                after: self.connect_timeout,
-            }),
-        }
-    }
-
-    /// Opens a TCP connection to `addr` (any resolved address), from our own IP.
-    async fn open(&self, addr: &str) -> io::Result<TcpStream> {
-        let mut last_err = None;
-        for target in tokio::net::lookup_host(addr).await? {
-            let socket = if target.is_ipv4() {
-                TcpSocket::new_v4()?
-            } else {
-                TcpSocket::new_v6()?
-            };
-            if let Some(ip) = self.source_ip.filter(|ip| ip.is_ipv4() == target.is_ipv4()) {
-                socket.bind(SocketAddr::new(ip, 0))?;
-            }
-            match socket.connect(target).await {
-                Ok(stream) => return Ok(stream),
-                Err(e) => last_err = Some(e),
-            }
-        }
-        Err(last_err.unwrap_or_else(|| {
-            io::Error::new(io::ErrorKind::NotFound, "address resolved to nothing")
-        }))
+        handshake::connect(&self.identity(), peer, addr, self.connect_timeout).await
     }
 }
 
@@ -520,47 +427,6 @@ impl State {
             }
         }
     }
-}
-
-/// Counts live connection tasks so `shutdown` can wait for them.
-#[derive(Default)]
-struct TaskCount {
-    live: AtomicUsize,
-    idle: Notify,
-}
-
-struct TaskGuard(Arc<TaskCount>);
-
-impl TaskCount {
-    fn enter(self: &Arc<Self>) -> TaskGuard {
-        self.live.fetch_add(1, Ordering::SeqCst);
-        TaskGuard(self.clone())
-    }
-
-    async fn wait_idle(&self) {
-        loop {
-            let idle = self.idle.notified();
-            tokio::pin!(idle);
-            idle.as_mut().enable();
-            if self.live.load(Ordering::SeqCst) == 0 {
-                return;
-            }
-            idle.await;
-        }
-    }
-}
-
-impl Drop for TaskGuard {
-    fn drop(&mut self) {
-        if self.0.live.fetch_sub(1, Ordering::SeqCst) == 1 {
-            self.0.idle.notify_waiters();
-        }
-    }
-}
-
-/// Resolves once the fabric starts closing.
-async fn closing(rx: &mut watch::Receiver<bool>) {
-    let _ = rx.wait_for(|closing| *closing).await;
 }
 
 async fn accept_loop(shared: Arc<Shared>, listener: TcpListener) {
@@ -642,21 +508,6 @@ async fn run_inbound(shared: Arc<Shared>, mut stream: TcpStream, remote: SocketA
     }
     .instrument(span)
     .await
-}
-
-async fn read_hello(stream: &mut TcpStream) -> Result<Hello, String> {
-    let mut fixed = [0u8; HELLO_FIXED_LEN];
-    stream
-        .read_exact(&mut fixed)
-        .await
-        .map_err(|e| e.to_string())?;
-    let head = Hello::decode_head(&fixed).map_err(|e| e.to_string())?;
-    let mut secret = vec![0u8; head.secret_len]; // bounded by MAX_SECRET_LEN
-    stream
-        .read_exact(&mut secret)
-        .await
-        .map_err(|e| e.to_string())?;
-    Ok(Hello::from_parts(head, secret))
 }
 
 /// Reads frames from an accepted connection and delivers them until the peer says
@@ -832,36 +683,4 @@ async fn write_batch<W: AsyncWrite + Unpin>(wr: &mut W, frames: &[Bytes]) -> io:
         IoSlice::advance_slices(&mut remaining, n);
     }
     Ok(())
-}
-
-/// Tells the other end we are closing on purpose, then waits (bounded) for it to close
-/// its side, so the goodbye is not lost to a reset from unread data.
-async fn say_goodbye<R, W>(rd: &mut R, wr: &mut W)
-where
-    R: AsyncRead + Unpin,
-    W: AsyncWrite + Unpin,
-{
-    let _ = timeout(CLOSE_GRACE, async {
-        wr.write_all(&GOODBYE.to_le_bytes()).await?;
-        wr.shutdown().await?;
-        let mut sink = [0u8; 4096];
-        while rd.read(&mut sink).await? > 0 {}
-        io::Result::Ok(())
-    })
-    .await;
-}
-
-/// A random number identifying this process's fabric, so peers can tell a restarted
-/// node server from the one they knew.
-fn new_incarnation() -> u64 {
-    if let Ok(bytes) = cohort_proto::env::random_bytes(8) {
-        if let Ok(bytes) = <[u8; 8]>::try_from(bytes) {
-            return u64::from_le_bytes(bytes);
-        }
-    }
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos() as u64)
-        .unwrap_or(0);
-    nanos ^ ((std::process::id() as u64) << 32)
 }

@@ -17,6 +17,9 @@ use crate::NodeId;
 pub const MAGIC: [u8; 8] = *b"COHORTFB";
 /// Version of this byte format; bumped on any change to the handshake or framing.
 pub const WIRE_VERSION: u32 = 1;
+/// The wire version a verbs fabric presents in its hello: same handshake, then a
+/// [`VerbsEndpoint`] exchange instead of frames, so the two backends refuse each other.
+pub const VERBS_WIRE_VERSION: u32 = 0x0100_0000 | WIRE_VERSION;
 /// Longest secret a hello may carry.
 pub const MAX_SECRET_LEN: usize = 1024;
 /// Longest refusal reason a reply may carry.
@@ -47,6 +50,8 @@ pub enum WireError {
     FrameTooLarge { len: usize, max: usize },
     #[error("unknown control word {word:#010x}")]
     UnknownControl { word: u32 },
+    #[error("verbs endpoint out of range")]
+    BadEndpoint,
 }
 
 /// The connector's introduction.
@@ -315,6 +320,69 @@ impl FrameDecoder {
     }
 }
 
+/// What one side of a verbs link tells the other after an accepted handshake (connector
+/// first, then acceptor): its RC queue pair and how it receives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct VerbsEndpoint {
+    /// Queue pair number (24 bits).
+    pub qpn: u32,
+    /// First packet sequence number (24 bits).
+    pub psn: u32,
+    /// The port GID (RoCE: the IPv4-mapped address).
+    pub gid: [u8; 16],
+    /// Active MTU as the verbs enum value (1 = 256 B … 5 = 4096 B).
+    pub mtu: u8,
+    /// Bytes per receive buffer; the sender never sends a chunk larger than this.
+    pub slot_size: u32,
+    /// Receive buffers posted at start: the sender's initial credits.
+    pub credits: u32,
+}
+
+impl VerbsEndpoint {
+    pub const LEN: usize = 8 + 4 + 4 + 16 + 1 + 4 + 4;
+
+    pub fn encode(&self) -> [u8; Self::LEN] {
+        let mut out = [0u8; Self::LEN];
+        out[..8].copy_from_slice(&MAGIC);
+        out[8..12].copy_from_slice(&self.qpn.to_le_bytes());
+        out[12..16].copy_from_slice(&self.psn.to_le_bytes());
+        out[16..32].copy_from_slice(&self.gid);
+        out[32] = self.mtu;
+        out[33..37].copy_from_slice(&self.slot_size.to_le_bytes());
+        out[37..41].copy_from_slice(&self.credits.to_le_bytes());
+        out
+    }
+
+    /// Decodes and sanity-checks an endpoint (bounded values only: a peer cannot make
+    /// us allocate or wait on its say-so).
+    pub fn decode(bytes: &[u8; Self::LEN]) -> Result<VerbsEndpoint, WireError> {
+        if bytes[..8] != MAGIC {
+            return Err(WireError::BadMagic);
+        }
+        let word = |at: usize| {
+            u32::from_le_bytes([bytes[at], bytes[at + 1], bytes[at + 2], bytes[at + 3]])
+        };
+        let ep = VerbsEndpoint {
+            qpn: word(8),
+            psn: word(12),
+            gid: bytes[16..32].try_into().expect("16 bytes"),
+            mtu: bytes[32],
+            slot_size: word(33),
+            credits: word(37),
+        };
+        if ep.qpn >> 24 != 0
+            || ep.psn >> 24 != 0
+            || !(1..=5).contains(&ep.mtu)
+            || ep.slot_size == 0
+            || ep.credits == 0
+            || ep.credits > 1 << 16
+        {
+            return Err(WireError::BadEndpoint);
+        }
+        Ok(ep)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -439,6 +507,27 @@ mod tests {
         assert_eq!(dec.reserve_hint(&buf), 4 << 20);
         let small = BytesMut::from(&10u32.to_le_bytes()[..]);
         assert_eq!(dec.reserve_hint(&small), MIN_READ);
+    }
+
+    #[test]
+    fn verbs_endpoint_roundtrip_and_bounds() {
+        let ep = VerbsEndpoint {
+            qpn: 0x11,
+            psn: 0xabcdef,
+            gid: [7; 16],
+            mtu: 5,
+            slot_size: 65536,
+            credits: 16,
+        };
+        assert_eq!(VerbsEndpoint::decode(&ep.encode()), Ok(ep));
+        let bad = VerbsEndpoint { credits: 0, ..ep };
+        assert_eq!(
+            VerbsEndpoint::decode(&bad.encode()),
+            Err(WireError::BadEndpoint)
+        );
+        let mut bytes = ep.encode();
+        bytes[0] = 0;
+        assert_eq!(VerbsEndpoint::decode(&bytes), Err(WireError::BadMagic));
     }
 
     /// Deterministic garbage never panics the decoders.

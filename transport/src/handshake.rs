@@ -1,0 +1,246 @@
+//! Connection set-up shared by every backend: the TCP connection that carries the
+//! [`Hello`]/[`Reply`] handshake (the secret check), the goodbye exchange, and the
+//! bookkeeping of live connection tasks. TCP keeps using that connection for frames;
+//! verbs uses it for the queue-pair exchange and as its liveness and goodbye channel.
+
+use std::io;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::net::{TcpSocket, TcpStream};
+use tokio::sync::{watch, Notify};
+use tokio::time::timeout;
+
+use crate::wire::{Hello, Reply, GOODBYE, HELLO_FIXED_LEN, REPLY_FIXED_LEN};
+use crate::{FabricError, NodeId, CLOSE_GRACE};
+
+/// Who this fabric is, as the handshake presents it.
+pub(crate) struct Identity<'a> {
+    pub me: NodeId,
+    pub secret: &'a [u8],
+    pub incarnation: u64,
+    /// The backend's wire version: a TCP node and a verbs node refuse each other.
+    pub wire_version: u32,
+    /// Source IP of outbound connections (`None`: let the kernel choose).
+    pub source_ip: Option<IpAddr>,
+}
+
+/// Why a hello is refused, if it is. The secret is checked before anything that would
+/// tell an unauthenticated connector about the job. `known` is the peer table's length.
+pub(crate) fn check_hello(id: &Identity<'_>, hello: &Hello, known: usize) -> Result<(), String> {
+    if hello.wire_version != id.wire_version {
+        return Err(format!(
+            "fabric wire version {} ({}) is not this node's {} ({})",
+            hello.wire_version,
+            backend_of(hello.wire_version),
+            id.wire_version,
+            backend_of(id.wire_version)
+        ));
+    }
+    if hello.proto_version != cohort_proto::PROTOCOL_VERSION {
+        return Err(format!(
+            "protocol version {} is not this node's {}",
+            hello.proto_version,
+            cohort_proto::PROTOCOL_VERSION
+        ));
+    }
+    if !cohort_proto::env::secrets_equal(&hello.secret, id.secret) {
+        return Err("job secret mismatch".into());
+    }
+    if hello.node == id.me {
+        return Err(format!("hello claims this node's own id {}", id.me));
+    }
+    if hello.expected != id.me {
+        return Err(format!(
+            "hello is meant for node {}, this is node {}",
+            hello.expected, id.me
+        ));
+    }
+    if known > 0 && hello.node as usize >= known {
+        return Err(format!(
+            "node id {} is not below the {known} known peers",
+            hello.node
+        ));
+    }
+    Ok(())
+}
+
+fn backend_of(wire_version: u32) -> &'static str {
+    if wire_version == crate::wire::VERBS_WIRE_VERSION {
+        "verbs backend"
+    } else if wire_version == crate::wire::WIRE_VERSION {
+        "tcp backend"
+    } else {
+        "unknown backend"
+    }
+}
+
+/// Connects to `peer` at `addr` and handshakes, all within `limit`. Returns the stream
+/// and the peer's incarnation.
+pub(crate) async fn connect(
+    id: &Identity<'_>,
+    peer: NodeId,
+    addr: &str,
+    limit: Duration,
+) -> Result<(TcpStream, u64), FabricError> {
+    let attempt = async {
+        let mut stream = open(id.source_ip, addr)
+            .await
+            .map_err(|source| FabricError::Connect {
+                peer,
+                addr: addr.to_string(),
+                source,
+            })?;
+        let io_err = |source| FabricError::Io { peer, source };
+        stream.set_nodelay(true).map_err(io_err)?;
+        let hello = Hello {
+            wire_version: id.wire_version,
+            proto_version: cohort_proto::PROTOCOL_VERSION,
+            node: id.me,
+            expected: peer,
+            incarnation: id.incarnation,
+            secret: id.secret.to_vec(),
+        };
+        stream.write_all(&hello.encode()).await.map_err(io_err)?;
+        let mut fixed = [0u8; REPLY_FIXED_LEN];
+        stream.read_exact(&mut fixed).await.map_err(io_err)?;
+        let head = Reply::decode_head(&fixed).map_err(|e| FabricError::Protocol {
+            peer,
+            reason: format!("bad handshake reply: {e}"),
+        })?;
+        let mut reason = vec![0u8; head.reason_len]; // bounded by MAX_REASON_LEN
+        stream.read_exact(&mut reason).await.map_err(io_err)?;
+        match Reply::from_parts(head, &reason) {
+            Reply::Refuse { reason, .. } => Err(FabricError::Refused {
+                peer,
+                addr: addr.to_string(),
+                reason,
+            }),
+            Reply::Accept { node, .. } if node != peer => Err(FabricError::Protocol {
+                peer,
+                reason: format!("{addr} answered as node {node}"),
+            }),
+            Reply::Accept { incarnation, .. } => Ok((stream, incarnation)),
+        }
+    };
+    match timeout(limit, attempt).await {
+        Ok(result) => result,
+        Err(_) => Err(FabricError::ConnectTimeout {
+            peer,
+            addr: addr.to_string(),
+            after: limit,
+        }),
+    }
+}
+
+/// Opens a TCP connection to `addr` (any resolved address), from `source_ip` if given.
+async fn open(source_ip: Option<IpAddr>, addr: &str) -> io::Result<TcpStream> {
+    let mut last_err = None;
+    for target in tokio::net::lookup_host(addr).await? {
+        let socket = if target.is_ipv4() {
+            TcpSocket::new_v4()?
+        } else {
+            TcpSocket::new_v6()?
+        };
+        if let Some(ip) = source_ip.filter(|ip| ip.is_ipv4() == target.is_ipv4()) {
+            socket.bind(SocketAddr::new(ip, 0))?;
+        }
+        match socket.connect(target).await {
+            Ok(stream) => return Ok(stream),
+            Err(e) => last_err = Some(e),
+        }
+    }
+    Err(last_err
+        .unwrap_or_else(|| io::Error::new(io::ErrorKind::NotFound, "address resolved to nothing")))
+}
+
+pub(crate) async fn read_hello(stream: &mut TcpStream) -> Result<Hello, String> {
+    let mut fixed = [0u8; HELLO_FIXED_LEN];
+    stream
+        .read_exact(&mut fixed)
+        .await
+        .map_err(|e| e.to_string())?;
+    let head = Hello::decode_head(&fixed).map_err(|e| e.to_string())?;
+    let mut secret = vec![0u8; head.secret_len]; // bounded by MAX_SECRET_LEN
+    stream
+        .read_exact(&mut secret)
+        .await
+        .map_err(|e| e.to_string())?;
+    Ok(Hello::from_parts(head, secret))
+}
+
+/// Tells the other end we are closing on purpose, then waits (bounded) for it to close
+/// its side, so the goodbye is not lost to a reset from unread data.
+pub(crate) async fn say_goodbye<R, W>(rd: &mut R, wr: &mut W)
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin,
+{
+    let _ = timeout(CLOSE_GRACE, async {
+        wr.write_all(&GOODBYE.to_le_bytes()).await?;
+        wr.shutdown().await?;
+        let mut sink = [0u8; 4096];
+        while rd.read(&mut sink).await? > 0 {}
+        io::Result::Ok(())
+    })
+    .await;
+}
+
+/// Resolves once the fabric starts closing.
+pub(crate) async fn closing(rx: &mut watch::Receiver<bool>) {
+    let _ = rx.wait_for(|closing| *closing).await;
+}
+
+/// Counts live connection tasks so `shutdown` can wait for them.
+#[derive(Default)]
+pub(crate) struct TaskCount {
+    live: AtomicUsize,
+    idle: Notify,
+}
+
+pub(crate) struct TaskGuard(Arc<TaskCount>);
+
+impl TaskCount {
+    pub fn enter(self: &Arc<Self>) -> TaskGuard {
+        self.live.fetch_add(1, Ordering::SeqCst);
+        TaskGuard(self.clone())
+    }
+
+    pub async fn wait_idle(&self) {
+        loop {
+            let idle = self.idle.notified();
+            tokio::pin!(idle);
+            idle.as_mut().enable();
+            if self.live.load(Ordering::SeqCst) == 0 {
+                return;
+            }
+            idle.await;
+        }
+    }
+}
+
+impl Drop for TaskGuard {
+    fn drop(&mut self) {
+        if self.0.live.fetch_sub(1, Ordering::SeqCst) == 1 {
+            self.0.idle.notify_waiters();
+        }
+    }
+}
+
+/// A random number identifying this process's fabric, so peers can tell a restarted
+/// node server from the one they knew.
+pub(crate) fn new_incarnation() -> u64 {
+    if let Ok(bytes) = cohort_proto::env::random_bytes(8) {
+        if let Ok(bytes) = <[u8; 8]>::try_from(bytes) {
+            return u64::from_le_bytes(bytes);
+        }
+    }
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0);
+    nanos ^ ((std::process::id() as u64) << 32)
+}

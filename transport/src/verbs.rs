@@ -1,0 +1,1359 @@
+//! The verbs backend: one RC queue pair per connection, over libibverbs through
+//! `sideway` (whose shim loads libibverbs at run time, so a machine without rdma-core
+//! still runs the TCP backend from the same binary).
+//!
+//! Connections follow the TCP backend's shape: each peer we send to gets one outbound
+//! link, opened on the first `send`; links peers open to us are receive-only. Each link
+//! starts as a TCP connection carrying the usual hello/reply handshake (the job-secret
+//! check); after an accept both ends exchange a [`VerbsEndpoint`] (QPN, PSN, GID, MTU,
+//! receive geometry) on it and bring their queue pairs to RTS. From then on the TCP
+//! connection carries only the goodbye word and, by breaking, tells of a dead peer; the
+//! payloads travel over the queue pair:
+//!
+//! * the receiver pre-posts [`RECV_DEPTH`] registered buffers of [`SLOT_SIZE`] bytes;
+//!   the sender holds one credit per posted buffer and never sends without one, so no
+//!   send ever meets a receiver that is not ready;
+//! * a payload goes as one or more `send with immediate` chunks copied into the
+//!   sender's registered slots (the immediate marks the last chunk); larger payloads
+//!   are chunked, there is no RDMA-write bulk path yet;
+//! * the receiver reposts each consumed buffer and returns credits in batches as a
+//!   zero-length `send with immediate` (immediate = credit count);
+//! * each link's completion channel fd is driven by tokio's [`AsyncFd`]: the link's
+//!   task sleeps until the channel signals, then drains its completion queue.
+//!
+//! Per link this registers `2 × RECV_DEPTH × SLOT_SIZE` bytes (send slots on one end,
+//! receive slots on the other), which counts against `ulimit -l`.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::io;
+use std::net::{IpAddr, Ipv6Addr, SocketAddr};
+use std::os::fd::{AsRawFd, RawFd};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use sideway::ibverbs::address::{AddressHandleAttribute, Gid};
+use sideway::ibverbs::completion::{
+    BasicCompletionQueue, CompletionChannel, CompletionQueue, GenericCompletionQueue,
+    PollCompletionQueueError, WorkCompletionStatus,
+};
+use sideway::ibverbs::device::{DeviceInfo, DeviceList};
+use sideway::ibverbs::device_context::{DeviceContext, Mtu, PortState};
+use sideway::ibverbs::memory_region::MemoryRegion;
+use sideway::ibverbs::protection_domain::ProtectionDomain;
+use sideway::ibverbs::queue_pair::{
+    BasicQueuePair, PostSendGuard, QueuePair, QueuePairAttribute, QueuePairState,
+    SetScatterGatherEntry, WorkRequestFlags,
+};
+use sideway::ibverbs::AccessFlags;
+use tokio::io::unix::AsyncFd;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::mpsc::{self, UnboundedReceiver, UnboundedSender};
+use tokio::sync::watch;
+use tokio::task::AbortHandle;
+use tokio::time::timeout;
+use tracing::{debug, info, warn, Instrument};
+
+use crate::handshake::{
+    self, closing, new_incarnation, read_hello, say_goodbye, Identity, TaskCount,
+};
+use crate::liveness::{ConnId, LinkEnd, Liveness, Verdict};
+use crate::wire::{
+    Reply, VerbsEndpoint, GOODBYE, MAX_DATA_LEN, MAX_SECRET_LEN, VERBS_WIRE_VERSION,
+};
+use crate::{Fabric, FabricConfig, FabricError, FabricEvent, NodeId, CLOSE_GRACE, HELLO_TIMEOUT};
+
+/// Environment variable naming the device (`rxe0`), optionally with a port (`mlx5_0:1`).
+pub const DEVICE_ENV: &str = "COHORT_IB_DEVICE";
+/// Environment variable giving the GID index (RoCE has no LIDs: a GID is needed).
+pub const GID_INDEX_ENV: &str = "COHORT_IB_GID_INDEX";
+
+/// Bytes per registered receive buffer: the largest chunk of one send.
+pub const SLOT_SIZE: usize = 64 << 10;
+/// Receive buffers posted per link, i.e. the sender's credits.
+pub const RECV_DEPTH: usize = 16;
+/// Bytes one link registers on one end.
+pub const LINK_REGISTERED_BYTES: usize = SLOT_SIZE * RECV_DEPTH;
+/// Credits are returned once this many buffers were reposted (always ≤ RECV_DEPTH, so
+/// a sender that ran out always gets them back).
+const CREDIT_BATCH: u32 = (RECV_DEPTH / 4) as u32;
+/// `wr_id` bit marking receive work requests.
+const RECV_TAG: u64 = 1 << 63;
+/// Immediate value of a payload's last chunk.
+const LAST_CHUNK: u32 = 1;
+/// Local ACK timeout exponent (4.096 µs × 2^16 ≈ 0.27 s; generous for emulated rxe).
+const ACK_TIMEOUT: u8 = 16;
+
+/// Which device, port and GID the verbs backend uses. Unset fields come from
+/// [`DEVICE_ENV`] / [`GID_INDEX_ENV`], then from defaults: the first device with an
+/// active port, port 1, and the GID whose IPv4-mapped address is the listen address
+/// (else the first IPv4-mapped GID, else index 0).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct VerbsOptions {
+    /// Device name, e.g. `mlx5_0` or `rxe0`. A node server may set the NIC
+    /// `cohort_topology::preferred_nic` picks.
+    pub device: Option<String>,
+    /// Port number (1-based).
+    pub port: Option<u8>,
+    pub gid_index: Option<u32>,
+}
+
+impl VerbsOptions {
+    /// Fills unset fields from the environment.
+    pub fn with_env(mut self) -> Result<VerbsOptions, String> {
+        if self.device.is_none() {
+            if let Ok(v) = std::env::var(DEVICE_ENV) {
+                let v = v.trim();
+                if !v.is_empty() {
+                    match v.split_once(':') {
+                        Some((name, port)) => {
+                            self.device = Some(name.to_string());
+                            self.port = Some(port.parse().map_err(|_| {
+                                format!("{DEVICE_ENV}={v}: port {port:?} is not a number")
+                            })?);
+                        }
+                        None => self.device = Some(v.to_string()),
+                    }
+                }
+            }
+        }
+        if self.gid_index.is_none() {
+            if let Ok(v) = std::env::var(GID_INDEX_ENV) {
+                if !v.trim().is_empty() {
+                    self.gid_index = Some(
+                        v.trim()
+                            .parse()
+                            .map_err(|_| format!("{GID_INDEX_ENV}={v:?} is not a GID index"))?,
+                    );
+                }
+            }
+        }
+        Ok(self)
+    }
+}
+
+/// A usable device and port, as found by [`probe`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VerbsDevice {
+    pub name: String,
+    pub port: u8,
+}
+
+/// Looks for a device with an ACTIVE port (the one `opts` names, if it names one).
+/// `Err` says why verbs cannot be used here, for the backend-selection log line.
+pub fn probe(opts: &VerbsOptions) -> Result<VerbsDevice, String> {
+    let list = DeviceList::new().map_err(|e| {
+        format!(
+            "libibverbs unavailable or no RDMA subsystem ({e}: {})",
+            source_text(&e)
+        )
+    })?;
+    if list.is_empty() {
+        return Err("no RDMA device found".into());
+    }
+    let mut seen = Vec::new();
+    for dev in &list {
+        let name = dev.name();
+        if opts.device.as_ref().is_some_and(|want| *want != name) {
+            continue;
+        }
+        let Ok(ctx) = dev.open() else {
+            seen.push(format!("{name}: cannot open"));
+            continue;
+        };
+        let ports: Vec<u8> = match opts.port {
+            Some(p) => vec![p],
+            None => {
+                let count = ctx.query_device().map(|a| a.phys_port_cnt()).unwrap_or(1);
+                (1..=count.max(1)).collect()
+            }
+        };
+        for port in ports {
+            match ctx.query_port(port) {
+                Ok(attr) if attr.port_state() == PortState::Active => {
+                    return Ok(VerbsDevice { name, port });
+                }
+                Ok(attr) => seen.push(format!("{name} port {port} is {:?}", attr.port_state())),
+                Err(e) => seen.push(format!("{name} port {port}: {e}")),
+            }
+        }
+    }
+    match &opts.device {
+        Some(want) if seen.is_empty() => Err(format!("device {want} ({DEVICE_ENV}) not found")),
+        _ => Err(format!("no ACTIVE port ({})", seen.join("; "))),
+    }
+}
+
+fn source_text(e: &dyn std::error::Error) -> String {
+    e.source().map_or_else(String::new, |s| s.to_string())
+}
+
+/// The error a failed or impossible registration turns into: it names the memlock limit
+/// and how to raise it.
+pub fn memlock_error(needed: usize, cause: Option<&io::Error>) -> io::Error {
+    let limit = match memlock_limit() {
+        Some(bytes) => format!("{bytes} bytes ({} KiB)", bytes / 1024),
+        None => "unlimited".into(),
+    };
+    let cause = cause.map_or_else(String::new, |e| format!(" ({e})"));
+    io::Error::new(
+        io::ErrorKind::OutOfMemory,
+        format!(
+            "cannot register {needed} bytes of RDMA memory{cause}: the locked-memory limit \
+             (RLIMIT_MEMLOCK) is {limit}; raise it with `ulimit -l unlimited` (or a memlock \
+             line in /etc/security/limits.conf, LimitMEMLOCK=infinity for a systemd unit, \
+             --ulimit memlock=-1 for a container), or use COHORT_FABRIC=tcp"
+        ),
+    )
+}
+
+/// The soft RLIMIT_MEMLOCK in bytes; `None` when unlimited.
+pub fn memlock_limit() -> Option<u64> {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes into the struct we own.
+    let rc = unsafe { libc::getrlimit(libc::RLIMIT_MEMLOCK, &mut lim) };
+    if rc != 0 || lim.rlim_cur == libc::RLIM_INFINITY {
+        return None;
+    }
+    Some(lim.rlim_cur)
+}
+
+/// The opened device: shared by every link of one fabric.
+struct Device {
+    name: String,
+    port: u8,
+    gid_index: u32,
+    gid: Gid,
+    mtu: Mtu,
+    pd: Arc<ProtectionDomain>,
+    ctx: Arc<DeviceContext>,
+}
+
+impl Device {
+    fn open(opts: &VerbsOptions, listen_ip: IpAddr) -> io::Result<Device> {
+        let found = probe(opts).map_err(|why| io::Error::new(io::ErrorKind::NotFound, why))?;
+        let list = DeviceList::new().map_err(io::Error::other)?;
+        let dev = list
+            .iter()
+            .find(|d| d.name() == found.name)
+            .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, "device vanished"))?;
+        let ctx = dev.open().map_err(io::Error::other)?;
+        let port_attr = ctx.query_port(found.port).map_err(io::Error::other)?;
+        let gid_index = match opts.gid_index {
+            Some(i) => i,
+            None => pick_gid(&ctx, found.port, port_attr.gid_tbl_len(), listen_ip),
+        };
+        let gid = ctx.query_gid(found.port, gid_index).map_err(|e| {
+            io::Error::other(format!(
+                "{} port {} GID index {gid_index}: {e}",
+                found.name, found.port
+            ))
+        })?;
+        if gid.is_zero() {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "{} port {} GID index {gid_index} is empty; set {GID_INDEX_ENV}",
+                    found.name, found.port
+                ),
+            ));
+        }
+        let pd = ctx.alloc_pd().map_err(io::Error::other)?;
+        Ok(Device {
+            name: found.name,
+            port: found.port,
+            gid_index,
+            gid,
+            mtu: port_attr.active_mtu(),
+            pd,
+            ctx,
+        })
+    }
+}
+
+/// The GID whose IPv4-mapped address is `listen_ip`, else the first IPv4-mapped one,
+/// else 0. On RoCE each address of the netdev has its own GID, so several node servers
+/// on one device (each on its own address) each get their own.
+fn pick_gid(ctx: &DeviceContext, port: u8, table_len: i32, listen_ip: IpAddr) -> u32 {
+    let mut first_v4 = None;
+    for i in 0..table_len.max(0) as u32 {
+        let Ok(gid) = ctx.query_gid(port, i) else {
+            continue;
+        };
+        if gid.is_zero() {
+            continue;
+        }
+        if let Some(v4) = Ipv6Addr::from(gid).to_ipv4_mapped() {
+            if IpAddr::V4(v4) == listen_ip {
+                return i;
+            }
+            first_v4.get_or_insert(i);
+        }
+    }
+    first_v4.unwrap_or(0)
+}
+
+fn mtu_code(mtu: Mtu) -> u8 {
+    match mtu {
+        Mtu::Mtu256 => 1,
+        Mtu::Mtu512 => 2,
+        Mtu::Mtu1024 => 3,
+        Mtu::Mtu2048 => 4,
+        Mtu::Mtu4096 => 5,
+    }
+}
+
+/// A registered buffer of `RECV_DEPTH` slots. Field order matters: the registration is
+/// dropped (deregistered) before the memory it pins.
+struct Slots {
+    mr: Arc<MemoryRegion>,
+    mem: Box<[u8]>,
+}
+
+impl Slots {
+    fn new(dev: &Device) -> io::Result<Slots> {
+        let mut mem = vec![0u8; LINK_REGISTERED_BYTES].into_boxed_slice();
+        // SAFETY: `mem` lives as long as the registration (see the field order) and is
+        // never reallocated.
+        let mr = unsafe {
+            dev.pd.reg_mr(
+                mem.as_mut_ptr() as usize,
+                mem.len(),
+                AccessFlags::LocalWrite | AccessFlags::RemoteWrite,
+            )
+        }
+        .map_err(|e| {
+            let cause = io::Error::other(source_text(&e));
+            memlock_error(LINK_REGISTERED_BYTES, Some(&cause))
+        })?;
+        Ok(Slots { mr, mem })
+    }
+
+    fn addr(&self, slot: usize) -> u64 {
+        self.mem.as_ptr() as u64 + (slot * SLOT_SIZE) as u64
+    }
+
+    fn slot_mut(&mut self, slot: usize) -> &mut [u8] {
+        &mut self.mem[slot * SLOT_SIZE..(slot + 1) * SLOT_SIZE]
+    }
+
+    fn slot(&self, slot: usize, len: usize) -> &[u8] {
+        &self.mem[slot * SLOT_SIZE..slot * SLOT_SIZE + len]
+    }
+}
+
+/// The completion channel's fd, for [`AsyncFd`].
+struct ChannelFd(Arc<CompletionChannel>);
+
+impl AsRawFd for ChannelFd {
+    fn as_raw_fd(&self) -> RawFd {
+        self.0.as_raw_fd()
+    }
+}
+
+/// One completion, copied out of the CQ.
+struct Completion {
+    wr_id: u64,
+    status: u32,
+    byte_len: u32,
+    imm: u32,
+}
+
+/// One end of a verbs link: queue pair, its completion queue and channel, and the
+/// registered slots. Owned by the link's task. Field order is drop order: the QP goes
+/// before the CQ it uses, the CQ before its channel.
+struct QpLink {
+    qp: BasicQueuePair,
+    cq: Arc<BasicCompletionQueue>,
+    events: AsyncFd<ChannelFd>,
+    slots: Slots,
+    psn: u32,
+}
+
+impl QpLink {
+    fn new(dev: &Device) -> io::Result<QpLink> {
+        let slots = Slots::new(dev)?;
+        let channel = dev.ctx.create_comp_channel().map_err(io::Error::other)?;
+        channel.set_nonblocking(true)?;
+        let cq = dev
+            .ctx
+            .create_cq_builder()
+            .setup_cqe((4 * RECV_DEPTH) as u32)
+            .setup_comp_channel(&channel, 0)
+            .build()
+            .map_err(io::Error::other)?;
+        let mut qp = dev
+            .pd
+            .create_qp_builder()
+            .setup_max_send_wr(RECV_DEPTH as u32 + 1)
+            .setup_max_recv_wr(RECV_DEPTH as u32 + 1)
+            .setup_max_send_sge(1)
+            .setup_max_recv_sge(1)
+            .setup_max_inline_data(0)
+            .setup_send_cq(GenericCompletionQueue::from(cq.clone()))
+            .setup_recv_cq(GenericCompletionQueue::from(cq.clone()))
+            .build()
+            .map_err(io::Error::other)?;
+        let mut attr = QueuePairAttribute::new();
+        attr.setup_state(QueuePairState::Init)
+            .setup_pkey_index(0)
+            .setup_port(dev.port)
+            .setup_access_flags(AccessFlags::LocalWrite | AccessFlags::RemoteWrite);
+        qp.modify(&attr).map_err(io::Error::other)?;
+        let psn = (new_incarnation() as u32) & 0xff_ffff;
+        // SAFETY: the fd belongs to `channel`, which `ChannelFd` keeps alive (and so
+        // open) for as long as the AsyncFd exists; it always reports that same fd.
+        let events = unsafe { AsyncFd::register(ChannelFd(channel)) }.map_err(io::Error::from)?;
+        Ok(QpLink {
+            qp,
+            cq,
+            events,
+            slots,
+            psn,
+        })
+    }
+
+    fn endpoint(&self, dev: &Device) -> VerbsEndpoint {
+        VerbsEndpoint {
+            qpn: self.qp.qp_number(),
+            psn: self.psn,
+            gid: dev.gid.raw,
+            mtu: mtu_code(dev.mtu),
+            slot_size: SLOT_SIZE as u32,
+            credits: RECV_DEPTH as u32,
+        }
+    }
+
+    /// INIT → RTR → RTS towards `remote`, then arms the completion channel.
+    fn connect(&mut self, dev: &Device, remote: &VerbsEndpoint) -> io::Result<()> {
+        let mtu = Mtu::from(u32::from(remote.mtu.min(mtu_code(dev.mtu))));
+        let mut attr = QueuePairAttribute::new();
+        attr.setup_state(QueuePairState::ReadyToReceive)
+            .setup_path_mtu(mtu)
+            .setup_dest_qp_num(remote.qpn)
+            .setup_rq_psn(remote.psn)
+            .setup_max_dest_read_atomic(1)
+            .setup_min_rnr_timer(12);
+        let mut ah = AddressHandleAttribute::new();
+        ah.setup_dest_lid(0)
+            .setup_port(dev.port)
+            .setup_service_level(0)
+            .setup_grh_src_gid_index(dev.gid_index as u8)
+            .setup_grh_dest_gid(&Gid { raw: remote.gid })
+            .setup_grh_hop_limit(64);
+        attr.setup_address_vector(&ah);
+        self.qp.modify(&attr).map_err(io::Error::other)?;
+        let mut attr = QueuePairAttribute::new();
+        attr.setup_state(QueuePairState::ReadyToSend)
+            .setup_sq_psn(self.psn)
+            .setup_timeout(ACK_TIMEOUT)
+            .setup_retry_cnt(7)
+            .setup_rnr_retry(7)
+            .setup_max_read_atomic(1);
+        self.qp.modify(&attr).map_err(io::Error::other)?;
+        self.arm()
+    }
+
+    fn arm(&self) -> io::Result<()> {
+        // SAFETY: the CQ outlives the call.
+        let rc = unsafe { rdma_mummy_sys::ibv_req_notify_cq(self.cq.cq().as_ptr(), 0) };
+        if rc != 0 {
+            return Err(io::Error::from_raw_os_error(rc));
+        }
+        Ok(())
+    }
+
+    /// Posts a receive for data slot `slot` (`Some`) or a zero-length one for a credit
+    /// message (`None`).
+    fn post_recv(&mut self, slot: Option<usize>) -> io::Result<()> {
+        let (lkey, addr) = (self.slots.mr.lkey(), slot.map(|s| self.slots.addr(s)));
+        let mut guard = self.qp.start_post_recv();
+        let wr = guard.construct_wr(RECV_TAG | slot.unwrap_or(0) as u64);
+        if let Some(addr) = addr {
+            // SAFETY: the slot lies in `slots`, registered and alive as long as the QP.
+            unsafe { wr.setup_sge(lkey, addr, SLOT_SIZE as u32) };
+        }
+        guard.post().map_err(io::Error::other)
+    }
+
+    /// Sends `len` bytes of send slot `slot` (none when `slot` is `None`) with `imm`.
+    fn post_send(&mut self, wr_id: u64, slot: Option<(usize, usize)>, imm: u32) -> io::Result<()> {
+        let lkey = self.slots.mr.lkey();
+        let sge = slot.map(|(s, len)| (self.slots.addr(s), len as u32));
+        let mut guard = self.qp.start_post_send();
+        let wr = guard
+            .construct_wr(wr_id, WorkRequestFlags::Signaled)
+            .setup_send_imm(imm);
+        if let Some((addr, len)) = sge.filter(|&(_, len)| len > 0) {
+            // SAFETY: as in `post_recv`.
+            unsafe { wr.setup_sge(lkey, addr, len) };
+        }
+        guard.post().map_err(io::Error::other)
+    }
+
+    /// Waits until the completion channel signals, acknowledges its events and re-arms.
+    async fn wait(&self) -> io::Result<()> {
+        let mut ready = self.events.readable().await?;
+        loop {
+            let mut cq = std::ptr::null_mut();
+            let mut ctx = std::ptr::null_mut();
+            // SAFETY: the channel is alive; the fd is non-blocking, so this returns -1
+            // with EAGAIN once no event is pending.
+            let rc = unsafe {
+                rdma_mummy_sys::ibv_get_cq_event(
+                    self.events.get_ref().0.comp_channel().as_ptr(),
+                    &mut cq,
+                    &mut ctx,
+                )
+            };
+            if rc != 0 {
+                let err = io::Error::last_os_error();
+                if err.kind() == io::ErrorKind::WouldBlock {
+                    ready.clear_ready();
+                    break;
+                }
+                return Err(err);
+            }
+            // SAFETY: `cq` is the CQ the event was for (ours).
+            unsafe { rdma_mummy_sys::ibv_ack_cq_events(cq, 1) };
+        }
+        self.arm()
+    }
+
+    /// Everything in the completion queue right now.
+    fn poll(&self, out: &mut Vec<Completion>) -> io::Result<()> {
+        loop {
+            match self.cq.start_poll() {
+                Ok(poller) => {
+                    for wc in poller {
+                        out.push(Completion {
+                            wr_id: wc.wr_id(),
+                            status: wc.status(),
+                            byte_len: wc.byte_len(),
+                            imm: wc.imm_data(),
+                        });
+                    }
+                }
+                Err(PollCompletionQueueError::CompletionQueueEmpty) => return Ok(()),
+                Err(e) => return Err(io::Error::other(e)),
+            }
+        }
+    }
+}
+
+fn completion_error(peer: NodeId, c: &Completion) -> FabricError {
+    let status = WorkCompletionStatus::from(c.status);
+    FabricError::Io {
+        peer,
+        source: io::Error::other(format!("RDMA work completion failed: {status:?}")),
+    }
+}
+
+/// The verbs fabric. Cheap to clone; every clone drives the same links. Dropping the
+/// last clone without [`close`](Fabric::close) tears every link down abruptly.
+#[derive(Clone)]
+pub struct VerbsFabric {
+    owner: Arc<Owner>,
+}
+
+struct Owner {
+    shared: Arc<Shared>,
+}
+
+struct Shared {
+    me: NodeId,
+    local_addr: SocketAddr,
+    source_ip: Option<IpAddr>,
+    secret: Vec<u8>,
+    max_frame: usize,
+    connect_timeout: Duration,
+    incarnation: u64,
+    device: Device,
+    runtime: tokio::runtime::Handle,
+    closing: watch::Sender<bool>,
+    tasks_live: Arc<TaskCount>,
+    state: Mutex<State>,
+}
+
+struct State {
+    peers: Vec<String>,
+    events: Option<UnboundedSender<FabricEvent>>,
+    closing: bool,
+    liveness: Liveness,
+    outbound: HashMap<NodeId, OutLink>,
+    tasks: HashMap<ConnId, AbortHandle>,
+    next_id: ConnId,
+}
+
+struct OutLink {
+    id: ConnId,
+    queue: UnboundedSender<Outgoing>,
+}
+
+enum Outgoing {
+    Frame(Bytes),
+    Goodbye,
+}
+
+impl VerbsFabric {
+    /// Opens the device (`cfg.verbs`, then the environment), listens on `cfg.listen`
+    /// for the handshake connections, and returns the fabric and its event channel.
+    /// Must be called inside a tokio runtime with I/O and time enabled.
+    pub async fn bind(
+        cfg: FabricConfig,
+    ) -> io::Result<(VerbsFabric, UnboundedReceiver<FabricEvent>)> {
+        if cfg.secret.len() > MAX_SECRET_LEN {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "fabric secret is {} bytes, over the {MAX_SECRET_LEN}-byte limit",
+                    cfg.secret.len()
+                ),
+            ));
+        }
+        // Two links' worth (one each way to one peer) must fit, or nothing will work:
+        // say so now rather than at the first send.
+        if memlock_limit().is_some_and(|l| l < 2 * LINK_REGISTERED_BYTES as u64) {
+            return Err(memlock_error(2 * LINK_REGISTERED_BYTES, None));
+        }
+        let opts = cfg
+            .verbs
+            .clone()
+            .with_env()
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+        let device = Device::open(&opts, cfg.listen.ip())?;
+        let listener = TcpListener::bind(cfg.listen).await?;
+        let local_addr = listener.local_addr()?;
+        let (events_tx, events_rx) = mpsc::unbounded_channel();
+        let shared = Arc::new(Shared {
+            me: cfg.node,
+            local_addr,
+            source_ip: Some(local_addr.ip()).filter(|ip| !ip.is_unspecified()),
+            secret: cfg.secret,
+            max_frame: cfg.max_frame.min(MAX_DATA_LEN),
+            connect_timeout: cfg.connect_timeout,
+            incarnation: new_incarnation(),
+            device,
+            runtime: tokio::runtime::Handle::current(),
+            closing: watch::channel(false).0,
+            tasks_live: Arc::default(),
+            state: Mutex::new(State {
+                peers: Vec::new(),
+                events: Some(events_tx),
+                closing: false,
+                liveness: Liveness::default(),
+                outbound: HashMap::new(),
+                tasks: HashMap::new(),
+                next_id: 0,
+            }),
+        });
+        {
+            let mut st = shared.lock();
+            let task_shared = shared.clone();
+            shared.spawn_tracked(&mut st, move |_| accept_loop(task_shared, listener));
+        }
+        let dev = &shared.device;
+        info!(
+            backend = "verbs",
+            node = shared.me,
+            addr = %local_addr,
+            device = %dev.name,
+            port = dev.port,
+            gid_index = dev.gid_index,
+            gid = %dev.gid,
+            "fabric listening"
+        );
+        let owner = Arc::new(Owner { shared });
+        Ok((VerbsFabric { owner }, events_rx))
+    }
+
+    /// [`close`](Fabric::close), then waits until every goodbye was acknowledged (or
+    /// [`CLOSE_GRACE`] passed, after which the rest is dropped).
+    pub async fn shutdown(&self) {
+        let shared = &self.owner.shared;
+        shared.close();
+        if timeout(CLOSE_GRACE, shared.tasks_live.wait_idle())
+            .await
+            .is_err()
+        {
+            warn!(
+                node = shared.me,
+                "fabric goodbyes not acknowledged within {CLOSE_GRACE:?}; dropping links"
+            );
+            shared.abort_all();
+        }
+    }
+
+    /// The device, port and GID index in use, e.g. `rxe0 port 1 GID index 2`.
+    pub fn device(&self) -> String {
+        let d = &self.owner.shared.device;
+        format!("{} port {} GID index {}", d.name, d.port, d.gid_index)
+    }
+}
+
+impl std::fmt::Debug for VerbsFabric {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("VerbsFabric")
+            .field("node", &self.owner.shared.me)
+            .field("addr", &self.owner.shared.local_addr)
+            .field("device", &self.device())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Fabric for VerbsFabric {
+    fn backend(&self) -> &'static str {
+        "verbs"
+    }
+
+    fn node(&self) -> NodeId {
+        self.owner.shared.me
+    }
+
+    fn local_addr(&self) -> String {
+        self.owner.shared.local_addr.to_string()
+    }
+
+    fn set_peers(&self, peers: Vec<String>) {
+        self.owner.shared.lock().peers = peers;
+    }
+
+    fn send(&self, to: NodeId, payload: Bytes) -> Result<(), FabricError> {
+        self.owner.shared.send(to, payload)
+    }
+
+    fn close(&self) {
+        self.owner.shared.close();
+    }
+}
+
+impl Drop for Owner {
+    fn drop(&mut self) {
+        let shared = self.shared.clone();
+        if !shared.lock().closing {
+            shared.abort_all();
+            return;
+        }
+        let runtime = shared.runtime.clone();
+        runtime.spawn(async move {
+            let _ = timeout(CLOSE_GRACE, shared.tasks_live.wait_idle()).await;
+            shared.abort_all();
+        });
+    }
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn identity(&self) -> Identity<'_> {
+        Identity {
+            me: self.me,
+            secret: &self.secret,
+            incarnation: self.incarnation,
+            wire_version: VERBS_WIRE_VERSION,
+            source_ip: self.source_ip,
+        }
+    }
+
+    fn send(self: &Arc<Self>, to: NodeId, payload: Bytes) -> Result<(), FabricError> {
+        if payload.len() > self.max_frame {
+            return Err(FabricError::FrameTooLarge {
+                peer: to,
+                len: payload.len(),
+                max: self.max_frame,
+            });
+        }
+        let mut st = self.lock();
+        if st.closing {
+            return Err(FabricError::Closed);
+        }
+        if to == self.me {
+            let events = st.events.as_ref().ok_or(FabricError::Closed)?;
+            return events
+                .send(FabricEvent::Message {
+                    from: self.me,
+                    payload,
+                })
+                .map_err(|_| FabricError::Closed);
+        }
+        let Some(addr) = st.peers.get(to as usize).cloned() else {
+            return Err(FabricError::UnknownPeer {
+                peer: to,
+                known: st.peers.len(),
+            });
+        };
+        let mut item = Outgoing::Frame(payload);
+        if let Some(link) = st.outbound.get(&to) {
+            match link.queue.send(item) {
+                Ok(()) => return Ok(()),
+                Err(mpsc::error::SendError(back)) => item = back,
+            }
+        }
+        let (queue, rx) = mpsc::unbounded_channel();
+        let _ = queue.send(item);
+        let task_shared = self.clone();
+        let id = self.spawn_tracked(&mut st, move |id| {
+            run_outbound(task_shared, to, addr, id, rx)
+        });
+        st.outbound.insert(to, OutLink { id, queue });
+        Ok(())
+    }
+
+    fn close(&self) {
+        let mut st = self.lock();
+        if st.closing {
+            return;
+        }
+        st.closing = true;
+        st.events = None;
+        for link in st.outbound.values() {
+            let _ = link.queue.send(Outgoing::Goodbye);
+        }
+        drop(st);
+        self.closing.send_replace(true);
+    }
+
+    fn abort_all(&self) {
+        let mut st = self.lock();
+        st.closing = true;
+        st.events = None;
+        st.outbound.clear();
+        for (_, task) in st.tasks.drain() {
+            task.abort();
+        }
+        drop(st);
+        self.closing.send_replace(true);
+    }
+
+    fn spawn_tracked<F, Fut>(&self, st: &mut State, make: F) -> ConnId
+    where
+        F: FnOnce(ConnId) -> Fut,
+        Fut: Future<Output = ()> + Send + 'static,
+    {
+        let id = st.next_id;
+        st.next_id += 1;
+        let guard = self.tasks_live.enter();
+        let task = make(id);
+        let handle = self.runtime.spawn(async move {
+            let _guard = guard;
+            task.await
+        });
+        st.tasks.retain(|_, t| !t.is_finished());
+        st.tasks.insert(id, handle.abort_handle());
+        id
+    }
+
+    fn deliver(&self, peer: NodeId, conn: ConnId, batch: &mut Vec<Bytes>) -> bool {
+        let st = self.lock();
+        if !st.liveness.is_registered(conn) {
+            return false;
+        }
+        if let Some(events) = &st.events {
+            for payload in batch.drain(..) {
+                let _ = events.send(FabricEvent::Message {
+                    from: peer,
+                    payload,
+                });
+            }
+        }
+        batch.clear();
+        true
+    }
+
+    fn established(&self, peer: NodeId, incarnation: u64, conn: ConnId) {
+        let mut st = self.lock();
+        let verdict = st.liveness.established(peer, incarnation, conn);
+        st.apply(verdict);
+    }
+
+    fn ended(&self, peer: NodeId, conn: ConnId, how: LinkEnd) {
+        let mut st = self.lock();
+        st.tasks.remove(&conn);
+        if st.outbound.get(&peer).is_some_and(|l| l.id == conn) {
+            st.outbound.remove(&peer);
+        }
+        let verdict = st.liveness.ended(conn, how);
+        st.apply(verdict);
+    }
+
+    fn connect_failed(&self, peer: NodeId, conn: ConnId, err: FabricError, dropped: usize) {
+        let mut st = self.lock();
+        st.tasks.remove(&conn);
+        if st.outbound.get(&peer).is_some_and(|l| l.id == conn) {
+            st.outbound.remove(&peer);
+        }
+        if st.closing {
+            return;
+        }
+        warn!(node = self.me, peer, dropped, error = %err, "fabric peer unreachable");
+        st.emit(FabricEvent::PeerLost {
+            peer,
+            reason: err.to_string(),
+        });
+    }
+}
+
+impl State {
+    fn emit(&self, event: FabricEvent) {
+        if let Some(events) = &self.events {
+            let _ = events.send(event);
+        }
+    }
+
+    fn apply(&mut self, verdict: Verdict) {
+        if let Some((peer, err)) = verdict.lost {
+            if !self.closing {
+                warn!(peer, error = %err, "fabric peer lost");
+                self.emit(FabricEvent::PeerLost {
+                    peer,
+                    reason: err.to_string(),
+                });
+            }
+        }
+        if verdict.condemned.is_empty() {
+            return;
+        }
+        self.outbound
+            .retain(|_, link| !verdict.condemned.contains(&link.id));
+        for conn in &verdict.condemned {
+            if let Some(task) = self.tasks.remove(conn) {
+                task.abort();
+            }
+        }
+    }
+}
+
+async fn accept_loop(shared: Arc<Shared>, listener: TcpListener) {
+    let mut closing_rx = shared.closing.subscribe();
+    loop {
+        let accepted = tokio::select! {
+            r = listener.accept() => r,
+            _ = closing(&mut closing_rx) => return,
+        };
+        match accepted {
+            Ok((stream, remote)) => {
+                let mut st = shared.lock();
+                if st.closing {
+                    return;
+                }
+                let task_shared = shared.clone();
+                shared.spawn_tracked(&mut st, move |id| {
+                    run_inbound(task_shared, stream, remote, id)
+                });
+            }
+            Err(e) => {
+                warn!(node = shared.me, error = %e, "fabric accept failed");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    }
+}
+
+async fn read_endpoint(stream: &mut TcpStream) -> io::Result<VerbsEndpoint> {
+    let mut bytes = [0u8; VerbsEndpoint::LEN];
+    stream.read_exact(&mut bytes).await?;
+    VerbsEndpoint::decode(&bytes).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
+}
+
+/// A link a peer opened to us: handshake, queue-pair exchange, then receive.
+async fn run_inbound(shared: Arc<Shared>, mut stream: TcpStream, remote: SocketAddr, id: ConnId) {
+    let span = tracing::debug_span!("verbs_in", node = shared.me, %remote);
+    async move {
+        let _ = stream.set_nodelay(true);
+        let hello = match timeout(HELLO_TIMEOUT, read_hello(&mut stream)).await {
+            Ok(Ok(hello)) => hello,
+            Ok(Err(e)) => {
+                warn!(error = %e, "dropping fabric connection: bad hello");
+                return;
+            }
+            Err(_) => {
+                warn!("dropping fabric connection: no hello within {HELLO_TIMEOUT:?}");
+                return;
+            }
+        };
+        let peer = hello.node;
+        let known = shared.lock().peers.len();
+        let mut link = Err(String::new());
+        let mut verdict = handshake::check_hello(&shared.identity(), &hello, known);
+        if verdict.is_ok() {
+            // Resources first: a registration failure is then a refusal the connector
+            // sees with its reason, rather than a silent drop.
+            link = QpLink::new(&shared.device).map_err(|e| e.to_string());
+            if let Err(e) = &link {
+                verdict = Err(format!(
+                    "node {} cannot set up a queue pair: {e}",
+                    shared.me
+                ));
+            }
+        }
+        if let Err(reason) = verdict {
+            warn!(claimed_node = peer, %reason, "refusing fabric connection");
+            let reply = Reply::Refuse {
+                node: shared.me,
+                reason,
+            };
+            let _ = timeout(HELLO_TIMEOUT, async {
+                stream.write_all(&reply.encode()).await?;
+                stream.shutdown().await
+            })
+            .await;
+            return;
+        }
+        let Ok(mut link) = link else { return };
+        if shared.lock().closing {
+            return;
+        }
+        let reply = Reply::Accept {
+            node: shared.me,
+            incarnation: shared.incarnation,
+        };
+        let setup = timeout(HELLO_TIMEOUT, async {
+            for slot in 0..RECV_DEPTH {
+                link.post_recv(Some(slot))?;
+            }
+            stream.write_all(&reply.encode()).await?;
+            let theirs = read_endpoint(&mut stream).await?;
+            link.connect(&shared.device, &theirs)?;
+            stream
+                .write_all(&link.endpoint(&shared.device).encode())
+                .await?;
+            io::Result::Ok(())
+        })
+        .await
+        .unwrap_or_else(|_| Err(io::ErrorKind::TimedOut.into()));
+        if let Err(e) = setup {
+            warn!(peer, error = %e, "verbs link set-up failed");
+            return;
+        }
+        shared.established(peer, hello.incarnation, id);
+        debug!(peer, qpn = link.qp.qp_number(), "verbs link accepted");
+        let end = receive(&shared, &mut link, &mut stream, peer, id).await;
+        shared.ended(peer, id, end);
+    }
+    .instrument(span)
+    .await
+}
+
+/// The receiving end: reassembles chunks into payloads, reposts buffers, returns
+/// credits; the TCP connection tells of goodbyes and breaks.
+async fn receive(
+    shared: &Shared,
+    link: &mut QpLink,
+    stream: &mut TcpStream,
+    peer: NodeId,
+    id: ConnId,
+) -> LinkEnd {
+    let mut closing_rx = shared.closing.subscribe();
+    let mut assembly = BytesMut::new();
+    let mut batch = Vec::new();
+    let mut completions = Vec::new();
+    let mut to_return: u32 = 0;
+    let mut credit_wr: u64 = 0;
+    let mut word = [0u8; 4];
+    let mut word_len = 0;
+    loop {
+        // Drain first: the queue may hold completions from before the channel was armed.
+        completions.clear();
+        if let Err(source) = link.poll(&mut completions) {
+            return LinkEnd::Broken(FabricError::Io { peer, source });
+        }
+        for c in &completions {
+            if c.status != WorkCompletionStatus::Success as u32 {
+                return LinkEnd::Broken(completion_error(peer, c));
+            }
+            if c.wr_id & RECV_TAG == 0 {
+                continue; // a credit message went out
+            }
+            let slot = (c.wr_id & !RECV_TAG) as usize;
+            let len = c.byte_len as usize;
+            if slot >= RECV_DEPTH || len > SLOT_SIZE || assembly.len() + len > shared.max_frame {
+                return LinkEnd::Broken(FabricError::Protocol {
+                    peer,
+                    reason: format!(
+                        "payload exceeds the {}-byte frame limit (or a bad chunk)",
+                        shared.max_frame
+                    ),
+                });
+            }
+            let data = link.slots.slot(slot, len);
+            if c.imm & LAST_CHUNK != 0 {
+                if assembly.is_empty() {
+                    batch.push(Bytes::copy_from_slice(data));
+                } else {
+                    assembly.extend_from_slice(data);
+                    batch.push(assembly.split().freeze());
+                }
+            } else {
+                assembly.extend_from_slice(data);
+            }
+            if let Err(source) = link.post_recv(Some(slot)) {
+                return LinkEnd::Broken(FabricError::Io { peer, source });
+            }
+            to_return += 1;
+        }
+        if !batch.is_empty() && !shared.deliver(peer, id, &mut batch) {
+            return LinkEnd::Local;
+        }
+        if to_return >= CREDIT_BATCH {
+            credit_wr += 1;
+            if let Err(source) = link.post_send(credit_wr, None, to_return) {
+                return LinkEnd::Broken(FabricError::Io { peer, source });
+            }
+            to_return = 0;
+        }
+        tokio::select! {
+            r = link.wait() => if let Err(source) = r {
+                return LinkEnd::Broken(FabricError::Io { peer, source });
+            },
+            r = stream.read(&mut word[word_len..]) => match r {
+                Ok(0) => return LinkEnd::Broken(FabricError::PeerClosed { peer }),
+                Ok(n) => {
+                    word_len += n;
+                    if word_len == word.len() {
+                        let w = u32::from_le_bytes(word);
+                        if w != GOODBYE {
+                            return LinkEnd::Broken(FabricError::Protocol {
+                                peer,
+                                reason: format!("unexpected word {w:#010x} on the verbs control connection"),
+                            });
+                        }
+                        // Everything the peer sent completed before its goodbye.
+                        completions.clear();
+                        let _ = link.poll(&mut completions);
+                        for c in &completions {
+                            if c.wr_id & RECV_TAG != 0 && c.status == WorkCompletionStatus::Success as u32 {
+                                let data = link.slots.slot((c.wr_id & !RECV_TAG) as usize % RECV_DEPTH, (c.byte_len as usize).min(SLOT_SIZE));
+                                assembly.extend_from_slice(data);
+                                if c.imm & LAST_CHUNK != 0 {
+                                    batch.push(assembly.split().freeze());
+                                }
+                            }
+                        }
+                        if !batch.is_empty() {
+                            shared.deliver(peer, id, &mut batch);
+                        }
+                        debug!("fabric peer said goodbye");
+                        return LinkEnd::Goodbye;
+                    }
+                }
+                Err(source) => return LinkEnd::Broken(FabricError::Io { peer, source }),
+            },
+            _ = closing(&mut closing_rx) => {
+                let (mut rd, mut wr) = stream.split();
+                say_goodbye(&mut rd, &mut wr).await;
+                return LinkEnd::Local;
+            }
+        }
+    }
+}
+
+/// Our link to `peer`: connect, handshake, queue-pair exchange, then send what is
+/// queued until goodbye or failure.
+async fn run_outbound(
+    shared: Arc<Shared>,
+    peer: NodeId,
+    addr: String,
+    id: ConnId,
+    mut queue: UnboundedReceiver<Outgoing>,
+) {
+    let span = tracing::debug_span!("verbs_out", node = shared.me, peer, %addr);
+    async move {
+        let fail = |queue: &mut UnboundedReceiver<Outgoing>, err: FabricError| {
+            queue.close();
+            let mut dropped = 0;
+            while let Ok(item) = queue.try_recv() {
+                dropped += matches!(item, Outgoing::Frame(_)) as usize;
+            }
+            shared.connect_failed(peer, id, err, dropped);
+        };
+        let (mut stream, incarnation) =
+            match handshake::connect(&shared.identity(), peer, &addr, shared.connect_timeout).await
+            {
+                Ok(connected) => connected,
+                Err(err) => return fail(&mut queue, err),
+            };
+        let setup = async {
+            let mut link = QpLink::new(&shared.device)?;
+            for _ in 0..RECV_DEPTH {
+                link.post_recv(None)?;
+            }
+            stream
+                .write_all(&link.endpoint(&shared.device).encode())
+                .await?;
+            let theirs = read_endpoint(&mut stream).await?;
+            link.connect(&shared.device, &theirs)?;
+            io::Result::Ok((link, theirs))
+        };
+        let (mut link, theirs) = match timeout(shared.connect_timeout, setup).await {
+            Ok(Ok(ok)) => ok,
+            Ok(Err(source)) => return fail(&mut queue, FabricError::Io { peer, source }),
+            Err(_) => {
+                return fail(
+                    &mut queue,
+                    FabricError::ConnectTimeout {
+                        peer,
+                        addr: addr.clone(),
+                        after: shared.connect_timeout,
+                    },
+                )
+            }
+        };
+        debug!(
+            incarnation,
+            qpn = link.qp.qp_number(),
+            remote_qpn = theirs.qpn,
+            "verbs link up"
+        );
+        shared.established(peer, incarnation, id);
+        let credits = theirs.credits.min(RECV_DEPTH as u32);
+        let end = transmit(&mut link, &mut stream, peer, &mut queue, credits).await;
+        shared.ended(peer, id, end);
+    }
+    .instrument(span)
+    .await
+}
+
+/// A payload being sent, possibly over several chunks.
+struct Pending {
+    payload: Bytes,
+    offset: usize,
+}
+
+async fn transmit(
+    link: &mut QpLink,
+    stream: &mut TcpStream,
+    peer: NodeId,
+    queue: &mut UnboundedReceiver<Outgoing>,
+    mut credits: u32,
+) -> LinkEnd {
+    let mut free: Vec<usize> = (0..RECV_DEPTH).rev().collect();
+    let mut pending: Option<Pending> = None;
+    let mut goodbye = false;
+    let mut completions = Vec::new();
+    let mut word = [0u8; 4];
+    let mut word_len = 0;
+    loop {
+        completions.clear();
+        if let Err(source) = link.poll(&mut completions) {
+            return LinkEnd::Broken(FabricError::Io { peer, source });
+        }
+        for c in &completions {
+            if c.status != WorkCompletionStatus::Success as u32 {
+                return LinkEnd::Broken(completion_error(peer, c));
+            }
+            if c.wr_id & RECV_TAG != 0 {
+                credits += c.imm;
+                if let Err(source) = link.post_recv(None) {
+                    return LinkEnd::Broken(FabricError::Io { peer, source });
+                }
+            } else {
+                free.push(c.wr_id as usize);
+            }
+        }
+        // Post as much as credits and free slots allow.
+        loop {
+            if pending.is_none() && !goodbye {
+                match queue.try_recv() {
+                    Ok(Outgoing::Frame(payload)) => pending = Some(Pending { payload, offset: 0 }),
+                    Ok(Outgoing::Goodbye) => goodbye = true,
+                    Err(_) => {}
+                }
+            }
+            let Some(p) = pending.as_mut() else { break };
+            if credits == 0 || free.is_empty() {
+                break;
+            }
+            let slot = free.pop().expect("checked non-empty");
+            let len = (p.payload.len() - p.offset).min(SLOT_SIZE);
+            link.slots.slot_mut(slot)[..len].copy_from_slice(&p.payload[p.offset..p.offset + len]);
+            p.offset += len;
+            let last = p.offset == p.payload.len();
+            if let Err(source) = link.post_send(
+                slot as u64,
+                Some((slot, len)),
+                if last { LAST_CHUNK } else { 0 },
+            ) {
+                return LinkEnd::Broken(FabricError::Io { peer, source });
+            }
+            credits -= 1;
+            if last {
+                pending = None;
+            }
+        }
+        if goodbye && pending.is_none() && free.len() == RECV_DEPTH {
+            // Every send completed (acknowledged by the peer's HCA): now say goodbye.
+            let (mut rd, mut wr) = stream.split();
+            handshake::say_goodbye(&mut rd, &mut wr).await;
+            return LinkEnd::Local;
+        }
+        let want_queue = pending.is_none() && !goodbye;
+        tokio::select! {
+            r = link.wait() => if let Err(source) = r {
+                return LinkEnd::Broken(FabricError::Io { peer, source });
+            },
+            item = queue.recv(), if want_queue => match item {
+                None => return LinkEnd::Local,
+                Some(Outgoing::Frame(payload)) => pending = Some(Pending { payload, offset: 0 }),
+                Some(Outgoing::Goodbye) => goodbye = true,
+            },
+            r = stream.read(&mut word[word_len..]) => match r {
+                Ok(0) => return LinkEnd::Broken(FabricError::PeerClosed { peer }),
+                Ok(n) => {
+                    word_len += n;
+                    if word_len == word.len() {
+                        let w = u32::from_le_bytes(word);
+                        if w == GOODBYE {
+                            debug!("fabric peer said goodbye");
+                            return LinkEnd::Goodbye;
+                        }
+                        return LinkEnd::Broken(FabricError::Protocol {
+                            peer,
+                            reason: format!("unexpected word {w:#010x} from the acceptor"),
+                        });
+                    }
+                }
+                Err(source) => return LinkEnd::Broken(FabricError::Io { peer, source }),
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn memlock_error_names_the_limit_and_the_fix() {
+        let e = memlock_error(1 << 20, Some(&io::Error::from_raw_os_error(libc::ENOMEM)));
+        let text = e.to_string();
+        assert!(text.contains("1048576 bytes"), "{text}");
+        assert!(text.contains("RLIMIT_MEMLOCK"), "{text}");
+        assert!(text.contains("ulimit -l"), "{text}");
+        assert_eq!(e.kind(), io::ErrorKind::OutOfMemory);
+    }
+
+    #[test]
+    fn options_from_env_parse_device_port_and_gid() {
+        // Explicit values win over the environment, which this test leaves alone.
+        let opts = VerbsOptions {
+            device: Some("rxe0".into()),
+            port: Some(1),
+            gid_index: Some(3),
+        };
+        assert_eq!(opts.clone().with_env().unwrap(), opts);
+    }
+
+    #[test]
+    fn credit_batch_never_strands_a_sender() {
+        // A sender out of credits has RECV_DEPTH buffers consumed at the receiver,
+        // which must be enough to trigger a credit return.
+        const { assert!(CREDIT_BATCH as usize <= RECV_DEPTH && CREDIT_BATCH > 0) };
+    }
+}
