@@ -2,7 +2,8 @@
 # deploy/rxe/ci.sh — the verbs CI job: builds the transport test binaries on the host,
 # then boots one soft-RoCE guest (deploy/rxe/rxe-run.sh) and runs in it the verbs half of
 # the fabric conformance suite and the backend-selection tests, on real RC queue pairs
-# over rxe0, plus an ibv_devices / ib_send_lat smoke check. Exits non-zero if any fails.
+# over rxe0, an ibv_devices / ib_send_lat smoke check, and group constructs and fences
+# across 3 node servers on verbs. Exits non-zero if any fails.
 #
 #   deploy/rxe/ci.sh            (from anywhere; honours CARGO_TARGET_DIR and CARGO)
 #
@@ -29,6 +30,12 @@ select=$(binary select)
 [[ -n $conformance && -n $select ]] || { echo "ci.sh: test executables not found" >&2; cat "$build_log" >&2; exit 1; }
 [[ $conformance == /* ]] || conformance=$repo/$conformance
 [[ $select == /* ]] || select=$repo/$select
+# The launcher, cohortd and the test rank program, for groups across node servers.
+if ! "$cargo" build --bins --examples >"$build_log" 2>&1; then
+    cat "$build_log" >&2
+    exit 1
+fi
+target=${CARGO_TARGET_DIR:-$repo/target}/debug
 
 job="set -e
 export COHORT_TEST_REQUIRE_VERBS=1
@@ -37,7 +44,9 @@ deploy/rxe/examples/verbs-smoke.sh 50
 echo '### fabric conformance on verbs (rxe0)'
 '$conformance' verbs:: --test-threads=1
 echo '### backend selection on a host with an ACTIVE port'
-'$select' --test-threads=1"
+'$select' --test-threads=1
+echo '### group construct, add-members and fence across 3 node servers on verbs'
+deploy/rxe/examples/groups-on-verbs.sh '$target'"
 status=0
 COHORT_RXE_TIMEOUT=${COHORT_RXE_TIMEOUT:-600} "$repo/deploy/rxe/rxe-run.sh" "$repo" "$job" || status=$?
 echo "rxe CI job: status $status after $(($(date +%s) - started)) s"

@@ -845,6 +845,13 @@ impl Shared {
             let _guard = guard;
             task.await
         });
+        if st.closing {
+            // Closed or dropped meanwhile (e.g. a connection accepted as the fabric
+            // was dropped): a task started now would keep a link alive after
+            // `abort_all`, and its peer would never see the loss.
+            handle.abort();
+            return id;
+        }
         st.tasks.retain(|_, t| !t.is_finished());
         st.tasks.insert(id, handle.abort_handle());
         id

@@ -199,6 +199,17 @@ pub struct RunArgs {
     #[arg(long, value_name = "FILE", help_heading = "Mapping options")]
     pub topology: Option<PathBuf>,
 
+    /// Listen address of each node server's fabric, in node order (default: node i on
+    /// its own loopback address 127.0.1.(i+1)). Needed where the fabric is bound to
+    /// real interfaces, e.g. RoCE GIDs on a soft-RoCE device
+    #[arg(
+        long,
+        value_name = "IP,IP,…",
+        value_delimiter = ',',
+        help_heading = "Mapping options"
+    )]
+    pub node_addrs: Vec<std::net::IpAddr>,
+
     /// Keep the job running when a rank exits abnormally (non-zero status or signal)
     #[arg(long, help_heading = "Fault-tolerance options")]
     pub enable_recovery: bool,

@@ -132,6 +132,13 @@ impl Launcher {
                 daemon::MAX_NODES
             ));
         }
+        if !args.node_addrs.is_empty() && args.node_addrs.len() != args.nodes as usize {
+            return Err(format!(
+                "--node-addrs lists {} address(es) for {} node server(s); give one per node",
+                args.node_addrs.len(),
+                args.nodes
+            ));
+        }
         let cohortd = daemon::find_cohortd()?;
         let exports = daemon::resolve_exports(&args.export)?;
         let random = |n| random_bytes(n).map_err(|e| format!("cannot read random bytes: {e}"));
@@ -205,12 +212,17 @@ impl Launcher {
         )));
         let job = self.monitor.job().clone();
         for node in 0..self.args.nodes {
-            let ip = daemon::node_address(node).expect("node count checked in prepare");
+            let ip = match self.args.node_addrs.get(node as usize) {
+                Some(ip) => *ip,
+                None => daemon::node_address(node)
+                    .expect("node count checked in prepare")
+                    .into(),
+            };
             let launch = DaemonLaunch {
                 node,
                 nodes: self.args.nodes,
                 node_name: &job.node_names[node as usize],
-                listen: SocketAddr::new(ip.into(), 0),
+                listen: SocketAddr::new(ip, 0),
                 control: self.control_addr,
                 job_dir: self.job_dir.path(),
                 nspace: &job.nspace,
