@@ -584,6 +584,9 @@ struct State {
     peers: Vec<String>,
     events: Option<UnboundedSender<FabricEvent>>,
     closing: bool,
+    /// Set by [`Shared::abort_all`] (the fabric was dropped, or its goodbyes timed
+    /// out): links end without a goodbye, so peers see them break.
+    aborted: bool,
     liveness: Liveness,
     outbound: HashMap<NodeId, OutLink>,
     tasks: HashMap<ConnId, AbortHandle>,
@@ -646,6 +649,7 @@ impl VerbsFabric {
                 peers: Vec::new(),
                 events: Some(events_tx),
                 closing: false,
+                aborted: false,
                 liveness: Liveness::default(),
                 outbound: HashMap::new(),
                 tasks: HashMap::new(),
@@ -823,6 +827,7 @@ impl Shared {
     fn abort_all(&self) {
         let mut st = self.lock();
         st.closing = true;
+        st.aborted = true;
         st.events = None;
         st.outbound.clear();
         for (_, task) in st.tasks.drain() {
@@ -1153,6 +1158,13 @@ async fn receive(
                 Err(source) => return LinkEnd::Broken(FabricError::Io { peer, source }),
             },
             _ = closing(&mut closing_rx) => {
+                // `abort_all` also signals `closing` (to stop tasks its aborts miss,
+                // e.g. one being polled at that moment). A dropped fabric must not say
+                // goodbye: that marks it departing, and the peer would never report
+                // its loss.
+                if shared.lock().aborted {
+                    return LinkEnd::Local;
+                }
                 let (mut rd, mut wr) = stream.split();
                 say_goodbye(&mut rd, &mut wr).await;
                 return LinkEnd::Local;
@@ -1186,6 +1198,20 @@ async fn run_outbound(
                 Ok(connected) => connected,
                 Err(err) => return fail(&mut queue, err),
             };
+        // The peer's incarnation is known from here on: register the link with it now,
+        // so a peer that dies during the queue-pair exchange breaks this link like any
+        // other of that incarnation (one loss, however many links it breaks) rather
+        // than also being reported as a separate connect failure.
+        shared.established(peer, incarnation, id);
+        let broken = |queue: &mut UnboundedReceiver<Outgoing>, err: FabricError| {
+            queue.close();
+            let mut dropped = 0;
+            while let Ok(item) = queue.try_recv() {
+                dropped += matches!(item, Outgoing::Frame(_)) as usize;
+            }
+            warn!(dropped, error = %err, "verbs link set-up failed");
+            shared.ended(peer, id, LinkEnd::Broken(err));
+        };
         let setup = async {
             let mut link = QpLink::new(&shared.device)?;
             for _ in 0..RECV_DEPTH {
@@ -1200,9 +1226,9 @@ async fn run_outbound(
         };
         let (mut link, theirs) = match timeout(shared.connect_timeout, setup).await {
             Ok(Ok(ok)) => ok,
-            Ok(Err(source)) => return fail(&mut queue, FabricError::Io { peer, source }),
+            Ok(Err(source)) => return broken(&mut queue, FabricError::Io { peer, source }),
             Err(_) => {
-                return fail(
+                return broken(
                     &mut queue,
                     FabricError::ConnectTimeout {
                         peer,
@@ -1218,7 +1244,6 @@ async fn run_outbound(
             remote_qpn = theirs.qpn,
             "verbs link up"
         );
-        shared.established(peer, incarnation, id);
         let credits = theirs.credits.min(RECV_DEPTH as u32);
         let end = transmit(&mut link, &mut stream, peer, &mut queue, credits).await;
         shared.ended(peer, id, end);
