@@ -76,6 +76,9 @@ struct State {
     /// `None` once closed: no more events.
     events: Option<UnboundedSender<FabricEvent>>,
     closing: bool,
+    /// Set by [`Shared::abort_all`] (the fabric was dropped, or its goodbyes timed
+    /// out): links end without a goodbye, so peers see them break.
+    aborted: bool,
     liveness: Liveness,
     outbound: HashMap<NodeId, OutLink>,
     tasks: HashMap<ConnId, AbortHandle>,
@@ -128,6 +131,7 @@ impl TcpFabric {
                 peers: Vec::new(),
                 events: Some(events_tx),
                 closing: false,
+                aborted: false,
                 liveness: Liveness::default(),
                 outbound: HashMap::new(),
                 tasks: HashMap::new(),
@@ -294,6 +298,7 @@ impl Shared {
     fn abort_all(&self) {
         let mut st = self.lock();
         st.closing = true;
+        st.aborted = true;
         st.events = None;
         st.outbound.clear();
         for (_, task) in st.tasks.drain() {
@@ -556,6 +561,12 @@ async fn read_frames(shared: &Shared, stream: &mut TcpStream, peer: NodeId, id: 
                 Err(source) => return LinkEnd::Broken(FabricError::Io { peer, source }),
             },
             _ = closing(&mut closing_rx) => {
+                // `abort_all` also signals `closing`; a task polled at that moment (on
+                // another worker) must not say goodbye for a dropped fabric, or its
+                // peer would take the departure as graceful and never report the loss.
+                if shared.lock().aborted {
+                    return LinkEnd::Local;
+                }
                 let (mut rd, mut wr) = stream.split();
                 say_goodbye(&mut rd, &mut wr).await;
                 return LinkEnd::Local;
