@@ -47,6 +47,9 @@ struct Incarnation {
 pub(crate) struct Liveness {
     conns: HashMap<ConnId, (NodeId, u64)>,
     current: HashMap<NodeId, Incarnation>,
+    /// How many times each peer was reported lost. A connect attempt that fails after
+    /// this moved on was overtaken by the report of the same loss, and stays quiet.
+    losses: HashMap<NodeId, u64>,
 }
 
 impl Liveness {
@@ -61,6 +64,7 @@ impl Liveness {
                     let old = cur.id;
                     verdict.lost = Some((peer, FabricError::Restarted { peer }));
                     verdict.condemned = self.take_conns(peer, old);
+                    *self.losses.entry(peer).or_default() += 1;
                 }
                 self.current.insert(
                     peer,
@@ -82,6 +86,11 @@ impl Liveness {
         }
         self.conns.insert(conn, (peer, incarnation));
         verdict
+    }
+
+    /// How many losses of `peer` were reported so far (see [`Liveness::losses`] field).
+    pub fn losses(&self, peer: NodeId) -> u64 {
+        self.losses.get(&peer).copied().unwrap_or(0)
     }
 
     /// Whether `conn` still speaks for a peer (messages read from it may be delivered).
@@ -107,6 +116,7 @@ impl Liveness {
                     verdict.lost = Some((peer, err));
                     verdict.condemned = self.take_conns(peer, inc);
                     self.current.remove(&peer);
+                    *self.losses.entry(peer).or_default() += 1;
                     return verdict;
                 }
             }

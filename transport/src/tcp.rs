@@ -365,13 +365,27 @@ impl Shared {
     }
 
     /// An outbound connection could not be set up; its queued payloads are dropped.
-    fn connect_failed(&self, peer: NodeId, conn: ConnId, err: FabricError, dropped: usize) {
+    /// An outbound attempt failed. `losses_at_start` is the peer's loss count when the
+    /// attempt began: if a loss was reported since (the crash that also broke this
+    /// attempt), reporting again would make one crash two `PeerLost`s.
+    fn connect_failed(
+        &self,
+        peer: NodeId,
+        conn: ConnId,
+        err: FabricError,
+        dropped: usize,
+        losses_at_start: u64,
+    ) {
         let mut st = self.lock();
         st.tasks.remove(&conn);
         if st.outbound.get(&peer).is_some_and(|l| l.id == conn) {
             st.outbound.remove(&peer);
         }
         if st.closing {
+            return;
+        }
+        if st.liveness.losses(peer) != losses_at_start {
+            debug!(node = self.me, peer, error = %err, "connect failed after the peer was reported lost");
             return;
         }
         warn!(node = self.me, peer, dropped, error = %err, "fabric peer unreachable");
@@ -587,6 +601,7 @@ async fn run_outbound(
     let span = tracing::debug_span!("fabric_out", node = shared.me, peer, %addr);
     async move {
         debug!("connecting");
+        let losses_at_start = shared.lock().liveness.losses(peer);
         let (mut stream, incarnation) = match shared.connect(peer, &addr).await {
             Ok(connected) => connected,
             Err(err) => {
@@ -595,7 +610,7 @@ async fn run_outbound(
                 while let Ok(item) = queue.try_recv() {
                     dropped += matches!(item, Outgoing::Frame(_)) as usize;
                 }
-                shared.connect_failed(peer, id, err, dropped);
+                shared.connect_failed(peer, id, err, dropped, losses_at_start);
                 return;
             }
         };
