@@ -6,6 +6,7 @@
 //! Runs on a current-thread runtime so every node server is spawned by the main
 //! thread, which its parent-death signal is tied to.
 
+use cohort_os::TerminatingSignals;
 use std::ffi::OsString;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -19,7 +20,6 @@ use cohort_topology::switches::{slurm_topology_file, SLURM_CONF_ENV};
 use cohort_topology::{hostlist, Discover, Locality, SwitchMap};
 use tokio::net::tcp::OwnedWriteHalf;
 use tokio::net::TcpListener;
-use tokio::signal::unix::{signal, Signal, SignalKind};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio::time::{sleep_until, Instant};
@@ -67,7 +67,7 @@ pub fn run(args: RunArgs) -> i32 {
     };
     rt.block_on(async move {
         // Handlers first: a Ctrl-C from here on tears the job down properly.
-        let mut signals = match Signals::new() {
+        let mut signals = match TerminatingSignals::new() {
             Ok(s) => s,
             Err(e) => {
                 crate::say(format_args!("cannot install signal handlers: {e}"));
@@ -188,7 +188,7 @@ impl Launcher {
         })
     }
 
-    async fn run(mut self, signals: &mut Signals) -> i32 {
+    async fn run(mut self, signals: &mut TerminatingSignals) -> i32 {
         reaper::become_subreaper();
         let verdict = match self.spawn_daemons() {
             Ok(()) => self.watch(signals).await,
@@ -265,7 +265,7 @@ impl Launcher {
     }
 
     /// Runs the job until something ends it.
-    async fn watch(&mut self, signals: &mut Signals) -> Verdict {
+    async fn watch(&mut self, signals: &mut TerminatingSignals) -> Verdict {
         let startup_limit = startup_timeout();
         let startup_deadline = Instant::now() + startup_limit;
         let timeout = self.args.timeout;
@@ -439,7 +439,7 @@ impl Launcher {
 
     /// Stops every node server (Shutdown, then SIGKILL after the grace period), reaps
     /// them, kills anything orphaned below us, and removes the job directory.
-    async fn shut_down(&mut self, signals: &mut Signals) {
+    async fn shut_down(&mut self, signals: &mut TerminatingSignals) {
         for (node, d) in self.daemons.iter_mut().enumerate() {
             if !d.running {
                 continue;
@@ -628,31 +628,6 @@ async fn accept_loop(
                 }
             }
         });
-    }
-}
-
-/// Terminating signals of the launcher.
-struct Signals {
-    int: Signal,
-    term: Signal,
-    hup: Signal,
-}
-
-impl Signals {
-    fn new() -> std::io::Result<Signals> {
-        Ok(Signals {
-            int: signal(SignalKind::interrupt())?,
-            term: signal(SignalKind::terminate())?,
-            hup: signal(SignalKind::hangup())?,
-        })
-    }
-
-    async fn recv(&mut self) -> i32 {
-        tokio::select! {
-            _ = self.int.recv() => libc::SIGINT,
-            _ = self.term.recv() => libc::SIGTERM,
-            _ = self.hup.recv() => libc::SIGHUP,
-        }
     }
 }
 

@@ -1,5 +1,6 @@
 //! OS plumbing shared by the launcher (`cohort`) and the node server (`cohortd`):
-//! the parent-death hook for the processes they spawn, and log setup.
+//! the parent-death hook for the processes they spawn, the terminating-signal
+//! listener, and log setup.
 
 use tracing_subscriber::EnvFilter;
 
@@ -41,4 +42,32 @@ pub fn init_tracing() {
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .init();
+}
+
+/// The signals that end a job or a node server: SIGINT, SIGTERM, SIGHUP. Must be
+/// created inside a tokio runtime.
+pub struct TerminatingSignals {
+    int: tokio::signal::unix::Signal,
+    term: tokio::signal::unix::Signal,
+    hup: tokio::signal::unix::Signal,
+}
+
+impl TerminatingSignals {
+    pub fn new() -> std::io::Result<TerminatingSignals> {
+        use tokio::signal::unix::{signal, SignalKind};
+        Ok(TerminatingSignals {
+            int: signal(SignalKind::interrupt())?,
+            term: signal(SignalKind::terminate())?,
+            hup: signal(SignalKind::hangup())?,
+        })
+    }
+
+    /// Waits for the next one; returns its number.
+    pub async fn recv(&mut self) -> i32 {
+        tokio::select! {
+            _ = self.int.recv() => libc::SIGINT,
+            _ = self.term.recv() => libc::SIGTERM,
+            _ = self.hup.recv() => libc::SIGHUP,
+        }
+    }
 }

@@ -12,6 +12,7 @@ mod placement;
 mod procs;
 mod ranks;
 
+use cohort_os::TerminatingSignals;
 use std::fmt;
 use std::io::Write;
 use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
@@ -28,7 +29,6 @@ use cohort_topology::placement::job_map;
 use cohort_topology::{hostlist, Locality, SwitchMap};
 use tokio::net::tcp::OwnedWriteHalf;
 use tokio::net::TcpStream;
-use tokio::signal::unix::{signal, Signal, SignalKind};
 use tokio::sync::mpsc;
 use tokio::time::{sleep_until, Instant};
 
@@ -182,7 +182,7 @@ async fn run(
     let Some((svc, socket_dir)) = bind_service(&args, &job, secrets).await else {
         return 1;
     };
-    let mut signals = match Signals::new() {
+    let mut signals = match TerminatingSignals::new() {
         Ok(s) => s,
         Err(e) => {
             say(format_args!(
@@ -331,7 +331,7 @@ async fn await_start(
     args: &DaemonArgs,
     job_secret: &[u8],
     svc: &NodeService,
-    signals: &mut Signals,
+    signals: &mut TerminatingSignals,
 ) -> Result<(OwnedWriteHalf, mpsc::UnboundedReceiver<FromLauncher>), End> {
     let (mut link, mut from_launcher) = connect(args, job_secret, svc).await.map_err(|e| {
         say(format_args!(
@@ -375,7 +375,7 @@ async fn serve(
     link: &mut Option<OwnedWriteHalf>,
     from_launcher: &mut mpsc::UnboundedReceiver<FromLauncher>,
     exits: &mut mpsc::UnboundedReceiver<RankExit>,
-    signals: &mut Signals,
+    signals: &mut TerminatingSignals,
 ) -> End {
     if let Some(w) = link.as_mut() {
         if control::send(w, &DaemonMsg::Launched).await.is_err() {
@@ -529,31 +529,6 @@ fn remove_dir(dir: &Path) {
         Ok(()) => {}
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
         Err(e) => tracing::warn!(dir = %dir.display(), "cannot remove: {e}"),
-    }
-}
-
-/// Signals that stop cohortd (SIGTERM is also its parent-death signal).
-struct Signals {
-    term: Signal,
-    int: Signal,
-    hup: Signal,
-}
-
-impl Signals {
-    fn new() -> std::io::Result<Signals> {
-        Ok(Signals {
-            term: signal(SignalKind::terminate())?,
-            int: signal(SignalKind::interrupt())?,
-            hup: signal(SignalKind::hangup())?,
-        })
-    }
-
-    async fn recv(&mut self) -> i32 {
-        tokio::select! {
-            _ = self.term.recv() => libc::SIGTERM,
-            _ = self.int.recv() => libc::SIGINT,
-            _ = self.hup.recv() => libc::SIGHUP,
-        }
     }
 }
 
