@@ -766,13 +766,13 @@ impl Engine {
         if let Some(err) = abort {
             match root {
                 Some(r) if r != self.node => {
-                    let error = self.refine_timeout(key, err);
                     self.send_peer(
                         r,
                         PeerMsg::CollAbort {
                             key: key.clone(),
                             spec,
-                            error,
+                            // The root probes for who is missing; see start_probe.
+                            error: err,
                         },
                     );
                 }
@@ -836,22 +836,6 @@ impl Engine {
             missing,
         };
         self.decide(key, Decision::Fail(error), now);
-    }
-
-    /// Fills in the processes a timed-out collective still waits for, as far as this
-    /// server knows.
-    fn refine_timeout(&self, key: &CollKey, err: CohortError) -> CohortError {
-        match err {
-            CohortError::Timeout { op, timeout_ms, .. } => {
-                let missing = self.missing(key);
-                CohortError::Timeout {
-                    op,
-                    timeout_ms,
-                    missing,
-                }
-            }
-            other => other,
-        }
     }
 
     fn missing(&self, key: &CollKey) -> Vec<ProcId> {
