@@ -2115,7 +2115,12 @@ impl Engine {
     ) {
         let coll = self.colls.remove(&key);
         let spec = spec.or_else(|| coll.as_ref().and_then(|c| c.spec.clone()));
-        let tree = spec.as_ref().map(|s| self.tree_for(&key, s));
+        // The tracker built the tree with its spec; only a server that never saw the
+        // operation builds it from the spec carried in the outcome.
+        let tree = coll
+            .as_ref()
+            .and_then(|c| c.tree.clone())
+            .or_else(|| spec.as_ref().map(|s| self.tree_for(&key, s)));
         let mut targets: BTreeSet<NodeId> = tree
             .as_ref()
             .map(|t| t.children(self.node).into_iter().collect())
