@@ -10,7 +10,7 @@
 //! departing: its connections may then end quietly. A new incarnation replacing a live
 //! one means the old process died ([`FabricError::Restarted`]).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 
 use crate::{FabricError, NodeId};
 
@@ -50,12 +50,28 @@ pub(crate) struct Liveness {
     /// How many times each peer was reported lost. A connect attempt that fails after
     /// this moved on was overtaken by the report of the same loss, and stays quiet.
     losses: HashMap<NodeId, u64>,
+    /// Incarnations reported lost, newest last (a few per peer). A connection of one
+    /// that finishes its handshake late must not bring it back to life: it would be
+    /// reported lost a second time when it breaks.
+    dead: HashMap<NodeId, VecDeque<u64>>,
 }
+
+/// Dead incarnations remembered per peer.
+const DEAD_REMEMBERED: usize = 8;
 
 impl Liveness {
     /// A connection to/from `peer` finished its handshake; `incarnation` is the peer's.
     pub fn established(&mut self, peer: NodeId, incarnation: u64, conn: ConnId) -> Verdict {
         let mut verdict = Verdict::default();
+        if self
+            .dead
+            .get(&peer)
+            .is_some_and(|d| d.contains(&incarnation))
+        {
+            // Late handshake of an incarnation already reported lost: drop it quietly.
+            verdict.condemned.push(conn);
+            return verdict;
+        }
         match self.current.get(&peer) {
             Some(cur) if cur.id == incarnation => {}
             Some(cur) => {
@@ -64,7 +80,7 @@ impl Liveness {
                     let old = cur.id;
                     verdict.lost = Some((peer, FabricError::Restarted { peer }));
                     verdict.condemned = self.take_conns(peer, old);
-                    *self.losses.entry(peer).or_default() += 1;
+                    self.bury(peer, old);
                 }
                 self.current.insert(
                     peer,
@@ -116,7 +132,7 @@ impl Liveness {
                     verdict.lost = Some((peer, err));
                     verdict.condemned = self.take_conns(peer, inc);
                     self.current.remove(&peer);
-                    *self.losses.entry(peer).or_default() += 1;
+                    self.bury(peer, inc);
                     return verdict;
                 }
             }
@@ -125,6 +141,16 @@ impl Liveness {
             self.current.remove(&peer);
         }
         verdict
+    }
+
+    /// `inc` of `peer` was reported lost.
+    fn bury(&mut self, peer: NodeId, inc: u64) {
+        *self.losses.entry(peer).or_default() += 1;
+        let dead = self.dead.entry(peer).or_default();
+        dead.push_back(inc);
+        if dead.len() > DEAD_REMEMBERED {
+            dead.pop_front();
+        }
     }
 
     fn take_conns(&mut self, peer: NodeId, inc: u64) -> Vec<ConnId> {
@@ -160,6 +186,23 @@ mod tests {
         assert!(!l.is_registered(11));
         // The condemned connection's own end is silent.
         assert!(l.ended(11, broken(1)).lost.is_none());
+    }
+
+    /// An outbound connection of an incarnation still in its handshake when another
+    /// connection's break reported that incarnation lost must not revive it.
+    #[test]
+    fn a_late_handshake_of_a_lost_incarnation_is_condemned_not_revived() {
+        let mut l = Liveness::default();
+        l.established(1, 100, 10);
+        assert!(l.ended(10, broken(1)).lost.is_some());
+        let v = l.established(1, 100, 11);
+        assert!(v.lost.is_none());
+        assert_eq!(v.condemned, vec![11]);
+        assert!(!l.is_registered(11));
+        assert!(l.ended(11, broken(1)).lost.is_none(), "one crash, one loss");
+        // The restarted process (a new incarnation) is welcome.
+        assert!(l.established(1, 101, 12).lost.is_none());
+        assert!(l.is_registered(12));
     }
 
     #[test]
