@@ -63,6 +63,7 @@ fn main() {
         "bootstrap-member-dies-required" => bootstrap_member_dies_required(),
         "invite-decline-continue" => invite_decline_continue(),
         "collective-member-dies-notify-anyone" => collective_member_dies_notify_anyone(),
+        "sim-compare" => sim_compare(),
         other => Err(format!("unknown scenario {other:?}")),
     };
     if let Err(e) = result {
@@ -2148,4 +2149,40 @@ fn collective_member_dies_notify_anyone() -> R {
     println!("{}", result_line(&g));
     destruct(&c, id)?;
     e2s(c.finalize(), "finalize")
+}
+
+/// The job `cohort-sim replay` simulates: every rank posts `cohort_proto::digest`'s
+/// value (64 bytes), constructs the comparison group with a context id and one
+/// group-info entry, reads every member's value back, and prints its digest line.
+fn sim_compare() -> R {
+    use cohort_proto::digest;
+    let c = init()?;
+    let me = c.rank();
+    e2s(
+        c.put(
+            Scope::Remote,
+            digest::DATA_KEY,
+            digest::posted_value(me, 64),
+        ),
+        "put",
+    )?;
+    let mut opts = ctx();
+    opts.group_info = vec![(digest::INFO_KEY.into(), Value::U32(me))];
+    let g = e2s(
+        c.group_construct(digest::COMPARE_GROUP, &all(&c), opts),
+        "construct",
+    )?;
+    let mut data = Vec::new();
+    for m in &g.members {
+        let v = e2s(
+            c.get(m, digest::DATA_KEY, Some(Duration::from_secs(10))),
+            "get",
+        )?;
+        data.push((m.clone(), v));
+    }
+    println!(
+        "SIM {}",
+        digest::group_view_line(me, &g.members, g.context_id, &g.group_info, &data)
+    );
+    Ok(())
 }

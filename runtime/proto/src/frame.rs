@@ -35,6 +35,14 @@ pub fn encode<T: Serialize>(msg: &T) -> Vec<u8> {
     out
 }
 
+/// Length of `msg`'s complete frame (length prefix included), without encoding it:
+/// what [`encode`] would return the length of.
+pub fn encoded_len<T: Serialize>(msg: &T) -> usize {
+    4 + options()
+        .serialized_size(msg)
+        .expect("cohort messages always serialize") as usize
+}
+
 /// Encodes only the body (no length prefix), for transports that frame themselves.
 pub fn encode_body<T: Serialize>(msg: &T) -> Vec<u8> {
     options()

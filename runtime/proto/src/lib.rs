@@ -6,6 +6,7 @@
 //! bounded so a hostile peer can at worst get its own connection closed.
 
 pub mod control;
+pub mod digest;
 pub mod env;
 pub mod error;
 pub mod event;

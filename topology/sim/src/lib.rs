@@ -1,0 +1,867 @@
+//! `cohort-sim`: a discrete-event simulator of cohort's node servers.
+//!
+//! It runs the node servers' own state machines — one [`cohort_core::Engine`] per
+//! simulated node server, exactly as `cohortd` drives them — and replaces sockets and
+//! clocks by a cost model:
+//!
+//! * a message of `b` bytes (its real encoded frame length) from server `u` to server
+//!   `v` leaves `u`'s link when the link is free, takes `b·β` to serialize, arrives
+//!   `α` later, and is taken in by `v`'s link (which also serializes its incoming
+//!   messages at `β` per byte);
+//! * a server handles one message (or client request) at a time, `o` each;
+//! * a rank reaches its own node server, and a reply reaches the rank, in `α_c`.
+//!
+//! For every run it reports the completion time (the last rank's reply), the number of
+//! rounds (the longest causal chain of server-to-server messages), and the messages and
+//! bytes each server sent. The ranks' results (membership, context id, group info and
+//! the data each member posted, read back with `get`) are returned too, so they can be
+//! compared with a real job's.
+//!
+//! The whole simulated cluster lives in one process: every engine holds its full state
+//! (job map, trackers, the group's data), so memory grows with N² for group constructs.
+//! [`memory_estimate`] says ahead of time whether a run fits.
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap};
+use std::time::{Duration, Instant};
+
+use cohort_core::engine::{Action, ClientId, Engine, EngineConfig};
+use cohort_proto::digest::{group_view_line, posted_value, DATA_KEY, INFO_KEY};
+use cohort_proto::msg::{
+    ConstructOpts, FenceOpts, GroupResult, ReqId, Request, Response, ServerFrame,
+};
+use cohort_proto::peer::PeerMsg;
+use cohort_proto::{frame, CohortError, Info, JobMap, NodeId, ProcId, Value};
+use cohort_topology::TreeShape;
+
+/// Picoseconds: the simulator's clock unit (β on a 25 GB/s link is 40 ps/byte).
+type Ps = u64;
+
+fn ps(seconds: f64) -> Ps {
+    (seconds * 1e12).round().max(0.0) as Ps
+}
+
+/// The cost model (see the [crate docs](crate)).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Params {
+    /// Per-hop latency between node servers, seconds.
+    pub alpha_s: f64,
+    /// Per-byte time of a link, seconds per byte.
+    pub beta_s_per_byte: f64,
+    /// Per-message processing time of a node server, seconds.
+    pub overhead_s: f64,
+    /// One-way latency between a rank and its own node server, seconds.
+    pub client_alpha_s: f64,
+}
+
+impl Params {
+    /// InfiniBand HDR-like: α = 1 µs, 25 GB/s, o = 0.5 µs, α_c = 0.5 µs.
+    pub fn hdr() -> Params {
+        Params {
+            alpha_s: 1e-6,
+            beta_s_per_byte: 1.0 / 25e9,
+            overhead_s: 0.5e-6,
+            client_alpha_s: 0.5e-6,
+        }
+    }
+}
+
+/// Which collective every rank calls.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Collective {
+    /// `fence` over `{nspace, *}` with data collection.
+    Fence,
+    /// `group_construct` (collective method, every rank a leader naming all ranks) with
+    /// a context id.
+    Construct,
+}
+
+impl std::fmt::Display for Collective {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Collective::Fence => "fence",
+            Collective::Construct => "construct",
+        })
+    }
+}
+
+/// One simulated job: `nodes` node servers with `ranks_per_node` ranks each (block
+/// mapping, as `cohort run` places them), every rank posting `bytes_per_rank` bytes of
+/// remote-scope data and then calling `op`.
+#[derive(Clone, Debug)]
+pub struct Scenario {
+    pub nodes: u32,
+    pub ranks_per_node: u32,
+    pub shape: TreeShape,
+    pub op: Collective,
+    pub bytes_per_rank: usize,
+    pub nspace: String,
+    pub group_id: String,
+    /// Read every member's data back with `get` on every rank after the collective
+    /// (N² gets: for comparing results at small N).
+    pub read_back: bool,
+}
+
+impl Scenario {
+    pub fn new(nodes: u32, op: Collective, shape: TreeShape) -> Scenario {
+        Scenario {
+            nodes,
+            ranks_per_node: 1,
+            shape,
+            op,
+            bytes_per_rank: 1024,
+            nspace: "sim".into(),
+            group_id: "simgroup".into(),
+            read_back: false,
+        }
+    }
+
+    pub fn ranks(&self) -> u32 {
+        self.nodes * self.ranks_per_node
+    }
+}
+
+/// What one rank got back.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RankResult {
+    pub rank: u32,
+    /// Construct: the canonical membership. Fence: empty.
+    pub members: Vec<ProcId>,
+    pub context_id: Option<u64>,
+    /// Construct: every member's group-info contributions.
+    pub group_info: Vec<(ProcId, Info)>,
+    /// With `read_back`: every participant's posted value, in rank order.
+    pub data: Vec<(ProcId, Value)>,
+}
+
+/// The outcome of one simulated run.
+#[derive(Clone, Debug)]
+pub struct Report {
+    pub nodes: u32,
+    pub shape: TreeShape,
+    /// Time from the ranks' calls to the last rank's reply, seconds.
+    pub completion_s: f64,
+    /// Longest causal chain of server-to-server messages.
+    pub rounds: u32,
+    /// Server-to-server messages sent by each server.
+    pub msgs_sent: Vec<u64>,
+    /// Bytes (encoded frames) sent by each server.
+    pub bytes_sent: Vec<u64>,
+    /// Wall time spent inside the engines (this machine's cost of the state machines).
+    pub engine_wall: Duration,
+    /// Engine steps (messages and requests handled).
+    pub engine_steps: u64,
+    pub results: Vec<RankResult>,
+}
+
+impl Report {
+    pub fn max_msgs(&self) -> u64 {
+        self.msgs_sent.iter().copied().max().unwrap_or(0)
+    }
+    pub fn max_bytes(&self) -> u64 {
+        self.bytes_sent.iter().copied().max().unwrap_or(0)
+    }
+}
+
+/// Errors of a simulated run.
+#[derive(Debug, thiserror::Error)]
+pub enum SimError {
+    #[error("rank {rank}: {op} failed: {error}")]
+    Op {
+        rank: u32,
+        op: &'static str,
+        error: CohortError,
+    },
+    #[error("rank {rank}: {op} never completed (the simulated cluster went quiet)")]
+    Stuck { rank: u32, op: &'static str },
+    #[error("rank {rank}: unexpected reply to {op}: {reply:?}")]
+    Unexpected {
+        rank: u32,
+        op: &'static str,
+        reply: Box<Response>,
+    },
+    #[error("a scenario needs at least one node and one rank per node")]
+    Empty,
+    #[error("schedule model: {0}")]
+    Model(String),
+}
+
+/// Rough peak memory of a run, bytes: the group's data and membership are held by
+/// every simulated server.
+pub fn memory_estimate(s: &Scenario) -> u64 {
+    let n = u64::from(s.ranks());
+    let m = u64::from(s.nodes);
+    let per_member = 160 + s.nspace.len() as u64 + s.bytes_per_rank as u64;
+    // Each server: the outcome it holds, the copy it forwards, the stored data; the
+    // job map (a node id per rank, a name per node).
+    let per_server = n * per_member * 3 + n * 4 + m * 32;
+    per_server * m
+}
+
+/// The network and the servers' processors: a discrete-event queue of deliveries,
+/// each taken in by its server when the server is free, `o` each.
+struct Net<E> {
+    alpha: Ps,
+    beta_ps_per_byte: f64,
+    o: Ps,
+    client_alpha: Ps,
+    queue: BinaryHeap<Reverse<(Ps, u64)>>,
+    events: HashMap<u64, (NodeId, u32, E)>,
+    seq: u64,
+    cpu_free: Vec<Ps>,
+    tx_free: Vec<Ps>,
+    rx_free: Vec<Ps>,
+    /// Longest causal chain of messages that reached each server so far.
+    hop: Vec<u32>,
+    max_hop: u32,
+    msgs: Vec<u64>,
+    bytes: Vec<u64>,
+    /// (kind, contributions, size) of every peer message, when recording.
+    log: Option<Vec<(MsgShape, usize)>>,
+}
+
+/// What the size model needs to know about a peer message.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum MsgShape {
+    Up { contribs: usize },
+    Down,
+    Other,
+}
+
+impl<E> Net<E> {
+    fn new(servers: usize, p: &Params) -> Net<E> {
+        Net {
+            alpha: ps(p.alpha_s),
+            beta_ps_per_byte: p.beta_s_per_byte * 1e12,
+            o: ps(p.overhead_s),
+            client_alpha: ps(p.client_alpha_s),
+            queue: BinaryHeap::new(),
+            events: HashMap::new(),
+            seq: 0,
+            cpu_free: vec![0; servers],
+            tx_free: vec![0; servers],
+            rx_free: vec![0; servers],
+            hop: vec![0; servers],
+            max_hop: 0,
+            msgs: vec![0; servers],
+            bytes: vec![0; servers],
+            log: None,
+        }
+    }
+
+    /// A client request reaching server `to` at `at + α_c`.
+    fn request(&mut self, to: NodeId, at: Ps, ev: E) {
+        self.push(at + self.client_alpha, to, 0, ev);
+    }
+
+    fn push(&mut self, at: Ps, to: NodeId, hop: u32, ev: E) {
+        self.seq += 1;
+        self.events.insert(self.seq, (to, hop, ev));
+        self.queue.push(Reverse((at, self.seq)));
+    }
+
+    /// The next event, with the time its server finishes handling it.
+    fn pop(&mut self) -> Option<(Ps, NodeId, E)> {
+        let Reverse((t, seq)) = self.queue.pop()?;
+        let (to, hop, ev) = self.events.remove(&seq).expect("queued event is stored");
+        let v = to as usize;
+        let end = t.max(self.cpu_free[v]) + self.o;
+        self.cpu_free[v] = end;
+        self.hop[v] = self.hop[v].max(hop);
+        Some((end, to, ev))
+    }
+
+    /// Sends `size` bytes from `from` (ready at `at`) to `to`: serialized on the
+    /// sender's link, `α` on the wire, serialized again on the receiver's link.
+    fn send(&mut self, from: NodeId, to: NodeId, size: usize, shape: MsgShape, at: Ps, ev: E) {
+        let (u, d) = (from as usize, to as usize);
+        let wire = (size as f64 * self.beta_ps_per_byte).round() as Ps;
+        self.msgs[u] += 1;
+        self.bytes[u] += size as u64;
+        if let Some(log) = &mut self.log {
+            log.push((shape, size));
+        }
+        let tx_start = at.max(self.tx_free[u]);
+        let tx_end = tx_start + wire;
+        self.tx_free[u] = tx_end;
+        let arrive = (tx_end + self.alpha).max(self.rx_free[d] + wire);
+        self.rx_free[d] = arrive;
+        let hop = self.hop[u] + 1;
+        self.max_hop = self.max_hop.max(hop);
+        self.push(arrive, to, hop, ev);
+    }
+}
+
+#[derive(Debug)]
+enum EvKind {
+    Peer {
+        from: NodeId,
+        msg: PeerMsg,
+    },
+    Client {
+        client: ClientId,
+        id: ReqId,
+        req: Request,
+    },
+}
+
+/// The simulated cluster of real engines.
+struct Sim {
+    net: Net<EvKind>,
+    job: JobMap,
+    engines: Vec<Engine>,
+    /// Reply per (client, request id), with the time it reaches the rank.
+    replies: HashMap<(ClientId, ReqId), (Ps, Result<Response, CohortError>)>,
+    next_req: ReqId,
+    wall: Duration,
+    steps: u64,
+    /// When set: every message handled is also decoded from its wire form and every
+    /// output encoded, as a node server does, and each step's wall time is recorded.
+    codec_steps: Option<Vec<Duration>>,
+}
+
+fn client_of(rank: u32) -> ClientId {
+    u64::from(rank) + 1
+}
+
+fn shape_of(msg: &PeerMsg) -> MsgShape {
+    match msg {
+        PeerMsg::CollUp { contribs, .. } => MsgShape::Up {
+            contribs: contribs.len(),
+        },
+        PeerMsg::CollDown { .. } => MsgShape::Down,
+        _ => MsgShape::Other,
+    }
+}
+
+impl Sim {
+    fn new(s: &Scenario, p: Params) -> Sim {
+        let job = JobMap::block(s.nspace.clone(), s.ranks(), s.nodes);
+        let engines = (0..s.nodes)
+            .map(|node| {
+                Engine::new(EngineConfig {
+                    node,
+                    job: job.clone(),
+                    tree_shape: s.shape,
+                    switches: None,
+                })
+            })
+            .collect();
+        Sim {
+            net: Net::new(s.nodes as usize, &p),
+            job,
+            engines,
+            replies: HashMap::new(),
+            next_req: 1,
+            wall: Duration::ZERO,
+            steps: 0,
+            codec_steps: None,
+        }
+    }
+
+    fn node_of(&self, rank: u32) -> NodeId {
+        self.job.rank_node[rank as usize]
+    }
+
+    fn connect_all(&mut self) {
+        for r in 0..self.job.size() {
+            let node = self.node_of(r) as usize;
+            let proc = ProcId::new(self.job.nspace.clone(), r);
+            self.engines[node]
+                .on_client_connected(client_of(r), proc)
+                .expect("a simulated rank connects to its own node server");
+            self.engines[node].take_actions();
+        }
+    }
+
+    /// Rank `rank` sends `req` at `at`; returns the request id.
+    fn request(&mut self, rank: u32, req: Request, at: Ps) -> ReqId {
+        let id = self.next_req;
+        self.next_req += 1;
+        let to = self.node_of(rank);
+        let client = client_of(rank);
+        self.net.request(to, at, EvKind::Client { client, id, req });
+        id
+    }
+
+    /// Runs until no event is left.
+    fn run(&mut self) {
+        while let Some((end, to, ev)) = self.net.pop() {
+            let v = to as usize;
+            let now = Duration::from_nanos(end / 1000);
+            let began = Instant::now();
+            match ev {
+                EvKind::Peer { from, msg } => {
+                    let msg = match self.codec_steps {
+                        Some(_) => {
+                            let wire = frame::encode_body(&msg);
+                            frame::decode_body(&wire).expect("a peer message decodes")
+                        }
+                        None => msg,
+                    };
+                    self.engines[v].on_peer(from, msg, now);
+                }
+                EvKind::Client { client, id, req } => {
+                    self.engines[v].on_client_request(client, id, req, now);
+                }
+            }
+            let actions = self.engines[v].take_actions();
+            if let Some(steps) = &mut self.codec_steps {
+                for a in &actions {
+                    match a {
+                        Action::ToPeer { msg, .. } => drop(frame::encode(msg)),
+                        Action::ToClient { frame: f, .. } => drop(frame::encode(f)),
+                    }
+                }
+                steps.push(began.elapsed());
+            }
+            self.wall += began.elapsed();
+            self.steps += 1;
+            self.act(to, actions, end);
+            if self.net.queue.is_empty() {
+                self.fire_timers();
+            }
+        }
+    }
+
+    fn act(&mut self, from: NodeId, actions: Vec<Action>, at: Ps) {
+        for a in actions {
+            match a {
+                Action::ToPeer { node, msg } => {
+                    let size = frame::encoded_len(&msg);
+                    let shape = shape_of(&msg);
+                    self.net
+                        .send(from, node, size, shape, at, EvKind::Peer { from, msg });
+                }
+                Action::ToClient { client, frame } => {
+                    if let ServerFrame::Reply { id, result } = frame {
+                        self.replies
+                            .insert((client, id), (at + self.net.client_alpha, result));
+                    }
+                }
+            }
+        }
+    }
+
+    /// When the network is quiet, lets the engines' timers (collective timeouts) fire
+    /// at their deadlines, so a stuck collective ends the way it would on real servers.
+    fn fire_timers(&mut self) {
+        let Some((v, at)) = self
+            .engines
+            .iter()
+            .enumerate()
+            .filter_map(|(i, e)| e.next_deadline().map(|d| (i, d)))
+            .min_by_key(|&(_, d)| d)
+        else {
+            return;
+        };
+        let end = ps(at.as_secs_f64()).max(self.net.cpu_free[v]);
+        self.net.cpu_free[v] = end;
+        self.engines[v].on_timer(at);
+        let actions = self.engines[v].take_actions();
+        self.act(v as NodeId, actions, end);
+    }
+
+    fn take_reply(
+        &mut self,
+        rank: u32,
+        id: ReqId,
+        op: &'static str,
+    ) -> Result<(Ps, Response), SimError> {
+        match self.replies.remove(&(client_of(rank), id)) {
+            Some((t, Ok(r))) => Ok((t, r)),
+            Some((_, Err(error))) => Err(SimError::Op { rank, op, error }),
+            None => Err(SimError::Stuck { rank, op }),
+        }
+    }
+}
+
+/// The lines `cohort-sim replay` prints, one per rank (see [`cohort_proto::digest`]).
+pub fn compare_lines(results: &[RankResult]) -> Vec<String> {
+    results
+        .iter()
+        .map(|r| group_view_line(r.rank, &r.members, r.context_id, &r.group_info, &r.data))
+        .collect()
+}
+
+/// Runs `s` under the cost model `p`.
+pub fn simulate(s: &Scenario, p: Params) -> Result<Report, SimError> {
+    if s.nodes == 0 || s.ranks_per_node == 0 {
+        return Err(SimError::Empty);
+    }
+    let mut sim = Sim::new(s, p);
+    sim.connect_all();
+    let calls = start_collective(&mut sim, s);
+    let n = s.ranks();
+    let all: Vec<ProcId> = (0..n).map(|r| ProcId::new(s.nspace.clone(), r)).collect();
+    sim.run();
+    let op_name = match s.op {
+        Collective::Fence => "fence",
+        Collective::Construct => "group construct",
+    };
+    let mut completion: Ps = 0;
+    let mut results = Vec::with_capacity(n as usize);
+    for (r, &id) in (0..n).zip(&calls) {
+        let (t, reply) = sim.take_reply(r, id, op_name)?;
+        completion = completion.max(t);
+        let mut res = RankResult {
+            rank: r,
+            members: Vec::new(),
+            context_id: None,
+            group_info: Vec::new(),
+            data: Vec::new(),
+        };
+        match (s.op, reply) {
+            (Collective::Fence, Response::Done) => {}
+            (
+                Collective::Construct,
+                Response::Group(GroupResult {
+                    members,
+                    context_id,
+                    group_info,
+                    ..
+                }),
+            ) => {
+                res.members = members;
+                res.context_id = context_id;
+                res.group_info = group_info;
+            }
+            (_, reply) => {
+                return Err(SimError::Unexpected {
+                    rank: r,
+                    op: op_name,
+                    reply: Box::new(reply),
+                })
+            }
+        }
+        results.push(res);
+    }
+    let report_msgs = sim.net.msgs.clone();
+    let report_bytes = sim.net.bytes.clone();
+    let rounds = sim.net.max_hop;
+    if s.read_back {
+        // Reads after completion: every rank reads every rank's data; they must be
+        // local after the collective, so no server-to-server traffic is expected.
+        let t0 = completion;
+        let mut gets = Vec::new();
+        for r in 0..n {
+            for owner in &all {
+                let id = sim.request(
+                    r,
+                    Request::Get {
+                        proc: owner.clone(),
+                        key: DATA_KEY.into(),
+                        timeout_ms: Some(1_000),
+                    },
+                    t0,
+                );
+                gets.push((r, owner.clone(), id));
+            }
+        }
+        sim.run();
+        for (r, owner, id) in gets {
+            match sim.take_reply(r, id, "get")? {
+                (_, Response::Value(v)) => results[r as usize].data.push((owner, v)),
+                (_, reply) => {
+                    return Err(SimError::Unexpected {
+                        rank: r,
+                        op: "get",
+                        reply: Box::new(reply),
+                    })
+                }
+            }
+        }
+    }
+    Ok(Report {
+        nodes: s.nodes,
+        shape: s.shape,
+        completion_s: completion as f64 / 1e12,
+        rounds,
+        msgs_sent: report_msgs,
+        bytes_sent: report_bytes,
+        engine_wall: sim.wall,
+        engine_steps: sim.steps,
+        results,
+    })
+}
+
+/// Every rank commits its data (the client library commits before a collective), then
+/// calls the collective; both reach the server α_c after t = 0. Returns the
+/// collective's request id per rank.
+fn start_collective(sim: &mut Sim, s: &Scenario) -> Vec<ReqId> {
+    let n = s.ranks();
+    let all: Vec<ProcId> = (0..n).map(|r| ProcId::new(s.nspace.clone(), r)).collect();
+    let mut calls = Vec::with_capacity(n as usize);
+    for r in 0..n {
+        sim.request(
+            r,
+            Request::Commit {
+                local: Vec::new(),
+                remote: vec![(DATA_KEY.into(), posted_value(r, s.bytes_per_rank))],
+            },
+            0,
+        );
+        let req = match s.op {
+            Collective::Fence => Request::Fence {
+                procs: vec![ProcId::wildcard(s.nspace.clone())],
+                opts: FenceOpts {
+                    collect: true,
+                    timeout_ms: Some(600_000),
+                },
+            },
+            Collective::Construct => Request::Construct {
+                id: s.group_id.clone(),
+                procs: all.clone(),
+                opts: ConstructOpts {
+                    assign_context_id: true,
+                    timeout_ms: Some(600_000),
+                    group_info: vec![(INFO_KEY.into(), Value::U32(r))],
+                    ..Default::default()
+                },
+            },
+        };
+        calls.push(sim.request(r, req, 0));
+    }
+    calls
+}
+
+/// The median wall time this machine's node server spends per message on the
+/// collective path: decoding it, stepping the engine, encoding what it sends. Taken
+/// over `runs` simulated 3-server collectives (fences with 1 KiB per rank and group
+/// constructs), one rank per server.
+pub fn measure_overhead(runs: usize) -> Duration {
+    let mut steps = Vec::new();
+    for i in 0..runs.max(1) {
+        let op = if i % 2 == 0 {
+            Collective::Fence
+        } else {
+            Collective::Construct
+        };
+        let s = Scenario::new(3, op, TreeShape::KAry(2));
+        let mut sim = Sim::new(&s, Params::hdr());
+        sim.codec_steps = Some(Vec::new());
+        sim.connect_all();
+        start_collective(&mut sim, &s);
+        sim.run();
+        steps.extend(sim.codec_steps.take().unwrap_or_default());
+    }
+    steps.sort_unstable();
+    steps[steps.len() / 2]
+}
+
+/// The lower bound of an allgather of `n·d` bytes over `n` servers:
+/// `⌈log2 n⌉·α + (n−1)/n·(n·d)·β`, seconds.
+pub fn lower_bound(n: u32, bytes_per_node: f64, p: &Params) -> f64 {
+    if n <= 1 {
+        return 0.0;
+    }
+    let rounds = f64::from(u32::BITS - (n - 1).leading_zeros());
+    let total = f64::from(n) * bytes_per_node;
+    rounds * p.alpha_s + f64::from(n - 1) / f64::from(n) * total * p.beta_s_per_byte
+}
+
+/// ⌈log_k n⌉ for `k ≥ 2` (0 for `n ≤ 1`).
+pub fn ceil_log(n: u32, k: u32) -> u32 {
+    let (mut r, mut reach) = (0u32, 1u64);
+    while reach < u64::from(n) {
+        reach *= u64::from(k);
+        r += 1;
+    }
+    r
+}
+
+/// Sizes of a group construct's peer messages, affine in the number of ranks `R` and a
+/// message's contributions `c` (every rank contributes the same shape of data):
+/// `up = a + b·R + per_contrib·c`, `down = d + e·R`. Fitted from real engine runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SizeModel {
+    up_a: i64,
+    up_b: i64,
+    per_contrib: i64,
+    down_d: i64,
+    down_e: i64,
+}
+
+impl SizeModel {
+    /// Fits the model to `s`'s message shapes from runs of the real engines over 3 and
+    /// 5 servers in a chain, and checks it against every message of the second run.
+    pub fn fit(s: &Scenario) -> Result<SizeModel, SimError> {
+        let r = i64::from(s.ranks_per_node);
+        let run = |nodes: u32| -> Result<Vec<(MsgShape, usize)>, SimError> {
+            let mut t = s.clone();
+            t.nodes = nodes;
+            t.shape = TreeShape::KAry(1);
+            t.read_back = false;
+            let mut sim = Sim::new(&t, Params::hdr());
+            sim.net.log = Some(Vec::new());
+            sim.connect_all();
+            start_collective(&mut sim, &t);
+            sim.run();
+            Ok(sim.net.log.take().unwrap_or_default())
+        };
+        let size_of = |log: &[(MsgShape, usize)], want: MsgShape| -> Result<i64, SimError> {
+            log.iter()
+                .find(|(m, _)| *m == want)
+                .map(|&(_, size)| size as i64)
+                .ok_or(SimError::Model(format!(
+                    "no {want:?} message in the calibration run"
+                )))
+        };
+        let three = run(3)?;
+        let five = run(5)?;
+        let (u1, u2) = (
+            size_of(
+                &three,
+                MsgShape::Up {
+                    contribs: r as usize,
+                },
+            )?,
+            size_of(
+                &three,
+                MsgShape::Up {
+                    contribs: 2 * r as usize,
+                },
+            )?,
+        );
+        let per_contrib = (u2 - u1) / r;
+        let at3 = u1 - per_contrib * r;
+        let at5 = size_of(
+            &five,
+            MsgShape::Up {
+                contribs: r as usize,
+            },
+        )? - per_contrib * r;
+        let up_b = (at5 - at3) / (2 * r);
+        let up_a = at3 - up_b * 3 * r;
+        let (d3, d5) = (
+            size_of(&three, MsgShape::Down)?,
+            size_of(&five, MsgShape::Down)?,
+        );
+        let down_e = (d5 - d3) / (2 * r);
+        let down_d = d3 - down_e * 3 * r;
+        let m = SizeModel {
+            up_a,
+            up_b,
+            per_contrib,
+            down_d,
+            down_e,
+        };
+        for &(shape, size) in &five {
+            let predicted = match shape {
+                MsgShape::Up { contribs } => m.up(5 * r as u64, contribs as u64),
+                MsgShape::Down => m.down(5 * r as u64),
+                MsgShape::Other => continue,
+            };
+            if predicted != size {
+                return Err(SimError::Model(format!(
+                    "{shape:?}: the engine sent {size} bytes, the size model says {predicted}"
+                )));
+            }
+        }
+        Ok(m)
+    }
+
+    fn up(&self, ranks: u64, contribs: u64) -> usize {
+        (self.up_a + self.up_b * ranks as i64 + self.per_contrib * contribs as i64) as usize
+    }
+
+    fn down(&self, ranks: u64) -> usize {
+        (self.down_d + self.down_e * ranks as i64) as usize
+    }
+}
+
+#[derive(Debug)]
+enum ModelEv {
+    Request,
+    Up { contribs: u64 },
+    Down,
+}
+
+/// The group construct of `s` by the schedule model: the message pattern of the
+/// engines' tree collective (gather to the rendezvous server, broadcast of the result)
+/// on the same trees and the same network model, with message sizes from
+/// [`SizeModel`], without the engines' state — for N beyond what fits in memory.
+/// `tests/model.rs` checks it against [`simulate`] wherever both run.
+pub fn simulate_model(s: &Scenario, p: Params) -> Result<Report, SimError> {
+    if s.nodes == 0 || s.ranks_per_node == 0 {
+        return Err(SimError::Empty);
+    }
+    if s.op != Collective::Construct {
+        return Err(SimError::Model(
+            "the schedule model covers group constructs only".into(),
+        ));
+    }
+    let sizes = SizeModel::fit(s)?;
+    let n = s.nodes as usize;
+    let ranks = u64::from(s.ranks());
+    let nodes: Vec<NodeId> = (0..s.nodes).collect();
+    let root = nodes[cohort_topology::rendezvous(&s.group_id, n)];
+    let tree = cohort_topology::Tree::new(&nodes, root, s.shape);
+    let mut net: Net<ModelEv> = Net::new(n, &p);
+    let mut local_left = vec![2 * s.ranks_per_node; n];
+    let mut kids_left: Vec<usize> = nodes.iter().map(|&v| tree.children(v).len()).collect();
+    let mut contribs = vec![u64::from(s.ranks_per_node); n];
+    for rank in 0..s.ranks() {
+        let v = rank / s.ranks_per_node;
+        net.request(v, 0, ModelEv::Request);
+        net.request(v, 0, ModelEv::Request);
+    }
+    let mut completion: Ps = 0;
+    let mut steps = 0u64;
+    while let Some((end, v, ev)) = net.pop() {
+        steps += 1;
+        let i = v as usize;
+        let ready = match ev {
+            ModelEv::Request => {
+                local_left[i] -= 1;
+                local_left[i] == 0 && kids_left[i] == 0
+            }
+            ModelEv::Up { contribs: c } => {
+                contribs[i] += c;
+                kids_left[i] -= 1;
+                local_left[i] == 0 && kids_left[i] == 0
+            }
+            ModelEv::Down => {
+                let mut kids = tree.children(v);
+                kids.sort_unstable();
+                for k in kids {
+                    net.send(v, k, sizes.down(ranks), MsgShape::Down, end, ModelEv::Down);
+                }
+                completion = completion.max(end + net.client_alpha);
+                false
+            }
+        };
+        if !ready {
+            continue;
+        }
+        match tree.parent(v) {
+            Some(parent) => {
+                let c = contribs[i];
+                let size = sizes.up(ranks, c);
+                let shape = MsgShape::Up {
+                    contribs: c as usize,
+                };
+                net.send(v, parent, size, shape, end, ModelEv::Up { contribs: c });
+            }
+            None => {
+                let mut kids = tree.children(v);
+                kids.sort_unstable();
+                for k in kids {
+                    net.send(v, k, sizes.down(ranks), MsgShape::Down, end, ModelEv::Down);
+                }
+                completion = completion.max(end + net.client_alpha);
+            }
+        }
+    }
+    Ok(Report {
+        nodes: s.nodes,
+        shape: s.shape,
+        completion_s: completion as f64 / 1e12,
+        rounds: net.max_hop,
+        msgs_sent: net.msgs,
+        bytes_sent: net.bytes,
+        engine_wall: Duration::ZERO,
+        engine_steps: steps,
+        results: Vec::new(),
+    })
+}

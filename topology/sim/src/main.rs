@@ -1,0 +1,385 @@
+//! `cohort-sim`: see the library docs (`cohort_sim`) for the model.
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand, ValueEnum};
+use cohort_sim::{
+    ceil_log, lower_bound, memory_estimate, simulate, simulate_model, Collective, Params, Report,
+    Scenario,
+};
+use cohort_topology::{radix::CostModel, TreeShape};
+
+mod calibrate;
+mod plot;
+
+#[derive(Parser)]
+#[command(
+    name = "cohort-sim",
+    about = "Discrete-event simulator of cohort's node servers: runs the node servers' own \
+             collective state machines for N simulated servers under an α/β/o cost model",
+    after_help = "Examples:\n  cohort-sim table                      HDR-like parameters, N = 2 … 16384\n  \
+                  cohort-sim table --params measured    this machine's TCP α/β (measured first)\n  \
+                  cohort-sim run --nodes 512 --op fence --shape 4\n  \
+                  cohort-sim calibrate                  measure α, β, o, α_c here"
+)]
+struct Cli {
+    #[command(subcommand)]
+    what: What,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum ParamSet {
+    /// InfiniBand HDR-like: α = 1 µs, 25 GB/s, o = 0.5 µs, α_c = 0.5 µs.
+    Hdr,
+    /// Measured on this machine (TCP over loopback, Unix sockets, the engine's own cost).
+    Measured,
+}
+
+#[derive(clap::Args)]
+struct Model {
+    /// Parameter set; --alpha-us etc. override single values.
+    #[arg(long, value_enum, default_value_t = ParamSet::Hdr)]
+    params: ParamSet,
+    /// Per-hop latency between node servers, µs.
+    #[arg(long)]
+    alpha_us: Option<f64>,
+    /// Link bandwidth, GB/s (β = 1/bandwidth).
+    #[arg(long)]
+    gbps: Option<f64>,
+    /// Per-message processing time of a node server, µs.
+    #[arg(long)]
+    overhead_us: Option<f64>,
+    /// Rank ⇄ node-server latency, µs.
+    #[arg(long)]
+    client_alpha_us: Option<f64>,
+}
+
+impl Model {
+    fn params(&self) -> Params {
+        let mut p = match self.params {
+            ParamSet::Hdr => Params::hdr(),
+            ParamSet::Measured => {
+                let m = calibrate::measure();
+                eprintln!("{}", m.describe());
+                m.params
+            }
+        };
+        if let Some(a) = self.alpha_us {
+            p.alpha_s = a * 1e-6;
+        }
+        if let Some(g) = self.gbps {
+            p.beta_s_per_byte = 1.0 / (g * 1e9);
+        }
+        if let Some(o) = self.overhead_us {
+            p.overhead_s = o * 1e-6;
+        }
+        if let Some(c) = self.client_alpha_us {
+            p.client_alpha_s = c * 1e-6;
+        }
+        p
+    }
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum Op {
+    Fence,
+    Construct,
+}
+
+impl From<Op> for Collective {
+    fn from(o: Op) -> Collective {
+        match o {
+            Op::Fence => Collective::Fence,
+            Op::Construct => Collective::Construct,
+        }
+    }
+}
+
+#[derive(Subcommand)]
+enum What {
+    /// One simulated collective; prints time, rounds and messages per server.
+    Run {
+        #[arg(long)]
+        nodes: u32,
+        #[arg(long, default_value_t = 1)]
+        ranks_per_node: u32,
+        #[arg(long, value_enum, default_value_t = Op::Construct)]
+        op: Op,
+        /// Tree radix k (k-ary), "binomial", or "auto" (the radix the cost model picks).
+        #[arg(long, default_value = "auto")]
+        shape: String,
+        /// Posted data per rank, bytes.
+        #[arg(long, default_value_t = 1024)]
+        bytes: usize,
+        #[command(flatten)]
+        model: Model,
+    },
+    /// The scaling table: N = 2, 4, 16, … 16384 beside the allgather lower bound.
+    Table {
+        #[arg(long, value_enum, default_value_t = Op::Construct)]
+        op: Op,
+        #[arg(long, default_value = "auto")]
+        shape: String,
+        /// Largest N.
+        #[arg(long, default_value_t = 16384)]
+        max: u32,
+        /// Posted data per node server, bytes.
+        #[arg(long, default_value_t = 1024)]
+        bytes: usize,
+        /// Run the real engines while their estimated memory stays below this many GiB
+        /// and N ≤ --engine-max; the schedule model (checked against the engines by
+        /// the test suite) beyond. Constructs only; fences always use the engines.
+        #[arg(long, default_value_t = 4.0)]
+        mem_gib: f64,
+        #[arg(long, default_value_t = 1024)]
+        engine_max: u32,
+        /// Also draw the table as a PNG plot.
+        #[arg(long)]
+        png: Option<std::path::PathBuf>,
+        #[command(flatten)]
+        model: Model,
+    },
+    /// Measures this machine's α (TCP ping-pong), β (TCP stream), α_c (Unix ping-pong)
+    /// and o (the engine's cost per message, with encoding and decoding).
+    Calibrate,
+    /// Prints each rank's construct result in the format of the `sim-compare` scenario
+    /// of the test rank program, for comparing with a real job.
+    Replay {
+        #[arg(long)]
+        nodes: u32,
+        #[arg(short = 'n', long)]
+        ranks: u32,
+        #[arg(long)]
+        nspace: String,
+        #[arg(long, default_value = cohort_proto::digest::COMPARE_GROUP)]
+        group: String,
+        #[arg(long, default_value_t = 64)]
+        bytes: usize,
+    },
+}
+
+fn parse_shape(s: &str, n: u32, bytes: usize, p: &Params) -> Result<TreeShape, String> {
+    match s {
+        "auto" => Ok(CostModel {
+            alpha_s: p.alpha_s,
+            beta_s_per_byte: p.beta_s_per_byte,
+            overhead_s: p.overhead_s,
+            bytes_per_node: bytes as f64,
+        }
+        .best_shape(n as usize)),
+        "binomial" => Ok(TreeShape::Binomial),
+        k => match k.parse::<usize>() {
+            Ok(k) if k >= 1 => Ok(TreeShape::KAry(k)),
+            _ => Err(format!(
+                "--shape {k}: expected a radix ≥ 1, \"binomial\" or \"auto\""
+            )),
+        },
+    }
+}
+
+/// The radix `k` of the round and message bounds: a k-ary tree's k; a binomial tree
+/// has rounds of radix 2 but its root sends ⌈log2 N⌉ messages (its fan-out).
+fn bounds(shape: TreeShape, n: u32) -> (u32, u32) {
+    match shape {
+        TreeShape::KAry(k) => (2 * ceil_log(n, k as u32) + 1, k as u32 + 2),
+        TreeShape::Binomial => (2 * ceil_log(n, 2) + 1, ceil_log(n, 2).max(1) + 2),
+    }
+}
+
+fn main() -> ExitCode {
+    match run(Cli::parse()) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("cohort-sim: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(cli: Cli) -> Result<(), String> {
+    match cli.what {
+        What::Run {
+            nodes,
+            ranks_per_node,
+            op,
+            shape,
+            bytes,
+            model,
+        } => {
+            let p = model.params();
+            let shape = parse_shape(&shape, nodes, bytes, &p)?;
+            let mut s = Scenario::new(nodes, op.into(), shape);
+            s.ranks_per_node = ranks_per_node;
+            s.bytes_per_rank = bytes;
+            let r = simulate(&s, p).map_err(|e| e.to_string())?;
+            print_params(&p);
+            println!(
+                "# {} over {nodes} node servers × {ranks_per_node} ranks, {shape} tree, {bytes} B per rank",
+                s.op
+            );
+            println!("completion        {:>12.2} us", r.completion_s * 1e6);
+            println!(
+                "lower bound       {:>12.2} us",
+                lower_bound(nodes, (bytes as u32 * ranks_per_node) as f64, &p) * 1e6
+            );
+            println!("rounds            {:>12}", r.rounds);
+            println!("max msgs/server   {:>12}", r.max_msgs());
+            println!("max bytes/server  {:>12}", r.max_bytes());
+            println!(
+                "engine wall time  {:>12.2} us per step ({} steps)",
+                r.engine_wall.as_secs_f64() * 1e6 / r.engine_steps.max(1) as f64,
+                r.engine_steps
+            );
+            Ok(())
+        }
+        What::Table {
+            op,
+            shape,
+            max,
+            bytes,
+            mem_gib,
+            engine_max,
+            png,
+            model,
+        } => {
+            let p = model.params();
+            let rows = table(op.into(), &shape, max, bytes, mem_gib, engine_max, &p)?;
+            if let Some(path) = png {
+                plot::draw(&path, &rows, op.into(), bytes, &p)?;
+                eprintln!("cohort-sim: wrote {}", path.display());
+            }
+            Ok(())
+        }
+        What::Calibrate => {
+            let m = calibrate::measure();
+            println!("{}", m.describe());
+            Ok(())
+        }
+        What::Replay {
+            nodes,
+            ranks,
+            nspace,
+            group,
+            bytes,
+        } => {
+            if nodes == 0 || ranks % nodes != 0 {
+                return Err(format!(
+                    "-n {ranks} must be a multiple of --nodes {nodes} (block mapping, equal ranks per node)"
+                ));
+            }
+            let p = Params::hdr();
+            let shape = cohort_topology::default_shape(nodes as usize);
+            let mut s = Scenario::new(nodes, Collective::Construct, shape);
+            s.ranks_per_node = ranks / nodes;
+            s.nspace = nspace;
+            s.group_id = group;
+            s.bytes_per_rank = bytes;
+            s.read_back = true;
+            let r = simulate(&s, p).map_err(|e| e.to_string())?;
+            for line in cohort_sim::compare_lines(&r.results) {
+                println!("{line}");
+            }
+            Ok(())
+        }
+    }
+}
+
+fn print_params(p: &Params) {
+    println!(
+        "# α = {:.2} us, β = {:.4} ns/B ({:.2} GB/s), o = {:.2} us, α_c = {:.2} us",
+        p.alpha_s * 1e6,
+        p.beta_s_per_byte * 1e9,
+        1.0 / p.beta_s_per_byte / 1e9,
+        p.overhead_s * 1e6,
+        p.client_alpha_s * 1e6
+    );
+}
+
+/// One row of the scaling table.
+pub struct Row {
+    pub n: u32,
+    pub tree: TreeShape,
+    /// `None` when the row was not run.
+    pub time_s: Option<f64>,
+    pub bound_s: f64,
+    pub rounds: u32,
+    pub max_msgs: u64,
+    pub driver: &'static str,
+}
+
+fn table(
+    op: Collective,
+    shape: &str,
+    max: u32,
+    bytes: usize,
+    mem_gib: f64,
+    engine_max: u32,
+    p: &Params,
+) -> Result<Vec<Row>, String> {
+    print_params(p);
+    println!("# {op}, {bytes} B per node server; lower bound = ⌈log2 N⌉·α + (N−1)/N·N·D·β");
+    println!("# driver: engine = N real engines; model = schedule model (tests/model.rs)");
+    println!(
+        "# {:>7} {:>9} {:>14} {:>14} {:>7} {:>7} {:>10} {:>9} {:>4} {:>7}",
+        "N",
+        "tree",
+        "time(us)",
+        "bound(us)",
+        "ratio",
+        "rounds",
+        "2⌈logk⌉+1",
+        "max msgs",
+        "k+2",
+        "driver"
+    );
+    let mut sizes = vec![2u32];
+    let mut n = 4u32;
+    while n <= max {
+        sizes.push(n);
+        n *= 4;
+    }
+    let mut rows = Vec::new();
+    for n in sizes {
+        let tree = parse_shape(shape, n, bytes, p)?;
+        let mut s = Scenario::new(n, op, tree);
+        s.bytes_per_rank = bytes;
+        let need = memory_estimate(&s) as f64 / f64::from(1u32 << 30);
+        let bound = lower_bound(n, bytes as f64, p);
+        let (round_bound, msg_bound) = bounds(tree, n);
+        let engines = need <= mem_gib && n <= engine_max;
+        let (r, driver): (Option<Report>, &str) = if engines {
+            (Some(simulate(&s, *p).map_err(|e| e.to_string())?), "engine")
+        } else if op == Collective::Construct {
+            (
+                Some(simulate_model(&s, *p).map_err(|e| e.to_string())?),
+                "model",
+            )
+        } else {
+            (None, "-")
+        };
+        let row = Row {
+            n,
+            tree,
+            time_s: r.as_ref().map(|r| r.completion_s),
+            bound_s: bound,
+            rounds: r.as_ref().map_or(0, |r| r.rounds),
+            max_msgs: r.as_ref().map_or(0, |r| r.max_msgs()),
+            driver,
+        };
+        let fmt_opt = |v: Option<String>| v.unwrap_or_else(|| "-".into());
+        println!(
+            "  {n:>7} {:>9} {:>14} {:>14.2} {:>7} {:>7} {:>10} {:>9} {:>4} {:>7}",
+            tree.to_string(),
+            fmt_opt(row.time_s.map(|t| format!("{:.2}", t * 1e6))),
+            bound * 1e6,
+            fmt_opt(row.time_s.map(|t| format!("{:.2}", t / bound))),
+            fmt_opt(r.as_ref().map(|_| row.rounds.to_string())),
+            round_bound,
+            fmt_opt(r.as_ref().map(|_| row.max_msgs.to_string())),
+            msg_bound,
+            driver
+        );
+        rows.push(row);
+    }
+    Ok(rows)
+}

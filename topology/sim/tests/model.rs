@@ -1,0 +1,54 @@
+//! The schedule model (used past the sizes whose engines fit in memory) must agree
+//! exactly with the simulator running the real engines, wherever both run: completion
+//! time, rounds, and messages and bytes sent by every server.
+
+use cohort_sim::{simulate, simulate_model, Collective, Params, Scenario};
+use cohort_topology::TreeShape;
+
+fn check(nodes: u32, ranks_per_node: u32, shape: TreeShape, bytes: usize, p: Params) {
+    let mut s = Scenario::new(nodes, Collective::Construct, shape);
+    s.ranks_per_node = ranks_per_node;
+    s.bytes_per_rank = bytes;
+    let engine = simulate(&s, p).expect("engine run");
+    let model = simulate_model(&s, p).expect("model run");
+    let what = format!("{nodes} servers × {ranks_per_node} ranks, {shape} tree, {bytes} B");
+    assert_eq!(
+        engine.msgs_sent, model.msgs_sent,
+        "messages per server, {what}"
+    );
+    assert_eq!(
+        engine.bytes_sent, model.bytes_sent,
+        "bytes per server, {what}"
+    );
+    assert_eq!(engine.rounds, model.rounds, "rounds, {what}");
+    assert_eq!(
+        engine.completion_s, model.completion_s,
+        "completion time, {what}"
+    );
+}
+
+#[test]
+fn model_matches_the_engines_on_k_ary_and_binomial_trees() {
+    let hdr = Params::hdr();
+    for nodes in [1, 2, 3, 5, 8, 13, 40, 100] {
+        for shape in [TreeShape::KAry(2), TreeShape::KAry(4), TreeShape::Binomial] {
+            check(nodes, 1, shape, 1024, hdr);
+        }
+    }
+}
+
+#[test]
+fn model_matches_the_engines_with_several_ranks_per_server_and_slow_links() {
+    let slow = Params {
+        alpha_s: 25e-6,
+        beta_s_per_byte: 1.0 / 2e9,
+        overhead_s: 4e-6,
+        client_alpha_s: 8e-6,
+    };
+    for nodes in [3, 7, 30] {
+        for rpn in [2, 3] {
+            check(nodes, rpn, TreeShape::KAry(3), 300, slow);
+            check(nodes, rpn, TreeShape::Binomial, 0, slow);
+        }
+    }
+}
