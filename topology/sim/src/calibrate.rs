@@ -112,6 +112,7 @@ pub fn measure() -> Measured {
             beta_s_per_byte: 1.0 / (tcp_gbps * 1e9),
             overhead_s: o.as_secs_f64(),
             client_alpha_s: unix_rtt.as_secs_f64() / 2.0,
+            host_cores: None,
         },
         tcp_rtt,
         unix_rtt,

@@ -52,6 +52,12 @@ pub struct Params {
     pub overhead_s: f64,
     /// One-way latency between a rank and its own node server, seconds.
     pub client_alpha_s: f64,
+    /// `Some(c)`: all simulated node servers and ranks share one host with `c` cores
+    /// (how `cohort run --nodes M` emulates nodes on one machine). A hop's `α` (and
+    /// `α_c`) is then CPU time — half at the sender, half at the receiver, as system
+    /// calls and wake-ups are on loopback — and every piece of CPU work waits for a
+    /// free core. `None`: every server is its own machine and `α` is wire latency.
+    pub host_cores: Option<u32>,
 }
 
 impl Params {
@@ -62,6 +68,7 @@ impl Params {
             beta_s_per_byte: 1.0 / 25e9,
             overhead_s: 0.5e-6,
             client_alpha_s: 0.5e-6,
+            host_cores: None,
         }
     }
 }
@@ -206,7 +213,8 @@ struct Net<E> {
     o: Ps,
     client_alpha: Ps,
     queue: BinaryHeap<Reverse<(Ps, u64)>>,
-    events: HashMap<u64, (NodeId, u32, E)>,
+    /// Destination, hop count, the receiver's CPU cost of taking it in, the event.
+    events: HashMap<u64, (NodeId, u32, Ps, E)>,
     seq: u64,
     cpu_free: Vec<Ps>,
     tx_free: Vec<Ps>,
@@ -218,6 +226,8 @@ struct Net<E> {
     bytes: Vec<u64>,
     /// (kind, contributions, size) of every peer message, when recording.
     log: Option<Vec<(MsgShape, usize)>>,
+    /// Shared-host mode: when each core is free next.
+    cores: Option<Vec<Ps>>,
 }
 
 /// What the size model needs to know about a peer message.
@@ -246,26 +256,85 @@ impl<E> Net<E> {
             msgs: vec![0; servers],
             bytes: vec![0; servers],
             log: None,
+            cores: p.host_cores.map(|c| vec![0; c.max(1) as usize]),
         }
     }
 
-    /// A client request reaching server `to` at `at + α_c`.
-    fn request(&mut self, to: NodeId, at: Ps, ev: E) {
-        self.push(at + self.client_alpha, to, 0, ev);
+    /// CPU work of `dur` that may start at `ready`: on the earliest free core of a
+    /// shared host, or at once when every server has its own processor.
+    fn cpu(&mut self, ready: Ps, dur: Ps) -> Ps {
+        match &mut self.cores {
+            Some(cores) => {
+                let core = cores
+                    .iter_mut()
+                    .min_by_key(|free| **free)
+                    .expect("at least one core");
+                let end = ready.max(*core) + dur;
+                *core = end;
+                end
+            }
+            None => ready + dur,
+        }
     }
 
-    fn push(&mut self, at: Ps, to: NodeId, hop: u32, ev: E) {
+    /// The CPU cost of one side of a hop of latency `lat` on a shared host (zero when
+    /// `lat` is wire latency).
+    fn side(&self, lat: Ps) -> Ps {
+        if self.cores.is_some() {
+            lat / 2
+        } else {
+            0
+        }
+    }
+
+    /// The wire part of a hop of latency `lat`.
+    fn wire(&self, lat: Ps) -> Ps {
+        if self.cores.is_some() {
+            0
+        } else {
+            lat
+        }
+    }
+
+    /// Server `from` answers one of its ranks (ready at `at`); returns when the rank
+    /// has the reply.
+    fn reply(&mut self, from: NodeId, at: Ps) -> Ps {
+        let u = from as usize;
+        let (side, wire) = (self.side(self.client_alpha), self.wire(self.client_alpha));
+        let sent = self.cpu(at.max(self.cpu_free[u]), side);
+        if side > 0 {
+            self.cpu_free[u] = sent;
+        }
+        self.cpu(sent + wire, side)
+    }
+
+    /// A client request sent by a rank of server `to` at `at`: it reaches the server
+    /// `α_c` later.
+    fn request(&mut self, to: NodeId, at: Ps, ev: E) {
+        let (side, wire) = (self.side(self.client_alpha), self.wire(self.client_alpha));
+        let sent = self.cpu(at, side);
+        self.push(sent + wire, to, 0, side, ev);
+    }
+
+    /// A request that travels in the same write as the next one (the client library
+    /// sends pending puts with the collective that follows): no hop costs of its own.
+    fn request_piggyback(&mut self, to: NodeId, at: Ps, ev: E) {
+        let wire = self.wire(self.client_alpha);
+        self.push(at + wire, to, 0, 0, ev);
+    }
+
+    fn push(&mut self, at: Ps, to: NodeId, hop: u32, recv_cost: Ps, ev: E) {
         self.seq += 1;
-        self.events.insert(self.seq, (to, hop, ev));
+        self.events.insert(self.seq, (to, hop, recv_cost, ev));
         self.queue.push(Reverse((at, self.seq)));
     }
 
     /// The next event, with the time its server finishes handling it.
     fn pop(&mut self) -> Option<(Ps, NodeId, E)> {
         let Reverse((t, seq)) = self.queue.pop()?;
-        let (to, hop, ev) = self.events.remove(&seq).expect("queued event is stored");
+        let (to, hop, recv_cost, ev) = self.events.remove(&seq).expect("queued event is stored");
         let v = to as usize;
-        let end = t.max(self.cpu_free[v]) + self.o;
+        let end = self.cpu(t.max(self.cpu_free[v]), recv_cost + self.o);
         self.cpu_free[v] = end;
         self.hop[v] = self.hop[v].max(hop);
         Some((end, to, ev))
@@ -281,14 +350,22 @@ impl<E> Net<E> {
         if let Some(log) = &mut self.log {
             log.push((shape, size));
         }
+        let side = self.side(self.alpha);
+        let at = if side > 0 {
+            let sent = self.cpu(at.max(self.cpu_free[u]), side);
+            self.cpu_free[u] = sent;
+            sent
+        } else {
+            at
+        };
         let tx_start = at.max(self.tx_free[u]);
         let tx_end = tx_start + wire;
         self.tx_free[u] = tx_end;
-        let arrive = (tx_end + self.alpha).max(self.rx_free[d] + wire);
+        let arrive = (tx_end + self.wire(self.alpha)).max(self.rx_free[d] + wire);
         self.rx_free[d] = arrive;
         let hop = self.hop[u] + 1;
         self.max_hop = self.max_hop.max(hop);
-        self.push(arrive, to, hop, ev);
+        self.push(arrive, to, hop, side, ev);
     }
 }
 
@@ -384,6 +461,15 @@ impl Sim {
         id
     }
 
+    /// Rank `rank`'s commit, sent with its next request and answered by nobody (as
+    /// the client library sends it: request id 0, in the same write).
+    fn commit(&mut self, rank: u32, req: Request, at: Ps) {
+        let to = self.node_of(rank);
+        let client = client_of(rank);
+        self.net
+            .request_piggyback(to, at, EvKind::Client { client, id: 0, req });
+    }
+
     /// Runs until no event is left.
     fn run(&mut self) {
         while let Some((end, to, ev)) = self.net.pop() {
@@ -435,8 +521,8 @@ impl Sim {
                 }
                 Action::ToClient { client, frame } => {
                     if let ServerFrame::Reply { id, result } = frame {
-                        self.replies
-                            .insert((client, id), (at + self.net.client_alpha, result));
+                        let t = self.net.reply(from, at);
+                        self.replies.insert((client, id), (t, result));
                     }
                 }
             }
@@ -593,7 +679,7 @@ fn start_collective(sim: &mut Sim, s: &Scenario) -> Vec<ReqId> {
     let all: Vec<ProcId> = (0..n).map(|r| ProcId::new(s.nspace.clone(), r)).collect();
     let mut calls = Vec::with_capacity(n as usize);
     for r in 0..n {
-        sim.request(
+        sim.commit(
             r,
             Request::Commit {
                 local: Vec::new(),
@@ -803,7 +889,7 @@ pub fn simulate_model(s: &Scenario, p: Params) -> Result<Report, SimError> {
     let mut contribs = vec![u64::from(s.ranks_per_node); n];
     for rank in 0..s.ranks() {
         let v = rank / s.ranks_per_node;
-        net.request(v, 0, ModelEv::Request);
+        net.request_piggyback(v, 0, ModelEv::Request);
         net.request(v, 0, ModelEv::Request);
     }
     let mut completion: Ps = 0;
@@ -827,7 +913,9 @@ pub fn simulate_model(s: &Scenario, p: Params) -> Result<Report, SimError> {
                 for k in kids {
                     net.send(v, k, sizes.down(ranks), MsgShape::Down, end, ModelEv::Down);
                 }
-                completion = completion.max(end + net.client_alpha);
+                for _ in 0..s.ranks_per_node {
+                    completion = completion.max(net.reply(v, end));
+                }
                 false
             }
         };
@@ -849,7 +937,9 @@ pub fn simulate_model(s: &Scenario, p: Params) -> Result<Report, SimError> {
                 for k in kids {
                     net.send(v, k, sizes.down(ranks), MsgShape::Down, end, ModelEv::Down);
                 }
-                completion = completion.max(end + net.client_alpha);
+                for _ in 0..s.ranks_per_node {
+                    completion = completion.max(net.reply(v, end));
+                }
             }
         }
     }

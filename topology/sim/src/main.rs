@@ -52,6 +52,10 @@ struct Model {
     /// Rank ⇄ node-server latency, µs.
     #[arg(long)]
     client_alpha_us: Option<f64>,
+    /// Simulate node servers emulated on one host with this many cores (as
+    /// `cohort run --nodes M` does): hops become CPU work competing for the cores.
+    #[arg(long)]
+    host_cores: Option<u32>,
 }
 
 impl Model {
@@ -75,6 +79,9 @@ impl Model {
         }
         if let Some(c) = self.client_alpha_us {
             p.client_alpha_s = c * 1e-6;
+        }
+        if let Some(c) = self.host_cores {
+            p.host_cores = Some(c);
         }
         p
     }
@@ -141,7 +148,11 @@ enum What {
     },
     /// Measures this machine's α (TCP ping-pong), β (TCP stream), α_c (Unix ping-pong)
     /// and o (the engine's cost per message, with encoding and decoding).
-    Calibrate,
+    Calibrate {
+        /// Print only the measured values as `cohort-sim run` flags.
+        #[arg(long)]
+        args: bool,
+    },
     /// Prints each rank's construct result in the format of the `sim-compare` scenario
     /// of the test rank program, for comparing with a real job.
     Replay {
@@ -250,9 +261,20 @@ fn run(cli: Cli) -> Result<(), String> {
             }
             Ok(())
         }
-        What::Calibrate => {
+        What::Calibrate { args } => {
             let m = calibrate::measure();
-            println!("{}", m.describe());
+            if args {
+                let p = m.params;
+                println!(
+                    "--alpha-us {:.3} --gbps {:.3} --overhead-us {:.3} --client-alpha-us {:.3}",
+                    p.alpha_s * 1e6,
+                    1.0 / p.beta_s_per_byte / 1e9,
+                    p.overhead_s * 1e6,
+                    p.client_alpha_s * 1e6
+                );
+            } else {
+                println!("{}", m.describe());
+            }
             Ok(())
         }
         What::Replay {
@@ -285,8 +307,12 @@ fn run(cli: Cli) -> Result<(), String> {
 }
 
 fn print_params(p: &Params) {
+    let host = match p.host_cores {
+        Some(c) => format!(", one host with {c} cores"),
+        None => String::new(),
+    };
     println!(
-        "# α = {:.2} us, β = {:.4} ns/B ({:.2} GB/s), o = {:.2} us, α_c = {:.2} us",
+        "# α = {:.2} us, β = {:.4} ns/B ({:.2} GB/s), o = {:.2} us, α_c = {:.2} us{host}",
         p.alpha_s * 1e6,
         p.beta_s_per_byte * 1e9,
         1.0 / p.beta_s_per_byte / 1e9,

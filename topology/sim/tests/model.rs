@@ -44,11 +44,29 @@ fn model_matches_the_engines_with_several_ranks_per_server_and_slow_links() {
         beta_s_per_byte: 1.0 / 2e9,
         overhead_s: 4e-6,
         client_alpha_s: 8e-6,
+        host_cores: None,
     };
     for nodes in [3, 7, 30] {
         for rpn in [2, 3] {
             check(nodes, rpn, TreeShape::KAry(3), 300, slow);
             check(nodes, rpn, TreeShape::Binomial, 0, slow);
+        }
+    }
+}
+
+#[test]
+fn model_matches_the_engines_on_a_shared_host() {
+    let host = Params {
+        alpha_s: 30e-6,
+        beta_s_per_byte: 1.0 / 2.5e9,
+        overhead_s: 4e-6,
+        client_alpha_s: 20e-6,
+        host_cores: Some(2),
+    };
+    for nodes in [1, 2, 3, 6, 20] {
+        for rpn in [1, 2] {
+            check(nodes, rpn, TreeShape::KAry(2), 1024, host);
+            check(nodes, rpn, TreeShape::Binomial, 64, host);
         }
     }
 }
