@@ -72,6 +72,8 @@ pub struct Tree {
     kids: Vec<u32>,
     /// `(node, position)` sorted by node, for lookups.
     index: Vec<(NodeId, u32)>,
+    /// Nodes in the subtree of each position (itself included).
+    sizes: Vec<u32>,
 }
 
 impl PartialEq for Tree {
@@ -211,6 +213,12 @@ impl Tree {
             .map(|(p, &id)| (id, p as u32))
             .collect();
         index.sort_unstable();
+        let mut sizes = vec![1u32; n];
+        for c in (1..n).rev() {
+            if parent[c] != NONE {
+                sizes[parent[c] as usize] += sizes[c];
+            }
+        }
         Tree {
             shape,
             order,
@@ -218,6 +226,7 @@ impl Tree {
             first,
             kids,
             index,
+            sizes,
         }
     }
 
@@ -277,6 +286,22 @@ impl Tree {
                 .collect(),
             None => Vec::new(),
         }
+    }
+
+    /// Tree children of `node`, largest subtree first (ties in position order): the
+    /// order in which a broadcast reaches the deepest parts of the tree soonest.
+    pub fn children_largest_first(&self, node: NodeId) -> Vec<NodeId> {
+        let Some(p) = self.position(node) else {
+            return Vec::new();
+        };
+        let mut kids: Vec<u32> = self.children_pos(p).to_vec();
+        kids.sort_by_key(|&c| std::cmp::Reverse(self.sizes[c as usize]));
+        kids.into_iter().map(|c| self.order[c as usize]).collect()
+    }
+
+    /// Number of nodes in the subtree of `node` (0 for a non-participant).
+    pub fn subtree_len(&self, node: NodeId) -> usize {
+        self.position(node).map_or(0, |p| self.sizes[p] as usize)
     }
 
     /// `node` and all its descendants.
@@ -410,6 +435,34 @@ impl Builder<'_> {
 mod tests {
     use super::*;
     use std::collections::BTreeSet;
+
+    #[test]
+    fn broadcast_order_is_largest_subtree_first() {
+        // Binomial over 0..8 rooted at 0: the root's children 1, 2, 4 head subtrees of
+        // 1, 2 and 4 nodes.
+        let t = Tree::new(&(0..8).collect::<Vec<_>>(), 0, TreeShape::Binomial);
+        assert_eq!(t.children(0), vec![1, 2, 4]);
+        assert_eq!(t.children_largest_first(0), vec![4, 2, 1]);
+        assert_eq!(
+            [4, 2, 1, 0].map(|n| t.subtree_len(n)),
+            [4, 2, 1, 8],
+            "subtree sizes"
+        );
+        // 3-ary over 6 nodes rooted at 3 (order 3 4 5 0 1 2): the root's children 4, 5
+        // and 0 head subtrees of 3 (4, 1, 2), 1 and 1 nodes; ties stay in position
+        // order.
+        let t = Tree::new(&(0..6).collect::<Vec<_>>(), 3, TreeShape::KAry(3));
+        assert_eq!(t.children(3), vec![4, 5, 0]);
+        assert_eq!(t.children_largest_first(3), vec![4, 5, 0]);
+        let t = Tree::new(&(0..6).collect::<Vec<_>>(), 0, TreeShape::Binomial);
+        // order 0..5: the root's children 1 (1 node), 2 (2 nodes), 4 (2 nodes).
+        assert_eq!(t.children_largest_first(0), vec![2, 4, 1]);
+        let t = Tree::new(&(0..6).collect::<Vec<_>>(), 3, TreeShape::KAry(3));
+        assert_eq!(t.subtree_len(4), 3);
+        assert_eq!(t.subtree_len(0), 1);
+        assert_eq!(t.subtree_len(99), 0);
+        assert!(t.children_largest_first(99).is_empty());
+    }
 
     fn check_consistent(t: &Tree) {
         // every non-root has exactly one parent, and is its parent's child

@@ -2121,10 +2121,13 @@ impl Engine {
             .as_ref()
             .and_then(|c| c.tree.clone())
             .or_else(|| spec.as_ref().map(|s| self.tree_for(&key, s)));
-        let mut targets: BTreeSet<NodeId> = tree
+        // Tree children first, largest subtree first (a broadcast then reaches the
+        // deepest parts soonest); then servers outside the tree, in id order.
+        let children: Vec<NodeId> = tree
             .as_ref()
-            .map(|t| t.children(self.node).into_iter().collect())
+            .map(|t| t.children_largest_first(self.node))
             .unwrap_or_default();
+        let mut targets: BTreeSet<NodeId> = BTreeSet::new();
         if let Some(c) = &coll {
             // Servers that reached the root directly (add-members, aborts) and are not
             // in the tree below it.
@@ -2142,7 +2145,13 @@ impl Engine {
             targets.extend(late.iter().filter_map(|p| self.job.node_of(p)));
         }
         targets.remove(&self.node);
-        for n in targets {
+        for n in &children {
+            targets.remove(n);
+        }
+        for n in children.into_iter().chain(targets) {
+            if n == self.node {
+                continue;
+            }
             self.send_peer(
                 n,
                 PeerMsg::CollDown {

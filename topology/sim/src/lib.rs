@@ -908,9 +908,7 @@ pub fn simulate_model(s: &Scenario, p: Params) -> Result<Report, SimError> {
                 local_left[i] == 0 && kids_left[i] == 0
             }
             ModelEv::Down => {
-                let mut kids = tree.children(v);
-                kids.sort_unstable();
-                for k in kids {
+                for k in tree.children_largest_first(v) {
                     net.send(v, k, sizes.down(ranks), MsgShape::Down, end, ModelEv::Down);
                 }
                 for _ in 0..s.ranks_per_node {
@@ -932,9 +930,7 @@ pub fn simulate_model(s: &Scenario, p: Params) -> Result<Report, SimError> {
                 net.send(v, parent, size, shape, end, ModelEv::Up { contribs: c });
             }
             None => {
-                let mut kids = tree.children(v);
-                kids.sort_unstable();
-                for k in kids {
+                for k in tree.children_largest_first(v) {
                     net.send(v, k, sizes.down(ranks), MsgShape::Down, end, ModelEv::Down);
                 }
                 for _ in 0..s.ranks_per_node {
