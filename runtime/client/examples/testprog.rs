@@ -64,6 +64,7 @@ fn main() {
         "invite-decline-continue" => invite_decline_continue(),
         "collective-member-dies-notify-anyone" => collective_member_dies_notify_anyone(),
         "sim-compare" => sim_compare(),
+        "lost-interior" => lost_interior(),
         other => Err(format!("unknown scenario {other:?}")),
     };
     if let Err(e) = result {
@@ -2185,4 +2186,48 @@ fn sim_compare() -> R {
         digest::group_view_line(me, &g.members, g.context_id, &g.group_info, &data)
     );
     Ok(())
+}
+
+/// Run with one rank per node server, 8 servers and `--enable-recovery`. The rank on an
+/// interior server of the construct's tree (below the root) SIGKILLs its own node
+/// server once the others are waiting in an optional construct; the others must end
+/// with partial success without it — from the loss itself (issue 4: an interior node
+/// server's failure must not strand its subtree), well inside their 60 s timeout.
+fn lost_interior() -> R {
+    const GID: &str = "lost-interior";
+    let c = init()?;
+    let n = c.size();
+    let nodes: Vec<u32> = (0..n).collect();
+    let root = nodes[cohort_topology::rendezvous(GID, nodes.len())];
+    let tree = cohort_topology::Tree::new(&nodes, root, cohort_topology::default_shape(n as usize));
+    let x = tree
+        .children_largest_first(root)
+        .into_iter()
+        .find(|&k| !tree.children(k).is_empty())
+        .ok_or("no interior server below the root: run with --nodes 8 -n 8")?;
+    if c.rank() == x {
+        // Let the others call and x's children send their contributions to x first.
+        std::thread::sleep(Duration::from_millis(500));
+        // SAFETY: plain syscalls; the parent is this rank's node server.
+        unsafe { libc::kill(libc::getppid(), libc::SIGKILL) };
+        std::thread::sleep(Duration::from_secs(60));
+        return Err("outlived its node server".into());
+    }
+    let opts = ConstructOpts {
+        optional: true,
+        ..ctx()
+    };
+    let g = e2s(c.group_construct(GID, &all(&c), opts), "construct")?;
+    check!(
+        g.status == ConstructStatus::PartialSuccess,
+        "status {:?}",
+        g.status
+    );
+    check!(g.failed == vec![p(&c, x)], "failed {}", ranks(&g.failed));
+    println!(
+        "RESULT lost={x} members={} ctx={:?}",
+        ranks(&g.members),
+        g.context_id
+    );
+    e2s(c.finalize(), "finalize")
 }

@@ -26,6 +26,12 @@ pub struct Cluster {
     /// Links whose messages are held back (to reorder deliveries across links).
     held_links: std::collections::HashSet<(NodeId, NodeId)>,
     held: VecDeque<(NodeId, NodeId, PeerMsg)>,
+    /// Pairs of servers that exchanged a message (a fabric connection exists).
+    links: std::collections::HashSet<(NodeId, NodeId)>,
+    /// Servers killed with [`Cluster::kill_node`].
+    dead: std::collections::HashSet<NodeId>,
+    /// (server, dead peer) pairs whose loss the server was told of.
+    told: std::collections::HashSet<(NodeId, NodeId)>,
 }
 
 impl Cluster {
@@ -52,6 +58,9 @@ impl Cluster {
             next_req: 1,
             held_links: Default::default(),
             held: VecDeque::new(),
+            links: Default::default(),
+            dead: Default::default(),
+            told: Default::default(),
         }
     }
 
@@ -106,8 +115,10 @@ impl Cluster {
     pub fn advance(&mut self, d: Duration) {
         self.now += d;
         let now = self.now;
-        for e in &mut self.engines {
-            e.on_timer(now);
+        for (i, e) in self.engines.iter_mut().enumerate() {
+            if !self.dead.contains(&(i as NodeId)) {
+                e.on_timer(now);
+            }
         }
         self.pump();
     }
@@ -131,10 +142,49 @@ impl Cluster {
         self.pump();
     }
 
+    /// Kills node server `node` (as a crash would): messages to and from it that are
+    /// still in flight are lost, and — as a fabric reports a broken connection —
+    /// every server that exchanged messages with it, or had messages on their way to
+    /// it, is told it is lost. Servers that never talked to it are not.
+    pub fn kill_node(&mut self, node: NodeId) {
+        self.dead.insert(node);
+        let mut tell: Vec<NodeId> = self
+            .links
+            .iter()
+            .filter_map(|&(a, b)| match (a == node, b == node) {
+                (true, _) => Some(b),
+                (_, true) => Some(a),
+                _ => None,
+            })
+            .collect();
+        for q in [&mut self.net, &mut self.held] {
+            tell.extend(q.iter().filter(|(_, t, _)| *t == node).map(|(f, _, _)| *f));
+            q.retain(|(f, t, _)| *f != node && *t != node);
+        }
+        tell.sort_unstable();
+        tell.dedup();
+        for n in tell {
+            self.tell_lost(n, node);
+        }
+        self.pump();
+    }
+
+    fn tell_lost(&mut self, to: NodeId, lost: NodeId) {
+        if self.dead.contains(&to) || !self.told.insert((to, lost)) {
+            return;
+        }
+        let now = self.now;
+        self.engines[to as usize].on_peer_lost(lost, now);
+    }
+
     /// Delivers every queued message until the cluster is quiet.
     pub fn pump(&mut self) {
         loop {
             for i in 0..self.engines.len() {
+                if self.dead.contains(&(i as NodeId)) {
+                    self.engines[i].take_actions();
+                    continue;
+                }
                 for a in self.engines[i].take_actions() {
                     match a {
                         Action::ToClient { client, frame } => {
@@ -154,6 +204,12 @@ impl Cluster {
                 self.held.push_back((from, to, msg));
                 continue;
             }
+            if self.dead.contains(&to) {
+                // The connection attempt fails: the sender learns of the loss.
+                self.tell_lost(from, to);
+                continue;
+            }
+            self.links.insert((from.min(to), from.max(to)));
             let now = self.now;
             self.engines[to as usize].on_peer(from, msg, now);
         }

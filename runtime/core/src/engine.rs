@@ -51,6 +51,9 @@ const PROBE_GRACE: Duration = Duration::from_secs(2);
 const MAX_TOMBSTONES: usize = 1024;
 /// Events kept for a local process that has not connected yet.
 const MAX_PENDING_EVENTS: usize = 1024;
+/// Outcomes an interior server keeps after forwarding them, for children of a lost
+/// server that re-send their contributions here.
+const KEPT_OUTCOMES: usize = 8;
 
 /// Something the driver must do.
 #[derive(Clone, Debug, PartialEq)]
@@ -137,6 +140,8 @@ struct Coll {
     excused: BTreeSet<ProcId>,
     waiters: Vec<Waiter>,
     sent_up: bool,
+    /// Where the contributions went up (the tree parent, or the nearest live ancestor).
+    sent_to: Option<NodeId>,
     /// A doomed-operation abort was already sent to the root.
     doomed_sent: bool,
     /// Root only: a timeout is ending the operation; collecting who joined where.
@@ -163,6 +168,7 @@ impl Coll {
             excused: BTreeSet::new(),
             waiters: Vec::new(),
             sent_up: false,
+            sent_to: None,
             doomed_sent: false,
             probe: None,
             dropped: BTreeSet::new(),
@@ -269,6 +275,12 @@ pub struct Engine {
     acks: HashMap<u64, AckWaiter>,
     next_token: u64,
 
+    /// Node servers known to be lost (this server's fabric reported them, or another
+    /// server did with `NodeLost`). Trees route around them.
+    lost_nodes: BTreeSet<NodeId>,
+    /// Interior servers: the latest outcomes they forwarded (key, spec, outcome).
+    kept_outcomes: VecDeque<(CollKey, Option<CollSpec>, CollOutcome)>,
+
     actions: Vec<Action>,
     self_inbox: VecDeque<PeerMsg>,
 }
@@ -312,6 +324,8 @@ impl Engine {
             invite_homes: HashMap::new(),
             acks: HashMap::new(),
             next_token: 1,
+            lost_nodes: BTreeSet::new(),
+            kept_outcomes: VecDeque::new(),
             actions: Vec::new(),
             self_inbox: VecDeque::new(),
         }
@@ -504,22 +518,138 @@ impl Engine {
         self.drain_self(now);
     }
 
-    /// A peer node server is gone: every process it hosted is terminated.
+    /// A peer node server is gone: every process it hosted is terminated, every other
+    /// server is told, and collectives route around it (see [`Engine::node_lost`]).
     pub fn on_peer_lost(&mut self, peer: NodeId, now: Time) {
+        if peer != self.node && !self.lost_nodes.contains(&peer) {
+            for &n in &self.all_nodes.clone() {
+                if n != self.node && n != peer && !self.lost_nodes.contains(&n) {
+                    self.send_peer(n, PeerMsg::NodeLost { node: peer });
+                }
+            }
+        }
+        self.node_lost(peer, now);
+        self.drain_self(now);
+    }
+
+    /// Node server `peer` is lost. Its processes are terminated (so per-process
+    /// accounting settles them: members if their contributions got through, failed
+    /// otherwise). In every collective in progress here:
+    /// * if `peer` was its root, the collective fails here with `PeerLost` (every
+    ///   server learns of the loss and fails its own part);
+    /// * if this server's contributions went up to `peer`, they are re-sent to the
+    ///   nearest live ancestor, which answers with the outcome if it already has it;
+    /// * trees built from now on skip `peer`: its children send up to its parent, and
+    ///   outcomes go down to its children.
+    fn node_lost(&mut self, peer: NodeId, now: Time) {
+        if peer == self.node || !self.lost_nodes.insert(peer) {
+            return;
+        }
+        tracing::warn!(node = peer, "node server lost; collectives route around it");
         for rank in self.job.ranks_on(peer) {
             let proc = ProcId::new(self.job.nspace.clone(), rank);
             self.mark_terminated(proc, now);
         }
-        self.drain_self(now);
+        let keys: Vec<CollKey> = self.colls.keys().cloned().collect();
+        for key in keys {
+            let Some(coll) = self.colls.get(&key) else {
+                continue;
+            };
+            if self.root_of(&key) == Some(peer) {
+                let err = CohortError::PeerLost {
+                    node: peer,
+                    reason: format!("it was the root of {}", op_name(&key)),
+                };
+                let spec = coll.spec.clone();
+                self.complete(key, spec, CollOutcome::Failed(err), Vec::new(), false, now);
+                continue;
+            }
+            if coll.sent_up && coll.sent_to == Some(peer) {
+                let Some(tree) = coll.tree.clone() else {
+                    continue;
+                };
+                match self.live_parent(&tree) {
+                    Some(to) => {
+                        let msg = self.up_msg(&key, true);
+                        if let Some(c) = self.colls.get_mut(&key) {
+                            c.sent_to = Some(to);
+                        }
+                        tracing::debug!(?key, lost = peer, to, "re-sending contributions");
+                        self.send_peer(to, msg);
+                    }
+                    None => {
+                        let err = CohortError::PeerLost {
+                            node: peer,
+                            reason: format!(
+                                "no live ancestor left in the tree of {}",
+                                op_name(&key)
+                            ),
+                        };
+                        let spec = coll.spec.clone();
+                        self.complete(key, spec, CollOutcome::Failed(err), Vec::new(), false, now);
+                    }
+                }
+            } else {
+                self.progress(&key, now);
+            }
+        }
+    }
+
+    /// The nearest ancestor of this server in `tree` that is not lost.
+    fn live_parent(&self, tree: &Tree) -> Option<NodeId> {
+        let mut at = tree.parent(self.node)?;
+        while self.lost_nodes.contains(&at) {
+            at = tree.parent(at)?;
+        }
+        Some(at)
+    }
+
+    /// Children of `node` in `tree`, largest subtree first, with every lost child
+    /// replaced by its own live children.
+    fn live_children(&self, tree: &Tree, node: NodeId) -> Vec<NodeId> {
+        let mut out = Vec::new();
+        for c in tree.children_largest_first(node) {
+            if self.lost_nodes.contains(&c) {
+                out.extend(self.live_children(tree, c));
+            } else {
+                out.push(c);
+            }
+        }
+        out
     }
 
     fn handle_peer(&mut self, from: NodeId, msg: PeerMsg, now: Time) {
         match msg {
             PeerMsg::CollUp {
                 key,
+                rerouted: true,
+                ..
+            } if !self.colls.contains_key(&key)
+                && self.kept_outcomes.iter().any(|(k, _, _)| *k == key) =>
+            {
+                // A child of a lost server, whose outcome was lost with it.
+                let (_, spec, outcome) = self
+                    .kept_outcomes
+                    .iter()
+                    .find(|(k, _, _)| *k == key)
+                    .cloned()
+                    .expect("checked above");
+                self.send_peer(
+                    from,
+                    PeerMsg::CollDown {
+                        key,
+                        spec,
+                        outcome,
+                        late: Vec::new(),
+                    },
+                );
+            }
+            PeerMsg::CollUp {
+                key,
                 spec,
                 contribs,
                 excused,
+                ..
             } => {
                 self.recently_done.remove(&key);
                 let coll = self
@@ -611,6 +741,7 @@ impl Engine {
                 outcome,
                 late,
             } => self.on_down(key, spec, outcome, late, now),
+            PeerMsg::NodeLost { node } => self.node_lost(node, now),
             PeerMsg::ProcTerminated { proc, contributed } => {
                 if !contributed.is_empty() {
                     self.joined_before_death
@@ -1652,19 +1783,31 @@ impl Engine {
                 Standing::Joined | Standing::FailedEarly => {}
             }
         }
-        let parent = tree
-            .parent(self.node)
-            .expect("non-root tree member has a parent");
-        let msg = PeerMsg::CollUp {
-            key: key.clone(),
-            spec: spec.clone(),
-            contribs: coll.contribs.values().cloned().collect(),
-            excused: excused.iter().cloned().collect(),
+        let Some(parent) = self.live_parent(tree) else {
+            // Every ancestor up to the root is lost; node_lost failed or will fail it.
+            return;
         };
         let coll = self.colls.get_mut(key).expect("present");
         coll.sent_up = true;
+        coll.sent_to = Some(parent);
         coll.excused = excused;
+        let msg = self.up_msg(key, false);
         self.send_peer(parent, msg);
+    }
+
+    /// This server's contributions to `key` (its subtree's), for its parent.
+    fn up_msg(&self, key: &CollKey, rerouted: bool) -> PeerMsg {
+        let coll = self.colls.get(key).expect("collective in progress");
+        PeerMsg::CollUp {
+            key: key.clone(),
+            spec: coll
+                .spec
+                .clone()
+                .expect("a collective with a tree has a spec"),
+            contribs: coll.contribs.values().cloned().collect(),
+            excused: coll.excused.iter().cloned().collect(),
+            rerouted,
+        }
     }
 
     /// Who may decide about construct `key` now: the claimed leader, else a designated
@@ -2089,6 +2232,18 @@ impl Engine {
     /// otherwise the root is asked to end it for everyone.
     fn fail(&mut self, key: &CollKey, error: CohortError, now: Time) {
         match self.root_of(key) {
+            Some(r) if r != self.node && self.lost_nodes.contains(&r) => {
+                // Nobody decides for everyone any more: end it here.
+                let spec = self.colls.get(key).and_then(|c| c.spec.clone());
+                self.complete(
+                    key.clone(),
+                    spec,
+                    CollOutcome::Failed(error),
+                    Vec::new(),
+                    false,
+                    now,
+                );
+            }
             Some(r) if r != self.node => {
                 let spec = self.colls.get(key).and_then(|c| c.spec.clone());
                 self.send_peer(
@@ -2113,8 +2268,26 @@ impl Engine {
         late: Vec<ProcId>,
         now: Time,
     ) {
+        self.complete(key, spec, outcome, late, true, now)
+    }
+
+    /// Ends `key` here with `outcome`; with `forward`, also passes it down the tree.
+    fn complete(
+        &mut self,
+        key: CollKey,
+        spec: Option<CollSpec>,
+        outcome: CollOutcome,
+        late: Vec<ProcId>,
+        forward: bool,
+        now: Time,
+    ) {
         let coll = self.colls.remove(&key);
         let spec = spec.or_else(|| coll.as_ref().and_then(|c| c.spec.clone()));
+        if key.kind == CollKind::Destruct {
+            // The id may be reused now: a kept construct outcome would be stale.
+            self.kept_outcomes
+                .retain(|(k, _, _)| !(k.kind == CollKind::Construct && k.id == key.id));
+        }
         // The tracker built the tree with its spec; only a server that never saw the
         // operation builds it from the spec carried in the outcome.
         let tree = coll
@@ -2125,7 +2298,8 @@ impl Engine {
         // deepest parts soonest); then servers outside the tree, in id order.
         let children: Vec<NodeId> = tree
             .as_ref()
-            .map(|t| t.children_largest_first(self.node))
+            .filter(|_| forward)
+            .map(|t| self.live_children(t, self.node))
             .unwrap_or_default();
         let mut targets: BTreeSet<NodeId> = BTreeSet::new();
         if let Some(c) = &coll {
@@ -2145,8 +2319,21 @@ impl Engine {
             targets.extend(late.iter().filter_map(|p| self.job.node_of(p)));
         }
         targets.remove(&self.node);
+        if !forward {
+            targets.clear();
+        }
         for n in &children {
             targets.remove(n);
+        }
+        targets.retain(|n| !self.lost_nodes.contains(n));
+        if !children.is_empty() {
+            // Kept for the children of a child that may be lost before passing it on.
+            self.kept_outcomes.retain(|(k, _, _)| *k != key);
+            self.kept_outcomes
+                .push_back((key.clone(), spec.clone(), outcome.clone()));
+            while self.kept_outcomes.len() > KEPT_OUTCOMES {
+                self.kept_outcomes.pop_front();
+            }
         }
         for n in children.into_iter().chain(targets) {
             if n == self.node {

@@ -920,3 +920,167 @@ fn a_leave_that_overtakes_the_construct_outcome_is_not_lost() {
         );
     }
 }
+
+// ------------------------------------------------------------- lost node servers
+//
+// Issue 4: "Failure of an interior node server must not strand its subtree (re-parent
+// or report within the timeout)". These constructs have no timeout at all: the outcome
+// must come from the loss itself.
+
+/// The 7-server binary tree of construct `id` (one rank per server): its root and an
+/// interior server below the root, with that server's children.
+fn interior(id: &str) -> (u32, u32, Vec<u32>) {
+    let nodes: Vec<u32> = (0..7).collect();
+    let root = nodes[cohort_topology::rendezvous(id, nodes.len())];
+    let tree = cohort_topology::Tree::new(&nodes, root, TreeShape::KAry(2));
+    let x = tree
+        .children(root)
+        .into_iter()
+        .find(|&c| !tree.children(c).is_empty())
+        .expect("a binary tree of 7 has interior servers below the root");
+    (root, x, tree.children(x))
+}
+
+fn all_construct(c: &mut Cluster, id: &str, optional: bool) -> Vec<u64> {
+    let all: Vec<u32> = (0..7).collect();
+    (0..7)
+        .map(|r| {
+            let opts = ConstructOpts {
+                optional,
+                assign_context_id: true,
+                ..Default::default()
+            };
+            construct(c, r, id, &all, opts)
+        })
+        .collect()
+}
+
+#[test]
+fn interior_server_lost_before_forwarding_is_routed_around() {
+    let id = "lost-up";
+    let (root, x, kids) = interior(id);
+    let mut c = Cluster::new(7, 7, TreeShape::KAry(2));
+    c.connect_all();
+    // x collects its subtree's contributions but its message up never arrives.
+    c.hold(x, root);
+    let reqs = all_construct(&mut c, id, true);
+    for &k in &kids {
+        assert!(
+            c.reply(k, reqs[k as usize]).is_none(),
+            "rank {k} waits for x"
+        );
+    }
+    c.kill_node(x);
+    // Its children re-send to the root; x's own rank died before its contribution got
+    // through: optional participation gives partial success without it.
+    let mut ctx = None;
+    for r in (0..7).filter(|&r| r != x) {
+        let g = group(&c, r, reqs[r as usize]);
+        assert_eq!(g.status, ConstructStatus::PartialSuccess, "rank {r}");
+        let expect: Vec<ProcId> = (0..7).filter(|&q| q != x).map(|q| c.proc(q)).collect();
+        assert_eq!(g.members, expect, "rank {r}");
+        assert_eq!(g.failed, vec![c.proc(x)], "rank {r}");
+        assert!(g.context_id.is_some());
+        assert_eq!(*ctx.get_or_insert(g.context_id), g.context_id, "rank {r}");
+    }
+}
+
+#[test]
+fn interior_server_lost_with_the_outcome_lets_its_children_fetch_it() {
+    let id = "lost-down";
+    let (root, x, kids) = interior(id);
+    let mut c = Cluster::new(7, 7, TreeShape::KAry(2));
+    c.connect_all();
+    for &k in &kids {
+        c.hold(x, k);
+    }
+    let reqs = all_construct(&mut c, id, false);
+    // The root decided (everyone joined); x got the outcome, its children did not.
+    assert!(matches!(c.reply(root, reqs[root as usize]), Some(Ok(_))));
+    for &k in &kids {
+        assert!(
+            c.reply(k, reqs[k as usize]).is_none(),
+            "rank {k} waits for x"
+        );
+    }
+    c.kill_node(x);
+    let first = group(&c, root, reqs[root as usize]);
+    assert_eq!(first.status, ConstructStatus::Success);
+    assert_eq!(first.members.len(), 7, "x's rank joined before x was lost");
+    for r in (0..7).filter(|&r| r != x) {
+        let g = group(&c, r, reqs[r as usize]);
+        assert_eq!(g, first, "rank {r} got the same outcome as the root");
+    }
+}
+
+#[test]
+fn lost_root_fails_the_construct_everywhere_with_peer_lost() {
+    let id = "lost-root";
+    let (root, _, _) = interior(id);
+    let mut c = Cluster::new(7, 7, TreeShape::KAry(2));
+    c.connect_all();
+    for n in (0..7).filter(|&n| n != root) {
+        c.hold(n, root);
+    }
+    let reqs = all_construct(&mut c, id, true);
+    c.kill_node(root);
+    for r in (0..7).filter(|&r| r != root) {
+        match err(&c, r, reqs[r as usize]) {
+            CohortError::PeerLost { node, reason } => {
+                assert_eq!(node, root, "rank {r}: {reason}");
+                assert!(reason.contains(id), "rank {r}: {reason}");
+            }
+            e => panic!("rank {r}: expected PeerLost, got {e}"),
+        }
+    }
+}
+
+#[test]
+fn fences_after_a_server_loss_neither_wait_for_it_nor_route_through_it() {
+    let mut c = Cluster::new(7, 7, TreeShape::KAry(2));
+    c.connect_all();
+    let (_, x, _) = interior("lost-up");
+    let fence = |c: &mut Cluster, r: u32, procs: Vec<ProcId>| {
+        c.request(
+            r,
+            Request::Fence {
+                procs,
+                opts: FenceOpts::default(),
+            },
+        )
+    };
+    // A first fence connects the servers along its tree.
+    let warm: Vec<u64> = (0..7).map(|r| fence(&mut c, r, vec![])).collect();
+    for r in 0..7 {
+        assert!(
+            matches!(c.reply(r, warm[r as usize]), Some(Ok(_))),
+            "warm-up fence"
+        );
+    }
+    c.kill_node(x);
+    // Over everybody: x's rank can never join; the survivors get an error naming it.
+    let everyone = vec![ProcId::wildcard("job")];
+    let reqs: Vec<(u32, u64)> = (0..7)
+        .filter(|&r| r != x)
+        .map(|r| (r, fence(&mut c, r, everyone.clone())))
+        .collect();
+    for (r, req) in reqs {
+        match err(&c, r, req) {
+            CohortError::ProcTerminated { procs, .. } => assert_eq!(procs, vec![c.proc(x)]),
+            e => panic!("rank {r}: expected ProcTerminated, got {e}"),
+        }
+    }
+    // Over the survivors: their tree spans their own servers only, and completes.
+    let survivors: Vec<ProcId> = (0..7).filter(|&q| q != x).map(|q| c.proc(q)).collect();
+    let reqs: Vec<(u32, u64)> = (0..7)
+        .filter(|&r| r != x)
+        .map(|r| (r, fence(&mut c, r, survivors.clone())))
+        .collect();
+    for (r, req) in reqs {
+        assert!(
+            matches!(c.reply(r, req), Some(Ok(Response::Done))),
+            "rank {r}: {:?}",
+            c.reply(r, req)
+        );
+    }
+}

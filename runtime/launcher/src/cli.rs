@@ -37,8 +37,8 @@ cohort starts M cohortd node servers on this host (node0 … node<M-1>, each on 
 loopback address), maps the N ranks onto them (block-wise, or round-robin with
 --map-by node), binds each rank to a core unless that would oversubscribe the cores
 (see --bind-to), forwards every rank's stdout and stderr, and exits with the job's
-status. When a rank fails (non-zero status or a signal) the whole job is terminated
-unless --enable-recovery is given. Ctrl-C, SIGTERM and SIGHUP terminate the job; a
+status. When a rank fails (non-zero status or a signal) or a node server dies, the
+whole job is terminated unless --enable-recovery is given. Ctrl-C, SIGTERM and SIGHUP terminate the job; a
 second one kills the node servers at once.";
 
 const RUN_EXAMPLES: &str = "\
@@ -211,6 +211,8 @@ pub struct RunArgs {
     pub node_addrs: Vec<std::net::IpAddr>,
 
     /// Keep the job running when a rank exits abnormally (non-zero status or signal)
+    /// or a node server dies (its ranks die with it; the other node servers route
+    /// their collectives around it)
     #[arg(long, help_heading = "Fault-tolerance options")]
     pub enable_recovery: bool,
 

@@ -299,18 +299,29 @@ impl Launcher {
                     Some(e) => format!("broke its control connection ({e})"),
                     None => "closed its control connection".to_string(),
                 };
-                Some(self.daemon_failed(node, reason))
+                self.daemon_failed(node, reason)
             }
             Event::DaemonExited { node, how } => {
                 self.daemons[node as usize].running = false;
                 let pid = self.daemons[node as usize].pid;
-                Some(self.daemon_failed(node, format!("(pid {pid}) {how} unexpectedly")))
+                self.daemon_failed(node, format!("(pid {pid}) {how} unexpectedly"))
             }
         }
     }
 
-    fn daemon_failed(&self, node: NodeId, reason: String) -> Verdict {
-        if self.started {
+    fn daemon_failed(&mut self, node: NodeId, reason: String) -> Option<Verdict> {
+        if self.started && self.monitor.recovery() {
+            // Its ranks die with it (parent-death signal); the job goes on.
+            return match self.monitor.node_lost(node, &reason) {
+                Step::Continue => None,
+                Step::Notice(msg) => {
+                    crate::say(format_args!("{msg}"));
+                    None
+                }
+                Step::End(verdict) => Some(verdict),
+            };
+        }
+        Some(if self.started {
             Verdict::DaemonFailed { node, reason }
         } else {
             Verdict::StartupFailed {
@@ -319,7 +330,7 @@ impl Launcher {
                     self.monitor.node_name(node)
                 ),
             }
-        }
+        })
     }
 
     async fn on_registered(&mut self, reg: Registration) -> Option<Verdict> {

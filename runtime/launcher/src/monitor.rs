@@ -141,6 +141,42 @@ impl JobMonitor {
         Ok(step)
     }
 
+    pub fn recovery(&self) -> bool {
+        self.recovery
+    }
+
+    /// Node server `node` died (`--enable-recovery`): its ranks that are still running
+    /// died with it (their parent-death signal is SIGKILL) and count as killed.
+    pub fn node_lost(&mut self, node: NodeId, reason: &str) -> Step {
+        let killed = ExitStatus {
+            code: None,
+            signal: Some(libc::SIGKILL),
+        };
+        let ranks: Vec<Rank> = self
+            .job
+            .ranks_on(node)
+            .into_iter()
+            .filter(|&r| self.exited[r as usize].is_none())
+            .collect();
+        if ranks.is_empty() {
+            return Step::Continue;
+        }
+        for &rank in &ranks {
+            if let Ok(Step::End(v)) = self.rank_exited(node, rank, killed) {
+                return Step::End(v);
+            }
+        }
+        Step::Notice(format!(
+            "node server {} {reason}; its ranks {} are lost; continuing (--enable-recovery)",
+            self.node_name(node),
+            ranks
+                .iter()
+                .map(|r| r.to_string())
+                .collect::<Vec<_>>()
+                .join(",")
+        ))
+    }
+
     /// The status `cohort run` exits with. A rank failure seen before the job ended
     /// wins over the reason it ended (timeout, lost node server).
     pub fn exit_code(&self, verdict: &Verdict) -> i32 {
@@ -278,6 +314,28 @@ mod tests {
         assert_eq!(end, Step::End(Verdict::Completed));
         assert_eq!(m.exit_code(&Verdict::Completed), 0);
         assert_eq!(m.message(&Verdict::Completed), None);
+    }
+
+    #[test]
+    fn a_lost_node_server_under_recovery_counts_its_running_ranks_as_killed() {
+        let mut m = JobMonitor::new(JobMap::block("ns", 4, 2), true);
+        assert_eq!(m.rank_exited(1, 2, code(0)), Ok(Step::Continue));
+        // node1 (ranks 2, 3) dies: rank 2 had already exited, rank 3 dies with it.
+        let Step::Notice(msg) = m.node_lost(1, "closed its control connection") else {
+            panic!("a notice, the job goes on");
+        };
+        assert!(msg.contains("node1") && msg.contains("ranks 3 "), "{msg}");
+        assert_eq!(m.remaining(), 2);
+        // The second report of the same death (control connection, then exit) is quiet.
+        assert_eq!(m.node_lost(1, "exited"), Step::Continue);
+        assert_eq!(m.rank_exited(0, 0, code(0)), Ok(Step::Continue));
+        let end = m.rank_exited(0, 1, code(0)).unwrap();
+        assert_eq!(end, Step::End(Verdict::Completed));
+        assert_eq!(
+            m.exit_code(&Verdict::Completed),
+            137,
+            "the killed rank's status"
+        );
     }
 
     #[test]

@@ -4,7 +4,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::CohortError;
 use crate::event::Event;
-use crate::ids::{ContextId, ProcId};
+use crate::ids::{ContextId, NodeId, ProcId};
 use crate::msg::ConstructStatus;
 use crate::value::Info;
 
@@ -101,6 +101,9 @@ pub enum PeerMsg {
         /// Expected participants of the subtree that are settled without contributing
         /// (they left the group).
         excused: Vec<ProcId>,
+        /// Re-sent to the nearest live ancestor after the sender's parent was lost: a
+        /// receiver that already completed the operation answers with its outcome.
+        rerouted: bool,
     },
     /// An add-member's participation, sent straight to the operation's root.
     CollJoin {
@@ -137,6 +140,13 @@ pub enum PeerMsg {
     ProcTerminated {
         proc: ProcId,
         contributed: Vec<CollKey>,
+    },
+    /// The sender lost its connection to node server `node` (it crashed or became
+    /// unreachable): every process it hosted is terminated. Sent once by each server
+    /// that detects a loss to every other server, so that servers that never talked to
+    /// `node` stop waiting for it too.
+    NodeLost {
+        node: NodeId,
     },
     /// Deliver an event to these local processes of the receiver.
     Event {
