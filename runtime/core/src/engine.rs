@@ -1766,6 +1766,23 @@ impl Engine {
                 return self.fail(key, err, now);
             }
         }
+        if let Some(root) = self.root_of(key).filter(|r| self.lost_nodes.contains(r)) {
+            // Started after its root (the group id's rendezvous server, or the
+            // invite's home) was lost: nobody can decide it.
+            let err = CohortError::PeerLost {
+                node: root,
+                reason: format!("it is the root of {}", op_name(key)),
+            };
+            let spec = Some(spec.clone());
+            return self.complete(
+                key.clone(),
+                spec,
+                CollOutcome::Failed(err),
+                Vec::new(),
+                false,
+                now,
+            );
+        }
         if coll.sent_up || !tree.contains(self.node) {
             return;
         }

@@ -1033,6 +1033,19 @@ fn lost_root_fails_the_construct_everywhere_with_peer_lost() {
             e => panic!("rank {r}: expected PeerLost, got {e}"),
         }
     }
+    // A new construct with an id whose rendezvous server is lost fails at once.
+    let survivors: Vec<u32> = (0..7).filter(|&r| r != root).collect();
+    let again = construct(
+        &mut c,
+        survivors[0],
+        id,
+        &survivors,
+        ConstructOpts::default(),
+    );
+    match err(&c, survivors[0], again) {
+        CohortError::PeerLost { node, .. } => assert_eq!(node, root),
+        e => panic!("expected PeerLost, got {e}"),
+    }
 }
 
 #[test]
