@@ -365,9 +365,17 @@ impl Conn {
     /// Token holder: reads what the socket has (without blocking) and dispatches every
     /// complete frame. `Err` means the connection is gone.
     fn read_batch(&self) -> Result<(), String> {
+        self.read_batch_from(libc::MSG_DONTWAIT)
+    }
+
+    /// Reads whatever the node server has sent and dispatches it; the first read
+    /// blocks until something arrives unless `first_flags` has `MSG_DONTWAIT` (one
+    /// system call instead of a poll and a read, for a caller without a deadline).
+    fn read_batch_from(&self, first_flags: libc::c_int) -> Result<(), String> {
         let fd = self.stream.as_raw_fd();
         let mut buf = lock(&self.read_buf);
         let mut dispatched = false;
+        let mut flags = first_flags;
         loop {
             if buf.capacity() - buf.len() < 16 << 10 {
                 buf.reserve(64 << 10);
@@ -380,9 +388,10 @@ impl Conn {
                     fd,
                     buf.as_mut_ptr().add(buf.len()).cast::<libc::c_void>(),
                     spare,
-                    libc::MSG_DONTWAIT,
+                    flags,
                 )
             };
+            flags = libc::MSG_DONTWAIT;
             if n < 0 {
                 let e = std::io::Error::last_os_error();
                 match e.kind() {
@@ -522,11 +531,14 @@ impl Conn {
                 self.release_token();
                 return Some(r);
             }
-            let ready = poll_readable(fd, remaining);
-            let outcome = match ready {
-                Ok(true) => self.read_batch(),
-                Ok(false) => Ok(()),
-                Err(e) => Err(format!("waiting for the node server failed: {e}")),
+            let outcome = match remaining {
+                // No deadline: block in the read itself.
+                None => self.read_batch_from(0),
+                Some(_) => match poll_readable(fd, remaining) {
+                    Ok(true) => self.read_batch(),
+                    Ok(false) => Ok(()),
+                    Err(e) => Err(format!("waiting for the node server failed: {e}")),
+                },
             };
             self.release_token();
             if let Err(reason) = outcome {
