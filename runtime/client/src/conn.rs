@@ -99,6 +99,9 @@ pub(crate) struct Conn {
 
 /// How long the background reader naps while calls are blocked (they read for it).
 const BACKGROUND_NAP: Duration = Duration::from_millis(5);
+/// Longest a blocked caller's read waits before it looks at its deadline again (the
+/// socket's SO_RCVTIMEO; waits shorter than this use poll with the exact timeout).
+const READ_SLICE: Duration = Duration::from_secs(1);
 
 /// Locks a mutex, ignoring poisoning: every critical section here leaves its data
 /// consistent, and a panic in one application thread must not wedge the others.
@@ -154,7 +157,9 @@ pub(crate) fn handshake(
             ))
         }
     };
-    stream.set_read_timeout(None)?;
+    // Blocking reads (a caller waiting for its reply) give up after this slice and
+    // look at their deadline again; every other read is non-blocking.
+    stream.set_read_timeout(Some(READ_SLICE))?;
     Ok((stream, welcome))
 }
 
@@ -532,8 +537,10 @@ impl Conn {
                 return Some(r);
             }
             let outcome = match remaining {
-                // No deadline: block in the read itself.
+                // No deadline, or one beyond the socket's read timeout: block in the
+                // read itself (it returns after at most READ_SLICE).
                 None => self.read_batch_from(0),
+                Some(r) if r >= READ_SLICE => self.read_batch_from(0),
                 Some(_) => match poll_readable(fd, remaining) {
                     Ok(true) => self.read_batch(),
                     Ok(false) => Ok(()),
