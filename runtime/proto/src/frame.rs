@@ -24,15 +24,21 @@ fn options() -> impl Options {
 
 /// Encodes `msg` as a complete frame (length prefix included).
 pub fn encode<T: Serialize>(msg: &T) -> Vec<u8> {
+    let mut out = Vec::new();
+    encode_into(msg, &mut out);
+    out
+}
+
+/// Appends `msg`'s complete frame (length prefix included) to `out`.
+pub fn encode_into<T: Serialize>(msg: &T, out: &mut Vec<u8>) {
     let body_len = options()
         .serialized_size(msg)
         .expect("cohort messages always serialize") as usize;
-    let mut out = Vec::with_capacity(4 + body_len);
+    out.reserve(4 + body_len);
     out.extend_from_slice(&(body_len as u32).to_le_bytes());
     options()
-        .serialize_into(&mut out, msg)
+        .serialize_into(&mut *out, msg)
         .expect("cohort messages always serialize");
-    out
 }
 
 /// Length of `msg`'s complete frame (length prefix included), without encoding it:
@@ -125,6 +131,27 @@ mod tests {
     use super::*;
     use crate::msg::{ClientFrame, Request};
     use crate::peer::PeerMsg;
+
+    #[test]
+    fn frames_appended_to_one_buffer_decode_in_order() {
+        let a = ClientFrame {
+            id: 1,
+            req: Request::Leave { id: "a".into() },
+        };
+        let b = ClientFrame {
+            id: 2,
+            req: Request::QueryGroupNames,
+        };
+        let mut buf = Vec::new();
+        encode_into(&a, &mut buf);
+        encode_into(&b, &mut buf);
+        assert_eq!(buf.len(), encoded_len(&a) + encoded_len(&b));
+        let first = u32::from_le_bytes(buf[..4].try_into().unwrap()) as usize;
+        let got_a: ClientFrame = decode_body(&buf[4..4 + first]).unwrap();
+        let rest = &buf[4 + first..];
+        let got_b: ClientFrame = decode_body(&rest[4..]).unwrap();
+        assert_eq!((got_a, got_b), (a, b));
+    }
 
     #[test]
     fn roundtrip() {

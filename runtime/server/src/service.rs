@@ -91,9 +91,21 @@ impl Shared {
 
     /// Writes out every action the engine produced and re-arms the timer if needed.
     fn flush(&mut self) {
+        // Frames for one client leave in one write (a reply and the events that came
+        // with it wake the client once), clients in the order of their first frame.
+        let mut out: Vec<(ClientId, Vec<u8>)> = Vec::new();
         for action in self.engine.take_actions() {
             match action {
-                Action::ToClient { client, frame } => self.send_client(client, &frame),
+                Action::ToClient { client, frame } => {
+                    let at = match out.iter().position(|(c, _)| *c == client) {
+                        Some(i) => i,
+                        None => {
+                            out.push((client, Vec::new()));
+                            out.len() - 1
+                        }
+                    };
+                    frame::encode_into(&frame, &mut out[at].1);
+                }
                 Action::ToPeer { node, msg } => {
                     let bytes = Bytes::from(frame::encode_body(&msg));
                     match &mut self.held {
@@ -109,6 +121,9 @@ impl Shared {
                 }
             }
         }
+        for (client, bytes) in out {
+            self.send_client_bytes(client, Bytes::from(bytes));
+        }
         let next = self.engine.next_deadline();
         if next.is_some() && (self.armed.is_none() || next < self.armed) {
             self.armed = next;
@@ -117,10 +132,15 @@ impl Shared {
     }
 
     fn send_client(&mut self, client: ClientId, frame: &ServerFrame) {
+        self.send_client_bytes(client, Bytes::from(frame::encode(frame)));
+    }
+
+    /// Queues encoded frames for `client`: straight into its socket when nothing is
+    /// queued ahead of them.
+    fn send_client_bytes(&mut self, client: ClientId, bytes: Bytes) {
         let Some(conn) = self.clients.get(&client) else {
             return;
         };
-        let bytes = Bytes::from(frame::encode(frame));
         let mut queue = conn.queue.borrow_mut();
         if queue.is_empty() {
             // Fast path: straight into the socket, no task hop.
