@@ -143,6 +143,26 @@ impl Liveness {
         verdict
     }
 
+    /// An outbound connection to `peer` could not be set up: the peer is lost. Its
+    /// current incarnation, if any, is buried with its connections (condemned: their
+    /// own ends stay quiet), so one crash seen first as a failed connect and then as
+    /// broken connections is still one loss, and a later incarnation is a fresh peer,
+    /// not a restart of a live one.
+    pub fn unreachable(&mut self, peer: NodeId, err: FabricError) -> Verdict {
+        let mut verdict = Verdict {
+            lost: Some((peer, err)),
+            condemned: Vec::new(),
+        };
+        match self.current.remove(&peer) {
+            Some(cur) => {
+                verdict.condemned = self.take_conns(peer, cur.id);
+                self.bury(peer, cur.id);
+            }
+            None => *self.losses.entry(peer).or_default() += 1,
+        }
+        verdict
+    }
+
     /// `inc` of `peer` was reported lost.
     fn bury(&mut self, peer: NodeId, inc: u64) {
         *self.losses.entry(peer).or_default() += 1;
@@ -173,6 +193,32 @@ mod tests {
 
     fn broken(peer: NodeId) -> LinkEnd {
         LinkEnd::Broken(FabricError::PeerClosed { peer })
+    }
+
+    /// Seen under load in the conformance suite: an outbound connect fails before the
+    /// established inbound connection of the same crashed peer reports its break.
+    #[test]
+    fn a_failed_connect_then_a_broken_connection_is_one_loss() {
+        let mut l = Liveness::default();
+        l.established(1, 100, 10);
+        let v = l.unreachable(1, FabricError::PeerClosed { peer: 1 });
+        assert_eq!(v.lost.as_ref().map(|(p, _)| *p), Some(1));
+        assert_eq!(v.condemned, vec![10]);
+        assert_eq!(l.losses(1), 1);
+        assert!(
+            l.ended(10, broken(1)).lost.is_none(),
+            "the break is the same loss"
+        );
+        // The restarted peer is a fresh one, not a second loss of the old.
+        let v = l.established(1, 200, 11);
+        assert!(v.lost.is_none() && v.condemned.is_empty());
+        // A connect failure with no connection at all still counts once.
+        let mut l = Liveness::default();
+        assert!(l
+            .unreachable(2, FabricError::PeerClosed { peer: 2 })
+            .lost
+            .is_some());
+        assert_eq!(l.losses(2), 1);
     }
 
     #[test]

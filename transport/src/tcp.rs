@@ -389,10 +389,8 @@ impl Shared {
             return;
         }
         warn!(node = self.me, peer, dropped, error = %err, "fabric peer unreachable");
-        st.emit(FabricEvent::PeerLost {
-            peer,
-            reason: err.to_string(),
-        });
+        let verdict = st.liveness.unreachable(peer, err);
+        st.apply(verdict);
     }
 
     /// Why a hello is refused, if it is (see [`handshake::check_hello`]).

@@ -919,10 +919,8 @@ impl Shared {
             return;
         }
         warn!(node = self.me, peer, dropped, error = %err, "fabric peer unreachable");
-        st.emit(FabricEvent::PeerLost {
-            peer,
-            reason: err.to_string(),
-        });
+        let verdict = st.liveness.unreachable(peer, err);
+        st.apply(verdict);
     }
 }
 
