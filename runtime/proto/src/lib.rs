@@ -15,6 +15,7 @@ pub mod ids;
 pub mod job;
 pub mod msg;
 pub mod peer;
+pub mod procset;
 pub mod value;
 
 pub use error::CohortError;

@@ -106,6 +106,7 @@ pub struct GroupResult {
     pub id: String,
     pub status: ConstructStatus,
     /// Canonical membership: sorted by namespace then rank. Group rank = index.
+    #[serde(with = "crate::procset")]
     pub members: Vec<ProcId>,
     pub context_id: Option<ContextId>,
     /// Each member's PMIX_GROUP_INFO contributions.

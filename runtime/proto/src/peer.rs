@@ -32,17 +32,18 @@ pub struct CollKey {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum CollSpec {
     Fence {
+        #[serde(with = "crate::procset")]
         procs: Vec<ProcId>,
         collect: bool,
     },
     Construct {
+        #[serde(with = "crate::procset")]
         leaders: Vec<ProcId>,
     },
     /// Bootstrap method: only the number of leaders is known in advance.
-    Bootstrap {
-        leaders: u32,
-    },
+    Bootstrap { leaders: u32 },
     Destruct {
+        #[serde(with = "crate::procset")]
         members: Vec<ProcId>,
         notify_termination: bool,
     },
@@ -78,13 +79,16 @@ pub enum CollOutcome {
     },
     Construct {
         status: ConstructStatus,
+        #[serde(with = "crate::procset")]
         members: Vec<ProcId>,
         context_id: Option<ContextId>,
         group_info: Vec<(ProcId, Info)>,
         data: Vec<(ProcId, Info)>,
+        #[serde(with = "crate::procset")]
         failed: Vec<ProcId>,
         notify_termination: bool,
         /// Callers that passed PMIX_GROUP_LEADER: failure events go only to them.
+        #[serde(with = "crate::procset")]
         designated_leaders: Vec<ProcId>,
     },
     Destruct,
@@ -194,6 +198,7 @@ pub enum PeerMsg {
     /// guards id uniqueness for every method.
     GroupLive {
         id: String,
+        #[serde(with = "crate::procset")]
         members: Vec<ProcId>,
     },
 }
