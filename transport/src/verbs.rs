@@ -693,6 +693,21 @@ impl VerbsFabric {
         }
     }
 
+    /// The device in use, e.g. `rxe0`.
+    pub fn device_name(&self) -> String {
+        self.owner.shared.device.name.clone()
+    }
+
+    /// The port in use (1-based).
+    pub fn port(&self) -> u8 {
+        self.owner.shared.device.port
+    }
+
+    /// The GID index in use.
+    pub fn gid_index(&self) -> u32 {
+        self.owner.shared.device.gid_index
+    }
+
     /// The device, port and GID index in use, e.g. `rxe0 port 1 GID index 2`.
     pub fn device(&self) -> String {
         let d = &self.owner.shared.device;
