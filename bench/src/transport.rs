@@ -388,8 +388,13 @@ fn print_table(
         counts(mode, 1, iterations, warmup),
         counts(mode, LARGE + 1, iterations, warmup),
     );
+    let polling = match node.fabric.backend() {
+        "verbs" if verbs_polling() => " (COHORT_VERBS_POLL=1: busy-polling)",
+        "verbs" => " (completion channel, the default)",
+        _ => "",
+    };
     println!(
-        "# cohort-bench {what} ({osu} format): fabric {}, node 0 (this process) <-> node 1 (child process)",
+        "# cohort-bench {what} ({osu} format): fabric {}{polling}, node 0 (this process) <-> node 1 (child process)",
         node.fabric.backend()
     );
     let window = if mode == Mode::Bw {
@@ -798,6 +803,7 @@ fn perftest(
     sizes: &[usize],
     iterations: usize,
 ) -> Res<PerftestTable> {
+    let polling = verbs_polling();
     let (tool, iters) = match mode {
         Mode::Latency => ("ib_send_lat", iterations.max(5)),
         Mode::Bw => ("ib_write_bw", (iterations / 10).max(5) * 64),
@@ -825,6 +831,11 @@ fn perftest(
         if mode == Mode::Bw {
             // MB/s as osu_bw reports it (10^6), not MiB/s.
             a.extend(["--report_gbits".into()]);
+        }
+        if !polling && mode == Mode::Latency {
+            // The fabric sleeps on its completion channel: so does perftest with -e
+            // (ib_write_bw has no event mode: it always polls).
+            a.push("-e".into());
         }
         a
     };
@@ -893,6 +904,12 @@ fn parse_perftest(mode: Mode, text: &str) -> Vec<(usize, f64)> {
         }
     }
     rows
+}
+
+/// Whether the verbs fabric busy-polls (both processes inherit the environment).
+fn verbs_polling() -> bool {
+    std::env::var(cohort_transport::POLL_ENV)
+        .is_ok_and(|v| matches!(v.trim(), "1" | "true" | "yes"))
 }
 
 fn free_port(ip: &str) -> Res<u16> {
