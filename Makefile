@@ -5,7 +5,7 @@ SHELL := /bin/bash
 export PATH := $(HOME)/.cargo/bin:$(PATH)
 CARGO ?= cargo
 
-.PHONY: setup demo test build bench lint clean
+.PHONY: setup demo test build bench bench-transport lint clean
 
 setup:
 	@scripts/setup.sh
@@ -16,10 +16,13 @@ demo: setup
 	$(CARGO) build --release --bins --examples
 	target/release/cohort run --nodes 3 -n 6 --tag-output target/release/examples/demo
 
-# The whole suite: unit, property and integration tests (real cohortd processes).
+# The whole suite: unit, property and integration tests (real cohortd processes), then
+# the verbs job in a soft-RoCE guest (deploy/rxe/ci.sh: QEMU, installed on first use;
+# COHORT_SKIP_RXE=1 skips it, loudly).
 test: setup
 	$(CARGO) build --workspace --bins --examples
 	$(CARGO) test --workspace
+	deploy/rxe/ci.sh
 
 build: setup
 	$(CARGO) build --release --workspace --bins --examples
@@ -32,6 +35,15 @@ bench: build
 	  for n in 2 4 8; do target/release/cohort run -n $$n target/release/cohort-bench group --method $$m; done; \
 	  for n in 3 6; do target/release/cohort run --nodes 3 -n $$n target/release/cohort-bench group --method $$m; done; \
 	done
+
+# Transport benchmarks on TCP (host) and, in a soft-RoCE guest, on verbs; the tables
+# quoted in issue 3's closing note.
+bench-transport: build
+	target/release/cohort-bench transport-latency --fabric tcp
+	target/release/cohort-bench transport-bw --fabric tcp
+	deploy/rxe/rxe-run.sh . 'target/release/cohort-bench transport-latency --fabric verbs -i 50 -x 5 --runs 3 && \
+	  COHORT_VERBS_POLL=1 target/release/cohort-bench transport-latency --fabric verbs -i 50 -x 5 --runs 3 && \
+	  target/release/cohort-bench transport-bw --fabric verbs -i 50 -x 10 --window 16 --runs 3 --min-size 1024'
 
 lint: setup
 	$(CARGO) fmt --all --check

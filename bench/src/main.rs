@@ -17,6 +17,8 @@ use std::task::{Context, Poll, Wake, Waker};
 use std::time::{Duration, Instant};
 
 use clap::{Parser, Subcommand, ValueEnum};
+
+mod transport;
 use cohort::{
     codes, Client, ConstructOpts, FenceOpts, GroupEventInfo, GroupResult, InviteOpts, ProcId,
     Scope, Value,
@@ -26,7 +28,7 @@ use cohort::{
 #[command(
     name = "cohort-bench",
     about = "OSU-style latency benchmarks for cohort (run under `cohort run`)",
-    after_help = "EXAMPLES:\n  cohort run -n 4 cohort-bench fence\n  cohort run --nodes 3 -n 6 cohort-bench group --iterations 300"
+    after_help = "EXAMPLES:\n  cohort run -n 4 cohort-bench fence\n  cohort run --nodes 3 -n 6 cohort-bench group --iterations 300\n  cohort-bench transport-latency --fabric tcp\n  cohort-bench transport-bw --fabric verbs   (inside deploy/rxe/rxe-run.sh)"
 )]
 struct Cli {
     #[command(subcommand)]
@@ -56,6 +58,16 @@ enum What {
         #[arg(long, value_enum, default_value_t = Method::Collective)]
         method: Method,
     },
+    /// Fabric one-way latency between two processes (osu_latency format), with a
+    /// same-run reference: raw TCP (tcp) or perftest ib_send_lat (verbs). Not under
+    /// `cohort run`: the bench starts its peer process itself.
+    TransportLatency(transport::Opts),
+    /// Fabric bandwidth between two processes (osu_bw format), with a same-run
+    /// reference: raw TCP stream (tcp) or perftest ib_write_bw (verbs).
+    TransportBw(transport::Opts),
+    /// The peer process of the transport benches (started by them).
+    #[command(hide = true)]
+    TransportPeer(transport::PeerOpts),
 }
 
 #[derive(Clone, Copy, ValueEnum, PartialEq, Eq)]
@@ -93,7 +105,15 @@ struct Stats {
 
 fn main() {
     let cli = Cli::parse();
-    if let Err(e) = run(cli) {
+    let result = match cli.what {
+        What::TransportLatency(o) => {
+            transport::run(transport::Mode::Latency, o, cli.iterations, cli.warmup)
+        }
+        What::TransportBw(o) => transport::run(transport::Mode::Bw, o, cli.iterations, cli.warmup),
+        What::TransportPeer(p) => transport::run_peer(p),
+        _ => run(cli),
+    };
+    if let Err(e) = result {
         eprintln!("cohort-bench: {e}");
         std::process::exit(1);
     }
@@ -162,6 +182,9 @@ fn run(cli: Cli) -> Res<()> {
                 method.name(), c.size(), nodes, cli.iterations, cli.warmup
             );
             rows = group_rows;
+        }
+        What::TransportLatency(_) | What::TransportBw(_) | What::TransportPeer(_) => {
+            unreachable!("dispatched in main")
         }
     }
     let after = Baseline::measure(&c, 1)?;

@@ -47,7 +47,7 @@ mkdir -p "$cache" || fail "cannot create $cache"
 install_host_packages() {
     local want=() p
     for p in qemu-system-x86 qemu-system-data ibverbs-providers ibverbs-utils rdma-core perftest \
-        busybox-static xz-utils cpio iproute2; do
+        busybox-static xz-utils zstd cpio iproute2; do
         dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || want+=("$p")
     done
     ((${#want[@]})) || return 0
@@ -118,23 +118,39 @@ EOF
 # One-time preparation of kernel + initramfs, kept in $cache/$kpkg.
 prepare_guest() {
     install_host_packages
+    # The kernel: what Debian's linux-image-amd64 or Ubuntu's linux-image-generic stands
+    # for. Ubuntu ships most modules (rdma_rxe among them) in linux-modules(-extra)-VER.
     local kpkg=${COHORT_RXE_KERNEL:-}
+    kernel_of() {
+        local meta
+        for meta in linux-image-amd64 linux-image-generic; do
+            apt-cache depends "$meta" 2>/dev/null | awk '/Depends: linux-image-[0-9]/ {print $2; exit}'
+        done | head -1
+    }
     if [[ -z $kpkg ]]; then
-        kpkg=$(apt-cache depends linux-image-amd64 2>/dev/null | awk '/Depends: linux-image-[0-9]/ {print $2; exit}')
+        kpkg=$(kernel_of)
         if [[ -z $kpkg ]]; then
-            apt-get update -qq >&2
-            kpkg=$(apt-cache depends linux-image-amd64 | awk '/Depends: linux-image-[0-9]/ {print $2; exit}')
+            apt-get update -qq >&2 || sudo apt-get update -qq >&2
+            kpkg=$(kernel_of)
         fi
-        [[ -n $kpkg ]] || fail "cannot tell which kernel package linux-image-amd64 stands for"
+        [[ -n $kpkg ]] || fail "cannot tell which kernel package linux-image-amd64 (Debian) or linux-image-generic (Ubuntu) stands for; set COHORT_RXE_KERNEL"
     fi
     local dir=$cache/$kpkg
     if [[ ! -e $dir/ready ]]; then
         echo "rxe-run: first use: fetching $kpkg and building the guest initramfs" >&2
         rm -rf "$dir" && mkdir -p "$dir/deb" "$dir/tree" "$dir/initrd" || fail "cannot write $dir"
-        (cd "$dir/deb" && apt-get download "$kpkg" 2>&1 | grep -v unsandboxed >&2) ||
-            { apt-get update -qq >&2 && (cd "$dir/deb" && apt-get download "$kpkg" >&2); } ||
-            fail "apt-get download $kpkg failed"
-        dpkg-deb -x "$dir"/deb/*.deb "$dir/tree" || fail "cannot unpack $kpkg"
+        local debs=("$kpkg") extra
+        for extra in "${kpkg/linux-image-/linux-modules-}" "${kpkg/linux-image-/linux-modules-extra-}"; do
+            apt-cache show "$extra" >/dev/null 2>&1 && debs+=("$extra")
+        done
+        (cd "$dir/deb" && apt-get download "${debs[@]}" 2>&1 | grep -v unsandboxed >&2) ||
+            { apt-get update -qq >&2 && (cd "$dir/deb" && apt-get download "${debs[@]}" >&2); } ||
+            fail "apt-get download ${debs[*]} failed"
+        ls "$dir"/deb/*.deb >/dev/null 2>&1 || fail "apt-get download ${debs[*]} fetched nothing"
+        local deb
+        for deb in "$dir"/deb/*.deb; do
+            dpkg-deb -x "$deb" "$dir/tree" || fail "cannot unpack $deb"
+        done
         local kver
         kver=$(ls "$dir/tree/lib/modules")
         cp "$dir/tree/boot/vmlinuz-$kver" "$dir/vmlinuz"

@@ -73,7 +73,31 @@ pub enum FabricError {
     #[error("node {peer} restarted (a new incarnation connected)")]
     Restarted { peer: NodeId },
 
+    /// Registering RDMA memory failed, or would, under the locked-memory limit
+    /// (`limit`: the soft RLIMIT_MEMLOCK in bytes, `None` when unlimited).
+    #[error(
+        "cannot register {needed} bytes of RDMA memory{cause}: the locked-memory limit \
+         (RLIMIT_MEMLOCK) is {}; raise it with `ulimit -l unlimited` in the shell that \
+         starts the node servers (persistently: a `* - memlock unlimited` line in \
+         /etc/security/limits.conf, LimitMEMLOCK=infinity in a systemd unit, \
+         --ulimit memlock=-1 for a container), or use COHORT_FABRIC=tcp",
+        describe_limit(*.limit)
+    )]
+    MemlockTooLow {
+        needed: u64,
+        limit: Option<u64>,
+        /// The registration's own error, as ` (…)`, or empty.
+        cause: String,
+    },
+
     /// `FabricKind` parsing: no backend of that name.
     #[error("unknown fabric backend {name:?} (expected \"auto\", \"verbs\" or \"tcp\")")]
     UnknownBackend { name: String },
+}
+
+fn describe_limit(limit: Option<u64>) -> String {
+    match limit {
+        Some(bytes) => format!("{bytes} bytes ({} KiB)", bytes / 1024),
+        None => "unlimited".into(),
+    }
 }

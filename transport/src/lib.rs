@@ -8,7 +8,9 @@
 //!
 //! * `tcp` ([`TcpFabric`]): tokio sockets, one outbound connection per peer.
 //! * `verbs` ([`VerbsFabric`]): RC queue pairs over libibverbs (loaded at run time),
-//!   set up over the same authenticated TCP handshake; see the `verbs` module.
+//!   set up over the same authenticated TCP handshake; small payloads by send/receive
+//!   under credits, large ones by RDMA read from registered memory; see the `verbs`
+//!   module.
 //!
 //! `COHORT_FABRIC=auto` (the default) picks verbs when a device with an ACTIVE port
 //! exists and TCP otherwise, and logs the choice and its reason at info.
@@ -51,6 +53,7 @@ mod any;
 mod error;
 mod handshake;
 mod liveness;
+mod rdma_mem;
 mod tcp;
 mod verbs;
 pub mod wire;
@@ -65,8 +68,8 @@ pub use cohort_proto::NodeId;
 pub use error::FabricError;
 pub use tcp::TcpFabric;
 pub use verbs::{
-    memlock_limit, probe as probe_verbs, VerbsDevice, VerbsFabric, VerbsOptions, DEVICE_ENV,
-    GID_INDEX_ENV,
+    check_memlock, memlock_error, memlock_limit, probe as probe_verbs, BulkStats, VerbsDevice,
+    VerbsFabric, VerbsOptions, BULK_THRESHOLD, DEVICE_ENV, GID_INDEX_ENV, MIN_MEMLOCK, POLL_ENV,
 };
 
 /// How long an acceptor waits for a connector's hello before dropping the connection.

@@ -1,12 +1,15 @@
-//! The TCP backend: tokio sockets, one task per connection.
+//! The TCP backend: tokio sockets, one task per connection, frames both ways.
 //!
-//! Each peer we send to gets one outbound connection, opened on the first `send`, with
-//! a writer task that drains the peer's unbounded queue (batching whatever is queued
-//! into one vectored write, so a lone message leaves at once). Connections peers open
-//! to us are receive-only: a reader task per connection decodes frames into events. Using
-//! each connection in one direction only avoids simultaneous-open races. The reverse
-//! direction of a connection carries only a goodbye, which lets a connector notice a
-//! dead or departing acceptor even while it has nothing to send.
+//! A peer we send to gets one connection, opened on the first `send`, unless that peer
+//! already connected to us: then our frames go back over its connection, so one
+//! connection carries both directions and each message's acknowledgement rides on the
+//! reply (two one-way connections cost every message a separate pure ACK, a third more
+//! latency on loopback). If both ends connect at the same moment, each keeps sending on
+//! its own connection and reads from both; a sender never switches connections while
+//! one works, which keeps per-peer order. Each connection's task reads frames and
+//! delivers them while writing its queue (whatever is queued goes out as one vectored
+//! write, so a lone message leaves at once). A goodbye is a control word in the frame
+//! stream, written after the queue is flushed.
 //!
 //! Locking: one `std::sync::Mutex` guards the peer table, the queues and the
 //! [`Liveness`] bookkeeping; it is never held across an `.await`. Events are emitted
@@ -21,7 +24,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
-use tokio::io::{AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc::{self, UnboundedReceiver, UnboundedSender};
 use tokio::sync::watch;
@@ -29,9 +32,7 @@ use tokio::task::AbortHandle;
 use tokio::time::timeout;
 use tracing::{debug, info, warn, Instrument};
 
-use crate::handshake::{
-    self, closing, new_incarnation, read_hello, say_goodbye, Identity, TaskCount,
-};
+use crate::handshake::{self, closing, new_incarnation, read_hello, Identity, TaskCount};
 use crate::liveness::{ConnId, LinkEnd, Liveness, Verdict};
 use crate::wire::{self, Frame, FrameDecoder, Hello, Reply, GOODBYE, MAX_SECRET_LEN, WIRE_VERSION};
 use crate::{Fabric, FabricConfig, FabricError, FabricEvent, NodeId, CLOSE_GRACE, HELLO_TIMEOUT};
@@ -40,6 +41,8 @@ use crate::{Fabric, FabricConfig, FabricError, FabricEvent, NodeId, CLOSE_GRACE,
 const MAX_BATCH_FRAMES: usize = 64;
 /// A batch stops growing once it holds this many payload bytes.
 const MAX_BATCH_BYTES: usize = 1 << 20;
+/// A reader yields to the consumer each time it delivered this many payload bytes.
+const YIELD_AFTER_BYTES: usize = 128 << 10;
 /// Pause after a failed `accept` (e.g. out of file descriptors) before trying again.
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
 
@@ -80,12 +83,15 @@ struct State {
     /// out): links end without a goodbye, so peers see them break.
     aborted: bool,
     liveness: Liveness,
+    /// The connection each peer's payloads go out on.
     outbound: HashMap<NodeId, OutLink>,
+    /// Every connection's queue (the ones in `outbound` too), for the goodbyes.
+    queues: HashMap<ConnId, UnboundedSender<Outgoing>>,
     tasks: HashMap<ConnId, AbortHandle>,
     next_id: ConnId,
 }
 
-/// The queue of a peer's writer task; `id` is that task's connection id.
+/// The queue of the connection a peer's payloads go out on; `id` is its task's id.
 struct OutLink {
     id: ConnId,
     queue: UnboundedSender<Outgoing>,
@@ -134,6 +140,7 @@ impl TcpFabric {
                 aborted: false,
                 liveness: Liveness::default(),
                 outbound: HashMap::new(),
+                queues: HashMap::new(),
                 tasks: HashMap::new(),
                 next_id: 0,
             }),
@@ -275,6 +282,7 @@ impl Shared {
         let id = self.spawn_tracked(&mut st, move |id| {
             run_outbound(task_shared, to, addr, id, rx)
         });
+        st.queues.insert(id, queue.clone());
         st.outbound.insert(to, OutLink { id, queue });
         Ok(())
     }
@@ -286,8 +294,8 @@ impl Shared {
         }
         st.closing = true;
         st.events = None;
-        for link in st.outbound.values() {
-            let _ = link.queue.send(Outgoing::Goodbye);
+        for queue in st.queues.values() {
+            let _ = queue.send(Outgoing::Goodbye);
         }
         drop(st);
         self.closing.send_replace(true);
@@ -301,6 +309,7 @@ impl Shared {
         st.aborted = true;
         st.events = None;
         st.outbound.clear();
+        st.queues.clear();
         for (_, task) in st.tasks.drain() {
             task.abort();
         }
@@ -353,10 +362,32 @@ impl Shared {
         st.apply(verdict);
     }
 
+    /// A connection `peer` opened to us was accepted: it gets a queue, and becomes the
+    /// way to `peer` unless we already have one (our own, possibly still connecting).
+    fn accepted(
+        &self,
+        peer: NodeId,
+        incarnation: u64,
+        conn: ConnId,
+        queue: UnboundedSender<Outgoing>,
+    ) {
+        let mut st = self.lock();
+        let verdict = st.liveness.established(peer, incarnation, conn);
+        st.apply(verdict);
+        if !st.liveness.is_registered(conn) {
+            return; // condemned: a late connection of a peer already reported lost
+        }
+        st.queues.insert(conn, queue.clone());
+        st.outbound
+            .entry(peer)
+            .or_insert(OutLink { id: conn, queue });
+    }
+
     /// A connection task is ending (after registration, or as a failed connect).
     fn ended(&self, peer: NodeId, conn: ConnId, how: LinkEnd) {
         let mut st = self.lock();
         st.tasks.remove(&conn);
+        st.queues.remove(&conn);
         if st.outbound.get(&peer).is_some_and(|l| l.id == conn) {
             st.outbound.remove(&peer);
         }
@@ -378,6 +409,7 @@ impl Shared {
     ) {
         let mut st = self.lock();
         st.tasks.remove(&conn);
+        st.queues.remove(&conn);
         if st.outbound.get(&peer).is_some_and(|l| l.id == conn) {
             st.outbound.remove(&peer);
         }
@@ -439,6 +471,7 @@ impl State {
         self.outbound
             .retain(|_, link| !verdict.condemned.contains(&link.id));
         for conn in &verdict.condemned {
+            self.queues.remove(conn);
             if let Some(task) = self.tasks.remove(conn) {
                 task.abort();
             }
@@ -505,15 +538,17 @@ async fn run_inbound(shared: Arc<Shared>, mut stream: TcpStream, remote: SocketA
         if shared.lock().closing {
             return;
         }
-        shared.established(peer, hello.incarnation, id);
+        let (queue_tx, mut queue) = mpsc::unbounded_channel();
+        shared.accepted(peer, hello.incarnation, id, queue_tx);
         let reply = Reply::Accept {
             node: shared.me,
             incarnation: shared.incarnation,
         };
+        // The reply goes out before anything queued for the peer meanwhile.
         let end = match timeout(HELLO_TIMEOUT, stream.write_all(&reply.encode())).await {
             Ok(Ok(())) => {
                 debug!(peer, "fabric connection accepted");
-                read_frames(&shared, &mut stream, peer, id).await
+                run_link(&shared, stream, peer, id, &mut queue).await
             }
             Ok(Err(source)) => LinkEnd::Broken(FabricError::Io { peer, source }),
             Err(_) => LinkEnd::Broken(FabricError::Io {
@@ -527,13 +562,54 @@ async fn run_inbound(shared: Arc<Shared>, mut stream: TcpStream, remote: SocketA
     .await
 }
 
-/// Reads frames from an accepted connection and delivers them until the peer says
-/// goodbye, the connection breaks, or we close.
-async fn read_frames(shared: &Shared, stream: &mut TcpStream, peer: NodeId, id: ConnId) -> LinkEnd {
-    let mut closing_rx = shared.closing.subscribe();
+/// How the writing half of a connection stopped.
+enum WriteEnd {
+    /// Our goodbye is written and our side shut: the reader drains what remains.
+    SaidGoodbye,
+    /// The queue is gone (the fabric was dropped): end without a goodbye.
+    QueueGone,
+    Broken(FabricError),
+}
+
+/// An established connection: reads and delivers the peer's frames while writing ours,
+/// until the peer says goodbye, the connection breaks, or we said goodbye (then the
+/// peer's side is drained, bounded, so our goodbye is not lost to a reset).
+async fn run_link(
+    shared: &Shared,
+    stream: TcpStream,
+    peer: NodeId,
+    id: ConnId,
+    queue: &mut UnboundedReceiver<Outgoing>,
+) -> LinkEnd {
+    let (mut rd, mut wr) = stream.into_split();
+    let reading = read_frames(shared, &mut rd, peer, id);
+    let writing = write_frames(&mut wr, peer, queue);
+    tokio::pin!(reading, writing);
+    tokio::select! {
+        end = &mut reading => end,
+        end = &mut writing => match end {
+            WriteEnd::SaidGoodbye => {
+                let _ = timeout(CLOSE_GRACE, &mut reading).await;
+                LinkEnd::Local
+            }
+            WriteEnd::QueueGone => LinkEnd::Local,
+            WriteEnd::Broken(e) => LinkEnd::Broken(e),
+        },
+    }
+}
+
+/// Reads frames and delivers them until the peer says goodbye, the connection breaks,
+/// or the connection is condemned.
+async fn read_frames<R: AsyncRead + Unpin>(
+    shared: &Shared,
+    stream: &mut R,
+    peer: NodeId,
+    id: ConnId,
+) -> LinkEnd {
     let decoder = shared.decoder;
     let mut buf = BytesMut::new();
     let mut batch = Vec::new();
+    let mut unyielded = 0;
     loop {
         let mut goodbye = false;
         let mut violation = None;
@@ -551,6 +627,7 @@ async fn read_frames(shared: &Shared, stream: &mut TcpStream, peer: NodeId, id: 
                 }
             }
         }
+        unyielded += batch.iter().map(Bytes::len).sum::<usize>();
         if !batch.is_empty() && !shared.deliver(peer, id, &mut batch) {
             return LinkEnd::Local;
         }
@@ -565,30 +642,24 @@ async fn read_frames(shared: &Shared, stream: &mut TcpStream, peer: NodeId, id: 
             debug!(peer, "fabric peer said goodbye");
             return LinkEnd::Goodbye;
         }
+        if unyielded >= YIELD_AFTER_BYTES {
+            // Let the consumer take (and free) large payloads before reading more: on a
+            // single-threaded runtime the reader would otherwise fill memory with a
+            // whole burst first, and the allocator hands back fresh pages for each.
+            unyielded = 0;
+            tokio::task::yield_now().await;
+        }
         buf.reserve(decoder.reserve_hint(&buf));
-        tokio::select! {
-            r = stream.read_buf(&mut buf) => match r {
-                Ok(0) => return LinkEnd::Broken(FabricError::PeerClosed { peer }),
-                Ok(_) => {}
-                Err(source) => return LinkEnd::Broken(FabricError::Io { peer, source }),
-            },
-            _ = closing(&mut closing_rx) => {
-                // `abort_all` also signals `closing`; a task polled at that moment (on
-                // another worker) must not say goodbye for a dropped fabric, or its
-                // peer would take the departure as graceful and never report the loss.
-                if shared.lock().aborted {
-                    return LinkEnd::Local;
-                }
-                let (mut rd, mut wr) = stream.split();
-                say_goodbye(&mut rd, &mut wr).await;
-                return LinkEnd::Local;
-            }
+        match stream.read_buf(&mut buf).await {
+            Ok(0) => return LinkEnd::Broken(FabricError::PeerClosed { peer }),
+            Ok(_) => {}
+            Err(source) => return LinkEnd::Broken(FabricError::Io { peer, source }),
         }
     }
 }
 
-/// Our connection to `peer`: connect, handshake, then write queued frames until the
-/// queue says goodbye, the peer says goodbye, or the connection breaks.
+/// Our connection to `peer`: connect, handshake, then frames both ways (see
+/// [`run_link`]).
 async fn run_outbound(
     shared: Arc<Shared>,
     peer: NodeId,
@@ -600,7 +671,7 @@ async fn run_outbound(
     async move {
         debug!("connecting");
         let losses_at_start = shared.lock().liveness.losses(peer);
-        let (mut stream, incarnation) = match shared.connect(peer, &addr).await {
+        let (stream, incarnation) = match shared.connect(peer, &addr).await {
             Ok(connected) => connected,
             Err(err) => {
                 queue.close();
@@ -614,75 +685,62 @@ async fn run_outbound(
         };
         debug!(incarnation, "fabric connection established");
         shared.established(peer, incarnation, id);
-        let end = write_frames(&mut stream, peer, &mut queue).await;
+        let end = run_link(&shared, stream, peer, id, &mut queue).await;
         shared.ended(peer, id, end);
     }
     .instrument(span)
     .await
 }
 
-async fn write_frames(
-    stream: &mut TcpStream,
+/// Writes queued frames until the queue says goodbye (written after everything queued
+/// before it, then our side is shut) or goes away, or the connection breaks.
+async fn write_frames<W: AsyncWrite + Unpin>(
+    wr: &mut W,
     peer: NodeId,
     queue: &mut UnboundedReceiver<Outgoing>,
-) -> LinkEnd {
-    let (mut rd, mut wr) = stream.split();
-    let mut reverse = [0u8; 4];
-    let mut reverse_len = 0;
+) -> WriteEnd {
     let mut batch: Vec<Bytes> = Vec::with_capacity(MAX_BATCH_FRAMES);
     loop {
-        tokio::select! {
-            item = queue.recv() => {
-                let mut goodbye = false;
-                match item {
-                    None => return LinkEnd::Local,
-                    Some(Outgoing::Goodbye) => goodbye = true,
-                    Some(Outgoing::Frame(payload)) => {
-                        let mut bytes = payload.len();
-                        batch.push(payload);
-                        while batch.len() < MAX_BATCH_FRAMES && bytes < MAX_BATCH_BYTES {
-                            match queue.try_recv() {
-                                Ok(Outgoing::Frame(payload)) => {
-                                    bytes += payload.len();
-                                    batch.push(payload);
-                                }
-                                Ok(Outgoing::Goodbye) => {
-                                    goodbye = true;
-                                    break;
-                                }
-                                Err(_) => break,
-                            }
+        let mut goodbye = false;
+        match queue.recv().await {
+            None => return WriteEnd::QueueGone,
+            Some(Outgoing::Goodbye) => goodbye = true,
+            Some(Outgoing::Frame(payload)) => {
+                let mut bytes = payload.len();
+                batch.push(payload);
+                while batch.len() < MAX_BATCH_FRAMES && bytes < MAX_BATCH_BYTES {
+                    match queue.try_recv() {
+                        Ok(Outgoing::Frame(payload)) => {
+                            bytes += payload.len();
+                            batch.push(payload);
                         }
-                        let written = write_batch(&mut wr, &batch).await;
-                        batch.clear();
-                        if let Err(source) = written {
-                            return LinkEnd::Broken(FabricError::Io { peer, source });
+                        Ok(Outgoing::Goodbye) => {
+                            goodbye = true;
+                            break;
                         }
+                        Err(_) => break,
                     }
                 }
-                if goodbye {
-                    say_goodbye(&mut rd, &mut wr).await;
-                    return LinkEnd::Local;
+                let written = write_batch(wr, &batch).await;
+                batch.clear();
+                if let Err(source) = written {
+                    return WriteEnd::Broken(FabricError::Io { peer, source });
                 }
             }
-            r = rd.read(&mut reverse[reverse_len..]) => match r {
-                Ok(0) => return LinkEnd::Broken(FabricError::PeerClosed { peer }),
-                Ok(n) => {
-                    reverse_len += n;
-                    if reverse_len == reverse.len() {
-                        let word = u32::from_le_bytes(reverse);
-                        if word == GOODBYE {
-                            debug!("fabric peer said goodbye");
-                            return LinkEnd::Goodbye;
-                        }
-                        return LinkEnd::Broken(FabricError::Protocol {
-                            peer,
-                            reason: format!("unexpected word {word:#010x} from the acceptor"),
-                        });
-                    }
-                }
-                Err(source) => return LinkEnd::Broken(FabricError::Io { peer, source }),
-            }
+        }
+        if goodbye {
+            let said = async {
+                wr.write_all(&GOODBYE.to_le_bytes()).await?;
+                wr.shutdown().await
+            };
+            return match timeout(CLOSE_GRACE, said).await {
+                Ok(Ok(())) => WriteEnd::SaidGoodbye,
+                Ok(Err(source)) => WriteEnd::Broken(FabricError::Io { peer, source }),
+                Err(_) => WriteEnd::Broken(FabricError::Io {
+                    peer,
+                    source: io::ErrorKind::TimedOut.into(),
+                }),
+            };
         }
     }
 }

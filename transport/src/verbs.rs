@@ -13,18 +13,32 @@
 //! * the receiver pre-posts [`RECV_DEPTH`] registered buffers of [`SLOT_SIZE`] bytes;
 //!   the sender holds one credit per posted buffer and never sends without one, so no
 //!   send ever meets a receiver that is not ready;
-//! * a payload goes as one or more `send with immediate` chunks copied into the
-//!   sender's registered slots (the immediate marks the last chunk); larger payloads
-//!   are chunked, there is no RDMA-write bulk path yet;
-//! * the receiver reposts each consumed buffer and returns credits in batches as a
-//!   zero-length `send with immediate` (immediate = credit count);
+//! * a payload of up to [`SLOT_SIZE`] bytes goes eagerly, as a `send with immediate`
+//!   copied into one of the sender's registered slots (the immediate marks the last
+//!   chunk);
+//! * a larger one goes by rendezvous: the sender registers it (through a bounded
+//!   registration cache, so a payload sent again or to several peers is registered
+//!   once) and sends, in order with the eager ones and under the same credits, a
+//!   descriptor (address, rkey, length); the receiver RDMA-reads it into a registered
+//!   buffer from its pool (no registration once warm; the buffer returns to the pool
+//!   when the delivered payload is dropped) and holds back everything the sender sent
+//!   after it until the read completed, which keeps per-peer order; then it tells the
+//!   sender the source may be released (a "fin"). At most [`MAX_BULK_IN_FLIGHT`]
+//!   descriptors are unfinished per link, and reads are issued a few at a time;
+//! * the receiver reposts each consumed buffer and returns credits (and fins) in
+//!   batches as a zero-length `send with immediate` (immediate = credits | fins << 16);
+//!   the sender keeps a zero-length receive posted for every such message that can be
+//!   in flight;
 //! * each link's completion channel fd is driven by tokio's [`AsyncFd`]: the link's
-//!   task sleeps until the channel signals, then drains its completion queue.
+//!   task sleeps until the channel signals, then drains its completion queue. With
+//!   `COHORT_VERBS_POLL=1` ([`POLL_ENV`]) link tasks instead busy-poll their completion
+//!   queues (yielding to the runtime between polls): lowest latency, one busy core.
 //!
-//! Per link this registers `2 × RECV_DEPTH × SLOT_SIZE` bytes (send slots on one end,
-//! receive slots on the other), which counts against `ulimit -l`.
+//! Per link this registers `RECV_DEPTH × SLOT_SIZE` bytes on each end (send slots on
+//! one, receive slots on the other), plus the bulk memory (receive pool, send cache),
+//! all of which counts against `ulimit -l`; see [`memlock_error`].
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::future::Future;
 use std::io;
 use std::net::{IpAddr, Ipv6Addr, SocketAddr};
@@ -60,6 +74,7 @@ use crate::handshake::{
     self, closing, new_incarnation, read_hello, say_goodbye, Identity, TaskCount,
 };
 use crate::liveness::{ConnId, LinkEnd, Liveness, Verdict};
+use crate::rdma_mem::{Access, PoolBuf, RecvPool, Registrar, SendCache};
 use crate::wire::{
     Reply, VerbsEndpoint, GOODBYE, MAX_DATA_LEN, MAX_SECRET_LEN, VERBS_WIRE_VERSION,
 };
@@ -76,13 +91,42 @@ pub const SLOT_SIZE: usize = 64 << 10;
 pub const RECV_DEPTH: usize = 16;
 /// Bytes one link registers on one end.
 pub const LINK_REGISTERED_BYTES: usize = SLOT_SIZE * RECV_DEPTH;
+/// Environment variable turning on busy polling of completion queues (`1`).
+pub const POLL_ENV: &str = "COHORT_VERBS_POLL";
+/// Payloads larger than this go by RDMA read (rendezvous) instead of send/receive.
+pub const BULK_THRESHOLD: usize = SLOT_SIZE;
+/// Bulk descriptors a sender may have outstanding (not yet finished) per link.
+pub const MAX_BULK_IN_FLIGHT: usize = 4;
+/// Largest single RDMA read work request.
+const READ_CHUNK: usize = 4 << 20;
+/// Reads a receiver has posted at once per link (also the QP's read depth).
+const READS_IN_FLIGHT: usize = 4;
+/// Work requests a link's send queue holds: the sender's data sends (≤ RECV_DEPTH);
+/// the receiver's reads and credit messages (counted, never more than this).
+const SQ_DEPTH: usize = RECV_DEPTH + 2 * READS_IN_FLIGHT;
+/// Zero-length receives a sender keeps posted for credit messages: every such message
+/// carries ≥ 1 credit or ≥ 1 fin, so no more than this can be in flight.
+const CONTROL_RECVS: usize = RECV_DEPTH + MAX_BULK_IN_FLIGHT;
+/// Registered bytes the send cache may hold (and entries), per fabric.
+const SEND_CACHE_BYTES: usize = 64 << 20;
+const SEND_CACHE_ENTRIES: usize = 64;
+/// Idle registered receive buffers kept per fabric.
+const RECV_POOL_IDLE_BYTES: usize = 64 << 20;
+/// Bulk receive memory a fabric needs at the least (one 4 MiB payload at a time).
+const BULK_MIN_REGISTERED: usize = 4 << 20;
 /// Credits are returned once this many buffers were reposted (always ≤ RECV_DEPTH, so
 /// a sender that ran out always gets them back).
 const CREDIT_BATCH: u32 = (RECV_DEPTH / 4) as u32;
 /// `wr_id` bit marking receive work requests.
 const RECV_TAG: u64 = 1 << 63;
-/// Immediate value of a payload's last chunk.
+/// Immediate bit of a payload's last chunk.
 const LAST_CHUNK: u32 = 1;
+/// Immediate bit of a bulk descriptor (always also `LAST_CHUNK`).
+const BULK_RTS: u32 = 2;
+/// `wr_id` bit marking RDMA read work requests.
+const READ_TAG: u64 = 1 << 62;
+/// Bytes of a bulk descriptor: remote address, rkey, length.
+const RTS_LEN: usize = 8 + 4 + 8;
 /// Local ACK timeout exponent (4.096 µs × 2^16 ≈ 0.27 s; generous for emulated rxe).
 const ACK_TIMEOUT: u8 = 16;
 
@@ -190,23 +234,31 @@ fn source_text(e: &dyn std::error::Error) -> String {
     e.source().map_or_else(String::new, |s| s.to_string())
 }
 
-/// The error a failed or impossible registration turns into: it names the memlock limit
-/// and how to raise it.
+/// The error a failed or impossible registration turns into: an `OutOfMemory`
+/// [`io::Error`] wrapping [`FabricError::MemlockTooLow`], which names the memlock limit,
+/// the amount needed and how to raise the limit.
 pub fn memlock_error(needed: usize, cause: Option<&io::Error>) -> io::Error {
-    let limit = match memlock_limit() {
-        Some(bytes) => format!("{bytes} bytes ({} KiB)", bytes / 1024),
-        None => "unlimited".into(),
-    };
-    let cause = cause.map_or_else(String::new, |e| format!(" ({e})"));
     io::Error::new(
         io::ErrorKind::OutOfMemory,
-        format!(
-            "cannot register {needed} bytes of RDMA memory{cause}: the locked-memory limit \
-             (RLIMIT_MEMLOCK) is {limit}; raise it with `ulimit -l unlimited` (or a memlock \
-             line in /etc/security/limits.conf, LimitMEMLOCK=infinity for a systemd unit, \
-             --ulimit memlock=-1 for a container), or use COHORT_FABRIC=tcp"
-        ),
+        FabricError::MemlockTooLow {
+            needed: needed as u64,
+            limit: memlock_limit(),
+            cause: cause.map_or_else(String::new, |e| format!(" ({e})")),
+        },
     )
+}
+
+/// Locked memory a verbs fabric needs at the least: both ends of one link and one
+/// bulk receive buffer.
+pub const MIN_MEMLOCK: usize = 2 * LINK_REGISTERED_BYTES + BULK_MIN_REGISTERED;
+
+/// Checks the memlock limit against [`MIN_MEMLOCK`] (what [`VerbsFabric::bind`] does
+/// before touching a device).
+pub fn check_memlock() -> io::Result<()> {
+    match memlock_limit() {
+        Some(limit) if limit < MIN_MEMLOCK as u64 => Err(memlock_error(MIN_MEMLOCK, None)),
+        _ => Ok(()),
+    }
 }
 
 /// The soft RLIMIT_MEMLOCK in bytes; `None` when unlimited.
@@ -230,8 +282,29 @@ struct Device {
     gid_index: u32,
     gid: Gid,
     mtu: Mtu,
+    /// RDMA reads outstanding per QP, as initiator and as responder.
+    rd_atom: u8,
     pd: Arc<ProtectionDomain>,
     ctx: Arc<DeviceContext>,
+}
+
+/// Registers memory in the device's protection domain.
+struct PdRegistrar(Arc<ProtectionDomain>);
+
+impl Registrar for PdRegistrar {
+    type Region = Arc<MemoryRegion>;
+
+    unsafe fn register(&self, addr: usize, len: usize, access: Access) -> io::Result<Self::Region> {
+        let flags = match access {
+            Access::RemoteRead => AccessFlags::RemoteRead,
+            Access::LocalWrite => AccessFlags::LocalWrite,
+        };
+        // SAFETY: forwarded from the caller.
+        unsafe { self.0.reg_mr(addr, len, flags) }.map_err(|e| {
+            let cause = io::Error::other(format!("{e}: {}", source_text(&e)));
+            memlock_error(len, Some(&cause))
+        })
+    }
 }
 
 impl Device {
@@ -264,12 +337,20 @@ impl Device {
             ));
         }
         let pd = ctx.alloc_pd().map_err(io::Error::other)?;
+        let rd_atom = match ctx.query_device() {
+            Ok(attr) => attr
+                .max_qp_rd_atom()
+                .min(attr.max_qp_init_rd_atom())
+                .clamp(1, READS_IN_FLIGHT as i32) as u8,
+            Err(_) => 1,
+        };
         Ok(Device {
             name: found.name,
             port: found.port,
             gid_index,
             gid,
             mtu: port_attr.active_mtu(),
+            rd_atom,
             pd,
             ctx,
         })
@@ -373,25 +454,27 @@ struct QpLink {
     events: AsyncFd<ChannelFd>,
     slots: Slots,
     psn: u32,
+    /// Busy-poll the CQ instead of sleeping on the completion channel.
+    poll_mode: bool,
 }
 
 impl QpLink {
-    fn new(dev: &Device) -> io::Result<QpLink> {
+    fn new(dev: &Device, poll_mode: bool) -> io::Result<QpLink> {
         let slots = Slots::new(dev)?;
         let channel = dev.ctx.create_comp_channel().map_err(io::Error::other)?;
         channel.set_nonblocking(true)?;
         let cq = dev
             .ctx
             .create_cq_builder()
-            .setup_cqe((4 * RECV_DEPTH) as u32)
+            .setup_cqe((2 * (SQ_DEPTH + CONTROL_RECVS)) as u32)
             .setup_comp_channel(&channel, 0)
             .build()
             .map_err(io::Error::other)?;
         let mut qp = dev
             .pd
             .create_qp_builder()
-            .setup_max_send_wr(RECV_DEPTH as u32 + 1)
-            .setup_max_recv_wr(RECV_DEPTH as u32 + 1)
+            .setup_max_send_wr(SQ_DEPTH as u32)
+            .setup_max_recv_wr(CONTROL_RECVS as u32)
             .setup_max_send_sge(1)
             .setup_max_recv_sge(1)
             .setup_max_inline_data(0)
@@ -403,7 +486,9 @@ impl QpLink {
         attr.setup_state(QueuePairState::Init)
             .setup_pkey_index(0)
             .setup_port(dev.port)
-            .setup_access_flags(AccessFlags::LocalWrite | AccessFlags::RemoteWrite);
+            .setup_access_flags(
+                AccessFlags::LocalWrite | AccessFlags::RemoteWrite | AccessFlags::RemoteRead,
+            );
         qp.modify(&attr).map_err(io::Error::other)?;
         let psn = (new_incarnation() as u32) & 0xff_ffff;
         // SAFETY: the fd belongs to `channel`, which `ChannelFd` keeps alive (and so
@@ -415,6 +500,7 @@ impl QpLink {
             events,
             slots,
             psn,
+            poll_mode,
         })
     }
 
@@ -437,7 +523,7 @@ impl QpLink {
             .setup_path_mtu(mtu)
             .setup_dest_qp_num(remote.qpn)
             .setup_rq_psn(remote.psn)
-            .setup_max_dest_read_atomic(1)
+            .setup_max_dest_read_atomic(dev.rd_atom)
             .setup_min_rnr_timer(12);
         let mut ah = AddressHandleAttribute::new();
         ah.setup_dest_lid(0)
@@ -454,8 +540,13 @@ impl QpLink {
             .setup_timeout(ACK_TIMEOUT)
             .setup_retry_cnt(7)
             .setup_rnr_retry(7)
-            .setup_max_read_atomic(1);
+            .setup_max_read_atomic(dev.rd_atom);
         self.qp.modify(&attr).map_err(io::Error::other)?;
+        if self.poll_mode {
+            // Never armed, so no channel events to acknowledge (destroying a CQ waits
+            // for unacknowledged ones).
+            return Ok(());
+        }
         self.arm()
     }
 
@@ -496,8 +587,34 @@ impl QpLink {
         guard.post().map_err(io::Error::other)
     }
 
-    /// Waits until the completion channel signals, acknowledges its events and re-arms.
+    /// Reads `len` bytes at the peer's `remote` (`rkey`) into `local` (`lkey`).
+    fn post_read(
+        &mut self,
+        wr_id: u64,
+        (lkey, local): (u32, u64),
+        (rkey, remote): (u32, u64),
+        len: usize,
+    ) -> io::Result<()> {
+        let mut guard = self.qp.start_post_send();
+        let wr = guard
+            .construct_wr(wr_id, WorkRequestFlags::Signaled)
+            .setup_read(rkey, remote);
+        // SAFETY: `local` lies in a registered pool buffer the caller keeps alive until
+        // this read completes.
+        unsafe { wr.setup_sge(lkey, local, len as u32) };
+        guard.post().map_err(io::Error::other)
+    }
+
+    /// Waits until the completion channel signals, acknowledges its events and re-arms;
+    /// in polling mode just lets the runtime run others before the next poll.
     async fn wait(&self) -> io::Result<()> {
+        if self.poll_mode {
+            // tokio's yield (requeued after an I/O-driver poll) measured faster here
+            // than requeueing at once, which on a current-thread runtime lets the
+            // block_on future wait out a whole scheduler interval of busy link tasks.
+            tokio::task::yield_now().await;
+            return Ok(());
+        }
         let mut ready = self.events.readable().await?;
         loop {
             let mut cq = std::ptr::null_mut();
@@ -554,6 +671,17 @@ fn completion_error(peer: NodeId, c: &Completion) -> FabricError {
     }
 }
 
+/// What the bulk path did so far ([`VerbsFabric::bulk_stats`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct BulkStats {
+    /// Payloads this fabric sent by descriptor, for the receiver to RDMA-read.
+    pub sent_by_read: u64,
+    /// Registrations of payloads being sent (send-cache misses).
+    pub send_registrations: u64,
+    /// Receive buffers registered (pool misses).
+    pub receive_registrations: u64,
+}
+
 /// The verbs fabric. Cheap to clone; every clone drives the same links. Dropping the
 /// last clone without [`close`](Fabric::close) tears every link down abruptly.
 #[derive(Clone)]
@@ -574,6 +702,14 @@ struct Shared {
     connect_timeout: Duration,
     incarnation: u64,
     device: Device,
+    /// Busy-poll completion queues ([`POLL_ENV`]).
+    poll_mode: bool,
+    /// Registrations of payloads being sent by RDMA read.
+    send_cache: Mutex<SendCache<PdRegistrar>>,
+    /// Registered buffers bulk payloads are read into.
+    recv_pool: Arc<RecvPool<PdRegistrar>>,
+    /// Payloads sent by descriptor (RDMA read) so far.
+    bulk_sent: std::sync::atomic::AtomicU64,
     runtime: tokio::runtime::Handle,
     closing: watch::Sender<bool>,
     tasks_live: Arc<TaskCount>,
@@ -619,17 +755,20 @@ impl VerbsFabric {
                 ),
             ));
         }
-        // Two links' worth (one each way to one peer) must fit, or nothing will work:
-        // say so now rather than at the first send.
-        if memlock_limit().is_some_and(|l| l < 2 * LINK_REGISTERED_BYTES as u64) {
-            return Err(memlock_error(2 * LINK_REGISTERED_BYTES, None));
-        }
+        // Two links' worth (one each way to one peer) and one bulk buffer must fit, or
+        // nothing will work: say so now rather than at the first send.
+        check_memlock()?;
         let opts = cfg
             .verbs
             .clone()
             .with_env()
             .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
         let device = Device::open(&opts, cfg.listen.ip())?;
+        let poll_mode =
+            std::env::var(POLL_ENV).is_ok_and(|v| matches!(v.trim(), "1" | "true" | "yes"));
+        let registrar = Arc::new(PdRegistrar(device.pd.clone()));
+        let send_cache = SendCache::new(registrar.clone(), SEND_CACHE_BYTES, SEND_CACHE_ENTRIES);
+        let recv_pool = RecvPool::new(registrar, RECV_POOL_IDLE_BYTES);
         let listener = TcpListener::bind(cfg.listen).await?;
         let local_addr = listener.local_addr()?;
         let (events_tx, events_rx) = mpsc::unbounded_channel();
@@ -642,6 +781,10 @@ impl VerbsFabric {
             connect_timeout: cfg.connect_timeout,
             incarnation: new_incarnation(),
             device,
+            poll_mode,
+            send_cache: Mutex::new(send_cache),
+            recv_pool,
+            bulk_sent: Default::default(),
             runtime: tokio::runtime::Handle::current(),
             closing: watch::channel(false).0,
             tasks_live: Arc::default(),
@@ -670,6 +813,7 @@ impl VerbsFabric {
             port = dev.port,
             gid_index = dev.gid_index,
             gid = %dev.gid,
+            poll = shared.poll_mode,
             "fabric listening"
         );
         let owner = Arc::new(Owner { shared });
@@ -691,6 +835,32 @@ impl VerbsFabric {
             );
             shared.abort_all();
         }
+    }
+
+    /// Counters of the bulk (RDMA read) path.
+    pub fn bulk_stats(&self) -> BulkStats {
+        let shared = &self.owner.shared;
+        let cache = shared.send_cache.lock().unwrap_or_else(|e| e.into_inner());
+        BulkStats {
+            sent_by_read: shared.bulk_sent.load(std::sync::atomic::Ordering::Relaxed),
+            send_registrations: cache.registrations,
+            receive_registrations: shared.recv_pool.registrations(),
+        }
+    }
+
+    /// The device in use, e.g. `rxe0`.
+    pub fn device_name(&self) -> String {
+        self.owner.shared.device.name.clone()
+    }
+
+    /// The port in use (1-based).
+    pub fn port(&self) -> u8 {
+        self.owner.shared.device.port
+    }
+
+    /// The GID index in use.
+    pub fn gid_index(&self) -> u32 {
+        self.owner.shared.device.gid_index
     }
 
     /// The device, port and GID index in use, e.g. `rxe0 port 1 GID index 2`.
@@ -1009,7 +1179,7 @@ async fn run_inbound(shared: Arc<Shared>, mut stream: TcpStream, remote: SocketA
         if verdict.is_ok() {
             // Resources first: a registration failure is then a refusal the connector
             // sees with its reason, rather than a silent drop.
-            link = QpLink::new(&shared.device).map_err(|e| e.to_string());
+            link = QpLink::new(&shared.device, shared.poll_mode).map_err(|e| e.to_string());
             if let Err(e) = &link {
                 verdict = Err(format!(
                     "node {} cannot set up a queue pair: {e}",
@@ -1065,8 +1235,201 @@ async fn run_inbound(shared: Arc<Shared>, mut stream: TcpStream, remote: SocketA
     .await
 }
 
-/// The receiving end: reassembles chunks into payloads, reposts buffers, returns
-/// credits; the TCP connection tells of goodbyes and breaks.
+/// A bulk payload being read from the sender.
+struct BulkRead {
+    buf: PoolBuf<Arc<MemoryRegion>>,
+    rkey: u32,
+    remote: u64,
+    len: usize,
+    /// Bytes asked for so far, and reads not yet completed.
+    posted: usize,
+    outstanding: usize,
+}
+
+/// The receiving end's state between completions.
+struct Inbound<'a> {
+    shared: &'a Shared,
+    peer: NodeId,
+    /// Eager chunks of the payload in progress.
+    assembly: BytesMut,
+    /// Payloads ready for delivery, in order.
+    batch: Vec<Bytes>,
+    /// Buffers reposted since credits were last returned.
+    to_return: u32,
+    /// Bulk reads completed since the last credit message.
+    fins: u32,
+    reading: Option<BulkRead>,
+    /// Receive completions that arrived after a bulk descriptor whose read is not done:
+    /// processed (and their buffers reposted) once it is. At most RECV_DEPTH.
+    held: VecDeque<Completion>,
+    /// Our send-queue entries in use (credit messages, reads), at most SQ_DEPTH.
+    sq_used: usize,
+    next_wr: u64,
+}
+
+impl Inbound<'_> {
+    fn broken(&self, source: io::Error) -> LinkEnd {
+        LinkEnd::Broken(FabricError::Io {
+            peer: self.peer,
+            source,
+        })
+    }
+
+    fn violation(&self, reason: String) -> LinkEnd {
+        LinkEnd::Broken(FabricError::Protocol {
+            peer: self.peer,
+            reason,
+        })
+    }
+
+    /// One completion from the CQ.
+    fn completed(&mut self, link: &mut QpLink, c: Completion) -> Result<(), LinkEnd> {
+        if c.status != WorkCompletionStatus::Success as u32 {
+            return Err(LinkEnd::Broken(completion_error(self.peer, &c)));
+        }
+        if c.wr_id & RECV_TAG != 0 {
+            if self.reading.is_some() {
+                self.held.push_back(c);
+                return Ok(());
+            }
+            return self.received(link, c);
+        }
+        self.sq_used -= 1;
+        if c.wr_id & READ_TAG != 0 {
+            let peer = self.peer;
+            let read = self.reading.as_mut().ok_or_else(|| {
+                LinkEnd::Broken(FabricError::Protocol {
+                    peer,
+                    reason: "stray read completion".into(),
+                })
+            })?;
+            read.outstanding -= 1;
+            if read.posted == read.len && read.outstanding == 0 {
+                let read = self.reading.take().expect("checked above");
+                self.batch
+                    .push(self.shared.recv_pool.lend(read.buf, read.len));
+                self.fins += 1;
+                // What the sender sent after the descriptor, in order, up to the next
+                // descriptor.
+                while self.reading.is_none() {
+                    let Some(next) = self.held.pop_front() else {
+                        break;
+                    };
+                    self.received(link, next)?;
+                }
+            }
+            self.post_reads(link)?;
+        }
+        Ok(())
+    }
+
+    /// A receive completion, in the order the sender sent.
+    fn received(&mut self, link: &mut QpLink, c: Completion) -> Result<(), LinkEnd> {
+        let slot = (c.wr_id & !RECV_TAG) as usize;
+        let len = c.byte_len as usize;
+        let max = self.shared.max_frame;
+        if slot >= RECV_DEPTH || len > SLOT_SIZE || self.assembly.len() + len > max {
+            return Err(self.violation(format!(
+                "payload exceeds the {max}-byte frame limit (or a bad chunk)"
+            )));
+        }
+        let data = link.slots.slot(slot, len);
+        if c.imm & BULK_RTS != 0 {
+            if len != RTS_LEN || !self.assembly.is_empty() {
+                return Err(self.violation("malformed bulk descriptor".into()));
+            }
+            let remote = u64::from_le_bytes(data[..8].try_into().expect("8 bytes"));
+            let rkey = u32::from_le_bytes(data[8..12].try_into().expect("4 bytes"));
+            let bulk_len = u64::from_le_bytes(data[12..20].try_into().expect("8 bytes"));
+            if bulk_len == 0 || bulk_len > max as u64 {
+                return Err(self.violation(format!(
+                    "bulk payload of {bulk_len} bytes (frame limit {max})"
+                )));
+            }
+            let buf = self
+                .shared
+                .recv_pool
+                .take(bulk_len as usize)
+                .map_err(|e| self.broken(e))?;
+            self.reading = Some(BulkRead {
+                buf,
+                rkey,
+                remote,
+                len: bulk_len as usize,
+                posted: 0,
+                outstanding: 0,
+            });
+        } else if c.imm & LAST_CHUNK != 0 {
+            if self.assembly.is_empty() {
+                self.batch.push(Bytes::copy_from_slice(data));
+            } else {
+                self.assembly.extend_from_slice(data);
+                self.batch.push(self.assembly.split().freeze());
+            }
+        } else {
+            self.assembly.extend_from_slice(data);
+        }
+        link.post_recv(Some(slot)).map_err(|e| self.broken(e))?;
+        self.to_return += 1;
+        self.post_reads(link)
+    }
+
+    /// Issues the current bulk payload's reads, a few at a time.
+    fn post_reads(&mut self, link: &mut QpLink) -> Result<(), LinkEnd> {
+        let depth = usize::from(self.shared.device.rd_atom);
+        let Some(read) = self.reading.as_mut() else {
+            return Ok(());
+        };
+        while read.posted < read.len && read.outstanding < depth && self.sq_used < SQ_DEPTH {
+            let n = (read.len - read.posted).min(READ_CHUNK);
+            self.next_wr += 1;
+            let local = (read.buf.region.lkey(), read.buf.addr() + read.posted as u64);
+            let remote = (read.rkey, read.remote + read.posted as u64);
+            if let Err(source) = link.post_read(READ_TAG | self.next_wr, local, remote, n) {
+                return Err(LinkEnd::Broken(FabricError::Io {
+                    peer: self.peer,
+                    source,
+                }));
+            }
+            read.posted += n;
+            read.outstanding += 1;
+            self.sq_used += 1;
+        }
+        Ok(())
+    }
+
+    /// Returns credits (in batches) and fins (at once), when the send queue has room.
+    fn return_credits(&mut self, link: &mut QpLink) -> Result<(), LinkEnd> {
+        if (self.to_return >= CREDIT_BATCH || self.fins > 0) && self.sq_used < SQ_DEPTH {
+            self.next_wr += 1;
+            let imm = self.to_return | (self.fins << 16);
+            link.post_send(self.next_wr, None, imm)
+                .map_err(|e| self.broken(e))?;
+            self.sq_used += 1;
+            self.to_return = 0;
+            self.fins = 0;
+        }
+        Ok(())
+    }
+
+    /// Drains the CQ, delivers what is complete, returns credits. `false`: stop (the
+    /// link was condemned or the fabric dropped).
+    fn progress(&mut self, link: &mut QpLink, id: ConnId) -> Result<bool, LinkEnd> {
+        let mut completions = Vec::new();
+        link.poll(&mut completions).map_err(|e| self.broken(e))?;
+        for c in completions {
+            self.completed(link, c)?;
+        }
+        if !self.batch.is_empty() && !self.shared.deliver(self.peer, id, &mut self.batch) {
+            return Ok(false);
+        }
+        self.return_credits(link)?;
+        Ok(true)
+    }
+}
+
+/// The receiving end: reassembles chunks, reads bulk payloads, reposts buffers,
+/// returns credits; the TCP connection tells of goodbyes and breaks.
 async fn receive(
     shared: &Shared,
     link: &mut QpLink,
@@ -1075,62 +1438,26 @@ async fn receive(
     id: ConnId,
 ) -> LinkEnd {
     let mut closing_rx = shared.closing.subscribe();
-    let mut assembly = BytesMut::new();
-    let mut batch = Vec::new();
-    let mut completions = Vec::new();
-    let mut to_return: u32 = 0;
-    let mut credit_wr: u64 = 0;
+    let mut inbound = Inbound {
+        shared,
+        peer,
+        assembly: BytesMut::new(),
+        batch: Vec::new(),
+        to_return: 0,
+        fins: 0,
+        reading: None,
+        held: VecDeque::new(),
+        sq_used: 0,
+        next_wr: 0,
+    };
     let mut word = [0u8; 4];
     let mut word_len = 0;
     loop {
         // Drain first: the queue may hold completions from before the channel was armed.
-        completions.clear();
-        if let Err(source) = link.poll(&mut completions) {
-            return LinkEnd::Broken(FabricError::Io { peer, source });
-        }
-        for c in &completions {
-            if c.status != WorkCompletionStatus::Success as u32 {
-                return LinkEnd::Broken(completion_error(peer, c));
-            }
-            if c.wr_id & RECV_TAG == 0 {
-                continue; // a credit message went out
-            }
-            let slot = (c.wr_id & !RECV_TAG) as usize;
-            let len = c.byte_len as usize;
-            if slot >= RECV_DEPTH || len > SLOT_SIZE || assembly.len() + len > shared.max_frame {
-                return LinkEnd::Broken(FabricError::Protocol {
-                    peer,
-                    reason: format!(
-                        "payload exceeds the {}-byte frame limit (or a bad chunk)",
-                        shared.max_frame
-                    ),
-                });
-            }
-            let data = link.slots.slot(slot, len);
-            if c.imm & LAST_CHUNK != 0 {
-                if assembly.is_empty() {
-                    batch.push(Bytes::copy_from_slice(data));
-                } else {
-                    assembly.extend_from_slice(data);
-                    batch.push(assembly.split().freeze());
-                }
-            } else {
-                assembly.extend_from_slice(data);
-            }
-            if let Err(source) = link.post_recv(Some(slot)) {
-                return LinkEnd::Broken(FabricError::Io { peer, source });
-            }
-            to_return += 1;
-        }
-        if !batch.is_empty() && !shared.deliver(peer, id, &mut batch) {
-            return LinkEnd::Local;
-        }
-        if to_return >= CREDIT_BATCH {
-            credit_wr += 1;
-            if let Err(source) = link.post_send(credit_wr, None, to_return) {
-                return LinkEnd::Broken(FabricError::Io { peer, source });
-            }
-            to_return = 0;
+        match inbound.progress(link, id) {
+            Ok(true) => {}
+            Ok(false) => return LinkEnd::Local,
+            Err(end) => return end,
         }
         tokio::select! {
             r = link.wait() => if let Err(source) = r {
@@ -1148,21 +1475,9 @@ async fn receive(
                                 reason: format!("unexpected word {w:#010x} on the verbs control connection"),
                             });
                         }
-                        // Everything the peer sent completed before its goodbye.
-                        completions.clear();
-                        let _ = link.poll(&mut completions);
-                        for c in &completions {
-                            if c.wr_id & RECV_TAG != 0 && c.status == WorkCompletionStatus::Success as u32 {
-                                let data = link.slots.slot((c.wr_id & !RECV_TAG) as usize % RECV_DEPTH, (c.byte_len as usize).min(SLOT_SIZE));
-                                assembly.extend_from_slice(data);
-                                if c.imm & LAST_CHUNK != 0 {
-                                    batch.push(assembly.split().freeze());
-                                }
-                            }
-                        }
-                        if !batch.is_empty() {
-                            shared.deliver(peer, id, &mut batch);
-                        }
+                        // Everything the peer sent completed (and every bulk payload
+                        // was read) before its goodbye.
+                        let _ = inbound.progress(link, id);
                         debug!("fabric peer said goodbye");
                         return LinkEnd::Goodbye;
                     }
@@ -1226,8 +1541,8 @@ async fn run_outbound(
             shared.ended(peer, id, LinkEnd::Broken(err));
         };
         let setup = async {
-            let mut link = QpLink::new(&shared.device)?;
-            for _ in 0..RECV_DEPTH {
+            let mut link = QpLink::new(&shared.device, shared.poll_mode)?;
+            for _ in 0..CONTROL_RECVS {
                 link.post_recv(None)?;
             }
             stream
@@ -1258,20 +1573,46 @@ async fn run_outbound(
             "verbs link up"
         );
         let credits = theirs.credits.min(RECV_DEPTH as u32);
-        let end = transmit(&mut link, &mut stream, peer, &mut queue, credits).await;
+        let end = transmit(&shared, &mut link, &mut stream, peer, &mut queue, credits).await;
         shared.ended(peer, id, end);
     }
     .instrument(span)
     .await
 }
 
-/// A payload being sent, possibly over several chunks.
+/// A payload being sent: eagerly over several chunks, or by descriptor.
 struct Pending {
     payload: Bytes,
     offset: usize,
+    /// Set for a bulk payload once registered: it goes as one descriptor.
+    region: Option<Arc<MemoryRegion>>,
+}
+
+impl Pending {
+    /// Takes `payload` for sending; a large one is registered (through the cache) for
+    /// the receiver to read. Without a registration (the locked-memory limit, say) it
+    /// goes eagerly, chunk by chunk, like a small one.
+    fn new(shared: &Shared, payload: Bytes) -> Pending {
+        let mut region = None;
+        if payload.len() > BULK_THRESHOLD {
+            let mut cache = shared.send_cache.lock().unwrap_or_else(|e| e.into_inner());
+            match cache.region(&payload) {
+                Ok(r) => region = Some(r),
+                Err(e) => {
+                    debug!(len = payload.len(), error = %e, "bulk registration failed; sending by copy");
+                }
+            }
+        }
+        Pending {
+            payload,
+            offset: 0,
+            region,
+        }
+    }
 }
 
 async fn transmit(
+    shared: &Shared,
     link: &mut QpLink,
     stream: &mut TcpStream,
     peer: NodeId,
@@ -1280,6 +1621,9 @@ async fn transmit(
 ) -> LinkEnd {
     let mut free: Vec<usize> = (0..RECV_DEPTH).rev().collect();
     let mut pending: Option<Pending> = None;
+    // Bulk payloads the receiver has not finished reading, oldest first; each keeps
+    // its memory and registration alive.
+    let mut in_flight: VecDeque<(Arc<MemoryRegion>, Bytes)> = VecDeque::new();
     let mut goodbye = false;
     let mut completions = Vec::new();
     let mut word = [0u8; 4];
@@ -1294,7 +1638,18 @@ async fn transmit(
                 return LinkEnd::Broken(completion_error(peer, c));
             }
             if c.wr_id & RECV_TAG != 0 {
-                credits += c.imm;
+                credits += c.imm & 0xffff;
+                let fins = (c.imm >> 16) as usize;
+                if fins > in_flight.len() || credits > RECV_DEPTH as u32 {
+                    return LinkEnd::Broken(FabricError::Protocol {
+                        peer,
+                        reason: format!(
+                            "credit message returns {} credits and {fins} fins, more than were used",
+                            c.imm & 0xffff
+                        ),
+                    });
+                }
+                in_flight.drain(..fins);
                 if let Err(source) = link.post_recv(None) {
                     return LinkEnd::Broken(FabricError::Io { peer, source });
                 }
@@ -1302,11 +1657,11 @@ async fn transmit(
                 free.push(c.wr_id as usize);
             }
         }
-        // Post as much as credits and free slots allow.
+        // Post as much as credits, free slots and the bulk bound allow.
         loop {
             if pending.is_none() && !goodbye {
                 match queue.try_recv() {
-                    Ok(Outgoing::Frame(payload)) => pending = Some(Pending { payload, offset: 0 }),
+                    Ok(Outgoing::Frame(payload)) => pending = Some(Pending::new(shared, payload)),
                     Ok(Outgoing::Goodbye) => goodbye = true,
                     Err(_) => {}
                 }
@@ -1315,25 +1670,42 @@ async fn transmit(
             if credits == 0 || free.is_empty() {
                 break;
             }
+            let (len, imm) = if let Some(region) = &p.region {
+                if in_flight.len() >= MAX_BULK_IN_FLIGHT {
+                    break;
+                }
+                let slot = free.last().copied().expect("checked non-empty");
+                let rts = &mut link.slots.slot_mut(slot)[..RTS_LEN];
+                rts[..8].copy_from_slice(&(p.payload.as_ptr() as u64).to_le_bytes());
+                rts[8..12].copy_from_slice(&region.rkey().to_le_bytes());
+                rts[12..20].copy_from_slice(&(p.payload.len() as u64).to_le_bytes());
+                in_flight.push_back((region.clone(), p.payload.clone()));
+                shared
+                    .bulk_sent
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                p.offset = p.payload.len();
+                (RTS_LEN, BULK_RTS | LAST_CHUNK)
+            } else {
+                let slot = free.last().copied().expect("checked non-empty");
+                let len = (p.payload.len() - p.offset).min(SLOT_SIZE);
+                link.slots.slot_mut(slot)[..len]
+                    .copy_from_slice(&p.payload[p.offset..p.offset + len]);
+                p.offset += len;
+                let last = p.offset == p.payload.len();
+                (len, if last { LAST_CHUNK } else { 0 })
+            };
             let slot = free.pop().expect("checked non-empty");
-            let len = (p.payload.len() - p.offset).min(SLOT_SIZE);
-            link.slots.slot_mut(slot)[..len].copy_from_slice(&p.payload[p.offset..p.offset + len]);
-            p.offset += len;
-            let last = p.offset == p.payload.len();
-            if let Err(source) = link.post_send(
-                slot as u64,
-                Some((slot, len)),
-                if last { LAST_CHUNK } else { 0 },
-            ) {
+            if let Err(source) = link.post_send(slot as u64, Some((slot, len)), imm) {
                 return LinkEnd::Broken(FabricError::Io { peer, source });
             }
             credits -= 1;
-            if last {
+            if imm & LAST_CHUNK != 0 {
                 pending = None;
             }
         }
-        if goodbye && pending.is_none() && free.len() == RECV_DEPTH {
-            // Every send completed (acknowledged by the peer's HCA): now say goodbye.
+        if goodbye && pending.is_none() && free.len() == RECV_DEPTH && in_flight.is_empty() {
+            // Every send completed (acknowledged by the peer's HCA) and every bulk
+            // payload was read: now say goodbye.
             let (mut rd, mut wr) = stream.split();
             handshake::say_goodbye(&mut rd, &mut wr).await;
             return LinkEnd::Local;
@@ -1345,7 +1717,7 @@ async fn transmit(
             },
             item = queue.recv(), if want_queue => match item {
                 None => return LinkEnd::Local,
-                Some(Outgoing::Frame(payload)) => pending = Some(Pending { payload, offset: 0 }),
+                Some(Outgoing::Frame(payload)) => pending = Some(Pending::new(shared, payload)),
                 Some(Outgoing::Goodbye) => goodbye = true,
             },
             r = stream.read(&mut word[word_len..]) => match r {

@@ -3,11 +3,10 @@
 //! and fuzzers can speak it directly.
 //!
 //! A connection starts with the connector's [`Hello`] and the acceptor's [`Reply`].
-//! After an accept, the connector → acceptor direction carries frames: a little-endian
-//! `u32` length and that many payload bytes. Lengths from [`CONTROL_MIN`] up are control
-//! words, not data; the only one defined is [`GOODBYE`] ("I am closing on purpose, do
-//! not report me lost"). The acceptor → connector direction carries nothing but an
-//! optional [`GOODBYE`] word.
+//! After an accept, both directions carry frames: a little-endian `u32` length and that
+//! many payload bytes. Lengths from [`CONTROL_MIN`] up are control words, not data; the
+//! only one defined is [`GOODBYE`] ("I am closing on purpose, do not report me lost"),
+//! the last word a closing side writes.
 
 use bytes::{Buf, Bytes, BytesMut};
 
@@ -16,7 +15,7 @@ use crate::NodeId;
 /// First bytes of every hello and reply ("cohort fabric").
 pub const MAGIC: [u8; 8] = *b"COHORTFB";
 /// Version of this byte format; bumped on any change to the handshake or framing.
-pub const WIRE_VERSION: u32 = 1;
+pub const WIRE_VERSION: u32 = 2;
 /// The wire version a verbs fabric presents in its hello: same handshake, then a
 /// [`VerbsEndpoint`] exchange instead of frames, so the two backends refuse each other.
 pub const VERBS_WIRE_VERSION: u32 = 0x0100_0000 | WIRE_VERSION;
@@ -256,9 +255,12 @@ pub enum Frame {
 
 /// Splits frames off the front of a receive buffer.
 ///
-/// The buffer only grows with bytes that actually arrived ([`FrameDecoder::reserve_hint`]
-/// at most doubles what is buffered), so a lying length prefix cannot make the reader
-/// allocate, and a length over the limit is refused before any payload is read.
+/// A length over the limit is refused before any payload is read or room reserved for
+/// it. For an accepted length, [`FrameDecoder::reserve_hint`] asks room for the whole
+/// rest of the frame at once: the payload is read straight into the buffer that becomes
+/// the delivered `Bytes`, without growing (and copying) it step by step. That room is
+/// address space, not memory: pages are committed only as bytes arrive into them, so a
+/// peer that announces a large frame and stalls costs no memory it did not send.
 #[derive(Debug, Clone, Copy)]
 pub struct FrameDecoder {
     max: usize,
@@ -307,16 +309,19 @@ impl FrameDecoder {
     }
 
     /// How many bytes of spare capacity the buffer should have before the next read:
-    /// the rest of the frame in progress, but never more than twice what is buffered
-    /// (nor less than 64 KiB), so memory follows the bytes that really arrived.
+    /// the rest of the frame in progress (if within the limit), at least 64 KiB.
     pub fn reserve_hint(&self, buf: &BytesMut) -> usize {
         let missing = if buf.len() >= 4 {
             let word = u32::from_le_bytes([buf[0], buf[1], buf[2], buf[3]]) as usize;
-            (4 + word.min(self.max)).saturating_sub(buf.len())
+            if word > self.max {
+                0 // refused by `decode` (or a control word)
+            } else {
+                (4 + word).saturating_sub(buf.len())
+            }
         } else {
             0
         };
-        missing.min(buf.len().max(MIN_READ)).max(MIN_READ)
+        missing.max(MIN_READ)
     }
 }
 
@@ -499,14 +504,20 @@ mod tests {
     }
 
     #[test]
-    fn reserve_hint_follows_arrived_bytes() {
-        let dec = FrameDecoder::new(1 << 30);
-        let mut buf = BytesMut::from(&(1u32 << 30).to_le_bytes()[..]);
-        assert_eq!(dec.reserve_hint(&buf), MIN_READ);
-        buf.resize(4 << 20, 0);
+    fn reserve_hint_covers_the_frame_up_to_the_limit() {
+        let dec = FrameDecoder::new(8 << 20);
+        // Over the limit: no room beyond the minimum (decode refuses the frame).
+        let mut huge = BytesMut::from(&(1u32 << 30).to_le_bytes()[..]);
+        assert_eq!(dec.reserve_hint(&huge), MIN_READ);
+        assert!(dec.decode(&mut huge).is_err());
+        let mut buf = BytesMut::from(&(4u32 << 20).to_le_bytes()[..]);
         assert_eq!(dec.reserve_hint(&buf), 4 << 20);
+        buf.resize(1 << 20, 0);
+        assert_eq!(dec.reserve_hint(&buf), (4 << 20) + 4 - (1 << 20));
         let small = BytesMut::from(&10u32.to_le_bytes()[..]);
         assert_eq!(dec.reserve_hint(&small), MIN_READ);
+        let goodbye = BytesMut::from(&GOODBYE.to_le_bytes()[..]);
+        assert_eq!(dec.reserve_hint(&goodbye), MIN_READ);
     }
 
     #[test]

@@ -129,6 +129,8 @@ conformance!(
     bad_or_missing_hello_is_dropped,
     reconnects_to_a_restarted_peer,
     connect_failure_and_local_errors,
+    killed_peer_process_is_reported_lost,
+    many_peers_at_once,
 );
 
 fn config(b: Backend, node: u32, ip: &str, secret: &[u8]) -> FabricConfig {
@@ -238,8 +240,18 @@ async fn sizes_round_trip_intact(bk: Backend) {
         });
         let sizes: &[usize] = match bk {
             Backend::Tcp => &[0, 1, 64 << 10, 4 << 20, 64 << 20],
-            // Chunk boundaries (64 KiB slots) and a few MiB; emulated rxe is slow.
-            Backend::Verbs => &[0, 1, (64 << 10) - 1, 64 << 10, (64 << 10) + 1, 3 << 20],
+            // Around the eager/bulk boundary (one 64 KiB slot), then bulk payloads
+            // read in one and in several RDMA reads.
+            Backend::Verbs => &[
+                0,
+                1,
+                (64 << 10) - 1,
+                64 << 10,
+                (64 << 10) + 1,
+                3 << 20,
+                (4 << 20) + 3,
+                64 << 20,
+            ],
         };
         for &size in sizes {
             let payload: Bytes = (0..size).map(|i| (i * 7 + i / 251) as u8).collect();
@@ -248,6 +260,28 @@ async fn sizes_round_trip_intact(bk: Backend) {
             assert_eq!(from, 1);
             assert_eq!(back.len(), size);
             assert!(back == payload, "{size}-byte payload corrupted");
+        }
+        if let AnyFabric::Verbs(v) = &a {
+            // Large payloads went by RDMA read; one sent three more times (and a slice
+            // of it) is registered once.
+            let before = v.bulk_stats();
+            assert!(before.sent_by_read >= 4, "{before:?}");
+            let payload: Bytes = (0..(1 << 20)).map(|i| (i % 13) as u8).collect();
+            for p in [
+                payload.clone(),
+                payload.clone(),
+                payload.slice(1..(1 << 19)),
+            ] {
+                a.send(1, p.clone()).unwrap();
+                assert!(next_message(&mut a_rx).await.1 == p);
+            }
+            let after = v.bulk_stats();
+            assert_eq!(after.sent_by_read, before.sent_by_read + 3, "{after:?}");
+            assert_eq!(
+                after.send_registrations,
+                before.send_registrations + 1,
+                "{after:?}"
+            );
         }
         a.shutdown().await;
         b.shutdown().await;
@@ -563,6 +597,152 @@ async fn connect_failure_and_local_errors(b: Backend) {
             Err(cohort_transport::FabricError::Closed)
         ));
         assert!(a_rx.recv().await.is_none());
+    })
+    .await
+}
+
+/// 5c. A peer *process* killed with SIGKILL (no chance to close anything) is reported
+/// lost, once, within the bound. The peer is this test binary re-executed as
+/// [`peer_process_helper`].
+async fn killed_peer_process_is_reported_lost(b: Backend) {
+    use tokio::io::AsyncBufReadExt;
+    within(async {
+        let (a, mut a_rx) = b.bind(config(b, 0, "127.0.9.1", SECRET)).await;
+        let mut child = tokio::process::Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "peer_process_helper",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env(
+                PEER_PROCESS_ENV,
+                format!(
+                    "{},{},{}",
+                    b.kind().name(),
+                    b.ip("127.0.9.2"),
+                    a.local_addr()
+                ),
+            )
+            .stdout(std::process::Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+        let mut lines = tokio::io::BufReader::new(child.stdout.take().unwrap()).lines();
+        let child_addr = loop {
+            let line = lines
+                .next_line()
+                .await
+                .unwrap()
+                .expect("peer process ended");
+            // (libtest's "test … " may precede it on the same line)
+            if let Some((_, addr)) = line.split_once("PEER_ADDR ") {
+                break addr.trim().to_string();
+            }
+        };
+        a.set_peers(vec![a.local_addr(), child_addr]);
+        // Links both ways: the child echoes.
+        a.send(1, Bytes::from_static(b"ping")).unwrap();
+        assert_eq!(
+            next_message(&mut a_rx).await,
+            (1, Bytes::from_static(b"ping"))
+        );
+
+        child.start_kill().unwrap(); // SIGKILL
+        let status = child.wait().await.unwrap();
+        assert!(!status.success());
+        let (peer, reason) = timeout(LOSS_BOUND, next_loss(&mut a_rx))
+            .await
+            .expect("the killed process was not reported lost within the bound");
+        assert_eq!(peer, 1);
+        assert!(reason.contains("node 1"), "{reason}");
+        assert_quiet(&mut a_rx).await;
+        a.shutdown().await;
+    })
+    .await
+}
+
+/// Where [`peer_process_helper`] finds its task: `backend,listen_ip,node0_addr`.
+const PEER_PROCESS_ENV: &str = "COHORT_TEST_PEER_PROCESS";
+
+/// Not a test of its own: the body of the peer process that
+/// `killed_peer_process_is_reported_lost` starts (this binary, re-executed with
+/// [`PEER_PROCESS_ENV`] set). Binds node 1, prints its address, echoes every message
+/// until killed. Without the variable it returns at once.
+#[test]
+fn peer_process_helper() {
+    let Ok(spec) = std::env::var(PEER_PROCESS_ENV) else {
+        return;
+    };
+    let parts: Vec<&str> = spec.split(',').collect();
+    let [backend, ip, node0] = parts[..] else {
+        panic!("bad {PEER_PROCESS_ENV}={spec:?}");
+    };
+    let kind: FabricKind = backend.parse().unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let cfg = FabricConfig::new(1, format!("{ip}:0").parse().unwrap(), SECRET.to_vec());
+        let (f, mut rx) = AnyFabric::bind(kind, cfg).await.unwrap();
+        f.set_peers(vec![node0.to_string(), f.local_addr()]);
+        println!("PEER_ADDR {}", f.local_addr());
+        use std::io::Write;
+        std::io::stdout().flush().unwrap();
+        while let Some(ev) = rx.recv().await {
+            if let FabricEvent::Message { from, payload } = ev {
+                let _ = f.send(from, payload);
+            }
+        }
+    });
+}
+
+/// 8. Many peers at once: eight nodes, each sending to every other concurrently; every
+///    node gets every message, per-sender order kept.
+async fn many_peers_at_once(b: Backend) {
+    within(async {
+        const NODES: usize = 8;
+        let n = b.count(500, 40);
+        let ips: Vec<String> = (1..=NODES).map(|i| format!("127.0.10.{i}")).collect();
+        let ips: Vec<&str> = ips.iter().map(String::as_str).collect();
+        let mut nodes = cluster(b, &ips).await;
+        let senders: Vec<_> = nodes
+            .iter()
+            .enumerate()
+            .map(|(me, (f, _))| {
+                let f = f.clone();
+                tokio::spawn(async move {
+                    for seq in 0..n {
+                        for to in 0..NODES as u32 {
+                            if to as usize != me {
+                                f.send(to, numbered(me as u32, seq)).unwrap();
+                            }
+                        }
+                        if seq % 16 == 0 {
+                            tokio::task::yield_now().await;
+                        }
+                    }
+                })
+            })
+            .collect();
+        for s in senders {
+            s.await.unwrap();
+        }
+        for (me, (_, rx)) in nodes.iter_mut().enumerate() {
+            let mut next = [0u32; NODES];
+            for _ in 0..(NODES as u32 - 1) * n {
+                let (from, payload) = next_message(rx).await;
+                let (sender, seq) = unnumber(&payload);
+                assert_eq!(from, sender, "node {me}: wrong sender id");
+                assert_eq!(seq, next[from as usize], "node {me}: order from {from}");
+                next[from as usize] += 1;
+            }
+        }
+        for (f, rx) in &mut nodes {
+            f.shutdown().await;
+            assert_quiet(rx).await;
+        }
     })
     .await
 }

@@ -1,0 +1,944 @@
+//! `transport-latency` and `transport-bw`: the node-server fabric between two
+//! processes, in osu_latency / osu_bw format, each row next to a reference measured in
+//! the same run between the same two processes.
+//!
+//! The bench is its own peer: it re-executes itself as a hidden `transport-peer`
+//! subcommand (node 1) and drives the exchange from node 0. The child's pipes carry
+//! only set-up (addresses, the job secret); every timed byte goes over the fabric or
+//! over the reference's socket. Per size, reference and fabric runs alternate `--runs`
+//! times and the medians are printed, so load drifting during a run hits both alike.
+//!
+//! References: for TCP, a raw std-socket ping-pong / stream (TCP_NODELAY, the same
+//! 4-byte length + payload per message as the fabric's frames) between the same two
+//! processes; for verbs, perftest's `ib_send_lat` / `ib_write_bw` on the same device
+//! and GIDs, started by node 0 right after the fabric table (its output parsed).
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use clap::{Args, ValueEnum};
+use cohort_transport::{AnyFabric, Fabric, FabricConfig, FabricEvent, FabricKind};
+use tokio::sync::mpsc::UnboundedReceiver;
+
+type Res<T> = Result<T, Box<dyn std::error::Error>>;
+
+/// Which measurement.
+#[derive(Clone, Copy, ValueEnum, PartialEq, Eq, Debug)]
+pub enum Mode {
+    Latency,
+    Bw,
+}
+
+/// Backends the transport benches drive.
+#[derive(Clone, Copy, ValueEnum, PartialEq, Eq, Debug)]
+pub enum Backend {
+    Tcp,
+    Verbs,
+}
+
+impl Backend {
+    fn kind(self) -> FabricKind {
+        match self {
+            Backend::Tcp => FabricKind::Tcp,
+            Backend::Verbs => FabricKind::Verbs,
+        }
+    }
+}
+
+/// Options shared by `transport-latency` and `transport-bw`.
+#[derive(Args, Clone, Debug)]
+pub struct Opts {
+    /// Fabric backend under test.
+    #[arg(long, value_enum, default_value_t = Backend::Tcp)]
+    fabric: Backend,
+    /// Listen addresses of node 0 (this process) and node 1 (the child), comma
+    /// separated. Defaults: 127.0.1.1,127.0.1.2 (tcp); 192.168.78.1,192.168.78.2
+    /// (verbs, the rxe guest's addresses).
+    #[arg(long)]
+    addrs: Option<String>,
+    /// Smallest message, bytes (0 or a power of two).
+    #[arg(long, default_value_t = 0)]
+    min_size: usize,
+    /// Largest message, bytes.
+    #[arg(long, default_value_t = 4 << 20)]
+    max_size: usize,
+    /// Messages in flight per bandwidth iteration (osu_bw's window).
+    #[arg(long, default_value_t = 64)]
+    window: usize,
+    /// Alternating reference/fabric runs per size; the medians are printed.
+    #[arg(long, default_value_t = 5)]
+    runs: usize,
+    /// Skip the reference (prints the fabric's column only).
+    #[arg(long)]
+    no_reference: bool,
+}
+
+/// The hidden child side.
+#[derive(Args, Clone, Debug)]
+pub struct PeerOpts {
+    #[arg(long, value_enum)]
+    mode: Mode,
+    #[arg(long, value_enum)]
+    fabric: Backend,
+    #[arg(long)]
+    addr: String,
+    #[arg(long)]
+    sizes: String,
+    #[arg(long)]
+    window: usize,
+    #[arg(long)]
+    runs: usize,
+    #[arg(long)]
+    iterations: usize,
+    #[arg(long)]
+    warmup: usize,
+    /// Raw TCP reference listener of node 0 (`none` without a raw reference).
+    #[arg(long)]
+    raw: String,
+}
+
+/// Messages above this size use the "large" iteration counts, as in the OSU suite.
+const LARGE: usize = 8192;
+
+/// Timed and warm-up iterations for one size: `-i`/`-x` for small messages and a
+/// tenth of them for large ones (latency); a tenth and a fiftieth (bandwidth, where
+/// each iteration is a window of messages).
+fn counts(mode: Mode, size: usize, iterations: usize, warmup: usize) -> (usize, usize) {
+    let (div_small, div_large) = match mode {
+        Mode::Latency => (1, 10),
+        Mode::Bw => (10, 50),
+    };
+    let div = if size > LARGE { div_large } else { div_small };
+    ((iterations / div).max(3), (warmup / div).max(1))
+}
+
+fn sizes(min: usize, max: usize) -> Vec<usize> {
+    let mut out = Vec::new();
+    if min == 0 {
+        out.push(0);
+    }
+    let mut s = min.max(1).next_power_of_two();
+    while s <= max {
+        out.push(s);
+        s *= 2;
+    }
+    out
+}
+
+fn runtime() -> Res<tokio::runtime::Runtime> {
+    // The node server's flavour: one thread drives every fabric task.
+    Ok(tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?)
+}
+
+fn secret() -> Res<Vec<u8>> {
+    let mut s = vec![0u8; 16];
+    std::fs::File::open("/dev/urandom")?.read_exact(&mut s)?;
+    Ok(s)
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn unhex(s: &str) -> Res<Vec<u8>> {
+    (0..s.len() / 2)
+        .map(|i| u8::from_str_radix(&s[2 * i..2 * i + 2], 16).map_err(Into::into))
+        .collect()
+}
+
+/// A bound fabric with its event stream.
+struct Node {
+    fabric: AnyFabric,
+    events: UnboundedReceiver<FabricEvent>,
+}
+
+impl Node {
+    async fn bind(backend: Backend, node: u32, ip: &str, secret: Vec<u8>) -> Res<Node> {
+        let cfg = FabricConfig::new(node, format!("{ip}:0").parse()?, secret);
+        let (fabric, events) = AnyFabric::bind(backend.kind(), cfg).await?;
+        Ok(Node { fabric, events })
+    }
+
+    async fn recv(&mut self) -> Res<Bytes> {
+        match self.events.recv().await {
+            Some(FabricEvent::Message { payload, .. }) => Ok(payload),
+            Some(FabricEvent::PeerLost { peer, reason }) => {
+                Err(format!("fabric peer {peer} lost: {reason}").into())
+            }
+            None => Err("fabric event stream ended".into()),
+        }
+    }
+
+    /// `(device, port, GID index)` of a verbs fabric.
+    fn verbs_device(&self) -> Option<(String, u8, u32)> {
+        match &self.fabric {
+            AnyFabric::Verbs(v) => Some((v.device_name(), v.port(), v.gid_index())),
+            AnyFabric::Tcp(_) => None,
+        }
+    }
+}
+
+/// The child process, with line-based set-up pipes.
+struct PeerProcess {
+    child: Child,
+    to: ChildStdin,
+    from: BufReader<ChildStdout>,
+}
+
+impl PeerProcess {
+    fn line(&mut self) -> Res<String> {
+        let mut l = String::new();
+        if self.from.read_line(&mut l)? == 0 {
+            return Err("the peer process exited during set-up".into());
+        }
+        Ok(l.trim_end().to_string())
+    }
+}
+
+/// One row's measurements over the runs.
+#[derive(Default)]
+struct Row {
+    fabric: Vec<f64>,
+    reference: Vec<f64>,
+    reference_tokio: Vec<f64>,
+}
+
+/// The raw TCP references' two connections (std blocking, tokio).
+struct RawPair {
+    blocking: Option<TcpStream>,
+    tokio: tokio::net::TcpStream,
+}
+
+impl RawPair {
+    /// Must be called inside the runtime's context (the tokio half registers there).
+    fn new(a: TcpStream, b: TcpStream) -> std::io::Result<RawPair> {
+        a.set_nodelay(true)?;
+        b.set_nodelay(true)?;
+        b.set_nonblocking(true)?;
+        Ok(RawPair {
+            blocking: Some(a),
+            tokio: tokio::net::TcpStream::from_std(b)?,
+        })
+    }
+}
+
+fn median(v: &[f64]) -> f64 {
+    let mut v = v.to_vec();
+    v.sort_by(|a, b| a.total_cmp(b));
+    match v.len() {
+        0 => f64::NAN,
+        n if n % 2 == 1 => v[n / 2],
+        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
+    }
+}
+
+/// Node 0: starts the child, measures, prints the table.
+pub fn run(mode: Mode, o: Opts, iterations: usize, warmup: usize) -> Res<()> {
+    let addrs = o.addrs.clone().unwrap_or_else(|| match o.fabric {
+        Backend::Tcp => "127.0.1.1,127.0.1.2".into(),
+        Backend::Verbs => "192.168.78.1,192.168.78.2".into(),
+    });
+    let addrs: Vec<&str> = addrs.split(',').map(str::trim).collect();
+    let [ip0, ip1] = addrs[..] else {
+        return Err("--addrs takes two addresses".into());
+    };
+    let sizes = sizes(o.min_size, o.max_size);
+    let raw_ref = o.fabric == Backend::Tcp && !o.no_reference;
+    let rt = runtime()?;
+    let secret = secret()?;
+    let mut node = rt.block_on(Node::bind(o.fabric, 0, ip0, secret.clone()))?;
+    let raw_listener = if raw_ref {
+        Some(TcpListener::bind(format!("{ip0}:0"))?)
+    } else {
+        None
+    };
+    let raw_addr = match &raw_listener {
+        Some(l) => l.local_addr()?.to_string(),
+        None => "none".into(),
+    };
+    let sizes_arg: Vec<String> = sizes.iter().map(|s| s.to_string()).collect();
+    let mut child = Command::new(std::env::current_exe()?)
+        .args([
+            "transport-peer",
+            "--mode",
+            mode_name(mode),
+            "--fabric",
+            backend_name(o.fabric),
+            "--addr",
+            ip1,
+            "--sizes",
+            &sizes_arg.join(","),
+            "--window",
+            &o.window.to_string(),
+            "--runs",
+            &o.runs.to_string(),
+            "--iterations",
+            &iterations.to_string(),
+            "--warmup",
+            &warmup.to_string(),
+            "--raw",
+            &raw_addr,
+        ])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()?;
+    let mut peer = PeerProcess {
+        to: child.stdin.take().ok_or("no child stdin")?,
+        from: BufReader::new(child.stdout.take().ok_or("no child stdout")?),
+        child,
+    };
+    // The secret goes over the pipe, never on a command line.
+    writeln!(peer.to, "{}", hex(&secret))?;
+    let peer_addr = peer.line()?;
+    let peer_gid = peer.line()?;
+    let table = vec![node.fabric.local_addr(), peer_addr.clone()];
+    writeln!(peer.to, "{}", table.join(","))?;
+    node.fabric.set_peers(table);
+    // Both links up before anything is timed.
+    rt.block_on(async {
+        node.fabric.send(1, Bytes::from_static(b"hello"))?;
+        node.recv().await.map(drop)
+    })?;
+    // Two raw connections: one driven by blocking std calls, one by tokio on the
+    // fabric's runtime (the execution model the fabric itself runs in).
+    let raw = match raw_listener {
+        Some(l) => {
+            let (a, _) = l.accept()?;
+            let (b, _) = l.accept()?;
+            let _context = rt.enter();
+            Some(RawPair::new(a, b)?)
+        }
+        None => None,
+    };
+    let rows = rt.block_on(measure_all(
+        mode, &mut node, raw, &sizes, o.window, o.runs, iterations, warmup, true,
+    ))?;
+    rt.block_on(node.fabric.shutdown());
+    drop(peer.to);
+    let status = peer.child.wait()?;
+    if !status.success() {
+        return Err(format!("the peer process failed ({status})").into());
+    }
+    // perftest after the fabric table, on the same device and GIDs.
+    let perftest = if o.fabric == Backend::Verbs && !o.no_reference {
+        let (dev, port, gid0) = node.verbs_device().ok_or("not a verbs fabric")?;
+        let gid1: u32 = peer_gid.parse().map_err(|_| "bad GID index from peer")?;
+        Some(perftest(
+            mode, &dev, port, gid0, gid1, ip0, &sizes, iterations,
+        )?)
+    } else {
+        None
+    };
+
+    print_table(
+        mode,
+        &o,
+        &sizes,
+        &rows,
+        perftest.as_ref(),
+        iterations,
+        warmup,
+        &node,
+    );
+    Ok(())
+}
+
+fn mode_name(m: Mode) -> &'static str {
+    match m {
+        Mode::Latency => "latency",
+        Mode::Bw => "bw",
+    }
+}
+
+fn backend_name(b: Backend) -> &'static str {
+    match b {
+        Backend::Tcp => "tcp",
+        Backend::Verbs => "verbs",
+    }
+}
+
+fn pattern(size: usize) -> Bytes {
+    (0..size).map(|i| (i % 251) as u8).collect()
+}
+
+/// Per size: the reference's median and the median fabric/reference ratio.
+type RefColumn = Vec<Option<(f64, f64)>>;
+
+#[allow(clippy::too_many_arguments)]
+fn print_table(
+    mode: Mode,
+    o: &Opts,
+    sizes: &[usize],
+    rows: &[Row],
+    perftest: Option<&PerftestTable>,
+    iterations: usize,
+    warmup: usize,
+    node: &Node,
+) {
+    let (what, unit, osu) = match mode {
+        Mode::Latency => ("transport-latency", "Latency (us)", "osu_latency"),
+        Mode::Bw => ("transport-bw", "Bandwidth (MB/s)", "osu_bw"),
+    };
+    let (small, large) = (
+        counts(mode, 1, iterations, warmup),
+        counts(mode, LARGE + 1, iterations, warmup),
+    );
+    let polling = match node.fabric.backend() {
+        "verbs" if verbs_polling() => " (COHORT_VERBS_POLL=1: busy-polling)",
+        "verbs" => " (completion channel, the default)",
+        _ => "",
+    };
+    println!(
+        "# cohort-bench {what} ({osu} format): fabric {}{polling}, node 0 (this process) <-> node 1 (child process)",
+        node.fabric.backend()
+    );
+    let window = if mode == Mode::Bw {
+        format!(", window {}", o.window)
+    } else {
+        String::new()
+    };
+    println!(
+        "# {} iterations ({} warm-up) up to {LARGE} B, {} ({}) above{window}; median of {} alternating runs",
+        small.0, small.1, large.0, large.1, o.runs
+    );
+    let ratio = match mode {
+        Mode::Latency => "Ratio = Latency / Reference",
+        Mode::Bw => "Ratio = Bandwidth / Reference",
+    };
+    // One or two reference columns, each with its ratio: (header, value per row).
+    let mut refs: Vec<(String, RefColumn)> = Vec::new();
+    let paired = |pick: fn(&Row) -> &Vec<f64>| -> RefColumn {
+        rows.iter()
+            .map(|r| {
+                let reference = pick(r);
+                if reference.is_empty() {
+                    return None;
+                }
+                // The median of the per-run ratios (each run's pair was measured back
+                // to back), next to the median reference.
+                let ratios: Vec<f64> = r.fabric.iter().zip(reference).map(|(f, x)| f / x).collect();
+                Some((median(reference), median(&ratios)))
+            })
+            .collect()
+    };
+    if !o.no_reference {
+        match (o.fabric, perftest) {
+            (Backend::Tcp, _) => {
+                let (std_what, tokio_what) = match mode {
+                    Mode::Latency => ("raw TCP ping-pong", "raw TCP ping-pong"),
+                    Mode::Bw => (
+                        "raw TCP stream (same window and ack)",
+                        "raw TCP stream (same window and ack)",
+                    ),
+                };
+                println!("# References (same run, same two processes, 4-byte length + payload per message, TCP_NODELAY):");
+                println!("#   Std   = {std_what} on blocking std sockets");
+                println!("#   Tokio = {tokio_what} on tokio sockets, same current-thread runtime as the fabric");
+                refs.push(("Std".into(), paired(|r| &r.reference)));
+                refs.push(("Tokio".into(), paired(|r| &r.reference_tokio)));
+            }
+            (Backend::Verbs, Some(p)) => {
+                println!("# Reference (same run, same device and GIDs): {}", p.what);
+                let col = sizes
+                    .iter()
+                    .zip(rows)
+                    .map(|(&size, r)| {
+                        p.value(size).map(|x| {
+                            let ratios: Vec<f64> = r.fabric.iter().map(|f| f / x).collect();
+                            (x, median(&ratios))
+                        })
+                    })
+                    .collect();
+                refs.push(("perftest".into(), col));
+            }
+            (Backend::Verbs, None) => {}
+        }
+        println!("# {ratio}");
+    }
+    let mut header = format!("{:<12}{:>18}", "# Size", unit);
+    for (name, _) in &refs {
+        header += &format!("{:>14}{:>8}", name, "Ratio");
+    }
+    println!("{header}");
+    for (i, &size) in sizes.iter().enumerate() {
+        let mut line = format!("{size:<12}{:>18.2}", median(&rows[i].fabric));
+        for (_, col) in &refs {
+            line += &match col[i] {
+                Some((x, ratio)) => format!("{x:>14.2}{ratio:>8.2}"),
+                None => format!("{:>14}{:>8}", "-", "-"),
+            };
+        }
+        println!("{line}");
+    }
+}
+
+/// Node 1: the child process.
+pub fn run_peer(p: PeerOpts) -> Res<()> {
+    let mode = p.mode;
+    let sizes: Vec<usize> = p
+        .sizes
+        .split(',')
+        .map(|s| s.parse())
+        .collect::<Result<_, _>>()?;
+    let stdin = std::io::stdin();
+    let mut lines = stdin.lock().lines();
+    let mut line = || -> Res<String> { Ok(lines.next().ok_or("set-up pipe closed")??) };
+    let secret = unhex(&line()?)?;
+    let rt = runtime()?;
+    let mut node = rt.block_on(Node::bind(p.fabric, 1, &p.addr, secret))?;
+    let gid = node.verbs_device().map_or(0, |(_, _, g)| g);
+    println!("{}\n{gid}", node.fabric.local_addr());
+    std::io::stdout().flush()?;
+    let table: Vec<String> = line()?.split(',').map(String::from).collect();
+    node.fabric.set_peers(table);
+    rt.block_on(async {
+        let hello = node.recv().await?;
+        node.fabric.send(0, hello)?;
+        Res::Ok(())
+    })?;
+    let raw = if p.raw != "none" {
+        let a = TcpStream::connect(&p.raw)?;
+        let b = TcpStream::connect(&p.raw)?;
+        let _context = rt.enter();
+        Some(RawPair::new(a, b)?)
+    } else {
+        None
+    };
+    rt.block_on(measure_all(
+        mode,
+        &mut node,
+        raw,
+        &sizes,
+        p.window,
+        p.runs,
+        p.iterations,
+        p.warmup,
+        false,
+    ))?;
+    // Node 0 closes first; wait for its goodbye so neither side reports a loss.
+    rt.block_on(async {
+        let _ = tokio::time::timeout(Duration::from_secs(30), node.events.recv()).await;
+        node.fabric.shutdown().await;
+    });
+    Ok(())
+}
+
+/// Every size, `runs` times: the raw reference (if any) then the fabric. Runs inside
+/// the runtime so the fabric's tasks keep flushing while the blocking raw loop runs
+/// on a blocking-pool thread; returns one [`Row`] per size (filled on node 0 only).
+#[allow(clippy::too_many_arguments)]
+async fn measure_all(
+    mode: Mode,
+    node: &mut Node,
+    mut raw: Option<RawPair>,
+    sizes: &[usize],
+    window: usize,
+    runs: usize,
+    iterations: usize,
+    warmup: usize,
+    leader: bool,
+) -> Res<Vec<Row>> {
+    let mut rows: Vec<Row> = sizes.iter().map(|_| Row::default()).collect();
+    for (i, &size) in sizes.iter().enumerate() {
+        let (iters, skip) = counts(mode, size, iterations, warmup);
+        let payload = pattern(size);
+        for _ in 0..runs {
+            if let Some(pair) = raw.as_mut() {
+                let mut s = pair.blocking.take().ok_or("raw stream lost")?;
+                let p = payload.clone();
+                let (s, v) = tokio::task::spawn_blocking(move || {
+                    let v = match mode {
+                        Mode::Latency => raw_latency(&mut s, &p, iters, skip, leader),
+                        Mode::Bw => raw_bw(&mut s, &p, window, iters, skip, leader),
+                    };
+                    (s, v)
+                })
+                .await?;
+                pair.blocking = Some(s);
+                rows[i].reference.push(v?);
+                let s = &mut pair.tokio;
+                let v = match mode {
+                    Mode::Latency => tokio_latency(s, &payload, iters, skip, leader).await?,
+                    Mode::Bw => tokio_bw(s, &payload, window, iters, skip, leader).await?,
+                };
+                rows[i].reference_tokio.push(v);
+            }
+            let v = match mode {
+                Mode::Latency => fabric_latency(node, &payload, iters, skip, leader).await?,
+                Mode::Bw => fabric_bw(node, &payload, window, iters, skip, leader).await?,
+            };
+            rows[i].fabric.push(v);
+        }
+    }
+    Ok(rows)
+}
+
+/// osu_latency: `iters` round trips after `skip`; returns the one-way latency in µs.
+/// The echoing side sends back what it received (no copy).
+async fn fabric_latency(
+    node: &mut Node,
+    payload: &Bytes,
+    iters: usize,
+    skip: usize,
+    leader: bool,
+) -> Res<f64> {
+    let mut start = Instant::now();
+    for i in 0..iters + skip {
+        if i == skip {
+            start = Instant::now();
+        }
+        if leader {
+            node.fabric.send(1, payload.clone())?;
+            let back = node.recv().await?;
+            if back.len() != payload.len() {
+                return Err(format!(
+                    "echo of {} bytes came back as {}",
+                    payload.len(),
+                    back.len()
+                )
+                .into());
+            }
+        } else {
+            let got = node.recv().await?;
+            node.fabric.send(0, got)?;
+        }
+    }
+    Ok(start.elapsed().as_secs_f64() * 1e6 / (2 * iters) as f64)
+}
+
+/// osu_bw: per iteration `window` messages one way, then a 4-byte acknowledgement;
+/// returns MB/s (10^6 bytes per second, as osu_bw).
+async fn fabric_bw(
+    node: &mut Node,
+    payload: &Bytes,
+    window: usize,
+    iters: usize,
+    skip: usize,
+    leader: bool,
+) -> Res<f64> {
+    let ack = Bytes::from_static(b"ack!");
+    let mut start = Instant::now();
+    for i in 0..iters + skip {
+        if i == skip {
+            start = Instant::now();
+        }
+        if leader {
+            for _ in 0..window {
+                node.fabric.send(1, payload.clone())?;
+            }
+            node.recv().await?;
+        } else {
+            for _ in 0..window {
+                let got = node.recv().await?;
+                if got.len() != payload.len() {
+                    return Err(
+                        format!("expected {} bytes, got {}", payload.len(), got.len()).into(),
+                    );
+                }
+            }
+            node.fabric.send(0, ack.clone())?;
+        }
+    }
+    let secs = start.elapsed().as_secs_f64();
+    Ok((payload.len() * window * iters) as f64 / secs / 1e6)
+}
+
+/// One framed message as the raw reference sends it: the fabric's 4-byte length word
+/// and the payload, written with one call.
+fn framed(payload: &[u8]) -> Vec<u8> {
+    let mut m = Vec::with_capacity(4 + payload.len());
+    m.extend_from_slice(&(payload.len() as u32).to_le_bytes());
+    m.extend_from_slice(payload);
+    m
+}
+
+fn raw_latency(
+    s: &mut TcpStream,
+    payload: &[u8],
+    iters: usize,
+    skip: usize,
+    leader: bool,
+) -> std::io::Result<f64> {
+    let msg = framed(payload);
+    let mut buf = vec![0u8; msg.len()];
+    let mut start = Instant::now();
+    for i in 0..iters + skip {
+        if i == skip {
+            start = Instant::now();
+        }
+        if leader {
+            s.write_all(&msg)?;
+            s.read_exact(&mut buf)?;
+        } else {
+            s.read_exact(&mut buf)?;
+            s.write_all(&msg)?;
+        }
+    }
+    Ok(start.elapsed().as_secs_f64() * 1e6 / (2 * iters) as f64)
+}
+
+fn raw_bw(
+    s: &mut TcpStream,
+    payload: &[u8],
+    window: usize,
+    iters: usize,
+    skip: usize,
+    leader: bool,
+) -> std::io::Result<f64> {
+    let msg = framed(payload);
+    let mut buf = vec![0u8; msg.len()];
+    let mut ack = *b"ack!";
+    let mut start = Instant::now();
+    for i in 0..iters + skip {
+        if i == skip {
+            start = Instant::now();
+        }
+        if leader {
+            for _ in 0..window {
+                s.write_all(&msg)?;
+            }
+            s.read_exact(&mut ack)?;
+        } else {
+            for _ in 0..window {
+                s.read_exact(&mut buf)?;
+            }
+            s.write_all(&ack)?;
+        }
+    }
+    let secs = start.elapsed().as_secs_f64();
+    Ok((payload.len() * window * iters) as f64 / secs / 1e6)
+}
+
+async fn tokio_latency(
+    s: &mut tokio::net::TcpStream,
+    payload: &[u8],
+    iters: usize,
+    skip: usize,
+    leader: bool,
+) -> Res<f64> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let msg = framed(payload);
+    let mut buf = vec![0u8; msg.len()];
+    let mut start = Instant::now();
+    for i in 0..iters + skip {
+        if i == skip {
+            start = Instant::now();
+        }
+        if leader {
+            s.write_all(&msg).await?;
+            s.read_exact(&mut buf).await?;
+        } else {
+            s.read_exact(&mut buf).await?;
+            s.write_all(&msg).await?;
+        }
+    }
+    Ok(start.elapsed().as_secs_f64() * 1e6 / (2 * iters) as f64)
+}
+
+async fn tokio_bw(
+    s: &mut tokio::net::TcpStream,
+    payload: &[u8],
+    window: usize,
+    iters: usize,
+    skip: usize,
+    leader: bool,
+) -> Res<f64> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let msg = framed(payload);
+    let mut buf = vec![0u8; msg.len()];
+    let mut ack = *b"ack!";
+    let mut start = Instant::now();
+    for i in 0..iters + skip {
+        if i == skip {
+            start = Instant::now();
+        }
+        if leader {
+            for _ in 0..window {
+                s.write_all(&msg).await?;
+            }
+            s.read_exact(&mut ack).await?;
+        } else {
+            for _ in 0..window {
+                s.read_exact(&mut buf).await?;
+            }
+            s.write_all(&ack).await?;
+        }
+    }
+    let secs = start.elapsed().as_secs_f64();
+    Ok((payload.len() * window * iters) as f64 / secs / 1e6)
+}
+
+/// perftest's numbers by message size.
+struct PerftestTable {
+    what: String,
+    rows: Vec<(usize, f64)>,
+}
+
+impl PerftestTable {
+    /// The row for `size` (perftest starts at 2 bytes: smaller sizes use that row).
+    fn value(&self, size: usize) -> Option<f64> {
+        let want = size.max(2);
+        self.rows.iter().find(|(s, _)| *s == want).map(|(_, v)| *v)
+    }
+}
+
+/// Runs perftest's server (on GID `gid0`) and client (on `gid1`) on `dev`, all sizes
+/// up to the largest wanted (`-a` stops at 8 MiB; rows above are not printed), and
+/// parses the table: `t_typical` (µs, half the round trip as perftest reports it) for
+/// `ib_send_lat`, `BW average` (MB/s, converted from perftest's MiB/s) for
+/// `ib_write_bw`.
+#[allow(clippy::too_many_arguments)]
+fn perftest(
+    mode: Mode,
+    dev: &str,
+    port: u8,
+    gid0: u32,
+    gid1: u32,
+    server_ip: &str,
+    sizes: &[usize],
+    iterations: usize,
+) -> Res<PerftestTable> {
+    let polling = verbs_polling();
+    let (tool, iters) = match mode {
+        Mode::Latency => ("ib_send_lat", iterations.max(5)),
+        Mode::Bw => ("ib_write_bw", (iterations / 10).max(5) * 64),
+    };
+    let tcp_port = free_port(server_ip)?;
+    let common = |gid: u32| -> Vec<String> {
+        let mut a = vec![
+            "-d".into(),
+            dev.into(),
+            "-i".into(),
+            port.to_string(),
+            "-x".into(),
+            gid.to_string(),
+            "-p".into(),
+            tcp_port.to_string(),
+            "-n".into(),
+            iters.to_string(),
+            "-F".into(),
+        ];
+        if sizes.iter().any(|&s| s > 2) {
+            a.push("-a".into());
+        } else {
+            a.extend(["-s".into(), "2".into()]);
+        }
+        if mode == Mode::Bw {
+            // MB/s as osu_bw reports it (10^6), not MiB/s.
+            a.extend(["--report_gbits".into()]);
+        }
+        if !polling && mode == Mode::Latency {
+            // The fabric sleeps on its completion channel: so does perftest with -e
+            // (ib_write_bw has no event mode: it always polls).
+            a.push("-e".into());
+        }
+        a
+    };
+    let mut server = Command::new(tool)
+        .args(common(gid0))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .map_err(|e| format!("cannot run {tool} (perftest): {e}"))?;
+    // The server needs a moment to listen; the client retries its connect.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let output = loop {
+        let out = Command::new(tool)
+            .args(common(gid1))
+            .arg(server_ip)
+            .output()?;
+        if out.status.success() || Instant::now() > deadline {
+            break out;
+        }
+        std::thread::sleep(Duration::from_millis(300));
+    };
+    let _ = server.wait();
+    let text = String::from_utf8_lossy(&output.stdout);
+    if !output.status.success() {
+        return Err(format!(
+            "{tool} failed ({}):\n{text}{}",
+            output.status,
+            String::from_utf8_lossy(&output.stderr)
+        )
+        .into());
+    }
+    let rows = parse_perftest(mode, &text);
+    if rows.is_empty() {
+        return Err(format!("no result rows in {tool}'s output:\n{text}").into());
+    }
+    let what = match mode {
+        Mode::Latency => {
+            format!("perftest ib_send_lat t_typical, {dev} GID {gid1} -> {gid0}, -n {iters}")
+        }
+        Mode::Bw => {
+            format!("perftest ib_write_bw BW average, {dev} GID {gid1} -> {gid0}, -n {iters}")
+        }
+    };
+    Ok(PerftestTable { what, rows })
+}
+
+/// Rows of perftest output: first column the size, then (latency) `#iterations t_min
+/// t_max t_typical …` → t_typical, or (bw, `--report_gbits`) `#iterations BW_peak
+/// BW_average …` in Gb/s → MB/s.
+fn parse_perftest(mode: Mode, text: &str) -> Vec<(usize, f64)> {
+    let mut rows = Vec::new();
+    for line in text.lines() {
+        let cols: Vec<&str> = line.split_whitespace().collect();
+        let Some(Ok(size)) = cols.first().map(|c| c.parse::<usize>()) else {
+            continue;
+        };
+        let value = match mode {
+            Mode::Latency => cols.get(4).and_then(|c| c.parse::<f64>().ok()),
+            Mode::Bw => cols
+                .get(3)
+                .and_then(|c| c.parse::<f64>().ok())
+                .map(|gbits| gbits * 1e9 / 8.0 / 1e6),
+        };
+        if let Some(v) = value {
+            rows.push((size, v));
+        }
+    }
+    rows
+}
+
+/// Whether the verbs fabric busy-polls (both processes inherit the environment).
+fn verbs_polling() -> bool {
+    std::env::var(cohort_transport::POLL_ENV)
+        .is_ok_and(|v| matches!(v.trim(), "1" | "true" | "yes"))
+}
+
+fn free_port(ip: &str) -> Res<u16> {
+    Ok(TcpListener::bind(format!("{ip}:0"))?.local_addr()?.port())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_are_zero_then_powers_of_two() {
+        assert_eq!(sizes(0, 8), vec![0, 1, 2, 4, 8]);
+        assert_eq!(sizes(1, 4), vec![1, 2, 4]);
+        assert_eq!(*sizes(0, 4 << 20).last().unwrap(), 4 << 20);
+    }
+
+    #[test]
+    fn parses_perftest_tables() {
+        let lat = " #bytes #iterations    t_min[usec]    t_max[usec]  t_typical[usec]    t_avg[usec]    t_stdev[usec]   99% percentile[usec]   99.9% percentile[usec] \n 2       100          80.12        300.00       95.50          99.00        10.00   200.00    300.00\n";
+        assert_eq!(parse_perftest(Mode::Latency, lat), vec![(2, 95.5)]);
+        let bw = " #bytes     #iterations    BW peak[Gb/sec]    BW average[Gb/sec]   MsgRate[Mpps]\n 4194304    640              1.20               0.80                  0.000024\n";
+        assert_eq!(parse_perftest(Mode::Bw, bw), vec![(4194304, 100.0)]);
+    }
+
+    #[test]
+    fn large_messages_get_fewer_iterations() {
+        assert_eq!(counts(Mode::Latency, 8, 1000, 100), (1000, 100));
+        assert_eq!(counts(Mode::Latency, 1 << 20, 1000, 100), (100, 10));
+        assert_eq!(counts(Mode::Bw, 1 << 20, 1000, 100), (20, 2));
+    }
+}
