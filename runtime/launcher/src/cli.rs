@@ -199,6 +199,17 @@ pub struct RunArgs {
     #[arg(long, value_name = "FILE", help_heading = "Mapping options")]
     pub topology: Option<PathBuf>,
 
+    /// RDMA device (and port) the node servers' verbs fabric uses, e.g. mlx5_0 or
+    /// mlx5_0:2 (default: COHORT_IB_DEVICE, else the active device nearest each node
+    /// server, else the first active one). COHORT_FABRIC=tcp|verbs|auto picks the fabric
+    #[arg(long, value_name = "NAME[:PORT]", help_heading = "Fabric options")]
+    pub ib_device: Option<String>,
+
+    /// GID index for RoCE (default: COHORT_IB_GID_INDEX, else the GID of each node
+    /// server's address)
+    #[arg(long, value_name = "N", help_heading = "Fabric options")]
+    pub ib_gid_index: Option<u32>,
+
     /// Listen address of each node server's fabric, in node order (default: node i on
     /// its own loopback address 127.0.1.(i+1)). Needed where the fabric is bound to
     /// real interfaces, e.g. RoCE GIDs on a soft-RoCE device

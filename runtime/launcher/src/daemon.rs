@@ -82,6 +82,9 @@ pub struct DaemonLaunch<'a> {
     pub tag_output: bool,
     /// Switch map file (`--topology`), already checked by the launcher.
     pub topology: Option<&'a Path>,
+    /// `--ib-device` / `--ib-gid-index`, passed on as given (cohortd checks them).
+    pub ib_device: Option<&'a str>,
+    pub ib_gid_index: Option<u32>,
     /// `VAR=VAL` pairs, already resolved.
     pub exports: &'a [(String, OsString)],
     pub command: &'a [OsString],
@@ -120,6 +123,14 @@ impl DaemonLaunch<'_> {
         if let Some(path) = self.topology {
             a.push("--topology".into());
             a.push(path.as_os_str().to_owned());
+        }
+        if let Some(dev) = self.ib_device {
+            a.push("--ib-device".into());
+            a.push(dev.into());
+        }
+        if let Some(gid) = self.ib_gid_index {
+            a.push("--ib-gid-index".into());
+            a.push(gid.to_string().into());
         }
         for (var, val) in self.exports {
             let mut kv = OsString::from(var);
@@ -236,6 +247,8 @@ mod tests {
             first_slot: 4,
             tag_output: true,
             topology: None,
+            ib_device: None,
+            ib_gid_index: None,
             exports: &exports,
             command: &cmd,
         };
@@ -271,6 +284,8 @@ mod tests {
             first_slot: 0,
             tag_output: false,
             topology: Some(Path::new("/etc/slurm/topology.conf")),
+            ib_device: Some("mlx5_0:1"),
+            ib_gid_index: Some(3),
             exports: &[],
             command: &[OsString::from("prog")],
         };
@@ -281,7 +296,9 @@ mod tests {
             .collect();
         let joined = args.join(" ");
         assert!(
-            joined.ends_with("--topology /etc/slurm/topology.conf -- prog"),
+            joined.ends_with(
+                "--topology /etc/slurm/topology.conf --ib-device mlx5_0:1 --ib-gid-index 3 -- prog"
+            ),
             "{joined}"
         );
     }

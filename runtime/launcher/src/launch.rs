@@ -232,6 +232,8 @@ impl Launcher {
                 first_slot: self.placement.first_slots[node as usize],
                 tag_output: self.args.tag_output,
                 topology: self.topology.as_deref(),
+                ib_device: self.args.ib_device.as_deref(),
+                ib_gid_index: self.args.ib_gid_index,
                 exports: &self.exports,
                 command: &self.args.command,
             };

@@ -21,7 +21,7 @@ use cohort_proto::msg::{ClientFrame, Hello, ServerFrame, Welcome};
 use cohort_proto::peer::PeerMsg;
 use cohort_proto::{CohortError, JobMap, NodeId, ProcId, Rank, PROTOCOL_VERSION};
 use cohort_topology::{default_shape, SwitchMap};
-use cohort_transport::{AnyFabric, Fabric, FabricConfig, FabricEvent, FabricKind};
+use cohort_transport::{AnyFabric, Fabric, FabricConfig, FabricEvent, FabricKind, VerbsOptions};
 use tokio::io::BufReader;
 use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::{UnixListener, UnixStream};
@@ -48,6 +48,9 @@ pub struct ServiceConfig {
     /// The cluster's switch map (`--topology`): collective trees are built switch
     /// leaders first when it is known, flat otherwise.
     pub switches: Option<Arc<SwitchMap>>,
+    /// Device, port and GID for the verbs fabric (unset fields: environment, then the
+    /// backend's defaults).
+    pub verbs: VerbsOptions,
 }
 
 /// Handle to a running node service.
@@ -171,7 +174,8 @@ impl NodeService {
         let listener = UnixListener::bind(&socket_path)?;
 
         let kind = FabricKind::from_env().map_err(std::io::Error::other)?;
-        let fabric_cfg = FabricConfig::new(cfg.node, cfg.fabric_listen, cfg.job_secret.clone());
+        let mut fabric_cfg = FabricConfig::new(cfg.node, cfg.fabric_listen, cfg.job_secret.clone());
+        fabric_cfg.verbs = cfg.verbs.clone();
         let (fabric, events) = AnyFabric::bind(kind, fabric_cfg).await?;
         let fabric_addr = fabric.local_addr();
 

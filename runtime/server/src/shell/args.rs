@@ -85,6 +85,17 @@ pub struct DaemonArgs {
     )]
     pub tag_output: bool,
 
+    /// RDMA device (and port) for the verbs fabric, e.g. mlx5_0 or mlx5_0:2. Default:
+    /// COHORT_IB_DEVICE, else the active OpenFabrics device nearest this node server
+    /// (the one its progress thread is bound near), else the first active one
+    #[arg(long, value_name = "NAME[:PORT]", value_parser = parse_ib_device)]
+    pub ib_device: Option<(String, Option<u8>)>,
+
+    /// GID index for the verbs fabric (RoCE). Default: COHORT_IB_GID_INDEX, else the
+    /// GID of the fabric's listen address
+    #[arg(long, value_name = "N")]
+    pub ib_gid_index: Option<u32>,
+
     /// Slurm topology.conf (tree format) describing the switches: collective trees are
     /// built switch leaders first (every node server of the job must get the same file)
     #[arg(long, value_name = "FILE")]
@@ -124,9 +135,37 @@ impl DaemonArgs {
     }
 }
 
+/// `NAME` or `NAME:PORT` (port 1-based).
+fn parse_ib_device(v: &str) -> Result<(String, Option<u8>), String> {
+    let (name, port) = match v.split_once(':') {
+        Some((name, port)) => {
+            let port: u8 = port
+                .parse()
+                .ok()
+                .filter(|&p| p >= 1)
+                .ok_or_else(|| format!("port {port:?} is not a port number (1-255)"))?;
+            (name, Some(port))
+        }
+        None => (v, None),
+    };
+    if name.is_empty() {
+        return Err("empty device name".into());
+    }
+    Ok((name.to_string(), port))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn ib_device_flag_takes_a_name_and_an_optional_port() {
+        assert_eq!(parse_ib_device("mlx5_0"), Ok(("mlx5_0".into(), None)));
+        assert_eq!(parse_ib_device("rxe0:1"), Ok(("rxe0".into(), Some(1))));
+        assert!(parse_ib_device("mlx5_0:0").unwrap_err().contains("port"));
+        assert!(parse_ib_device("mlx5_0:x").unwrap_err().contains("port"));
+        assert!(parse_ib_device(":1").unwrap_err().contains("empty"));
+    }
     use clap::CommandFactory;
 
     #[test]

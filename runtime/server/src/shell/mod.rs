@@ -26,7 +26,8 @@ use cohort_proto::env::{self, from_hex, to_hex};
 use cohort_proto::JobMap;
 use cohort_server::{NodeService, ServiceConfig};
 use cohort_topology::placement::job_map;
-use cohort_topology::{hostlist, Locality, SwitchMap};
+use cohort_topology::{hostlist, Locality, NicInfo, NicKind, SwitchMap};
+use cohort_transport::{VerbsOptions, DEVICE_ENV};
 use tokio::net::tcp::OwnedWriteHalf;
 use tokio::net::TcpStream;
 use tokio::sync::mpsc;
@@ -179,7 +180,8 @@ async fn run(
     job.node_names[args.node as usize] = node_name.clone();
     let token_hex = to_hex(&secrets.client_token);
     let job_secret = secrets.job_secret.clone();
-    let Some((svc, socket_dir)) = bind_service(&args, &job, secrets).await else {
+    let verbs = verbs_options(&args, placement.nic.as_ref());
+    let Some((svc, socket_dir)) = bind_service(&args, &job, secrets, verbs).await else {
         return 1;
     };
     let mut signals = match TerminatingSignals::new() {
@@ -239,11 +241,34 @@ async fn run(
     finish(&svc, &socket_dir, &args, end).await
 }
 
+/// The verbs device, port and GID: `--ib-device` / `--ib-gid-index`, else
+/// `COHORT_IB_DEVICE` / `COHORT_IB_GID_INDEX` (filled in by the fabric), else the
+/// preferred NIC when it is an OpenFabrics device not known to be down — the device
+/// the progress thread sits near — else the fabric's default (the first active one).
+fn verbs_options(args: &DaemonArgs, nic: Option<&NicInfo>) -> VerbsOptions {
+    let mut opts = VerbsOptions {
+        gid_index: args.ib_gid_index,
+        ..VerbsOptions::default()
+    };
+    if let Some((name, port)) = &args.ib_device {
+        opts.device = Some(name.clone());
+        opts.port = *port;
+    } else if std::env::var(DEVICE_ENV).map_or(true, |v| v.trim().is_empty()) {
+        if let Some(nic) = nic.filter(|n| n.kind == NicKind::OpenFabrics && n.active != Some(false))
+        {
+            tracing::info!(device = %nic.name, "verbs: preferring the RDMA device nearest this node server");
+            opts.device = Some(nic.name.clone());
+        }
+    }
+    opts
+}
+
 /// Creates the private socket directory and binds the node service in it.
 async fn bind_service(
     args: &DaemonArgs,
     job: &JobMap,
     secrets: Secrets,
+    verbs: VerbsOptions,
 ) -> Option<(NodeService, PathBuf)> {
     let socket_dir = args.job_dir.join(format!("node{}", args.node));
     if let Err(e) = create_private_dir(&socket_dir) {
@@ -273,6 +298,7 @@ async fn bind_service(
         fabric_listen: args.listen,
         socket_dir: socket_dir.clone(),
         switches,
+        verbs,
     };
     match NodeService::bind(cfg).await {
         Ok(svc) => {
