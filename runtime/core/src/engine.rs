@@ -128,6 +128,15 @@ struct Waiter {
     abort_sent: bool,
 }
 
+/// Failed attempts of one collective key, as far as this server is concerned.
+#[derive(Debug, Default)]
+struct Attempts {
+    /// Failed outcomes this server applied.
+    seen: u32,
+    /// Failed outcomes this server passed to each peer.
+    told: HashMap<NodeId, u32>,
+}
+
 #[derive(Debug)]
 struct Coll {
     spec: Option<CollSpec>,
@@ -280,6 +289,10 @@ pub struct Engine {
     lost_nodes: BTreeSet<NodeId>,
     /// Interior servers: the latest outcomes they forwarded (key, spec, outcome).
     kept_outcomes: VecDeque<(CollKey, Option<CollSpec>, CollOutcome)>,
+    /// Failed attempts per collective key: how many this server applied, and how many
+    /// it told each peer of (bounded, oldest keys forgotten first). See `stale`.
+    attempts: HashMap<CollKey, Attempts>,
+    attempts_order: VecDeque<CollKey>,
 
     actions: Vec<Action>,
     self_inbox: VecDeque<PeerMsg>,
@@ -326,6 +339,8 @@ impl Engine {
             next_token: 1,
             lost_nodes: BTreeSet::new(),
             kept_outcomes: VecDeque::new(),
+            attempts: HashMap::new(),
+            attempts_order: VecDeque::new(),
             actions: Vec::new(),
             self_inbox: VecDeque::new(),
         }
@@ -595,6 +610,40 @@ impl Engine {
         }
     }
 
+    /// Whether a message from `from` stamped with `attempt` belongs to an attempt of
+    /// `key` that this server already failed and told `from` about: it was in flight
+    /// when the failure was decided (a retry's messages carry the higher count).
+    fn stale(&self, key: &CollKey, from: NodeId, attempt: u32) -> bool {
+        from != self.node
+            && self
+                .attempts
+                .get(key)
+                .and_then(|a| a.told.get(&from))
+                .is_some_and(|&told| attempt < told)
+    }
+
+    /// The stamp for this server's messages about `key`.
+    fn attempt_of(&self, key: &CollKey) -> u32 {
+        self.attempts.get(key).map_or(0, |a| a.seen)
+    }
+
+    /// A failure of `key` was applied here and passed on to `told`.
+    fn record_failure(&mut self, key: &CollKey, told: &[NodeId]) {
+        if !self.attempts.contains_key(key) {
+            self.attempts_order.push_back(key.clone());
+            while self.attempts_order.len() > MAX_TOMBSTONES {
+                if let Some(old) = self.attempts_order.pop_front() {
+                    self.attempts.remove(&old);
+                }
+            }
+        }
+        let a = self.attempts.entry(key.clone()).or_default();
+        a.seen += 1;
+        for &n in told {
+            *a.told.entry(n).or_default() += 1;
+        }
+    }
+
     /// The nearest ancestor of this server in `tree` that is not lost.
     fn live_parent(&self, tree: &Tree) -> Option<NodeId> {
         let mut at = tree.parent(self.node)?;
@@ -619,6 +668,24 @@ impl Engine {
     }
 
     fn handle_peer(&mut self, from: NodeId, msg: PeerMsg, now: Time) {
+        let stamped = match &msg {
+            PeerMsg::CollUp { key, attempt, .. }
+            | PeerMsg::CollJoin { key, attempt, .. }
+            | PeerMsg::CollAbort { key, attempt, .. }
+            | PeerMsg::CollProbeReply { key, attempt, .. } => Some((key, *attempt)),
+            _ => None,
+        };
+        if let Some((key, attempt)) = stamped {
+            if self.stale(key, from, attempt) {
+                tracing::debug!(
+                    ?key,
+                    from,
+                    attempt,
+                    "dropping a message of an attempt that failed before it arrived"
+                );
+                return;
+            }
+        }
         match msg {
             PeerMsg::CollUp {
                 key,
@@ -666,7 +733,7 @@ impl Engine {
                 }
                 self.progress(&key, now);
             }
-            PeerMsg::CollJoin { key, contrib } => {
+            PeerMsg::CollJoin { key, contrib, .. } => {
                 self.recently_done.remove(&key);
                 let coll = self
                     .colls
@@ -695,7 +762,9 @@ impl Engine {
                     "ignoring an abort of an operation already completed"
                 );
             }
-            PeerMsg::CollAbort { key, spec, error } => {
+            PeerMsg::CollAbort {
+                key, spec, error, ..
+            } => {
                 let coll = self
                     .colls
                     .entry(key.clone())
@@ -720,9 +789,17 @@ impl Engine {
                         j.into_iter().collect()
                     })
                     .unwrap_or_default();
-                self.send_peer(from, PeerMsg::CollProbeReply { key, joined });
+                let attempt = self.attempt_of(&key);
+                self.send_peer(
+                    from,
+                    PeerMsg::CollProbeReply {
+                        key,
+                        joined,
+                        attempt,
+                    },
+                );
             }
-            PeerMsg::CollProbeReply { key, joined } => {
+            PeerMsg::CollProbeReply { key, joined, .. } => {
                 let done = match self.colls.get_mut(&key).and_then(|c| c.probe.as_mut()) {
                     Some(p) => {
                         p.waiting.remove(&from);
@@ -904,6 +981,7 @@ impl Engine {
                             spec,
                             // The root probes for who is missing; see start_probe.
                             error: err,
+                            attempt: self.attempt_of(key),
                         },
                     );
                 }
@@ -1421,7 +1499,15 @@ impl Engine {
         }
         coll.waiters.push(waiter);
         let root = self.rendezvous_node(&key.id);
-        self.send_peer(root, PeerMsg::CollJoin { key, contrib });
+        let attempt = self.attempt_of(&key);
+        self.send_peer(
+            root,
+            PeerMsg::CollJoin {
+                key,
+                contrib,
+                attempt,
+            },
+        );
     }
 
     /// Expands `procs` and checks the caller is among them (`why` words the error).
@@ -1824,6 +1910,7 @@ impl Engine {
             contribs: coll.contribs.values().cloned().collect(),
             excused: coll.excused.iter().cloned().collect(),
             rerouted,
+            attempt: self.attempt_of(key),
         }
     }
 
@@ -2269,6 +2356,7 @@ impl Engine {
                         key: key.clone(),
                         spec,
                         error,
+                        attempt: self.attempt_of(key),
                     },
                 );
             }
@@ -2352,10 +2440,12 @@ impl Engine {
                 self.kept_outcomes.pop_front();
             }
         }
+        let mut told = Vec::new();
         for n in children.into_iter().chain(targets) {
             if n == self.node {
                 continue;
             }
+            told.push(n);
             self.send_peer(
                 n,
                 PeerMsg::CollDown {
@@ -2365,6 +2455,9 @@ impl Engine {
                     late: late.clone(),
                 },
             );
+        }
+        if matches!(outcome, CollOutcome::Failed(_)) {
+            self.record_failure(&key, &told);
         }
         let waiters = coll.as_ref().map(|c| c.waiters.clone()).unwrap_or_default();
         let elapsed = coll.as_ref().map(|c| now.saturating_sub(c.started));

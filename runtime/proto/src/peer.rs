@@ -108,26 +108,40 @@ pub enum PeerMsg {
         /// Re-sent to the nearest live ancestor after the sender's parent was lost: a
         /// receiver that already completed the operation answers with its outcome.
         rerouted: bool,
+        /// How many failed attempts of `key` the sender has seen. A receiver that told
+        /// the sender of more failures than that drops the message as a leftover of a
+        /// failed attempt (it was in flight when the attempt failed).
+        attempt: u32,
     },
     /// An add-member's participation, sent straight to the operation's root.
     CollJoin {
         key: CollKey,
         contrib: Contribution,
+        /// How many failed attempts of `key` the sender has seen. A receiver that told
+        /// the sender of more failures than that drops the message as a leftover of a
+        /// failed attempt (it was in flight when the attempt failed).
+        attempt: u32,
     },
     /// Ask the root to end the operation with an error (timeout at a participant).
     CollAbort {
         key: CollKey,
         spec: Option<CollSpec>,
         error: CohortError,
+        /// How many failed attempts of `key` the sender has seen. A receiver that told
+        /// the sender of more failures than that drops the message as a leftover of a
+        /// failed attempt (it was in flight when the attempt failed).
+        attempt: u32,
     },
     /// Root → participant servers, when a timeout is about to end the operation: report
     /// which processes joined at your server, so the error names exactly who is missing.
-    CollProbe {
-        key: CollKey,
-    },
+    CollProbe { key: CollKey },
     CollProbeReply {
         key: CollKey,
         joined: Vec<ProcId>,
+        /// How many failed attempts of `key` the sender has seen. A receiver that told
+        /// the sender of more failures than that drops the message as a leftover of a
+        /// failed attempt (it was in flight when the attempt failed).
+        attempt: u32,
     },
     /// The outcome, broadcast down the tree (and to add-members' servers).
     CollDown {
@@ -149,14 +163,9 @@ pub enum PeerMsg {
     /// unreachable): every process it hosted is terminated. Sent once by each server
     /// that detects a loss to every other server, so that servers that never talked to
     /// `node` stop waiting for it too.
-    NodeLost {
-        node: NodeId,
-    },
+    NodeLost { node: NodeId },
     /// Deliver an event to these local processes of the receiver.
-    Event {
-        targets: Vec<ProcId>,
-        event: Event,
-    },
+    Event { targets: Vec<ProcId>, event: Event },
     /// Fetch `proc`'s committed remote data (direct modex).
     ModexReq {
         req: u64,
@@ -169,10 +178,7 @@ pub enum PeerMsg {
         result: Result<Info, CohortError>,
     },
     /// `proc` left group `id`.
-    GroupLeft {
-        id: String,
-        proc: ProcId,
-    },
+    GroupLeft { id: String, proc: ProcId },
     /// An invitee's answer, sent to the node server tracking the invite.
     InviteReply {
         id: String,
