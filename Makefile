@@ -5,7 +5,7 @@ SHELL := /bin/bash
 export PATH := $(HOME)/.cargo/bin:$(PATH)
 CARGO ?= cargo
 
-.PHONY: setup demo test build bench bench-transport lint clean
+.PHONY: setup demo test build bench bench-transport bench-sim lint clean
 
 setup:
 	@scripts/setup.sh
@@ -35,6 +35,13 @@ bench: build
 	  for n in 2 4 8; do target/release/cohort run -n $$n target/release/cohort-bench group --method $$m; done; \
 	  for n in 3 6; do target/release/cohort run --nodes 3 -n $$n target/release/cohort-bench group --method $$m; done; \
 	done
+
+# Issue 4's tables: the simulator at N = 2 … 16384 (HDR-like and this machine's measured
+# parameters, with plots), and real 1–3 node runs beside the simulator's prediction.
+bench-sim: build
+	target/release/cohort-sim table --png sim-hdr.png
+	target/release/cohort-sim table --params measured --png sim-measured.png
+	bench/sim-vs-real.sh
 
 # Transport benchmarks on TCP (host) and, in a soft-RoCE guest, on verbs; the tables
 # quoted in issue 3's closing note.
