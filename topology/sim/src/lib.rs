@@ -17,9 +17,17 @@
 //! the data each member posted, read back with `get`) are returned too, so they can be
 //! compared with a real job's.
 //!
+//! With [`Params::host_cores`] the servers are emulated on one host, as `cohort run
+//! --nodes M` does: a hop's latency is CPU time (half at each end) and all work waits
+//! for one of the host's cores.
+//!
 //! The whole simulated cluster lives in one process: every engine holds its full state
 //! (job map, trackers, the group's data), so memory grows with N² for group constructs.
-//! [`memory_estimate`] says ahead of time whether a run fits.
+//! [`memory_estimate`] says ahead of time whether a run fits. Beyond that,
+//! [`simulate_model`] replays the engines' message schedule for a group construct on
+//! the same trees and the same network model, with message sizes fitted from real
+//! engine runs ([`SizeModel`]); `tests/model.rs` checks that it agrees with
+//! [`simulate`] exactly wherever both run.
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
