@@ -52,6 +52,7 @@
 mod any;
 mod error;
 mod handshake;
+mod links;
 mod liveness;
 mod rdma_mem;
 mod tcp;

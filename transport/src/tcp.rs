@@ -16,7 +16,6 @@
 //! while holding it, which is what orders a `PeerLost` after the last `Message` from
 //! the same incarnation.
 
-use std::collections::HashMap;
 use std::future::Future;
 use std::io::{self, IoSlice};
 use std::net::{IpAddr, SocketAddr};
@@ -28,12 +27,12 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc::{self, UnboundedReceiver, UnboundedSender};
 use tokio::sync::watch;
-use tokio::task::AbortHandle;
 use tokio::time::timeout;
 use tracing::{debug, info, warn, Instrument};
 
 use crate::handshake::{self, closing, new_incarnation, read_hello, Identity, TaskCount};
-use crate::liveness::{ConnId, LinkEnd, Liveness, Verdict};
+use crate::links::{Links, OutLink, Outgoing};
+use crate::liveness::{ConnId, LinkEnd};
 use crate::wire::{self, Frame, FrameDecoder, Hello, Reply, GOODBYE, MAX_SECRET_LEN, WIRE_VERSION};
 use crate::{Fabric, FabricConfig, FabricError, FabricEvent, NodeId, CLOSE_GRACE, HELLO_TIMEOUT};
 
@@ -71,35 +70,7 @@ struct Shared {
     runtime: tokio::runtime::Handle,
     closing: watch::Sender<bool>,
     tasks_live: Arc<TaskCount>,
-    state: Mutex<State>,
-}
-
-struct State {
-    peers: Vec<String>,
-    /// `None` once closed: no more events.
-    events: Option<UnboundedSender<FabricEvent>>,
-    closing: bool,
-    /// Set by [`Shared::abort_all`] (the fabric was dropped, or its goodbyes timed
-    /// out): links end without a goodbye, so peers see them break.
-    aborted: bool,
-    liveness: Liveness,
-    /// The connection each peer's payloads go out on.
-    outbound: HashMap<NodeId, OutLink>,
-    /// Every connection's queue (the ones in `outbound` too), for the goodbyes.
-    queues: HashMap<ConnId, UnboundedSender<Outgoing>>,
-    tasks: HashMap<ConnId, AbortHandle>,
-    next_id: ConnId,
-}
-
-/// The queue of the connection a peer's payloads go out on; `id` is its task's id.
-struct OutLink {
-    id: ConnId,
-    queue: UnboundedSender<Outgoing>,
-}
-
-enum Outgoing {
-    Frame(Bytes),
-    Goodbye,
+    state: Mutex<Links>,
 }
 
 impl TcpFabric {
@@ -133,17 +104,7 @@ impl TcpFabric {
             runtime: tokio::runtime::Handle::current(),
             closing: watch::channel(false).0,
             tasks_live: Arc::default(),
-            state: Mutex::new(State {
-                peers: Vec::new(),
-                events: Some(events_tx),
-                closing: false,
-                aborted: false,
-                liveness: Liveness::default(),
-                outbound: HashMap::new(),
-                queues: HashMap::new(),
-                tasks: HashMap::new(),
-                next_id: 0,
-            }),
+            state: Mutex::new(Links::new(events_tx)),
         });
         {
             let mut st = shared.lock();
@@ -235,7 +196,7 @@ impl Drop for Owner {
 }
 
 impl Shared {
-    fn lock(&self) -> MutexGuard<'_, State> {
+    fn lock(&self) -> MutexGuard<'_, Links> {
         // A panic while holding the lock cannot leave `State` half-updated in a way
         // that matters more than losing the fabric, so keep going.
         self.state.lock().unwrap_or_else(|e| e.into_inner())
@@ -250,116 +211,50 @@ impl Shared {
             });
         }
         let mut st = self.lock();
-        if st.closing {
-            return Err(FabricError::Closed);
-        }
-        if to == self.me {
-            let events = st.events.as_ref().ok_or(FabricError::Closed)?;
-            return events
-                .send(FabricEvent::Message {
-                    from: self.me,
-                    payload,
-                })
-                .map_err(|_| FabricError::Closed);
-        }
-        let Some(addr) = st.peers.get(to as usize).cloned() else {
-            return Err(FabricError::UnknownPeer {
-                peer: to,
-                known: st.peers.len(),
-            });
+        let Some((addr, item)) = st.route(self.me, to, payload)? else {
+            return Ok(());
         };
-        let mut item = Outgoing::Frame(payload);
-        if let Some(link) = st.outbound.get(&to) {
-            match link.queue.send(item) {
-                Ok(()) => return Ok(()),
-                // The writer has ended; start a new connection below.
-                Err(mpsc::error::SendError(back)) => item = back,
-            }
-        }
         let (queue, rx) = mpsc::unbounded_channel();
         let _ = queue.send(item);
         let task_shared = self.clone();
         let id = self.spawn_tracked(&mut st, move |id| {
             run_outbound(task_shared, to, addr, id, rx)
         });
-        st.queues.insert(id, queue.clone());
-        st.outbound.insert(to, OutLink { id, queue });
+        st.add_outbound(to, id, queue);
         Ok(())
     }
 
     fn close(&self) {
-        let mut st = self.lock();
-        if st.closing {
+        if !self.lock().close() {
             return;
         }
-        st.closing = true;
-        st.events = None;
-        for queue in st.queues.values() {
-            let _ = queue.send(Outgoing::Goodbye);
-        }
-        drop(st);
         self.closing.send_replace(true);
         debug!(node = self.me, "fabric closing; saying goodbye to peers");
     }
 
     /// Drops every connection at once (no goodbyes) and ends the event stream.
     fn abort_all(&self) {
-        let mut st = self.lock();
-        st.closing = true;
-        st.aborted = true;
-        st.events = None;
-        st.outbound.clear();
-        st.queues.clear();
-        for (_, task) in st.tasks.drain() {
-            task.abort();
-        }
-        drop(st);
+        self.lock().abort();
         self.closing.send_replace(true);
     }
 
     /// Spawns a connection task with a fresh id, tracked for abort and for `shutdown`.
-    fn spawn_tracked<F, Fut>(&self, st: &mut State, make: F) -> ConnId
+    fn spawn_tracked<F, Fut>(&self, st: &mut Links, make: F) -> ConnId
     where
         F: FnOnce(ConnId) -> Fut,
         Fut: Future<Output = ()> + Send + 'static,
     {
-        let id = st.next_id;
-        st.next_id += 1;
-        let guard = self.tasks_live.enter();
-        let task = make(id);
-        let handle = self.runtime.spawn(async move {
-            let _guard = guard;
-            task.await
-        });
-        st.tasks.retain(|_, t| !t.is_finished());
-        st.tasks.insert(id, handle.abort_handle());
-        id
+        st.spawn_tracked(&self.runtime, &self.tasks_live, make)
     }
 
-    /// Hands decoded payloads to the owner, unless the connection was condemned (its
-    /// peer already reported lost) or the fabric is closing. `false` means stop reading.
+    /// See [`Links::deliver`].
     fn deliver(&self, peer: NodeId, conn: ConnId, batch: &mut Vec<Bytes>) -> bool {
-        let st = self.lock();
-        if !st.liveness.is_registered(conn) {
-            return false;
-        }
-        if let Some(events) = &st.events {
-            for payload in batch.drain(..) {
-                let _ = events.send(FabricEvent::Message {
-                    from: peer,
-                    payload,
-                });
-            }
-        }
-        batch.clear();
-        true
+        self.lock().deliver(peer, conn, batch)
     }
 
     /// A connection finished its handshake with `peer`'s `incarnation`.
     fn established(&self, peer: NodeId, incarnation: u64, conn: ConnId) {
-        let mut st = self.lock();
-        let verdict = st.liveness.established(peer, incarnation, conn);
-        st.apply(verdict);
+        self.lock().established(peer, incarnation, conn);
     }
 
     /// A connection `peer` opened to us was accepted: it gets a queue, and becomes the
@@ -372,9 +267,7 @@ impl Shared {
         queue: UnboundedSender<Outgoing>,
     ) {
         let mut st = self.lock();
-        let verdict = st.liveness.established(peer, incarnation, conn);
-        st.apply(verdict);
-        if !st.liveness.is_registered(conn) {
+        if !st.established(peer, incarnation, conn) {
             return; // condemned: a late connection of a peer already reported lost
         }
         st.queues.insert(conn, queue.clone());
@@ -383,22 +276,12 @@ impl Shared {
             .or_insert(OutLink { id: conn, queue });
     }
 
-    /// A connection task is ending (after registration, or as a failed connect).
+    /// A connection task is ending (after registration).
     fn ended(&self, peer: NodeId, conn: ConnId, how: LinkEnd) {
-        let mut st = self.lock();
-        st.tasks.remove(&conn);
-        st.queues.remove(&conn);
-        if st.outbound.get(&peer).is_some_and(|l| l.id == conn) {
-            st.outbound.remove(&peer);
-        }
-        let verdict = st.liveness.ended(conn, how);
-        st.apply(verdict);
+        self.lock().ended(peer, conn, how);
     }
 
-    /// An outbound connection could not be set up; its queued payloads are dropped.
-    /// An outbound attempt failed. `losses_at_start` is the peer's loss count when the
-    /// attempt began: if a loss was reported since (the crash that also broke this
-    /// attempt), reporting again would make one crash two `PeerLost`s.
+    /// See [`Links::connect_failed`].
     fn connect_failed(
         &self,
         peer: NodeId,
@@ -407,22 +290,8 @@ impl Shared {
         dropped: usize,
         losses_at_start: u64,
     ) {
-        let mut st = self.lock();
-        st.tasks.remove(&conn);
-        st.queues.remove(&conn);
-        if st.outbound.get(&peer).is_some_and(|l| l.id == conn) {
-            st.outbound.remove(&peer);
-        }
-        if st.closing {
-            return;
-        }
-        if st.liveness.losses(peer) != losses_at_start {
-            debug!(node = self.me, peer, error = %err, "connect failed after the peer was reported lost");
-            return;
-        }
-        warn!(node = self.me, peer, dropped, error = %err, "fabric peer unreachable");
-        let verdict = st.liveness.unreachable(peer, err);
-        st.apply(verdict);
+        self.lock()
+            .connect_failed(self.me, peer, conn, err, dropped, losses_at_start);
     }
 
     /// Why a hello is refused, if it is (see [`handshake::check_hello`]).
@@ -445,37 +314,6 @@ impl Shared {
     /// Returns the stream and the peer's incarnation.
     async fn connect(&self, peer: NodeId, addr: &str) -> Result<(TcpStream, u64), FabricError> {
         handshake::connect(&self.identity(), peer, addr, self.connect_timeout).await
-    }
-}
-
-impl State {
-    fn emit(&self, event: FabricEvent) {
-        if let Some(events) = &self.events {
-            let _ = events.send(event);
-        }
-    }
-
-    fn apply(&mut self, verdict: Verdict) {
-        if let Some((peer, err)) = verdict.lost {
-            if !self.closing {
-                warn!(peer, error = %err, "fabric peer lost");
-                self.emit(FabricEvent::PeerLost {
-                    peer,
-                    reason: err.to_string(),
-                });
-            }
-        }
-        if verdict.condemned.is_empty() {
-            return;
-        }
-        self.outbound
-            .retain(|_, link| !verdict.condemned.contains(&link.id));
-        for conn in &verdict.condemned {
-            self.queues.remove(conn);
-            if let Some(task) = self.tasks.remove(conn) {
-                task.abort();
-            }
-        }
     }
 }
 

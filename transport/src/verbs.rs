@@ -38,7 +38,7 @@
 //! one, receive slots on the other), plus the bulk memory (receive pool, send cache),
 //! all of which counts against `ulimit -l`; see [`memlock_error`].
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::future::Future;
 use std::io;
 use std::net::{IpAddr, Ipv6Addr, SocketAddr};
@@ -64,16 +64,16 @@ use sideway::ibverbs::AccessFlags;
 use tokio::io::unix::AsyncFd;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::mpsc::{self, UnboundedReceiver, UnboundedSender};
+use tokio::sync::mpsc::{self, UnboundedReceiver};
 use tokio::sync::watch;
-use tokio::task::AbortHandle;
 use tokio::time::timeout;
 use tracing::{debug, info, warn, Instrument};
 
 use crate::handshake::{
     self, closing, new_incarnation, read_hello, say_goodbye, Identity, TaskCount,
 };
-use crate::liveness::{ConnId, LinkEnd, Liveness, Verdict};
+use crate::links::{Links, Outgoing};
+use crate::liveness::{ConnId, LinkEnd};
 use crate::rdma_mem::{Access, PoolBuf, RecvPool, Registrar, SendCache};
 use crate::wire::{
     Reply, VerbsEndpoint, GOODBYE, MAX_DATA_LEN, MAX_SECRET_LEN, VERBS_WIRE_VERSION,
@@ -713,30 +713,7 @@ struct Shared {
     runtime: tokio::runtime::Handle,
     closing: watch::Sender<bool>,
     tasks_live: Arc<TaskCount>,
-    state: Mutex<State>,
-}
-
-struct State {
-    peers: Vec<String>,
-    events: Option<UnboundedSender<FabricEvent>>,
-    closing: bool,
-    /// Set by [`Shared::abort_all`] (the fabric was dropped, or its goodbyes timed
-    /// out): links end without a goodbye, so peers see them break.
-    aborted: bool,
-    liveness: Liveness,
-    outbound: HashMap<NodeId, OutLink>,
-    tasks: HashMap<ConnId, AbortHandle>,
-    next_id: ConnId,
-}
-
-struct OutLink {
-    id: ConnId,
-    queue: UnboundedSender<Outgoing>,
-}
-
-enum Outgoing {
-    Frame(Bytes),
-    Goodbye,
+    state: Mutex<Links>,
 }
 
 impl VerbsFabric {
@@ -788,16 +765,7 @@ impl VerbsFabric {
             runtime: tokio::runtime::Handle::current(),
             closing: watch::channel(false).0,
             tasks_live: Arc::default(),
-            state: Mutex::new(State {
-                peers: Vec::new(),
-                events: Some(events_tx),
-                closing: false,
-                aborted: false,
-                liveness: Liveness::default(),
-                outbound: HashMap::new(),
-                tasks: HashMap::new(),
-                next_id: 0,
-            }),
+            state: Mutex::new(Links::new(events_tx)),
         });
         {
             let mut st = shared.lock();
@@ -922,7 +890,7 @@ impl Drop for Owner {
 }
 
 impl Shared {
-    fn lock(&self) -> MutexGuard<'_, State> {
+    fn lock(&self) -> MutexGuard<'_, Links> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
@@ -945,129 +913,52 @@ impl Shared {
             });
         }
         let mut st = self.lock();
-        if st.closing {
-            return Err(FabricError::Closed);
-        }
-        if to == self.me {
-            let events = st.events.as_ref().ok_or(FabricError::Closed)?;
-            return events
-                .send(FabricEvent::Message {
-                    from: self.me,
-                    payload,
-                })
-                .map_err(|_| FabricError::Closed);
-        }
-        let Some(addr) = st.peers.get(to as usize).cloned() else {
-            return Err(FabricError::UnknownPeer {
-                peer: to,
-                known: st.peers.len(),
-            });
+        let Some((addr, item)) = st.route(self.me, to, payload)? else {
+            return Ok(());
         };
-        let mut item = Outgoing::Frame(payload);
-        if let Some(link) = st.outbound.get(&to) {
-            match link.queue.send(item) {
-                Ok(()) => return Ok(()),
-                Err(mpsc::error::SendError(back)) => item = back,
-            }
-        }
         let (queue, rx) = mpsc::unbounded_channel();
         let _ = queue.send(item);
         let task_shared = self.clone();
         let id = self.spawn_tracked(&mut st, move |id| {
             run_outbound(task_shared, to, addr, id, rx)
         });
-        st.outbound.insert(to, OutLink { id, queue });
+        st.add_outbound(to, id, queue);
         Ok(())
     }
 
     fn close(&self) {
-        let mut st = self.lock();
-        if st.closing {
+        if !self.lock().close() {
             return;
         }
-        st.closing = true;
-        st.events = None;
-        for link in st.outbound.values() {
-            let _ = link.queue.send(Outgoing::Goodbye);
-        }
-        drop(st);
         self.closing.send_replace(true);
     }
 
     fn abort_all(&self) {
-        let mut st = self.lock();
-        st.closing = true;
-        st.aborted = true;
-        st.events = None;
-        st.outbound.clear();
-        for (_, task) in st.tasks.drain() {
-            task.abort();
-        }
-        drop(st);
+        self.lock().abort();
         self.closing.send_replace(true);
     }
 
-    fn spawn_tracked<F, Fut>(&self, st: &mut State, make: F) -> ConnId
+    fn spawn_tracked<F, Fut>(&self, st: &mut Links, make: F) -> ConnId
     where
         F: FnOnce(ConnId) -> Fut,
         Fut: Future<Output = ()> + Send + 'static,
     {
-        let id = st.next_id;
-        st.next_id += 1;
-        let guard = self.tasks_live.enter();
-        let task = make(id);
-        let handle = self.runtime.spawn(async move {
-            let _guard = guard;
-            task.await
-        });
-        if st.closing {
-            // Closed or dropped meanwhile (e.g. a connection accepted as the fabric
-            // was dropped): a task started now would keep a link alive after
-            // `abort_all`, and its peer would never see the loss.
-            handle.abort();
-            return id;
-        }
-        st.tasks.retain(|_, t| !t.is_finished());
-        st.tasks.insert(id, handle.abort_handle());
-        id
+        st.spawn_tracked(&self.runtime, &self.tasks_live, make)
     }
 
     fn deliver(&self, peer: NodeId, conn: ConnId, batch: &mut Vec<Bytes>) -> bool {
-        let st = self.lock();
-        if !st.liveness.is_registered(conn) {
-            return false;
-        }
-        if let Some(events) = &st.events {
-            for payload in batch.drain(..) {
-                let _ = events.send(FabricEvent::Message {
-                    from: peer,
-                    payload,
-                });
-            }
-        }
-        batch.clear();
-        true
+        self.lock().deliver(peer, conn, batch)
     }
 
     fn established(&self, peer: NodeId, incarnation: u64, conn: ConnId) {
-        let mut st = self.lock();
-        let verdict = st.liveness.established(peer, incarnation, conn);
-        st.apply(verdict);
+        self.lock().established(peer, incarnation, conn);
     }
 
     fn ended(&self, peer: NodeId, conn: ConnId, how: LinkEnd) {
-        let mut st = self.lock();
-        st.tasks.remove(&conn);
-        if st.outbound.get(&peer).is_some_and(|l| l.id == conn) {
-            st.outbound.remove(&peer);
-        }
-        let verdict = st.liveness.ended(conn, how);
-        st.apply(verdict);
+        self.lock().ended(peer, conn, how);
     }
 
-    /// An outbound attempt failed. `losses_at_start` is the peer's loss count when the
-    /// attempt began: if a loss was reported since (the crash that also broke this
-    /// attempt), reporting again would make one crash two `PeerLost`s.
+    /// See [`Links::connect_failed`].
     fn connect_failed(
         &self,
         peer: NodeId,
@@ -1076,51 +967,8 @@ impl Shared {
         dropped: usize,
         losses_at_start: u64,
     ) {
-        let mut st = self.lock();
-        st.tasks.remove(&conn);
-        if st.outbound.get(&peer).is_some_and(|l| l.id == conn) {
-            st.outbound.remove(&peer);
-        }
-        if st.closing {
-            return;
-        }
-        if st.liveness.losses(peer) != losses_at_start {
-            debug!(node = self.me, peer, error = %err, "connect failed after the peer was reported lost");
-            return;
-        }
-        warn!(node = self.me, peer, dropped, error = %err, "fabric peer unreachable");
-        let verdict = st.liveness.unreachable(peer, err);
-        st.apply(verdict);
-    }
-}
-
-impl State {
-    fn emit(&self, event: FabricEvent) {
-        if let Some(events) = &self.events {
-            let _ = events.send(event);
-        }
-    }
-
-    fn apply(&mut self, verdict: Verdict) {
-        if let Some((peer, err)) = verdict.lost {
-            if !self.closing {
-                warn!(peer, error = %err, "fabric peer lost");
-                self.emit(FabricEvent::PeerLost {
-                    peer,
-                    reason: err.to_string(),
-                });
-            }
-        }
-        if verdict.condemned.is_empty() {
-            return;
-        }
-        self.outbound
-            .retain(|_, link| !verdict.condemned.contains(&link.id));
-        for conn in &verdict.condemned {
-            if let Some(task) = self.tasks.remove(conn) {
-                task.abort();
-            }
-        }
+        self.lock()
+            .connect_failed(self.me, peer, conn, err, dropped, losses_at_start);
     }
 }
 

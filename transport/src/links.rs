@@ -1,0 +1,261 @@
+//! The connection bookkeeping both backends share: the peer table, the event channel,
+//! each peer's outbound queue, every connection task, and the [`Liveness`] verdicts
+//! carried out on them. A backend keeps one [`Links`] behind its lock and adds only
+//! what moves bytes (TCP streams, verbs queue pairs).
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use tokio::sync::mpsc::{self, UnboundedSender};
+use tokio::task::AbortHandle;
+use tracing::{debug, warn};
+
+use crate::handshake::TaskCount;
+use crate::liveness::{ConnId, LinkEnd, Liveness, Verdict};
+use crate::{FabricError, FabricEvent, NodeId};
+
+/// What a connection task is asked to send.
+pub(crate) enum Outgoing {
+    Frame(Bytes),
+    Goodbye,
+}
+
+/// The queue of the connection a peer's payloads go out on; `id` is its task's id.
+pub(crate) struct OutLink {
+    pub id: ConnId,
+    pub queue: UnboundedSender<Outgoing>,
+}
+
+pub(crate) struct Links {
+    pub peers: Vec<String>,
+    /// `None` once closed: no more events.
+    pub events: Option<UnboundedSender<FabricEvent>>,
+    pub closing: bool,
+    /// Set by [`Links::abort`] (the fabric was dropped, or its goodbyes timed out):
+    /// links end without a goodbye, so peers see them break.
+    pub aborted: bool,
+    pub liveness: Liveness,
+    /// The connection each peer's payloads go out on.
+    pub outbound: HashMap<NodeId, OutLink>,
+    /// Every connection's queue (the ones in `outbound` too), for the goodbyes.
+    pub queues: HashMap<ConnId, UnboundedSender<Outgoing>>,
+    pub tasks: HashMap<ConnId, AbortHandle>,
+    next_id: ConnId,
+}
+
+impl Links {
+    pub fn new(events: UnboundedSender<FabricEvent>) -> Links {
+        Links {
+            peers: Vec::new(),
+            events: Some(events),
+            closing: false,
+            aborted: false,
+            liveness: Liveness::default(),
+            outbound: HashMap::new(),
+            queues: HashMap::new(),
+            tasks: HashMap::new(),
+            next_id: 0,
+        }
+    }
+
+    pub fn emit(&self, event: FabricEvent) {
+        if let Some(events) = &self.events {
+            let _ = events.send(event);
+        }
+    }
+
+    /// Carries out a liveness verdict: reports the loss, tears down the condemned.
+    pub fn apply(&mut self, verdict: Verdict) {
+        if let Some((peer, err)) = verdict.lost {
+            if !self.closing {
+                warn!(peer, error = %err, "fabric peer lost");
+                self.emit(FabricEvent::PeerLost {
+                    peer,
+                    reason: err.to_string(),
+                });
+            }
+        }
+        if verdict.condemned.is_empty() {
+            return;
+        }
+        self.outbound
+            .retain(|_, link| !verdict.condemned.contains(&link.id));
+        for conn in &verdict.condemned {
+            self.queues.remove(conn);
+            if let Some(task) = self.tasks.remove(conn) {
+                task.abort();
+            }
+        }
+    }
+
+    /// The common part of `send` from `me` to `to`: a payload for `me` is delivered at
+    /// once and one for a peer with a live link is queued on it (`Ok(None)`);
+    /// otherwise the caller starts a link to the returned address with the returned
+    /// first item and registers it with [`Links::add_outbound`].
+    pub fn route(
+        &mut self,
+        me: NodeId,
+        to: NodeId,
+        payload: Bytes,
+    ) -> Result<Option<(String, Outgoing)>, FabricError> {
+        if self.closing {
+            return Err(FabricError::Closed);
+        }
+        if to == me {
+            let events = self.events.as_ref().ok_or(FabricError::Closed)?;
+            return events
+                .send(FabricEvent::Message { from: me, payload })
+                .map(|()| None)
+                .map_err(|_| FabricError::Closed);
+        }
+        let Some(addr) = self.peers.get(to as usize).cloned() else {
+            return Err(FabricError::UnknownPeer {
+                peer: to,
+                known: self.peers.len(),
+            });
+        };
+        let mut item = Outgoing::Frame(payload);
+        if let Some(link) = self.outbound.get(&to) {
+            match link.queue.send(item) {
+                Ok(()) => return Ok(None),
+                // The writer has ended; the caller starts a new connection.
+                Err(mpsc::error::SendError(back)) => item = back,
+            }
+        }
+        Ok(Some((addr, item)))
+    }
+
+    /// `queue` (connection `id`) is how payloads go to `to` from now on.
+    pub fn add_outbound(&mut self, to: NodeId, id: ConnId, queue: UnboundedSender<Outgoing>) {
+        self.queues.insert(id, queue.clone());
+        self.outbound.insert(to, OutLink { id, queue });
+    }
+
+    /// Starts closing: no more events, a goodbye on every connection. `false` when
+    /// already closing.
+    pub fn close(&mut self) -> bool {
+        if self.closing {
+            return false;
+        }
+        self.closing = true;
+        self.events = None;
+        for queue in self.queues.values() {
+            let _ = queue.send(Outgoing::Goodbye);
+        }
+        true
+    }
+
+    /// Drops every connection at once (no goodbyes) and ends the event stream.
+    pub fn abort(&mut self) {
+        self.closing = true;
+        self.aborted = true;
+        self.events = None;
+        self.outbound.clear();
+        self.queues.clear();
+        for (_, task) in self.tasks.drain() {
+            task.abort();
+        }
+    }
+
+    /// Spawns a connection task with a fresh id on `runtime`, tracked for abort and for
+    /// `shutdown` (`live`).
+    pub fn spawn_tracked<F, Fut>(
+        &mut self,
+        runtime: &tokio::runtime::Handle,
+        live: &Arc<TaskCount>,
+        make: F,
+    ) -> ConnId
+    where
+        F: FnOnce(ConnId) -> Fut,
+        Fut: Future<Output = ()> + Send + 'static,
+    {
+        let id = self.next_id;
+        self.next_id += 1;
+        let guard = live.enter();
+        let task = make(id);
+        let handle = runtime.spawn(async move {
+            let _guard = guard;
+            task.await
+        });
+        if self.closing {
+            // Closed or dropped meanwhile (e.g. a connection accepted as the fabric
+            // was dropped): a task started now would keep a link alive after
+            // `abort`, and its peer would never see the loss.
+            handle.abort();
+            return id;
+        }
+        self.tasks.retain(|_, t| !t.is_finished());
+        self.tasks.insert(id, handle.abort_handle());
+        id
+    }
+
+    /// Hands decoded payloads to the owner, unless the connection was condemned (its
+    /// peer already reported lost) or the fabric is closing. `false` means stop reading.
+    pub fn deliver(&self, peer: NodeId, conn: ConnId, batch: &mut Vec<Bytes>) -> bool {
+        if !self.liveness.is_registered(conn) {
+            return false;
+        }
+        if let Some(events) = &self.events {
+            for payload in batch.drain(..) {
+                let _ = events.send(FabricEvent::Message {
+                    from: peer,
+                    payload,
+                });
+            }
+        }
+        batch.clear();
+        true
+    }
+
+    /// A connection finished its handshake with `peer`'s `incarnation`; `false` when
+    /// it was condemned (a late connection of a peer already reported lost).
+    pub fn established(&mut self, peer: NodeId, incarnation: u64, conn: ConnId) -> bool {
+        let verdict = self.liveness.established(peer, incarnation, conn);
+        self.apply(verdict);
+        self.liveness.is_registered(conn)
+    }
+
+    /// Forgets connection task `conn` (to or from `peer`).
+    fn forget(&mut self, peer: NodeId, conn: ConnId) {
+        self.tasks.remove(&conn);
+        self.queues.remove(&conn);
+        if self.outbound.get(&peer).is_some_and(|l| l.id == conn) {
+            self.outbound.remove(&peer);
+        }
+    }
+
+    /// A connection task is ending (after registration).
+    pub fn ended(&mut self, peer: NodeId, conn: ConnId, how: LinkEnd) {
+        self.forget(peer, conn);
+        let verdict = self.liveness.ended(conn, how);
+        self.apply(verdict);
+    }
+
+    /// An outbound attempt failed; its `dropped` queued payloads are lost.
+    /// `losses_at_start` is the peer's loss count when the attempt began: if a loss was
+    /// reported since (the crash that also broke this attempt), reporting again would
+    /// make one crash two `PeerLost`s.
+    pub fn connect_failed(
+        &mut self,
+        me: NodeId,
+        peer: NodeId,
+        conn: ConnId,
+        err: FabricError,
+        dropped: usize,
+        losses_at_start: u64,
+    ) {
+        self.forget(peer, conn);
+        if self.closing {
+            return;
+        }
+        if self.liveness.losses(peer) != losses_at_start {
+            debug!(node = me, peer, error = %err, "connect failed after the peer was reported lost");
+            return;
+        }
+        warn!(node = me, peer, dropped, error = %err, "fabric peer unreachable");
+        let verdict = self.liveness.unreachable(peer, err);
+        self.apply(verdict);
+    }
+}
