@@ -575,8 +575,8 @@ impl Engine {
                     node: peer,
                     reason: format!("it was the root of {}", op_name(&key)),
                 };
-                let spec = coll.spec.clone();
-                self.complete(key, spec, CollOutcome::Failed(err), Vec::new(), false, now);
+                // `fail` ends it here: its root is lost.
+                self.fail(&key, err, now);
                 continue;
             }
             if coll.sent_up && coll.sent_to == Some(peer) {
@@ -600,8 +600,7 @@ impl Engine {
                                 op_name(&key)
                             ),
                         };
-                        let spec = coll.spec.clone();
-                        self.complete(key, spec, CollOutcome::Failed(err), Vec::new(), false, now);
+                        self.fail(&key, err, now);
                     }
                 }
             } else {
@@ -1859,15 +1858,7 @@ impl Engine {
                 node: root,
                 reason: format!("it is the root of {}", op_name(key)),
             };
-            let spec = Some(spec.clone());
-            return self.complete(
-                key.clone(),
-                spec,
-                CollOutcome::Failed(err),
-                Vec::new(),
-                false,
-                now,
-            );
+            return self.fail(key, err, now);
         }
         if coll.sent_up || !tree.contains(self.node) {
             return;
