@@ -202,3 +202,17 @@ mod deep_trees {
         ok8("events");
     }
 }
+
+/// Polling is bounded (`--spin-us`, default 150 µs): a rank blocked ~2 s in a fence and
+/// its idle node server each stay well under a quarter of that wait on the CPU (the
+/// rank program measures both; an unbounded poll would use most of it).
+#[test]
+fn blocked_ranks_and_idle_node_servers_stop_polling() {
+    let job = run_testprog(1, 2, "idle-cpu", false);
+    assert_eq!(job.status, Some(0), "{}\n{}", job.stdout, job.stderr);
+    assert!(
+        job.stdout.contains("IDLE-CPU rank"),
+        "rank 0 printed no measurement:\n{}",
+        job.stdout
+    );
+}

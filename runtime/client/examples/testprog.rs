@@ -65,6 +65,7 @@ fn main() {
         "collective-member-dies-notify-anyone" => collective_member_dies_notify_anyone(),
         "sim-compare" => sim_compare(),
         "lost-interior" => lost_interior(),
+        "idle-cpu" => idle_cpu(),
         other => Err(format!("unknown scenario {other:?}")),
     };
     if let Err(e) = result {
@@ -2230,4 +2231,84 @@ fn lost_interior() -> R {
         g.context_id
     );
     e2s(c.finalize(), "finalize")
+}
+
+/// Polling is bounded: a call blocked on its node server polls for its spin budget
+/// (COHORT_SPIN_US), and a node server for its own (`cohortd --spin-us`) after each
+/// input, then both sleep. Rank 0 waits about 2 s in a fence that rank 1 joins late;
+/// neither rank 0 nor its node server (our parent) may spend more than a quarter of
+/// that wait on a CPU. Prints `IDLE-CPU` with both figures.
+fn idle_cpu() -> R {
+    const WAIT: Duration = Duration::from_secs(2);
+    const MAX_MS: u64 = 500;
+    let c = init()?;
+    let collect = FenceOpts {
+        collect: false,
+        timeout_ms: Some(60_000),
+    };
+    // Both ranks connected and the job settled before the measured wait.
+    e2s(c.fence(&[], collect.clone()), "first fence")?;
+    if c.rank() != 0 {
+        std::thread::sleep(WAIT);
+        return e2s(c.fence(&[], collect), "late fence");
+    }
+    // SAFETY: getppid has no preconditions.
+    let server = unsafe { libc::getppid() };
+    let rank_before = own_cpu_ms();
+    let server_before = proc_cpu_ms(server)?;
+    let t = std::time::Instant::now();
+    e2s(c.fence(&[], collect), "waiting fence")?;
+    let waited = t.elapsed();
+    let rank_ms = own_cpu_ms() - rank_before;
+    let server_ms = proc_cpu_ms(server)? - server_before;
+    println!(
+        "IDLE-CPU rank {rank_ms} ms, node server {server_ms} ms of CPU over a {} ms wait",
+        waited.as_millis()
+    );
+    check!(
+        waited >= WAIT / 2,
+        "the fence returned after {waited:?}, before the late rank could have joined"
+    );
+    check!(
+        rank_ms <= MAX_MS,
+        "rank 0 used {rank_ms} ms of CPU while blocked for {waited:?}: its polling is not bounded"
+    );
+    check!(
+        server_ms <= MAX_MS,
+        "the node server (pid {server}) used {server_ms} ms of CPU while idle for {waited:?}: its polling is not bounded"
+    );
+    Ok(())
+}
+
+/// This process's user + system CPU time, in milliseconds.
+fn own_cpu_ms() -> u64 {
+    // SAFETY: an all-zero rusage is valid, and getrusage fills it.
+    let mut u: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: `u` is a valid, writable rusage.
+    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut u) };
+    let ms = |t: libc::timeval| t.tv_sec as u64 * 1000 + t.tv_usec as u64 / 1000;
+    ms(u.ru_utime) + ms(u.ru_stime)
+}
+
+/// Another process's user + system CPU time (all its threads), in milliseconds, from
+/// /proc/PID/stat (fields 14 and 15, in clock ticks).
+fn proc_cpu_ms(pid: libc::pid_t) -> Result<u64, String> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .map_err(|e| format!("reading /proc/{pid}/stat: {e}"))?;
+    // The command name (field 2) is in parentheses and may hold spaces.
+    let rest = stat
+        .rsplit_once(')')
+        .map(|(_, r)| r)
+        .ok_or_else(|| format!("/proc/{pid}/stat has no command name"))?;
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    // `rest` starts at field 3, so fields 14 and 15 are at 11 and 12.
+    let tick = |i: usize| -> Result<u64, String> {
+        fields
+            .get(i)
+            .and_then(|f| f.parse::<u64>().ok())
+            .ok_or_else(|| format!("/proc/{pid}/stat: no field {}", i + 3))
+    };
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
+    Ok((tick(11)? + tick(12)?) * 1000 / hz)
 }

@@ -95,6 +95,11 @@ pub(crate) struct Conn {
     /// promptly even between calls. Without handlers they are only cached, so pure
     /// request/reply users do not pay for waking the reader after every call.
     wants_events: AtomicBool,
+    /// When this process last wrote to or read from the node server (microseconds
+    /// since `io_epoch`): the background reader polls for the spin budget after it,
+    /// since an answer (a reply, the next event of a construct) is then likely soon.
+    last_io_us: AtomicU64,
+    io_epoch: Instant,
 }
 
 /// How long the background reader naps while calls are blocked (they read for it).
@@ -194,6 +199,8 @@ impl Conn {
             reader: std::sync::OnceLock::new(),
             reader_napping: AtomicBool::new(false),
             wants_events: AtomicBool::new(false),
+            last_io_us: AtomicU64::new(0),
+            io_epoch: Instant::now(),
         });
         let reader = Arc::clone(&conn);
         let handle = std::thread::Builder::new()
@@ -249,6 +256,7 @@ impl Conn {
     }
 
     fn write(&self, bytes: &[u8]) -> Result<(), CohortError> {
+        self.note_io();
         let result = {
             let _w = lock(&self.write_lock);
             send_all(&self.stream, bytes)
@@ -311,7 +319,7 @@ impl Conn {
                 self.reader_napping.store(false, Ordering::SeqCst);
                 continue;
             }
-            match poll_readable(fd, None) {
+            match self.poll_after_io(fd) {
                 Ok(true) => {}
                 Ok(false) => continue,
                 Err(e) => {
@@ -418,6 +426,7 @@ impl Conn {
             }
         }
         if dispatched {
+            self.note_io();
             self.wake_sleepers();
         }
         Ok(())
@@ -537,11 +546,13 @@ impl Conn {
                 return Some(r);
             }
             let outcome = match remaining {
-                // No deadline, or one beyond the socket's read timeout: block in the
-                // read itself (it returns after at most READ_SLICE).
-                None => self.read_batch_from(0),
-                Some(r) if r >= READ_SLICE => self.read_batch_from(0),
-                Some(_) => match poll_readable(fd, remaining) {
+                // No deadline, or one beyond the socket's read timeout: poll for the
+                // spin budget, then block in the read itself (it returns after at most
+                // READ_SLICE).
+                _ if remaining.is_none_or(|r| r >= READ_SLICE) => self
+                    .poll_for_reply(rx)
+                    .unwrap_or_else(|| self.read_batch_from(0)),
+                _ => match poll_readable(fd, remaining) {
                     Ok(true) => self.read_batch(),
                     Ok(false) => Ok(()),
                     Err(e) => Err(format!("waiting for the node server failed: {e}")),
@@ -555,9 +566,66 @@ impl Conn {
     }
 }
 
+impl Conn {
+    fn note_io(&self) {
+        let us = self.io_epoch.elapsed().as_micros() as u64;
+        self.last_io_us.store(us, Ordering::Relaxed);
+    }
+
+    /// The background reader's wait for input: polls (yielding the CPU) while the
+    /// last exchange with the node server is within the spin budget, then blocks.
+    fn poll_after_io(&self, fd: std::os::unix::io::RawFd) -> std::io::Result<bool> {
+        let budget = spin_budget().as_micros() as u64;
+        while budget > 0 && self.blockers.load(Ordering::Relaxed) == 0 {
+            let now = self.io_epoch.elapsed().as_micros() as u64;
+            if now.saturating_sub(self.last_io_us.load(Ordering::Relaxed)) >= budget {
+                break;
+            }
+            if poll_readable(fd, Some(Duration::ZERO))? {
+                return Ok(true);
+            }
+            // SAFETY: sched_yield has no preconditions.
+            unsafe { libc::sched_yield() };
+        }
+        poll_readable(fd, None)
+    }
+
+    /// Token holder: reads without blocking, yielding the CPU between reads, until
+    /// something for `rx` (or an error) arrived or the spin budget is spent (`None`:
+    /// nothing came, go to sleep).
+    fn poll_for_reply(
+        &self,
+        rx: &crossbeam_channel::Receiver<Reply>,
+    ) -> Option<Result<(), String>> {
+        let budget = spin_budget();
+        if budget.is_zero() {
+            return None;
+        }
+        let start = Instant::now();
+        loop {
+            let r = self.read_batch();
+            if r.is_err() || !rx.is_empty() {
+                return Some(r);
+            }
+            if start.elapsed() >= budget {
+                return None;
+            }
+            // SAFETY: sched_yield has no preconditions.
+            unsafe { libc::sched_yield() };
+        }
+    }
+}
+
+/// This process's polling budget (`COHORT_SPIN_US`, read once).
+fn spin_budget() -> Duration {
+    static BUDGET: std::sync::OnceLock<Duration> = std::sync::OnceLock::new();
+    *BUDGET.get_or_init(|| cohort_proto::env::spin_budget_from_env(cohort_proto::env::SPIN_US))
+}
+
 /// Waits until `fd` is readable (or hung up); `Ok(false)` on timeout.
 fn poll_readable(fd: std::os::unix::io::RawFd, timeout: Option<Duration>) -> std::io::Result<bool> {
     let ms = match timeout {
+        Some(t) if t.is_zero() => 0,
         Some(t) => t.as_millis().clamp(1, i32::MAX as u128) as i32,
         None => -1,
     };

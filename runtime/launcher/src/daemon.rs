@@ -85,6 +85,8 @@ pub struct DaemonLaunch<'a> {
     /// `--ib-device` / `--ib-gid-index`, passed on as given (cohortd checks them).
     pub ib_device: Option<&'a str>,
     pub ib_gid_index: Option<u32>,
+    /// `--spin-us`, passed on as given.
+    pub spin_us: Option<u64>,
     /// `VAR=VAL` pairs, already resolved.
     pub exports: &'a [(String, OsString)],
     pub command: &'a [OsString],
@@ -131,6 +133,10 @@ impl DaemonLaunch<'_> {
         if let Some(gid) = self.ib_gid_index {
             a.push("--ib-gid-index".into());
             a.push(gid.to_string().into());
+        }
+        if let Some(us) = self.spin_us {
+            a.push("--spin-us".into());
+            a.push(us.to_string().into());
         }
         for (var, val) in self.exports {
             let mut kv = OsString::from(var);
@@ -249,6 +255,7 @@ mod tests {
             topology: None,
             ib_device: None,
             ib_gid_index: None,
+            spin_us: None,
             exports: &exports,
             command: &cmd,
         };
@@ -286,6 +293,7 @@ mod tests {
             topology: Some(Path::new("/etc/slurm/topology.conf")),
             ib_device: Some("mlx5_0:1"),
             ib_gid_index: Some(3),
+            spin_us: Some(0),
             exports: &[],
             command: &[OsString::from("prog")],
         };
@@ -297,7 +305,7 @@ mod tests {
         let joined = args.join(" ");
         assert!(
             joined.ends_with(
-                "--topology /etc/slurm/topology.conf --ib-device mlx5_0:1 --ib-gid-index 3 -- prog"
+                "--topology /etc/slurm/topology.conf --ib-device mlx5_0:1 --ib-gid-index 3 --spin-us 0 -- prog"
             ),
             "{joined}"
         );

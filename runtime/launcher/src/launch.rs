@@ -234,6 +234,7 @@ impl Launcher {
                 topology: self.topology.as_deref(),
                 ib_device: self.args.ib_device.as_deref(),
                 ib_gid_index: self.args.ib_gid_index,
+                spin_us: self.args.spin_us,
                 exports: &self.exports,
                 command: &self.args.command,
             };

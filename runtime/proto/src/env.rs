@@ -23,6 +23,28 @@ pub const BINDING: &str = "COHORT_BINDING";
 pub const JOB_SECRET: &str = "COHORT_JOB_SECRET";
 /// Log filter (falls back to RUST_LOG).
 pub const LOG: &str = "COHORT_LOG";
+/// How long, in microseconds, a call blocked on its node server polls before it
+/// sleeps in the kernel (see [`DEFAULT_SPIN_US`]; `0` never polls). Set for ranks from
+/// `cohort run --spin-us`.
+pub const SPIN_US: &str = "COHORT_SPIN_US";
+/// Default polling budget of blocked calls and of node servers after activity.
+///
+/// Waking a sleeping process costs tens of microseconds on virtual machines (an idle
+/// vCPU must be woken by an inter-processor interrupt through the hypervisor) and
+/// several on bare metal; a collective's critical path has one wake-up per hop. A short
+/// poll with `sched_yield` keeps the waiter runnable, so a reply is picked up without a
+/// wake-up, and gives the CPU away to any other runnable process meanwhile.
+pub const DEFAULT_SPIN_US: u64 = 150;
+
+/// Reads a polling budget in microseconds from `var` (`DEFAULT_SPIN_US` when unset or
+/// not a number).
+pub fn spin_budget_from_env(var: &str) -> std::time::Duration {
+    let us = std::env::var(var)
+        .ok()
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .unwrap_or(DEFAULT_SPIN_US);
+    std::time::Duration::from_micros(us)
+}
 
 /// Lower-case hex of `bytes`.
 pub fn to_hex(bytes: &[u8]) -> String {

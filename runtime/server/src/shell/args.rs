@@ -96,6 +96,12 @@ pub struct DaemonArgs {
     #[arg(long, value_name = "N")]
     pub ib_gid_index: Option<u32>,
 
+    /// Microseconds this node server polls (yielding the CPU) after handling a message
+    /// before it sleeps in the kernel, and its ranks' default for their blocked calls
+    /// (COHORT_SPIN_US, unless exported otherwise); 0 never polls
+    #[arg(long, value_name = "US", default_value_t = cohort_proto::env::DEFAULT_SPIN_US)]
+    pub spin_us: u64,
+
     /// Slurm topology.conf (tree format) describing the switches: collective trees are
     /// built switch leaders first (every node server of the job must get the same file)
     #[arg(long, value_name = "FILE")]

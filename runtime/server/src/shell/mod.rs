@@ -208,6 +208,7 @@ async fn run(
         node: args.node,
         command: args.command.clone(),
         exports: args.export.clone(),
+        spin_us: args.spin_us,
         server_uri: svc.socket_path(),
         token_hex,
         tag_output: args.tag_output,
@@ -299,6 +300,7 @@ async fn bind_service(
         socket_dir: socket_dir.clone(),
         switches,
         verbs,
+        spin: Duration::from_micros(args.spin_us),
     };
     match NodeService::bind(cfg).await {
         Ok(svc) => {

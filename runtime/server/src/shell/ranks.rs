@@ -42,6 +42,8 @@ pub struct RankTemplate {
     pub node: NodeId,
     pub command: Vec<OsString>,
     pub exports: Vec<(OsString, OsString)>,
+    /// `COHORT_SPIN_US` for the ranks (an exported value wins).
+    pub spin_us: u64,
     pub server_uri: PathBuf,
     pub token_hex: String,
     pub tag_output: bool,
@@ -61,6 +63,7 @@ impl RankTemplate {
         let local_rank = self.job.local_rank(rank).unwrap_or(0);
         cmd.args(&self.command[1..])
             .env_remove(env::JOB_SECRET)
+            .env(env::SPIN_US, self.spin_us.to_string())
             .envs(self.exports.iter().map(|(k, v)| (k, v)))
             .env(env::SERVER_URI, &self.server_uri)
             .env(env::CLIENT_TOKEN, &self.token_hex)
