@@ -617,7 +617,7 @@ impl Conn {
 }
 
 /// This process's polling budget (`COHORT_SPIN_US`, read once).
-fn spin_budget() -> Duration {
+pub(crate) fn spin_budget() -> Duration {
     static BUDGET: std::sync::OnceLock<Duration> = std::sync::OnceLock::new();
     *BUDGET.get_or_init(|| cohort_proto::env::spin_budget_from_env(cohort_proto::env::SPIN_US))
 }

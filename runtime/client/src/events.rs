@@ -132,7 +132,7 @@ pub(crate) fn run_event_thread(
     registry: Arc<EventRegistry>,
     client: Weak<Inner>,
 ) {
-    for msg in rx {
+    while let Some(msg) = next_msg(&rx) {
         let (targets, events) = match msg {
             EventMsg::Event(ev) => (registry.route(&ev), vec![ev]),
             EventMsg::Activate(id) => match registry.activate(id) {
@@ -154,6 +154,25 @@ pub(crate) fn run_event_thread(
             }
         }
     }
+}
+
+/// The next message: polled for (yielding the CPU) for the spin budget, since events
+/// of one operation come in bursts (invited, accepted, complete), then waited for.
+/// `None` once every sender is gone.
+fn next_msg(rx: &crossbeam_channel::Receiver<EventMsg>) -> Option<EventMsg> {
+    let budget = crate::conn::spin_budget();
+    let start = std::time::Instant::now();
+    while !budget.is_zero() && start.elapsed() < budget {
+        match rx.try_recv() {
+            Ok(m) => return Some(m),
+            Err(crossbeam_channel::TryRecvError::Disconnected) => return None,
+            Err(crossbeam_channel::TryRecvError::Empty) => {
+                // SAFETY: sched_yield has no preconditions.
+                unsafe { libc::sched_yield() };
+            }
+        }
+    }
+    rx.recv().ok()
 }
 
 fn call_handler(h: &HandlerFn, client: &Client, ev: &Event) {
