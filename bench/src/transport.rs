@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use clap::{Args, ValueEnum};
-use cohort_transport::{AnyFabric, Fabric, FabricConfig, FabricEvent, FabricKind};
+use cohort_transport::{AnyFabric, Fabric, FabricConfig, FabricEvent, FabricKind, Spinner};
 use tokio::sync::mpsc::UnboundedReceiver;
 
 type Res<T> = Result<T, Box<dyn std::error::Error>>;
@@ -74,6 +74,10 @@ pub struct Opts {
     /// Skip the reference (prints the fabric's column only).
     #[arg(long)]
     no_reference: bool,
+    /// Adaptive polling of both fabric ends, microseconds after each message (as
+    /// `cohortd --spin-us`; 0: sleep in epoll between messages, like the references).
+    #[arg(long, default_value_t = cohort_proto::env::DEFAULT_SPIN_US)]
+    spin_us: u64,
 }
 
 /// The hidden child side.
@@ -98,6 +102,8 @@ pub struct PeerOpts {
     /// Raw TCP reference listener of node 0 (`none` without a raw reference).
     #[arg(long)]
     raw: String,
+    #[arg(long)]
+    spin_us: u64,
 }
 
 /// Messages above this size use the "large" iteration counts, as in the OSU suite.
@@ -158,8 +164,18 @@ struct Node {
 }
 
 impl Node {
-    async fn bind(backend: Backend, node: u32, ip: &str, secret: Vec<u8>) -> Res<Node> {
-        let cfg = FabricConfig::new(node, format!("{ip}:0").parse()?, secret);
+    /// Binds node `node`'s fabric on `ip`, polling `spin_us` after each message.
+    async fn bind(
+        backend: Backend,
+        node: u32,
+        ip: &str,
+        secret: Vec<u8>,
+        spin_us: u64,
+    ) -> Res<Node> {
+        let mut cfg = FabricConfig::new(node, format!("{ip}:0").parse()?, secret);
+        let spinner = Spinner::new(Duration::from_micros(spin_us));
+        tokio::spawn(spinner.clone().run());
+        cfg.spinner = Some(spinner);
         let (fabric, events) = AnyFabric::bind(backend.kind(), cfg).await?;
         Ok(Node { fabric, events })
     }
@@ -206,6 +222,9 @@ struct Row {
     fabric: Vec<f64>,
     reference: Vec<f64>,
     reference_tokio: Vec<f64>,
+    /// Raw ping-pong on std sockets that polls (non-blocking reads, sched_yield), the
+    /// like-for-like reference of a polling fabric (latency with --spin-us > 0 only).
+    reference_poll: Vec<f64>,
 }
 
 /// The raw TCP references' two connections (std blocking, tokio).
@@ -251,7 +270,7 @@ pub fn run(mode: Mode, o: Opts, iterations: usize, warmup: usize) -> Res<()> {
     let raw_ref = o.fabric == Backend::Tcp && !o.no_reference;
     let rt = runtime()?;
     let secret = secret()?;
-    let mut node = rt.block_on(Node::bind(o.fabric, 0, ip0, secret.clone()))?;
+    let mut node = rt.block_on(Node::bind(o.fabric, 0, ip0, secret.clone(), o.spin_us))?;
     let raw_listener = if raw_ref {
         Some(TcpListener::bind(format!("{ip0}:0"))?)
     } else {
@@ -283,6 +302,8 @@ pub fn run(mode: Mode, o: Opts, iterations: usize, warmup: usize) -> Res<()> {
             &warmup.to_string(),
             "--raw",
             &raw_addr,
+            "--spin-us",
+            &o.spin_us.to_string(),
         ])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -316,7 +337,18 @@ pub fn run(mode: Mode, o: Opts, iterations: usize, warmup: usize) -> Res<()> {
         None => None,
     };
     let rows = rt.block_on(measure_all(
-        mode, &mut node, raw, &sizes, o.window, o.runs, iterations, warmup, true,
+        mode,
+        &mut node,
+        raw,
+        &sizes,
+        Sweep {
+            window: o.window,
+            runs: o.runs,
+            iterations,
+            warmup,
+            poll_reference: mode == Mode::Latency && o.spin_us > 0,
+        },
+        true,
     ))?;
     rt.block_on(node.fabric.shutdown());
     drop(peer.to);
@@ -397,6 +429,14 @@ fn print_table(
         "# cohort-bench {what} ({osu} format): fabric {}{polling}, node 0 (this process) <-> node 1 (child process)",
         node.fabric.backend()
     );
+    if o.spin_us > 0 {
+        println!(
+            "# Both fabric ends poll their runtime for {} us after each message (--spin-us, as cohortd does; 0 sleeps in epoll like the references)",
+            o.spin_us
+        );
+    } else {
+        println!("# --spin-us 0: both fabric ends sleep in epoll between messages");
+    }
     let window = if mode == Mode::Bw {
         format!(", window {}", o.window)
     } else {
@@ -441,6 +481,11 @@ fn print_table(
                 println!("#   Tokio = {tokio_what} on tokio sockets, same current-thread runtime as the fabric");
                 refs.push(("Std".into(), paired(|r| &r.reference)));
                 refs.push(("Tokio".into(), paired(|r| &r.reference_tokio)));
+                if rows.iter().any(|r| !r.reference_poll.is_empty()) {
+                    println!("#   Poll  = {std_what} on std sockets polling (non-blocking reads, sched_yield): the like-for-like reference of a polling fabric");
+                    println!("#   (the blocking Std/Tokio pairs run after polling phases, which leave the two processes on different vCPUs; for the blocking comparison run --spin-us 0)");
+                    refs.push(("Poll".into(), paired(|r| &r.reference_poll)));
+                }
             }
             (Backend::Verbs, Some(p)) => {
                 println!("# Reference (same run, same device and GIDs): {}", p.what);
@@ -490,7 +535,7 @@ pub fn run_peer(p: PeerOpts) -> Res<()> {
     let mut line = || -> Res<String> { Ok(lines.next().ok_or("set-up pipe closed")??) };
     let secret = unhex(&line()?)?;
     let rt = runtime()?;
-    let mut node = rt.block_on(Node::bind(p.fabric, 1, &p.addr, secret))?;
+    let mut node = rt.block_on(Node::bind(p.fabric, 1, &p.addr, secret, p.spin_us))?;
     let gid = node.verbs_device().map_or(0, |(_, _, g)| g);
     println!("{}\n{gid}", node.fabric.local_addr());
     std::io::stdout().flush()?;
@@ -514,10 +559,13 @@ pub fn run_peer(p: PeerOpts) -> Res<()> {
         &mut node,
         raw,
         &sizes,
-        p.window,
-        p.runs,
-        p.iterations,
-        p.warmup,
+        Sweep {
+            window: p.window,
+            runs: p.runs,
+            iterations: p.iterations,
+            warmup: p.warmup,
+            poll_reference: p.mode == Mode::Latency && p.spin_us > 0,
+        },
         false,
     ))?;
     // Node 0 closes first; wait for its goodbye so neither side reports a loss.
@@ -528,21 +576,34 @@ pub fn run_peer(p: PeerOpts) -> Res<()> {
     Ok(())
 }
 
+/// What [`measure_all`] sweeps: iterations per size and run, and which references.
+struct Sweep {
+    window: usize,
+    runs: usize,
+    iterations: usize,
+    warmup: usize,
+    /// Also the polling raw ping-pong (a polling fabric's like-for-like reference).
+    poll_reference: bool,
+}
+
 /// Every size, `runs` times: the raw reference (if any) then the fabric. Runs inside
 /// the runtime so the fabric's tasks keep flushing while the blocking raw loop runs
 /// on a blocking-pool thread; returns one [`Row`] per size (filled on node 0 only).
-#[allow(clippy::too_many_arguments)]
 async fn measure_all(
     mode: Mode,
     node: &mut Node,
     mut raw: Option<RawPair>,
     sizes: &[usize],
-    window: usize,
-    runs: usize,
-    iterations: usize,
-    warmup: usize,
+    sweep: Sweep,
     leader: bool,
 ) -> Res<Vec<Row>> {
+    let Sweep {
+        window,
+        runs,
+        iterations,
+        warmup,
+        poll_reference,
+    } = sweep;
     let mut rows: Vec<Row> = sizes.iter().map(|_| Row::default()).collect();
     for (i, &size) in sizes.iter().enumerate() {
         let (iters, skip) = counts(mode, size, iterations, warmup);
@@ -551,16 +612,21 @@ async fn measure_all(
             if let Some(pair) = raw.as_mut() {
                 let mut s = pair.blocking.take().ok_or("raw stream lost")?;
                 let p = payload.clone();
-                let (s, v) = tokio::task::spawn_blocking(move || {
+                let (s, v, vp) = tokio::task::spawn_blocking(move || {
                     let v = match mode {
                         Mode::Latency => raw_latency(&mut s, &p, iters, skip, leader),
                         Mode::Bw => raw_bw(&mut s, &p, window, iters, skip, leader),
                     };
-                    (s, v)
+                    let vp = poll_reference
+                        .then(|| raw_latency_polling(&mut s, &p, iters, skip, leader));
+                    (s, v, vp)
                 })
                 .await?;
                 pair.blocking = Some(s);
                 rows[i].reference.push(v?);
+                if let Some(vp) = vp {
+                    rows[i].reference_poll.push(vp?);
+                }
                 let s = &mut pair.tokio;
                 let v = match mode {
                     Mode::Latency => tokio_latency(s, &payload, iters, skip, leader).await?,
@@ -679,6 +745,69 @@ fn raw_latency(
             s.write_all(&msg)?;
         }
     }
+    Ok(start.elapsed().as_secs_f64() * 1e6 / (2 * iters) as f64)
+}
+
+/// [`raw_latency`] with polling reads: non-blocking, `sched_yield` between tries.
+fn raw_latency_polling(
+    s: &mut TcpStream,
+    payload: &[u8],
+    iters: usize,
+    skip: usize,
+    leader: bool,
+) -> std::io::Result<f64> {
+    fn read_polling(s: &mut TcpStream, buf: &mut [u8]) -> std::io::Result<()> {
+        let mut at = 0;
+        while at < buf.len() {
+            match s.read(&mut buf[at..]) {
+                Ok(0) => return Err(std::io::ErrorKind::UnexpectedEof.into()),
+                Ok(n) => at += n,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                    // SAFETY: sched_yield has no preconditions.
+                    unsafe { libc::sched_yield() };
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+    fn write_polling(s: &mut TcpStream, mut msg: &[u8]) -> std::io::Result<()> {
+        while !msg.is_empty() {
+            match s.write(msg) {
+                Ok(n) => msg = &msg[n..],
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                    // SAFETY: sched_yield has no preconditions.
+                    unsafe { libc::sched_yield() };
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+    let msg = framed(payload);
+    let mut buf = vec![0u8; msg.len()];
+    s.set_nonblocking(true)?;
+    let mut start = Instant::now();
+    let mut run = || -> std::io::Result<()> {
+        for i in 0..iters + skip {
+            if i == skip {
+                start = Instant::now();
+            }
+            if leader {
+                write_polling(s, &msg)?;
+                read_polling(s, &mut buf)?;
+            } else {
+                read_polling(s, &mut buf)?;
+                write_polling(s, &msg)?;
+            }
+        }
+        Ok(())
+    };
+    let r = run();
+    s.set_nonblocking(false)?;
+    r?;
     Ok(start.elapsed().as_secs_f64() * 1e6 / (2 * iters) as f64)
 }
 

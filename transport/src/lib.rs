@@ -55,6 +55,7 @@ mod handshake;
 mod links;
 mod liveness;
 mod rdma_mem;
+mod spin;
 mod tcp;
 mod verbs;
 pub mod wire;
@@ -67,6 +68,7 @@ use bytes::Bytes;
 pub use any::{AnyFabric, AutoChoice, FabricKind, BACKEND_ENV};
 pub use cohort_proto::NodeId;
 pub use error::FabricError;
+pub use spin::Spinner;
 pub use tcp::TcpFabric;
 pub use verbs::{
     check_memlock, memlock_error, memlock_limit, probe as probe_verbs, BulkStats, VerbsDevice,
@@ -110,6 +112,10 @@ pub struct FabricConfig {
     /// Device, port and GID for the verbs backend (unset fields: environment, then
     /// automatic); ignored by TCP.
     pub verbs: VerbsOptions,
+    /// Adaptive polling: told of every message received and sent, so the runtime
+    /// keeps polling for its budget (spawn [`Spinner::run`] on the fabric's runtime).
+    /// `None`: the runtime sleeps in the kernel between messages.
+    pub spinner: Option<std::sync::Arc<Spinner>>,
 }
 
 impl FabricConfig {
@@ -123,6 +129,7 @@ impl FabricConfig {
             max_frame: cohort_proto::frame::MAX_PEER_FRAME,
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             verbs: VerbsOptions::default(),
+            spinner: None,
         }
     }
 }
@@ -137,6 +144,7 @@ impl std::fmt::Debug for FabricConfig {
             .field("max_frame", &self.max_frame)
             .field("connect_timeout", &self.connect_timeout)
             .field("verbs", &self.verbs)
+            .field("spinner", &self.spinner)
             .finish()
     }
 }

@@ -14,7 +14,7 @@ use tracing::{debug, warn};
 
 use crate::handshake::TaskCount;
 use crate::liveness::{ConnId, LinkEnd, Liveness, Verdict};
-use crate::{FabricError, FabricEvent, NodeId};
+use crate::{FabricError, FabricEvent, NodeId, Spinner};
 
 /// What a connection task is asked to send.
 pub(crate) enum Outgoing {
@@ -43,10 +43,12 @@ pub(crate) struct Links {
     pub queues: HashMap<ConnId, UnboundedSender<Outgoing>>,
     pub tasks: HashMap<ConnId, AbortHandle>,
     next_id: ConnId,
+    /// Told of every message in and out (see [`crate::Spinner`]).
+    spinner: Option<Arc<Spinner>>,
 }
 
 impl Links {
-    pub fn new(events: UnboundedSender<FabricEvent>) -> Links {
+    pub fn new(events: UnboundedSender<FabricEvent>, spinner: Option<Arc<Spinner>>) -> Links {
         Links {
             peers: Vec::new(),
             events: Some(events),
@@ -57,6 +59,7 @@ impl Links {
             queues: HashMap::new(),
             tasks: HashMap::new(),
             next_id: 0,
+            spinner,
         }
     }
 
@@ -102,6 +105,9 @@ impl Links {
     ) -> Result<Option<(String, Outgoing)>, FabricError> {
         if self.closing {
             return Err(FabricError::Closed);
+        }
+        if let Some(s) = &self.spinner {
+            s.input();
         }
         if to == me {
             let events = self.events.as_ref().ok_or(FabricError::Closed)?;
@@ -196,6 +202,9 @@ impl Links {
     pub fn deliver(&self, peer: NodeId, conn: ConnId, batch: &mut Vec<Bytes>) -> bool {
         if !self.liveness.is_registered(conn) {
             return false;
+        }
+        if let Some(s) = &self.spinner {
+            s.input();
         }
         if let Some(events) = &self.events {
             for payload in batch.drain(..) {

@@ -765,7 +765,7 @@ impl VerbsFabric {
             runtime: tokio::runtime::Handle::current(),
             closing: watch::channel(false).0,
             tasks_live: Arc::default(),
-            state: Mutex::new(Links::new(events_tx)),
+            state: Mutex::new(Links::new(events_tx, cfg.spinner.clone())),
         });
         {
             let mut st = shared.lock();

@@ -21,7 +21,9 @@ use cohort_proto::msg::{ClientFrame, Hello, ServerFrame, Welcome};
 use cohort_proto::peer::PeerMsg;
 use cohort_proto::{CohortError, JobMap, NodeId, ProcId, Rank, PROTOCOL_VERSION};
 use cohort_topology::{default_shape, SwitchMap};
-use cohort_transport::{AnyFabric, Fabric, FabricConfig, FabricEvent, FabricKind, VerbsOptions};
+use cohort_transport::{
+    AnyFabric, Fabric, FabricConfig, FabricEvent, FabricKind, Spinner, VerbsOptions,
+};
 use tokio::io::BufReader;
 use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::{UnixListener, UnixStream};
@@ -51,8 +53,8 @@ pub struct ServiceConfig {
     /// Device, port and GID for the verbs fabric (unset fields: environment, then the
     /// backend's defaults).
     pub verbs: VerbsOptions,
-    /// How long the service polls after handling a client frame or fabric message
-    /// before it sleeps in the kernel (zero: never polls). See [`Spinner`].
+    /// How long the service polls after a client frame or a fabric message before it
+    /// sleeps in the kernel (zero: never polls). See [`Spinner`].
     pub spin: Duration,
 }
 
@@ -88,52 +90,9 @@ struct Shared {
     exited_while_connected: HashSet<ProcId>,
     timer: Rc<Notify>,
     armed: Option<Time>,
-    spinner: Rc<Spinner>,
-}
-
-/// Adaptive polling: after each input the service keeps its thread runnable for a
-/// short budget, yielding the CPU between looks at its sockets, so the next message of
-/// a collective in flight (a client's request, a child's contribution, the next
-/// fence) is read without the process being woken. A wake-up costs tens of
-/// microseconds on a virtual machine (an inter-processor interrupt through the
-/// hypervisor to a halted vCPU), and a collective has one per hop. An idle server
-/// polls for at most one budget after its last input, then sleeps.
-struct Spinner {
-    budget: Duration,
-    last_input: std::cell::Cell<Option<Instant>>,
-    wake: Notify,
-}
-
-impl Spinner {
-    /// An input was handled: (re)start the budget.
-    fn input(&self) {
-        if self.budget.is_zero() {
-            return;
-        }
-        if self.last_input.replace(Some(Instant::now())).is_none() {
-            self.wake.notify_one();
-        }
-    }
-
-    /// The polling task: sleeps until an input arrives, then yields (to the other
-    /// tasks, which the runtime runs after polling its sockets, and to other
-    /// processes) until the budget since the last input is spent.
-    async fn run(self: Rc<Self>) {
-        if self.budget.is_zero() {
-            return;
-        }
-        loop {
-            match self.last_input.get() {
-                None => self.wake.notified().await,
-                Some(t) if t.elapsed() >= self.budget => self.last_input.set(None),
-                Some(_) => {
-                    // SAFETY: sched_yield has no preconditions.
-                    unsafe { libc::sched_yield() };
-                    tokio::task::yield_now().await;
-                }
-            }
-        }
-    }
+    /// Adaptive polling (see [`Spinner`]): told of each client frame here, of each
+    /// fabric message by the fabric.
+    spinner: Arc<Spinner>,
 }
 
 impl Shared {
@@ -223,8 +182,10 @@ impl NodeService {
         let listener = UnixListener::bind(&socket_path)?;
 
         let kind = FabricKind::from_env().map_err(std::io::Error::other)?;
+        let spinner = Spinner::new(cfg.spin);
         let mut fabric_cfg = FabricConfig::new(cfg.node, cfg.fabric_listen, cfg.job_secret.clone());
         fabric_cfg.verbs = cfg.verbs.clone();
+        fabric_cfg.spinner = Some(spinner.clone());
         let (fabric, events) = AnyFabric::bind(kind, fabric_cfg).await?;
         let fabric_addr = fabric.local_addr();
 
@@ -244,11 +205,6 @@ impl NodeService {
             switches: cfg.switches.clone(),
         });
         let timer = Rc::new(Notify::new());
-        let spinner = Rc::new(Spinner {
-            budget: cfg.spin,
-            last_input: std::cell::Cell::new(None),
-            wake: Notify::new(),
-        });
         // SAFETY: getuid cannot fail and has no preconditions.
         let owner_uid = unsafe { libc::getuid() };
         let shared = Rc::new(RefCell::new(Shared {
@@ -532,7 +488,6 @@ async fn fabric_loop(
             }
         }
         s.flush();
-        s.spinner.input();
     }
 }
 
