@@ -2234,14 +2234,17 @@ fn lost_interior() -> R {
 }
 
 /// Polling is bounded: a call blocked on its node server polls for its spin budget
-/// (COHORT_SPIN_US), and a node server for its own (`cohortd --spin-us`) after each
-/// input, then both sleep. Rank 0 waits about 2 s in a fence that rank 1 joins late;
+/// (COHORT_SPIN_US), as do its background reader and event thread after an exchange,
+/// and a node server for its own (`cohortd --spin-us`) after each input; then all
+/// sleep. Rank 0 waits about 2 s in a fence that rank 1 joins late;
 /// neither rank 0 nor its node server (our parent) may spend more than a quarter of
 /// that wait on a CPU. Prints `IDLE-CPU` with both figures.
 fn idle_cpu() -> R {
     const WAIT: Duration = Duration::from_secs(2);
     const MAX_MS: u64 = 500;
     let c = init()?;
+    // A handler makes the event thread poll after exchanges too: it must stop as well.
+    c.register_event_handler(None, |_, _| {});
     let collect = FenceOpts {
         collect: false,
         timeout_ms: Some(60_000),

@@ -95,11 +95,38 @@ pub(crate) struct Conn {
     /// promptly even between calls. Without handlers they are only cached, so pure
     /// request/reply users do not pay for waking the reader after every call.
     wants_events: AtomicBool,
-    /// When this process last wrote to or read from the node server (microseconds
-    /// since `io_epoch`): the background reader polls for the spin budget after it,
-    /// since an answer (a reply, the next event of a construct) is then likely soon.
-    last_io_us: AtomicU64,
-    io_epoch: Instant,
+    /// When this process last wrote to or read from the node server: the background
+    /// reader and the event thread poll for the spin budget after it, since an answer
+    /// (a reply, the next event of a construct) is then likely soon.
+    io_clock: Arc<IoClock>,
+}
+
+/// When a connection last carried something (see [`spin_budget`]).
+#[derive(Debug)]
+pub(crate) struct IoClock {
+    epoch: Instant,
+    /// Microseconds since `epoch`.
+    last_us: AtomicU64,
+}
+
+impl IoClock {
+    fn new() -> IoClock {
+        IoClock {
+            epoch: Instant::now(),
+            last_us: AtomicU64::new(0),
+        }
+    }
+
+    fn note(&self) {
+        let us = self.epoch.elapsed().as_micros() as u64;
+        self.last_us.store(us, Ordering::Relaxed);
+    }
+
+    /// Whether the last exchange was less than `budget` ago.
+    pub(crate) fn within(&self, budget: Duration) -> bool {
+        let now = self.epoch.elapsed().as_micros() as u64;
+        now.saturating_sub(self.last_us.load(Ordering::Relaxed)) < budget.as_micros() as u64
+    }
 }
 
 /// How long the background reader naps while calls are blocked (they read for it).
@@ -199,8 +226,7 @@ impl Conn {
             reader: std::sync::OnceLock::new(),
             reader_napping: AtomicBool::new(false),
             wants_events: AtomicBool::new(false),
-            last_io_us: AtomicU64::new(0),
-            io_epoch: Instant::now(),
+            io_clock: Arc::new(IoClock::new()),
         });
         let reader = Arc::clone(&conn);
         let handle = std::thread::Builder::new()
@@ -568,17 +594,20 @@ impl Conn {
 
 impl Conn {
     fn note_io(&self) {
-        let us = self.io_epoch.elapsed().as_micros() as u64;
-        self.last_io_us.store(us, Ordering::Relaxed);
+        self.io_clock.note();
+    }
+
+    /// The clock of this connection's last exchange, for the event thread.
+    pub(crate) fn io_clock(&self) -> Arc<IoClock> {
+        Arc::clone(&self.io_clock)
     }
 
     /// The background reader's wait for input: polls (yielding the CPU) while the
     /// last exchange with the node server is within the spin budget, then blocks.
     fn poll_after_io(&self, fd: std::os::unix::io::RawFd) -> std::io::Result<bool> {
-        let budget = spin_budget().as_micros() as u64;
-        while budget > 0 && self.blockers.load(Ordering::Relaxed) == 0 {
-            let now = self.io_epoch.elapsed().as_micros() as u64;
-            if now.saturating_sub(self.last_io_us.load(Ordering::Relaxed)) >= budget {
+        let budget = spin_budget();
+        while !budget.is_zero() && self.blockers.load(Ordering::Relaxed) == 0 {
+            if !self.io_clock.within(budget) {
                 break;
             }
             if poll_readable(fd, Some(Duration::ZERO))? {

@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex, Weak};
 
 use cohort_proto::event::{codes, Event, EventCode};
 
-use crate::conn::lock;
+use crate::conn::{lock, IoClock};
 use crate::{Client, Inner};
 
 /// Events kept for handlers not yet registered; the oldest are dropped beyond this.
@@ -59,6 +59,8 @@ struct RegistryState {
 #[derive(Default)]
 pub(crate) struct EventRegistry {
     state: Mutex<RegistryState>,
+    /// Whether any handler is registered (read by the event thread without the lock).
+    has_handlers: std::sync::atomic::AtomicBool,
 }
 
 impl EventRegistry {
@@ -74,12 +76,19 @@ impl EventRegistry {
             handler,
             active: false,
         });
+        self.has_handlers
+            .store(true, std::sync::atomic::Ordering::Relaxed);
         id
     }
 
     /// Removes a handler; an invocation already running finishes, no new one starts.
     pub(crate) fn remove(&self, id: HandlerId) {
-        lock(&self.state).handlers.retain(|h| h.id != id);
+        let mut st = lock(&self.state);
+        st.handlers.retain(|h| h.id != id);
+        self.has_handlers.store(
+            !st.handlers.is_empty(),
+            std::sync::atomic::Ordering::Relaxed,
+        );
     }
 
     /// Activates `id` and takes the cached events it matches, oldest first.
@@ -131,8 +140,9 @@ pub(crate) fn run_event_thread(
     rx: crossbeam_channel::Receiver<EventMsg>,
     registry: Arc<EventRegistry>,
     client: Weak<Inner>,
+    io_clock: Arc<IoClock>,
 ) {
-    while let Some(msg) = next_msg(&rx) {
+    while let Some(msg) = next_msg(&rx, &registry, &io_clock) {
         let (targets, events) = match msg {
             EventMsg::Event(ev) => (registry.route(&ev), vec![ev]),
             EventMsg::Activate(id) => match registry.activate(id) {
@@ -156,13 +166,24 @@ pub(crate) fn run_event_thread(
     }
 }
 
-/// The next message: polled for (yielding the CPU) for the spin budget, since events
-/// of one operation come in bursts (invited, accepted, complete), then waited for.
-/// `None` once every sender is gone.
-fn next_msg(rx: &crossbeam_channel::Receiver<EventMsg>) -> Option<EventMsg> {
+/// The next message: polled for (yielding the CPU) for the spin budget after the last
+/// event or the connection's last exchange, since events of one operation come in
+/// bursts (invited, accepted, complete) and follow the process's own traffic; then
+/// waited for. `None` once every sender is gone.
+fn next_msg(
+    rx: &crossbeam_channel::Receiver<EventMsg>,
+    registry: &EventRegistry,
+    io: &IoClock,
+) -> Option<EventMsg> {
     let budget = crate::conn::spin_budget();
     let start = std::time::Instant::now();
-    while !budget.is_zero() && start.elapsed() < budget {
+    // Without handlers, events are only cached: no need to be prompt.
+    let handled = || {
+        registry
+            .has_handlers
+            .load(std::sync::atomic::Ordering::Relaxed)
+    };
+    while !budget.is_zero() && handled() && (start.elapsed() < budget || io.within(budget)) {
         match rx.try_recv() {
             Ok(m) => return Some(m),
             Err(crossbeam_channel::TryRecvError::Disconnected) => return None,

@@ -260,6 +260,7 @@ impl Client {
         let (events_tx, events_rx) = crossbeam_channel::unbounded();
         let conn = Conn::start(stream, proc_id.clone(), events_tx.clone())?;
         let registry = Arc::new(EventRegistry::default());
+        let io_clock = conn.io_clock();
         let inner = Arc::new(Inner {
             conn,
             proc_id,
@@ -271,7 +272,7 @@ impl Client {
         let weak = Arc::downgrade(&inner);
         std::thread::Builder::new()
             .name("cohort-events".into())
-            .spawn(move || events::run_event_thread(events_rx, registry, weak))
+            .spawn(move || events::run_event_thread(events_rx, registry, weak, io_clock))
             .map_err(|e| CohortError::Io(format!("cannot start the event thread: {e}")))?;
         tracing::debug!(proc = %inner.proc_id, node = inner.welcome.node, "connected to the node server");
         Ok(Client { inner })
