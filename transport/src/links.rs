@@ -79,6 +79,20 @@ impl Links {
                     reason: err.to_string(),
                 });
             }
+            // A link to the lost peer still in place (an attempt to connect that began
+            // before the loss was noticed) holds only payloads sent before the
+            // PeerLost event, which may be lost. Retire it, so sends after the event
+            // start a fresh connection: queued behind that attempt they would be
+            // dropped when it fails (a peer restarted on the same address was then
+            // never reached), and if it reached the restarted peer, older payloads
+            // could arrive after newer ones.
+            if let Some(link) = self.outbound.remove(&peer) {
+                debug!(peer, conn = link.id, "retiring the link to a lost peer");
+                self.queues.remove(&link.id);
+                if let Some(task) = self.tasks.remove(&link.id) {
+                    task.abort();
+                }
+            }
         }
         if verdict.condemned.is_empty() {
             return;

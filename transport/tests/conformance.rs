@@ -128,6 +128,7 @@ conformance!(
     graceful_close_is_not_a_loss,
     bad_or_missing_hello_is_dropped,
     reconnects_to_a_restarted_peer,
+    a_send_after_a_loss_does_not_queue_behind_a_stalled_attempt,
     connect_failure_and_local_errors,
     killed_peer_process_is_reported_lost,
     many_peers_at_once,
@@ -551,6 +552,65 @@ async fn reconnects_to_a_restarted_peer(bk: Backend) {
         );
         b2.shutdown().await;
         assert_quiet(&mut a_rx).await;
+        a.shutdown().await;
+    })
+    .await
+}
+
+/// 7b. A send made after the PeerLost event reaches the restarted peer even when an
+/// attempt to connect to the lost peer, begun before the loss, is still pending: the
+/// attempt is retired, not reused. (It used to swallow such a send when it failed — a
+/// 1-in-100 hang of `reconnects_to_a_restarted_peer` under load; here it is forced.)
+async fn a_send_after_a_loss_does_not_queue_behind_a_stalled_attempt(bk: Backend) {
+    within(async {
+        // Node 1's address in node 0's table is first a listener of ours that accepts
+        // node 0's connection and never answers its handshake.
+        let stall = tokio::net::TcpListener::bind(format!("{}:0", bk.ip("127.0.9.2")))
+            .await
+            .unwrap();
+        let node1_addr = stall.local_addr().unwrap().to_string();
+        let (a, mut a_rx) = bk.bind(config(bk, 0, "127.0.9.1", SECRET)).await;
+        let (b, _b_rx) = bk.bind(config(bk, 1, "127.0.9.3", SECRET)).await;
+        let table = vec![a.local_addr(), node1_addr.clone()];
+        a.set_peers(table.clone());
+        b.set_peers(vec![a.local_addr(), b.local_addr()]);
+        // Node 0's attempt to reach node 1 stalls in the handshake...
+        a.send(1, Bytes::from_static(b"in flight")).unwrap();
+        let (stalled, _) = timeout(LOSS_BOUND, stall.accept())
+            .await
+            .expect("node 0 connects to the address in its table")
+            .unwrap();
+        // ...while node 1 reaches node 0 (a link node 0 accepts).
+        b.send(0, Bytes::from_static(b"hi")).unwrap();
+        assert_eq!(next_message(&mut a_rx).await.0, 1);
+        // Node 1 dies; node 0 notices on the accepted link.
+        drop(b);
+        assert_eq!(next_loss(&mut a_rx).await.0, 1);
+        // Node 1 restarts at the address in node 0's table (the stalled connection
+        // stays open meanwhile), and node 0 sends after the loss.
+        drop(stall);
+        let mut b2_cfg = config(bk, 1, "127.0.9.2", SECRET);
+        b2_cfg.listen = node1_addr.parse().unwrap();
+        let (b2, mut b2_rx) = loop {
+            match AnyFabric::bind(bk.kind(), b2_cfg.clone()).await {
+                Ok(bound) => break bound,
+                Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => {
+                    tokio::time::sleep(Duration::from_millis(20)).await
+                }
+                Err(e) => panic!("rebind failed: {e}"),
+            }
+        };
+        b2.set_peers(table);
+        a.send(1, Bytes::from_static(b"after the loss")).unwrap();
+        // The old attempt now fails: it must not take the later send with it.
+        drop(stalled);
+        let got = timeout(LOSS_BOUND, next_message(&mut b2_rx))
+            .await
+            .expect("the send made after the loss never reached the restarted node 1");
+        assert_eq!(got, (0, Bytes::from_static(b"after the loss")));
+        // One crash, one PeerLost.
+        assert_quiet(&mut a_rx).await;
+        b2.shutdown().await;
         a.shutdown().await;
     })
     .await
