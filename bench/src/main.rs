@@ -504,6 +504,9 @@ impl Baseline {
             None
         };
         c.fence(&[], FenceOpts::default())?;
+        // Let every poller of the job (blocked calls, node servers: --spin-us) go back
+        // to sleep first, so the ping-pong measures a quiet machine.
+        std::thread::sleep(Duration::from_millis(20));
         let mut rtt = 0.0;
         if let Some(l) = listener {
             rtt = l.accept_and_ping()?;
