@@ -614,11 +614,11 @@ async fn measure_all(
                 let p = payload.clone();
                 let (s, v, vp) = tokio::task::spawn_blocking(move || {
                     let v = match mode {
-                        Mode::Latency => raw_latency(&mut s, &p, iters, skip, leader),
+                        Mode::Latency => raw_latency(&mut s, &p, iters, skip, leader, false),
                         Mode::Bw => raw_bw(&mut s, &p, window, iters, skip, leader),
                     };
-                    let vp = poll_reference
-                        .then(|| raw_latency_polling(&mut s, &p, iters, skip, leader));
+                    let vp =
+                        poll_reference.then(|| raw_latency(&mut s, &p, iters, skip, leader, true));
                     (s, v, vp)
                 })
                 .await?;
@@ -723,72 +723,55 @@ fn framed(payload: &[u8]) -> Vec<u8> {
     m
 }
 
+/// Raw ping-pong on `s`: blocking reads and writes, or with `poll` non-blocking ones
+/// retried after `sched_yield` (the reference of a polling fabric).
 fn raw_latency(
     s: &mut TcpStream,
     payload: &[u8],
     iters: usize,
     skip: usize,
     leader: bool,
+    poll: bool,
 ) -> std::io::Result<f64> {
-    let msg = framed(payload);
-    let mut buf = vec![0u8; msg.len()];
-    let mut start = Instant::now();
-    for i in 0..iters + skip {
-        if i == skip {
-            start = Instant::now();
-        }
-        if leader {
-            s.write_all(&msg)?;
-            s.read_exact(&mut buf)?;
-        } else {
-            s.read_exact(&mut buf)?;
-            s.write_all(&msg)?;
+    /// Runs `op` until it does not say WouldBlock, yielding the CPU in between.
+    fn polled<T>(mut op: impl FnMut() -> std::io::Result<T>) -> std::io::Result<T> {
+        loop {
+            match op() {
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                    // SAFETY: sched_yield has no preconditions.
+                    unsafe { libc::sched_yield() };
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                other => return other,
+            }
         }
     }
-    Ok(start.elapsed().as_secs_f64() * 1e6 / (2 * iters) as f64)
-}
-
-/// [`raw_latency`] with polling reads: non-blocking, `sched_yield` between tries.
-fn raw_latency_polling(
-    s: &mut TcpStream,
-    payload: &[u8],
-    iters: usize,
-    skip: usize,
-    leader: bool,
-) -> std::io::Result<f64> {
-    fn read_polling(s: &mut TcpStream, buf: &mut [u8]) -> std::io::Result<()> {
+    fn recv(s: &mut TcpStream, buf: &mut [u8], poll: bool) -> std::io::Result<()> {
+        if !poll {
+            return s.read_exact(buf);
+        }
         let mut at = 0;
         while at < buf.len() {
-            match s.read(&mut buf[at..]) {
-                Ok(0) => return Err(std::io::ErrorKind::UnexpectedEof.into()),
-                Ok(n) => at += n,
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                    // SAFETY: sched_yield has no preconditions.
-                    unsafe { libc::sched_yield() };
-                }
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(e),
+            match polled(|| s.read(&mut buf[at..]))? {
+                0 => return Err(std::io::ErrorKind::UnexpectedEof.into()),
+                n => at += n,
             }
         }
         Ok(())
     }
-    fn write_polling(s: &mut TcpStream, mut msg: &[u8]) -> std::io::Result<()> {
+    fn send(s: &mut TcpStream, mut msg: &[u8], poll: bool) -> std::io::Result<()> {
+        if !poll {
+            return s.write_all(msg);
+        }
         while !msg.is_empty() {
-            match s.write(msg) {
-                Ok(n) => msg = &msg[n..],
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                    // SAFETY: sched_yield has no preconditions.
-                    unsafe { libc::sched_yield() };
-                }
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(e),
-            }
+            let n = polled(|| s.write(msg))?;
+            msg = &msg[n..];
         }
         Ok(())
     }
     let msg = framed(payload);
     let mut buf = vec![0u8; msg.len()];
-    s.set_nonblocking(true)?;
+    s.set_nonblocking(poll)?;
     let mut start = Instant::now();
     let mut run = || -> std::io::Result<()> {
         for i in 0..iters + skip {
@@ -796,11 +779,11 @@ fn raw_latency_polling(
                 start = Instant::now();
             }
             if leader {
-                write_polling(s, &msg)?;
-                read_polling(s, &mut buf)?;
+                send(s, &msg, poll)?;
+                recv(s, &mut buf, poll)?;
             } else {
-                read_polling(s, &mut buf)?;
-                write_polling(s, &msg)?;
+                recv(s, &mut buf, poll)?;
+                send(s, &msg, poll)?;
             }
         }
         Ok(())

@@ -152,6 +152,20 @@ async fn cluster(b: Backend, ips: &[&str]) -> Vec<(AnyFabric, Events)> {
     out
 }
 
+/// Binds at `cfg.listen`, retrying while a dropped fabric's listener still holds the
+/// address (it goes away asynchronously).
+async fn bind_when_free(bk: Backend, cfg: FabricConfig) -> (AnyFabric, Events) {
+    loop {
+        match AnyFabric::bind(bk.kind(), cfg.clone()).await {
+            Ok(bound) => return bound,
+            Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => {
+                tokio::time::sleep(Duration::from_millis(20)).await
+            }
+            Err(e) => panic!("rebind failed: {e}"),
+        }
+    }
+}
+
 async fn next_event(rx: &mut Events) -> FabricEvent {
     rx.recv().await.expect("event channel ended")
 }
@@ -525,18 +539,9 @@ async fn reconnects_to_a_restarted_peer(bk: Backend) {
         drop(b);
         assert_eq!(next_loss(&mut a_rx).await.0, 1);
 
-        // The old listener goes away asynchronously; retry until the address is free.
         let mut b_cfg = config(bk, 1, "127.0.7.2", SECRET);
         b_cfg.listen = peers[1].parse().unwrap();
-        let (b2, mut b2_rx) = loop {
-            match AnyFabric::bind(bk.kind(), b_cfg.clone()).await {
-                Ok(bound) => break bound,
-                Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => {
-                    tokio::time::sleep(Duration::from_millis(20)).await
-                }
-                Err(e) => panic!("rebind failed: {e}"),
-            }
-        };
+        let (b2, mut b2_rx) = bind_when_free(bk, b_cfg).await;
         assert_eq!(b2.local_addr(), peers[1]);
         b2.set_peers(peers);
 
@@ -591,15 +596,7 @@ async fn a_send_after_a_loss_does_not_queue_behind_a_stalled_attempt(bk: Backend
         drop(stall);
         let mut b2_cfg = config(bk, 1, "127.0.9.2", SECRET);
         b2_cfg.listen = node1_addr.parse().unwrap();
-        let (b2, mut b2_rx) = loop {
-            match AnyFabric::bind(bk.kind(), b2_cfg.clone()).await {
-                Ok(bound) => break bound,
-                Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => {
-                    tokio::time::sleep(Duration::from_millis(20)).await
-                }
-                Err(e) => panic!("rebind failed: {e}"),
-            }
-        };
+        let (b2, mut b2_rx) = bind_when_free(bk, b2_cfg).await;
         b2.set_peers(table);
         a.send(1, Bytes::from_static(b"after the loss")).unwrap();
         // The old attempt now fails: it must not take the later send with it.
