@@ -51,6 +51,10 @@ enum What {
         /// Largest payload per rank, bytes (powers of two from 1 up to it).
         #[arg(long, default_value_t = 65536)]
         max_size: usize,
+        /// Register a catch-all event handler first, as applications with an error
+        /// handler do (events are then read promptly between calls).
+        #[arg(long)]
+        with_handler: bool,
     },
     /// Group construct (with a context id) and destruct: collective (every rank a
     /// leader), bootstrap (two leaders, the rest added) or invite (rank 0 invites).
@@ -135,9 +139,17 @@ fn run(cli: Cli) -> Res<()> {
         cohort_topology::Tree::new(&all, 0, shape).depth()
     };
     match cli.what {
-        What::Fence { min_size, max_size } => {
+        What::Fence {
+            min_size,
+            max_size,
+            with_handler,
+        } => {
+            if with_handler {
+                c.register_event_handler(None, |_, _| {});
+            }
             title = format!(
-                "# cohort-bench fence (collect data): {} ranks on {} node server(s), {} iterations ({} warm-up)",
+                "# cohort-bench fence (collect data{}): {} ranks on {} node server(s), {} iterations ({} warm-up)",
+                if with_handler { ", a catch-all event handler registered" } else { "" },
                 c.size(), nodes, cli.iterations, cli.warmup
             );
             let mut sizes = vec![min_size];

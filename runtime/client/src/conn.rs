@@ -81,9 +81,6 @@ pub(crate) struct Conn {
     read_cv: Condvar,
     /// Bytes read but not yet parsed into frames; only the token holder touches it.
     read_buf: Mutex<Vec<u8>>,
-    /// Threads currently blocked in a call; while non-zero the background reader
-    /// leaves the socket to them.
-    blockers: AtomicUsize,
     /// Threads sleeping on `read_cv`; notifying costs a syscall, so only when non-zero.
     cv_sleepers: AtomicUsize,
     /// The background reader, and whether it is napping because calls were blocked:
@@ -101,12 +98,16 @@ pub(crate) struct Conn {
     io_clock: Arc<IoClock>,
 }
 
-/// When a connection last carried something (see [`spin_budget`]).
+/// When a connection last carried something (see [`spin_budget`]), and whether a call
+/// is blocked on it.
 #[derive(Debug)]
 pub(crate) struct IoClock {
     epoch: Instant,
     /// Microseconds since `epoch`.
     last_us: AtomicU64,
+    /// Threads currently blocked in a call; while non-zero the background reader
+    /// leaves the socket to them, and those threads are the ones polling.
+    blockers: AtomicUsize,
 }
 
 impl IoClock {
@@ -114,12 +115,18 @@ impl IoClock {
         IoClock {
             epoch: Instant::now(),
             last_us: AtomicU64::new(0),
+            blockers: AtomicUsize::new(0),
         }
     }
 
     fn note(&self) {
         let us = self.epoch.elapsed().as_micros() as u64;
         self.last_us.store(us, Ordering::Relaxed);
+    }
+
+    /// Whether a call is blocked on the connection (and polls for its reply).
+    pub(crate) fn call_blocked(&self) -> bool {
+        self.blockers.load(Ordering::Relaxed) > 0
     }
 
     /// Whether the last exchange was less than `budget` ago.
@@ -221,7 +228,6 @@ impl Conn {
             read_token: Mutex::new(false),
             read_cv: Condvar::new(),
             read_buf: Mutex::new(Vec::with_capacity(64 << 10)),
-            blockers: AtomicUsize::new(0),
             cv_sleepers: AtomicUsize::new(0),
             reader: std::sync::OnceLock::new(),
             reader_napping: AtomicBool::new(false),
@@ -334,12 +340,12 @@ impl Conn {
             if lock(&self.pending).lost.is_some() {
                 break;
             }
-            if self.blockers.load(Ordering::SeqCst) > 0 {
+            if self.io_clock.blockers.load(Ordering::SeqCst) > 0 {
                 // Blocked calls read for us; nap without being woken by their traffic.
                 // Announce the nap, then re-check: the last call to leave either sees
                 // the announcement (and unparks us) or we see it gone.
                 self.reader_napping.store(true, Ordering::SeqCst);
-                if self.blockers.load(Ordering::SeqCst) > 0 {
+                if self.io_clock.blockers.load(Ordering::SeqCst) > 0 {
                     std::thread::park_timeout(BACKGROUND_NAP);
                 }
                 self.reader_napping.store(false, Ordering::SeqCst);
@@ -353,7 +359,7 @@ impl Conn {
                     break;
                 }
             }
-            if self.blockers.load(Ordering::Acquire) > 0 || !self.take_token() {
+            if self.io_clock.blockers.load(Ordering::Acquire) > 0 || !self.take_token() {
                 continue;
             }
             let r = self.read_batch();
@@ -521,9 +527,9 @@ impl Conn {
         rx: &crossbeam_channel::Receiver<Reply>,
         deadline: Option<Instant>,
     ) -> Option<Reply> {
-        self.blockers.fetch_add(1, Ordering::SeqCst);
+        self.io_clock.blockers.fetch_add(1, Ordering::SeqCst);
         let got = self.wait_reply_inner(rx, deadline);
-        if self.blockers.fetch_sub(1, Ordering::SeqCst) == 1
+        if self.io_clock.blockers.fetch_sub(1, Ordering::SeqCst) == 1
             && self.reader_napping.load(Ordering::SeqCst)
             && self.needs_prompt_reader()
         {
@@ -604,17 +610,22 @@ impl Conn {
 
     /// The background reader's wait for input: polls (yielding the CPU) while the
     /// last exchange with the node server is within the spin budget, then blocks.
+    /// `Ok(false)` as soon as a call is blocked: that call reads, and a reader asleep
+    /// in `poll` would only be woken along with it by the reply.
     fn poll_after_io(&self, fd: std::os::unix::io::RawFd) -> std::io::Result<bool> {
         let budget = spin_budget();
-        while !budget.is_zero() && self.blockers.load(Ordering::Relaxed) == 0 {
-            if !self.io_clock.within(budget) {
-                break;
+        while !budget.is_zero() && self.io_clock.within(budget) {
+            if self.io_clock.call_blocked() {
+                return Ok(false);
             }
             if poll_readable(fd, Some(Duration::ZERO))? {
                 return Ok(true);
             }
             // SAFETY: sched_yield has no preconditions.
             unsafe { libc::sched_yield() };
+        }
+        if self.io_clock.call_blocked() {
+            return Ok(false);
         }
         poll_readable(fd, None)
     }

@@ -183,7 +183,10 @@ fn next_msg(
             .has_handlers
             .load(std::sync::atomic::Ordering::Relaxed)
     };
-    while !budget.is_zero() && handled() && (start.elapsed() < budget || io.within(budget)) {
+    // While a call is blocked, its thread polls; a second poller would only compete
+    // with it for the CPU.
+    let recent_io = || !io.call_blocked() && io.within(budget);
+    while !budget.is_zero() && handled() && (start.elapsed() < budget || recent_io()) {
         match rx.try_recv() {
             Ok(m) => return Some(m),
             Err(crossbeam_channel::TryRecvError::Disconnected) => return None,
