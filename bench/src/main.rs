@@ -148,8 +148,9 @@ fn run(cli: Cli) -> Res<()> {
                 c.register_event_handler(None, |_, _| {});
             }
             title = format!(
-                "# cohort-bench fence (collect data{}): {} ranks on {} node server(s), {} iterations ({} warm-up)",
+                "# cohort-bench fence (collect data{}{}): {} ranks on {} node server(s), {} iterations ({} warm-up)",
                 if with_handler { ", a catch-all event handler registered" } else { "" },
+                if c.fences_in_shared_memory() { ", node-local: the ranks meet in shared memory, data stays at the node server" } else { "" },
                 c.size(), nodes, cli.iterations, cli.warmup
             );
             let mut sizes = vec![min_size];
@@ -200,7 +201,11 @@ fn run(cli: Cli) -> Res<()> {
         }
     }
     let after = Baseline::measure(&c, 1)?;
-    report(&c, &title, &before, &after, &rows, hops(depth));
+    // A whole-job fence in shared memory has one hop: the last arrival releasing the
+    // others (no request or reply through the node server).
+    let fence_in_shm = matches!(cli.what, What::Fence { .. }) && c.fences_in_shared_memory();
+    let hops = if fence_in_shm { 1 } else { hops(depth) };
+    report(&c, &title, &before, &after, &rows, hops);
     c.finalize()?;
     Ok(())
 }

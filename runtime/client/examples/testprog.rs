@@ -185,6 +185,15 @@ fn fence() -> R {
     let c = init()?;
     let me = c.rank();
     let n = c.size();
+    // One node: whole-job fences meet in shared memory; the checks below then cover
+    // that path (data put before the fence readable right after it, subsets and group
+    // fences through the node server alongside).
+    check!(
+        c.fences_in_shared_memory() == (c.job().num_nodes == 1),
+        "node-local fences: {} on {} node(s)",
+        c.fences_in_shared_memory(),
+        c.job().num_nodes
+    );
     e2s(c.put(Scope::Global, "payload", vec![me as u8; 1024]), "put")?;
     let collect = FenceOpts {
         collect: true,

@@ -42,6 +42,7 @@ use std::time::{Duration, Instant};
 use cohort_proto::env;
 use cohort_proto::frame::{self, MAX_CLIENT_FRAME};
 use cohort_proto::msg::{ClientFrame, Request, Response, Welcome};
+use cohort_proto::shm_fence::{FenceFailure, ShmFence};
 use cohort_proto::{validate_group_id, NodeId};
 
 pub use cohort_proto::event::{codes, keys};
@@ -60,6 +61,13 @@ pub use group_event::GroupEventInfo;
 use conn::{lock, Conn, ReplyFuture, Waiter};
 use events::{EventMsg, EventRegistry};
 use puts::PutBuffer;
+
+/// This rank's side of the node-local fence (see [`Inner::shm_state`]).
+#[derive(Default)]
+struct ShmState {
+    seq: u32,
+    floors: Vec<u64>,
+}
 
 /// Result of every client operation.
 pub type Result<T> = std::result::Result<T, CohortError>;
@@ -86,6 +94,11 @@ pub(crate) struct Inner {
     proc_id: ProcId,
     welcome: Welcome,
     puts: Mutex<PutBuffer>,
+    /// The node-local fence segment (one-node jobs; see `cohort_proto::shm_fence`).
+    fence_shm: Option<ShmFence>,
+    /// This rank's next node-local fence number, and every rank's commit count as
+    /// published at the last one (a get of rank r's data waits for that many).
+    shm_state: Mutex<ShmState>,
     registry: Arc<EventRegistry>,
     events: crossbeam_channel::Sender<EventMsg>,
 }
@@ -261,11 +274,25 @@ impl Client {
         let conn = Conn::start(stream, proc_id.clone(), events_tx.clone())?;
         let registry = Arc::new(EventRegistry::default());
         let io_clock = conn.io_clock();
+        // Every rank of the job must meet there, so a segment that cannot be mapped
+        // is an error, not a reason to fence elsewhere.
+        let fence_shm = match &welcome.fence_shm {
+            Some(path) => Some(ShmFence::open(Path::new(path), welcome.job.size()).map_err(
+                |e| {
+                    CohortError::Io(format!(
+                        "cannot map the node-local fence segment {path}: {e}"
+                    ))
+                },
+            )?),
+            None => None,
+        };
         let inner = Arc::new(Inner {
             conn,
             proc_id,
             welcome,
             puts: Mutex::new(PutBuffer::default()),
+            fence_shm,
+            shm_state: Mutex::new(ShmState::default()),
             registry: Arc::clone(&registry),
             events: events_tx,
         });
@@ -360,18 +387,29 @@ impl Client {
         }
     }
 
-    fn get_request(proc: &ProcId, key: &str, timeout: Option<Duration>) -> Request {
+    fn get_request(&self, proc: &ProcId, key: &str, timeout: Option<Duration>) -> Request {
+        // After a node-local fence, the owner's commits may still be on their way.
+        let after_commits = if proc.nspace == *self.nspace() && !proc.is_wildcard() {
+            lock(&self.inner.shm_state)
+                .floors
+                .get(proc.rank as usize)
+                .copied()
+                .unwrap_or(0)
+        } else {
+            0
+        };
         Request::Get {
             proc: proc.clone(),
             key: key.to_string(),
             timeout_ms: timeout.map(duration_ms),
+            after_commits,
         }
     }
 
     /// Reads `key` posted by `proc` (which may be `{group id, group rank}`), waiting
     /// up to `timeout` for it to appear (`None`: the server's default).
     pub fn get(&self, proc: &ProcId, key: &str, timeout: Option<Duration>) -> Result<Value> {
-        let req = Self::get_request(proc, key, timeout);
+        let req = self.get_request(proc, key, timeout);
         expect_value(self.call(req, false, timeout.map(duration_ms))?)
     }
 
@@ -382,7 +420,7 @@ impl Client {
         key: &str,
         timeout: Option<Duration>,
     ) -> impl Future<Output = Result<Value>> + Send + 'static {
-        let reply = self.call_async(Self::get_request(proc, key, timeout), false);
+        let reply = self.call_async(self.get_request(proc, key, timeout), false);
         async move { expect_value(reply.await?) }
     }
 
@@ -400,9 +438,12 @@ impl Client {
     pub fn fence(&self, procs: &[ProcId], opts: FenceOpts) -> Result<()> {
         let start = Instant::now();
         let timeout_ms = opts.timeout_ms;
-        let result = self
-            .call(self.fence_request(procs, opts), true, timeout_ms)
-            .and_then(|r| expect_done("fence", r));
+        let result = match self.node_local_fence(procs) {
+            Some(shm) => self.shm_fence(shm, timeout_ms),
+            None => self
+                .call(self.fence_request(procs, opts), true, timeout_ms)
+                .and_then(|r| expect_done("fence", r)),
+        };
         tracing::debug!(
             op = "fence",
             participants = procs.len(),
@@ -418,8 +459,92 @@ impl Client {
         procs: &[ProcId],
         opts: FenceOpts,
     ) -> impl Future<Output = Result<()>> + Send + 'static {
+        type Fut = std::pin::Pin<Box<dyn Future<Output = Result<()>> + Send>>;
+        if self.node_local_fence(procs).is_some() {
+            // Every rank must take the same path: the node-local fence, waited for on
+            // a helper thread.
+            let (tx, rx) = tokio::sync::oneshot::channel();
+            let me = self.clone();
+            let spawned = std::thread::Builder::new()
+                .name("cohort-fence".into())
+                .spawn(move || {
+                    if let Some(shm) = me.node_local_fence(&[]) {
+                        let _ = tx.send(me.shm_fence(shm, opts.timeout_ms));
+                    }
+                });
+            let fut: Fut = match spawned {
+                Ok(_) => Box::pin(async move {
+                    rx.await.unwrap_or_else(|_| {
+                        Err(CohortError::Io(
+                            "the fence thread ended without a result".into(),
+                        ))
+                    })
+                }),
+                Err(e) => Box::pin(std::future::ready(Err(CohortError::Io(format!(
+                    "cannot start the fence thread: {e}"
+                ))))),
+            };
+            return fut;
+        }
         let reply = self.call_async(self.fence_request(procs, opts), true);
-        async move { expect_done("fence", reply.await?) }
+        let fut: Fut = Box::pin(async move { expect_done("fence", reply.await?) });
+        fut
+    }
+
+    /// Whether fences over the whole job meet in node-local shared memory (a one-node
+    /// job whose node server offers it) rather than at the node server.
+    pub fn fences_in_shared_memory(&self) -> bool {
+        self.inner.fence_shm.is_some()
+    }
+
+    /// The node-local fence segment, when `procs` names every rank of this one-node
+    /// job (empty, `{nspace,*}`, or all ranks listed): all ranks decide alike.
+    fn node_local_fence(&self, procs: &[ProcId]) -> Option<&ShmFence> {
+        let shm = self.inner.fence_shm.as_ref()?;
+        let ns = self.nspace();
+        if procs.is_empty() {
+            return Some(shm);
+        }
+        if procs.iter().any(|p| p.nspace != *ns) {
+            return None;
+        }
+        if procs.iter().any(ProcId::is_wildcard) {
+            return Some(shm);
+        }
+        let ranks: std::collections::BTreeSet<u32> = procs.iter().map(|p| p.rank).collect();
+        (ranks.len() == self.size() as usize && ranks.iter().all(|&r| r < self.size()))
+            .then_some(shm)
+    }
+
+    /// A whole-job fence in the node-local segment: commits pending puts (they travel
+    /// to the node server, ahead of any get after the fence), then meets the other
+    /// ranks there.
+    fn shm_fence(&self, shm: &ShmFence, timeout_ms: Option<u64>) -> Result<()> {
+        let mut st = lock(&self.inner.shm_state);
+        if !lock(&self.inner.puts).is_empty() {
+            self.commit()?;
+        }
+        let commits = lock(&self.inner.puts).commits();
+        let deadline = timeout_ms.map(|ms| Instant::now() + Duration::from_millis(ms));
+        let seq = st.seq;
+        st.seq = seq.wrapping_add(1);
+        let ns = self.nspace();
+        let procs = |ranks: Vec<u32>| ranks.into_iter().map(|r| ProcId::new(ns, r)).collect();
+        match shm.fence(self.rank(), seq, commits, conn::spin_budget(), deadline) {
+            Ok(()) => {
+                st.floors = (0..shm.ranks()).map(|r| shm.commits_of(r)).collect();
+                Ok(())
+            }
+            Err(FenceFailure::Terminated(ranks)) => Err(CohortError::ProcTerminated {
+                op: "fence".into(),
+                procs: procs(ranks),
+            }),
+            Err(FenceFailure::TimedOut) => Err(CohortError::Timeout {
+                op: "fence".into(),
+                timeout_ms: timeout_ms.unwrap_or(0),
+                missing: procs(shm.not_arrived(seq)),
+            }),
+        }
     }
 
     fn construct_request(id: &str, procs: &[ProcId], opts: ConstructOpts) -> Result<Request> {

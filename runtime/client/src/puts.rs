@@ -8,6 +8,9 @@ use cohort_proto::{Info, Scope, Value};
 pub(crate) struct PutBuffer {
     local: Info,
     remote: Info,
+    /// Commit requests taken (each is sent, or restored): the node server counts the
+    /// same, which orders gets after a node-local fence.
+    commits: u64,
 }
 
 impl PutBuffer {
@@ -29,6 +32,7 @@ impl PutBuffer {
 
     /// Empties the buffer into a commit request.
     pub(crate) fn take_commit(&mut self) -> Request {
+        self.commits += 1;
         Request::Commit {
             local: std::mem::take(&mut self.local),
             remote: std::mem::take(&mut self.remote),
@@ -39,9 +43,15 @@ impl PutBuffer {
     /// lock as `take_commit`, so no newer put can be in the buffer.
     pub(crate) fn restore(&mut self, commit: Request) {
         if let Request::Commit { local, remote } = commit {
+            self.commits -= 1;
             self.local = local;
             self.remote = remote;
         }
+    }
+
+    /// Commit requests sent so far.
+    pub(crate) fn commits(&self) -> u64 {
+        self.commits
     }
 }
 

@@ -77,6 +77,7 @@ fn welcome() -> Welcome {
         job: JobMap::block("job", 4, 2),
         node: 0,
         node_name: "node0".into(),
+        fence_shm: None,
     }
 }
 

@@ -222,6 +222,8 @@ struct PendingGet {
     deadline: Option<Time>,
     timeout_ms: u64,
     fetched: bool,
+    /// Commits of `owner` to wait for first (a node-local fence's published count).
+    after_commits: u64,
 }
 
 #[derive(Debug)]
@@ -251,6 +253,9 @@ pub struct Engine {
     pending_events: HashMap<ProcId, VecDeque<Event>>,
 
     kv: KvStore,
+    /// Commit frames received from each local process (see `Request::Get`'s
+    /// `after_commits`).
+    commits: HashMap<ProcId, u64>,
     gets: Vec<PendingGet>,
     modex_waits: Vec<ModexWait>,
     modex_inflight: HashMap<ProcId, u64>,
@@ -318,6 +323,7 @@ impl Engine {
             joined_before_death: HashMap::new(),
             pending_events: HashMap::new(),
             kv: KvStore::default(),
+            commits: HashMap::new(),
             gets: Vec::new(),
             modex_waits: Vec::new(),
             modex_inflight: HashMap::new(),
@@ -352,6 +358,11 @@ impl Engine {
 
     pub fn job(&self) -> &JobMap {
         &self.job
+    }
+
+    /// Whether `proc` is known to have terminated.
+    pub fn is_terminated(&self, proc: &ProcId) -> bool {
+        self.terminated.contains(proc)
     }
 
     /// Drains the actions produced so far.
@@ -457,6 +468,7 @@ impl Engine {
         };
         match req {
             Request::Commit { local, remote } => {
+                *self.commits.entry(proc.clone()).or_insert(0) += 1;
                 self.kv.commit(&proc, local, remote);
                 self.on_committed(&proc, now);
             }
@@ -464,7 +476,17 @@ impl Engine {
                 proc: target,
                 key,
                 timeout_ms,
-            } => self.get(client, id, proc, target, key, timeout_ms, now),
+                after_commits,
+            } => self.get(
+                client,
+                id,
+                proc,
+                target,
+                key,
+                timeout_ms,
+                after_commits,
+                now,
+            ),
             Request::Fence { procs, opts } => self.fence(client, id, proc, procs, opts, now),
             Request::Construct {
                 id: gid,
@@ -1073,6 +1095,7 @@ impl Engine {
         target: ProcId,
         key: String,
         timeout_ms: Option<u64>,
+        after_commits: u64,
         now: Time,
     ) {
         let owner = if target.nspace != self.job.nspace {
@@ -1102,6 +1125,7 @@ impl Engine {
         } else {
             target
         };
+        // Job-level values need no commit (after_commits concerns posted data only).
         if let Some(v) = self.job_value(&owner, &key) {
             return self.reply(client, req, Ok(Response::Value(v)));
         }
@@ -1125,6 +1149,7 @@ impl Engine {
             deadline: timeout_ms.map(|t| now + Duration::from_millis(t)),
             timeout_ms: timeout_ms.unwrap_or(0),
             fetched: false,
+            after_commits,
         };
         if let Some(p) = self.try_get(pending) {
             self.gets.push(p);
@@ -1134,6 +1159,19 @@ impl Engine {
     /// Answers a get if possible; returns it back if it must wait.
     fn try_get(&mut self, mut g: PendingGet) -> Option<PendingGet> {
         let local = self.job.node_of(&g.owner) == Some(self.node);
+        if local && self.commits.get(&g.owner).copied().unwrap_or(0) < g.after_commits {
+            // The owner's commits published at a node-local fence are still on their
+            // way (on its own connection): wait for them, unless it died.
+            if self.terminated.contains(&g.owner) {
+                let err = CohortError::ProcTerminated {
+                    op: format!("get of {:?}", g.key),
+                    procs: vec![g.owner],
+                };
+                self.reply(g.client, g.req, Err(err));
+                return None;
+            }
+            return Some(g);
+        }
         let lookup = if local {
             self.kv.lookup_local(&g.owner, &g.key)
         } else {

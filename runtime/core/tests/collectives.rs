@@ -55,6 +55,7 @@ fn get(c: &mut Cluster, rank: u32, proc: ProcId, key: &str) -> u64 {
             proc,
             key: key.into(),
             timeout_ms: Some(1000),
+            after_commits: 0,
         },
     )
 }
@@ -1159,4 +1160,49 @@ fn a_retry_after_a_timed_out_construct_is_not_confused_by_a_late_contribution() 
         );
     }
     let _ = z;
+}
+
+/// A get carrying `after_commits` (the count the owner published at a node-local
+/// fence in shared memory) waits until that many of the owner's commits arrived — its
+/// commit travels on another connection and may come after the get — and then
+/// answers with the committed value; a dead owner fails it instead of a hang.
+#[test]
+fn a_get_after_a_node_local_fence_waits_for_the_published_commits() {
+    let mut c = Cluster::new(3, 1, TreeShape::KAry(2));
+    c.connect_all();
+    commit(&mut c, 0, "early", Value::U32(1));
+    let get_after = |c: &mut Cluster, proc: ProcId, key: &str, after: u64| {
+        c.request(
+            1,
+            Request::Get {
+                proc,
+                key: key.into(),
+                timeout_ms: Some(60_000),
+                after_commits: after,
+            },
+        )
+    };
+    // Rank 0 published 2 commits at the fence; only the first has arrived.
+    let late = get_after(&mut c, ProcId::new("job", 0), "late", 2);
+    assert_eq!(
+        c.reply(1, late),
+        None,
+        "answered before rank 0's second commit"
+    );
+    // Without the count the same get answers at once, wrongly: not found.
+    let eager = get_after(&mut c, ProcId::new("job", 0), "late", 0);
+    assert!(matches!(err(&c, 1, eager), CohortError::NotFound { .. }));
+    commit(&mut c, 0, "late", Value::U32(2));
+    assert_eq!(
+        c.reply(1, late),
+        Some(Ok(cohort_proto::msg::Response::Value(Value::U32(2))))
+    );
+    // Rank 2 published a commit that never comes: it dies.
+    let never = get_after(&mut c, ProcId::new("job", 2), "x", 1);
+    assert_eq!(c.reply(1, never), None);
+    c.exit(2);
+    assert!(matches!(
+        err(&c, 1, never),
+        CohortError::ProcTerminated { .. }
+    ));
 }

@@ -138,6 +138,7 @@ fn fence_with_collect_over_switches() {
                 proc: p,
                 key: "ep".into(),
                 timeout_ms: Some(1000),
+                after_commits: 0,
             },
         );
         assert_eq!(

@@ -217,6 +217,11 @@ pub struct RunArgs {
     #[arg(long, value_name = "US", help_heading = "Tuning options")]
     pub spin_us: Option<u64>,
 
+    /// On one node, fences over the whole job normally meet in shared memory; this
+    /// sends them through the node server like every other fence
+    #[arg(long, help_heading = "Tuning options")]
+    pub no_shm_fence: bool,
+
     /// Listen address of each node server's fabric, in node order (default: node i on
     /// its own loopback address 127.0.1.(i+1)). Needed where the fabric is bound to
     /// real interfaces, e.g. RoCE GIDs on a soft-RoCE device

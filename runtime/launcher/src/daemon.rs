@@ -87,6 +87,7 @@ pub struct DaemonLaunch<'a> {
     pub ib_gid_index: Option<u32>,
     /// `--spin-us`, passed on as given.
     pub spin_us: Option<u64>,
+    pub no_shm_fence: bool,
     /// `VAR=VAL` pairs, already resolved.
     pub exports: &'a [(String, OsString)],
     pub command: &'a [OsString],
@@ -137,6 +138,9 @@ impl DaemonLaunch<'_> {
         if let Some(us) = self.spin_us {
             a.push("--spin-us".into());
             a.push(us.to_string().into());
+        }
+        if self.no_shm_fence {
+            a.push("--no-shm-fence".into());
         }
         for (var, val) in self.exports {
             let mut kv = OsString::from(var);
@@ -256,6 +260,7 @@ mod tests {
             ib_device: None,
             ib_gid_index: None,
             spin_us: None,
+            no_shm_fence: false,
             exports: &exports,
             command: &cmd,
         };
@@ -294,6 +299,7 @@ mod tests {
             ib_device: Some("mlx5_0:1"),
             ib_gid_index: Some(3),
             spin_us: Some(0),
+            no_shm_fence: true,
             exports: &[],
             command: &[OsString::from("prog")],
         };
@@ -305,7 +311,7 @@ mod tests {
         let joined = args.join(" ");
         assert!(
             joined.ends_with(
-                "--topology /etc/slurm/topology.conf --ib-device mlx5_0:1 --ib-gid-index 3 --spin-us 0 -- prog"
+                "--topology /etc/slurm/topology.conf --ib-device mlx5_0:1 --ib-gid-index 3 --spin-us 0 --no-shm-fence -- prog"
             ),
             "{joined}"
         );

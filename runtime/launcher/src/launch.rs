@@ -235,6 +235,7 @@ impl Launcher {
                 ib_device: self.args.ib_device.as_deref(),
                 ib_gid_index: self.args.ib_gid_index,
                 spin_us: self.args.spin_us,
+                no_shm_fence: self.args.no_shm_fence,
                 exports: &self.exports,
                 command: &self.args.command,
             };

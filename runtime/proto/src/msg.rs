@@ -28,6 +28,9 @@ pub struct Welcome {
     pub job: JobMap,
     pub node: NodeId,
     pub node_name: String,
+    /// The node-local fence segment ([`crate::shm_fence`]) every rank of a one-node
+    /// job must use for whole-job fences; `None` when there is none (several nodes).
+    pub fence_shm: Option<String>,
 }
 
 /// Options of a group construct (the PMIX_GROUP_* directives).
@@ -128,6 +131,10 @@ pub enum Request {
         proc: ProcId,
         key: String,
         timeout_ms: Option<u64>,
+        /// Answer only once the node server has received this many commits from
+        /// `proc` (a rank of this job): the count `proc` published at the last
+        /// node-local fence, whose commits may still be in flight. 0: no wait.
+        after_commits: u64,
     },
     /// Fence over `procs` (wildcards allowed: `{nspace,*}`, `{group,*}`).
     Fence {

@@ -19,6 +19,7 @@ use cohort_core::{Action, ClientId, Engine, EngineConfig, Time};
 use cohort_proto::frame::{self, MAX_CLIENT_FRAME};
 use cohort_proto::msg::{ClientFrame, Hello, ServerFrame, Welcome};
 use cohort_proto::peer::PeerMsg;
+use cohort_proto::shm_fence::{self, ShmFence};
 use cohort_proto::{CohortError, JobMap, NodeId, ProcId, Rank, PROTOCOL_VERSION};
 use cohort_topology::{default_shape, SwitchMap};
 use cohort_transport::{
@@ -56,6 +57,9 @@ pub struct ServiceConfig {
     /// How long the service polls after a client frame or a fabric message before it
     /// sleeps in the kernel (zero: never polls). See [`Spinner`].
     pub spin: Duration,
+    /// Whether a one-node job's whole-job fences meet in shared memory
+    /// (`cohort_proto::shm_fence`) rather than at the service.
+    pub shm_fence: bool,
 }
 
 /// Handle to a running node service.
@@ -90,6 +94,8 @@ struct Shared {
     exited_while_connected: HashSet<ProcId>,
     timer: Rc<Notify>,
     armed: Option<Time>,
+    /// The node-local fence segment of a one-node job (see `cohort_proto::shm_fence`).
+    fence_shm: Option<(ShmFence, PathBuf)>,
     /// Adaptive polling (see [`Spinner`]): told of each client frame here, of each
     /// fabric message by the fabric.
     spinner: Arc<Spinner>,
@@ -98,6 +104,16 @@ struct Shared {
 impl Shared {
     fn now(&self) -> Time {
         self.origin.elapsed()
+    }
+
+    /// Tells the node-local fence segment that `proc` terminated, if it did: ranks
+    /// waiting there for it fail instead of waiting for their timeout.
+    fn note_exit(&self, proc: &ProcId) {
+        if let Some((shm, _)) = &self.fence_shm {
+            if proc.nspace == self.engine.job().nspace && self.engine.is_terminated(proc) {
+                shm.mark_dead(proc.rank);
+            }
+        }
     }
 
     /// Writes out every action the engine produced and re-arms the timer if needed.
@@ -205,6 +221,13 @@ impl NodeService {
             switches: cfg.switches.clone(),
         });
         let timer = Rc::new(Notify::new());
+        // One node: whole-job fences meet in shared memory (cohort_proto::shm_fence).
+        let fence_shm = if cfg.job.num_nodes == 1 && cfg.shm_fence {
+            let path = cfg.socket_dir.join(shm_fence::FILE_NAME);
+            Some((ShmFence::create(&path, cfg.job.size())?, path))
+        } else {
+            None
+        };
         // SAFETY: getuid cannot fail and has no preconditions.
         let owner_uid = unsafe { libc::getuid() };
         let shared = Rc::new(RefCell::new(Shared {
@@ -219,6 +242,7 @@ impl NodeService {
             exited_while_connected: HashSet::new(),
             timer: timer.clone(),
             armed: None,
+            fence_shm,
             spinner: spinner.clone(),
         }));
         let stop = Rc::new(Notify::new());
@@ -275,7 +299,8 @@ impl NodeService {
             return;
         }
         let now = s.now();
-        s.engine.on_proc_exited(proc, now);
+        s.engine.on_proc_exited(proc.clone(), now);
+        s.note_exit(&proc);
         s.flush();
     }
 
@@ -284,6 +309,9 @@ impl NodeService {
         self.stop.notify_one();
         self.fabric.shutdown().await;
         let _ = std::fs::remove_file(&self.socket_path);
+        if let Some((_, path)) = &self.shared.borrow().fence_shm {
+            let _ = std::fs::remove_file(path);
+        }
     }
 }
 
@@ -380,12 +408,17 @@ async fn serve_client(stream: UnixStream, shared: Rc<RefCell<Shared>>) {
             .get(node as usize)
             .cloned()
             .unwrap_or_default();
+        let fence_shm = s
+            .fence_shm
+            .as_ref()
+            .map(|(_, path)| path.display().to_string());
         s.send_client(
             client,
             &ServerFrame::Welcome(Ok(Welcome {
                 job,
                 node,
                 node_name,
+                fence_shm,
             })),
         );
         if let Some(c) = s.clients.get_mut(&client) {
@@ -432,8 +465,9 @@ async fn serve_client(stream: UnixStream, shared: Rc<RefCell<Shared>>) {
     s.engine.on_client_disconnected(client, now);
     s.clients.remove(&client);
     if s.exited_while_connected.remove(&proc) {
-        s.engine.on_proc_exited(proc, now);
+        s.engine.on_proc_exited(proc.clone(), now);
     }
+    s.note_exit(&proc);
     s.flush();
     writer.abort();
 }

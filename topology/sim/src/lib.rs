@@ -646,6 +646,7 @@ pub fn simulate(s: &Scenario, p: Params) -> Result<Report, SimError> {
                         proc: owner.clone(),
                         key: DATA_KEY.into(),
                         timeout_ms: Some(1_000),
+                        after_commits: 0,
                     },
                     t0,
                 );

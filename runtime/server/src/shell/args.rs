@@ -102,6 +102,11 @@ pub struct DaemonArgs {
     #[arg(long, value_name = "US", default_value_t = cohort_proto::env::DEFAULT_SPIN_US)]
     pub spin_us: u64,
 
+    /// Whole-job fences of a one-node job go through this node server instead of
+    /// meeting in shared memory
+    #[arg(long)]
+    pub no_shm_fence: bool,
+
     /// Slurm topology.conf (tree format) describing the switches: collective trees are
     /// built switch leaders first (every node server of the job must get the same file)
     #[arg(long, value_name = "FILE")]

@@ -301,6 +301,7 @@ async fn bind_service(
         switches,
         verbs,
         spin: Duration::from_micros(args.spin_us),
+        shm_fence: !args.no_shm_fence,
     };
     match NodeService::bind(cfg).await {
         Ok(svc) => {
