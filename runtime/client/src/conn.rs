@@ -609,11 +609,18 @@ impl Conn {
     }
 
     /// The background reader's wait for input: polls (yielding the CPU) while the
-    /// last exchange with the node server is within the spin budget, then blocks.
+    /// last exchange with the node server is within the spin budget and input must
+    /// be read promptly, then blocks.
     /// `Ok(false)` as soon as a call is blocked: that call reads, and a reader asleep
     /// in `poll` would only be woken along with it by the reply.
     fn poll_after_io(&self, fd: std::os::unix::io::RawFd) -> std::io::Result<bool> {
-        let budget = spin_budget();
+        // Only when something must be read promptly (handled events, async replies):
+        // otherwise the reader would just compete with the process's own threads.
+        let budget = if self.needs_prompt_reader() {
+            spin_budget()
+        } else {
+            Duration::ZERO
+        };
         while !budget.is_zero() && self.io_clock.within(budget) {
             if self.io_clock.call_blocked() {
                 return Ok(false);
