@@ -530,7 +530,15 @@ impl Client {
         st.seq = seq.wrapping_add(1);
         let ns = self.nspace();
         let procs = |ranks: Vec<u32>| ranks.into_iter().map(|r| ProcId::new(ns, r)).collect();
-        match shm.fence(self.rank(), seq, commits, conn::spin_budget(), deadline) {
+        let server_gone = || self.inner.conn.check_alive().is_err();
+        match shm.fence(
+            self.rank(),
+            seq,
+            commits,
+            conn::spin_budget(),
+            deadline,
+            &server_gone,
+        ) {
             Ok(()) => {
                 st.floors = (0..shm.ranks()).map(|r| shm.commits_of(r)).collect();
                 Ok(())
@@ -544,6 +552,12 @@ impl Client {
                 timeout_ms: timeout_ms.unwrap_or(0),
                 missing: procs(shm.not_arrived(seq)),
             }),
+            // Its node server is gone: nobody can mark deaths any more.
+            Err(FenceFailure::GaveUp) => {
+                Err(self.inner.conn.check_alive().err().unwrap_or_else(|| {
+                    CohortError::ServerLost("gave up a node-local fence".into())
+                }))
+            }
         }
     }
 

@@ -81,6 +81,8 @@ pub enum FenceFailure {
     /// The deadline passed first (this rank's arrival stays counted, as a
     /// contribution in flight would at a node server).
     TimedOut,
+    /// The caller's `give_up` check said so (e.g. its node server is gone).
+    GaveUp,
 }
 
 /// A mapped fence segment (the node server's or a rank's view).
@@ -222,7 +224,8 @@ impl ShmFence {
     }
 
     /// Rank `rank`'s fence number `seq`: arrive with `commits`, then wait for the others
-    /// (polling for `spin`, then sleeping) until `deadline`.
+    /// (polling for `spin`, then sleeping) until `deadline`. `give_up` is asked before
+    /// each sleep (at least every 50 ms) whether to stop waiting.
     pub fn fence(
         &self,
         rank: u32,
@@ -230,6 +233,7 @@ impl ShmFence {
         commits: u64,
         spin: Duration,
         deadline: Option<Instant>,
+        give_up: &dyn Fn() -> bool,
     ) -> Result<(), FenceFailure> {
         let h = self.header();
         let dead = self.missing_dead(seq);
@@ -266,6 +270,9 @@ impl ShmFence {
                 // SAFETY: sched_yield has no preconditions.
                 unsafe { libc::sched_yield() };
                 continue;
+            }
+            if give_up() {
+                return Err(FenceFailure::GaveUp);
             }
             let nap = deadline.map_or(SLEEP_SLICE, |d| (d - now).min(SLEEP_SLICE));
             h.sleepers.fetch_add(1, Ordering::SeqCst);
@@ -392,6 +399,7 @@ mod tests {
                             u64::from(k) * 10 + u64::from(r),
                             Duration::from_micros(50),
                             deadline(),
+                            &|| false,
                         )
                         .unwrap();
                         for (other, c) in counters.iter().enumerate() {
@@ -422,7 +430,7 @@ mod tests {
         let p = path.clone();
         let t = std::thread::spawn(move || {
             let c = ShmFence::open(&p, 3).unwrap();
-            c.fence(2, 0, 0, Duration::ZERO, deadline())
+            c.fence(2, 0, 0, Duration::ZERO, deadline(), &|| false)
         });
         std::thread::sleep(Duration::from_millis(20));
         server.mark_dead(2);
@@ -430,14 +438,17 @@ mod tests {
         let b = std::thread::spawn(move || {
             ShmFence::open(&p, 3)
                 .unwrap()
-                .fence(1, 0, 0, Duration::ZERO, deadline())
+                .fence(1, 0, 0, Duration::ZERO, deadline(), &|| false)
         });
-        assert_eq!(a.fence(0, 0, 0, Duration::ZERO, deadline()), Ok(()));
+        assert_eq!(
+            a.fence(0, 0, 0, Duration::ZERO, deadline(), &|| false),
+            Ok(())
+        );
         assert_eq!(b.join().unwrap(), Ok(()));
         assert_eq!(t.join().unwrap(), Ok(()));
         // Fence 1: rank 2 is dead and did not arrive: fails before counting.
         assert_eq!(
-            a.fence(0, 1, 0, Duration::ZERO, deadline()),
+            a.fence(0, 1, 0, Duration::ZERO, deadline(), &|| false),
             Err(FenceFailure::Terminated(vec![2]))
         );
     }
@@ -451,7 +462,7 @@ mod tests {
         let waiter = std::thread::spawn(move || {
             let f = ShmFence::open(&p, 2).unwrap();
             let start = Instant::now();
-            let r = f.fence(0, 0, 0, Duration::ZERO, deadline());
+            let r = f.fence(0, 0, 0, Duration::ZERO, deadline(), &|| false);
             (r, start.elapsed())
         });
         std::thread::sleep(Duration::from_millis(50));
@@ -471,8 +482,21 @@ mod tests {
             0,
             Duration::from_micros(10),
             Some(Instant::now() + Duration::from_millis(100)),
+            &|| false,
         );
         assert_eq!(r, Err(FenceFailure::TimedOut));
+    }
+
+    /// A waiter whose `give_up` says so (its node server is gone) stops waiting.
+    #[test]
+    fn a_waiter_gives_up_when_told() {
+        let (_dir, server) = segment(2);
+        let asked = std::sync::atomic::AtomicU32::new(0);
+        let r = server.fence(0, 0, 0, Duration::ZERO, deadline(), &|| {
+            asked.fetch_add(1, Ordering::Relaxed) >= 2
+        });
+        assert_eq!(r, Err(FenceFailure::GaveUp));
+        assert_eq!(asked.load(Ordering::Relaxed), 3);
     }
 
     #[test]
