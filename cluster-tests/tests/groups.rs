@@ -203,9 +203,10 @@ mod deep_trees {
     }
 }
 
-/// Polling is bounded (`--spin-us`, default 150 µs): a rank blocked ~2 s in a fence and
-/// its idle node server each stay well under a quarter of that wait on the CPU (the
-/// rank program measures both; an unbounded poll would use most of it).
+/// Polling is bounded (`--spin-us`, default 150 µs): a rank blocked ~2 s in a
+/// node-local fence, then ~2 s in a group construct at its node server, and that idle
+/// node server each stay well under a quarter of each wait on the CPU (the rank program
+/// measures; with `--spin-us 3000000` the same scenario fails).
 #[test]
 fn blocked_ranks_and_idle_node_servers_stop_polling() {
     let job = run_testprog(1, 2, "idle-cpu", false);

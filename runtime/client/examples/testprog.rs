@@ -2244,10 +2244,11 @@ fn lost_interior() -> R {
 
 /// Polling is bounded: a call blocked on its node server polls for its spin budget
 /// (COHORT_SPIN_US), as do its background reader and event thread after an exchange,
-/// and a node server for its own (`cohortd --spin-us`) after each input; then all
-/// sleep. Rank 0 waits about 2 s in a fence that rank 1 joins late;
-/// neither rank 0 nor its node server (our parent) may spend more than a quarter of
-/// that wait on a CPU. Prints `IDLE-CPU` with both figures.
+/// a rank waiting in a node-local fence, and a node server (`cohortd --spin-us`) after
+/// each input; then all sleep. Rank 0 waits about 2 s twice — in a whole-job fence
+/// (shared memory on one node) and in a group construct (at the node server) — that
+/// rank 1 joins late; neither rank 0 nor its node server (our parent) may spend more
+/// than a quarter of a wait on a CPU. Prints `IDLE-CPU` with the figures.
 fn idle_cpu() -> R {
     const WAIT: Duration = Duration::from_secs(2);
     const MAX_MS: u64 = 500;
@@ -2258,37 +2259,60 @@ fn idle_cpu() -> R {
         collect: false,
         timeout_ms: Some(60_000),
     };
-    // Both ranks connected and the job settled before the measured wait.
+    let both = all(&c);
+    let construct = |c: &Client| {
+        c.group_construct(
+            "idle-cpu",
+            &both,
+            ConstructOpts {
+                timeout_ms: Some(60_000),
+                ..Default::default()
+            },
+        )
+        .map(drop)
+    };
+    // Both ranks connected and the job settled before the measured waits.
     e2s(c.fence(&[], collect.clone()), "first fence")?;
     if c.rank() != 0 {
         std::thread::sleep(WAIT);
-        return e2s(c.fence(&[], collect), "late fence");
+        e2s(c.fence(&[], collect), "late fence")?;
+        std::thread::sleep(WAIT);
+        return e2s(construct(&c), "late construct");
     }
     // SAFETY: getppid has no preconditions.
     let server = unsafe { libc::getppid() };
-    let rank_before = own_cpu_ms();
-    let server_before = proc_cpu_ms(server)?;
-    let t = std::time::Instant::now();
-    e2s(c.fence(&[], collect), "waiting fence")?;
-    let waited = t.elapsed();
-    let rank_ms = own_cpu_ms() - rank_before;
-    let server_ms = proc_cpu_ms(server)? - server_before;
-    println!(
-        "IDLE-CPU rank {rank_ms} ms, node server {server_ms} ms of CPU over a {} ms wait",
-        waited.as_millis()
-    );
-    check!(
-        waited >= WAIT / 2,
-        "the fence returned after {waited:?}, before the late rank could have joined"
-    );
-    check!(
-        rank_ms <= MAX_MS,
-        "rank 0 used {rank_ms} ms of CPU while blocked for {waited:?}: its polling is not bounded"
-    );
-    check!(
-        server_ms <= MAX_MS,
-        "the node server (pid {server}) used {server_ms} ms of CPU while idle for {waited:?}: its polling is not bounded"
-    );
+    let mut waits: Vec<(&str, Box<dyn Fn() -> Result<(), CohortError> + '_>)> = vec![
+        (
+            "whole-job fence",
+            Box::new(|| c.fence(&[], collect.clone())),
+        ),
+        ("group construct", Box::new(|| construct(&c))),
+    ];
+    for (what, wait) in waits.drain(..) {
+        let rank_before = own_cpu_ms();
+        let server_before = proc_cpu_ms(server)?;
+        let t = std::time::Instant::now();
+        e2s(wait(), what)?;
+        let waited = t.elapsed();
+        let rank_ms = own_cpu_ms() - rank_before;
+        let server_ms = proc_cpu_ms(server)? - server_before;
+        println!(
+            "IDLE-CPU {what}: rank {rank_ms} ms, node server {server_ms} ms of CPU over a {} ms wait",
+            waited.as_millis()
+        );
+        check!(
+            waited >= WAIT / 2,
+            "the {what} returned after {waited:?}, before the late rank could have joined"
+        );
+        check!(
+            rank_ms <= MAX_MS,
+            "rank 0 used {rank_ms} ms of CPU while blocked in a {what} for {waited:?}: its polling is not bounded"
+        );
+        check!(
+            server_ms <= MAX_MS,
+            "the node server (pid {server}) used {server_ms} ms of CPU while rank 0 waited in a {what} for {waited:?}: its polling is not bounded"
+        );
+    }
     Ok(())
 }
 
