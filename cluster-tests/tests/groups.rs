@@ -211,9 +211,10 @@ mod deep_trees {
 fn blocked_ranks_and_idle_node_servers_stop_polling() {
     let job = run_testprog(1, 2, "idle-cpu", false);
     assert_eq!(job.status, Some(0), "{}\n{}", job.stdout, job.stderr);
-    assert!(
-        job.stdout.contains("IDLE-CPU rank"),
-        "rank 0 printed no measurement:\n{}",
+    assert_eq!(
+        job.stdout.matches("IDLE-CPU ").count(),
+        2,
+        "rank 0 did not print both measurements:\n{}",
         job.stdout
     );
 }

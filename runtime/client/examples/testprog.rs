@@ -2281,7 +2281,8 @@ fn idle_cpu() -> R {
     }
     // SAFETY: getppid has no preconditions.
     let server = unsafe { libc::getppid() };
-    let mut waits: Vec<(&str, Box<dyn Fn() -> Result<(), CohortError> + '_>)> = vec![
+    type Wait<'a> = Box<dyn Fn() -> Result<(), CohortError> + 'a>;
+    let mut waits: Vec<(&str, Wait<'_>)> = vec![
         (
             "whole-job fence",
             Box::new(|| c.fence(&[], collect.clone())),
