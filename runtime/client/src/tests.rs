@@ -703,31 +703,18 @@ fn roundtrip_latency_report() {
 /// wait for them (bounded by the 50 ms sleep slice, not by a timeout it did not set).
 #[test]
 fn a_node_local_fence_ends_with_server_lost_when_the_server_goes() {
-    let path = socket_path();
-    let shm_path = path.with_file_name(cohort_proto::shm_fence::FILE_NAME);
+    let shm_path = socket_path().with_file_name(cohort_proto::shm_fence::FILE_NAME);
     let job = JobMap::block("job", 4, 1);
     let segment = cohort_proto::shm_fence::ShmFence::create(&shm_path, job.size())
         .expect("create the fence segment");
-    let listener = UnixListener::bind(&path).expect("bind test socket");
     let welcome = Welcome {
         job,
         node: 0,
         node_name: "node0".into(),
         fence_shm: Some(shm_path.display().to_string()),
     };
-    let server = thread::spawn(move || {
-        let (stream, _) = listener.accept().expect("accept");
-        let mut side = ServerSide {
-            stream,
-            buf: Vec::new(),
-        };
-        let _hello: Hello = frame::read_frame(&mut side.stream, MAX_CLIENT_FRAME, &mut side.buf)
-            .expect("hello")
-            .expect("hello frame");
-        side.send(&ServerFrame::Welcome(Ok(welcome)));
-        // Let the client arrive and wait, then vanish.
-        thread::sleep(Duration::from_millis(200));
-    });
+    // Let the client arrive and wait, then vanish.
+    let (path, server) = serve(Ok(welcome), |_| thread::sleep(Duration::from_millis(200)));
     let client = Client::connect(&path, "job", 1, TOKEN).expect("connect");
     assert!(client.fences_in_shared_memory());
     let got = within_deadline(move || client.fence(&[], FenceOpts::default()));
@@ -737,5 +724,5 @@ fn a_node_local_fence_ends_with_server_lost_when_the_server_goes() {
     );
     server.join().expect("server");
     drop(segment);
-    let _ = std::fs::remove_dir_all(path.parent().expect("dir"));
+    let _ = std::fs::remove_dir_all(shm_path.parent().expect("dir"));
 }

@@ -1156,21 +1156,27 @@ impl Engine {
         }
     }
 
+    /// A get whose local owner has not committed what it needs yet: waits (returned
+    /// back), unless the owner terminated, which fails it.
+    fn wait_for_local_owner(&mut self, g: PendingGet) -> Option<PendingGet> {
+        if !self.terminated.contains(&g.owner) {
+            return Some(g);
+        }
+        let err = CohortError::ProcTerminated {
+            op: format!("get of {:?}", g.key),
+            procs: vec![g.owner],
+        };
+        self.reply(g.client, g.req, Err(err));
+        None
+    }
+
     /// Answers a get if possible; returns it back if it must wait.
     fn try_get(&mut self, mut g: PendingGet) -> Option<PendingGet> {
         let local = self.job.node_of(&g.owner) == Some(self.node);
         if local && self.commits.get(&g.owner).copied().unwrap_or(0) < g.after_commits {
             // The owner's commits published at a node-local fence are still on their
-            // way (on its own connection): wait for them, unless it died.
-            if self.terminated.contains(&g.owner) {
-                let err = CohortError::ProcTerminated {
-                    op: format!("get of {:?}", g.key),
-                    procs: vec![g.owner],
-                };
-                self.reply(g.client, g.req, Err(err));
-                return None;
-            }
-            return Some(g);
+            // way (on its own connection).
+            return self.wait_for_local_owner(g);
         }
         let lookup = if local {
             self.kv.lookup_local(&g.owner, &g.key)
@@ -1190,17 +1196,7 @@ impl Engine {
                 self.reply(g.client, g.req, Err(err));
                 None
             }
-            _ if local => {
-                if self.terminated.contains(&g.owner) {
-                    let err = CohortError::ProcTerminated {
-                        op: format!("get of {:?}", g.key),
-                        procs: vec![g.owner],
-                    };
-                    self.reply(g.client, g.req, Err(err));
-                    return None;
-                }
-                Some(g)
-            }
+            _ if local => self.wait_for_local_owner(g),
             _ => {
                 // Remote owner: fetch its committed data from its node server.
                 if !self.modex_inflight.contains_key(&g.owner) {
