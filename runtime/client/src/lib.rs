@@ -62,13 +62,6 @@ use conn::{lock, Conn, ReplyFuture, Waiter};
 use events::{EventMsg, EventRegistry};
 use puts::PutBuffer;
 
-/// This rank's side of the node-local fence (see [`Inner::shm_state`]).
-#[derive(Default)]
-struct ShmState {
-    seq: u32,
-    floors: Vec<u64>,
-}
-
 /// Result of every client operation.
 pub type Result<T> = std::result::Result<T, CohortError>;
 
@@ -96,9 +89,13 @@ pub(crate) struct Inner {
     puts: Mutex<PutBuffer>,
     /// The node-local fence segment (one-node jobs; see `cohort_proto::shm_fence`).
     fence_shm: Option<ShmFence>,
-    /// This rank's next node-local fence number, and every rank's commit count as
-    /// published at the last one (a get of rank r's data waits for that many).
-    shm_state: Mutex<ShmState>,
+    /// This rank's next node-local fence number; held for the whole fence, so this
+    /// rank's fences (from several threads) take their turns.
+    shm_seq: Mutex<u32>,
+    /// Every rank's commit count as published at the last node-local fence (a get of
+    /// rank r's data waits at the node server for that many). Its own lock, so gets
+    /// from other threads never wait for a fence.
+    shm_floors: Mutex<Vec<u64>>,
     registry: Arc<EventRegistry>,
     events: crossbeam_channel::Sender<EventMsg>,
 }
@@ -292,7 +289,8 @@ impl Client {
             welcome,
             puts: Mutex::new(PutBuffer::default()),
             fence_shm,
-            shm_state: Mutex::new(ShmState::default()),
+            shm_seq: Mutex::new(0),
+            shm_floors: Mutex::new(Vec::new()),
             registry: Arc::clone(&registry),
             events: events_tx,
         });
@@ -390,8 +388,7 @@ impl Client {
     fn get_request(&self, proc: &ProcId, key: &str, timeout: Option<Duration>) -> Request {
         // After a node-local fence, the owner's commits may still be on their way.
         let after_commits = if proc.nspace == *self.nspace() && !proc.is_wildcard() {
-            lock(&self.inner.shm_state)
-                .floors
+            lock(&self.inner.shm_floors)
                 .get(proc.rank as usize)
                 .copied()
                 .unwrap_or(0)
@@ -520,14 +517,14 @@ impl Client {
     /// to the node server, ahead of any get after the fence), then meets the other
     /// ranks there.
     fn shm_fence(&self, shm: &ShmFence, timeout_ms: Option<u64>) -> Result<()> {
-        let mut st = lock(&self.inner.shm_state);
+        let mut next = lock(&self.inner.shm_seq);
         if !lock(&self.inner.puts).is_empty() {
             self.commit()?;
         }
         let commits = lock(&self.inner.puts).commits();
         let deadline = timeout_ms.map(|ms| Instant::now() + Duration::from_millis(ms));
-        let seq = st.seq;
-        st.seq = seq.wrapping_add(1);
+        let seq = *next;
+        *next = seq.wrapping_add(1);
         let ns = self.nspace();
         let procs = |ranks: Vec<u32>| ranks.into_iter().map(|r| ProcId::new(ns, r)).collect();
         let server_gone = || self.inner.conn.check_alive().is_err();
@@ -540,7 +537,8 @@ impl Client {
             &server_gone,
         ) {
             Ok(()) => {
-                st.floors = (0..shm.ranks()).map(|r| shm.commits_of(r)).collect();
+                *lock(&self.inner.shm_floors) =
+                    (0..shm.ranks()).map(|r| shm.commits_of(r)).collect();
                 Ok(())
             }
             Err(FenceFailure::Terminated(ranks)) => Err(CohortError::ProcTerminated {

@@ -726,3 +726,51 @@ fn a_node_local_fence_ends_with_server_lost_when_the_server_goes() {
     drop(segment);
     let _ = std::fs::remove_dir_all(shm_path.parent().expect("dir"));
 }
+
+/// While one thread waits in a node-local fence, another thread's get goes out and is
+/// answered (the fence's wait holds no lock a get needs), and the get carries no commit
+/// count yet (no node-local fence has completed).
+#[test]
+fn a_get_from_another_thread_is_not_held_up_by_a_waiting_node_local_fence() {
+    let shm_path = socket_path().with_file_name(cohort_proto::shm_fence::FILE_NAME);
+    let job = JobMap::block("job", 4, 1);
+    let segment = cohort_proto::shm_fence::ShmFence::create(&shm_path, job.size())
+        .expect("create the fence segment");
+    let welcome = Welcome {
+        job,
+        node: 0,
+        node_name: "node0".into(),
+        fence_shm: Some(shm_path.display().to_string()),
+    };
+    let (done_tx, done_rx) = crossbeam_channel::bounded::<()>(1);
+    let (path, server) = serve(Ok(welcome), move |side| {
+        let f = side.expect();
+        match f.req {
+            Request::Get {
+                key, after_commits, ..
+            } => {
+                assert_eq!(key, "ep");
+                assert_eq!(after_commits, 0);
+                side.reply(f.id, Ok(Response::Value(Value::Str("tcp://x".into()))));
+            }
+            other => panic!("expected a get, got {other:?}"),
+        }
+        // Stay until the test saw the get answered, then vanish (ending the fence).
+        let _ = done_rx.recv_timeout(TEST_DEADLINE);
+    });
+    let client = Client::connect(&path, "job", 1, TOKEN).expect("connect");
+    let fencer = client.clone();
+    let fence = thread::spawn(move || fencer.fence(&[], FenceOpts::default()));
+    thread::sleep(Duration::from_millis(50));
+    let got = within_deadline(move || client.get(&ProcId::new("job", 2), "ep", None));
+    assert_eq!(got, Ok(Value::Str("tcp://x".into())));
+    done_tx.send(()).expect("server waits");
+    let fenced = within_deadline(move || fence.join().expect("fence thread"));
+    assert!(
+        matches!(fenced, Err(CohortError::ServerLost(_))),
+        "{fenced:?}"
+    );
+    server.join().expect("server");
+    drop(segment);
+    let _ = std::fs::remove_dir_all(shm_path.parent().expect("dir"));
+}
