@@ -698,21 +698,42 @@ fn roundtrip_latency_report() {
     server.join().expect("server");
 }
 
+/// A node-local fence segment for a 4-rank one-node job, in its own temporary
+/// directory (removed on drop), and the welcome that offers it.
+struct NodeLocalSegment {
+    _fence: cohort_proto::shm_fence::ShmFence,
+    dir: PathBuf,
+}
+
+impl NodeLocalSegment {
+    fn welcome() -> (Welcome, NodeLocalSegment) {
+        let path = socket_path().with_file_name(cohort_proto::shm_fence::FILE_NAME);
+        let job = JobMap::block("job", 4, 1);
+        let fence = cohort_proto::shm_fence::ShmFence::create(&path, job.size())
+            .expect("create the fence segment");
+        let welcome = Welcome {
+            job,
+            node: 0,
+            node_name: "node0".into(),
+            fence_shm: Some(path.display().to_string()),
+        };
+        let dir = path.parent().expect("dir").to_path_buf();
+        (welcome, NodeLocalSegment { _fence: fence, dir })
+    }
+}
+
+impl Drop for NodeLocalSegment {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
 /// A rank waiting in a node-local fence (shared memory) whose node server goes away
 /// gets ServerLost: nobody could mark the other ranks' deaths any more, so it must not
 /// wait for them (bounded by the 50 ms sleep slice, not by a timeout it did not set).
 #[test]
 fn a_node_local_fence_ends_with_server_lost_when_the_server_goes() {
-    let shm_path = socket_path().with_file_name(cohort_proto::shm_fence::FILE_NAME);
-    let job = JobMap::block("job", 4, 1);
-    let segment = cohort_proto::shm_fence::ShmFence::create(&shm_path, job.size())
-        .expect("create the fence segment");
-    let welcome = Welcome {
-        job,
-        node: 0,
-        node_name: "node0".into(),
-        fence_shm: Some(shm_path.display().to_string()),
-    };
+    let (welcome, segment) = NodeLocalSegment::welcome();
     // Let the client arrive and wait, then vanish.
     let (path, server) = serve(Ok(welcome), |_| thread::sleep(Duration::from_millis(200)));
     let client = Client::connect(&path, "job", 1, TOKEN).expect("connect");
@@ -724,7 +745,6 @@ fn a_node_local_fence_ends_with_server_lost_when_the_server_goes() {
     );
     server.join().expect("server");
     drop(segment);
-    let _ = std::fs::remove_dir_all(shm_path.parent().expect("dir"));
 }
 
 /// While one thread waits in a node-local fence, another thread's get goes out and is
@@ -732,16 +752,7 @@ fn a_node_local_fence_ends_with_server_lost_when_the_server_goes() {
 /// count yet (no node-local fence has completed).
 #[test]
 fn a_get_from_another_thread_is_not_held_up_by_a_waiting_node_local_fence() {
-    let shm_path = socket_path().with_file_name(cohort_proto::shm_fence::FILE_NAME);
-    let job = JobMap::block("job", 4, 1);
-    let segment = cohort_proto::shm_fence::ShmFence::create(&shm_path, job.size())
-        .expect("create the fence segment");
-    let welcome = Welcome {
-        job,
-        node: 0,
-        node_name: "node0".into(),
-        fence_shm: Some(shm_path.display().to_string()),
-    };
+    let (welcome, segment) = NodeLocalSegment::welcome();
     let (done_tx, done_rx) = crossbeam_channel::bounded::<()>(1);
     let (path, server) = serve(Ok(welcome), move |side| {
         let f = side.expect();
@@ -772,5 +783,4 @@ fn a_get_from_another_thread_is_not_held_up_by_a_waiting_node_local_fence() {
     );
     server.join().expect("server");
     drop(segment);
-    let _ = std::fs::remove_dir_all(shm_path.parent().expect("dir"));
 }
