@@ -738,8 +738,7 @@ fn raw_latency(
         loop {
             match op() {
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                    // SAFETY: sched_yield has no preconditions.
-                    unsafe { libc::sched_yield() };
+                    cohort_proto::env::yield_cpu();
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
                 other => return other,

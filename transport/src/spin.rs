@@ -89,8 +89,7 @@ impl Spinner {
                 }
                 continue;
             }
-            // SAFETY: sched_yield has no preconditions.
-            unsafe { libc::sched_yield() };
+            cohort_proto::env::yield_cpu();
             tokio::task::yield_now().await;
         }
     }

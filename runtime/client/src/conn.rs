@@ -628,8 +628,7 @@ impl Conn {
             if poll_readable(fd, Some(Duration::ZERO))? {
                 return Ok(true);
             }
-            // SAFETY: sched_yield has no preconditions.
-            unsafe { libc::sched_yield() };
+            cohort_proto::env::yield_cpu();
         }
         if self.io_clock.call_blocked() {
             return Ok(false);
@@ -657,8 +656,7 @@ impl Conn {
             if start.elapsed() >= budget {
                 return None;
             }
-            // SAFETY: sched_yield has no preconditions.
-            unsafe { libc::sched_yield() };
+            cohort_proto::env::yield_cpu();
         }
     }
 }

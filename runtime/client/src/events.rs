@@ -191,8 +191,7 @@ fn next_msg(
             Ok(m) => return Some(m),
             Err(crossbeam_channel::TryRecvError::Disconnected) => return None,
             Err(crossbeam_channel::TryRecvError::Empty) => {
-                // SAFETY: sched_yield has no preconditions.
-                unsafe { libc::sched_yield() };
+                cohort_proto::env::yield_cpu();
             }
         }
     }

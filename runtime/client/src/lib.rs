@@ -387,7 +387,10 @@ impl Client {
 
     fn get_request(&self, proc: &ProcId, key: &str, timeout: Option<Duration>) -> Request {
         // After a node-local fence, the owner's commits may still be on their way.
-        let after_commits = if proc.nspace == *self.nspace() && !proc.is_wildcard() {
+        let after_commits = if self.inner.fence_shm.is_some()
+            && proc.nspace == *self.nspace()
+            && !proc.is_wildcard()
+        {
             lock(&self.inner.shm_floors)
                 .get(proc.rank as usize)
                 .copied()

@@ -36,6 +36,12 @@ pub const SPIN_US: &str = "COHORT_SPIN_US";
 /// wake-up, and gives the CPU away to any other runnable process meanwhile.
 pub const DEFAULT_SPIN_US: u64 = 150;
 
+/// One turn of a polling loop: gives the CPU to any other runnable process first.
+pub fn yield_cpu() {
+    // SAFETY: sched_yield has no preconditions.
+    unsafe { libc::sched_yield() };
+}
+
 /// Reads a polling budget in microseconds from `var` (`DEFAULT_SPIN_US` when unset or
 /// not a number).
 pub fn spin_budget_from_env(var: &str) -> std::time::Duration {

@@ -267,8 +267,7 @@ impl ShmFence {
                 return Err(FenceFailure::TimedOut);
             }
             if now.duration_since(start) < spin {
-                // SAFETY: sched_yield has no preconditions.
-                unsafe { libc::sched_yield() };
+                crate::env::yield_cpu();
                 continue;
             }
             if give_up() {
