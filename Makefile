@@ -5,7 +5,7 @@ SHELL := /bin/bash
 export PATH := $(HOME)/.cargo/bin:$(PATH)
 CARGO ?= cargo
 
-.PHONY: setup demo test build bench bench-transport bench-sim lint clean
+.PHONY: setup demo test build bench bench-transport bench-sim bench-floor lint clean
 
 setup:
 	@scripts/setup.sh
@@ -51,6 +51,13 @@ bench-transport: build
 	deploy/rxe/rxe-run.sh . 'target/release/cohort-bench transport-latency --fabric verbs -i 50 -x 5 --runs 3 && \
 	  COHORT_VERBS_POLL=1 target/release/cohort-bench transport-latency --fabric verbs -i 50 -x 5 --runs 3 && \
 	  target/release/cohort-bench transport-bw --fabric verbs -i 50 -x 10 --window 16 --runs 3 --min-size 1024'
+
+# The cheapest possible 3-node fence on this machine (6 processes, a read or write per
+# hop, nothing else): the floor for `cohort run --nodes 3 -n 3 cohort-bench fence`.
+bench-floor:
+	mkdir -p target
+	cc -O2 -Wall -o target/fence_floor bench/floor/fence_floor.c
+	for a in "--spin --tree" "--spin --direct" "--tree" "--spin --tree --work 10"; do target/fence_floor $$a; done
 
 lint: setup
 	$(CARGO) fmt --all --check

@@ -16,6 +16,7 @@
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -161,6 +162,9 @@ fn unhex(s: &str) -> Res<Vec<u8>> {
 struct Node {
     fabric: AnyFabric,
     events: UnboundedReceiver<FabricEvent>,
+    /// The fabric's adaptive polling; the Tokio reference feeds it too, so it polls
+    /// exactly as the fabric does.
+    spinner: Arc<Spinner>,
 }
 
 impl Node {
@@ -175,9 +179,13 @@ impl Node {
         let mut cfg = FabricConfig::new(node, format!("{ip}:0").parse()?, secret);
         let spinner = Spinner::new(Duration::from_micros(spin_us));
         tokio::spawn(spinner.clone().run());
-        cfg.spinner = Some(spinner);
+        cfg.spinner = Some(spinner.clone());
         let (fabric, events) = AnyFabric::bind(backend.kind(), cfg).await?;
-        Ok(Node { fabric, events })
+        Ok(Node {
+            fabric,
+            events,
+            spinner,
+        })
     }
 
     async fn recv(&mut self) -> Res<Bytes> {
@@ -478,12 +486,12 @@ fn print_table(
                 };
                 println!("# References (same run, same two processes, 4-byte length + payload per message, TCP_NODELAY):");
                 println!("#   Std   = {std_what} on blocking std sockets");
-                println!("#   Tokio = {tokio_what} on tokio sockets, same current-thread runtime as the fabric");
+                println!("#   Tokio = {tokio_what} on tokio sockets, same current-thread runtime as the fabric{}", if mode == Mode::Latency && o.spin_us > 0 { ", polling as the fabric does (each message told to its Spinner): Latency / Tokio is the fabric's own cost" } else { "" });
                 refs.push(("Std".into(), paired(|r| &r.reference)));
                 refs.push(("Tokio".into(), paired(|r| &r.reference_tokio)));
                 if rows.iter().any(|r| !r.reference_poll.is_empty()) {
                     println!("#   Poll  = {std_what} on std sockets polling (non-blocking reads, sched_yield): the like-for-like reference of a polling fabric");
-                    println!("#   (the blocking Std/Tokio pairs run after polling phases, which leave the two processes on different vCPUs; for the blocking comparison run --spin-us 0)");
+                    println!("#   (the blocking Std pair runs after polling phases, which leave the two processes on different vCPUs; for the blocking comparison run --spin-us 0)");
                     refs.push(("Poll".into(), paired(|r| &r.reference_poll)));
                 }
             }
@@ -629,7 +637,9 @@ async fn measure_all(
                 }
                 let s = &mut pair.tokio;
                 let v = match mode {
-                    Mode::Latency => tokio_latency(s, &payload, iters, skip, leader).await?,
+                    Mode::Latency => {
+                        tokio_latency(s, &payload, iters, skip, leader, &node.spinner).await?
+                    }
                     Mode::Bw => tokio_bw(s, &payload, window, iters, skip, leader).await?,
                 };
                 rows[i].reference_tokio.push(v);
@@ -825,12 +835,16 @@ fn raw_bw(
     Ok((payload.len() * window * iters) as f64 / secs / 1e6)
 }
 
+/// Raw ping-pong on tokio sockets; each message is announced to `spinner` as the
+/// fabric announces its own, so with `--spin-us` the runtime polls exactly as it does
+/// for the fabric (and sleeps in epoll without).
 async fn tokio_latency(
     s: &mut tokio::net::TcpStream,
     payload: &[u8],
     iters: usize,
     skip: usize,
     leader: bool,
+    spinner: &Spinner,
 ) -> Res<f64> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let msg = framed(payload);
@@ -841,10 +855,12 @@ async fn tokio_latency(
             start = Instant::now();
         }
         if leader {
+            spinner.input();
             s.write_all(&msg).await?;
             s.read_exact(&mut buf).await?;
         } else {
             s.read_exact(&mut buf).await?;
+            spinner.input();
             s.write_all(&msg).await?;
         }
     }

@@ -5,10 +5,12 @@
 
 use std::collections::HashMap;
 use std::future::Future;
+use std::io::{IoSlice, Write};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use bytes::Bytes;
-use tokio::sync::mpsc::{self, UnboundedSender};
+use bytes::{BufMut, Bytes, BytesMut};
+use tokio::sync::mpsc::UnboundedSender;
 use tokio::task::AbortHandle;
 use tracing::{debug, warn};
 
@@ -19,13 +21,55 @@ use crate::{FabricError, FabricEvent, NodeId, Spinner};
 /// What a connection task is asked to send.
 pub(crate) enum Outgoing {
     Frame(Bytes),
+    /// TCP only: the unwritten end of a frame a write-through wrote in part (raw
+    /// stream bytes, no header).
+    Rest(Bytes),
     Goodbye,
+}
+
+/// TCP write-through: while a connection's queue holds nothing unwritten, `send`
+/// writes a frame straight to its socket (non-blocking; a part the kernel did not take
+/// is queued), instead of waking the connection's task to do it.
+pub(crate) struct WriteThrough {
+    /// A duplicate of the connection's socket descriptor (same non-blocking socket).
+    pub sock: std::net::TcpStream,
+    /// Items queued to the connection task that it has not finished writing; shared
+    /// with that task, which decrements it once an item is in the kernel.
+    pub unwritten: Arc<AtomicUsize>,
 }
 
 /// The queue of the connection a peer's payloads go out on; `id` is its task's id.
 pub(crate) struct OutLink {
     pub id: ConnId,
     pub queue: UnboundedSender<Outgoing>,
+    /// TCP: counts what is queued (see [`WriteThrough::unwritten`]), from the link's
+    /// creation on, so that a write-through never overtakes queued frames.
+    pub unwritten: Option<Arc<AtomicUsize>>,
+    /// TCP, once the connection is established.
+    pub direct: Option<WriteThrough>,
+}
+
+/// Largest payload a send writes through: the common small message. Larger ones go to
+/// the connection's task, so no send holds the fabric's lock for a long copy.
+pub(crate) const WRITE_THROUGH_MAX: usize = 64 << 10;
+
+/// Writes `payload` as one frame on `sock` without blocking. `Ok(None)`: all written;
+/// `Ok(Some(rest))`: the kernel took a part, `rest` must follow; `Err(())`: nothing
+/// written (the socket is full, or broken: the connection's task finds out).
+fn write_through(mut sock: &std::net::TcpStream, payload: &Bytes) -> Result<Option<Bytes>, ()> {
+    let header = crate::wire::data_header(payload.len());
+    let bufs = [IoSlice::new(&header), IoSlice::new(payload)];
+    match sock.write_vectored(&bufs) {
+        Ok(n) if n == header.len() + payload.len() => Ok(None),
+        Ok(0) | Err(_) => Err(()),
+        Ok(n) if n < header.len() => {
+            let mut rest = BytesMut::with_capacity(header.len() - n + payload.len());
+            rest.put_slice(&header[n..]);
+            rest.put_slice(payload);
+            Ok(Some(rest.freeze()))
+        }
+        Ok(n) => Ok(Some(payload.slice(n - header.len()..))),
+    }
 }
 
 pub(crate) struct Links {
@@ -130,27 +174,78 @@ impl Links {
                 .map(|()| None)
                 .map_err(|_| FabricError::Closed);
         }
-        let Some(addr) = self.peers.get(to as usize).cloned() else {
+        if to as usize >= self.peers.len() {
             return Err(FabricError::UnknownPeer {
                 peer: to,
                 known: self.peers.len(),
             });
-        };
-        let mut item = Outgoing::Frame(payload);
+        }
         if let Some(link) = self.outbound.get(&to) {
-            match link.queue.send(item) {
-                Ok(()) => return Ok(None),
-                // The writer has ended; the caller starts a new connection.
-                Err(mpsc::error::SendError(back)) => item = back,
+            let mut item = Outgoing::Frame(payload.clone());
+            if let Some(direct) = &link.direct {
+                // Nothing queued is unwritten (checked and written under the lock every
+                // send takes; the task decrements only once an item is in the kernel),
+                // so this frame cannot overtake one.
+                if payload.len() <= WRITE_THROUGH_MAX
+                    && direct.unwritten.load(Ordering::Acquire) == 0
+                {
+                    match write_through(&direct.sock, &payload) {
+                        Ok(None) => return Ok(None),
+                        Ok(Some(rest)) => item = Outgoing::Rest(rest),
+                        Err(()) => {}
+                    }
+                }
+            }
+            if let Some(unwritten) = &link.unwritten {
+                unwritten.fetch_add(1, Ordering::AcqRel);
+            }
+            if link.queue.send(item).is_ok() {
+                return Ok(None);
+            }
+            // The writer has ended (a part written through, if any, went to a dead
+            // connection): the caller starts a new connection with the whole frame.
+            if let Some(unwritten) = &link.unwritten {
+                unwritten.fetch_sub(1, Ordering::AcqRel);
             }
         }
-        Ok(Some((addr, item)))
+        Ok(Some((
+            self.peers[to as usize].clone(),
+            Outgoing::Frame(payload),
+        )))
     }
 
-    /// `queue` (connection `id`) is how payloads go to `to` from now on.
-    pub fn add_outbound(&mut self, to: NodeId, id: ConnId, queue: UnboundedSender<Outgoing>) {
+    /// `queue` (connection `id`) is how payloads go to `to` from now on; `unwritten`
+    /// (TCP) counts its items not yet written, the first one included.
+    pub fn add_outbound(
+        &mut self,
+        to: NodeId,
+        id: ConnId,
+        queue: UnboundedSender<Outgoing>,
+        unwritten: Option<Arc<AtomicUsize>>,
+    ) {
         self.queues.insert(id, queue.clone());
-        self.outbound.insert(to, OutLink { id, queue });
+        self.outbound.insert(
+            to,
+            OutLink {
+                id,
+                queue,
+                unwritten,
+                direct: None,
+            },
+        );
+    }
+
+    /// TCP: connection `conn`, the way to `peer`, is established on `sock` (a
+    /// duplicate descriptor): sends may now write through to it.
+    pub fn enable_write_through(&mut self, peer: NodeId, conn: ConnId, sock: std::net::TcpStream) {
+        if let Some(link) = self.outbound.get_mut(&peer).filter(|l| l.id == conn) {
+            if let Some(unwritten) = &link.unwritten {
+                link.direct = Some(WriteThrough {
+                    sock,
+                    unwritten: unwritten.clone(),
+                });
+            }
+        }
     }
 
     /// Starts closing: no more events, a goodbye on every connection. `false` when

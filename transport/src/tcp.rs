@@ -8,8 +8,11 @@
 //! its own connection and reads from both; a sender never switches connections while
 //! one works, which keeps per-peer order. Each connection's task reads frames and
 //! delivers them while writing its queue (whatever is queued goes out as one vectored
-//! write, so a lone message leaves at once). A goodbye is a control word in the frame
-//! stream, written after the queue is flushed.
+//! write). While nothing queued is still unwritten, `send` writes the frame straight to
+//! the socket instead (non-blocking, on a duplicate of the descriptor; a part the
+//! kernel does not take is queued), which saves waking the task for the common lone
+//! message. A goodbye is a control word in the frame stream, written after the queue
+//! is flushed.
 //!
 //! Locking: one `std::sync::Mutex` guards the peer table, the queues and the
 //! [`Liveness`] bookkeeping; it is never held across an `.await`. Events are emitted
@@ -19,6 +22,8 @@
 use std::future::Future;
 use std::io::{self, IoSlice};
 use std::net::{IpAddr, SocketAddr};
+use std::os::fd::AsFd;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -31,7 +36,7 @@ use tokio::time::timeout;
 use tracing::{debug, info, warn, Instrument};
 
 use crate::handshake::{self, closing, new_incarnation, read_hello, Identity, TaskCount};
-use crate::links::{Links, OutLink, Outgoing};
+use crate::links::{Links, OutLink, Outgoing, WriteThrough};
 use crate::liveness::{ConnId, LinkEnd};
 use crate::wire::{self, Frame, FrameDecoder, Hello, Reply, GOODBYE, MAX_SECRET_LEN, WIRE_VERSION};
 use crate::{Fabric, FabricConfig, FabricError, FabricEvent, NodeId, CLOSE_GRACE, HELLO_TIMEOUT};
@@ -216,11 +221,13 @@ impl Shared {
         };
         let (queue, rx) = mpsc::unbounded_channel();
         let _ = queue.send(item);
+        let unwritten = Arc::new(AtomicUsize::new(1));
         let task_shared = self.clone();
+        let task_unwritten = unwritten.clone();
         let id = self.spawn_tracked(&mut st, move |id| {
-            run_outbound(task_shared, to, addr, id, rx)
+            run_outbound(task_shared, to, addr, id, rx, task_unwritten)
         });
-        st.add_outbound(to, id, queue);
+        st.add_outbound(to, id, queue, Some(unwritten));
         Ok(())
     }
 
@@ -252,9 +259,21 @@ impl Shared {
         self.lock().deliver(peer, conn, batch)
     }
 
-    /// A connection finished its handshake with `peer`'s `incarnation`.
-    fn established(&self, peer: NodeId, incarnation: u64, conn: ConnId) {
-        self.lock().established(peer, incarnation, conn);
+    /// A connection finished its handshake with `peer`'s `incarnation`; `sock` (a
+    /// duplicate of its socket) lets sends write through to it.
+    fn established(
+        &self,
+        peer: NodeId,
+        incarnation: u64,
+        conn: ConnId,
+        sock: Option<std::net::TcpStream>,
+    ) {
+        let mut st = self.lock();
+        if st.established(peer, incarnation, conn) {
+            if let Some(sock) = sock {
+                st.enable_write_through(peer, conn, sock);
+            }
+        }
     }
 
     /// A connection `peer` opened to us was accepted: it gets a queue, and becomes the
@@ -265,15 +284,24 @@ impl Shared {
         incarnation: u64,
         conn: ConnId,
         queue: UnboundedSender<Outgoing>,
+        unwritten: Arc<AtomicUsize>,
+        sock: Option<std::net::TcpStream>,
     ) {
         let mut st = self.lock();
         if !st.established(peer, incarnation, conn) {
             return; // condemned: a late connection of a peer already reported lost
         }
         st.queues.insert(conn, queue.clone());
-        st.outbound
-            .entry(peer)
-            .or_insert(OutLink { id: conn, queue });
+        let direct = sock.map(|sock| WriteThrough {
+            sock,
+            unwritten: unwritten.clone(),
+        });
+        st.outbound.entry(peer).or_insert(OutLink {
+            id: conn,
+            queue,
+            unwritten: Some(unwritten),
+            direct,
+        });
     }
 
     /// A connection task is ending (after registration).
@@ -377,7 +405,16 @@ async fn run_inbound(shared: Arc<Shared>, mut stream: TcpStream, remote: SocketA
             return;
         }
         let (queue_tx, mut queue) = mpsc::unbounded_channel();
-        shared.accepted(peer, hello.incarnation, id, queue_tx);
+        let unwritten = Arc::new(AtomicUsize::new(0));
+        let sock = duplicate(&stream);
+        shared.accepted(
+            peer,
+            hello.incarnation,
+            id,
+            queue_tx,
+            unwritten.clone(),
+            sock,
+        );
         let reply = Reply::Accept {
             node: shared.me,
             incarnation: shared.incarnation,
@@ -386,7 +423,7 @@ async fn run_inbound(shared: Arc<Shared>, mut stream: TcpStream, remote: SocketA
         let end = match timeout(HELLO_TIMEOUT, stream.write_all(&reply.encode())).await {
             Ok(Ok(())) => {
                 debug!(peer, "fabric connection accepted");
-                run_link(&shared, stream, peer, id, &mut queue).await
+                run_link(&shared, stream, peer, id, &mut queue, &unwritten).await
             }
             Ok(Err(source)) => LinkEnd::Broken(FabricError::Io { peer, source }),
             Err(_) => LinkEnd::Broken(FabricError::Io {
@@ -418,10 +455,11 @@ async fn run_link(
     peer: NodeId,
     id: ConnId,
     queue: &mut UnboundedReceiver<Outgoing>,
+    unwritten: &AtomicUsize,
 ) -> LinkEnd {
     let (mut rd, mut wr) = stream.into_split();
     let reading = read_frames(shared, &mut rd, peer, id);
-    let writing = write_frames(&mut wr, peer, queue);
+    let writing = write_frames(&mut wr, peer, queue, unwritten);
     tokio::pin!(reading, writing);
     tokio::select! {
         end = &mut reading => end,
@@ -504,6 +542,7 @@ async fn run_outbound(
     addr: String,
     id: ConnId,
     mut queue: UnboundedReceiver<Outgoing>,
+    unwritten: Arc<AtomicUsize>,
 ) {
     let span = tracing::debug_span!("fabric_out", node = shared.me, peer, %addr);
     async move {
@@ -522,49 +561,81 @@ async fn run_outbound(
             }
         };
         debug!(incarnation, "fabric connection established");
-        shared.established(peer, incarnation, id);
-        let end = run_link(&shared, stream, peer, id, &mut queue).await;
+        shared.established(peer, incarnation, id, duplicate(&stream));
+        let end = run_link(&shared, stream, peer, id, &mut queue, &unwritten).await;
         shared.ended(peer, id, end);
     }
     .instrument(span)
     .await
 }
 
+/// A duplicate of `stream`'s descriptor for write-through (`None` if the process is
+/// out of descriptors: sends then always go through the queue).
+fn duplicate(stream: &TcpStream) -> Option<std::net::TcpStream> {
+    match stream.as_fd().try_clone_to_owned() {
+        Ok(fd) => Some(std::net::TcpStream::from(fd)),
+        Err(e) => {
+            debug!(error = %e, "no write-through for this connection");
+            None
+        }
+    }
+}
+
+/// One queued item of a batch: a whole frame, or the rest of one written in part.
+enum Piece {
+    Frame(Bytes),
+    Rest(Bytes),
+}
+
+/// Adds `item` to `batch` (counting its `bytes`); `false` for a goodbye.
+fn take(item: Outgoing, batch: &mut Vec<Piece>, bytes: &mut usize) -> bool {
+    match item {
+        Outgoing::Frame(payload) => {
+            *bytes += payload.len();
+            batch.push(Piece::Frame(payload));
+            true
+        }
+        Outgoing::Rest(rest) => {
+            *bytes += rest.len();
+            batch.push(Piece::Rest(rest));
+            true
+        }
+        Outgoing::Goodbye => false,
+    }
+}
+
 /// Writes queued frames until the queue says goodbye (written after everything queued
-/// before it, then our side is shut) or goes away, or the connection breaks.
+/// before it, then our side is shut) or goes away, or the connection breaks. Each item
+/// written is taken off `unwritten` (see [`WriteThrough`]).
 async fn write_frames<W: AsyncWrite + Unpin>(
     wr: &mut W,
     peer: NodeId,
     queue: &mut UnboundedReceiver<Outgoing>,
+    unwritten: &AtomicUsize,
 ) -> WriteEnd {
-    let mut batch: Vec<Bytes> = Vec::with_capacity(MAX_BATCH_FRAMES);
+    let mut batch: Vec<Piece> = Vec::with_capacity(MAX_BATCH_FRAMES);
     loop {
-        let mut goodbye = false;
+        let mut goodbye;
+        let mut bytes = 0;
         match queue.recv().await {
             None => return WriteEnd::QueueGone,
-            Some(Outgoing::Goodbye) => goodbye = true,
-            Some(Outgoing::Frame(payload)) => {
-                let mut bytes = payload.len();
-                batch.push(payload);
-                while batch.len() < MAX_BATCH_FRAMES && bytes < MAX_BATCH_BYTES {
+            Some(item) => {
+                goodbye = !take(item, &mut batch, &mut bytes);
+                while !goodbye && batch.len() < MAX_BATCH_FRAMES && bytes < MAX_BATCH_BYTES {
                     match queue.try_recv() {
-                        Ok(Outgoing::Frame(payload)) => {
-                            bytes += payload.len();
-                            batch.push(payload);
-                        }
-                        Ok(Outgoing::Goodbye) => {
-                            goodbye = true;
-                            break;
-                        }
+                        Ok(item) => goodbye = !take(item, &mut batch, &mut bytes),
                         Err(_) => break,
                     }
                 }
-                let written = write_batch(wr, &batch).await;
-                batch.clear();
-                if let Err(source) = written {
-                    return WriteEnd::Broken(FabricError::Io { peer, source });
-                }
             }
+        }
+        if !batch.is_empty() {
+            let written = write_batch(wr, &batch).await;
+            if let Err(source) = written {
+                return WriteEnd::Broken(FabricError::Io { peer, source });
+            }
+            unwritten.fetch_sub(batch.len(), Ordering::AcqRel);
+            batch.clear();
         }
         if goodbye {
             let said = async {
@@ -583,15 +654,27 @@ async fn write_frames<W: AsyncWrite + Unpin>(
     }
 }
 
-/// Writes `frames` (length word + payload each) with as few vectored writes as the
-/// kernel allows, without copying payloads.
-async fn write_batch<W: AsyncWrite + Unpin>(wr: &mut W, frames: &[Bytes]) -> io::Result<()> {
-    let headers: Vec<[u8; 4]> = frames.iter().map(|f| wire::data_header(f.len())).collect();
-    let mut slices: Vec<IoSlice<'_>> = Vec::with_capacity(frames.len() * 2);
-    for (header, payload) in headers.iter().zip(frames) {
-        slices.push(IoSlice::new(header));
-        if !payload.is_empty() {
-            slices.push(IoSlice::new(payload));
+/// Writes `pieces` (length word + payload for a frame, the bytes alone for the rest
+/// of one) with as few vectored writes as the kernel allows, without copying payloads.
+async fn write_batch<W: AsyncWrite + Unpin>(wr: &mut W, pieces: &[Piece]) -> io::Result<()> {
+    let headers: Vec<[u8; 4]> = pieces
+        .iter()
+        .map(|p| match p {
+            Piece::Frame(f) => wire::data_header(f.len()),
+            Piece::Rest(_) => [0; 4],
+        })
+        .collect();
+    let mut slices: Vec<IoSlice<'_>> = Vec::with_capacity(pieces.len() * 2);
+    for (header, piece) in headers.iter().zip(pieces) {
+        let bytes = match piece {
+            Piece::Frame(payload) => {
+                slices.push(IoSlice::new(header));
+                payload
+            }
+            Piece::Rest(rest) => rest,
+        };
+        if !bytes.is_empty() {
+            slices.push(IoSlice::new(bytes));
         }
     }
     let mut remaining = &mut slices[..];

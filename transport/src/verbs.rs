@@ -456,7 +456,14 @@ struct QpLink {
     psn: u32,
     /// Busy-poll the CQ instead of sleeping on the completion channel.
     poll_mode: bool,
+    /// Sends up to this many bytes go inline (copied into the work request at post
+    /// time, so the HCA need not read them from memory); 0 when the device has none.
+    max_inline: usize,
 }
+
+/// Inline send size asked of the device (small payloads: credits are zero-length,
+/// and most devices offer at least this).
+const MAX_INLINE: usize = 128;
 
 impl QpLink {
     fn new(dev: &Device, poll_mode: bool) -> io::Result<QpLink> {
@@ -470,18 +477,27 @@ impl QpLink {
             .setup_comp_channel(&channel, 0)
             .build()
             .map_err(io::Error::other)?;
-        let mut qp = dev
-            .pd
-            .create_qp_builder()
-            .setup_max_send_wr(SQ_DEPTH as u32)
-            .setup_max_recv_wr(CONTROL_RECVS as u32)
-            .setup_max_send_sge(1)
-            .setup_max_recv_sge(1)
-            .setup_max_inline_data(0)
-            .setup_send_cq(GenericCompletionQueue::from(cq.clone()))
-            .setup_recv_cq(GenericCompletionQueue::from(cq.clone()))
-            .build()
-            .map_err(io::Error::other)?;
+        let build = |inline: u32| {
+            dev.pd
+                .create_qp_builder()
+                .setup_max_send_wr(SQ_DEPTH as u32)
+                .setup_max_recv_wr(CONTROL_RECVS as u32)
+                .setup_max_send_sge(1)
+                .setup_max_recv_sge(1)
+                .setup_max_inline_data(inline)
+                .setup_send_cq(GenericCompletionQueue::from(cq.clone()))
+                .setup_recv_cq(GenericCompletionQueue::from(cq.clone()))
+                .build()
+        };
+        // Inline sends where the device has them (it then guarantees at least the
+        // size asked); without, every send is read from registered memory.
+        let (mut qp, max_inline) = match build(MAX_INLINE as u32) {
+            Ok(qp) => (qp, MAX_INLINE),
+            Err(e) => {
+                debug!(error = %e, "no inline sends of {MAX_INLINE} bytes on this device");
+                (build(0).map_err(io::Error::other)?, 0)
+            }
+        };
         let mut attr = QueuePairAttribute::new();
         attr.setup_state(QueuePairState::Init)
             .setup_pkey_index(0)
@@ -501,6 +517,7 @@ impl QpLink {
             slots,
             psn,
             poll_mode,
+            max_inline,
         })
     }
 
@@ -576,10 +593,14 @@ impl QpLink {
     fn post_send(&mut self, wr_id: u64, slot: Option<(usize, usize)>, imm: u32) -> io::Result<()> {
         let lkey = self.slots.mr.lkey();
         let sge = slot.map(|(s, len)| (self.slots.addr(s), len as u32));
+        let inline = sge.is_some_and(|(_, len)| len > 0 && len as usize <= self.max_inline);
+        let flags = if inline {
+            WorkRequestFlags::Signaled | WorkRequestFlags::Inline
+        } else {
+            WorkRequestFlags::Signaled
+        };
         let mut guard = self.qp.start_post_send();
-        let wr = guard
-            .construct_wr(wr_id, WorkRequestFlags::Signaled)
-            .setup_send_imm(imm);
+        let wr = guard.construct_wr(wr_id, flags).setup_send_imm(imm);
         if let Some((addr, len)) = sge.filter(|&(_, len)| len > 0) {
             // SAFETY: as in `post_recv`.
             unsafe { wr.setup_sge(lkey, addr, len) };
@@ -922,7 +943,7 @@ impl Shared {
         let id = self.spawn_tracked(&mut st, move |id| {
             run_outbound(task_shared, to, addr, id, rx)
         });
-        st.add_outbound(to, id, queue);
+        st.add_outbound(to, id, queue, None);
         Ok(())
     }
 
@@ -1511,6 +1532,7 @@ async fn transmit(
                 match queue.try_recv() {
                     Ok(Outgoing::Frame(payload)) => pending = Some(Pending::new(shared, payload)),
                     Ok(Outgoing::Goodbye) => goodbye = true,
+                    Ok(Outgoing::Rest(_)) => unreachable!("write-through is TCP-only"),
                     Err(_) => {}
                 }
             }
@@ -1567,6 +1589,7 @@ async fn transmit(
                 None => return LinkEnd::Local,
                 Some(Outgoing::Frame(payload)) => pending = Some(Pending::new(shared, payload)),
                 Some(Outgoing::Goodbye) => goodbye = true,
+                Some(Outgoing::Rest(_)) => unreachable!("write-through is TCP-only"),
             },
             r = stream.read(&mut word[word_len..]) => match r {
                 Ok(0) => return LinkEnd::Broken(FabricError::PeerClosed { peer }),

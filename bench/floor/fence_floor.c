@@ -1,0 +1,172 @@
+/*
+ * fence_floor: the cheapest possible 3-node fence on this machine, as a floor for
+ * cohort's own (`cohort run --nodes 3 -n 3 cohort-bench fence`).
+ *
+ * Six processes as in the real job: 3 "ranks" and 3 "node servers". Each rank writes
+ * its payload to its server over a Unix socketpair and reads back all payloads; the
+ * servers exchange over TCP on 127.0.0.1 (or a socketpair with --unix), either
+ * through server 0 (--tree: up, then down; 4 sequential hops like cohort's tree) or
+ * directly with each other (--direct: 3 hops). No framing, no event loop, no
+ * bookkeeping: a read or write per hop and nothing else. With --spin every process
+ * polls (non-blocking reads, sched_yield between looks), as cohort's --spin-us does;
+ * without it they block in read(). --work US adds US microseconds of busy CPU to each
+ * message a server handles (a stand-in for a real server's per-message cost), which
+ * shows how per-message work is amplified when six processes share two cores.
+ *
+ * Build and run:   cc -O2 -o fence_floor fence_floor.c && ./fence_floor --spin --tree
+ *                  (or `make bench-floor`)
+ * Prints the mean fence latency over the timed iterations (after the warm-up).
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define NODES 3
+#define WARMUP 100
+
+static int spin;
+static int work_us;
+
+/* Busy CPU for work_us microseconds. */
+static void work(void) {
+    struct timespec a, b;
+    if (!work_us) return;
+    clock_gettime(CLOCK_MONOTONIC, &a);
+    do clock_gettime(CLOCK_MONOTONIC, &b);
+    while ((b.tv_sec - a.tv_sec) * 1000000L + (b.tv_nsec - a.tv_nsec) / 1000 < work_us);
+}
+
+static void die(const char *what) { perror(what); exit(1); }
+
+static void rd(int fd, char *b, int n) {
+    for (int at = 0; at < n;) {
+        int r = read(fd, b + at, n - at);
+        if (r > 0) at += r;
+        else if (r < 0 && errno == EAGAIN) sched_yield();
+        else if (r < 0 && errno == EINTR) continue;
+        else die("read");
+    }
+}
+
+static void wr(int fd, const char *b, int n) {
+    for (int at = 0; at < n;) {
+        int r = write(fd, b + at, n - at);
+        if (r > 0) at += r;
+        else if (r < 0 && errno == EAGAIN) sched_yield();
+        else if (r < 0 && errno == EINTR) continue;
+        else die("write");
+    }
+}
+
+static void tcp_pair(int sv[2]) {
+    int one = 1, l = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(0x7f000001)};
+    socklen_t len = sizeof a;
+    if (l < 0 || bind(l, (void *)&a, sizeof a) || listen(l, 1) || getsockname(l, (void *)&a, &len))
+        die("listen");
+    sv[0] = socket(AF_INET, SOCK_STREAM, 0);
+    if (connect(sv[0], (void *)&a, sizeof a)) die("connect");
+    if ((sv[1] = accept(l, 0, 0)) < 0) die("accept");
+    close(l);
+    setsockopt(sv[0], IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    setsockopt(sv[1], IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+}
+
+static void nonblocking(int fd) {
+    if (spin) fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
+}
+
+int main(int argc, char **argv) {
+    int tree = 1, unix_fabric = 0, iters = 5000, size = 1024;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--spin")) spin = 1;
+        else if (!strcmp(argv[i], "--tree")) tree = 1;
+        else if (!strcmp(argv[i], "--direct")) tree = 0;
+        else if (!strcmp(argv[i], "--unix")) unix_fabric = 1;
+        else if (!strcmp(argv[i], "-i") && i + 1 < argc) iters = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--size") && i + 1 < argc) size = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--work") && i + 1 < argc) work_us = atoi(argv[++i]);
+        else {
+            fprintf(stderr, "usage: %s [--spin] [--tree|--direct] [--unix] [-i N] [--size B] [--work US]\n", argv[0]);
+            return 2;
+        }
+    }
+    int local[NODES][2], fabric[NODES][NODES][2];
+    for (int i = 0; i < NODES; i++)
+        if (socketpair(AF_UNIX, SOCK_STREAM, 0, local[i])) die("socketpair");
+    for (int i = 0; i < NODES; i++)
+        for (int j = i + 1; j < NODES; j++) {
+            if (unix_fabric) {
+                if (socketpair(AF_UNIX, SOCK_STREAM, 0, fabric[i][j])) die("socketpair");
+            } else {
+                tcp_pair(fabric[i][j]);
+            }
+        }
+#define PEER(i, j) ((i) < (j) ? fabric[i][j][0] : fabric[j][i][1])
+    char *buf = malloc((size_t)NODES * size + 1);
+    if (!buf) die("malloc");
+    memset(buf, 1, (size_t)NODES * size);
+    for (int p = 0; p < 2 * NODES; p++) {
+        if (fork() != 0) continue;
+        if (p < NODES) { /* rank p */
+            int fd = local[p][0];
+            struct timespec a, b;
+            nonblocking(fd);
+            clock_gettime(CLOCK_MONOTONIC, &a);
+            for (int it = 0; it < WARMUP + iters; it++) {
+                if (it == WARMUP) clock_gettime(CLOCK_MONOTONIC, &a);
+                wr(fd, buf, size);
+                rd(fd, buf, NODES * size);
+            }
+            clock_gettime(CLOCK_MONOTONIC, &b);
+            if (p == 0)
+                printf("fence_floor %s %s %s, work %d us: %d B per rank, %d iterations: %.2f us per fence\n",
+                       tree ? "tree" : "direct", unix_fabric ? "unix" : "tcp",
+                       spin ? "spin" : "block", work_us, size, iters,
+                       ((b.tv_sec - a.tv_sec) * 1e9 + (b.tv_nsec - a.tv_nsec)) / 1e3 / iters);
+            exit(0);
+        }
+        int d = p - NODES, fd = local[d][1];
+        nonblocking(fd);
+        for (int j = 0; j < NODES; j++)
+            if (j != d) nonblocking(PEER(d, j));
+        for (int it = 0; it < WARMUP + iters; it++) {
+            rd(fd, buf, size);
+            work();
+            if (!tree) {
+                for (int j = 0; j < NODES; j++)
+                    if (j != d) wr(PEER(d, j), buf, size);
+                for (int j = 0; j < NODES; j++)
+                    if (j != d) {
+                        rd(PEER(d, j), buf + size, size);
+                        work();
+                    }
+            } else if (d == 0) {
+                for (int j = 1; j < NODES; j++) {
+                    rd(PEER(0, j), buf + size, size);
+                    work();
+                }
+                for (int j = 1; j < NODES; j++) wr(PEER(0, j), buf, NODES * size);
+            } else {
+                wr(PEER(d, 0), buf, size);
+                rd(PEER(d, 0), buf, NODES * size);
+                work();
+            }
+            wr(fd, buf, NODES * size);
+        }
+        exit(0);
+    }
+    int status, failed = 0;
+    while (wait(&status) > 0) failed |= !WIFEXITED(status) || WEXITSTATUS(status);
+    return failed;
+}
