@@ -636,9 +636,15 @@ impl Conn {
         poll_readable(fd, None)
     }
 
-    /// Token holder: reads without blocking, yielding the CPU between reads, until
-    /// something for `rx` (or an error) arrived or the spin budget is spent (`None`:
-    /// nothing came, go to sleep).
+    /// Token holder: looks for input without blocking, yielding the CPU between looks,
+    /// until something for `rx` (or an error) arrived or the spin budget is spent
+    /// (`None`: nothing came, go to sleep).
+    ///
+    /// It looks with `poll`, which reads the socket's queue without its lock, and reads
+    /// only once there is something: a `recv` on an empty socket takes the lock that
+    /// the node server's send needs, and a rank polling with `recv` made each reply
+    /// wait for it (on a virtual machine a quarter of a node server's time went to
+    /// that lock's slow path).
     fn poll_for_reply(
         &self,
         rx: &crossbeam_channel::Receiver<Reply>,
@@ -647,11 +653,22 @@ impl Conn {
         if budget.is_zero() {
             return None;
         }
+        let fd = self.stream.as_raw_fd();
         let start = Instant::now();
         loop {
-            let r = self.read_batch();
-            if r.is_err() || !rx.is_empty() {
-                return Some(r);
+            match poll_readable(fd, Some(Duration::ZERO)) {
+                Err(e) => {
+                    return Some(Err(format!(
+                        "polling the node server connection failed: {e}"
+                    )))
+                }
+                Ok(false) => {}
+                Ok(true) => {
+                    let r = self.read_batch();
+                    if r.is_err() || !rx.is_empty() {
+                        return Some(r);
+                    }
+                }
             }
             if start.elapsed() >= budget {
                 return None;
