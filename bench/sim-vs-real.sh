@@ -6,9 +6,10 @@
 #
 # 1. `cohort-sim calibrate` measures α (TCP ping-pong), β (TCP stream), α_c (Unix
 #    ping-pong) and o (engine + codec per message) here; median of REPEATS runs.
-# 2. For 1, 2 and 3 emulated nodes (one rank each), `cohort run --nodes M -n M
-#    cohort-bench fence|group` measures the fence with 1 KiB per rank and the group
-#    construct with a context id; median over REPEATS jobs of each job's median.
+# 2. For 1, 2 and 3 emulated nodes (one rank each), `cohort run --no-shm-fence --nodes M
+#    -n M cohort-bench fence|group` measures the fence with 1 KiB per rank (through the
+#    node servers, as simulated) and the group construct with a context id; median over
+#    REPEATS jobs of each job's median.
 # 3. `cohort-sim run` simulates the same collectives on a host with $(nproc) cores
 #    (`--host-cores`: emulated nodes share the cores, hops are CPU work), twice: with
 #    the microbenchmarked α/α_c ("sim-raw"), and with α_c and α fitted to the 1 KiB
@@ -42,7 +43,9 @@ for nodes in 1 2 3; do
         row=1024
         [[ $what == group ]] && row=construct
         real[$what$nodes]=$(for _ in $(seq "$reps"); do
-            "$bin/cohort" run --nodes "$nodes" -n "$nodes" "$bin/cohort-bench" -i "$iters" "$what" 2>/dev/null | row_median "$row"
+            # --no-shm-fence: one-node fences otherwise meet in shared memory, which the
+            # simulator (the node servers' state machines) does not model.
+            "$bin/cohort" run --no-shm-fence --nodes "$nodes" -n "$nodes" "$bin/cohort-bench" -i "$iters" "$what" 2>/dev/null | row_median "$row"
         done | median)
     done
 done
