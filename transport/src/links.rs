@@ -5,7 +5,7 @@
 
 use std::collections::HashMap;
 use std::future::Future;
-use std::io::{IoSlice, Write};
+use std::io::IoSlice;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
@@ -31,8 +31,8 @@ pub(crate) enum Outgoing {
 /// writes a frame straight to its socket (non-blocking; a part the kernel did not take
 /// is queued), instead of waking the connection's task to do it.
 pub(crate) struct WriteThrough {
-    /// A duplicate of the connection's socket descriptor (same non-blocking socket).
-    pub sock: std::net::TcpStream,
+    /// The connection's write half, shared with its task (no second descriptor).
+    pub sock: Arc<tokio::net::tcp::OwnedWriteHalf>,
     /// Items queued to the connection task that it has not finished writing; shared
     /// with that task, which decrements it once an item is in the kernel.
     pub unwritten: Arc<AtomicUsize>,
@@ -56,10 +56,13 @@ pub(crate) const WRITE_THROUGH_MAX: usize = 64 << 10;
 /// Writes `payload` as one frame on `sock` without blocking. `Ok(None)`: all written;
 /// `Ok(Some(rest))`: the kernel took a part, `rest` must follow; `Err(())`: nothing
 /// written (the socket is full, or broken: the connection's task finds out).
-fn write_through(mut sock: &std::net::TcpStream, payload: &Bytes) -> Result<Option<Bytes>, ()> {
+fn write_through(
+    sock: &tokio::net::tcp::OwnedWriteHalf,
+    payload: &Bytes,
+) -> Result<Option<Bytes>, ()> {
     let header = crate::wire::data_header(payload.len());
     let bufs = [IoSlice::new(&header), IoSlice::new(payload)];
-    match sock.write_vectored(&bufs) {
+    match sock.try_write_vectored(&bufs) {
         Ok(n) if n == header.len() + payload.len() => Ok(None),
         Ok(0) | Err(_) => Err(()),
         Ok(n) if n < header.len() => {
@@ -235,9 +238,14 @@ impl Links {
         );
     }
 
-    /// TCP: connection `conn`, the way to `peer`, is established on `sock` (a
-    /// duplicate descriptor): sends may now write through to it.
-    pub fn enable_write_through(&mut self, peer: NodeId, conn: ConnId, sock: std::net::TcpStream) {
+    /// TCP: connection `conn`, the way to `peer`, is established and its handshake
+    /// written: sends may now write through to `sock`, its write half.
+    pub fn enable_write_through(
+        &mut self,
+        peer: NodeId,
+        conn: ConnId,
+        sock: Arc<tokio::net::tcp::OwnedWriteHalf>,
+    ) {
         if let Some(link) = self.outbound.get_mut(&peer).filter(|l| l.id == conn) {
             if let Some(unwritten) = &link.unwritten {
                 link.direct = Some(WriteThrough {

@@ -9,9 +9,9 @@
 //! one works, which keeps per-peer order. Each connection's task reads frames and
 //! delivers them while writing its queue (whatever is queued goes out as one vectored
 //! write). While nothing queued is still unwritten, `send` writes the frame straight to
-//! the socket instead (non-blocking, on a duplicate of the descriptor; a part the
-//! kernel does not take is queued), which saves waking the task for the common lone
-//! message. A goodbye is a control word in the frame stream, written after the queue
+//! the socket instead (non-blocking, on the write half it shares with the task; a
+//! part the kernel does not take is queued), which saves waking the task for the
+//! common lone message. A goodbye is a control word in the frame stream, written after the queue
 //! is flushed.
 //!
 //! Locking: one `std::sync::Mutex` guards the peer table, the queues and the
@@ -22,13 +22,14 @@
 use std::future::Future;
 use std::io::{self, IoSlice};
 use std::net::{IpAddr, SocketAddr};
-use std::os::fd::AsFd;
+use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc::{self, UnboundedReceiver, UnboundedSender};
 use tokio::sync::watch;
@@ -36,7 +37,7 @@ use tokio::time::timeout;
 use tracing::{debug, info, warn, Instrument};
 
 use crate::handshake::{self, closing, new_incarnation, read_hello, Identity, TaskCount};
-use crate::links::{Links, OutLink, Outgoing, WriteThrough};
+use crate::links::{Links, OutLink, Outgoing};
 use crate::liveness::{ConnId, LinkEnd};
 use crate::wire::{self, Frame, FrameDecoder, Hello, Reply, GOODBYE, MAX_SECRET_LEN, WIRE_VERSION};
 use crate::{Fabric, FabricConfig, FabricError, FabricEvent, NodeId, CLOSE_GRACE, HELLO_TIMEOUT};
@@ -259,21 +260,18 @@ impl Shared {
         self.lock().deliver(peer, conn, batch)
     }
 
-    /// A connection finished its handshake with `peer`'s `incarnation`; `sock` (a
-    /// duplicate of its socket) lets sends write through to it.
-    fn established(
-        &self,
-        peer: NodeId,
-        incarnation: u64,
-        conn: ConnId,
-        sock: Option<std::net::TcpStream>,
-    ) {
+    /// A connection we opened finished its handshake with `peer`'s `incarnation`;
+    /// sends may write through to `wr`, its write half.
+    fn established(&self, peer: NodeId, incarnation: u64, conn: ConnId, wr: &Arc<OwnedWriteHalf>) {
         let mut st = self.lock();
         if st.established(peer, incarnation, conn) {
-            if let Some(sock) = sock {
-                st.enable_write_through(peer, conn, sock);
-            }
+            st.enable_write_through(peer, conn, wr.clone());
         }
+    }
+
+    /// The reply to an accepted connection is written: sends may write through to it.
+    fn reply_written(&self, peer: NodeId, conn: ConnId, wr: &Arc<OwnedWriteHalf>) {
+        self.lock().enable_write_through(peer, conn, wr.clone());
     }
 
     /// A connection `peer` opened to us was accepted: it gets a queue, and becomes the
@@ -285,22 +283,18 @@ impl Shared {
         conn: ConnId,
         queue: UnboundedSender<Outgoing>,
         unwritten: Arc<AtomicUsize>,
-        sock: Option<std::net::TcpStream>,
     ) {
         let mut st = self.lock();
         if !st.established(peer, incarnation, conn) {
             return; // condemned: a late connection of a peer already reported lost
         }
         st.queues.insert(conn, queue.clone());
-        let direct = sock.map(|sock| WriteThrough {
-            sock,
-            unwritten: unwritten.clone(),
-        });
+        // No write-through yet: the reply to the hello must be the first thing written.
         st.outbound.entry(peer).or_insert(OutLink {
             id: conn,
             queue,
             unwritten: Some(unwritten),
-            direct,
+            direct: None,
         });
     }
 
@@ -406,15 +400,7 @@ async fn run_inbound(shared: Arc<Shared>, mut stream: TcpStream, remote: SocketA
         }
         let (queue_tx, mut queue) = mpsc::unbounded_channel();
         let unwritten = Arc::new(AtomicUsize::new(0));
-        let sock = duplicate(&stream);
-        shared.accepted(
-            peer,
-            hello.incarnation,
-            id,
-            queue_tx,
-            unwritten.clone(),
-            sock,
-        );
+        shared.accepted(peer, hello.incarnation, id, queue_tx, unwritten.clone());
         let reply = Reply::Accept {
             node: shared.me,
             incarnation: shared.incarnation,
@@ -423,7 +409,10 @@ async fn run_inbound(shared: Arc<Shared>, mut stream: TcpStream, remote: SocketA
         let end = match timeout(HELLO_TIMEOUT, stream.write_all(&reply.encode())).await {
             Ok(Ok(())) => {
                 debug!(peer, "fabric connection accepted");
-                run_link(&shared, stream, peer, id, &mut queue, &unwritten).await
+                let (rd, wr) = stream.into_split();
+                let wr = Arc::new(wr);
+                shared.reply_written(peer, id, &wr);
+                run_link(&shared, rd, wr, peer, id, &mut queue, &unwritten).await
             }
             Ok(Err(source)) => LinkEnd::Broken(FabricError::Io { peer, source }),
             Err(_) => LinkEnd::Broken(FabricError::Io {
@@ -451,15 +440,15 @@ enum WriteEnd {
 /// peer's side is drained, bounded, so our goodbye is not lost to a reset).
 async fn run_link(
     shared: &Shared,
-    stream: TcpStream,
+    mut rd: OwnedReadHalf,
+    wr: Arc<OwnedWriteHalf>,
     peer: NodeId,
     id: ConnId,
     queue: &mut UnboundedReceiver<Outgoing>,
     unwritten: &AtomicUsize,
 ) -> LinkEnd {
-    let (mut rd, mut wr) = stream.into_split();
     let reading = read_frames(shared, &mut rd, peer, id);
-    let writing = write_frames(&mut wr, peer, queue, unwritten);
+    let writing = write_frames(&wr, peer, queue, unwritten);
     tokio::pin!(reading, writing);
     tokio::select! {
         end = &mut reading => end,
@@ -561,24 +550,14 @@ async fn run_outbound(
             }
         };
         debug!(incarnation, "fabric connection established");
-        shared.established(peer, incarnation, id, duplicate(&stream));
-        let end = run_link(&shared, stream, peer, id, &mut queue, &unwritten).await;
+        let (rd, wr) = stream.into_split();
+        let wr = Arc::new(wr);
+        shared.established(peer, incarnation, id, &wr);
+        let end = run_link(&shared, rd, wr, peer, id, &mut queue, &unwritten).await;
         shared.ended(peer, id, end);
     }
     .instrument(span)
     .await
-}
-
-/// A duplicate of `stream`'s descriptor for write-through (`None` if the process is
-/// out of descriptors: sends then always go through the queue).
-fn duplicate(stream: &TcpStream) -> Option<std::net::TcpStream> {
-    match stream.as_fd().try_clone_to_owned() {
-        Ok(fd) => Some(std::net::TcpStream::from(fd)),
-        Err(e) => {
-            debug!(error = %e, "no write-through for this connection");
-            None
-        }
-    }
 }
 
 /// One queued item of a batch: a whole frame, or the rest of one written in part.
@@ -607,8 +586,8 @@ fn take(item: Outgoing, batch: &mut Vec<Piece>, bytes: &mut usize) -> bool {
 /// Writes queued frames until the queue says goodbye (written after everything queued
 /// before it, then our side is shut) or goes away, or the connection breaks. Each item
 /// written is taken off `unwritten` (see [`WriteThrough`]).
-async fn write_frames<W: AsyncWrite + Unpin>(
-    wr: &mut W,
+async fn write_frames(
+    wr: &OwnedWriteHalf,
     peer: NodeId,
     queue: &mut UnboundedReceiver<Outgoing>,
     unwritten: &AtomicUsize,
@@ -639,8 +618,9 @@ async fn write_frames<W: AsyncWrite + Unpin>(
         }
         if goodbye {
             let said = async {
-                wr.write_all(&GOODBYE.to_le_bytes()).await?;
-                wr.shutdown().await
+                let word = GOODBYE.to_le_bytes();
+                write_all_shared(wr, &mut [IoSlice::new(&word)]).await?;
+                shutdown_write(wr)
             };
             return match timeout(CLOSE_GRACE, said).await {
                 Ok(Ok(())) => WriteEnd::SaidGoodbye,
@@ -656,7 +636,7 @@ async fn write_frames<W: AsyncWrite + Unpin>(
 
 /// Writes `pieces` (length word + payload for a frame, the bytes alone for the rest
 /// of one) with as few vectored writes as the kernel allows, without copying payloads.
-async fn write_batch<W: AsyncWrite + Unpin>(wr: &mut W, pieces: &[Piece]) -> io::Result<()> {
+async fn write_batch(wr: &OwnedWriteHalf, pieces: &[Piece]) -> io::Result<()> {
     let headers: Vec<[u8; 4]> = pieces
         .iter()
         .map(|p| match p {
@@ -677,13 +657,33 @@ async fn write_batch<W: AsyncWrite + Unpin>(wr: &mut W, pieces: &[Piece]) -> io:
             slices.push(IoSlice::new(bytes));
         }
     }
-    let mut remaining = &mut slices[..];
+    write_all_shared(wr, &mut slices).await
+}
+
+/// Writes all of `slices` on a write half that sends may also write through to (so it
+/// is shared, and written with `&self` calls: wait until writable, try, repeat).
+async fn write_all_shared(wr: &OwnedWriteHalf, slices: &mut [IoSlice<'_>]) -> io::Result<()> {
+    let mut remaining = slices;
     while !remaining.is_empty() {
-        let n = wr.write_vectored(remaining).await?;
-        if n == 0 {
-            return Err(io::ErrorKind::WriteZero.into());
+        match wr.try_write_vectored(remaining) {
+            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+            Ok(n) => IoSlice::advance_slices(&mut remaining, n),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => wr.writable().await?,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
         }
-        IoSlice::advance_slices(&mut remaining, n);
     }
     Ok(())
+}
+
+/// Shuts our sending side (the peer reads end-of-stream after our goodbye) while the
+/// write half may still be shared with the fabric's table.
+fn shutdown_write(wr: &OwnedWriteHalf) -> io::Result<()> {
+    let fd = wr.as_ref().as_raw_fd();
+    // SAFETY: `fd` is the live socket of `wr`, borrowed for this call.
+    if unsafe { libc::shutdown(fd, libc::SHUT_WR) } == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
 }
