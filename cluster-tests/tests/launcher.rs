@@ -3,6 +3,7 @@
 //! in `$DIR/pid.<rank>` where a test needs to check that nothing survives.
 
 use std::collections::BTreeSet;
+use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::{Command, Output};
 use std::time::Duration;
@@ -697,4 +698,60 @@ fn a_registration_with_the_wrong_secret_is_refused() {
     assert!(err.contains("refused a control connection"), "{err}");
     assert!(err.contains("wrong job secret"), "{err}");
     assert!(err.contains("did not register"), "{err}");
+}
+
+/// Node servers raise their open-file soft limit to the hard limit (a collective's
+/// root and the launcher hold a connection per node server; the usual 1024 runs out in
+/// jobs of a few thousand nodes), and ranks get the limit the user started the job
+/// with. The job starts here with a soft limit of 512 under a higher hard limit.
+#[test]
+fn node_servers_raise_the_open_file_limit_and_ranks_keep_the_users() {
+    const SOFT: u64 = 512;
+    let mut hard = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes the struct we own.
+    assert_eq!(
+        unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut hard) },
+        0
+    );
+    if hard.rlim_max <= SOFT {
+        eprintln!(
+            "skipped: the hard open-file limit {} leaves nothing to raise",
+            hard.rlim_max
+        );
+        return;
+    }
+    let s = scratch("fdlimit");
+    let prog = example("testprog").to_string_lossy().into_owned();
+    let mut cmd = s.cohort(&["run", "--nodes", "2", "-n", "2", &prog, "fd-limits"]);
+    let lowered = libc::rlimit {
+        rlim_cur: SOFT,
+        rlim_max: hard.rlim_max,
+    };
+    // SAFETY: setrlimit is async-signal-safe and reads a struct the closure owns.
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &lowered) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let out = CohortRun::spawn(cmd).wait(DEADLINE);
+    assert_eq!(code(&out), Some(0), "{}", describe(&out));
+    let stdout = text(&out.stdout);
+    let lines: Vec<&str> = stdout
+        .lines()
+        .filter(|l| l.starts_with("FD-LIMITS "))
+        .collect();
+    assert_eq!(lines.len(), 2, "{}", describe(&out));
+    let want = format!(
+        "FD-LIMITS rank={SOFT} server={} hard={}",
+        hard.rlim_max, hard.rlim_max
+    );
+    for line in lines {
+        assert_eq!(line, want, "{}", describe(&out));
+    }
 }

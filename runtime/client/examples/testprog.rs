@@ -66,6 +66,7 @@ fn main() {
         "sim-compare" => sim_compare(),
         "lost-interior" => lost_interior(),
         "idle-cpu" => idle_cpu(),
+        "fd-limits" => fd_limits(),
         other => Err(format!("unknown scenario {other:?}")),
     };
     if let Err(e) = result {
@@ -2329,6 +2330,34 @@ fn own_cpu_ms() -> u64 {
 
 /// Another process's user + system CPU time (all its threads), in milliseconds, from
 /// /proc/PID/stat (fields 14 and 15, in clock ticks).
+/// Prints `FD-LIMITS rank=SOFT server=SOFT hard=HARD`: this rank's open-file soft
+/// limit, its node server's (our parent's, from /proc) and the hard limit.
+fn fd_limits() -> R {
+    let _c = init()?;
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes the struct we own.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0 {
+        return Err(format!("getrlimit: {}", std::io::Error::last_os_error()));
+    }
+    // SAFETY: getppid has no preconditions.
+    let server = unsafe { libc::getppid() };
+    let limits = std::fs::read_to_string(format!("/proc/{server}/limits"))
+        .map_err(|e| format!("reading /proc/{server}/limits: {e}"))?;
+    let server_soft = limits
+        .lines()
+        .find(|l| l.starts_with("Max open files"))
+        .and_then(|l| l.split_whitespace().nth(3))
+        .ok_or_else(|| format!("no open-file limit in /proc/{server}/limits"))?;
+    println!(
+        "FD-LIMITS rank={} server={server_soft} hard={}",
+        lim.rlim_cur, lim.rlim_max
+    );
+    Ok(())
+}
+
 fn proc_cpu_ms(pid: libc::pid_t) -> Result<u64, String> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))
         .map_err(|e| format!("reading /proc/{pid}/stat: {e}"))?;

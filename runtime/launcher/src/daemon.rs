@@ -169,9 +169,11 @@ impl DaemonLaunch<'_> {
             .stdin(std::process::Stdio::null())
             .process_group(0)
             .kill_on_drop(false);
-        // SAFETY: the hook only makes async-signal-safe syscalls.
+        // SAFETY: the hooks only make async-signal-safe syscalls.
         unsafe {
             cmd.pre_exec(parent_death_signal(libc::SIGTERM, "the launcher"));
+            // cohortd raises its own limit, and must know the user's for the ranks.
+            cmd.pre_exec(cohort_os::restore_fd_limit());
         }
         cmd.spawn()
     }

@@ -33,6 +33,56 @@ pub fn parent_death_signal(
     }
 }
 
+/// The open-file limit this process started with (set by [`raise_fd_limit`]).
+static ORIGINAL_FD_LIMIT: std::sync::OnceLock<libc::rlimit> = std::sync::OnceLock::new();
+
+/// Raises this process's open-file soft limit to its hard limit, as runtimes do: a
+/// node server holds a connection per peer it talks to (a collective's root, one per
+/// participating server) and one per local rank, the launcher one per node server,
+/// and the usual soft limit of 1024 runs out in jobs of a few thousand nodes. Children
+/// get the limit back through [`restore_fd_limit`]. Returns `(before, after)`; a
+/// failure leaves the limit as it was (and is the caller's to log).
+pub fn raise_fd_limit() -> std::io::Result<(u64, u64)> {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes the struct we own.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    let original = *ORIGINAL_FD_LIMIT.get_or_init(|| lim);
+    if lim.rlim_cur >= lim.rlim_max {
+        return Ok((original.rlim_cur, lim.rlim_cur));
+    }
+    let raised = libc::rlimit {
+        rlim_cur: lim.rlim_max,
+        rlim_max: lim.rlim_max,
+    };
+    // SAFETY: setrlimit reads the struct we own.
+    if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &raised) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok((original.rlim_cur, raised.rlim_cur))
+}
+
+/// Returns a `pre_exec` hook that gives the child the open-file limit this process
+/// started with, before [`raise_fd_limit`] (nothing to do if it was never called):
+/// applications keep the limit their user set (programs using `select(2)` break on
+/// descriptors above 1024).
+pub fn restore_fd_limit() -> impl FnMut() -> std::io::Result<()> + Send + Sync {
+    let original = ORIGINAL_FD_LIMIT.get().copied();
+    move || {
+        if let Some(lim) = original {
+            // SAFETY: setrlimit is async-signal-safe and reads a struct we own.
+            if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &lim) } != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+        }
+        Ok(())
+    }
+}
+
 /// Logs go to stderr, filtered by `COHORT_LOG`, else `RUST_LOG`, else `warn`.
 pub fn init_tracing() {
     let filter = EnvFilter::try_from_env(cohort_proto::env::LOG)

@@ -79,9 +79,10 @@ impl RankTemplate {
             .stderr(Stdio::piped())
             .process_group(0)
             .kill_on_drop(false);
-        // SAFETY: the hook only makes async-signal-safe syscalls.
+        // SAFETY: the hooks only make async-signal-safe syscalls.
         unsafe {
             cmd.pre_exec(parent_death_signal(libc::SIGKILL, "cohortd"));
+            cmd.pre_exec(cohort_os::restore_fd_limit());
         }
         self.bind(&mut cmd, rank);
         cmd
