@@ -22,6 +22,9 @@ pub struct Cluster {
     pub now: Time,
     /// Peer messages delivered so far, per sending node.
     pub sent: Vec<u64>,
+    /// Peer-message actions per sending node: one per message, or one for a message
+    /// that goes to several nodes (`Action::ToPeers`, which a driver encodes once).
+    pub peer_actions: Vec<u64>,
     next_req: ReqId,
     /// Links whose messages are held back (to reorder deliveries across links).
     held_links: std::collections::HashSet<(NodeId, NodeId)>,
@@ -55,6 +58,7 @@ impl Cluster {
             inbox: HashMap::new(),
             now: Duration::ZERO,
             sent: vec![0; m as usize],
+            peer_actions: vec![0; m as usize],
             next_req: 1,
             held_links: Default::default(),
             held: VecDeque::new(),
@@ -192,7 +196,15 @@ impl Cluster {
                         }
                         Action::ToPeer { node, msg } => {
                             self.sent[i] += 1;
+                            self.peer_actions[i] += 1;
                             self.net.push_back((i as NodeId, node, msg))
+                        }
+                        Action::ToPeers { nodes, msg } => {
+                            self.peer_actions[i] += 1;
+                            for node in nodes {
+                                self.sent[i] += 1;
+                                self.net.push_back((i as NodeId, node, msg.clone()))
+                            }
                         }
                     }
                 }

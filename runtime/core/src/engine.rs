@@ -66,6 +66,12 @@ pub enum Action {
         node: NodeId,
         msg: PeerMsg,
     },
+    /// The same `msg` to each of `nodes`, in that order (one message per node): a
+    /// driver encodes it once, and a fabric can register its bytes once.
+    ToPeers {
+        nodes: Vec<NodeId>,
+        msg: PeerMsg,
+    },
 }
 
 /// Static configuration of one node server's engine.
@@ -2465,21 +2471,23 @@ impl Engine {
                 self.kept_outcomes.pop_front();
             }
         }
-        let mut told = Vec::new();
-        for n in children.into_iter().chain(targets) {
-            if n == self.node {
-                continue;
-            }
-            told.push(n);
-            self.send_peer(
-                n,
-                PeerMsg::CollDown {
+        let told: Vec<NodeId> = children
+            .into_iter()
+            .chain(targets)
+            .filter(|n| *n != self.node)
+            .collect();
+        if !told.is_empty() {
+            // One message object for all of them (the outcome holds every member's
+            // data: cloning and encoding it per child cost the root k times its size).
+            self.actions.push(Action::ToPeers {
+                nodes: told.clone(),
+                msg: PeerMsg::CollDown {
                     key: key.clone(),
                     spec: spec.clone(),
                     outcome: outcome.clone(),
                     late: late.clone(),
                 },
-            );
+            });
         }
         if matches!(outcome, CollOutcome::Failed(_)) {
             self.record_failure(&key, &told);

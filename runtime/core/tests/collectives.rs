@@ -90,6 +90,41 @@ fn fence_completes_only_when_all_participants_called() {
     }
 }
 
+/// A server passes an outcome (which holds every member's data) to all its tree
+/// children as one message object: the node server encodes it once and sends the same
+/// bytes to each child, instead of cloning and encoding it per child.
+#[test]
+fn an_outcome_goes_to_all_children_as_one_message() {
+    // 7 servers in a 2-ary tree: 6 contributions go up, and the 3 servers with
+    // children (whichever the root) send the outcome down to 2 children each.
+    let mut c = Cluster::new(7, 7, TreeShape::KAry(2));
+    c.connect_all();
+    let reqs: Vec<u64> = (0..7)
+        .map(|r| {
+            c.request(
+                r,
+                Request::Fence {
+                    procs: vec![],
+                    opts: FenceOpts {
+                        collect: true,
+                        timeout_ms: None,
+                    },
+                },
+            )
+        })
+        .collect();
+    for r in 0..7 {
+        assert_eq!(c.reply(r, reqs[r as usize]), Some(Ok(Response::Done)));
+    }
+    assert_eq!(c.sent.iter().sum::<u64>(), 6 + 6, "messages: {:?}", c.sent);
+    assert_eq!(
+        c.peer_actions.iter().sum::<u64>(),
+        6 + 3,
+        "one outcome message per server with children: {:?}",
+        c.peer_actions
+    );
+}
+
 #[test]
 fn fence_with_collect_makes_remote_data_readable_without_modex() {
     let mut c = Cluster::new(4, 2, TreeShape::KAry(2));

@@ -134,16 +134,13 @@ impl Shared {
                     frame::encode_into(&frame, &mut out[at].1);
                 }
                 Action::ToPeer { node, msg } => {
+                    self.send_peer(node, Bytes::from(frame::encode_body(&msg)));
+                }
+                Action::ToPeers { nodes, msg } => {
+                    // Encoded once; every peer gets the same bytes.
                     let bytes = Bytes::from(frame::encode_body(&msg));
-                    match &mut self.held {
-                        Some(held) => held.push((node, bytes)),
-                        None => match self.fabric.send(node, bytes) {
-                            Ok(()) => {}
-                            Err(cohort_transport::FabricError::Closed) => {
-                                tracing::debug!(peer = node, "fabric closed; message dropped")
-                            }
-                            Err(e) => tracing::warn!(peer = node, error = %e, "fabric send failed"),
-                        },
+                    for node in nodes {
+                        self.send_peer(node, bytes.clone());
                     }
                 }
             }
@@ -155,6 +152,20 @@ impl Shared {
         if next.is_some() && (self.armed.is_none() || next < self.armed) {
             self.armed = next;
             self.timer.notify_one();
+        }
+    }
+
+    /// Sends an encoded peer message (held until the peer table is known).
+    fn send_peer(&mut self, node: NodeId, bytes: Bytes) {
+        match &mut self.held {
+            Some(held) => held.push((node, bytes)),
+            None => match self.fabric.send(node, bytes) {
+                Ok(()) => {}
+                Err(cohort_transport::FabricError::Closed) => {
+                    tracing::debug!(peer = node, "fabric closed; message dropped")
+                }
+                Err(e) => tracing::warn!(peer = node, error = %e, "fabric send failed"),
+            },
         }
     }
 

@@ -503,7 +503,9 @@ impl Sim {
             if let Some(steps) = &mut self.codec_steps {
                 for a in &actions {
                     match a {
-                        Action::ToPeer { msg, .. } => drop(frame::encode(msg)),
+                        Action::ToPeer { msg, .. } | Action::ToPeers { msg, .. } => {
+                            drop(frame::encode(msg))
+                        }
                         Action::ToClient { frame: f, .. } => drop(frame::encode(f)),
                     }
                 }
@@ -526,6 +528,15 @@ impl Sim {
                     let shape = shape_of(&msg);
                     self.net
                         .send(from, node, size, shape, at, EvKind::Peer { from, msg });
+                }
+                Action::ToPeers { nodes, msg } => {
+                    let size = frame::encoded_len(&msg);
+                    let shape = shape_of(&msg);
+                    for node in nodes {
+                        let msg = msg.clone();
+                        self.net
+                            .send(from, node, size, shape, at, EvKind::Peer { from, msg });
+                    }
                 }
                 Action::ToClient { client, frame } => {
                     if let ServerFrame::Reply { id, result } = frame {
