@@ -200,6 +200,22 @@ fn numbered(a: u32, b: u32) -> Bytes {
     Bytes::from(v)
 }
 
+/// Takes the next message numbered by [`numbered`] off `rx`: it must come from node 0
+/// and be the next of its sender (`next` counts per sender). Returns it with its
+/// sender and number.
+async fn next_in_order(rx: &mut Events, next: &mut HashMap<u32, u32>) -> (Bytes, u32, u32) {
+    let (from, payload) = next_message(rx).await;
+    assert_eq!(from, 0);
+    let (sender, seq) = unnumber(&payload);
+    let expected = next.entry(sender).or_default();
+    assert_eq!(
+        seq, *expected,
+        "sender {sender}: duplicate, loss or reorder"
+    );
+    *expected += 1;
+    (payload, sender, seq)
+}
+
 fn unnumber(p: &[u8]) -> (u32, u32) {
     (
         u32::from_le_bytes(p[..4].try_into().unwrap()),
@@ -332,12 +348,7 @@ async fn concurrent_senders_deliver_exactly_once(b: Backend) {
         let rx = &mut nodes[1].1;
         let mut next: HashMap<u32, u32> = HashMap::new();
         for _ in 0..TASKS * per_task {
-            let (from, payload) = next_message(rx).await;
-            assert_eq!(from, 0);
-            let (task, seq) = unnumber(&payload);
-            let expected = next.entry(task).or_default();
-            assert_eq!(seq, *expected, "task {task}: duplicate, loss or reorder");
-            *expected += 1;
+            next_in_order(rx, &mut next).await;
         }
         assert!(next.values().all(|&n| n == per_task));
         assert_quiet(rx).await;
@@ -380,15 +391,7 @@ async fn mixed_size_bursts_keep_order_and_content(b: Backend) {
         let rx = &mut nodes[1].1;
         let mut next: HashMap<u32, u32> = HashMap::new();
         for _ in 0..SENDERS * per_sender {
-            let (from, got) = next_message(rx).await;
-            assert_eq!(from, 0);
-            let (sender, seq) = unnumber(&got);
-            let expected = next.entry(sender).or_default();
-            assert_eq!(
-                seq, *expected,
-                "sender {sender}: duplicate, loss or reorder"
-            );
-            *expected += 1;
+            let (got, sender, seq) = next_in_order(rx, &mut next).await;
             assert!(
                 got == payload(sender, seq),
                 "sender {sender} message {seq} ({} bytes) corrupted",

@@ -96,6 +96,25 @@ impl Cluster {
         self.pump();
     }
 
+    /// Every rank calls a whole-job fence (collecting data or not), in rank order;
+    /// returns the request ids, indexed by rank.
+    pub fn fence_all(&mut self, collect: bool) -> Vec<ReqId> {
+        (0..self.job.size())
+            .map(|r| {
+                self.request(
+                    r,
+                    Request::Fence {
+                        procs: vec![],
+                        opts: cohort_proto::msg::FenceOpts {
+                            collect,
+                            timeout_ms: None,
+                        },
+                    },
+                )
+            })
+            .collect()
+    }
+
     /// Sends a request from `rank`; returns its request id.
     pub fn request(&mut self, rank: u32, req: Request) -> ReqId {
         let id = self.next_req;

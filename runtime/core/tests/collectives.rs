@@ -99,20 +99,7 @@ fn an_outcome_goes_to_all_children_as_one_message() {
     // children (whichever the root) send the outcome down to 2 children each.
     let mut c = Cluster::new(7, 7, TreeShape::KAry(2));
     c.connect_all();
-    let reqs: Vec<u64> = (0..7)
-        .map(|r| {
-            c.request(
-                r,
-                Request::Fence {
-                    procs: vec![],
-                    opts: FenceOpts {
-                        collect: true,
-                        timeout_ms: None,
-                    },
-                },
-            )
-        })
-        .collect();
+    let reqs = c.fence_all(true);
     for r in 0..7 {
         assert_eq!(c.reply(r, reqs[r as usize]), Some(Ok(Response::Done)));
     }
@@ -132,20 +119,7 @@ fn fence_with_collect_makes_remote_data_readable_without_modex() {
     for r in 0..4 {
         commit(&mut c, r, "ep", Value::U32(100 + r));
     }
-    let reqs: Vec<u64> = (0..4)
-        .map(|r| {
-            c.request(
-                r,
-                Request::Fence {
-                    procs: vec![],
-                    opts: FenceOpts {
-                        collect: true,
-                        timeout_ms: None,
-                    },
-                },
-            )
-        })
-        .collect();
+    let reqs = c.fence_all(true);
     for r in 0..4 {
         assert_eq!(c.reply(r, reqs[r as usize]), Some(Ok(Response::Done)));
     }

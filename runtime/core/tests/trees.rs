@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use cohort_core::cluster::Cluster;
 use cohort_core::{Engine, EngineConfig};
-use cohort_proto::msg::{ConstructOpts, FenceOpts, GroupResult, Request, Response};
+use cohort_proto::msg::{ConstructOpts, GroupResult, Request, Response};
 use cohort_proto::Value;
 use cohort_topology::{SwitchMap, TreeShape};
 
@@ -111,20 +111,7 @@ fn fence_with_collect_over_switches() {
             },
         );
     }
-    let reqs: Vec<u64> = (0..26)
-        .map(|r| {
-            c.request(
-                r,
-                Request::Fence {
-                    procs: vec![],
-                    opts: FenceOpts {
-                        collect: true,
-                        timeout_ms: None,
-                    },
-                },
-            )
-        })
-        .collect();
+    let reqs = c.fence_all(true);
     for r in 0..26 {
         assert_eq!(c.reply(r, reqs[r as usize]), Some(Ok(Response::Done)));
     }
