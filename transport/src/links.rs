@@ -27,26 +27,19 @@ pub(crate) enum Outgoing {
     Goodbye,
 }
 
-/// TCP write-through: while a connection's queue holds nothing unwritten, `send`
-/// writes a frame straight to its socket (non-blocking; a part the kernel did not take
-/// is queued), instead of waking the connection's task to do it.
-pub(crate) struct WriteThrough {
-    /// The connection's write half, shared with its task (no second descriptor).
-    pub sock: Arc<tokio::net::tcp::OwnedWriteHalf>,
-    /// Items queued to the connection task that it has not finished writing; shared
-    /// with that task, which decrements it once an item is in the kernel.
-    pub unwritten: Arc<AtomicUsize>,
-}
-
 /// The queue of the connection a peer's payloads go out on; `id` is its task's id.
 pub(crate) struct OutLink {
     pub id: ConnId,
     pub queue: UnboundedSender<Outgoing>,
-    /// TCP: counts what is queued (see [`WriteThrough::unwritten`]), from the link's
-    /// creation on, so that a write-through never overtakes queued frames.
+    /// TCP: items queued to the connection task that it has not finished writing,
+    /// counted from the link's creation on; the task decrements it once an item is in
+    /// the kernel.
     pub unwritten: Option<Arc<AtomicUsize>>,
-    /// TCP, once the connection is established.
-    pub direct: Option<WriteThrough>,
+    /// TCP write-through, once the connection is established (and its handshake
+    /// written): while nothing queued is unwritten, `send` writes a frame straight to
+    /// this write half, which it shares with the task (non-blocking; a part the kernel
+    /// did not take is queued), instead of waking the task to do it.
+    pub direct: Option<Arc<tokio::net::tcp::OwnedWriteHalf>>,
 }
 
 /// Largest payload a send writes through: the common small message. Larger ones go to
@@ -185,14 +178,12 @@ impl Links {
         }
         if let Some(link) = self.outbound.get(&to) {
             let mut item = Outgoing::Frame(payload.clone());
-            if let Some(direct) = &link.direct {
+            if let (Some(sock), Some(unwritten)) = (&link.direct, &link.unwritten) {
                 // Nothing queued is unwritten (checked and written under the lock every
                 // send takes; the task decrements only once an item is in the kernel),
                 // so this frame cannot overtake one.
-                if payload.len() <= WRITE_THROUGH_MAX
-                    && direct.unwritten.load(Ordering::Acquire) == 0
-                {
-                    match write_through(&direct.sock, &payload) {
+                if payload.len() <= WRITE_THROUGH_MAX && unwritten.load(Ordering::Acquire) == 0 {
+                    match write_through(sock, &payload) {
                         Ok(None) => return Ok(None),
                         Ok(Some(rest)) => item = Outgoing::Rest(rest),
                         Err(()) => {}
@@ -247,12 +238,7 @@ impl Links {
         sock: Arc<tokio::net::tcp::OwnedWriteHalf>,
     ) {
         if let Some(link) = self.outbound.get_mut(&peer).filter(|l| l.id == conn) {
-            if let Some(unwritten) = &link.unwritten {
-                link.direct = Some(WriteThrough {
-                    sock,
-                    unwritten: unwritten.clone(),
-                });
-            }
+            link.direct = Some(sock);
         }
     }
 

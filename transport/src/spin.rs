@@ -106,8 +106,8 @@ mod tests {
             .unwrap()
     }
 
-    /// Polls while inputs are recent, and sleeps (the task is parked, not spinning)
-    /// once the budget passed: counted through the runtime's own task polls.
+    /// Polls while inputs are recent, and goes back to sleep (waiting for the next
+    /// input, not spinning) once the budget passed: seen through its `polling` flag.
     #[test]
     fn polls_for_the_budget_after_an_input_then_sleeps() {
         let rt = rt();

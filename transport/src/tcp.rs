@@ -11,8 +11,8 @@
 //! write). While nothing queued is still unwritten, `send` writes the frame straight to
 //! the socket instead (non-blocking, on the write half it shares with the task; a
 //! part the kernel does not take is queued), which saves waking the task for the
-//! common lone message. A goodbye is a control word in the frame stream, written after the queue
-//! is flushed.
+//! common lone message. A goodbye is a control word in the frame stream, written
+//! after the queue is flushed.
 //!
 //! Locking: one `std::sync::Mutex` guards the peer table, the queues and the
 //! [`Liveness`] bookkeeping; it is never held across an `.await`. Events are emitted
@@ -585,7 +585,7 @@ fn take(item: Outgoing, batch: &mut Vec<Piece>, bytes: &mut usize) -> bool {
 
 /// Writes queued frames until the queue says goodbye (written after everything queued
 /// before it, then our side is shut) or goes away, or the connection breaks. Each item
-/// written is taken off `unwritten` (see [`WriteThrough`]).
+/// written is taken off `unwritten` (see `OutLink::unwritten`).
 async fn write_frames(
     wr: &OwnedWriteHalf,
     peer: NodeId,

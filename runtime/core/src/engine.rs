@@ -2476,11 +2476,14 @@ impl Engine {
             .chain(targets)
             .filter(|n| *n != self.node)
             .collect();
+        if matches!(outcome, CollOutcome::Failed(_)) {
+            self.record_failure(&key, &told);
+        }
         if !told.is_empty() {
             // One message object for all of them (the outcome holds every member's
             // data: cloning and encoding it per child cost the root k times its size).
             self.actions.push(Action::ToPeers {
-                nodes: told.clone(),
+                nodes: told,
                 msg: PeerMsg::CollDown {
                     key: key.clone(),
                     spec: spec.clone(),
@@ -2488,9 +2491,6 @@ impl Engine {
                     late: late.clone(),
                 },
             });
-        }
-        if matches!(outcome, CollOutcome::Failed(_)) {
-            self.record_failure(&key, &told);
         }
         let waiters = coll.as_ref().map(|c| c.waiters.clone()).unwrap_or_default();
         let elapsed = coll.as_ref().map(|c| now.saturating_sub(c.started));

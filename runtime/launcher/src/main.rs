@@ -5,10 +5,7 @@ use cohort_launcher::cli::{normalize_args, Cli, Command};
 
 fn main() {
     cohort_os::init_tracing();
-    match cohort_os::raise_fd_limit() {
-        Ok((before, after)) => tracing::debug!(before, after, "open-file limit"),
-        Err(e) => tracing::warn!(error = %e, "cannot raise the open-file limit"),
-    }
+    cohort_os::raise_fd_limit();
     let cli = Cli::parse_from(normalize_args(std::env::args_os()));
     let code = match cli.command {
         Command::Run(args) => cohort_launcher::launch::run(args),

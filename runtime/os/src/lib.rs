@@ -40,9 +40,17 @@ static ORIGINAL_FD_LIMIT: std::sync::OnceLock<libc::rlimit> = std::sync::OnceLoc
 /// node server holds a connection per peer it talks to (a collective's root, one per
 /// participating server) and one per local rank, the launcher one per node server,
 /// and the usual soft limit of 1024 runs out in jobs of a few thousand nodes. Children
-/// get the limit back through [`restore_fd_limit`]. Returns `(before, after)`; a
-/// failure leaves the limit as it was (and is the caller's to log).
-pub fn raise_fd_limit() -> std::io::Result<(u64, u64)> {
+/// get the limit back through [`restore_fd_limit`]. Logs the limits (debug), or why it
+/// could not (warn: the limit then stays as it was).
+pub fn raise_fd_limit() {
+    match try_raise_fd_limit() {
+        Ok((before, after)) => tracing::debug!(before, after, "open-file limit"),
+        Err(e) => tracing::warn!(error = %e, "cannot raise the open-file limit"),
+    }
+}
+
+/// [`raise_fd_limit`]; returns `(before, after)`.
+fn try_raise_fd_limit() -> std::io::Result<(u64, u64)> {
     let mut lim = libc::rlimit {
         rlim_cur: 0,
         rlim_max: 0,

@@ -520,24 +520,27 @@ impl Sim {
         }
     }
 
+    /// `msg` from `from` to each of `nodes` (cloned for all but the last).
+    fn send_peers(&mut self, from: NodeId, nodes: &[NodeId], msg: PeerMsg, at: Ps) {
+        let Some((&last, rest)) = nodes.split_last() else {
+            return;
+        };
+        let size = frame::encoded_len(&msg);
+        let shape = shape_of(&msg);
+        for &node in rest {
+            let msg = msg.clone();
+            self.net
+                .send(from, node, size, shape, at, EvKind::Peer { from, msg });
+        }
+        self.net
+            .send(from, last, size, shape, at, EvKind::Peer { from, msg });
+    }
+
     fn act(&mut self, from: NodeId, actions: Vec<Action>, at: Ps) {
         for a in actions {
             match a {
-                Action::ToPeer { node, msg } => {
-                    let size = frame::encoded_len(&msg);
-                    let shape = shape_of(&msg);
-                    self.net
-                        .send(from, node, size, shape, at, EvKind::Peer { from, msg });
-                }
-                Action::ToPeers { nodes, msg } => {
-                    let size = frame::encoded_len(&msg);
-                    let shape = shape_of(&msg);
-                    for node in nodes {
-                        let msg = msg.clone();
-                        self.net
-                            .send(from, node, size, shape, at, EvKind::Peer { from, msg });
-                    }
-                }
+                Action::ToPeer { node, msg } => self.send_peers(from, &[node], msg, at),
+                Action::ToPeers { nodes, msg } => self.send_peers(from, &nodes, msg, at),
                 Action::ToClient { client, frame } => {
                     if let ServerFrame::Reply { id, result } = frame {
                         let t = self.net.reply(from, at);

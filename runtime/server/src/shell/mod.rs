@@ -103,10 +103,7 @@ pub fn main() -> i32 {
         return 2;
     }
     cohort_os::init_tracing();
-    match cohort_os::raise_fd_limit() {
-        Ok((before, after)) => tracing::debug!(before, after, "open-file limit"),
-        Err(e) => tracing::warn!(error = %e, "cannot raise the open-file limit"),
-    }
+    cohort_os::raise_fd_limit();
 
     let stdout = OutputSink::spawn(Stream::Stdout);
     let stderr = OutputSink::spawn(Stream::Stderr);
