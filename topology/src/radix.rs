@@ -107,6 +107,28 @@ impl CostModel {
         }
     }
 
+    /// Modelled time of the dissemination allgather over `n` node servers, seconds:
+    /// `⌈log2 n⌉` rounds of one message each, every server taking in `(n − 1)·D` bytes
+    /// in all, then the lean outcome (no payload) down a binary tree:
+    ///
+    /// `T_dis(n) = r·(α + o) + (n − 1)·D·β + depth_2·(α + 2·o)`
+    pub fn dissemination_time(&self, n: usize) -> f64 {
+        if n <= 1 {
+            return 0.0;
+        }
+        let (a, o) = (self.alpha_s, self.overhead_s);
+        let d = self.bytes_per_node * self.beta_s_per_byte;
+        let r = f64::from(ceil_log2(n));
+        let depth = f64::from(ceil_log2(n + 1) - 1);
+        r * (a + o) + (n - 1) as f64 * d + depth * (a + 2.0 * o)
+    }
+
+    /// Whether the dissemination allgather is modelled cheaper than the best tree for
+    /// `n` node servers.
+    pub fn prefers_dissemination(&self, n: usize) -> bool {
+        n >= 2 && self.dissemination_time(n) < self.time(n, self.best_shape(n))
+    }
+
     /// The cheapest shape for `n` node servers: `KAry(k)` for `k` in
     /// `2..=min(16, n − 1)`, or `Binomial`. Ties go to the first candidate in that
     /// order.
@@ -126,6 +148,63 @@ impl CostModel {
         }
         best
     }
+}
+
+/// How the node servers of one fence or group construct gather their contributions.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Allgather {
+    /// Up the collective tree to its root, which decides and sends the outcome (with
+    /// every member's data) back down.
+    Tree,
+    /// A dissemination (Bruck) allgather among the servers: in round `i` each sends
+    /// what it holds to the server `2^i` positions before it, so after `⌈log2 n⌉`
+    /// rounds every server holds every contribution. The root then decides and sends
+    /// a lean outcome (without the data everyone already holds) down a binary tree.
+    Dissemination,
+    /// Per operation, whichever [`CostModel::prefers_dissemination`] says is cheaper
+    /// for its number of servers (with the default cost model).
+    #[default]
+    Auto,
+}
+
+impl std::fmt::Display for Allgather {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Allgather::Tree => "tree",
+            Allgather::Dissemination => "dissemination",
+            Allgather::Auto => "auto",
+        })
+    }
+}
+
+impl std::str::FromStr for Allgather {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "tree" => Ok(Allgather::Tree),
+            "dissemination" | "bruck" => Ok(Allgather::Dissemination),
+            "auto" => Ok(Allgather::Auto),
+            other => Err(format!(
+                "unknown allgather algorithm {other:?} (expected tree, dissemination or auto)"
+            )),
+        }
+    }
+}
+
+impl Allgather {
+    /// Whether an operation over `n` node servers uses the dissemination allgather.
+    pub fn disseminates(self, n: usize) -> bool {
+        match self {
+            Allgather::Tree => false,
+            Allgather::Dissemination => n >= 2,
+            Allgather::Auto => CostModel::default().prefers_dissemination(n),
+        }
+    }
+}
+
+/// `⌈log2 n⌉` (0 for `n ≤ 1`).
+fn ceil_log2(n: usize) -> u32 {
+    usize::BITS - n.saturating_sub(1).leading_zeros()
 }
 
 /// The shape node servers use for `n` participating servers until the transport

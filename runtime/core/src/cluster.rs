@@ -8,7 +8,7 @@ use std::time::Duration;
 use cohort_proto::msg::{ReqId, Request, ServerFrame};
 use cohort_proto::peer::PeerMsg;
 use cohort_proto::{JobMap, NodeId, ProcId};
-use cohort_topology::TreeShape;
+use cohort_topology::{Allgather, TreeShape};
 
 use crate::engine::{Action, ClientId, Engine, EngineConfig, Time};
 
@@ -40,6 +40,11 @@ pub struct Cluster {
 impl Cluster {
     /// `n` ranks over `m` nodes, block mapping; client id of rank r is r + 1.
     pub fn new(n: u32, m: u32, shape: TreeShape) -> Cluster {
+        Cluster::with_allgather(n, m, shape, Allgather::Tree)
+    }
+
+    /// As [`Cluster::new`], with fences and constructs gathering by `allgather`.
+    pub fn with_allgather(n: u32, m: u32, shape: TreeShape, allgather: Allgather) -> Cluster {
         let job = JobMap::block("job", n, m);
         let engines = (0..m)
             .map(|node| {
@@ -48,6 +53,7 @@ impl Cluster {
                     job: job.clone(),
                     tree_shape: shape,
                     switches: None,
+                    allgather,
                 })
             })
             .collect();

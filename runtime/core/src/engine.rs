@@ -29,11 +29,13 @@ use cohort_proto::value::info_get;
 use cohort_proto::{
     validate_group_id, CohortError, ContextId, Event, Info, JobMap, NodeId, ProcId, Range, Value,
 };
-use cohort_topology::{rendezvous, Locality, SwitchMap, Tree, TreeShape};
+use cohort_topology::{rendezvous, Allgather, Locality, SwitchMap, Tree, TreeShape};
 
 use crate::kv::{KvStore, Lookup};
 
+mod gather;
 mod invite;
+use gather::{Gather, LeanDown};
 use invite::{invite_key, InviteTracker};
 
 /// Engine time: a monotonic offset from an arbitrary origin chosen by the driver.
@@ -84,6 +86,9 @@ pub struct EngineConfig {
     /// leaders first, placing nodes by `job.node_names` (which must be the same on
     /// every node server). `None`: flat trees.
     pub switches: Option<Arc<SwitchMap>>,
+    /// How fences and collective-method constructs gather contributions (must be the
+    /// same on every node server).
+    pub allgather: Allgather,
 }
 
 /// A constructed group as this node server knows it.
@@ -169,6 +174,14 @@ struct Coll {
     leader_failure_reported: bool,
     /// Root only: who won a leadership claim after the designated leader failed.
     claimed_leader: Option<ProcId>,
+    /// Dissemination allgather state (`None`: the tree collective).
+    gather: Option<Gather>,
+    /// Dissemination only. Root: a server re-sent its contributions directly (a server
+    /// of the operation was lost), so the outcome goes down whole. Others: this server
+    /// did so.
+    fallback: bool,
+    /// Dissemination only: a lean outcome waiting for this server's last rounds.
+    lean: Option<LeanDown>,
     started: Time,
 }
 
@@ -190,6 +203,9 @@ impl Coll {
             failure_reported: BTreeSet::new(),
             leader_failure_reported: false,
             claimed_leader: None,
+            gather: None,
+            fallback: false,
+            lean: None,
             started: now,
         }
     }
@@ -246,6 +262,7 @@ pub struct Engine {
     node: NodeId,
     job: JobMap,
     shape: TreeShape,
+    allgather: Allgather,
     /// The job's nodes on the switch map (from `EngineConfig::switches`).
     locality: Option<Locality>,
     all_nodes: Vec<NodeId>,
@@ -273,9 +290,11 @@ pub struct Engine {
     /// attempt alone.
     tombstones: HashMap<CollKey, (CohortError, BTreeSet<ProcId>)>,
     tombstone_order: VecDeque<CollKey>,
-    /// Root only: operations this server completed successfully, most recent last. An
-    /// abort for one of them is stale: it comes from a server that saw a participant
-    /// exit after the outcome but before the outcome reached it.
+    /// Operations this server completed successfully as their root (and, for the
+    /// dissemination allgather, as any of their servers), most recent last. An abort
+    /// for one of them is stale: it comes from a server that saw a participant exit
+    /// after the outcome but before the outcome reached it. Allgather rounds and second
+    /// copies of an outcome for one of them are dropped.
     recently_done: HashSet<CollKey>,
     recently_done_order: VecDeque<CollKey>,
     fence_seq: HashMap<(ProcId, String), u64>,
@@ -320,6 +339,7 @@ impl Engine {
             node: cfg.node,
             job: cfg.job,
             shape: cfg.tree_shape,
+            allgather: cfg.allgather,
             locality,
             all_nodes,
             clients: HashMap::new(),
@@ -607,6 +627,11 @@ impl Engine {
                 self.fail(&key, err, now);
                 continue;
             }
+            if coll.gather.is_some() {
+                self.gather_peer_lost(&key, peer);
+                self.progress(&key, now);
+                continue;
+            }
             if coll.sent_up && coll.sent_to == Some(peer) {
                 let Some(tree) = coll.tree.clone() else {
                     continue;
@@ -735,6 +760,7 @@ impl Engine {
                         spec,
                         outcome,
                         late: Vec::new(),
+                        lean: None,
                     },
                 );
             }
@@ -743,6 +769,7 @@ impl Engine {
                 spec,
                 contribs,
                 excused,
+                rerouted,
                 ..
             } => {
                 self.recently_done.remove(&key);
@@ -750,6 +777,12 @@ impl Engine {
                     .colls
                     .entry(key.clone())
                     .or_insert_with(|| Coll::new(now));
+                if rerouted {
+                    // Dissemination: a server of the operation was lost; this one's
+                    // gathered data came directly, so the outcome must go down whole.
+                    coll.fallback = true;
+                    coll.direct_nodes.insert(from);
+                }
                 for c in contribs {
                     coll.contribs.insert(c.proc.clone(), c);
                 }
@@ -839,12 +872,21 @@ impl Engine {
                     self.finish_probe(&key, now);
                 }
             }
+            PeerMsg::CollGather {
+                key,
+                spec,
+                round,
+                contribs,
+                excused,
+                attempt,
+            } => self.on_gather(from, key, spec, round, contribs, excused, attempt, now),
             PeerMsg::CollDown {
                 key,
                 spec,
                 outcome,
                 late,
-            } => self.on_down(key, spec, outcome, late, now),
+                lean,
+            } => self.on_down(key, spec, outcome, late, lean, now),
             PeerMsg::NodeLost { node } => self.node_lost(node, now),
             PeerMsg::ProcTerminated { proc, contributed } => {
                 if !contributed.is_empty() {
@@ -1704,8 +1746,13 @@ impl Engine {
     /// Records the spec of `key`, or checks a new one against it.
     fn merge_spec(&mut self, key: &CollKey, spec: CollSpec) -> Result<(), CohortError> {
         let tree = self.tree_for(key, &spec);
+        let gather = self
+            .disseminates(key, &spec, tree.nodes().len())
+            .then(|| Gather::new(&tree, self.node))
+            .flatten();
         let coll = self.colls.get_mut(key).expect("caller created the tracker");
         let Some(old) = &mut coll.spec else {
+            coll.gather = gather;
             coll.spec = Some(spec);
             coll.tree = Some(tree);
             return Ok(());
@@ -1788,6 +1835,12 @@ impl Engine {
             CollKind::Construct | CollKind::Destruct => self.rendezvous_node(&key.id),
             CollKind::Invite => self.invite_home(&key.id).unwrap_or(self.node),
         };
+        let servers = nodes.len() + usize::from(nodes.binary_search(&root).is_err());
+        if self.disseminates(key, spec, servers) {
+            // The lean outcome goes down a binary tree: with the allgather's ⌈log2 n⌉
+            // messages no server sends more than ⌈log2 n⌉ + 2.
+            return Tree::new(&nodes, root, TreeShape::KAry(2));
+        }
         match &self.locality {
             Some(locality) => Tree::with_locality(&nodes, root, self.shape, locality),
             None => Tree::new(&nodes, root, self.shape),
@@ -1862,6 +1915,7 @@ impl Engine {
     /// Moves `key` forward: a root decides; an interior or leaf server forwards its
     /// subtree once settled, and asks the root to fail an operation it knows is doomed.
     fn progress(&mut self, key: &CollKey, now: Time) {
+        self.gather_step(key);
         let Some(coll) = self.colls.get(key) else {
             return;
         };
@@ -1900,7 +1954,7 @@ impl Engine {
             };
             return self.fail(key, err, now);
         }
-        if coll.sent_up || !tree.contains(self.node) {
+        if coll.gather.is_some() || coll.sent_up || !tree.contains(self.node) {
             return;
         }
         let subtree: HashSet<NodeId> = tree.subtree(self.node).into_iter().collect();
@@ -2267,6 +2321,18 @@ impl Engine {
             .then_some(Decision::Succeed)
     }
 
+    /// `key` completed successfully here (see `recently_done`).
+    fn remember_done(&mut self, key: &CollKey) {
+        if self.recently_done.insert(key.clone()) {
+            self.recently_done_order.push_back(key.clone());
+            while self.recently_done_order.len() > MAX_TOMBSTONES {
+                if let Some(old) = self.recently_done_order.pop_front() {
+                    self.recently_done.remove(&old);
+                }
+            }
+        }
+    }
+
     /// Root: turns a decision into the outcome and broadcasts it.
     fn decide(&mut self, key: &CollKey, decision: Decision, now: Time) {
         let outcome = match decision {
@@ -2274,13 +2340,8 @@ impl Engine {
             Decision::Succeed => self.success_outcome(key),
             Decision::Pause(failed) => return self.report_failures(key, failed),
         };
-        if !matches!(outcome, CollOutcome::Failed(_)) && self.recently_done.insert(key.clone()) {
-            self.recently_done_order.push_back(key.clone());
-            while self.recently_done_order.len() > MAX_TOMBSTONES {
-                if let Some(old) = self.recently_done_order.pop_front() {
-                    self.recently_done.remove(&old);
-                }
-            }
+        if !matches!(outcome, CollOutcome::Failed(_)) {
+            self.remember_done(key);
         }
         let coll = self.colls.get(key);
         let spec = coll.and_then(|c| c.spec.clone());
@@ -2291,7 +2352,7 @@ impl Engine {
                 .collect(),
             _ => Vec::new(),
         };
-        self.on_down(key.clone(), spec, outcome, late, now);
+        self.on_down(key.clone(), spec, outcome, late, None, now);
     }
 
     fn success_outcome(&mut self, key: &CollKey) -> CollOutcome {
@@ -2402,9 +2463,19 @@ impl Engine {
         spec: Option<CollSpec>,
         outcome: CollOutcome,
         late: Vec<ProcId>,
+        lean: Option<u32>,
         now: Time,
     ) {
-        self.complete(key, spec, outcome, late, true, now)
+        if !self.colls.contains_key(&key) && self.recently_done.contains(&key) {
+            // A second copy (the whole outcome asked for after a lean one).
+            return;
+        }
+        if let Some(gathered) = lean {
+            return self.on_lean_down(key, spec, outcome, late, gathered, now);
+        }
+        // A server that already passed a lean outcome on does not pass this one.
+        let forward = self.colls.get(&key).is_none_or(|c| c.lean.is_none());
+        self.complete(key, spec, outcome, late, forward, now)
     }
 
     /// Ends `key` here with `outcome`; with `forward`, also passes it down the tree.
@@ -2423,6 +2494,11 @@ impl Engine {
             // The id may be reused now: a kept construct outcome would be stale.
             self.kept_outcomes
                 .retain(|(k, _, _)| !(k.kind == CollKind::Construct && k.id == key.id));
+            self.recently_done.remove(&CollKey {
+                kind: CollKind::Construct,
+                id: key.id.clone(),
+                seq: 0,
+            });
         }
         // The tracker built the tree with its spec; only a server that never saw the
         // operation builds it from the spec carried in the outcome.
@@ -2479,18 +2555,61 @@ impl Engine {
         if matches!(outcome, CollOutcome::Failed(_)) {
             self.record_failure(&key, &told);
         }
-        if !told.is_empty() {
+        let lean = coll
+            .as_ref()
+            .filter(|_| forward)
+            .and_then(|c| Self::lean_outcome(c, &outcome));
+        if let Some((lean, gathered)) = lean {
+            // Dissemination: the servers below gathered the data themselves; servers
+            // outside the tree (add-members') get the whole outcome.
+            let (below, outside): (Vec<NodeId>, Vec<NodeId>) = told
+                .iter()
+                .partition(|n| tree.as_ref().is_some_and(|t| t.contains(**n)));
+            for (nodes, outcome, lean) in [
+                (below, lean, Some(gathered)),
+                (outside, outcome.clone(), None),
+            ] {
+                if !nodes.is_empty() {
+                    self.actions.push(Action::ToPeers {
+                        nodes,
+                        msg: PeerMsg::CollDown {
+                            key: key.clone(),
+                            spec: spec.clone(),
+                            outcome,
+                            late: late.clone(),
+                            lean,
+                        },
+                    });
+                }
+            }
+        } else if !told.is_empty() {
             // One message object for all of them (the outcome holds every member's
             // data: cloning and encoding it per child cost the root k times its size).
             self.actions.push(Action::ToPeers {
-                nodes: told,
+                nodes: told.clone(),
                 msg: PeerMsg::CollDown {
                     key: key.clone(),
                     spec: spec.clone(),
                     outcome: outcome.clone(),
                     late: late.clone(),
+                    lean: None,
                 },
             });
+        }
+        if coll.as_ref().is_some_and(|c| c.gather.is_some()) {
+            if forward && tree.as_ref().is_some_and(|t| t.root() == self.node) {
+                // The whole outcome, for servers that ask for it after a loss.
+                self.kept_outcomes.retain(|(k, _, _)| *k != key);
+                self.kept_outcomes
+                    .push_back((key.clone(), spec.clone(), outcome.clone()));
+                while self.kept_outcomes.len() > KEPT_OUTCOMES {
+                    self.kept_outcomes.pop_front();
+                }
+            }
+            if !matches!(outcome, CollOutcome::Failed(_)) {
+                // Late rounds and second copies of the outcome are dropped.
+                self.remember_done(&key);
+            }
         }
         let waiters = coll.as_ref().map(|c| c.waiters.clone()).unwrap_or_default();
         let elapsed = coll.as_ref().map(|c| now.saturating_sub(c.started));

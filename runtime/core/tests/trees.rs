@@ -33,6 +33,7 @@ fn cluster(n: u32, shape: TreeShape) -> Cluster {
                 job: c.job.clone(),
                 tree_shape: shape,
                 switches: Some(map.clone()),
+                allgather: cohort_topology::Allgather::Tree,
             })
         })
         .collect();

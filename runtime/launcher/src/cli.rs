@@ -222,6 +222,13 @@ pub struct RunArgs {
     #[arg(long, help_heading = "Tuning options")]
     pub no_shm_fence: bool,
 
+    /// How the node servers gather fence and group-construct contributions: tree (up a
+    /// tree to its root and back), dissemination (a Bruck allgather among the node
+    /// servers, then a lean outcome down a binary tree) or auto (per operation, from
+    /// the cost model; the default)
+    #[arg(long, value_name = "ALGORITHM", help_heading = "Tuning options")]
+    pub allgather: Option<cohort_topology::Allgather>,
+
     /// Listen address of each node server's fabric, in node order (default: node i on
     /// its own loopback address 127.0.1.(i+1)). Needed where the fabric is bound to
     /// real interfaces, e.g. RoCE GIDs on a soft-RoCE device

@@ -88,6 +88,8 @@ pub struct DaemonLaunch<'a> {
     /// `--spin-us`, passed on as given.
     pub spin_us: Option<u64>,
     pub no_shm_fence: bool,
+    /// `--allgather`, passed on as given.
+    pub allgather: Option<cohort_topology::Allgather>,
     /// `VAR=VAL` pairs, already resolved.
     pub exports: &'a [(String, OsString)],
     pub command: &'a [OsString],
@@ -141,6 +143,10 @@ impl DaemonLaunch<'_> {
         }
         if self.no_shm_fence {
             a.push("--no-shm-fence".into());
+        }
+        if let Some(alg) = self.allgather {
+            a.push("--allgather".into());
+            a.push(alg.to_string().into());
         }
         for (var, val) in self.exports {
             let mut kv = OsString::from(var);
@@ -263,6 +269,7 @@ mod tests {
             ib_gid_index: None,
             spin_us: None,
             no_shm_fence: false,
+            allgather: None,
             exports: &exports,
             command: &cmd,
         };
@@ -302,6 +309,7 @@ mod tests {
             ib_gid_index: Some(3),
             spin_us: Some(0),
             no_shm_fence: true,
+            allgather: None,
             exports: &[],
             command: &[OsString::from("prog")],
         };

@@ -236,6 +236,7 @@ impl Launcher {
                 ib_gid_index: self.args.ib_gid_index,
                 spin_us: self.args.spin_us,
                 no_shm_fence: self.args.no_shm_fence,
+                allgather: self.args.allgather,
                 exports: &self.exports,
                 command: &self.args.command,
             };

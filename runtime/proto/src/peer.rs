@@ -143,6 +143,19 @@ pub enum PeerMsg {
         /// failed attempt (it was in flight when the attempt failed).
         attempt: u32,
     },
+    /// One round of a dissemination (Bruck) allgather: the contributions (and excused
+    /// participants) of the servers at positions `[p, p + m)` of the operation's server
+    /// list, from the server at position `p` to the one at `p − 2^round`.
+    CollGather {
+        key: CollKey,
+        spec: CollSpec,
+        round: u8,
+        contribs: Vec<Contribution>,
+        excused: Vec<ProcId>,
+        /// How many failed attempts of `key` the sender has seen: a receiver that has
+        /// seen more drops the message as a leftover of a failed attempt.
+        attempt: u32,
+    },
     /// The outcome, broadcast down the tree (and to add-members' servers).
     CollDown {
         key: CollKey,
@@ -152,6 +165,11 @@ pub enum PeerMsg {
         /// On failure: processes the root expected that had not joined there. Their
         /// servers answer a later call of theirs with this same outcome.
         late: Vec<ProcId>,
+        /// `Some(n)`: a lean outcome after a dissemination allgather. The data and
+        /// group info of the `n` contributions the allgather gathered are left out;
+        /// every receiver gathered the same `n` and fills them in itself. `None`: the
+        /// outcome is complete.
+        lean: Option<u32>,
     },
     /// A process of the sender's node terminated, after joining these collectives
     /// (its contributions to them may still be on their way up).

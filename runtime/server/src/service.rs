@@ -21,7 +21,7 @@ use cohort_proto::msg::{ClientFrame, Hello, ServerFrame, Welcome};
 use cohort_proto::peer::PeerMsg;
 use cohort_proto::shm_fence::{self, ShmFence};
 use cohort_proto::{CohortError, JobMap, NodeId, ProcId, Rank, PROTOCOL_VERSION};
-use cohort_topology::{default_shape, SwitchMap};
+use cohort_topology::{default_shape, Allgather, SwitchMap};
 use cohort_transport::{
     AnyFabric, Fabric, FabricConfig, FabricEvent, FabricKind, Spinner, VerbsOptions,
 };
@@ -60,6 +60,8 @@ pub struct ServiceConfig {
     /// Whether a one-node job's whole-job fences meet in shared memory
     /// (`cohort_proto::shm_fence`) rather than at the service.
     pub shm_fence: bool,
+    /// How fences and collective-method constructs gather contributions.
+    pub allgather: Allgather,
 }
 
 /// Handle to a running node service.
@@ -222,6 +224,7 @@ impl NodeService {
         tracing::debug!(
             nodes = cfg.job.num_nodes,
             shape = %tree_shape,
+            allgather = %cfg.allgather,
             hierarchical = cfg.switches.is_some(),
             "collective trees"
         );
@@ -230,6 +233,7 @@ impl NodeService {
             job: cfg.job.clone(),
             tree_shape,
             switches: cfg.switches.clone(),
+            allgather: cfg.allgather,
         });
         let timer = Rc::new(Notify::new());
         // One node: whole-job fences meet in shared memory (cohort_proto::shm_fence).

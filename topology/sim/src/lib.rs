@@ -40,7 +40,7 @@ use cohort_proto::msg::{
 };
 use cohort_proto::peer::PeerMsg;
 use cohort_proto::{frame, CohortError, Info, JobMap, NodeId, ProcId, Value};
-use cohort_topology::TreeShape;
+use cohort_topology::{Allgather, TreeShape};
 
 /// Picoseconds: the simulator's clock unit (β on a 25 GB/s link is 40 ps/byte).
 type Ps = u64;
@@ -108,6 +108,9 @@ pub struct Scenario {
     pub nodes: u32,
     pub ranks_per_node: u32,
     pub shape: TreeShape,
+    /// How the engines gather (`Allgather::Tree` by default here; `cohortd` uses
+    /// `Auto`).
+    pub allgather: Allgather,
     pub op: Collective,
     pub bytes_per_rank: usize,
     pub nspace: String,
@@ -123,6 +126,7 @@ impl Scenario {
             nodes,
             ranks_per_node: 1,
             shape,
+            allgather: Allgather::Tree,
             op,
             bytes_per_rank: 1024,
             nspace: "sim".into(),
@@ -241,8 +245,16 @@ struct Net<E> {
 /// What the size model needs to know about a peer message.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum MsgShape {
-    Up { contribs: usize },
+    Up {
+        contribs: usize,
+    },
     Down,
+    /// A dissemination round carrying `contribs` contributions.
+    Gather {
+        contribs: usize,
+    },
+    /// The outcome after a dissemination allgather, without the gathered data.
+    LeanDown,
     Other,
 }
 
@@ -414,6 +426,10 @@ fn shape_of(msg: &PeerMsg) -> MsgShape {
         PeerMsg::CollUp { contribs, .. } => MsgShape::Up {
             contribs: contribs.len(),
         },
+        PeerMsg::CollGather { contribs, .. } => MsgShape::Gather {
+            contribs: contribs.len(),
+        },
+        PeerMsg::CollDown { lean: Some(_), .. } => MsgShape::LeanDown,
         PeerMsg::CollDown { .. } => MsgShape::Down,
         _ => MsgShape::Other,
     }
@@ -429,6 +445,7 @@ impl Sim {
                     job: job.clone(),
                     tree_shape: s.shape,
                     switches: None,
+                    allgather: s.allgather,
                 })
             })
             .collect();
@@ -800,6 +817,7 @@ impl SizeModel {
             let mut t = s.clone();
             t.nodes = nodes;
             t.shape = TreeShape::KAry(1);
+            t.allgather = Allgather::Tree;
             t.read_back = false;
             let mut sim = Sim::new(&t, Params::hdr());
             sim.net.log = Some(Vec::new());
@@ -859,7 +877,7 @@ impl SizeModel {
             let predicted = match shape {
                 MsgShape::Up { contribs } => m.up(5 * r as u64, contribs as u64),
                 MsgShape::Down => m.down(5 * r as u64),
-                MsgShape::Other => continue,
+                MsgShape::Gather { .. } | MsgShape::LeanDown | MsgShape::Other => continue,
             };
             if predicted != size {
                 return Err(SimError::Model(format!(

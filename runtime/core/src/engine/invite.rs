@@ -392,10 +392,11 @@ impl Engine {
                     spec: None,
                     outcome: outcome.clone(),
                     late: Vec::new(),
+                    lean: None,
                 },
             );
         }
-        self.on_down(key, None, outcome, Vec::new(), now);
+        self.on_down(key, None, outcome, Vec::new(), None, now);
     }
 
     /// Tracker: ends invite `id` with `error` for every participant.

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 
 use clap::builder::TypedValueParser as _;
 use clap::Parser;
-use cohort_topology::{BindTo, MapBy};
+use cohort_topology::{Allgather, BindTo, MapBy};
 
 /// cohortd — the cohort node server (started by `cohort run`, not by hand)
 #[derive(Clone, Debug, Parser)]
@@ -106,6 +106,13 @@ pub struct DaemonArgs {
     /// meeting in shared memory
     #[arg(long)]
     pub no_shm_fence: bool,
+
+    /// How fences and collective-method group constructs gather contributions among
+    /// node servers: tree, dissemination (Bruck allgather, then a lean outcome down a
+    /// binary tree) or auto (per operation, from the cost model); every node server of
+    /// the job must get the same
+    #[arg(long, value_name = "ALGORITHM", default_value_t = Allgather::Auto)]
+    pub allgather: Allgather,
 
     /// Slurm topology.conf (tree format) describing the switches: collective trees are
     /// built switch leaders first (every node server of the job must get the same file)

@@ -303,6 +303,7 @@ async fn bind_service(
         verbs,
         spin: Duration::from_micros(args.spin_us),
         shm_fence: !args.no_shm_fence,
+        allgather: args.allgather,
     };
     match NodeService::bind(cfg).await {
         Ok(svc) => {

@@ -1,0 +1,409 @@
+//! The dissemination (Bruck) allgather of fences and collective-method constructs.
+//!
+//! The servers of an operation (its tree's nodes, root included) take positions
+//! `0..n` in id order. Once its own processes have all joined (or are settled), the
+//! server at position `p` runs `r = ⌈log2 n⌉` rounds: in round `i` it sends the
+//! contributions of positions `[p, p + m_i)` (mod `n`, `m_i = min(2^i, n − 2^i)`) to
+//! position `p − 2^i`, having received positions `[p + 2^j, …)` in every earlier round
+//! `j` from position `p + 2^j`. After round `r − 1` every server holds every
+//! contribution, each having sent and taken in `(n − 1)` servers' worth of data in `r`
+//! messages, which is the allgather's lower bound in both latency and bandwidth.
+//!
+//! The root (the same server the tree collective uses) is one of the `n`. It decides
+//! exactly as it does after a tree gather, and sends the outcome down a binary tree
+//! *lean*: without the data and group info every server already gathered. A server
+//! fills those in from its own copy once its last round is in.
+//!
+//! Failures fall back to the tree collective's paths: when a server of the operation
+//! is lost, every server still waiting for the outcome sends what it has gathered
+//! straight to the root (as a child of a lost server re-sends its subtree), and the
+//! root then sends the whole outcome. Timeouts, aborts, probes, leader failures and
+//! decisions all stay the root's, as in the tree collective.
+
+use super::*;
+
+/// Dissemination state of one collective at one server.
+#[derive(Debug)]
+pub(super) struct Gather {
+    /// The operation's servers in id order (position = index).
+    nodes: Vec<NodeId>,
+    /// This server's position.
+    me: usize,
+    rounds: u32,
+    /// This server's own processes are settled (its round 0 may go out).
+    ready: bool,
+    /// Rounds sent so far (they go out in order).
+    sent: u32,
+    /// Bit `i`: round `i` came in.
+    received: u64,
+}
+
+impl Gather {
+    /// The state for `me` over the servers of `tree`; `None` when `me` is not one of
+    /// them.
+    pub(super) fn new(tree: &Tree, me: NodeId) -> Option<Gather> {
+        let mut nodes = tree.nodes().to_vec();
+        nodes.sort_unstable();
+        let pos = nodes.binary_search(&me).ok()?;
+        let rounds = usize::BITS - nodes.len().saturating_sub(1).leading_zeros();
+        Some(Gather {
+            nodes,
+            me: pos,
+            rounds,
+            ready: false,
+            sent: 0,
+            received: 0,
+        })
+    }
+
+    /// Distance from this server's position forward to `node`'s (mod n).
+    fn offset(&self, node: NodeId) -> Option<usize> {
+        let n = self.nodes.len();
+        let pos = self.nodes.binary_search(&node).ok()?;
+        Some((pos + n - self.me) % n)
+    }
+
+    fn all_in(&self, rounds: u32) -> bool {
+        let mask = if rounds >= 64 {
+            u64::MAX
+        } else {
+            (1u64 << rounds) - 1
+        };
+        self.received & mask == mask
+    }
+
+    pub(super) fn involves(&self, node: NodeId) -> bool {
+        self.nodes.binary_search(&node).is_ok()
+    }
+
+    /// Whether round `round` from `from` is one this server expects.
+    fn expects(&self, from: NodeId, round: u8) -> bool {
+        let n = self.nodes.len();
+        u32::from(round) < self.rounds
+            && self.nodes[(self.me + (1usize << round)) % n] == from
+            && self.received & (1u64 << round) == 0
+    }
+}
+
+/// A lean outcome waiting for this server's last rounds.
+#[derive(Debug)]
+pub(super) struct LeanDown {
+    spec: Option<CollSpec>,
+    outcome: CollOutcome,
+    late: Vec<ProcId>,
+    gathered: u32,
+}
+
+impl Engine {
+    /// Whether `key` over `servers` node servers runs the dissemination allgather.
+    pub(super) fn disseminates(&self, key: &CollKey, spec: &CollSpec, servers: usize) -> bool {
+        let eligible = matches!(
+            (key.kind, spec),
+            (CollKind::Fence, CollSpec::Fence { .. })
+                | (CollKind::Construct, CollSpec::Construct { .. })
+        );
+        eligible && self.allgather.disseminates(servers)
+    }
+
+    /// Sends every round this server can send now: round 0 once its own processes are
+    /// settled, round `i` once rounds `0..i` came in.
+    pub(super) fn gather_step(&mut self, key: &CollKey) {
+        let Some(coll) = self.colls.get(key) else {
+            return;
+        };
+        let (Some(spec), Some(g)) = (&coll.spec, &coll.gather) else {
+            return;
+        };
+        if !g.ready {
+            let mut excused = Vec::new();
+            for p in expected_of(spec)
+                .iter()
+                .filter(|p| self.job.node_of(p) == Some(self.node))
+            {
+                match self.standing(key, coll, p) {
+                    Standing::Pending => return,
+                    Standing::Excused => excused.push(p.clone()),
+                    Standing::Joined | Standing::FailedEarly => {}
+                }
+            }
+            let coll = self.colls.get_mut(key).expect("present");
+            coll.excused.extend(excused);
+            coll.gather.as_mut().expect("present").ready = true;
+        }
+        let attempt = self.attempt_of(key);
+        loop {
+            let coll = self.colls.get(key).expect("present");
+            let g = coll.gather.as_ref().expect("present");
+            if g.sent >= g.rounds || !g.all_in(g.sent) {
+                return;
+            }
+            let n = g.nodes.len();
+            let step = 1usize << g.sent;
+            let count = step.min(n - step);
+            let to = g.nodes[(g.me + n - step) % n];
+            let ours = |p: &ProcId| {
+                self.job
+                    .node_of(p)
+                    .and_then(|v| g.offset(v))
+                    .is_some_and(|o| o < count)
+            };
+            let contribs: Vec<Contribution> = coll
+                .contribs
+                .values()
+                .filter(|c| ours(&c.proc))
+                .cloned()
+                .collect();
+            let excused: Vec<ProcId> = coll.excused.iter().filter(|p| ours(p)).cloned().collect();
+            let msg = PeerMsg::CollGather {
+                key: key.clone(),
+                spec: coll.spec.clone().expect("present"),
+                round: g.sent as u8,
+                contribs,
+                excused,
+                attempt,
+            };
+            self.colls
+                .get_mut(key)
+                .and_then(|c| c.gather.as_mut())
+                .expect("present")
+                .sent += 1;
+            if !self.lost_nodes.contains(&to) {
+                self.send_peer(to, msg);
+            }
+        }
+    }
+
+    /// One round of `key`'s allgather came in from `from`.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn on_gather(
+        &mut self,
+        from: NodeId,
+        key: CollKey,
+        spec: CollSpec,
+        round: u8,
+        contribs: Vec<Contribution>,
+        excused: Vec<ProcId>,
+        attempt: u32,
+        now: Time,
+    ) {
+        let seen = self.attempt_of(&key);
+        if attempt < seen || (!self.colls.contains_key(&key) && self.recently_done.contains(&key)) {
+            tracing::debug!(
+                ?key,
+                from,
+                attempt,
+                seen,
+                "dropping an allgather round of an operation already ended here"
+            );
+            return;
+        }
+        let coll = self
+            .colls
+            .entry(key.clone())
+            .or_insert_with(|| Coll::new(now));
+        for c in contribs {
+            coll.contribs.insert(c.proc.clone(), c);
+        }
+        coll.excused.extend(excused);
+        if let Err(e) = self.merge_spec(&key, spec) {
+            return self.fail(&key, e, now);
+        }
+        let coll = self.colls.get_mut(&key).expect("present");
+        match coll.gather.as_mut() {
+            Some(g) if g.expects(from, round) => g.received |= 1u64 << round,
+            _ => {
+                tracing::warn!(
+                    ?key,
+                    from,
+                    round,
+                    "unexpected allgather round (kept its contributions)"
+                );
+            }
+        }
+        self.progress(&key, now);
+        self.finish_lean(&key, now);
+    }
+
+    /// A server of the operation is lost: until the outcome is here, what this server
+    /// gathered goes straight to the root, which then sends the whole outcome.
+    pub(super) fn gather_peer_lost(&mut self, key: &CollKey, peer: NodeId) {
+        let root = self.root_of(key);
+        let Some(coll) = self.colls.get_mut(key) else {
+            return;
+        };
+        if !coll.gather.as_ref().is_some_and(|g| g.involves(peer)) {
+            return;
+        }
+        if root == Some(self.node) {
+            coll.fallback = true;
+            return;
+        }
+        let Some(root) = root.filter(|r| !self.lost_nodes.contains(r)) else {
+            return;
+        };
+        if coll.fallback || coll.spec.is_none() {
+            return;
+        }
+        coll.fallback = true;
+        tracing::debug!(
+            ?key,
+            lost = peer,
+            root,
+            "allgather: sending what is here to the root"
+        );
+        let msg = self.up_msg(key, true);
+        self.send_peer(root, msg);
+    }
+
+    /// Root: the outcome for the tree below, without the gathered data (`Some` only
+    /// for a successful allgather that needed no fallback).
+    pub(super) fn lean_outcome(coll: &Coll, outcome: &CollOutcome) -> Option<(CollOutcome, u32)> {
+        if coll.gather.is_none() || coll.fallback {
+            return None;
+        }
+        let gathered = coll.contribs.len() as u32;
+        let lean = match outcome {
+            CollOutcome::Fence { data } => CollOutcome::Fence {
+                data: data
+                    .iter()
+                    .filter(|(p, _)| !coll.contribs.contains_key(p))
+                    .cloned()
+                    .collect(),
+            },
+            CollOutcome::Construct {
+                status,
+                members,
+                context_id,
+                group_info,
+                data,
+                failed,
+                notify_termination,
+                designated_leaders,
+            } => CollOutcome::Construct {
+                status: *status,
+                members: members.clone(),
+                context_id: *context_id,
+                group_info: group_info
+                    .iter()
+                    .filter(|(p, _)| !coll.contribs.contains_key(p))
+                    .cloned()
+                    .collect(),
+                data: data
+                    .iter()
+                    .filter(|(p, _)| !coll.contribs.contains_key(p))
+                    .cloned()
+                    .collect(),
+                failed: failed.clone(),
+                notify_termination: *notify_termination,
+                designated_leaders: designated_leaders.clone(),
+            },
+            _ => return None,
+        };
+        Some((lean, gathered))
+    }
+
+    /// A lean outcome reached this server: pass it on as it came, and apply it once
+    /// this server's own allgather is complete.
+    pub(super) fn on_lean_down(
+        &mut self,
+        key: CollKey,
+        spec: Option<CollSpec>,
+        outcome: CollOutcome,
+        late: Vec<ProcId>,
+        gathered: u32,
+        now: Time,
+    ) {
+        let tree = self
+            .colls
+            .get(&key)
+            .and_then(|c| c.tree.clone())
+            .or_else(|| spec.as_ref().map(|s| self.tree_for(&key, s)));
+        let children = tree
+            .map(|t| self.live_children(&t, self.node))
+            .unwrap_or_default();
+        if !children.is_empty() {
+            self.actions.push(Action::ToPeers {
+                nodes: children,
+                msg: PeerMsg::CollDown {
+                    key: key.clone(),
+                    spec: spec.clone(),
+                    outcome: outcome.clone(),
+                    late: late.clone(),
+                    lean: Some(gathered),
+                },
+            });
+        }
+        let coll = self
+            .colls
+            .entry(key.clone())
+            .or_insert_with(|| Coll::new(now));
+        coll.lean = Some(LeanDown {
+            spec,
+            outcome,
+            late,
+            gathered,
+        });
+        self.finish_lean(&key, now);
+    }
+
+    /// Applies a waiting lean outcome once every contribution it leaves out is here.
+    pub(super) fn finish_lean(&mut self, key: &CollKey, now: Time) {
+        let Some(coll) = self.colls.get_mut(key) else {
+            return;
+        };
+        let have = coll.contribs.len() as u32;
+        let Some(lean) = coll.lean.as_ref() else {
+            return;
+        };
+        if have < lean.gathered {
+            return;
+        }
+        let lean = coll.lean.take().expect("checked");
+        let coll = self.colls.get(key).expect("present");
+        let outcome = match lean.outcome {
+            CollOutcome::Fence { data } => CollOutcome::Fence {
+                data: coll
+                    .contribs
+                    .values()
+                    .filter(|c| !c.data.is_empty())
+                    .map(|c| (c.proc.clone(), c.data.clone()))
+                    .chain(data)
+                    .collect(),
+            },
+            CollOutcome::Construct {
+                status,
+                members,
+                context_id,
+                group_info,
+                data,
+                failed,
+                notify_termination,
+                designated_leaders,
+            } => {
+                let gathered = || {
+                    coll.contribs
+                        .values()
+                        .filter(|c| members.binary_search(&c.proc).is_ok())
+                };
+                CollOutcome::Construct {
+                    status,
+                    group_info: gathered()
+                        .map(|c| (c.proc.clone(), c.group_info.clone()))
+                        .chain(group_info)
+                        .collect(),
+                    data: gathered()
+                        .map(|c| (c.proc.clone(), c.data.clone()))
+                        .chain(data)
+                        .collect(),
+                    members,
+                    context_id,
+                    failed,
+                    notify_termination,
+                    designated_leaders,
+                }
+            }
+            other => other,
+        };
+        self.complete(key.clone(), lean.spec, outcome, lean.late, false, now);
+    }
+}

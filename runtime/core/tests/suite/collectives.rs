@@ -1,0 +1,1197 @@
+
+use std::time::Duration;
+
+use cohort_core::cluster::Cluster;
+use cohort_proto::event::codes;
+use cohort_proto::msg::{
+    ConstructOpts, ConstructStatus, FenceOpts, GroupResult, Request, Response,
+};
+use cohort_proto::{CohortError, ProcId, Range, Value};
+use cohort_topology::{Allgather, TreeShape};
+
+fn construct(c: &mut Cluster, rank: u32, id: &str, leaders: &[u32], opts: ConstructOpts) -> u64 {
+    let procs = leaders.iter().map(|&r| c.proc(r)).collect();
+    c.request(
+        rank,
+        Request::Construct {
+            id: id.into(),
+            procs,
+            opts,
+        },
+    )
+}
+
+fn group(c: &Cluster, rank: u32, req: u64) -> GroupResult {
+    match c.reply(rank, req) {
+        Some(Ok(Response::Group(g))) => g,
+        other => panic!("rank {rank}: expected a group result, got {other:?}"),
+    }
+}
+
+fn err(c: &Cluster, rank: u32, req: u64) -> CohortError {
+    match c.reply(rank, req) {
+        Some(Err(e)) => e,
+        other => panic!("rank {rank}: expected an error, got {other:?}"),
+    }
+}
+
+fn commit(c: &mut Cluster, rank: u32, key: &str, v: Value) {
+    c.request(
+        rank,
+        Request::Commit {
+            local: vec![],
+            remote: vec![(key.into(), v)],
+        },
+    );
+}
+
+fn get(c: &mut Cluster, rank: u32, proc: ProcId, key: &str) -> u64 {
+    c.request(
+        rank,
+        Request::Get {
+            proc,
+            key: key.into(),
+            timeout_ms: Some(1000),
+            after_commits: 0,
+        },
+    )
+}
+
+fn ctx_opts() -> ConstructOpts {
+    ConstructOpts {
+        assign_context_id: true,
+        ..Default::default()
+    }
+}
+
+#[test]
+fn fence_completes_only_when_all_participants_called() {
+    let mut c = new_cluster(6, 3, TreeShape::KAry(2));
+    c.connect_all();
+    let mut reqs = Vec::new();
+    for r in 0..6 {
+        reqs.push(c.request(
+            r,
+            Request::Fence {
+                procs: vec![],
+                opts: FenceOpts::default(),
+            },
+        ));
+        let done = (0..=r)
+            .filter(|&q| c.reply(q, reqs[q as usize]).is_some())
+            .count();
+        assert_eq!(done, if r == 5 { 6 } else { 0 }, "after rank {r} called");
+    }
+    for e in &c.engines {
+        assert_eq!(e.collectives_in_progress(), 0);
+    }
+}
+
+#[test]
+fn fence_with_collect_makes_remote_data_readable_without_modex() {
+    let mut c = new_cluster(4, 2, TreeShape::KAry(2));
+    c.connect_all();
+    for r in 0..4 {
+        commit(&mut c, r, "ep", Value::U32(100 + r));
+    }
+    let reqs = c.fence_all(true);
+    for r in 0..4 {
+        assert_eq!(c.reply(r, reqs[r as usize]), Some(Ok(Response::Done)));
+    }
+    let sent_before = c.sent.clone();
+    let p3 = c.proc(3);
+    let g = get(&mut c, 0, p3, "ep");
+    assert_eq!(c.reply(0, g), Some(Ok(Response::Value(Value::U32(103)))));
+    assert_eq!(c.sent, sent_before, "collected data is served locally");
+}
+
+#[test]
+fn get_fetches_uncollected_remote_data_on_demand_and_waits_for_commit() {
+    let mut c = new_cluster(2, 2, TreeShape::KAry(2));
+    c.connect_all();
+    let p1 = c.proc(1);
+    let g = get(&mut c, 0, p1.clone(), "ep");
+    assert!(c.reply(0, g).is_none(), "waits for rank 1 to commit");
+    commit(&mut c, 1, "ep", Value::Str("addr-1".into()));
+    assert_eq!(
+        c.reply(0, g),
+        Some(Ok(Response::Value(Value::Str("addr-1".into()))))
+    );
+    let g2 = get(&mut c, 0, p1.clone(), "missing");
+    assert!(matches!(err(&c, 0, g2), CohortError::NotFound { proc, .. } if proc == p1));
+}
+
+#[test]
+fn get_times_out_naming_the_proc() {
+    let mut c = new_cluster(2, 2, TreeShape::KAry(2));
+    c.connect_all();
+    let p1 = c.proc(1);
+    let g = get(&mut c, 0, p1.clone(), "never");
+    c.advance(Duration::from_millis(1500));
+    match err(&c, 0, g) {
+        CohortError::Timeout { missing, .. } => assert_eq!(missing, vec![p1]),
+        e => panic!("{e}"),
+    }
+}
+
+/// group-construction-methods §6.4.3.1: leaders pass the full leader list in any order;
+/// the result is canonical and identical everywhere.
+#[test]
+fn collective_construct_across_three_nodes() {
+    let mut c = new_cluster(6, 3, TreeShape::KAry(2));
+    c.connect_all();
+    for r in 0..6 {
+        commit(&mut c, r, "ep", Value::U32(r));
+    }
+    let mut reqs = Vec::new();
+    for r in 0..6u32 {
+        // every leader lists the leaders in a different order
+        let mut leaders: Vec<u32> = (0..6).collect();
+        leaders.rotate_left(r as usize);
+        let mut opts = ctx_opts();
+        opts.group_info = vec![("color".into(), Value::U32(r * 10))];
+        reqs.push(construct(&mut c, r, "grp", &leaders, opts));
+    }
+    let first = group(&c, 0, reqs[0]);
+    assert_eq!(first.members, (0..6).map(|r| c.proc(r)).collect::<Vec<_>>());
+    assert_eq!(first.status, ConstructStatus::Success);
+    let ctx = first.context_id.expect("context id requested");
+    for r in 0..6 {
+        let g = group(&c, r, reqs[r as usize]);
+        assert_eq!(g, first, "rank {r} sees the same result");
+    }
+    assert_eq!(
+        first.group_info[4].1,
+        vec![("color".to_string(), Value::U32(40))]
+    );
+    // remote data of members is readable right after construct, without a fence
+    let sent_before = c.sent.clone();
+    let p5 = c.proc(5);
+    let g = get(&mut c, 0, p5, "ep");
+    assert_eq!(c.reply(0, g), Some(Ok(Response::Value(Value::U32(5)))));
+    // group-addressed get: {grp, 4} resolves group info first
+    let g = get(&mut c, 1, ProcId::new("grp", 4), "color");
+    assert_eq!(c.reply(1, g), Some(Ok(Response::Value(Value::U32(40)))));
+    assert_eq!(c.sent, sent_before);
+    assert!(ctx > 0);
+}
+
+#[test]
+fn add_members_join_with_no_procs() {
+    let mut c = new_cluster(6, 3, TreeShape::KAry(2));
+    c.connect_all();
+    // add-members call first (ranks 5 and 3), then the leaders 0 and 2 (node 0 and 1)
+    let a5 = c.request(
+        5,
+        Request::Construct {
+            id: "g".into(),
+            procs: vec![],
+            opts: Default::default(),
+        },
+    );
+    let mut opts = ctx_opts();
+    opts.add_members = vec![c.proc(5)];
+    let l0 = construct(&mut c, 0, "g", &[0, 2], opts.clone());
+    let a3 = c.request(
+        3,
+        Request::Construct {
+            id: "g".into(),
+            procs: vec![],
+            opts: Default::default(),
+        },
+    );
+    opts.add_members = vec![c.proc(3)];
+    assert!(c.reply(0, l0).is_none());
+    let l2 = construct(&mut c, 2, "g", &[2, 0], opts);
+    let expect: Vec<ProcId> = [0, 2, 3, 5].iter().map(|&r| c.proc(r)).collect();
+    for (r, q) in [(0, l0), (2, l2), (3, a3), (5, a5)] {
+        assert_eq!(group(&c, r, q).members, expect, "rank {r}");
+    }
+}
+
+#[test]
+fn context_ids_are_unique_and_ids_reusable_after_destruct() {
+    let mut c = new_cluster(3, 3, TreeShape::KAry(2));
+    c.connect_all();
+    let mut seen = std::collections::BTreeSet::new();
+    for round in 0..4 {
+        for id in ["a", "b", "c", "d"] {
+            let reqs: Vec<u64> = (0..3)
+                .map(|r| construct(&mut c, r, id, &[0, 1, 2], ctx_opts()))
+                .collect();
+            let ctx = group(&c, 0, reqs[0]).context_id.unwrap();
+            assert!(
+                seen.insert(ctx),
+                "round {round} id {id}: context id {ctx} reused"
+            );
+            let d: Vec<u64> = (0..3)
+                .map(|r| {
+                    c.request(
+                        r,
+                        Request::Destruct {
+                            id: id.into(),
+                            timeout_ms: None,
+                        },
+                    )
+                })
+                .collect();
+            for r in 0..3 {
+                assert_eq!(c.reply(r, d[r as usize]), Some(Ok(Response::Done)));
+            }
+        }
+    }
+}
+
+#[test]
+fn second_construct_of_a_live_id_is_refused_at_every_member() {
+    let mut c = new_cluster(4, 2, TreeShape::KAry(2));
+    c.connect_all();
+    let reqs: Vec<u64> = (0..2)
+        .map(|r| construct(&mut c, r, "live", &[0, 1], ctx_opts()))
+        .collect();
+    group(&c, 0, reqs[0]);
+    // ranks 2 and 3 (not members) try to construct the same id with another membership
+    let a = construct(&mut c, 2, "live", &[2, 3], ctx_opts());
+    let b = construct(&mut c, 3, "live", &[2, 3], ctx_opts());
+    for (r, q) in [(2, a), (3, b)] {
+        match err(&c, r, q) {
+            CohortError::GroupIdInUse { id, members } => {
+                assert_eq!(id, "live");
+                assert_eq!(members, vec![c.proc(0), c.proc(1)]);
+            }
+            e => panic!("{e}"),
+        }
+    }
+    // a member trying again is refused locally
+    let again = construct(&mut c, 0, "live", &[0, 2], ctx_opts());
+    assert!(matches!(
+        err(&c, 0, again),
+        CohortError::GroupIdInUse { .. }
+    ));
+}
+
+#[test]
+fn concurrent_constructs_with_overlapping_members_and_a_fence_do_not_interfere() {
+    let mut c = new_cluster(6, 3, TreeShape::KAry(2));
+    c.connect_all();
+    // interleave: x over {0..3}, y over {2..5}, and a fence over {2,3}
+    let x0 = construct(&mut c, 0, "x", &[0, 1, 2, 3], ctx_opts());
+    let y5 = construct(&mut c, 5, "y", &[2, 3, 4, 5], ctx_opts());
+    let f2 = c.request(
+        2,
+        Request::Fence {
+            procs: vec![c.proc(2), c.proc(3)],
+            opts: Default::default(),
+        },
+    );
+    let y2 = construct(&mut c, 2, "y", &[2, 3, 4, 5], ctx_opts());
+    let x2 = construct(&mut c, 2, "x", &[0, 1, 2, 3], ctx_opts());
+    let f3 = c.request(
+        3,
+        Request::Fence {
+            procs: vec![c.proc(3), c.proc(2)],
+            opts: Default::default(),
+        },
+    );
+    assert_eq!(c.reply(2, f2), Some(Ok(Response::Done)));
+    assert_eq!(c.reply(3, f3), Some(Ok(Response::Done)));
+    let y3 = construct(&mut c, 3, "y", &[2, 3, 4, 5], ctx_opts());
+    let x3 = construct(&mut c, 3, "x", &[0, 1, 2, 3], ctx_opts());
+    let x1 = construct(&mut c, 1, "x", &[0, 1, 2, 3], ctx_opts());
+    let y4 = construct(&mut c, 4, "y", &[2, 3, 4, 5], ctx_opts());
+    let gx = group(&c, 0, x0);
+    let gy = group(&c, 5, y5);
+    assert_eq!(gx.members, (0..4).map(|r| c.proc(r)).collect::<Vec<_>>());
+    assert_eq!(gy.members, (2..6).map(|r| c.proc(r)).collect::<Vec<_>>());
+    assert_ne!(gx.context_id, gy.context_id);
+    for (r, q) in [(1, x1), (2, x2), (3, x3)] {
+        assert_eq!(group(&c, r, q), gx);
+    }
+    for (r, q) in [(2, y2), (3, y3), (4, y4)] {
+        assert_eq!(group(&c, r, q), gy);
+    }
+}
+
+#[test]
+fn leaders_with_different_lists_get_a_mismatch_error() {
+    // Same node: detected when the second leader calls; both leaders get the error.
+    let mut c = new_cluster(4, 2, TreeShape::KAry(2));
+    c.connect_all();
+    let a = construct(&mut c, 0, "m", &[0, 1], ctx_opts());
+    let b = construct(&mut c, 1, "m", &[0, 1, 2], ctx_opts());
+    for (r, q) in [(0, a), (1, b)] {
+        assert!(
+            matches!(err(&c, r, q), CohortError::LeaderMismatch { .. }),
+            "rank {r}"
+        );
+    }
+    // Different nodes: detected where the two subtrees meet.
+    let a = construct(&mut c, 0, "m2", &[0, 2], ctx_opts());
+    let b = construct(&mut c, 2, "m2", &[0, 1, 2], ctx_opts());
+    let _ = construct(&mut c, 1, "m2", &[0, 1, 2], ctx_opts());
+    for (r, q) in [(0, a), (2, b)] {
+        assert!(
+            matches!(err(&c, r, q), CohortError::LeaderMismatch { ref id, .. } if id == "m2"),
+            "rank {r}"
+        );
+    }
+}
+
+/// A leader that joined and then died is still a member: its contribution was already
+/// on its way when the root heard of the death.
+#[test]
+fn a_leader_dying_after_joining_is_not_reported_as_failing_to_join() {
+    let mut c = new_cluster(6, 3, TreeShape::KAry(2));
+    c.connect_all();
+    // ranks 0 and 1 share node 0: rank 0 joins then dies before rank 1 calls
+    let all: Vec<u32> = (0..6).collect();
+    let reqs: Vec<(u32, u64)> = [0, 2, 3, 4, 5]
+        .iter()
+        .map(|&r| (r, construct(&mut c, r, "late", &all, ctx_opts())))
+        .collect();
+    c.exit(0);
+    let r1 = construct(&mut c, 1, "late", &all, ctx_opts());
+    let g = group(&c, 1, r1);
+    assert_eq!(g.members.len(), 6, "rank 0 joined before dying");
+    for (r, q) in reqs.into_iter().skip(1) {
+        assert_eq!(group(&c, r, q), g);
+    }
+}
+
+/// pmix-standard: PMIX_GROUP_OPTIONAL → PMIX_ERR_PARTIAL_SUCCESS with the reduced
+/// membership when a listed proc terminates before joining.
+#[test]
+fn optional_participation_gives_partial_success() {
+    let mut c = new_cluster(6, 3, TreeShape::KAry(2));
+    c.connect_all();
+    let opts = ConstructOpts {
+        optional: true,
+        ..ctx_opts()
+    };
+    let reqs: Vec<(u32, u64)> = [0, 1, 2, 3, 5]
+        .iter()
+        .map(|&r| {
+            (
+                r,
+                construct(&mut c, r, "opt", &[0, 1, 2, 3, 4, 5], opts.clone()),
+            )
+        })
+        .collect();
+    assert!(c.reply(0, reqs[0].1).is_none());
+    c.exit(4);
+    for (r, q) in reqs {
+        let g = group(&c, r, q);
+        assert_eq!(g.status, ConstructStatus::PartialSuccess);
+        assert_eq!(g.failed, vec![c.proc(4)]);
+        assert!(!g.members.contains(&c.proc(4)));
+        assert_eq!(g.members.len(), 5);
+    }
+}
+
+#[test]
+fn required_participant_terminating_fails_the_construct_for_everyone() {
+    let mut c = new_cluster(6, 3, TreeShape::KAry(2));
+    c.connect_all();
+    c.exit(4); // before anyone calls
+    let reqs: Vec<(u32, u64)> = [0, 5]
+        .iter()
+        .map(|&r| (r, construct(&mut c, r, "req", &[0, 4, 5], ctx_opts())))
+        .collect();
+    for (r, q) in reqs {
+        match err(&c, r, q) {
+            CohortError::ProcTerminated { procs, .. } => assert_eq!(procs, vec![c.proc(4)]),
+            e => panic!("rank {r}: {e}"),
+        }
+    }
+}
+
+#[test]
+fn construct_timeout_names_missing_procs_and_never_hangs() {
+    let mut c = new_cluster(6, 3, TreeShape::KAry(2));
+    c.connect_all();
+    let opts = ConstructOpts {
+        timeout_ms: Some(500),
+        ..ctx_opts()
+    };
+    let a = construct(&mut c, 0, "t", &[0, 3, 5], opts.clone());
+    let b = construct(&mut c, 3, "t", &[0, 3, 5], opts);
+    c.advance(Duration::from_millis(600));
+    for (r, q) in [(0, a), (3, b)] {
+        match err(&c, r, q) {
+            CohortError::Timeout {
+                missing,
+                timeout_ms,
+                ..
+            } => {
+                assert_eq!(missing, vec![c.proc(5)], "rank {r}");
+                assert_eq!(timeout_ms, 500);
+            }
+            e => panic!("rank {r}: {e}"),
+        }
+    }
+    for e in &c.engines {
+        assert_eq!(e.collectives_in_progress(), 0, "node {}", e.node());
+    }
+}
+
+/// rfc0033: leave → remaining members get PMIX_GROUP_LEFT naming the departed proc;
+/// destruct then completes among the remaining members.
+#[test]
+fn leave_notifies_remaining_members_and_destruct_completes_without_the_leaver() {
+    let mut c = new_cluster(6, 3, TreeShape::KAry(2));
+    c.connect_all();
+    let reqs: Vec<u64> = (0..6)
+        .map(|r| construct(&mut c, r, "lv", &[0, 1, 2, 3, 4, 5], ctx_opts()))
+        .collect();
+    group(&c, 0, reqs[0]);
+    // another member already started destruct before the leave
+    let d0 = c.request(
+        0,
+        Request::Destruct {
+            id: "lv".into(),
+            timeout_ms: None,
+        },
+    );
+    let l = c.request(4, Request::Leave { id: "lv".into() });
+    assert_eq!(c.reply(4, l), Some(Ok(Response::Done)));
+    for r in [0, 1, 2, 3, 5] {
+        let left: Vec<_> = c
+            .events(r)
+            .into_iter()
+            .filter(|e| e.code == codes::GROUP_LEFT)
+            .collect();
+        assert_eq!(left.len(), 1, "rank {r}");
+        assert_eq!(left[0].affected, vec![c.proc(4)]);
+    }
+    assert!(c.events(4).iter().all(|e| e.code != codes::GROUP_LEFT));
+    // a member's view after the leave
+    let q = c.request(1, Request::QueryGroup { id: "lv".into() });
+    assert_eq!(group(&c, 1, q).members.len(), 5);
+    let d: Vec<(u32, u64)> = [1, 2, 3, 5]
+        .iter()
+        .map(|&r| {
+            (
+                r,
+                c.request(
+                    r,
+                    Request::Destruct {
+                        id: "lv".into(),
+                        timeout_ms: None,
+                    },
+                ),
+            )
+        })
+        .collect();
+    assert_eq!(c.reply(0, d0), Some(Ok(Response::Done)));
+    for (r, q) in d {
+        assert_eq!(c.reply(r, q), Some(Ok(Response::Done)), "rank {r}");
+    }
+    // the leaver can no longer destruct / leave
+    let bad = c.request(4, Request::Leave { id: "lv".into() });
+    assert!(matches!(
+        err(&c, 4, bad),
+        CohortError::GroupNotFound { .. } | CohortError::NotAMember { .. }
+    ));
+}
+
+#[test]
+fn destruct_and_leave_of_a_group_the_caller_is_not_in_are_errors() {
+    let mut c = new_cluster(4, 2, TreeShape::KAry(2));
+    c.connect_all();
+    let reqs: Vec<u64> = [0, 2]
+        .iter()
+        .map(|&r| construct(&mut c, r, "g", &[0, 2], ctx_opts()))
+        .collect();
+    group(&c, 0, reqs[0]);
+    let d = c.request(
+        2,
+        Request::Destruct {
+            id: "nope".into(),
+            timeout_ms: None,
+        },
+    );
+    assert!(matches!(err(&c, 2, d), CohortError::GroupNotFound { id } if id == "nope"));
+    // rank 3 lives on node 1 which knows the group (rank 2 is there) but 3 is no member
+    let d = c.request(
+        3,
+        Request::Destruct {
+            id: "g".into(),
+            timeout_ms: None,
+        },
+    );
+    assert!(
+        matches!(err(&c, 3, d), CohortError::NotAMember { ref id, ref proc } if id == "g" && *proc == c.proc(3))
+    );
+    let l = c.request(3, Request::Leave { id: "g".into() });
+    assert!(matches!(err(&c, 3, l), CohortError::NotAMember { .. }));
+    let bad = c.request(
+        0,
+        Request::Construct {
+            id: String::new(),
+            procs: vec![c.proc(0)],
+            opts: Default::default(),
+        },
+    );
+    assert!(matches!(
+        err(&c, 0, bad),
+        CohortError::InvalidGroupId { .. }
+    ));
+    let bad = c.request(
+        0,
+        Request::Construct {
+            id: "x".repeat(256),
+            procs: vec![c.proc(0)],
+            opts: Default::default(),
+        },
+    );
+    assert!(matches!(
+        err(&c, 0, bad),
+        CohortError::InvalidGroupId { .. }
+    ));
+    let bad = construct(&mut c, 0, "u", &[0, 99], ctx_opts());
+    assert!(
+        matches!(err(&c, 0, bad), CohortError::UnknownProc { ref proc, .. } if proc.rank == 99)
+    );
+}
+
+#[test]
+fn group_addressed_fence_and_group_rank_get() {
+    let mut c = new_cluster(6, 3, TreeShape::KAry(2));
+    c.connect_all();
+    let reqs: Vec<(u32, u64)> = [1, 3, 5]
+        .iter()
+        .map(|&r| (r, construct(&mut c, r, "odd", &[5, 3, 1], ctx_opts())))
+        .collect();
+    group(&c, 1, reqs[0].1);
+    let f: Vec<(u32, u64)> = [1, 3, 5]
+        .iter()
+        .map(|&r| {
+            (
+                r,
+                c.request(
+                    r,
+                    Request::Fence {
+                        procs: vec![ProcId::wildcard("odd")],
+                        opts: Default::default(),
+                    },
+                ),
+            )
+        })
+        .collect();
+    for (r, q) in f {
+        assert_eq!(c.reply(r, q), Some(Ok(Response::Done)), "rank {r}");
+    }
+    commit(&mut c, 3, "ep", Value::U32(33));
+    // group rank 1 of "odd" is rank 3
+    let g = get(&mut c, 5, ProcId::new("odd", 1), "ep");
+    assert_eq!(c.reply(5, g), Some(Ok(Response::Value(Value::U32(33)))));
+    let g = get(&mut c, 5, ProcId::new("odd", 7), "ep");
+    assert!(matches!(err(&c, 5, g), CohortError::UnknownProc { .. }));
+}
+
+#[test]
+fn events_are_routed_by_range_and_cached_for_unconnected_procs() {
+    let mut c = new_cluster(6, 3, TreeShape::KAry(2));
+    for r in 0..5 {
+        c.connect(r);
+    }
+    let n = c.request(
+        0,
+        Request::Notify {
+            code: 4242,
+            range: Range::Session,
+            info: vec![],
+        },
+    );
+    assert_eq!(c.reply(0, n), Some(Ok(Response::Done)));
+    for r in 1..5 {
+        assert_eq!(c.events(r).len(), 1, "rank {r}");
+        assert_eq!(c.events(r)[0].source, c.proc(0));
+    }
+    assert!(c.events(0).is_empty(), "the source is not notified");
+    c.connect(5);
+    assert_eq!(c.events(5).len(), 1, "cached event delivered on connect");
+    let n = c.request(
+        2,
+        Request::Notify {
+            code: 7,
+            range: Range::Local,
+            info: vec![],
+        },
+    );
+    assert_eq!(c.reply(2, n), Some(Ok(Response::Done)));
+    assert_eq!(c.events(3).iter().filter(|e| e.code == 7).count(), 1);
+    assert_eq!(c.events(4).iter().filter(|e| e.code == 7).count(), 0);
+}
+
+#[test]
+fn notify_termination_turns_member_failure_into_an_event_and_lets_destruct_finish() {
+    let mut c = new_cluster(6, 3, TreeShape::KAry(2));
+    c.connect_all();
+    let opts = ConstructOpts {
+        notify_termination: true,
+        ..ctx_opts()
+    };
+    let reqs: Vec<u64> = (0..6)
+        .map(|r| construct(&mut c, r, "nt", &[0, 1, 2, 3, 4, 5], opts.clone()))
+        .collect();
+    group(&c, 0, reqs[0]);
+    c.exit(2);
+    for r in [0, 1, 3, 4, 5] {
+        let ev: Vec<_> = c
+            .events(r)
+            .into_iter()
+            .filter(|e| e.code == codes::GROUP_MEMBER_FAILED)
+            .collect();
+        assert_eq!(ev.len(), 1, "rank {r}");
+        assert_eq!(ev[0].affected, vec![c.proc(2)]);
+    }
+    let d: Vec<(u32, u64)> = [0, 1, 3, 4, 5]
+        .iter()
+        .map(|&r| {
+            (
+                r,
+                c.request(
+                    r,
+                    Request::Destruct {
+                        id: "nt".into(),
+                        timeout_ms: None,
+                    },
+                ),
+            )
+        })
+        .collect();
+    for (r, q) in d {
+        assert_eq!(c.reply(r, q), Some(Ok(Response::Done)), "rank {r}");
+    }
+}
+
+#[test]
+fn destruct_without_notify_termination_fails_when_a_member_died() {
+    let mut c = new_cluster(4, 2, TreeShape::KAry(2));
+    c.connect_all();
+    let reqs: Vec<u64> = (0..4)
+        .map(|r| construct(&mut c, r, "d", &[0, 1, 2, 3], ctx_opts()))
+        .collect();
+    group(&c, 0, reqs[0]);
+    c.exit(3);
+    let d: Vec<(u32, u64)> = [0, 1, 2]
+        .iter()
+        .map(|&r| {
+            (
+                r,
+                c.request(
+                    r,
+                    Request::Destruct {
+                        id: "d".into(),
+                        timeout_ms: None,
+                    },
+                ),
+            )
+        })
+        .collect();
+    for (r, q) in d {
+        assert!(
+            matches!(err(&c, r, q), CohortError::ProcTerminated { ref procs, .. } if *procs == vec![c.proc(3)]),
+            "rank {r}"
+        );
+    }
+}
+
+#[test]
+fn a_client_disconnecting_mid_fence_fails_the_fence_instead_of_hanging() {
+    let mut c = new_cluster(4, 2, TreeShape::KAry(2));
+    c.connect_all();
+    let f0 = c.request(
+        0,
+        Request::Fence {
+            procs: vec![],
+            opts: Default::default(),
+        },
+    );
+    let node = c.job.rank_node[2] as usize;
+    let now = c.now;
+    c.engines[node].on_client_disconnected(Cluster::client_of(2), now);
+    c.pump();
+    assert!(
+        matches!(err(&c, 0, f0), CohortError::ProcTerminated { ref procs, .. } if *procs == vec![c.proc(2)])
+    );
+}
+
+#[test]
+fn many_nodes_binomial_and_kary_agree() {
+    for shape in [TreeShape::KAry(2), TreeShape::KAry(4), TreeShape::Binomial] {
+        let mut c = new_cluster(40, 13, shape);
+        c.connect_all();
+        let reqs: Vec<u64> = (0..40)
+            .map(|r| construct(&mut c, r, "big", &(0..40).collect::<Vec<_>>(), ctx_opts()))
+            .collect();
+        let g0 = group(&c, 0, reqs[0]);
+        assert_eq!(g0.members.len(), 40);
+        for r in 0..40 {
+            assert_eq!(group(&c, r, reqs[r as usize]), g0);
+        }
+    }
+}
+
+/// PMIX_GROUP_LEADER: with a designated leader, failure events go only to the leader.
+#[test]
+fn member_failed_events_go_only_to_the_designated_leader() {
+    let mut c = new_cluster(6, 3, TreeShape::KAry(2));
+    c.connect_all();
+    let all: Vec<u32> = (0..6).collect();
+    let reqs: Vec<u64> = (0..6)
+        .map(|r| {
+            let opts = ConstructOpts {
+                notify_termination: true,
+                leader: r == 3,
+                ..ctx_opts()
+            };
+            construct(&mut c, r, "led", &all, opts)
+        })
+        .collect();
+    group(&c, 0, reqs[0]);
+    c.exit(5);
+    for r in 0..5 {
+        let n = c
+            .events(r)
+            .iter()
+            .filter(|e| e.code == codes::GROUP_MEMBER_FAILED)
+            .count();
+        assert_eq!(n, usize::from(r == 3), "rank {r}");
+    }
+}
+
+/// A participant that calls after its collective already failed gets the same error
+/// as everyone else, not a fresh attempt of its own.
+#[test]
+fn a_late_caller_of_a_failed_construct_gets_the_same_error() {
+    let mut c = new_cluster(6, 3, TreeShape::KAry(2));
+    c.connect_all();
+    c.exit(5);
+    let all: Vec<u32> = (0..6).collect();
+    let early: Vec<(u32, u64)> = [0, 1, 2, 4]
+        .iter()
+        .map(|&r| (r, construct(&mut c, r, "late", &all, ctx_opts())))
+        .collect();
+    let first = err(&c, 0, early[0].1);
+    for (r, q) in &early {
+        assert_eq!(err(&c, *r, *q), first, "rank {r}");
+    }
+    // the others leave; rank 3 finally calls
+    c.exit(0);
+    c.exit(1);
+    let late = construct(&mut c, 3, "late", &all, ctx_opts());
+    assert_eq!(err(&c, 3, late), first, "same error, naming only rank 5");
+    // calling again is a new attempt
+    let again = construct(&mut c, 3, "late", &all, ctx_opts());
+    assert!(
+        matches!(err(&c, 3, again), CohortError::ProcTerminated { ref procs, .. } if procs.len() == 3)
+    );
+}
+
+/// A participant that completes a collective and exits is not "terminated before
+/// participating" for a server the outcome has not reached yet: the root ignores that
+/// server's stale abort, and the outcome arrives intact.
+#[test]
+fn an_exit_after_completion_does_not_fail_servers_the_outcome_has_not_reached() {
+    use cohort_core::engine::signature;
+    use cohort_topology::{rendezvous, Tree};
+    for kind in ["fence", "construct"] {
+        let mut c = new_cluster(8, 8, TreeShape::KAry(2));
+        c.connect_all();
+        let all: Vec<u32> = (0..8).collect();
+        let nodes: Vec<u32> = (0..8).collect();
+        let root = if kind == "fence" {
+            let sig = signature(&all.iter().map(|&r| c.proc(r)).collect::<Vec<_>>());
+            nodes[rendezvous(&format!("{sig}#0"), 8)]
+        } else {
+            nodes[rendezvous("late-exit", 8)]
+        };
+        let tree = Tree::new(&nodes, root, TreeShape::KAry(2));
+        // a server two levels down, its parent, and a different child of the root
+        let y = *tree
+            .nodes()
+            .iter()
+            .find(|&&n| tree.parent(n).is_some_and(|p| p != root))
+            .unwrap();
+        let y_parent = tree.parent(y).unwrap();
+        let x = *tree
+            .children(root)
+            .iter()
+            .find(|&&n| n != y_parent)
+            .unwrap();
+        c.hold(y_parent, y);
+        let reqs: Vec<u64> = all
+            .iter()
+            .map(|&r| match kind {
+                "fence" => c.request(
+                    r,
+                    Request::Fence {
+                        procs: vec![],
+                        opts: FenceOpts::default(),
+                    },
+                ),
+                _ => construct(&mut c, r, "late-exit", &all, ctx_opts()),
+            })
+            .collect();
+        // rank x (node x) already has its outcome; it exits before y hears of it
+        assert!(
+            c.reply(x, reqs[x as usize]).is_some_and(|r| r.is_ok()),
+            "{kind}"
+        );
+        assert!(c.reply(y, reqs[y as usize]).is_none(), "{kind}: held back");
+        c.exit(x);
+        c.release(y_parent, y);
+        assert!(
+            c.reply(y, reqs[y as usize]).is_some_and(|r| r.is_ok()),
+            "{kind}: rank {y} got {:?}",
+            c.reply(y, reqs[y as usize])
+        );
+    }
+}
+
+/// A member that leaves right after its construct completed may reach a server before
+/// the construct's outcome does; that server still removes it and tells its members.
+#[test]
+fn a_leave_that_overtakes_the_construct_outcome_is_not_lost() {
+    use cohort_topology::{rendezvous, Tree};
+    let mut c = new_cluster(6, 3, TreeShape::KAry(2));
+    c.connect_all();
+    let all: Vec<u32> = (0..6).collect();
+    let root = rendezvous("overtaken", 3) as u32;
+    let tree = Tree::new(&[0, 1, 2], root, TreeShape::KAry(2));
+    // the leaver's node hears first; another node's outcome is held back
+    let slow = *tree.children(root).iter().find(|&&n| n != 0).unwrap_or(&1);
+    let leaver_node = *[0u32, 1, 2].iter().find(|&&n| n != slow).unwrap();
+    let leaver = c.job.ranks_on(leaver_node)[0];
+    c.hold(root, slow);
+    let reqs: Vec<u64> = all
+        .iter()
+        .map(|&r| construct(&mut c, r, "overtaken", &all, ctx_opts()))
+        .collect();
+    group(&c, leaver, reqs[leaver as usize]);
+    let l = c.request(
+        leaver,
+        Request::Leave {
+            id: "overtaken".into(),
+        },
+    );
+    assert_eq!(c.reply(leaver, l), Some(Ok(Response::Done)));
+    c.release(root, slow);
+    for r in c.job.ranks_on(slow) {
+        let g = group(&c, r, reqs[r as usize]);
+        assert_eq!(
+            g.members.len(),
+            6,
+            "the construct result itself lists everyone"
+        );
+        let left: Vec<_> = c
+            .events(r)
+            .into_iter()
+            .filter(|e| e.code == codes::GROUP_LEFT)
+            .collect();
+        assert_eq!(left.len(), 1, "rank {r}");
+        assert_eq!(left[0].affected, vec![c.proc(leaver)]);
+        let q = c.request(
+            r,
+            Request::QueryGroup {
+                id: "overtaken".into(),
+            },
+        );
+        assert!(
+            !group(&c, r, q).members.contains(&c.proc(leaver)),
+            "rank {r}"
+        );
+    }
+}
+
+// ------------------------------------------------------------- lost node servers
+//
+// Issue 4: "Failure of an interior node server must not strand its subtree (re-parent
+// or report within the timeout)". These constructs have no timeout at all: the outcome
+// must come from the loss itself.
+
+/// The 7-server binary tree of construct `id` (one rank per server): its root and an
+/// interior server below the root, with that server's children.
+fn interior(id: &str) -> (u32, u32, Vec<u32>) {
+    let nodes: Vec<u32> = (0..7).collect();
+    let root = nodes[cohort_topology::rendezvous(id, nodes.len())];
+    let tree = cohort_topology::Tree::new(&nodes, root, TreeShape::KAry(2));
+    let x = tree
+        .children(root)
+        .into_iter()
+        .find(|&c| !tree.children(c).is_empty())
+        .expect("a binary tree of 7 has interior servers below the root");
+    (root, x, tree.children(x))
+}
+
+fn all_construct(c: &mut Cluster, id: &str, optional: bool) -> Vec<u64> {
+    let all: Vec<u32> = (0..7).collect();
+    (0..7)
+        .map(|r| {
+            let opts = ConstructOpts {
+                optional,
+                assign_context_id: true,
+                ..Default::default()
+            };
+            construct(c, r, id, &all, opts)
+        })
+        .collect()
+}
+
+#[test]
+fn interior_server_lost_before_forwarding_is_routed_around() {
+    let id = "lost-up";
+    let (root, x, kids) = interior(id);
+    let mut c = new_cluster(7, 7, TreeShape::KAry(2));
+    c.connect_all();
+    // x collects its subtree's contributions but its message up never arrives.
+    c.hold(x, root);
+    let reqs = all_construct(&mut c, id, true);
+    for &k in &kids {
+        assert!(
+            c.reply(k, reqs[k as usize]).is_none(),
+            "rank {k} waits for x"
+        );
+    }
+    c.kill_node(x);
+    // Its children re-send to the root; x's own rank died before its contribution got
+    // through: optional participation gives partial success without it.
+    let mut ctx = None;
+    for r in (0..7).filter(|&r| r != x) {
+        let g = group(&c, r, reqs[r as usize]);
+        assert_eq!(g.status, ConstructStatus::PartialSuccess, "rank {r}");
+        let expect: Vec<ProcId> = (0..7).filter(|&q| q != x).map(|q| c.proc(q)).collect();
+        assert_eq!(g.members, expect, "rank {r}");
+        assert_eq!(g.failed, vec![c.proc(x)], "rank {r}");
+        assert!(g.context_id.is_some());
+        assert_eq!(*ctx.get_or_insert(g.context_id), g.context_id, "rank {r}");
+    }
+}
+
+#[test]
+fn interior_server_lost_with_the_outcome_lets_its_children_fetch_it() {
+    let id = "lost-down";
+    let (root, x, kids) = interior(id);
+    let mut c = new_cluster(7, 7, TreeShape::KAry(2));
+    c.connect_all();
+    for &k in &kids {
+        c.hold(x, k);
+    }
+    let reqs = all_construct(&mut c, id, false);
+    // The root decided (everyone joined); x got the outcome, its children did not.
+    assert!(matches!(c.reply(root, reqs[root as usize]), Some(Ok(_))));
+    for &k in &kids {
+        assert!(
+            c.reply(k, reqs[k as usize]).is_none(),
+            "rank {k} waits for x"
+        );
+    }
+    c.kill_node(x);
+    let first = group(&c, root, reqs[root as usize]);
+    assert_eq!(first.status, ConstructStatus::Success);
+    assert_eq!(first.members.len(), 7, "x's rank joined before x was lost");
+    for r in (0..7).filter(|&r| r != x) {
+        let g = group(&c, r, reqs[r as usize]);
+        assert_eq!(g, first, "rank {r} got the same outcome as the root");
+    }
+}
+
+#[test]
+fn lost_root_fails_the_construct_everywhere_with_peer_lost() {
+    let id = "lost-root";
+    let (root, _, _) = interior(id);
+    let mut c = new_cluster(7, 7, TreeShape::KAry(2));
+    c.connect_all();
+    for n in (0..7).filter(|&n| n != root) {
+        c.hold(n, root);
+    }
+    let reqs = all_construct(&mut c, id, true);
+    c.kill_node(root);
+    for r in (0..7).filter(|&r| r != root) {
+        match err(&c, r, reqs[r as usize]) {
+            CohortError::PeerLost { node, reason } => {
+                assert_eq!(node, root, "rank {r}: {reason}");
+                assert!(reason.contains(id), "rank {r}: {reason}");
+            }
+            e => panic!("rank {r}: expected PeerLost, got {e}"),
+        }
+    }
+    // A new construct with an id whose rendezvous server is lost fails at once.
+    let survivors: Vec<u32> = (0..7).filter(|&r| r != root).collect();
+    let again = construct(
+        &mut c,
+        survivors[0],
+        id,
+        &survivors,
+        ConstructOpts::default(),
+    );
+    match err(&c, survivors[0], again) {
+        CohortError::PeerLost { node, .. } => assert_eq!(node, root),
+        e => panic!("expected PeerLost, got {e}"),
+    }
+}
+
+#[test]
+fn fences_after_a_server_loss_neither_wait_for_it_nor_route_through_it() {
+    let mut c = new_cluster(7, 7, TreeShape::KAry(2));
+    c.connect_all();
+    let (_, x, _) = interior("lost-up");
+    let fence = |c: &mut Cluster, r: u32, procs: Vec<ProcId>| {
+        c.request(
+            r,
+            Request::Fence {
+                procs,
+                opts: FenceOpts::default(),
+            },
+        )
+    };
+    // A first fence connects the servers along its tree.
+    let warm: Vec<u64> = (0..7).map(|r| fence(&mut c, r, vec![])).collect();
+    for r in 0..7 {
+        assert!(
+            matches!(c.reply(r, warm[r as usize]), Some(Ok(_))),
+            "warm-up fence"
+        );
+    }
+    c.kill_node(x);
+    // Over everybody: x's rank can never join; the survivors get an error naming it.
+    let everyone = vec![ProcId::wildcard("job")];
+    let reqs: Vec<(u32, u64)> = (0..7)
+        .filter(|&r| r != x)
+        .map(|r| (r, fence(&mut c, r, everyone.clone())))
+        .collect();
+    for (r, req) in reqs {
+        match err(&c, r, req) {
+            CohortError::ProcTerminated { procs, .. } => assert_eq!(procs, vec![c.proc(x)]),
+            e => panic!("rank {r}: expected ProcTerminated, got {e}"),
+        }
+    }
+    // Over the survivors: their tree spans their own servers only, and completes.
+    let survivors: Vec<ProcId> = (0..7).filter(|&q| q != x).map(|q| c.proc(q)).collect();
+    let reqs: Vec<(u32, u64)> = (0..7)
+        .filter(|&r| r != x)
+        .map(|r| (r, fence(&mut c, r, survivors.clone())))
+        .collect();
+    for (r, req) in reqs {
+        assert!(
+            matches!(c.reply(r, req), Some(Ok(Response::Done))),
+            "rank {r}: {:?}",
+            c.reply(r, req)
+        );
+    }
+}
+
+/// A contribution still on its way to the root when the root fails the construct must
+/// not linger there: a retry of the same id by the survivors (with a new membership)
+/// would otherwise meet the stale tracker and be refused as a mismatch.
+///
+/// Here x's contribution and its own timeout abort reach the root after the root failed
+/// the attempt. Without the attempt stamps they created a fresh tracker there, which
+/// timed out again and left a late-caller record for the root's rank, so its retry got
+/// the old timeout.
+#[test]
+fn a_retry_after_a_timed_out_construct_is_not_confused_by_a_late_contribution() {
+    let id = "retry";
+    let mut c = new_cluster(3, 3, TreeShape::KAry(2));
+    c.connect_all();
+    let root = cohort_topology::rendezvous(id, 3) as u32;
+    let x = (root + 1) % 3;
+    let z = (root + 2) % 3;
+    // z's rank never calls; x's contribution is held on its way to the root, which
+    // times the construct out meanwhile.
+    c.hold(x, root);
+    let all: Vec<u32> = (0..3).collect();
+    let opts = ConstructOpts {
+        timeout_ms: Some(1_000),
+        ..Default::default()
+    };
+    let first: Vec<(u32, u64)> = [root, x]
+        .iter()
+        .map(|&r| (r, construct(&mut c, r, id, &all, opts.clone())))
+        .collect();
+    // The timeout passes (the root probes x, whose answer is held too), then the
+    // probe's grace period: the root fails the attempt for everyone.
+    c.advance(Duration::from_secs(2));
+    c.advance(Duration::from_secs(3));
+    for &(r, req) in &first {
+        assert!(
+            matches!(err(&c, r, req), CohortError::Timeout { .. }),
+            "rank {r}: {:?}",
+            c.reply(r, req)
+        );
+    }
+    c.release(x, root);
+    // The callers retry without the slow rank.
+    let survivors = [root, x];
+    let retry: Vec<(u32, u64)> = survivors
+        .iter()
+        .map(|&r| {
+            (
+                r,
+                construct(&mut c, r, id, &survivors, ConstructOpts::default()),
+            )
+        })
+        .collect();
+    for (r, req) in retry {
+        let g = group(&c, r, req);
+        assert_eq!(g.status, ConstructStatus::Success, "rank {r}");
+        assert_eq!(
+            g.members,
+            vec![c.proc(root.min(x)), c.proc(root.max(x))],
+            "rank {r}"
+        );
+    }
+    let _ = z;
+}
+
+/// A get carrying `after_commits` (the count the owner published at a node-local
+/// fence in shared memory) waits until that many of the owner's commits arrived — its
+/// commit travels on another connection and may come after the get — and then
+/// answers with the committed value; a dead owner fails it instead of a hang.
+#[test]
+fn a_get_after_a_node_local_fence_waits_for_the_published_commits() {
+    let mut c = new_cluster(3, 1, TreeShape::KAry(2));
+    c.connect_all();
+    commit(&mut c, 0, "early", Value::U32(1));
+    let get_after = |c: &mut Cluster, proc: ProcId, key: &str, after: u64| {
+        c.request(
+            1,
+            Request::Get {
+                proc,
+                key: key.into(),
+                timeout_ms: Some(60_000),
+                after_commits: after,
+            },
+        )
+    };
+    // Rank 0 published 2 commits at the fence; only the first has arrived.
+    let late = get_after(&mut c, ProcId::new("job", 0), "late", 2);
+    assert_eq!(
+        c.reply(1, late),
+        None,
+        "answered before rank 0's second commit"
+    );
+    // Without the count the same get answers at once, wrongly: not found.
+    let eager = get_after(&mut c, ProcId::new("job", 0), "late", 0);
+    assert!(matches!(err(&c, 1, eager), CohortError::NotFound { .. }));
+    commit(&mut c, 0, "late", Value::U32(2));
+    assert_eq!(
+        c.reply(1, late),
+        Some(Ok(cohort_proto::msg::Response::Value(Value::U32(2))))
+    );
+    // Rank 2 published a commit that never comes: it dies.
+    let never = get_after(&mut c, ProcId::new("job", 2), "x", 1);
+    assert_eq!(c.reply(1, never), None);
+    c.exit(2);
+    assert!(matches!(
+        err(&c, 1, never),
+        CohortError::ProcTerminated { .. }
+    ));
+}
+
+/// A cluster whose engines gather by the including test file's `ALLGATHER`.
+fn new_cluster(n: u32, m: u32, shape: TreeShape) -> Cluster {
+    Cluster::with_allgather(n, m, shape, ALLGATHER)
+}
