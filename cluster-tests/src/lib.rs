@@ -395,12 +395,24 @@ impl Job {
 /// Runs `testprog <scenario>` with `n` ranks on `nodes` node servers (with
 /// `--enable-recovery` when `recovery`), bounded by [`DEADLINE`].
 pub fn run_testprog(nodes: u32, n: u32, scenario: &str, recovery: bool) -> Job {
+    run_testprog_with(nodes, n, scenario, recovery, &[])
+}
+
+/// As [`run_testprog`], with extra `cohort run` options before the program.
+pub fn run_testprog_with(
+    nodes: u32,
+    n: u32,
+    scenario: &str,
+    recovery: bool,
+    options: &[&str],
+) -> Job {
     let prog = example("testprog").to_string_lossy().into_owned();
     let (nodes, n) = (nodes.to_string(), n.to_string());
     let mut args: Vec<&str> = vec!["run", "--nodes", &nodes, "-n", &n];
     if recovery {
         args.push("--enable-recovery");
     }
+    args.extend_from_slice(options);
     args.push(&prog);
     args.push(scenario);
     let out = run_cohort(&args, DEADLINE);

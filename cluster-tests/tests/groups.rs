@@ -1,14 +1,25 @@
 //! Group, fence, data and event behaviour on real node servers: every scenario of the
-//! `testprog` rank program runs under `cohort run` on one node server and on three.
+//! `testprog` rank program runs under `cohort run` on one node server and on three
+//! (with the default allgather, and again with `--allgather dissemination`).
 //! The ranks assert the documented behaviour themselves and exit non-zero on a
 //! violation; here we check every rank succeeded and that the values that must agree
 //! across ranks (membership, context ids) do.
 
-use cohort_cluster_tests::{example, run_cohort, run_testprog, text, DEADLINE};
+use cohort_cluster_tests::{example, run_cohort, run_testprog, run_testprog_with, text, DEADLINE};
 
 /// Runs `scenario`, requires success and `expect_results` RESULT lines.
 fn ok(nodes: u32, n: u32, scenario: &str, expect_results: usize) -> Vec<String> {
-    let job = run_testprog(nodes, n, scenario, false);
+    ok_with(nodes, n, scenario, expect_results, &[])
+}
+
+fn ok_with(
+    nodes: u32,
+    n: u32,
+    scenario: &str,
+    expect_results: usize,
+    options: &[&str],
+) -> Vec<String> {
+    let job = run_testprog_with(nodes, n, scenario, false, options);
     assert_eq!(
         job.status,
         Some(0),
@@ -45,6 +56,12 @@ macro_rules! on_1_and_3_nodes {
             #[test]
             fn three_nodes() {
                 let r = ok(3, $n, $scenario, $results($n));
+                if $agree { all_equal($scenario, &r) }
+            }
+            #[test]
+            fn three_nodes_dissemination() {
+                let options = ["--allgather", "dissemination"];
+                let r = ok_with(3, $n, $scenario, $results($n), &options);
                 if $agree { all_equal($scenario, &r) }
             }
         }
@@ -105,8 +122,12 @@ fn concurrent_groups_have_one_context_id_each() {
 /// other rank, on every node; the survivors keep working.
 #[test]
 fn rank_dying_before_fence_is_an_error_not_a_hang() {
-    for nodes in [1, 3] {
-        let job = run_testprog(nodes, 6, "dies-before-fence", true);
+    for (nodes, options) in [
+        (1, &[][..]),
+        (3, &[]),
+        (3, &["--allgather", "dissemination"]),
+    ] {
+        let job = run_testprog_with(nodes, 6, "dies-before-fence", true, options);
         assert_eq!(
             job.status,
             Some(134),
@@ -121,8 +142,12 @@ fn rank_dying_before_fence_is_an_error_not_a_hang() {
 /// and with notify-termination the others get a member-failed event.
 #[test]
 fn rank_dying_inside_construct_is_reported_by_event() {
-    for nodes in [1, 3] {
-        let job = run_testprog(nodes, 6, "dies-in-construct", true);
+    for (nodes, options) in [
+        (1, &[][..]),
+        (3, &[]),
+        (3, &["--allgather", "dissemination"]),
+    ] {
+        let job = run_testprog_with(nodes, 6, "dies-in-construct", true, options);
         assert_eq!(job.status, Some(134), "{}", job.stderr);
         assert_eq!(job.results().len(), 5, "{}\n{}", job.stdout, job.stderr);
     }

@@ -8,11 +8,13 @@
 use cohort_cluster_tests::{example, run_cohort, text, DEADLINE};
 use cohort_proto::digest::COMPARE_GROUP;
 use cohort_sim::{compare_lines, simulate, Collective, Params, Scenario};
+use cohort_topology::Allgather;
 
-/// Runs the real job; returns its namespace and the ranks' digest lines, sorted.
-fn real(nodes: u32, ranks: u32) -> (String, Vec<String>) {
+/// Runs the real job (its node servers gathering by `allgather`); returns its
+/// namespace and the ranks' digest lines, sorted.
+fn real(nodes: u32, ranks: u32, allgather: Allgather) -> (String, Vec<String>) {
     let prog = example("testprog");
-    let (nodes_s, ranks_s) = (nodes.to_string(), ranks.to_string());
+    let (nodes_s, ranks_s, alg) = (nodes.to_string(), ranks.to_string(), allgather.to_string());
     let out = run_cohort(
         [
             "run".as_ref(),
@@ -20,6 +22,8 @@ fn real(nodes: u32, ranks: u32) -> (String, Vec<String>) {
             nodes_s.as_ref(),
             "-n".as_ref(),
             ranks_s.as_ref(),
+            "--allgather".as_ref(),
+            alg.as_ref(),
             "--tag-output".as_ref(),
             prog.as_os_str(),
             "sim-compare".as_ref(),
@@ -57,10 +61,11 @@ fn real(nodes: u32, ranks: u32) -> (String, Vec<String>) {
     (nspace.expect("a namespace"), lines)
 }
 
-fn simulated(nodes: u32, ranks: u32, nspace: &str) -> Vec<String> {
+fn simulated(nodes: u32, ranks: u32, nspace: &str, allgather: Allgather) -> Vec<String> {
     // The shape every cohortd of a job of this size uses.
     let shape = cohort_topology::default_shape(nodes as usize);
     let mut s = Scenario::new(nodes, Collective::Construct, shape);
+    s.allgather = allgather;
     s.ranks_per_node = ranks / nodes;
     s.nspace = nspace.to_string();
     s.group_id = COMPARE_GROUP.to_string();
@@ -73,8 +78,12 @@ fn simulated(nodes: u32, ranks: u32, nspace: &str) -> Vec<String> {
 }
 
 fn compare(nodes: u32, ranks: u32) {
-    let (nspace, real) = real(nodes, ranks);
-    let sim = simulated(nodes, ranks, &nspace);
+    compare_with(nodes, ranks, Allgather::Auto)
+}
+
+fn compare_with(nodes: u32, ranks: u32, allgather: Allgather) {
+    let (nspace, real) = real(nodes, ranks, allgather);
+    let sim = simulated(nodes, ranks, &nspace, allgather);
     assert_eq!(
         real, sim,
         "real (left) and simulated (right) results differ"
@@ -95,4 +104,10 @@ fn simulated_and_real_node_servers_agree_on_three_nodes() {
 fn simulated_and_real_node_servers_agree_on_one_and_four_nodes() {
     compare(1, 3);
     compare(4, 4);
+}
+
+#[test]
+fn simulated_and_real_node_servers_agree_with_the_dissemination_allgather() {
+    compare_with(3, 6, Allgather::Dissemination);
+    compare_with(5, 5, Allgather::Dissemination);
 }

@@ -290,13 +290,16 @@ pub struct Engine {
     /// attempt alone.
     tombstones: HashMap<CollKey, (CohortError, BTreeSet<ProcId>)>,
     tombstone_order: VecDeque<CollKey>,
-    /// Operations this server completed successfully as their root (and, for the
-    /// dissemination allgather, as any of their servers), most recent last. An abort
-    /// for one of them is stale: it comes from a server that saw a participant exit
-    /// after the outcome but before the outcome reached it. Allgather rounds and second
-    /// copies of an outcome for one of them are dropped.
+    /// Root only: operations this server completed successfully, most recent last. An
+    /// abort for one of them is stale: it comes from a server that saw a participant
+    /// exit after the outcome but before the outcome reached it.
     recently_done: HashSet<CollKey>,
     recently_done_order: VecDeque<CollKey>,
+    /// Dissemination allgathers this server completed after a fallback (a server of
+    /// the operation was lost), with rounds and a lean copy of the outcome possibly
+    /// still on their way: those are dropped, until the key is used again here.
+    fallback_done: HashSet<CollKey>,
+    fallback_done_order: VecDeque<CollKey>,
     fence_seq: HashMap<(ProcId, String), u64>,
 
     groups: HashMap<String, Group>,
@@ -359,6 +362,8 @@ impl Engine {
             tombstone_order: VecDeque::new(),
             recently_done: HashSet::new(),
             recently_done_order: VecDeque::new(),
+            fallback_done: HashSet::new(),
+            fallback_done_order: VecDeque::new(),
             fence_seq: HashMap::new(),
             groups: HashMap::new(),
             retired: HashMap::new(),
@@ -1673,6 +1678,7 @@ impl Engine {
             return self.reply(waiter.client, waiter.req, Err(err));
         }
         self.recently_done.remove(&key);
+        self.fallback_done.remove(&key);
         let coll = self
             .colls
             .entry(key.clone())
@@ -2466,8 +2472,8 @@ impl Engine {
         lean: Option<u32>,
         now: Time,
     ) {
-        if !self.colls.contains_key(&key) && self.recently_done.contains(&key) {
-            // A second copy (the whole outcome asked for after a lean one).
+        if !self.colls.contains_key(&key) && self.fallback_done.contains(&key) {
+            // A second copy (a lean outcome after the whole one asked for in a fallback).
             return;
         }
         if let Some(gathered) = lean {
@@ -2494,7 +2500,7 @@ impl Engine {
             // The id may be reused now: a kept construct outcome would be stale.
             self.kept_outcomes
                 .retain(|(k, _, _)| !(k.kind == CollKind::Construct && k.id == key.id));
-            self.recently_done.remove(&CollKey {
+            self.fallback_done.remove(&CollKey {
                 kind: CollKind::Construct,
                 id: key.id.clone(),
                 seq: 0,
@@ -2606,9 +2612,14 @@ impl Engine {
                     self.kept_outcomes.pop_front();
                 }
             }
-            if !matches!(outcome, CollOutcome::Failed(_)) {
-                // Late rounds and second copies of the outcome are dropped.
-                self.remember_done(&key);
+            if coll.as_ref().is_some_and(|c| c.fallback) && self.fallback_done.insert(key.clone()) {
+                // Late rounds and a second copy of the outcome are dropped.
+                self.fallback_done_order.push_back(key.clone());
+                while self.fallback_done_order.len() > MAX_TOMBSTONES {
+                    if let Some(old) = self.fallback_done_order.pop_front() {
+                        self.fallback_done.remove(&old);
+                    }
+                }
             }
         }
         let waiters = coll.as_ref().map(|c| c.waiters.clone()).unwrap_or_default();

@@ -194,3 +194,60 @@ fn all_construct_of(c: &mut Cluster, id: &str, n: u32) -> Vec<u64> {
         })
         .collect()
 }
+
+/// An id is reusable once its destruct completes (group-construction-methods §6.4.3):
+/// servers that finished the destruct start the next construct while the destruct's
+/// outcome is still on its way to another server. Their rounds reach it first and
+/// must be kept, not taken for leftovers of the construct it completed before.
+#[test]
+fn rounds_of_a_reused_id_that_overtake_the_destruct_are_kept() {
+    let id = "again";
+    let servers = 8u32;
+    let mut c = new_cluster(servers, servers, TreeShape::KAry(2));
+    c.connect_all();
+    let first = all_construct_of(&mut c, id, servers);
+    let first_ctx = group(&c, 0, first[0]).context_id;
+    // The destruct goes down the 2-ary tree from the id's rendezvous server: hold its
+    // outcome on the way to z.
+    let nodes: Vec<u32> = (0..servers).collect();
+    let root = cohort_topology::rendezvous(id, servers as usize) as u32;
+    let tree = cohort_topology::Tree::new(&nodes, root, TreeShape::KAry(2));
+    let z = *tree.children(root).first().expect("the root has children");
+    let z_parent = tree.parent(z).expect("z is below the root");
+    c.hold(z_parent, z);
+    let destructs: Vec<u64> = (0..servers)
+        .map(|r| {
+            c.request(
+                r,
+                Request::Destruct {
+                    id: id.into(),
+                    timeout_ms: None,
+                },
+            )
+        })
+        .collect();
+    assert!(
+        c.reply(z, destructs[z as usize]).is_none(),
+        "z waits for the destruct"
+    );
+    let all: Vec<u32> = (0..servers).collect();
+    let mut second: Vec<Option<u64>> = vec![None; servers as usize];
+    // Ranks outside z's subtree have their destruct outcome and construct again.
+    let below_z = tree.subtree(z);
+    for r in (0..servers).filter(|r| !below_z.contains(r)) {
+        assert!(matches!(c.reply(r, destructs[r as usize]), Some(Ok(_))));
+        second[r as usize] = Some(construct(&mut c, r, id, &all, ctx_opts()));
+    }
+    c.release(z_parent, z);
+    for &r in &below_z {
+        assert!(matches!(c.reply(r, destructs[r as usize]), Some(Ok(_))));
+        second[r as usize] = Some(construct(&mut c, r, id, &all, ctx_opts()));
+    }
+    let again = group(&c, 0, second[0].expect("called"));
+    assert_eq!(again.members.len(), servers as usize);
+    assert_ne!(again.context_id, first_ctx, "a new context id");
+    for r in 0..servers {
+        let req = second[r as usize].expect("called");
+        assert_eq!(group(&c, r, req), again, "rank {r}");
+    }
+}

@@ -812,6 +812,9 @@ impl SizeModel {
     /// Fits the model to `s`'s message shapes from runs of the real engines over 3 and
     /// 5 servers in a chain, and checks it against every message of the second run.
     pub fn fit(s: &Scenario) -> Result<SizeModel, SimError> {
+        if s.allgather.disseminates(s.nodes as usize) {
+            return SizeModel::fit_dissemination(s);
+        }
         let r = i64::from(s.ranks_per_node);
         let run = |nodes: u32| -> Result<Vec<(MsgShape, usize)>, SimError> {
             let mut t = s.clone();
@@ -888,6 +891,72 @@ impl SizeModel {
         Ok(m)
     }
 
+    /// As [`SizeModel::fit`] for the dissemination allgather: `up` sizes its rounds,
+    /// `down` its lean outcome. Fitted from runs over 3 and 5 servers (5 servers send
+    /// rounds of one and of two servers' contributions).
+    fn fit_dissemination(s: &Scenario) -> Result<SizeModel, SimError> {
+        let r = i64::from(s.ranks_per_node);
+        let run = |nodes: u32| -> Vec<(MsgShape, usize)> {
+            let mut t = s.clone();
+            t.nodes = nodes;
+            t.allgather = Allgather::Dissemination;
+            t.read_back = false;
+            let mut sim = Sim::new(&t, Params::hdr());
+            sim.net.log = Some(Vec::new());
+            sim.connect_all();
+            start_collective(&mut sim, &t);
+            sim.run();
+            sim.net.log.take().unwrap_or_default()
+        };
+        let size_of = |log: &[(MsgShape, usize)], want: MsgShape| -> Result<i64, SimError> {
+            log.iter()
+                .find(|(m, _)| *m == want)
+                .map(|&(_, size)| size as i64)
+                .ok_or(SimError::Model(format!(
+                    "no {want:?} message in the calibration run"
+                )))
+        };
+        let gather = |c: i64| MsgShape::Gather {
+            contribs: c as usize,
+        };
+        let (three, five) = (run(3), run(5));
+        let per_contrib = (size_of(&five, gather(2 * r))? - size_of(&five, gather(r))?) / r;
+        let at3 = size_of(&three, gather(r))? - per_contrib * r;
+        let at5 = size_of(&five, gather(r))? - per_contrib * r;
+        let up_b = (at5 - at3) / (2 * r);
+        let up_a = at3 - up_b * 3 * r;
+        let (d3, d5) = (
+            size_of(&three, MsgShape::LeanDown)?,
+            size_of(&five, MsgShape::LeanDown)?,
+        );
+        let down_e = (d5 - d3) / (2 * r);
+        let down_d = d3 - down_e * 3 * r;
+        let m = SizeModel {
+            up_a,
+            up_b,
+            per_contrib,
+            down_d,
+            down_e,
+        };
+        for &(shape, size) in &five {
+            let predicted = match shape {
+                MsgShape::Gather { contribs } => m.up(5 * r as u64, contribs as u64),
+                MsgShape::LeanDown => m.down(5 * r as u64),
+                _ => {
+                    return Err(SimError::Model(format!(
+                        "unexpected {shape:?} message in the dissemination calibration run"
+                    )))
+                }
+            };
+            if predicted != size {
+                return Err(SimError::Model(format!(
+                    "{shape:?}: the engine sent {size} bytes, the size model says {predicted}"
+                )));
+            }
+        }
+        Ok(m)
+    }
+
     fn up(&self, ranks: u64, contribs: u64) -> usize {
         (self.up_a + self.up_b * ranks as i64 + self.per_contrib * contribs as i64) as usize
     }
@@ -919,6 +988,9 @@ pub fn simulate_model(s: &Scenario, p: Params) -> Result<Report, SimError> {
         ));
     }
     let sizes = SizeModel::fit(s)?;
+    if s.allgather.disseminates(s.nodes as usize) {
+        return Ok(model_dissemination(s, p, sizes));
+    }
     let n = s.nodes as usize;
     let ranks = u64::from(s.ranks());
     let nodes: Vec<NodeId> = (0..s.nodes).collect();
@@ -991,4 +1063,109 @@ pub fn simulate_model(s: &Scenario, p: Params) -> Result<Report, SimError> {
         engine_steps: steps,
         results: Vec::new(),
     })
+}
+
+#[derive(Debug)]
+enum DisEv {
+    Request,
+    Round(u32),
+    Lean,
+}
+
+/// The schedule model of the dissemination allgather (see `cohort_core`'s
+/// `engine/gather.rs`): server `v` sends round `i` (the contributions of
+/// `min(2^i, n − 2^i)` servers) to `v − 2^i` once its ranks have called and rounds
+/// `0..i` are in; the root decides when every round is in and sends the lean outcome
+/// down a binary tree; a server replies to its ranks once it has the lean outcome and
+/// every round.
+fn model_dissemination(s: &Scenario, p: Params, sizes: SizeModel) -> Report {
+    let n = s.nodes as usize;
+    let ranks = u64::from(s.ranks());
+    let rpn = u64::from(s.ranks_per_node);
+    let nodes: Vec<NodeId> = (0..s.nodes).collect();
+    let root = nodes[cohort_topology::rendezvous(&s.group_id, n)];
+    let tree = cohort_topology::Tree::new(&nodes, root, TreeShape::KAry(2));
+    let rounds = usize::BITS - (n - 1).leading_zeros();
+    let all_in = |bits: u64, k: u32| {
+        let mask = (1u64 << k) - 1;
+        bits & mask == mask
+    };
+    let mut net: Net<DisEv> = Net::new(n, &p);
+    let mut local_left = vec![2 * s.ranks_per_node; n];
+    let mut sent = vec![0u32; n];
+    let mut received = vec![0u64; n];
+    let mut lean = vec![false; n];
+    let mut done = vec![false; n];
+    for rank in 0..s.ranks() {
+        let v = rank / s.ranks_per_node;
+        net.request_piggyback(v, 0, DisEv::Request);
+        net.request(v, 0, DisEv::Request);
+    }
+    let mut completion: Ps = 0;
+    let mut steps = 0u64;
+    while let Some((end, v, ev)) = net.pop() {
+        steps += 1;
+        let i = v as usize;
+        match ev {
+            DisEv::Request => local_left[i] -= 1,
+            DisEv::Round(k) => received[i] |= 1u64 << k,
+            DisEv::Lean => {
+                for c in tree.children_largest_first(v) {
+                    net.send(
+                        v,
+                        c,
+                        sizes.down(ranks),
+                        MsgShape::LeanDown,
+                        end,
+                        DisEv::Lean,
+                    );
+                }
+                lean[i] = true;
+            }
+        }
+        if local_left[i] == 0 {
+            while sent[i] < rounds && all_in(received[i], sent[i]) {
+                let step = 1usize << sent[i];
+                let count = step.min(n - step) as u64;
+                let to = nodes[(i + n - step) % n];
+                let size = sizes.up(ranks, count * rpn);
+                let shape = MsgShape::Gather {
+                    contribs: (count * rpn) as usize,
+                };
+                net.send(v, to, size, shape, end, DisEv::Round(sent[i]));
+                sent[i] += 1;
+            }
+        }
+        let complete = local_left[i] == 0 && all_in(received[i], rounds);
+        if v == root && complete && !done[i] {
+            for c in tree.children_largest_first(v) {
+                net.send(
+                    v,
+                    c,
+                    sizes.down(ranks),
+                    MsgShape::LeanDown,
+                    end,
+                    DisEv::Lean,
+                );
+            }
+            lean[i] = true;
+        }
+        if lean[i] && complete && !done[i] {
+            done[i] = true;
+            for _ in 0..s.ranks_per_node {
+                completion = completion.max(net.reply(v, end));
+            }
+        }
+    }
+    Report {
+        nodes: s.nodes,
+        shape: s.shape,
+        completion_s: completion as f64 / 1e12,
+        rounds: net.max_hop,
+        msgs_sent: net.msgs,
+        bytes_sent: net.bytes,
+        engine_wall: Duration::ZERO,
+        engine_steps: steps,
+        results: Vec::new(),
+    }
 }

@@ -7,7 +7,7 @@ use cohort_sim::{
     ceil_log, lower_bound, memory_estimate, simulate, simulate_model, Collective, Params, Report,
     Scenario,
 };
-use cohort_topology::{radix::CostModel, TreeShape};
+use cohort_topology::{radix::CostModel, Allgather, TreeShape};
 
 mod calibrate;
 mod plot;
@@ -115,6 +115,9 @@ enum What {
         /// Tree radix k (k-ary), "binomial", or "auto" (the radix the cost model picks).
         #[arg(long, default_value = "auto")]
         shape: String,
+        /// tree, dissemination, or auto (per operation, as cohortd decides).
+        #[arg(long, default_value_t = Allgather::Auto)]
+        allgather: Allgather,
         /// Posted data per rank, bytes.
         #[arg(long, default_value_t = 1024)]
         bytes: usize,
@@ -127,6 +130,9 @@ enum What {
         op: Op,
         #[arg(long, default_value = "auto")]
         shape: String,
+        /// tree, dissemination, or auto (per N, as cohortd decides).
+        #[arg(long, default_value_t = Allgather::Auto)]
+        allgather: Allgather,
         /// Largest N.
         #[arg(long, default_value_t = 16384)]
         max: u32,
@@ -166,6 +172,9 @@ enum What {
         group: String,
         #[arg(long, default_value_t = 64)]
         bytes: usize,
+        /// As the real job's `cohort run --allgather` (default auto, as cohortd).
+        #[arg(long, default_value_t = Allgather::Auto)]
+        allgather: Allgather,
     },
 }
 
@@ -188,9 +197,14 @@ fn parse_shape(s: &str, n: u32, bytes: usize, p: &Params) -> Result<TreeShape, S
     }
 }
 
-/// The radix `k` of the round and message bounds: a k-ary tree's k; a binomial tree
-/// has rounds of radix 2 but its root sends ⌈log2 N⌉ messages (its fan-out).
-fn bounds(shape: TreeShape, n: u32) -> (u32, u32) {
+/// The round and message bounds `(2·⌈log_k N⌉ + 1, k + 2)` with the radix `k` of the
+/// algorithm: a k-ary tree's k; a binomial tree has rounds of radix 2 but its root
+/// sends ⌈log2 N⌉ messages (its fan-out); so does the dissemination allgather (its
+/// ⌈log2 N⌉ rounds of one message each, then a binary tree of lean outcomes).
+fn bounds(shape: TreeShape, dissemination: bool, n: u32) -> (u32, u32) {
+    if dissemination {
+        return bounds(TreeShape::Binomial, false, n);
+    }
     match shape {
         TreeShape::KAry(k) => (2 * ceil_log(n, k as u32) + 1, k as u32 + 2),
         TreeShape::Binomial => (2 * ceil_log(n, 2) + 1, ceil_log(n, 2).max(1) + 2),
@@ -214,19 +228,22 @@ fn run(cli: Cli) -> Result<(), String> {
             ranks_per_node,
             op,
             shape,
+            allgather,
             bytes,
             model,
         } => {
             let p = model.params();
             let shape = parse_shape(&shape, nodes, bytes, &p)?;
             let mut s = Scenario::new(nodes, op.into(), shape);
+            s.allgather = allgather;
             s.ranks_per_node = ranks_per_node;
             s.bytes_per_rank = bytes;
             let r = simulate(&s, p).map_err(|e| e.to_string())?;
             print_params(&p);
             println!(
-                "# {} over {nodes} node servers × {ranks_per_node} ranks, {shape} tree, {bytes} B per rank",
-                s.op
+                "# {} over {nodes} node servers × {ranks_per_node} ranks, {}, {bytes} B per rank",
+                s.op,
+                algorithm(shape, allgather.disseminates(nodes as usize))
             );
             println!("completion        {:>12.2} us", r.completion_s * 1e6);
             println!(
@@ -246,6 +263,7 @@ fn run(cli: Cli) -> Result<(), String> {
         What::Table {
             op,
             shape,
+            allgather,
             max,
             bytes,
             mem_gib,
@@ -254,7 +272,16 @@ fn run(cli: Cli) -> Result<(), String> {
             model,
         } => {
             let p = model.params();
-            let rows = table(op.into(), &shape, max, bytes, mem_gib, engine_max, &p)?;
+            let rows = table(
+                op.into(),
+                &shape,
+                allgather,
+                max,
+                bytes,
+                mem_gib,
+                engine_max,
+                &p,
+            )?;
             if let Some(path) = png {
                 plot::draw(&path, &rows, op.into(), bytes, &p)?;
                 eprintln!("cohort-sim: wrote {}", path.display());
@@ -283,6 +310,7 @@ fn run(cli: Cli) -> Result<(), String> {
             nspace,
             group,
             bytes,
+            allgather,
         } => {
             if nodes == 0 || ranks % nodes != 0 {
                 return Err(format!(
@@ -296,6 +324,7 @@ fn run(cli: Cli) -> Result<(), String> {
             s.nspace = nspace;
             s.group_id = group;
             s.bytes_per_rank = bytes;
+            s.allgather = allgather;
             s.read_back = true;
             let r = simulate(&s, p).map_err(|e| e.to_string())?;
             for line in cohort_sim::compare_lines(&r.results) {
@@ -325,6 +354,8 @@ fn print_params(p: &Params) {
 pub struct Row {
     pub n: u32,
     pub tree: TreeShape,
+    /// The dissemination allgather ran (`tree` is then unused).
+    pub dissemination: bool,
     /// `None` when the row was not run.
     pub time_s: Option<f64>,
     pub bound_s: f64,
@@ -333,9 +364,20 @@ pub struct Row {
     pub driver: &'static str,
 }
 
+/// How the table names an operation's algorithm.
+fn algorithm(tree: TreeShape, dissemination: bool) -> String {
+    if dissemination {
+        "bruck".into()
+    } else {
+        tree.to_string()
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
 fn table(
     op: Collective,
     shape: &str,
+    allgather: Allgather,
     max: u32,
     bytes: usize,
     mem_gib: f64,
@@ -346,9 +388,14 @@ fn table(
     println!("# {op}, {bytes} B per node server; lower bound = ⌈log2 N⌉·α + (N−1)/N·N·D·β");
     println!("# driver: engine = N real engines; model = schedule model (tests/model.rs)");
     println!(
+        "# algorithm: a k-ary or binomial tree, or bruck (the dissemination allgather, then \
+         a lean outcome down a binary tree; bounded as a binomial tree: k = 2 for rounds, \
+         ⌈log2 N⌉ for messages); --allgather {allgather}"
+    );
+    println!(
         "# {:>7} {:>9} {:>14} {:>14} {:>7} {:>7} {:>10} {:>9} {:>4} {:>7}",
         "N",
-        "tree",
+        "algorithm",
         "time(us)",
         "bound(us)",
         "ratio",
@@ -368,10 +415,12 @@ fn table(
     for n in sizes {
         let tree = parse_shape(shape, n, bytes, p)?;
         let mut s = Scenario::new(n, op, tree);
+        s.allgather = allgather;
         s.bytes_per_rank = bytes;
+        let dissemination = allgather.disseminates(n as usize);
         let need = memory_estimate(&s) as f64 / f64::from(1u32 << 30);
         let bound = lower_bound(n, bytes as f64, p);
-        let (round_bound, msg_bound) = bounds(tree, n);
+        let (round_bound, msg_bound) = bounds(tree, dissemination, n);
         let engines = need <= mem_gib && n <= engine_max;
         let (r, driver): (Option<Report>, &str) = if engines {
             (Some(simulate(&s, *p).map_err(|e| e.to_string())?), "engine")
@@ -386,6 +435,7 @@ fn table(
         let row = Row {
             n,
             tree,
+            dissemination,
             time_s: r.as_ref().map(|r| r.completion_s),
             bound_s: bound,
             rounds: r.as_ref().map_or(0, |r| r.rounds),
@@ -395,7 +445,7 @@ fn table(
         let fmt_opt = |v: Option<String>| v.unwrap_or_else(|| "-".into());
         println!(
             "  {n:>7} {:>9} {:>14} {:>14.2} {:>7} {:>7} {:>10} {:>9} {:>4} {:>7}",
-            tree.to_string(),
+            algorithm(tree, dissemination),
             fmt_opt(row.time_s.map(|t| format!("{:.2}", t * 1e6))),
             bound * 1e6,
             fmt_opt(row.time_s.map(|t| format!("{:.2}", t / bound))),

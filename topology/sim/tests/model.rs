@@ -3,15 +3,28 @@
 //! time, rounds, and messages and bytes sent by every server.
 
 use cohort_sim::{simulate, simulate_model, Collective, Params, Scenario};
-use cohort_topology::TreeShape;
+use cohort_topology::{Allgather, TreeShape};
 
 fn check(nodes: u32, ranks_per_node: u32, shape: TreeShape, bytes: usize, p: Params) {
+    check_with(nodes, ranks_per_node, shape, Allgather::Tree, bytes, p)
+}
+
+fn check_with(
+    nodes: u32,
+    ranks_per_node: u32,
+    shape: TreeShape,
+    allgather: Allgather,
+    bytes: usize,
+    p: Params,
+) {
     let mut s = Scenario::new(nodes, Collective::Construct, shape);
+    s.allgather = allgather;
     s.ranks_per_node = ranks_per_node;
     s.bytes_per_rank = bytes;
     let engine = simulate(&s, p).expect("engine run");
     let model = simulate_model(&s, p).expect("model run");
-    let what = format!("{nodes} servers × {ranks_per_node} ranks, {shape} tree, {bytes} B");
+    let what =
+        format!("{nodes} servers × {ranks_per_node} ranks, {shape} tree, {allgather}, {bytes} B");
     assert_eq!(
         engine.msgs_sent, model.msgs_sent,
         "messages per server, {what}"
@@ -68,5 +81,52 @@ fn model_matches_the_engines_on_a_shared_host() {
             check(nodes, rpn, TreeShape::KAry(2), 1024, host);
             check(nodes, rpn, TreeShape::Binomial, 64, host);
         }
+    }
+}
+
+#[test]
+fn model_matches_the_engines_with_the_dissemination_allgather() {
+    let slow = Params {
+        alpha_s: 25e-6,
+        beta_s_per_byte: 1.0 / 2e9,
+        overhead_s: 4e-6,
+        client_alpha_s: 8e-6,
+        host_cores: None,
+    };
+    let host = Params {
+        host_cores: Some(2),
+        ..slow
+    };
+    for nodes in [2, 3, 5, 8, 13, 40, 100] {
+        check_with(
+            nodes,
+            1,
+            TreeShape::KAry(4),
+            Allgather::Dissemination,
+            1024,
+            Params::hdr(),
+        );
+    }
+    for nodes in [3, 7, 30] {
+        for rpn in [2, 3] {
+            check_with(
+                nodes,
+                rpn,
+                TreeShape::KAry(3),
+                Allgather::Dissemination,
+                300,
+                slow,
+            );
+        }
+    }
+    for nodes in [2, 6, 20] {
+        check_with(
+            nodes,
+            2,
+            TreeShape::Binomial,
+            Allgather::Dissemination,
+            64,
+            host,
+        );
     }
 }

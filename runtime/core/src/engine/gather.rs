@@ -187,7 +187,7 @@ impl Engine {
         now: Time,
     ) {
         let seen = self.attempt_of(&key);
-        if attempt < seen || (!self.colls.contains_key(&key) && self.recently_done.contains(&key)) {
+        if attempt < seen || (!self.colls.contains_key(&key) && self.fallback_done.contains(&key)) {
             tracing::debug!(
                 ?key,
                 from,
