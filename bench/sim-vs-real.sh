@@ -59,7 +59,9 @@ job_params=$(echo "$params" | awk -v a="$job_a" -v c="$job_ac" '{
 sim() { # NODES OP BYTES PARAMS...
     local nodes=$1 op=$2 bytes=$3
     shift 3
-    "$bin/cohort-sim" run --nodes "$nodes" --op "$op" --bytes "$bytes" --host-cores "$cores" "$@" |
+    # --allgather tree: what `cohort run` uses (all its node servers share this host)
+    "$bin/cohort-sim" run --nodes "$nodes" --op "$op" --bytes "$bytes" --host-cores "$cores" \
+        --allgather tree "$@" |
         awk '/^completion/ { print $2 }'
 }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", a / b }'; }

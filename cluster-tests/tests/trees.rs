@@ -187,36 +187,45 @@ fn malformed_topology_fails_fast_naming_file_and_line() {
 }
 
 /// Issue 4: "Failure of an interior node server must not strand its subtree". Eight
-/// real node servers (a binomial tree); the rank on an interior server below the root
-/// SIGKILLs its server while the others wait in an optional construct. With
+/// real node servers; the rank on an interior server below the root of the binomial
+/// tree SIGKILLs its server while the others wait in an optional construct. With
 /// `--enable-recovery` the job goes on: the server's children route their
-/// contributions around it, every survivor gets partial success without the lost rank
-/// (the ranks check that themselves), and `cohort run` reports the loss and exits
-/// with the lost rank's status.
+/// contributions around it (with the dissemination allgather: every survivor sends
+/// what it gathered to the root), every survivor gets partial success without the
+/// lost rank (the ranks check that themselves), and `cohort run` reports the loss and
+/// exits with the lost rank's status.
 #[test]
 fn a_lost_interior_node_server_does_not_strand_its_subtree() {
-    let job = cohort_cluster_tests::run_testprog(8, 8, "lost-interior", true);
-    let r = job.results();
-    assert_eq!(
-        r.len(),
-        7,
-        "every survivor reports\nstdout:\n{}\nstderr:\n{}",
-        job.stdout,
-        job.stderr
-    );
-    assert!(
-        r.windows(2).all(|w| w[0] == w[1]),
-        "survivors disagree: {r:?}"
-    );
-    assert!(
-        job.stderr.contains("its ranks") && job.stderr.contains("--enable-recovery"),
-        "the launcher reports the lost node server:\n{}",
-        job.stderr
-    );
-    assert_eq!(
-        job.status,
-        Some(137),
-        "the lost rank was killed:\n{}",
-        job.stderr
-    );
+    for allgather in ["tree", "dissemination"] {
+        let job = cohort_cluster_tests::run_testprog_with(
+            8,
+            8,
+            "lost-interior",
+            true,
+            &["--allgather", allgather],
+        );
+        let r = job.results();
+        assert_eq!(
+            r.len(),
+            7,
+            "{allgather}: every survivor reports\nstdout:\n{}\nstderr:\n{}",
+            job.stdout,
+            job.stderr
+        );
+        assert!(
+            r.windows(2).all(|w| w[0] == w[1]),
+            "{allgather}: survivors disagree: {r:?}"
+        );
+        assert!(
+            job.stderr.contains("its ranks") && job.stderr.contains("--enable-recovery"),
+            "{allgather}: the launcher reports the lost node server:\n{}",
+            job.stderr
+        );
+        assert_eq!(
+            job.status,
+            Some(137),
+            "{allgather}: the lost rank was killed:\n{}",
+            job.stderr
+        );
+    }
 }

@@ -422,4 +422,23 @@ mod tests {
         assert_eq!(choose_radix(0, 1e-5, 1e-9, 1024.0), TreeShape::KAry(2));
         assert_eq!(choose_radix(2, 1e-5, 1e-9, 1024.0), TreeShape::KAry(2));
     }
+
+    #[test]
+    fn auto_gathers_by_dissemination_where_the_result_is_large() {
+        let m = CostModel::default();
+        // 3 servers: two hops of a star beat two rounds plus a lean broadcast.
+        assert!(!m.prefers_dissemination(3));
+        assert!(!Allgather::Auto.disseminates(3));
+        // 16384 servers × 1 KiB: a tree sends 16 MiB down every level.
+        assert!(m.dissemination_time(16384) * 5.0 < m.time(16384, m.best_shape(16384)));
+        assert!(Allgather::Auto.disseminates(16384));
+        for n in [1, 2, 3, 100, 16384] {
+            assert!(!Allgather::Tree.disseminates(n));
+            assert_eq!(Allgather::Dissemination.disseminates(n), n >= 2);
+        }
+        for a in [Allgather::Tree, Allgather::Dissemination, Allgather::Auto] {
+            assert_eq!(a.to_string().parse::<Allgather>(), Ok(a));
+        }
+        assert!("ring".parse::<Allgather>().is_err());
+    }
 }

@@ -11,6 +11,11 @@
 //! the subtree has contributed or is known to be gone; the root decides the outcome
 //! and broadcasts it down. Completion is accounted per *process*, not per server, so a
 //! server whose processes all died before calling never stalls its ancestors.
+//!
+//! Fences and collective-method constructs may instead gather by a dissemination
+//! allgather among their servers (`EngineConfig::allgather`, see `engine/gather.rs`):
+//! only the data movement changes; the root still decides, and every failure path
+//! (timeouts, probes, aborts, lost servers) is the tree collective's.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 use std::sync::Arc;

@@ -24,6 +24,10 @@ SwitchName=leaf5 Nodes=node[4,9]
 
 /// `n` ranks on 13 node servers whose engines know the switch map.
 fn cluster(n: u32, shape: TreeShape) -> Cluster {
+    cluster_with(n, shape, cohort_topology::Allgather::Tree)
+}
+
+fn cluster_with(n: u32, shape: TreeShape, allgather: cohort_topology::Allgather) -> Cluster {
     let map = Arc::new(SwitchMap::parse(TOPOLOGY).unwrap());
     let mut c = Cluster::new(n, 13, shape);
     c.engines = (0..13)
@@ -33,7 +37,7 @@ fn cluster(n: u32, shape: TreeShape) -> Cluster {
                 job: c.job.clone(),
                 tree_shape: shape,
                 switches: Some(map.clone()),
-                allgather: cohort_topology::Allgather::Tree,
+                allgather,
             })
         })
         .collect();
@@ -135,4 +139,26 @@ fn fence_with_collect_over_switches() {
         );
     }
     assert_eq!(c.sent, sent_before, "collected data is served locally");
+}
+
+/// With a switch map, `auto` (cohortd's default) keeps the hierarchical tree for
+/// fences and constructs even where it would pick the dissemination allgather on a
+/// flat network: one message up and one down per server, not ⌈log2 13⌉ rounds each.
+#[test]
+fn auto_keeps_the_switch_tree_when_a_switch_map_is_known() {
+    use cohort_topology::Allgather;
+    assert!(
+        Allgather::Auto.disseminates(13),
+        "flat: auto would disseminate"
+    );
+    for (allgather, hierarchical) in [(Allgather::Auto, true), (Allgather::Dissemination, false)] {
+        let mut c = cluster_with(13, TreeShape::KAry(2), allgather);
+        let before: u64 = c.sent.iter().sum();
+        let reqs = c.fence_all(true);
+        for r in 0..13 {
+            assert_eq!(c.reply(r, reqs[r as usize]), Some(Ok(Response::Done)));
+        }
+        let sent = c.sent.iter().sum::<u64>() - before;
+        assert_eq!(sent == 2 * 12, hierarchical, "{allgather}: {sent} messages");
+    }
 }

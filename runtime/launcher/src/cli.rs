@@ -225,7 +225,9 @@ pub struct RunArgs {
     /// How the node servers gather fence and group-construct contributions: tree (up a
     /// tree to its root and back), dissemination (a Bruck allgather among the node
     /// servers, then a lean outcome down a binary tree) or auto (per operation, from
-    /// the cost model; the default)
+    /// the cost model of separate hosts). Default: tree, because `cohort run` starts
+    /// every node server on this host, where each message costs the shared cores and
+    /// the tree sends the fewest (2(n−1) against n·⌈log2 n⌉)
     #[arg(long, value_name = "ALGORITHM", help_heading = "Tuning options")]
     pub allgather: Option<cohort_topology::Allgather>,
 

@@ -236,7 +236,12 @@ impl Launcher {
                 ib_gid_index: self.args.ib_gid_index,
                 spin_us: self.args.spin_us,
                 no_shm_fence: self.args.no_shm_fence,
-                allgather: self.args.allgather,
+                // Every node server runs on this host: see `RunArgs::allgather`.
+                allgather: Some(
+                    self.args
+                        .allgather
+                        .unwrap_or(cohort_topology::Allgather::Tree),
+                ),
                 exports: &self.exports,
                 command: &self.args.command,
             };

@@ -102,7 +102,11 @@ impl Engine {
             (CollKind::Fence, CollSpec::Fence { .. })
                 | (CollKind::Construct, CollSpec::Construct { .. })
         );
-        eligible && self.allgather.disseminates(servers)
+        // With a switch map, `auto` keeps the hierarchical tree (switch leaders first),
+        // which crosses the upper switches once per subtree; the dissemination
+        // allgather's partners ignore the switches.
+        let auto_with_switches = self.allgather == Allgather::Auto && self.locality.is_some();
+        eligible && !auto_with_switches && self.allgather.disseminates(servers)
     }
 
     /// Sends every round this server can send now: round 0 once its own processes are
