@@ -1,23 +1,26 @@
 #!/usr/bin/env bash
 # Group construct, add-members and a data fence across 3 node servers talking verbs
-# (RC queue pairs on rxe0), each node server on its own rxe address/GID. Run inside a
+# (RC queue pairs on rxe0), each node server on its own rxe address/GID, gathering by
+# the tree and (construct and fence again) by the dissemination allgather. Run inside a
 # soft-RoCE guest (deploy/rxe/rxe-run.sh). Usage: groups-on-verbs.sh TARGET_DIR
 set -euo pipefail
 target=${1:?usage: groups-on-verbs.sh TARGET_DIR (e.g. target/debug)}
 ulimit -l unlimited
 addrs=192.168.78.1,192.168.78.2,192.168.78.3
-for scenario in construct addmembers fence; do
+for run in construct:tree addmembers:tree fence:tree construct:dissemination fence:dissemination; do
+    scenario=${run%:*}
+    allgather=${run#*:}
     out=$(COHORT_FABRIC=verbs COHORT_LOG=cohort_transport=info timeout 180 \
-        "$target/cohort" run --nodes 3 --node-addrs "$addrs" -n 3 \
+        "$target/cohort" run --nodes 3 --node-addrs "$addrs" -n 3 --allgather "$allgather" \
         "$target/examples/testprog" "$scenario" 2>&1) || {
         echo "$out" >&2
-        echo "groups-on-verbs: $scenario failed" >&2
+        echo "groups-on-verbs: $scenario ($allgather) failed" >&2
         exit 1
     }
     chosen=$(grep -c 'fabric backend selected: verbs' <<<"$out" || true)
     results=$(grep -c '^RESULT' <<<"$out" || true)
     agree=$(grep '^RESULT' <<<"$out" | sort -u | wc -l)
-    echo "$scenario: $chosen node servers on verbs, $results ranks reported, $agree distinct result(s)"
+    echo "$scenario ($allgather): $chosen node servers on verbs, $results ranks reported, $agree distinct result(s)"
     if [[ $chosen -ne 3 || $results -ne 3 || $agree -ne 1 ]]; then
         echo "$out" >&2
         exit 1
