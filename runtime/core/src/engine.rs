@@ -1756,18 +1756,24 @@ impl Engine {
 
     /// Records the spec of `key`, or checks a new one against it.
     fn merge_spec(&mut self, key: &CollKey, spec: CollSpec) -> Result<(), CohortError> {
-        let tree = self.tree_for(key, &spec);
-        let gather = self
-            .disseminates(key, &spec, tree.nodes().len())
-            .then(|| Gather::new(&tree, self.node))
-            .flatten();
-        let coll = self.colls.get_mut(key).expect("caller created the tracker");
-        let Some(old) = &mut coll.spec else {
+        if self.colls.get(key).is_some_and(|c| c.spec.is_none()) {
+            // The tree only once per operation and server (not per message).
+            let tree = self.tree_for(key, &spec);
+            let gather = self
+                .disseminates(key, &spec, tree.nodes().len())
+                .then(|| Gather::new(&tree, self.node))
+                .flatten();
+            let coll = self.colls.get_mut(key).expect("caller created the tracker");
             coll.gather = gather;
             coll.spec = Some(spec);
             coll.tree = Some(tree);
             return Ok(());
-        };
+        }
+        let old = self
+            .colls
+            .get_mut(key)
+            .and_then(|c| c.spec.as_mut())
+            .expect("caller created the tracker");
         match (old, spec) {
             (CollSpec::Fence { collect, .. }, CollSpec::Fence { collect: c, .. }) => {
                 *collect |= c;
