@@ -23,6 +23,7 @@ use cohort::{
     codes, Client, ConstructOpts, FenceOpts, GroupEventInfo, GroupResult, InviteOpts, ProcId,
     Scope, Value,
 };
+use cohort_topology::{Allgather, TreeShape};
 
 #[derive(Parser)]
 #[command(
@@ -131,12 +132,23 @@ fn run(cli: Cli) -> Res<()> {
     let before = Baseline::measure(&c, 0)?;
     let mut rows: Vec<(String, Stats)> = Vec::new();
     let title;
-    let hops = |depth: usize| if nodes == 1 { 2 } else { 2 + 2 * depth };
+    let hops = |depth: usize| if nodes == 1 { 2 } else { 2 + depth };
+    // Server-to-server hops on the critical path, for the algorithm the node servers
+    // use for this many servers (flat, no switch map).
     let depth = {
         let all: Vec<u32> = (0..nodes).collect();
-        // The shape the node servers pick for this many servers (flat, no switch map).
-        let shape = cohort_topology::default_shape(nodes as usize);
-        cohort_topology::Tree::new(&all, 0, shape).depth()
+        let allgather: Allgather = std::env::var(cohort_proto::env::ALLGATHER)
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(Allgather::Tree);
+        if allgather.disseminates(nodes as usize) {
+            // ⌈log2 n⌉ rounds, then the lean outcome down a binary tree.
+            let rounds = (u32::BITS - (nodes - 1).leading_zeros()) as usize;
+            rounds + cohort_topology::Tree::new(&all, 0, TreeShape::KAry(2)).depth()
+        } else {
+            let shape = cohort_topology::default_shape(nodes as usize);
+            2 * cohort_topology::Tree::new(&all, 0, shape).depth()
+        }
     };
     match cli.what {
         What::Fence {

@@ -135,6 +135,37 @@ fn every_rank_output_is_forwarded() {
     s.assert_job_dir_removed();
 }
 
+/// `cohort run` starts every node server on this host and so defaults to the tree
+/// collective; `--allgather` reaches every node server, and ranks see it in
+/// `COHORT_ALLGATHER` (cohort-bench derives its hop count from it).
+#[test]
+fn the_allgather_choice_reaches_node_servers_and_ranks() {
+    let s = scratch("allgather");
+    for (given, want) in [
+        (None, "tree"),
+        (Some("dissemination"), "dissemination"),
+        (Some("auto"), "auto"),
+    ] {
+        let mut args = vec!["run", "--nodes", "2", "-n", "2"];
+        if let Some(a) = given {
+            args.extend(["--allgather", a]);
+        }
+        args.extend(["sh", "-c", "echo $COHORT_ALLGATHER"]);
+        let out = s.run(&args);
+        assert_eq!(code(&out), Some(0), "{}", describe(&out));
+        let lines: Vec<String> = text(&out.stdout).lines().map(String::from).collect();
+        assert_eq!(
+            lines,
+            vec![want.to_string(); 2],
+            "{given:?}: {}",
+            describe(&out)
+        );
+    }
+    let out = s.run(&["run", "--allgather", "ring", "true"]);
+    assert_ne!(code(&out), Some(0), "{}", describe(&out));
+    assert!(text(&out.stderr).contains("ring"), "{}", describe(&out));
+}
+
 #[test]
 fn tag_output_prefixes_every_line() {
     let s = scratch("tag");

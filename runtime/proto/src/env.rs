@@ -21,6 +21,10 @@ pub const BINDING: &str = "COHORT_BINDING";
 /// Per-job secret node servers prove to each other and to the launcher (hex; set only
 /// in node servers' environment, never on a command line).
 pub const JOB_SECRET: &str = "COHORT_JOB_SECRET";
+/// How the job's node servers gather fences and collective-method constructs (`tree`,
+/// `dissemination` or `auto`; see `cohort_topology::Allgather`). Set for ranks by
+/// their node server, for tools that model the collectives' critical path.
+pub const ALLGATHER: &str = "COHORT_ALLGATHER";
 /// Log filter (falls back to RUST_LOG).
 pub const LOG: &str = "COHORT_LOG";
 /// How long, in microseconds, a call blocked on its node server polls before it

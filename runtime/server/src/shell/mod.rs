@@ -210,6 +210,7 @@ async fn run(
         command: args.command.clone(),
         exports: args.export.clone(),
         spin_us: args.spin_us,
+        allgather: args.allgather,
         server_uri: svc.socket_path(),
         token_hex,
         tag_output: args.tag_output,

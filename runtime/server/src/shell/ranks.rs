@@ -44,6 +44,8 @@ pub struct RankTemplate {
     pub exports: Vec<(OsString, OsString)>,
     /// `COHORT_SPIN_US` for the ranks (an exported value wins).
     pub spin_us: u64,
+    /// `COHORT_ALLGATHER` for the ranks: what this node server was told.
+    pub allgather: cohort_topology::Allgather,
     pub server_uri: PathBuf,
     pub token_hex: String,
     pub tag_output: bool,
@@ -65,6 +67,7 @@ impl RankTemplate {
             .env_remove(env::JOB_SECRET)
             .env(env::SPIN_US, self.spin_us.to_string())
             .envs(self.exports.iter().map(|(k, v)| (k, v)))
+            .env(env::ALLGATHER, self.allgather.to_string())
             .env(env::SERVER_URI, &self.server_uri)
             .env(env::CLIENT_TOKEN, &self.token_hex)
             .env(env::NSPACE, &self.job.nspace)
