@@ -74,18 +74,16 @@ fn dissemination_gives_the_trees_results_in_at_most_log2n_plus_2_messages_per_se
     }
 }
 
-/// The root can hold every contribution, decide and send its lean outcome before a
-/// server's last round is in. That server applies the outcome only once the round
-/// brings the data the outcome leaves out.
-#[test]
-fn a_lean_outcome_waits_for_the_servers_last_round() {
-    let id = "lean";
+/// Five servers constructing `id`, every rank a leader with group info of its own,
+/// with server `b`'s last round held back: `b` gets its round 2 (step 4) from
+/// `b + 4 ≡ b − 1 = a`, and its own rounds need only rounds 0 and 1, so every other
+/// server completes the allgather. Returns the cluster, `a`, `b`, the requests and the
+/// root's result (the root decided).
+fn lean_race(id: &str) -> (Cluster, u32, u32, Vec<u64>, GroupResult) {
     let servers = 5u32;
     let mut c = new_cluster(servers, servers, TreeShape::KAry(2));
     c.connect_all();
     let root = cohort_topology::rendezvous(id, servers as usize) as u32;
-    // Server b gets its last round (round 2, step 4) from b + 4 ≡ b − 1; b's own rounds
-    // need only rounds 0 and 1, so everyone else completes.
     let b = (root + 2) % servers;
     let a = (b + servers - 1) % servers;
     c.hold(a, b);
@@ -103,8 +101,17 @@ fn a_lean_outcome_waits_for_the_servers_last_round() {
         c.reply(b, reqs[b as usize]).is_none(),
         "server {b} has the lean outcome but not yet {a}'s group info"
     );
+    (c, a, b, reqs, first)
+}
+
+/// The root can hold every contribution, decide and send its lean outcome before a
+/// server's last round is in. That server applies the outcome only once the round
+/// brings the data the outcome leaves out.
+#[test]
+fn a_lean_outcome_waits_for_the_servers_last_round() {
+    let (mut c, a, b, reqs, first) = lean_race("lean");
     c.release(a, b);
-    for r in 0..servers {
+    for r in 0..5 {
         assert_eq!(group(&c, r, reqs[r as usize]), first, "rank {r}");
     }
 }
@@ -113,30 +120,10 @@ fn a_lean_outcome_waits_for_the_servers_last_round() {
 /// the root, which sends the whole outcome it kept.
 #[test]
 fn a_lean_outcome_missing_data_from_a_lost_server_is_fetched_whole_from_the_root() {
-    let id = "lean-lost";
-    let servers = 5u32;
-    let mut c = new_cluster(servers, servers, TreeShape::KAry(2));
-    c.connect_all();
-    let root = cohort_topology::rendezvous(id, servers as usize) as u32;
-    let b = (root + 2) % servers;
-    let a = (b + servers - 1) % servers;
-    c.hold(a, b);
-    let all: Vec<u32> = (0..servers).collect();
-    let reqs: Vec<u64> = (0..servers)
-        .map(|r| {
-            let mut opts = ctx_opts();
-            opts.group_info = vec![("who".into(), Value::U32(r))];
-            construct(&mut c, r, id, &all, opts)
-        })
-        .collect();
-    let first = group(&c, root, reqs[root as usize]);
-    assert!(c.reply(b, reqs[b as usize]).is_none());
+    let (mut c, a, _, reqs, first) = lean_race("lean-lost");
+    // a's rank joined before its server was lost: still a member.
     c.kill_node(a);
-    assert_eq!(
-        first.members.len(),
-        servers as usize,
-        "{a}'s rank joined before its server was lost"
-    );
+    let servers = 5;
     for r in (0..servers).filter(|&r| r != a) {
         assert_eq!(group(&c, r, reqs[r as usize]), first, "rank {r}");
     }
@@ -161,7 +148,7 @@ fn a_server_lost_mid_allgather_ends_in_one_outcome_for_every_survivor() {
         for step in [2, 4] {
             c.hold(x, (x + servers - step) % servers);
         }
-        let reqs = all_construct_of(&mut c, id, servers);
+        let reqs = every_rank_constructs(&mut c, id, servers, true);
         c.kill_node(x);
         let first_survivor = (0..servers).find(|&r| r != x).expect("survivors");
         let first = group(&c, first_survivor, reqs[first_survivor as usize]);
@@ -181,20 +168,6 @@ fn a_server_lost_mid_allgather_ends_in_one_outcome_for_every_survivor() {
     }
 }
 
-fn all_construct_of(c: &mut Cluster, id: &str, n: u32) -> Vec<u64> {
-    let all: Vec<u32> = (0..n).collect();
-    (0..n)
-        .map(|r| {
-            let opts = ConstructOpts {
-                optional: true,
-                assign_context_id: true,
-                ..Default::default()
-            };
-            construct(c, r, id, &all, opts)
-        })
-        .collect()
-}
-
 /// An id is reusable once its destruct completes (group-construction-methods §6.4.3):
 /// servers that finished the destruct start the next construct while the destruct's
 /// outcome is still on its way to another server. Their rounds reach it first and
@@ -205,7 +178,7 @@ fn rounds_of_a_reused_id_that_overtake_the_destruct_are_kept() {
     let servers = 8u32;
     let mut c = new_cluster(servers, servers, TreeShape::KAry(2));
     c.connect_all();
-    let first = all_construct_of(&mut c, id, servers);
+    let first = every_rank_constructs(&mut c, id, servers, true);
     let first_ctx = group(&c, 0, first[0]).context_id;
     // The destruct goes down the 2-ary tree from the id's rendezvous server: hold its
     // outcome on the way to z.

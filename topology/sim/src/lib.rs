@@ -810,96 +810,32 @@ pub struct SizeModel {
 
 impl SizeModel {
     /// Fits the model to `s`'s message shapes from runs of the real engines over 3 and
-    /// 5 servers in a chain, and checks it against every message of the second run.
+    /// 5 servers, and checks it against every message of the second run. The tree
+    /// collective runs in a chain (its up messages carry 1, 2, … servers'
+    /// contributions); for the dissemination allgather `up` sizes its rounds (over 5
+    /// servers: one and two servers' contributions) and `down` its lean outcome.
     pub fn fit(s: &Scenario) -> Result<SizeModel, SimError> {
         if s.allgather.disseminates(s.nodes as usize) {
-            return SizeModel::fit_dissemination(s);
+            let gather = |contribs| MsgShape::Gather { contribs };
+            SizeModel::fit_with(s, Allgather::Dissemination, gather, MsgShape::LeanDown)
+        } else {
+            let up = |contribs| MsgShape::Up { contribs };
+            SizeModel::fit_with(s, Allgather::Tree, up, MsgShape::Down)
         }
-        let r = i64::from(s.ranks_per_node);
-        let run = |nodes: u32| -> Result<Vec<(MsgShape, usize)>, SimError> {
-            let mut t = s.clone();
-            t.nodes = nodes;
-            t.shape = TreeShape::KAry(1);
-            t.allgather = Allgather::Tree;
-            t.read_back = false;
-            let mut sim = Sim::new(&t, Params::hdr());
-            sim.net.log = Some(Vec::new());
-            sim.connect_all();
-            start_collective(&mut sim, &t);
-            sim.run();
-            Ok(sim.net.log.take().unwrap_or_default())
-        };
-        let size_of = |log: &[(MsgShape, usize)], want: MsgShape| -> Result<i64, SimError> {
-            log.iter()
-                .find(|(m, _)| *m == want)
-                .map(|&(_, size)| size as i64)
-                .ok_or(SimError::Model(format!(
-                    "no {want:?} message in the calibration run"
-                )))
-        };
-        let three = run(3)?;
-        let five = run(5)?;
-        let (u1, u2) = (
-            size_of(
-                &three,
-                MsgShape::Up {
-                    contribs: r as usize,
-                },
-            )?,
-            size_of(
-                &three,
-                MsgShape::Up {
-                    contribs: 2 * r as usize,
-                },
-            )?,
-        );
-        let per_contrib = (u2 - u1) / r;
-        let at3 = u1 - per_contrib * r;
-        let at5 = size_of(
-            &five,
-            MsgShape::Up {
-                contribs: r as usize,
-            },
-        )? - per_contrib * r;
-        let up_b = (at5 - at3) / (2 * r);
-        let up_a = at3 - up_b * 3 * r;
-        let (d3, d5) = (
-            size_of(&three, MsgShape::Down)?,
-            size_of(&five, MsgShape::Down)?,
-        );
-        let down_e = (d5 - d3) / (2 * r);
-        let down_d = d3 - down_e * 3 * r;
-        let m = SizeModel {
-            up_a,
-            up_b,
-            per_contrib,
-            down_d,
-            down_e,
-        };
-        for &(shape, size) in &five {
-            let predicted = match shape {
-                MsgShape::Up { contribs } => m.up(5 * r as u64, contribs as u64),
-                MsgShape::Down => m.down(5 * r as u64),
-                MsgShape::Gather { .. } | MsgShape::LeanDown | MsgShape::Other => continue,
-            };
-            if predicted != size {
-                return Err(SimError::Model(format!(
-                    "{shape:?}: the engine sent {size} bytes, the size model says {predicted}"
-                )));
-            }
-        }
-        Ok(m)
     }
 
-    /// As [`SizeModel::fit`] for the dissemination allgather: `up` sizes its rounds,
-    /// `down` its lean outcome. Fitted from runs over 3 and 5 servers (5 servers send
-    /// rounds of one and of two servers' contributions).
-    fn fit_dissemination(s: &Scenario) -> Result<SizeModel, SimError> {
+    fn fit_with(
+        s: &Scenario,
+        allgather: Allgather,
+        up: fn(usize) -> MsgShape,
+        down: MsgShape,
+    ) -> Result<SizeModel, SimError> {
         let r = i64::from(s.ranks_per_node);
         let run = |nodes: u32| -> Vec<(MsgShape, usize)> {
             let mut t = s.clone();
             t.nodes = nodes;
-            t.allgather = Allgather::Dissemination;
+            t.shape = TreeShape::KAry(1);
+            t.allgather = allgather;
             t.read_back = false;
             let mut sim = Sim::new(&t, Params::hdr());
             sim.net.log = Some(Vec::new());
@@ -916,19 +852,14 @@ impl SizeModel {
                     "no {want:?} message in the calibration run"
                 )))
         };
-        let gather = |c: i64| MsgShape::Gather {
-            contribs: c as usize,
-        };
+        let up_r = |c: i64| up(c as usize);
         let (three, five) = (run(3), run(5));
-        let per_contrib = (size_of(&five, gather(2 * r))? - size_of(&five, gather(r))?) / r;
-        let at3 = size_of(&three, gather(r))? - per_contrib * r;
-        let at5 = size_of(&five, gather(r))? - per_contrib * r;
+        let per_contrib = (size_of(&five, up_r(2 * r))? - size_of(&five, up_r(r))?) / r;
+        let at3 = size_of(&three, up_r(r))? - per_contrib * r;
+        let at5 = size_of(&five, up_r(r))? - per_contrib * r;
         let up_b = (at5 - at3) / (2 * r);
         let up_a = at3 - up_b * 3 * r;
-        let (d3, d5) = (
-            size_of(&three, MsgShape::LeanDown)?,
-            size_of(&five, MsgShape::LeanDown)?,
-        );
+        let (d3, d5) = (size_of(&three, down)?, size_of(&five, down)?);
         let down_e = (d5 - d3) / (2 * r);
         let down_d = d3 - down_e * 3 * r;
         let m = SizeModel {
@@ -940,13 +871,13 @@ impl SizeModel {
         };
         for &(shape, size) in &five {
             let predicted = match shape {
-                MsgShape::Gather { contribs } => m.up(5 * r as u64, contribs as u64),
-                MsgShape::LeanDown => m.down(5 * r as u64),
-                _ => {
-                    return Err(SimError::Model(format!(
-                        "unexpected {shape:?} message in the dissemination calibration run"
-                    )))
+                MsgShape::Up { contribs } | MsgShape::Gather { contribs }
+                    if shape == up(contribs) =>
+                {
+                    m.up(5 * r as u64, contribs as u64)
                 }
+                _ if shape == down => m.down(5 * r as u64),
+                _ => continue,
             };
             if predicted != size {
                 return Err(SimError::Model(format!(
@@ -1109,19 +1040,7 @@ fn model_dissemination(s: &Scenario, p: Params, sizes: SizeModel) -> Report {
         match ev {
             DisEv::Request => local_left[i] -= 1,
             DisEv::Round(k) => received[i] |= 1u64 << k,
-            DisEv::Lean => {
-                for c in tree.children_largest_first(v) {
-                    net.send(
-                        v,
-                        c,
-                        sizes.down(ranks),
-                        MsgShape::LeanDown,
-                        end,
-                        DisEv::Lean,
-                    );
-                }
-                lean[i] = true;
-            }
+            DisEv::Lean => {}
         }
         if local_left[i] == 0 {
             while sent[i] < rounds && all_in(received[i], sent[i]) {
@@ -1137,16 +1056,13 @@ fn model_dissemination(s: &Scenario, p: Params, sizes: SizeModel) -> Report {
             }
         }
         let complete = local_left[i] == 0 && all_in(received[i], rounds);
-        if v == root && complete && !done[i] {
+        // The root decides once it holds everything; others pass the lean outcome on
+        // as it comes (a Lean event sends no rounds, so the order matches the engine).
+        let decides = v == root && complete && !lean[i];
+        if decides || matches!(ev, DisEv::Lean) {
             for c in tree.children_largest_first(v) {
-                net.send(
-                    v,
-                    c,
-                    sizes.down(ranks),
-                    MsgShape::LeanDown,
-                    end,
-                    DisEv::Lean,
-                );
+                let size = sizes.down(ranks);
+                net.send(v, c, size, MsgShape::LeanDown, end, DisEv::Lean);
             }
             lean[i] = true;
         }

@@ -40,6 +40,17 @@ fn check_with(
     );
 }
 
+/// Slow links, costly messages, slow rank hops.
+fn slow_links() -> Params {
+    Params {
+        alpha_s: 25e-6,
+        beta_s_per_byte: 1.0 / 2e9,
+        overhead_s: 4e-6,
+        client_alpha_s: 8e-6,
+        host_cores: None,
+    }
+}
+
 #[test]
 fn model_matches_the_engines_on_k_ary_and_binomial_trees() {
     let hdr = Params::hdr();
@@ -52,13 +63,7 @@ fn model_matches_the_engines_on_k_ary_and_binomial_trees() {
 
 #[test]
 fn model_matches_the_engines_with_several_ranks_per_server_and_slow_links() {
-    let slow = Params {
-        alpha_s: 25e-6,
-        beta_s_per_byte: 1.0 / 2e9,
-        overhead_s: 4e-6,
-        client_alpha_s: 8e-6,
-        host_cores: None,
-    };
+    let slow = slow_links();
     for nodes in [3, 7, 30] {
         for rpn in [2, 3] {
             check(nodes, rpn, TreeShape::KAry(3), 300, slow);
@@ -86,13 +91,7 @@ fn model_matches_the_engines_on_a_shared_host() {
 
 #[test]
 fn model_matches_the_engines_with_the_dissemination_allgather() {
-    let slow = Params {
-        alpha_s: 25e-6,
-        beta_s_per_byte: 1.0 / 2e9,
-        overhead_s: 4e-6,
-        client_alpha_s: 8e-6,
-        host_cores: None,
-    };
+    let slow = slow_links();
     let host = Params {
         host_cores: Some(2),
         ..slow

@@ -364,50 +364,48 @@ impl Engine {
         }
         let lean = coll.lean.take().expect("checked");
         let coll = self.colls.get(key).expect("present");
-        let outcome = match lean.outcome {
-            CollOutcome::Fence { data } => CollOutcome::Fence {
-                data: coll
+        // The gathered entries first, then those the outcome carried (add-members').
+        let fill = |gathered: Vec<(ProcId, Info)>, carried: &mut Vec<(ProcId, Info)>| {
+            let extra = std::mem::replace(carried, gathered);
+            carried.extend(extra);
+        };
+        let mut outcome = lean.outcome;
+        match &mut outcome {
+            CollOutcome::Fence { data } => {
+                let gathered = coll
                     .contribs
                     .values()
                     .filter(|c| !c.data.is_empty())
                     .map(|c| (c.proc.clone(), c.data.clone()))
-                    .chain(data)
-                    .collect(),
-            },
+                    .collect();
+                fill(gathered, data);
+            }
             CollOutcome::Construct {
-                status,
                 members,
-                context_id,
                 group_info,
                 data,
-                failed,
-                notify_termination,
-                designated_leaders,
+                ..
             } => {
                 let gathered = || {
                     coll.contribs
                         .values()
                         .filter(|c| members.binary_search(&c.proc).is_ok())
                 };
-                CollOutcome::Construct {
-                    status,
-                    group_info: gathered()
+                fill(
+                    gathered()
                         .map(|c| (c.proc.clone(), c.group_info.clone()))
-                        .chain(group_info)
                         .collect(),
-                    data: gathered()
+                    group_info,
+                );
+                fill(
+                    gathered()
                         .map(|c| (c.proc.clone(), c.data.clone()))
-                        .chain(data)
                         .collect(),
-                    members,
-                    context_id,
-                    failed,
-                    notify_termination,
-                    designated_leaders,
-                }
+                    data,
+                );
             }
-            other => other,
-        };
+            _ => {}
+        }
         self.complete(key.clone(), lean.spec, outcome, lean.late, false, now);
     }
 }

@@ -927,8 +927,13 @@ fn interior(id: &str) -> (u32, u32, Vec<u32>) {
 }
 
 fn all_construct(c: &mut Cluster, id: &str, optional: bool) -> Vec<u64> {
-    let all: Vec<u32> = (0..7).collect();
-    (0..7)
+    every_rank_constructs(c, id, 7, optional)
+}
+
+/// Ranks `0..n` all construct `id` (every rank a leader) with a context id.
+fn every_rank_constructs(c: &mut Cluster, id: &str, n: u32, optional: bool) -> Vec<u64> {
+    let all: Vec<u32> = (0..n).collect();
+    (0..n)
         .map(|r| {
             let opts = ConstructOpts {
                 optional,
