@@ -301,10 +301,17 @@ pub struct Engine {
     recently_done: HashSet<CollKey>,
     recently_done_order: VecDeque<CollKey>,
     /// Dissemination allgathers this server completed after a fallback (a server of
-    /// the operation was lost), with rounds and a lean copy of the outcome possibly
-    /// still on their way: those are dropped, until the key is used again here.
+    /// the operation was lost), with a lean copy of the outcome possibly still on its
+    /// way: it is dropped, until the key is used again here.
     fallback_done: HashSet<CollKey>,
     fallback_done_order: VecDeque<CollKey>,
+    /// Dissemination allgathers that completed here before every round came in: the
+    /// rounds still owed, by sender (see `Engine::gather_owed`).
+    owed_rounds: HashMap<CollKey, Vec<(NodeId, u8)>>,
+    owed_rounds_order: VecDeque<CollKey>,
+    /// Dissemination rounds of a later attempt than this server has seen fail (see
+    /// `Engine::replay_early_rounds`).
+    early_rounds: HashMap<CollKey, Vec<(NodeId, PeerMsg)>>,
     fence_seq: HashMap<(ProcId, String), u64>,
 
     groups: HashMap<String, Group>,
@@ -369,6 +376,9 @@ impl Engine {
             recently_done_order: VecDeque::new(),
             fallback_done: HashSet::new(),
             fallback_done_order: VecDeque::new(),
+            owed_rounds: HashMap::new(),
+            owed_rounds_order: VecDeque::new(),
+            early_rounds: HashMap::new(),
             fence_seq: HashMap::new(),
             groups: HashMap::new(),
             retired: HashMap::new(),
@@ -763,6 +773,7 @@ impl Engine {
                     .find(|(k, _, _)| *k == key)
                     .cloned()
                     .expect("checked above");
+                let attempt = self.attempt_of(&key);
                 self.send_peer(
                     from,
                     PeerMsg::CollDown {
@@ -770,6 +781,7 @@ impl Engine {
                         spec,
                         outcome,
                         late: Vec::new(),
+                        attempt,
                         lean: None,
                     },
                 );
@@ -890,12 +902,21 @@ impl Engine {
                 excused,
                 attempt,
             } => self.on_gather(from, key, spec, round, contribs, excused, attempt, now),
+            PeerMsg::CollDown { key, attempt, .. } if attempt < self.attempt_of(&key) => {
+                tracing::debug!(
+                    ?key,
+                    from,
+                    attempt,
+                    "dropping the outcome of an attempt this server already ended"
+                );
+            }
             PeerMsg::CollDown {
                 key,
                 spec,
                 outcome,
                 late,
                 lean,
+                ..
             } => self.on_down(key, spec, outcome, late, lean, now),
             PeerMsg::NodeLost { node } => self.node_lost(node, now),
             PeerMsg::ProcTerminated { proc, contributed } => {
@@ -2505,7 +2526,19 @@ impl Engine {
         forward: bool,
         now: Time,
     ) {
+        let success = !matches!(outcome, CollOutcome::Failed(_));
+        let attempt = self.attempt_of(&key);
+        if success {
+            self.gather_flush(&key);
+        }
         let coll = self.colls.remove(&key);
+        if let Some(g) = coll
+            .as_ref()
+            .and_then(|c| c.gather.as_ref())
+            .filter(|_| success)
+        {
+            self.gather_owed(&key, g);
+        }
         let spec = spec.or_else(|| coll.as_ref().and_then(|c| c.spec.clone()));
         if key.kind == CollKind::Destruct {
             // The id may be reused now: a kept construct outcome would be stale.
@@ -2594,6 +2627,7 @@ impl Engine {
                             spec: spec.clone(),
                             outcome,
                             late: late.clone(),
+                            attempt,
                             lean,
                         },
                     });
@@ -2609,6 +2643,7 @@ impl Engine {
                     spec: spec.clone(),
                     outcome: outcome.clone(),
                     late: late.clone(),
+                    attempt,
                     lean: None,
                 },
             });
@@ -2624,7 +2659,7 @@ impl Engine {
                 }
             }
             if coll.as_ref().is_some_and(|c| c.fallback) && self.fallback_done.insert(key.clone()) {
-                // Late rounds and a second copy of the outcome are dropped.
+                // A second copy of the outcome is dropped.
                 self.fallback_done_order.push_back(key.clone());
                 while self.fallback_done_order.len() > MAX_TOMBSTONES {
                     if let Some(old) = self.fallback_done_order.pop_front() {
@@ -2656,6 +2691,9 @@ impl Engine {
             self.invite_homes.remove(&key.id);
         }
         self.apply_outcome(&key, outcome, waiters, now);
+        if !success {
+            self.replay_early_rounds(&key, now);
+        }
     }
 
     fn apply_outcome(

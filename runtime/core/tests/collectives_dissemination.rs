@@ -224,3 +224,185 @@ fn rounds_of_a_reused_id_that_overtake_the_destruct_are_kept() {
         assert_eq!(group(&c, r, req), again, "rank {r}");
     }
 }
+
+/// After a fallback a server can complete before a round reaches it; that round stays
+/// owed. If the id is reused at once, the next construct's round from the same
+/// server, with the same round number, queues behind the owed one on the same link.
+/// The owed round must be dropped and the new one kept. Taking the old round for the
+/// new one would mix the old construct's group info into the new result.
+#[test]
+fn a_round_owed_from_a_fallback_is_not_taken_for_the_next_constructs() {
+    use cohort_topology::{rendezvous, Tree};
+    let id = "owed";
+    let n = 8u32;
+    let root = rendezvous(id, n as usize) as u32;
+    let nodes: Vec<u32> = (0..n).collect();
+    // Ring positions are node ids among the servers taking part; z gets round r from
+    // y when z = y − 2^r (mod the ring size).
+    let edge = |ring: &[u32], y: u32, z: u32, r: u32| {
+        let m = ring.len();
+        let (py, pz) = (
+            ring.iter().position(|&v| v == y),
+            ring.iter().position(|&v| v == z),
+        );
+        matches!((py, pz), (Some(py), Some(pz)) if pz == (py + m - (1 << r) % m) % m)
+    };
+    let adjacent = |t: &Tree, a: u32, b: u32| t.parent(a) == Some(b) || t.parent(b) == Some(a);
+    let mut chosen = None;
+    'search: for x in (0..n).filter(|&x| x != root) {
+        let survivors: Vec<u32> = nodes.iter().copied().filter(|&v| v != x).collect();
+        let lean1 = Tree::new(&nodes, root, TreeShape::KAry(2));
+        let tree2 = Tree::new(&survivors, root, TreeShape::KAry(2));
+        for r in 0..3 {
+            for &y in &survivors {
+                for &z in survivors.iter().filter(|&&z| z != y && z != root) {
+                    if edge(&nodes, y, z, r)
+                        && edge(&survivors, y, z, r)
+                        && !adjacent(&lean1, y, z)
+                        && !adjacent(&tree2, y, z)
+                    {
+                        chosen = Some((x, y, z, survivors));
+                        break 'search;
+                    }
+                }
+            }
+        }
+    }
+    let (x, y, z, survivors) = chosen.expect("8 servers have such a pair");
+    let mut c = new_cluster(n, n, TreeShape::KAry(2));
+    c.connect_all();
+    // x's contribution never leaves it; y's round to z is held back.
+    for step in [1, 2, 4] {
+        c.hold(x, (x + n - step) % n);
+    }
+    c.hold(y, z);
+    let construct_gen = |c: &mut Cluster, ranks: &[u32], gen: u32| -> Vec<(u32, u64)> {
+        ranks
+            .iter()
+            .map(|&r| {
+                let mut opts = ctx_opts();
+                opts.optional = true;
+                opts.group_info = vec![("gen".into(), Value::U32(gen))];
+                (r, construct(c, r, id, ranks, opts))
+            })
+            .collect()
+    };
+    let first = construct_gen(&mut c, &nodes, 1);
+    c.kill_node(x);
+    let g1 = group(&c, root, first[root as usize].1);
+    assert_eq!(g1.failed, vec![c.proc(x)]);
+    for &(r, req) in first.iter().filter(|(r, _)| *r != x) {
+        assert_eq!(group(&c, r, req), g1, "rank {r}, first construct");
+    }
+    let destructs: Vec<(u32, u64)> = survivors
+        .iter()
+        .map(|&r| {
+            let req = c.request(
+                r,
+                Request::Destruct {
+                    id: id.into(),
+                    timeout_ms: None,
+                },
+            );
+            (r, req)
+        })
+        .collect();
+    for &(r, req) in &destructs {
+        assert!(matches!(c.reply(r, req), Some(Ok(_))), "rank {r}: destruct");
+    }
+    let second = construct_gen(&mut c, &survivors, 2);
+    c.release(y, z);
+    let g2 = group(
+        &c,
+        root,
+        second.iter().find(|(r, _)| *r == root).expect("root").1,
+    );
+    assert_eq!(g2.members.len(), survivors.len());
+    for (p, info) in &g2.group_info {
+        assert_eq!(info, &vec![("gen".to_string(), Value::U32(2))], "{p}");
+    }
+    for &(r, req) in &second {
+        assert_eq!(
+            group(&c, r, req),
+            g2,
+            "rank {r}, second construct (x={x} y={y} z={z})"
+        );
+    }
+}
+
+/// Four servers construct `id` with a 1 s timeout; w's rank never calls, and the
+/// verdict (a timeout) is held on its way to z. `z_timeout`: whether z's own rank
+/// has that timeout too. After `advance` seconds, the others retry without w; then z
+/// gets the verdict and retries. Every retry must succeed, with the same group.
+fn retry_after_a_late_verdict(z_timeout: bool, advance: &[u64]) {
+    use cohort_topology::{rendezvous, Tree};
+    let id = "early";
+    let n = 4u32;
+    let nodes: Vec<u32> = (0..n).collect();
+    let root = rendezvous(id, n as usize) as u32;
+    let lean = Tree::new(&nodes, root, TreeShape::KAry(2));
+    let others: Vec<u32> = nodes.iter().copied().filter(|&v| v != root).collect();
+    let (z, w, v) = (others[0], others[1], others[2]);
+    let p = lean.parent(z).expect("z is below the root");
+    let mut c = new_cluster(n, n, TreeShape::KAry(2));
+    c.connect_all();
+    let first: Vec<(u32, u64)> = [root, z, v]
+        .iter()
+        .map(|&r| {
+            let opts = ConstructOpts {
+                timeout_ms: (z_timeout || r != z).then_some(1_000),
+                ..Default::default()
+            };
+            (r, construct(&mut c, r, id, &nodes, opts))
+        })
+        .collect();
+    c.hold(p, z);
+    for &s in advance {
+        c.advance(Duration::from_secs(s));
+    }
+    for &(r, req) in first.iter().filter(|(r, _)| *r != z) {
+        assert!(
+            matches!(err(&c, r, req), CohortError::Timeout { .. }),
+            "rank {r}"
+        );
+    }
+    let z_first = first.iter().find(|(r, _)| *r == z).expect("z called").1;
+    assert!(
+        c.reply(z, z_first).is_none(),
+        "z has not heard of the failure yet"
+    );
+    // The others retry without w; their rounds reach z first (one of its two partners
+    // in the 3-server ring is not p).
+    let survivors = [root, z, v];
+    let mut retry: Vec<(u32, u64)> = [root, v]
+        .iter()
+        .map(|&r| (r, construct(&mut c, r, id, &survivors, ctx_opts())))
+        .collect();
+    c.release(p, z);
+    assert!(matches!(err(&c, z, z_first), CohortError::Timeout { .. }));
+    retry.push((z, construct(&mut c, z, id, &survivors, ctx_opts())));
+    let g = group(&c, root, retry[0].1);
+    let mut members = vec![c.proc(root), c.proc(z), c.proc(v)];
+    members.sort();
+    assert_eq!(g.members, members);
+    for &(r, req) in &retry {
+        assert_eq!(group(&c, r, req), g, "rank {r} (w = {w})");
+    }
+}
+
+/// A retry's rounds can reach a server before the failure of the previous attempt
+/// does: a dissemination round and the failure travel different links. They are kept
+/// until the failure is applied there, then count for the retry.
+#[test]
+fn rounds_of_a_retry_that_overtake_the_failure_count_for_the_retry() {
+    retry_after_a_late_verdict(false, &[2, 3, 2]);
+}
+
+/// A server that ended an attempt itself may still get the root's verdict on it
+/// later, forwarded by a server that got it late (here v, z's child, after the timeout
+/// and the probe's grace). By then its rank has retried: that old verdict is dropped,
+/// and does not end the retry.
+#[test]
+fn a_late_verdict_on_an_attempt_a_server_ended_itself_does_not_end_the_retry() {
+    retry_after_a_late_verdict(true, &[2, 3]);
+}

@@ -165,6 +165,10 @@ pub enum PeerMsg {
         /// On failure: processes the root expected that had not joined there. Their
         /// servers answer a later call of theirs with this same outcome.
         late: Vec<ProcId>,
+        /// The attempt of `key` this outcome ends (how many failed attempts its decider
+        /// had seen): a receiver that has seen more already ended this attempt itself
+        /// (it gave up waiting for an unreachable root) and drops it.
+        attempt: u32,
         /// `Some(n)`: a lean outcome after a dissemination allgather. The data and
         /// group info of the `n` contributions the allgather gathered are left out;
         /// every receiver gathered the same `n` and fills them in itself. `None`: the

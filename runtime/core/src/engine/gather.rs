@@ -19,8 +19,21 @@
 //! straight to the root (as a child of a lost server re-sends its subtree), and the
 //! root then sends the whole outcome. Timeouts, aborts, probes, leader failures and
 //! decisions all stay the root's, as in the tree collective.
+//!
+//! Rounds travel other links than outcomes, so two operations with one key (a retry
+//! after a failure, a construct of a reused group id) can overlap at a server:
+//! * a round stamped with a later attempt than this server has seen fail is kept
+//!   until the failure is applied here (`early_rounds`);
+//! * every server sends each of its rounds exactly once per operation, also when it
+//!   completes early (after a fallback), so a server that completed without a round
+//!   knows it is owed, and drops it when it comes: per-link order puts it before any
+//!   round of the next operation from the same server (`owed_rounds`).
 
 use super::*;
+
+/// Rounds of a later attempt kept per collective until this server applies the failed
+/// one (a few per peer; more means a confused peer).
+const MAX_EARLY_ROUNDS: usize = 256;
 
 /// Dissemination state of one collective at one server.
 #[derive(Debug)]
@@ -134,11 +147,23 @@ impl Engine {
             coll.excused.extend(excused);
             coll.gather.as_mut().expect("present").ready = true;
         }
+        self.send_rounds(key, false);
+    }
+
+    /// Sends the rounds due: each once rounds `0..i` are in, or with `all` every round
+    /// not sent yet (a server that completes early still sends each of its rounds
+    /// once, so its partners can tell the rounds they are owed from a later
+    /// operation's).
+    fn send_rounds(&mut self, key: &CollKey, all: bool) {
         let attempt = self.attempt_of(key);
         loop {
-            let coll = self.colls.get(key).expect("present");
-            let g = coll.gather.as_ref().expect("present");
-            if g.sent >= g.rounds || !g.all_in(g.sent) {
+            let Some(coll) = self.colls.get(key) else {
+                return;
+            };
+            let Some(g) = coll.gather.as_ref() else {
+                return;
+            };
+            if g.sent >= g.rounds || !(all || g.all_in(g.sent)) {
                 return;
             }
             let n = g.nodes.len();
@@ -191,7 +216,34 @@ impl Engine {
         now: Time,
     ) {
         let seen = self.attempt_of(&key);
-        if attempt < seen || (!self.colls.contains_key(&key) && self.fallback_done.contains(&key)) {
+        if attempt > seen {
+            // A retry whose sender learnt of the failed attempt before this server
+            // did: kept until the failure is applied here (`replay_early_rounds`).
+            let early = self.early_rounds.entry(key.clone()).or_default();
+            if early.len() < MAX_EARLY_ROUNDS {
+                early.push((
+                    from,
+                    PeerMsg::CollGather {
+                        key,
+                        spec,
+                        round,
+                        contribs,
+                        excused,
+                        attempt,
+                    },
+                ));
+            } else {
+                tracing::warn!(
+                    ?key,
+                    from,
+                    "too many allgather rounds of a later attempt; dropped"
+                );
+            }
+            return;
+        }
+        // Per-link order: the first round `round` from `from` after a completion that
+        // left it owed is that operation's, even if the key is in use here again.
+        if attempt < seen || self.owed_round(&key, from, round) {
             tracing::debug!(
                 ?key,
                 from,
@@ -226,6 +278,82 @@ impl Engine {
         }
         self.progress(&key, now);
         self.finish_lean(&key, now);
+    }
+
+    /// A failure of `key` was applied here: rounds of the next attempt that came
+    /// early are handled now.
+    pub(super) fn replay_early_rounds(&mut self, key: &CollKey, now: Time) {
+        let seen = self.attempt_of(key);
+        let Some(early) = self.early_rounds.remove(key) else {
+            return;
+        };
+        for (from, msg) in early {
+            match msg {
+                PeerMsg::CollGather {
+                    key,
+                    spec,
+                    round,
+                    contribs,
+                    excused,
+                    attempt,
+                } if attempt <= seen => {
+                    self.on_gather(from, key, spec, round, contribs, excused, attempt, now)
+                }
+                later => self
+                    .early_rounds
+                    .entry(key.clone())
+                    .or_default()
+                    .push((from, later)),
+            }
+        }
+    }
+
+    /// `key` completed here successfully: first every round not sent yet goes out
+    /// (see [`Engine::send_rounds`]).
+    pub(super) fn gather_flush(&mut self, key: &CollKey) {
+        if self.colls.get(key).is_some_and(|c| c.gather.is_some()) {
+            self.send_rounds(key, true);
+        }
+    }
+
+    /// `key` completed here successfully with `gather`: the rounds that had not come in
+    /// yet are owed (every server sends each of its rounds once), and are dropped when
+    /// they come instead of starting a new operation with the same key (a construct
+    /// of a reused group id).
+    pub(super) fn gather_owed(&mut self, key: &CollKey, gather: &Gather) {
+        let n = gather.nodes.len();
+        let owed: Vec<(NodeId, u8)> = (0..gather.rounds)
+            .filter(|&r| gather.received & (1u64 << r) == 0)
+            .map(|r| (gather.nodes[(gather.me + (1usize << r)) % n], r as u8))
+            .filter(|(from, _)| !self.lost_nodes.contains(from))
+            .collect();
+        if owed.is_empty() {
+            return;
+        }
+        if self.owed_rounds.insert(key.clone(), owed).is_none() {
+            self.owed_rounds_order.push_back(key.clone());
+            while self.owed_rounds_order.len() > MAX_TOMBSTONES {
+                if let Some(old) = self.owed_rounds_order.pop_front() {
+                    self.owed_rounds.remove(&old);
+                }
+            }
+        }
+    }
+
+    /// Whether round `round` from `from` is one `key`'s completion here left owed (it
+    /// is then no longer owed).
+    fn owed_round(&mut self, key: &CollKey, from: NodeId, round: u8) -> bool {
+        let Some(owed) = self.owed_rounds.get_mut(key) else {
+            return false;
+        };
+        let Some(at) = owed.iter().position(|&o| o == (from, round)) else {
+            return false;
+        };
+        owed.swap_remove(at);
+        if owed.is_empty() {
+            self.owed_rounds.remove(key);
+        }
+        true
     }
 
     /// A server of the operation is lost: until the outcome is here, what this server
@@ -333,6 +461,7 @@ impl Engine {
                     spec: spec.clone(),
                     outcome: outcome.clone(),
                     late: late.clone(),
+                    attempt: self.attempt_of(&key),
                     lean: Some(gathered),
                 },
             });

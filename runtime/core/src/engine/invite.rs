@@ -392,6 +392,7 @@ impl Engine {
                     spec: None,
                     outcome: outcome.clone(),
                     late: Vec::new(),
+                    attempt: self.attempt_of(&key),
                     lean: None,
                 },
             );
