@@ -61,6 +61,9 @@ const MAX_PENDING_EVENTS: usize = 1024;
 /// Outcomes an interior server keeps after forwarding them, for children of a lost
 /// server that re-send their contributions here.
 const KEPT_OUTCOMES: usize = 8;
+/// Messages of a later attempt kept per collective until the attempt in progress here
+/// ends (a few per peer; more means a confused peer).
+const MAX_EARLY_MSGS: usize = 256;
 
 /// Something the driver must do.
 #[derive(Clone, Debug, PartialEq)]
@@ -151,6 +154,9 @@ struct Attempts {
     seen: u32,
     /// Failed outcomes this server passed to each peer.
     told: HashMap<NodeId, u32>,
+    /// Dissemination: the servers of the failed attempts (each got the failure down
+    /// the tree). A round of theirs stamped with fewer failures is a leftover.
+    servers: BTreeSet<NodeId>,
 }
 
 #[derive(Debug)]
@@ -187,6 +193,9 @@ struct Coll {
     fallback: bool,
     /// Dissemination only: a lean outcome waiting for this server's last rounds.
     lean: Option<LeanDown>,
+    /// The attempt of the key this tracker belongs to (failed attempts seen by whoever
+    /// started it here). Messages of a later attempt wait until it ends.
+    attempt: u32,
     started: Time,
 }
 
@@ -211,6 +220,7 @@ impl Coll {
             gather: None,
             fallback: false,
             lean: None,
+            attempt: 0,
             started: now,
         }
     }
@@ -309,9 +319,9 @@ pub struct Engine {
     /// rounds still owed, by sender (see `Engine::gather_owed`).
     owed_rounds: HashMap<CollKey, Vec<(NodeId, u8)>>,
     owed_rounds_order: VecDeque<CollKey>,
-    /// Dissemination rounds of a later attempt than this server has seen fail (see
-    /// `Engine::replay_early_rounds`).
-    early_rounds: HashMap<CollKey, Vec<(NodeId, PeerMsg)>>,
+    /// Messages of a later attempt of a collective than the one in progress here,
+    /// handled once that one ends (see `handle_peer`).
+    early_msgs: HashMap<CollKey, Vec<(NodeId, PeerMsg)>>,
     fence_seq: HashMap<(ProcId, String), u64>,
 
     groups: HashMap<String, Group>,
@@ -378,7 +388,7 @@ impl Engine {
             fallback_done_order: VecDeque::new(),
             owed_rounds: HashMap::new(),
             owed_rounds_order: VecDeque::new(),
-            early_rounds: HashMap::new(),
+            early_msgs: HashMap::new(),
             fence_seq: HashMap::new(),
             groups: HashMap::new(),
             retired: HashMap::new(),
@@ -699,6 +709,22 @@ impl Engine {
         self.attempts.get(key).map_or(0, |a| a.seen)
     }
 
+    /// The stamp for this server's messages about `key`: the attempt of its tracker
+    /// here (a retry's, when a server that saw the failure started it here), or the
+    /// failed attempts seen here.
+    fn stamp(&self, key: &CollKey) -> u32 {
+        let seen = self.attempt_of(key);
+        self.colls.get(key).map_or(seen, |c| c.attempt.max(seen))
+    }
+
+    /// The tracker of `key`, created for `attempt` when there is none.
+    fn tracker(&mut self, key: &CollKey, attempt: u32, now: Time) -> &mut Coll {
+        self.colls.entry(key.clone()).or_insert_with(|| Coll {
+            attempt,
+            ..Coll::new(now)
+        })
+    }
+
     /// A failure of `key` was applied here and passed on to `told`.
     fn record_failure(&mut self, key: &CollKey, told: &[NodeId]) {
         if !self.attempts.contains_key(key) {
@@ -744,17 +770,46 @@ impl Engine {
             PeerMsg::CollUp { key, attempt, .. }
             | PeerMsg::CollJoin { key, attempt, .. }
             | PeerMsg::CollAbort { key, attempt, .. }
-            | PeerMsg::CollProbeReply { key, attempt, .. } => Some((key, *attempt)),
+            | PeerMsg::CollProbeReply { key, attempt, .. } => Some((key, *attempt, false)),
+            PeerMsg::CollGather { key, attempt, .. } => Some((key, *attempt, true)),
             _ => None,
         };
-        if let Some((key, attempt)) = stamped {
-            if self.stale(key, from, attempt) {
+        if let Some((key, attempt, round)) = stamped {
+            if !round && self.stale(key, from, attempt) {
                 tracing::debug!(
                     ?key,
                     from,
                     attempt,
                     "dropping a message of an attempt that failed before it arrived"
                 );
+                return;
+            }
+            let spec = match &msg {
+                PeerMsg::CollUp { spec, .. } | PeerMsg::CollGather { spec, .. } => Some(spec),
+                PeerMsg::CollAbort { spec, .. } => spec.as_ref(),
+                _ => None,
+            };
+            let (behind, same) = match self.colls.get(key) {
+                Some(c) if c.attempt < attempt => {
+                    (true, c.spec.is_some() && c.spec.as_ref() == spec)
+                }
+                _ => (false, false),
+            };
+            if behind && same {
+                // The same operation, started here before this server heard of the
+                // attempt number (it took no part in the failed attempts): it adopts it.
+                let key = key.clone();
+                self.colls.get_mut(&key).expect("present").attempt = attempt;
+            } else if behind {
+                // A later attempt (a retry) whose sender learnt of the failure of the
+                // one in progress here first: it waits until that one ends here.
+                let key = key.clone();
+                let early = self.early_msgs.entry(key.clone()).or_default();
+                if early.len() < MAX_EARLY_MSGS {
+                    early.push((from, msg));
+                } else {
+                    tracing::warn!(?key, from, "too many messages of a later attempt; dropped");
+                }
                 return;
             }
         }
@@ -773,7 +828,7 @@ impl Engine {
                     .find(|(k, _, _)| *k == key)
                     .cloned()
                     .expect("checked above");
-                let attempt = self.attempt_of(&key);
+                let attempt = self.stamp(&key);
                 self.send_peer(
                     from,
                     PeerMsg::CollDown {
@@ -792,13 +847,10 @@ impl Engine {
                 contribs,
                 excused,
                 rerouted,
-                ..
+                attempt,
             } => {
                 self.recently_done.remove(&key);
-                let coll = self
-                    .colls
-                    .entry(key.clone())
-                    .or_insert_with(|| Coll::new(now));
+                let coll = self.tracker(&key, attempt, now);
                 if rerouted {
                     // Dissemination: a server of the operation was lost; this one's
                     // gathered data came directly, so the outcome must go down whole.
@@ -815,12 +867,13 @@ impl Engine {
                 }
                 self.progress(&key, now);
             }
-            PeerMsg::CollJoin { key, contrib, .. } => {
+            PeerMsg::CollJoin {
+                key,
+                contrib,
+                attempt,
+            } => {
                 self.recently_done.remove(&key);
-                let coll = self
-                    .colls
-                    .entry(key.clone())
-                    .or_insert_with(|| Coll::new(now));
+                let coll = self.tracker(&key, attempt, now);
                 let (proc, count) = (contrib.proc.clone(), contrib.flags.bootstrap);
                 coll.joins.insert(proc.clone(), contrib);
                 coll.direct_nodes.insert(from);
@@ -845,12 +898,12 @@ impl Engine {
                 );
             }
             PeerMsg::CollAbort {
-                key, spec, error, ..
+                key,
+                spec,
+                error,
+                attempt,
             } => {
-                let coll = self
-                    .colls
-                    .entry(key.clone())
-                    .or_insert_with(|| Coll::new(now));
+                let coll = self.tracker(&key, attempt, now);
                 coll.direct_nodes.insert(from);
                 if let Some(spec) = spec {
                     let _ = self.merge_spec(&key, spec);
@@ -871,7 +924,7 @@ impl Engine {
                         j.into_iter().collect()
                     })
                     .unwrap_or_default();
-                let attempt = self.attempt_of(&key);
+                let attempt = self.stamp(&key);
                 self.send_peer(
                     from,
                     PeerMsg::CollProbeReply {
@@ -909,6 +962,38 @@ impl Engine {
                     attempt,
                     "dropping the outcome of an attempt this server already ended"
                 );
+            }
+            PeerMsg::CollDown {
+                key,
+                spec,
+                outcome,
+                late,
+                attempt,
+                lean,
+            } if self.colls.get(&key).is_some_and(|c| c.attempt > attempt) => {
+                // The verdict on an attempt this server has moved past (its tracker is
+                // a retry's, started by a server that saw the failure first): passed on
+                // to the old tree below, counted, not applied.
+                let tree = spec.as_ref().map(|s| self.tree_for(&key, s));
+                let children = tree
+                    .map(|t| self.live_children(&t, self.node))
+                    .unwrap_or_default();
+                if matches!(outcome, CollOutcome::Failed(_)) && attempt >= self.attempt_of(&key) {
+                    self.record_failure(&key, &children);
+                }
+                if !children.is_empty() {
+                    self.actions.push(Action::ToPeers {
+                        nodes: children,
+                        msg: PeerMsg::CollDown {
+                            key,
+                            spec,
+                            outcome,
+                            late,
+                            attempt,
+                            lean,
+                        },
+                    });
+                }
             }
             PeerMsg::CollDown {
                 key,
@@ -1060,6 +1145,9 @@ impl Engine {
             true
         });
         let spec = coll.spec.clone();
+        let gave_up = !give_up.is_empty();
+        let nobody_waits = coll.waiters.is_empty();
+        let mut last_err = None;
         for w in give_up {
             let err = CohortError::Timeout {
                 op: format!(
@@ -1069,7 +1157,22 @@ impl Engine {
                 timeout_ms: w.timeout_ms,
                 missing: Vec::new(),
             };
-            self.reply(w.client, w.req, Err(err));
+            self.reply(w.client, w.req, Err(err.clone()));
+            last_err = Some(err);
+        }
+        if gave_up && nobody_waits {
+            // Nobody here waits for this attempt any more: it ends here (a retry by
+            // these ranks starts the next attempt, and the root's verdict on this one,
+            // should it still come, is dropped as stale).
+            let err = last_err.expect("gave up on at least one waiter");
+            return self.complete(
+                key.clone(),
+                spec,
+                CollOutcome::Failed(err),
+                Vec::new(),
+                false,
+                now,
+            );
         }
         if let Some(err) = abort {
             match root {
@@ -1081,7 +1184,7 @@ impl Engine {
                             spec,
                             // The root probes for who is missing; see start_probe.
                             error: err,
-                            attempt: self.attempt_of(key),
+                            attempt: self.stamp(key),
                         },
                     );
                 }
@@ -1100,10 +1203,9 @@ impl Engine {
         if key.kind == CollKind::Invite {
             return self.invite_timed_out(&key.id, timeout_ms, now);
         }
-        let coll = self
-            .colls
-            .entry(key.clone())
-            .or_insert_with(|| Coll::new(now));
+        let attempt = self.attempt_of(key);
+        let me = self.node;
+        let coll = self.tracker(key, attempt, now);
         if coll.probe.is_some() {
             return;
         }
@@ -1111,7 +1213,7 @@ impl Engine {
         if let Some(t) = &coll.tree {
             waiting.extend(t.nodes().iter().copied());
         }
-        waiting.remove(&self.node);
+        waiting.remove(&me);
         coll.probe = Some(Probe {
             op,
             timeout_ms,
@@ -1598,10 +1700,8 @@ impl Engine {
         if let Some(err) = self.late_failure(&key, &proc) {
             return self.reply(waiter.client, waiter.req, Err(err));
         }
-        let coll = self
-            .colls
-            .entry(key.clone())
-            .or_insert_with(|| Coll::new(now));
+        let attempt = self.attempt_of(&key);
+        let coll = self.tracker(&key, attempt, now);
         if coll.waiters.iter().any(|w| w.proc == proc) {
             let err = CohortError::BadRequest(format!(
                 "{proc} already participates in {}",
@@ -1611,7 +1711,7 @@ impl Engine {
         }
         coll.waiters.push(waiter);
         let root = self.rendezvous_node(&key.id);
-        let attempt = self.attempt_of(&key);
+        let attempt = self.stamp(&key);
         self.send_peer(
             root,
             PeerMsg::CollJoin {
@@ -1705,10 +1805,8 @@ impl Engine {
         }
         self.recently_done.remove(&key);
         self.fallback_done.remove(&key);
-        let coll = self
-            .colls
-            .entry(key.clone())
-            .or_insert_with(|| Coll::new(now));
+        let attempt = self.attempt_of(&key);
+        let coll = self.tracker(&key, attempt, now);
         if coll.contribs.contains_key(&contrib.proc) {
             let err = CohortError::BadRequest(format!(
                 "{} already participates in {}",
@@ -1748,6 +1846,7 @@ impl Engine {
         late: &[ProcId],
         err: &CohortError,
         answered: &[Waiter],
+        joined: &[ProcId],
     ) {
         let late: BTreeSet<ProcId> = spec
             .map(expected_of)
@@ -1756,6 +1855,8 @@ impl Engine {
             .chain(late)
             .filter(|p| self.job.node_of(p) == Some(self.node))
             .filter(|p| !answered.iter().any(|w| &w.proc == *p) && !self.terminated.contains(*p))
+            // Joined, but answered already (its server gave up on the root).
+            .filter(|p| !joined.contains(p))
             .cloned()
             .collect();
         if late.is_empty() {
@@ -2033,7 +2134,7 @@ impl Engine {
             contribs: coll.contribs.values().cloned().collect(),
             excused: coll.excused.iter().cloned().collect(),
             rerouted,
-            attempt: self.attempt_of(key),
+            attempt: self.stamp(key),
         }
     }
 
@@ -2486,7 +2587,7 @@ impl Engine {
                         key: key.clone(),
                         spec,
                         error,
-                        attempt: self.attempt_of(key),
+                        attempt: self.stamp(key),
                     },
                 );
             }
@@ -2527,7 +2628,7 @@ impl Engine {
         now: Time,
     ) {
         let success = !matches!(outcome, CollOutcome::Failed(_));
-        let attempt = self.attempt_of(&key);
+        let attempt = self.stamp(&key);
         if success {
             self.gather_flush(&key);
         }
@@ -2604,6 +2705,14 @@ impl Engine {
             .collect();
         if matches!(outcome, CollOutcome::Failed(_)) {
             self.record_failure(&key, &told);
+            if let Some(t) = coll
+                .as_ref()
+                .filter(|c| c.gather.is_some())
+                .and_then(|c| c.tree.as_ref())
+            {
+                let a = self.attempts.get_mut(&key).expect("just recorded");
+                a.servers.extend(t.nodes().iter().copied());
+            }
         }
         let lean = coll
             .as_ref()
@@ -2680,7 +2789,11 @@ impl Engine {
             "collective complete"
         );
         if let CollOutcome::Failed(err) = &outcome {
-            self.bury(&key, spec.as_ref(), &late, err, &waiters);
+            let joined: Vec<ProcId> = coll
+                .as_ref()
+                .map(|c| c.contribs.keys().cloned().collect())
+                .unwrap_or_default();
+            self.bury(&key, spec.as_ref(), &late, err, &waiters, &joined);
         } else {
             self.tombstones.remove(&key);
         }
@@ -2691,8 +2804,10 @@ impl Engine {
             self.invite_homes.remove(&key.id);
         }
         self.apply_outcome(&key, outcome, waiters, now);
-        if !success {
-            self.replay_early_rounds(&key, now);
+        if let Some(early) = self.early_msgs.remove(&key) {
+            for (from, msg) in early {
+                self.handle_peer(from, msg, now);
+            }
         }
     }
 

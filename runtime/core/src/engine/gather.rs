@@ -22,18 +22,14 @@
 //!
 //! Rounds travel other links than outcomes, so two operations with one key (a retry
 //! after a failure, a construct of a reused group id) can overlap at a server:
-//! * a round stamped with a later attempt than this server has seen fail is kept
-//!   until the failure is applied here (`early_rounds`);
+//! * a round of a later attempt than the one in progress here (a retry) waits until
+//!   that one ends (`early_msgs`, as every stamped message);
 //! * every server sends each of its rounds exactly once per operation, also when it
 //!   completes early (after a fallback), so a server that completed without a round
 //!   knows it is owed, and drops it when it comes: per-link order puts it before any
 //!   round of the next operation from the same server (`owed_rounds`).
 
 use super::*;
-
-/// Rounds of a later attempt kept per collective until this server applies the failed
-/// one (a few per peer; more means a confused peer).
-const MAX_EARLY_ROUNDS: usize = 256;
 
 /// Dissemination state of one collective at one server.
 #[derive(Debug)]
@@ -155,7 +151,7 @@ impl Engine {
     /// once, so its partners can tell the rounds they are owed from a later
     /// operation's).
     fn send_rounds(&mut self, key: &CollKey, all: bool) {
-        let attempt = self.attempt_of(key);
+        let attempt = self.stamp(key);
         loop {
             let Some(coll) = self.colls.get(key) else {
                 return;
@@ -216,34 +212,13 @@ impl Engine {
         now: Time,
     ) {
         let seen = self.attempt_of(&key);
-        if attempt > seen {
-            // A retry whose sender learnt of the failed attempt before this server
-            // did: kept until the failure is applied here (`replay_early_rounds`).
-            let early = self.early_rounds.entry(key.clone()).or_default();
-            if early.len() < MAX_EARLY_ROUNDS {
-                early.push((
-                    from,
-                    PeerMsg::CollGather {
-                        key,
-                        spec,
-                        round,
-                        contribs,
-                        excused,
-                        attempt,
-                    },
-                ));
-            } else {
-                tracing::warn!(
-                    ?key,
-                    from,
-                    "too many allgather rounds of a later attempt; dropped"
-                );
-            }
-            return;
-        }
+        let from_failed = self
+            .attempts
+            .get(&key)
+            .is_some_and(|a| a.servers.contains(&from));
         // Per-link order: the first round `round` from `from` after a completion that
         // left it owed is that operation's, even if the key is in use here again.
-        if attempt < seen || self.owed_round(&key, from, round) {
+        if (attempt < seen && from_failed) || self.owed_round(&key, from, round) {
             tracing::debug!(
                 ?key,
                 from,
@@ -253,10 +228,7 @@ impl Engine {
             );
             return;
         }
-        let coll = self
-            .colls
-            .entry(key.clone())
-            .or_insert_with(|| Coll::new(now));
+        let coll = self.tracker(&key, attempt, now);
         for c in contribs {
             coll.contribs.insert(c.proc.clone(), c);
         }
@@ -278,34 +250,6 @@ impl Engine {
         }
         self.progress(&key, now);
         self.finish_lean(&key, now);
-    }
-
-    /// A failure of `key` was applied here: rounds of the next attempt that came
-    /// early are handled now.
-    pub(super) fn replay_early_rounds(&mut self, key: &CollKey, now: Time) {
-        let seen = self.attempt_of(key);
-        let Some(early) = self.early_rounds.remove(key) else {
-            return;
-        };
-        for (from, msg) in early {
-            match msg {
-                PeerMsg::CollGather {
-                    key,
-                    spec,
-                    round,
-                    contribs,
-                    excused,
-                    attempt,
-                } if attempt <= seen => {
-                    self.on_gather(from, key, spec, round, contribs, excused, attempt, now)
-                }
-                later => self
-                    .early_rounds
-                    .entry(key.clone())
-                    .or_default()
-                    .push((from, later)),
-            }
-        }
     }
 
     /// `key` completed here successfully: first every round not sent yet goes out
@@ -461,15 +405,13 @@ impl Engine {
                     spec: spec.clone(),
                     outcome: outcome.clone(),
                     late: late.clone(),
-                    attempt: self.attempt_of(&key),
+                    attempt: self.stamp(&key),
                     lean: Some(gathered),
                 },
             });
         }
-        let coll = self
-            .colls
-            .entry(key.clone())
-            .or_insert_with(|| Coll::new(now));
+        let attempt = self.attempt_of(&key);
+        let coll = self.tracker(&key, attempt, now);
         coll.lean = Some(LeanDown {
             spec,
             outcome,

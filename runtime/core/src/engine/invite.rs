@@ -148,11 +148,8 @@ impl Engine {
         };
         let key = invite_key(&id);
         let w = waiter(client, req, leader.clone(), opts.timeout_ms, now);
-        self.colls
-            .entry(key)
-            .or_insert_with(|| Coll::new(now))
-            .waiters
-            .push(w);
+        let attempt = self.attempt_of(&key);
+        self.tracker(&key, attempt, now).waiters.push(w);
         let mut answers = BTreeMap::new();
         for p in &invitees {
             // An invitee that is already gone fails at once.
@@ -218,11 +215,9 @@ impl Engine {
         if accept {
             token = self.track_ack(client, req, AckKind::Join(id.clone()));
             let w = waiter(client, req, proc, timeout_ms, now);
-            self.colls
-                .entry(invite_key(&id))
-                .or_insert_with(|| Coll::new(now))
-                .waiters
-                .push(w);
+            let key = invite_key(&id);
+            let attempt = self.attempt_of(&key);
+            self.tracker(&key, attempt, now).waiters.push(w);
         } else {
             self.reply(client, req, Ok(Response::Done));
         }
@@ -392,7 +387,7 @@ impl Engine {
                     spec: None,
                     outcome: outcome.clone(),
                     late: Vec::new(),
-                    attempt: self.attempt_of(&key),
+                    attempt: self.stamp(&key),
                     lean: None,
                 },
             );

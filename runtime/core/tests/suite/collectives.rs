@@ -1196,6 +1196,85 @@ fn a_get_after_a_node_local_fence_waits_for_the_published_commits() {
     ));
 }
 
+/// A retry may bring in servers that never took part in the failed attempt: they
+/// have seen no failure of the id, yet the retry's messages are stamped with the next
+/// attempt. They must take part at once, not wait for a failure they will never hear
+/// of.
+#[test]
+fn a_retry_with_new_participants_completes() {
+    let id = "widen";
+    let mut c = new_cluster(4, 4, TreeShape::KAry(2));
+    c.connect_all();
+    let opts = ConstructOpts {
+        timeout_ms: Some(1_000),
+        ..Default::default()
+    };
+    // Rank 1 never calls: the attempt over {0, 1} times out.
+    let first = construct(&mut c, 0, id, &[0, 1], opts);
+    c.advance(Duration::from_secs(2));
+    c.advance(Duration::from_secs(3));
+    assert!(matches!(err(&c, 0, first), CohortError::Timeout { .. }));
+    let members = [0, 2, 3];
+    let retry: Vec<(u32, u64)> = members
+        .iter()
+        .map(|&r| (r, construct(&mut c, r, id, &members, ctx_opts())))
+        .collect();
+    let g = group(&c, 0, retry[0].1);
+    assert_eq!(g.members, vec![c.proc(0), c.proc(2), c.proc(3)]);
+    for &(r, req) in &retry {
+        assert_eq!(group(&c, r, req), g, "rank {r}");
+    }
+}
+
+/// A rank whose node server gave up waiting for the root's verdict (the root did not
+/// answer within the abort grace) got a timeout; when it retries, that is the next
+/// attempt (not "already participates"), and the verdict on the old attempt, arriving
+/// later, does not end it.
+#[test]
+fn a_rank_that_gave_up_on_an_unresponsive_root_can_retry() {
+    let id = "giveup";
+    let n = 3u32;
+    let root = cohort_topology::rendezvous(id, n as usize) as u32;
+    let v = (root + 1) % n;
+    let mut c = new_cluster(n, n, TreeShape::KAry(2));
+    c.connect_all();
+    let opts = ConstructOpts {
+        timeout_ms: Some(1_000),
+        ..Default::default()
+    };
+    let all: Vec<u32> = (0..n).collect();
+    // The third rank never calls; nothing from the root reaches v for a while.
+    let first: Vec<(u32, u64)> = [root, v]
+        .iter()
+        .map(|&r| (r, construct(&mut c, r, id, &all, opts.clone())))
+        .collect();
+    c.hold(root, v);
+    // The timeout, the probe's grace, the abort grace.
+    for s in [2, 3, 2] {
+        c.advance(Duration::from_secs(s));
+    }
+    for &(r, req) in &first {
+        assert!(matches!(err(&c, r, req), CohortError::Timeout { .. }), "rank {r}");
+    }
+    let pair = [root.min(v), root.max(v)];
+    let retry: Vec<(u32, u64)> = pair
+        .iter()
+        .map(|&r| (r, construct(&mut c, r, id, &pair, ctx_opts())))
+        .collect();
+    let v_retry = retry.iter().find(|(r, _)| *r == v).expect("v retried").1;
+    assert!(
+        c.reply(v, v_retry).is_none(),
+        "v's retry waits for the held link, it is not refused: {:?}",
+        c.reply(v, v_retry)
+    );
+    c.release(root, v);
+    let g = group(&c, pair[0], retry[0].1);
+    assert_eq!(g.members, vec![c.proc(pair[0]), c.proc(pair[1])]);
+    for &(r, req) in &retry {
+        assert_eq!(group(&c, r, req), g, "rank {r}");
+    }
+}
+
 /// A cluster whose engines gather by the including test file's `ALLGATHER`.
 fn new_cluster(n: u32, m: u32, shape: TreeShape) -> Cluster {
     Cluster::with_allgather(n, m, shape, ALLGATHER)
