@@ -3,6 +3,8 @@
 # for them from this machine's measured parameters (issue 4's second target).
 #
 #   bench/sim-vs-real.sh [REPEATS] [ITERATIONS]    (defaults 3 and 300)
+#   ALLGATHER=dissemination bench/sim-vs-real.sh    (both sides; default tree, as
+#                                                     `cohort run` uses)
 #
 # 1. `cohort-sim calibrate` measures α (TCP ping-pong), β (TCP stream), α_c (Unix
 #    ping-pong) and o (engine + codec per message) here; median of REPEATS runs.
@@ -20,6 +22,7 @@ repo=$(cd "$(dirname "$0")/.." && pwd)
 cd "$repo"
 reps=${1:-3}
 iters=${2:-300}
+allgather=${ALLGATHER:-tree}
 cargo build --release --bins -q
 bin=${CARGO_TARGET_DIR:-$repo/target}/release
 cores=$(nproc)
@@ -35,7 +38,7 @@ for f in --alpha-us --gbps --overhead-us --client-alpha-us; do
     v=$(printf '%s\n' "${cal[@]}" | flag "$f" | median)
     params="$params $f $v"
 done
-echo "# cohort-sim calibrate (median of $reps):$params (host with $cores cores)"
+echo "# cohort-sim calibrate (median of $reps):$params (host with $cores cores); --allgather $allgather"
 
 declare -A real
 for nodes in 1 2 3; do
@@ -45,7 +48,8 @@ for nodes in 1 2 3; do
         real[$what$nodes]=$(for _ in $(seq "$reps"); do
             # --no-shm-fence: one-node fences otherwise meet in shared memory, which the
             # simulator (the node servers' state machines) does not model.
-            "$bin/cohort" run --no-shm-fence --nodes "$nodes" -n "$nodes" "$bin/cohort-bench" -i "$iters" "$what" 2>/dev/null | row_median "$row"
+            "$bin/cohort" run --no-shm-fence --allgather "$allgather" --nodes "$nodes" -n "$nodes" \
+                "$bin/cohort-bench" -i "$iters" "$what" 2>/dev/null | row_median "$row"
         done | median)
     done
 done
@@ -59,9 +63,9 @@ job_params=$(echo "$params" | awk -v a="$job_a" -v c="$job_ac" '{
 sim() { # NODES OP BYTES PARAMS...
     local nodes=$1 op=$2 bytes=$3
     shift 3
-    # --allgather tree: what `cohort run` uses (all its node servers share this host)
+    # The same algorithm as the real runs (`cohort run` defaults to the tree).
     "$bin/cohort-sim" run --nodes "$nodes" --op "$op" --bytes "$bytes" --host-cores "$cores" \
-        --allgather tree "$@" |
+        --allgather "$allgather" "$@" |
         awk '/^completion/ { print $2 }'
 }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", a / b }'; }
