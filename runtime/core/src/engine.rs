@@ -154,8 +154,8 @@ struct Attempts {
     seen: u32,
     /// Failed outcomes this server passed to each peer.
     told: HashMap<NodeId, u32>,
-    /// Dissemination: the servers of the failed attempts (each got the failure down
-    /// the tree). A round of theirs stamped with fewer failures is a leftover.
+    /// The servers of the failed attempts (each got the failure down the tree): a
+    /// message of theirs stamped with fewer failures is a leftover.
     servers: BTreeSet<NodeId>,
 }
 
@@ -696,12 +696,15 @@ impl Engine {
     /// `key` that this server already failed and told `from` about: it was in flight
     /// when the failure was decided (a retry's messages carry the higher count).
     fn stale(&self, key: &CollKey, from: NodeId, attempt: u32) -> bool {
+        let Some(a) = self.attempts.get(key) else {
+            return false;
+        };
         from != self.node
-            && self
-                .attempts
-                .get(key)
-                .and_then(|a| a.told.get(&from))
-                .is_some_and(|&told| attempt < told)
+            && (a.told.get(&from).is_some_and(|&told| attempt < told)
+                // Every server of a failed attempt gets the failure (down the tree):
+                // its messages with fewer failures are leftovers. (A server new to
+                // the key, joining a retry, stamps with fewer and is not one.)
+                || (attempt < a.seen && a.servers.contains(&from)))
     }
 
     /// The stamp for this server's messages about `key`.
@@ -770,12 +773,12 @@ impl Engine {
             PeerMsg::CollUp { key, attempt, .. }
             | PeerMsg::CollJoin { key, attempt, .. }
             | PeerMsg::CollAbort { key, attempt, .. }
-            | PeerMsg::CollProbeReply { key, attempt, .. } => Some((key, *attempt, false)),
-            PeerMsg::CollGather { key, attempt, .. } => Some((key, *attempt, true)),
+            | PeerMsg::CollProbeReply { key, attempt, .. }
+            | PeerMsg::CollGather { key, attempt, .. } => Some((key, *attempt)),
             _ => None,
         };
-        if let Some((key, attempt, round)) = stamped {
-            if !round && self.stale(key, from, attempt) {
+        if let Some((key, attempt)) = stamped {
+            if self.stale(key, from, attempt) {
                 tracing::debug!(
                     ?key,
                     from,
@@ -1145,9 +1148,9 @@ impl Engine {
             true
         });
         let spec = coll.spec.clone();
-        let gave_up = !give_up.is_empty();
-        let nobody_waits = coll.waiters.is_empty();
-        let mut last_err = None;
+        // The tracker stays until the root's verdict comes (or the root is lost): the
+        // verdict may still be a success, which installs the group here as everywhere.
+        // A retry by these ranks meanwhile is refused as "already participates".
         for w in give_up {
             let err = CohortError::Timeout {
                 op: format!(
@@ -1157,22 +1160,7 @@ impl Engine {
                 timeout_ms: w.timeout_ms,
                 missing: Vec::new(),
             };
-            self.reply(w.client, w.req, Err(err.clone()));
-            last_err = Some(err);
-        }
-        if gave_up && nobody_waits {
-            // Nobody here waits for this attempt any more: it ends here (a retry by
-            // these ranks starts the next attempt, and the root's verdict on this one,
-            // should it still come, is dropped as stale).
-            let err = last_err.expect("gave up on at least one waiter");
-            return self.complete(
-                key.clone(),
-                spec,
-                CollOutcome::Failed(err),
-                Vec::new(),
-                false,
-                now,
-            );
+            self.reply(w.client, w.req, Err(err));
         }
         if let Some(err) = abort {
             match root {
@@ -2705,11 +2693,7 @@ impl Engine {
             .collect();
         if matches!(outcome, CollOutcome::Failed(_)) {
             self.record_failure(&key, &told);
-            if let Some(t) = coll
-                .as_ref()
-                .filter(|c| c.gather.is_some())
-                .and_then(|c| c.tree.as_ref())
-            {
+            if let Some(t) = coll.as_ref().and_then(|c| c.tree.as_ref()) {
                 let a = self.attempts.get_mut(&key).expect("just recorded");
                 a.servers.extend(t.nodes().iter().copied());
             }

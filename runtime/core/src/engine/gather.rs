@@ -212,13 +212,10 @@ impl Engine {
         now: Time,
     ) {
         let seen = self.attempt_of(&key);
-        let from_failed = self
-            .attempts
-            .get(&key)
-            .is_some_and(|a| a.servers.contains(&from));
-        // Per-link order: the first round `round` from `from` after a completion that
-        // left it owed is that operation's, even if the key is in use here again.
-        if (attempt < seen && from_failed) || self.owed_round(&key, from, round) {
+        // (Leftovers of failed attempts were dropped in `handle_peer`.) Per-link order:
+        // the first round `round` from `from` after a completion that left it owed is
+        // that operation's, even if the key is in use here again.
+        if self.owed_round(&key, from, round) {
             tracing::debug!(
                 ?key,
                 from,
