@@ -322,6 +322,10 @@ pub struct Engine {
     /// Messages of a later attempt of a collective than the one in progress here,
     /// handled once that one ends (see `handle_peer`).
     early_msgs: HashMap<CollKey, Vec<(NodeId, PeerMsg)>>,
+    /// Calls of processes whose previous call of the same collective gave up waiting
+    /// for the root (abort grace) while that attempt is still open here: they start the
+    /// next attempt once it ends.
+    parked: Vec<(CollKey, CollSpec, Contribution, Waiter)>,
     fence_seq: HashMap<(ProcId, String), u64>,
 
     groups: HashMap<String, Group>,
@@ -389,6 +393,7 @@ impl Engine {
             owed_rounds: HashMap::new(),
             owed_rounds_order: VecDeque::new(),
             early_msgs: HashMap::new(),
+            parked: Vec::new(),
             fence_seq: HashMap::new(),
             groups: HashMap::new(),
             retired: HashMap::new(),
@@ -452,7 +457,8 @@ impl Engine {
         });
         let gets = self.gets.iter().filter_map(|g| g.deadline);
         let modex = self.modex_waits.iter().filter_map(|m| m.deadline);
-        colls.chain(gets).chain(modex).min()
+        let parked = self.parked.iter().filter_map(|(_, _, _, w)| w.deadline);
+        colls.chain(gets).chain(modex).chain(parked).min()
     }
 
     // ------------------------------------------------------------------ clients
@@ -1082,6 +1088,21 @@ impl Engine {
             .collect();
         for key in probes {
             self.finish_probe(&key, now);
+        }
+        let (expired, parked): (Vec<_>, Vec<_>) = std::mem::take(&mut self.parked)
+            .into_iter()
+            .partition(|(_, _, _, w)| w.deadline.is_some_and(|d| d <= now));
+        self.parked = parked;
+        for (key, _, _, w) in expired {
+            let err = CohortError::Timeout {
+                op: format!(
+                    "{} (its previous attempt is still waiting for the root's verdict)",
+                    op_name(&key)
+                ),
+                timeout_ms: w.timeout_ms,
+                missing: Vec::new(),
+            };
+            self.reply(w.client, w.req, Err(err));
         }
         // gets
         let mut i = 0;
@@ -1796,6 +1817,13 @@ impl Engine {
         let attempt = self.attempt_of(&key);
         let coll = self.tracker(&key, attempt, now);
         if coll.contribs.contains_key(&contrib.proc) {
+            if !coll.waiters.iter().any(|w| w.proc == contrib.proc) {
+                // Its previous call gave up on the root (abort grace) and got a
+                // timeout; that attempt stays open for the root's verdict (which may
+                // yet be a success). This call starts the next attempt after it.
+                self.parked.push((key, spec, contrib, waiter));
+                return;
+            }
             let err = CohortError::BadRequest(format!(
                 "{} already participates in {}",
                 contrib.proc,
@@ -2791,6 +2819,27 @@ impl Engine {
         if let Some(early) = self.early_msgs.remove(&key) {
             for (from, msg) in early {
                 self.handle_peer(from, msg, now);
+            }
+        }
+        let (mine, others): (Vec<_>, Vec<_>) = std::mem::take(&mut self.parked)
+            .into_iter()
+            .partition(|(k, _, _, _)| *k == key);
+        self.parked = others;
+        for (key, spec, contrib, waiter) in mine {
+            match self
+                .groups
+                .get(&key.id)
+                .filter(|_| key.kind == CollKind::Construct)
+            {
+                // The previous attempt succeeded after all: the group is there.
+                Some(g) => {
+                    let err = CohortError::GroupIdInUse {
+                        id: key.id.clone(),
+                        members: g.members.clone(),
+                    };
+                    self.reply(waiter.client, waiter.req, Err(err));
+                }
+                None => self.contribute(key, spec, contrib, waiter, now),
             }
         }
     }

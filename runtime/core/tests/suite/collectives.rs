@@ -1226,6 +1226,58 @@ fn a_retry_with_new_participants_completes() {
     }
 }
 
+/// A rank whose node server gave up waiting for the root's verdict (no answer within
+/// the abort grace) got a timeout. Its server keeps that attempt open for the verdict,
+/// which might yet be a success. A retry meanwhile is not refused: it waits for the
+/// verdict, then starts the next attempt.
+#[test]
+fn a_retry_after_giving_up_on_the_root_waits_for_the_verdict() {
+    let id = "giveup";
+    let n = 3u32;
+    let root = cohort_topology::rendezvous(id, n as usize) as u32;
+    let v = (root + 1) % n;
+    let mut c = new_cluster(n, n, TreeShape::KAry(2));
+    c.connect_all();
+    let opts = ConstructOpts {
+        timeout_ms: Some(1_000),
+        ..Default::default()
+    };
+    let all: Vec<u32> = (0..n).collect();
+    // The third rank never calls; nothing from the root reaches v for a while.
+    let first: Vec<(u32, u64)> = [root, v]
+        .iter()
+        .map(|&r| (r, construct(&mut c, r, id, &all, opts.clone())))
+        .collect();
+    c.hold(root, v);
+    // The timeout, the probe's grace, the abort grace.
+    for s in [2, 3, 2] {
+        c.advance(Duration::from_secs(s));
+    }
+    for &(r, req) in &first {
+        assert!(
+            matches!(err(&c, r, req), CohortError::Timeout { .. }),
+            "rank {r}"
+        );
+    }
+    let pair = [root.min(v), root.max(v)];
+    let retry: Vec<(u32, u64)> = pair
+        .iter()
+        .map(|&r| (r, construct(&mut c, r, id, &pair, ctx_opts())))
+        .collect();
+    let v_retry = retry.iter().find(|(r, _)| *r == v).expect("v retried").1;
+    assert!(
+        c.reply(v, v_retry).is_none(),
+        "v's retry waits for the verdict, it is not refused: {:?}",
+        c.reply(v, v_retry)
+    );
+    c.release(root, v);
+    let g = group(&c, pair[0], retry[0].1);
+    assert_eq!(g.members, vec![c.proc(pair[0]), c.proc(pair[1])]);
+    for &(r, req) in &retry {
+        assert_eq!(group(&c, r, req), g, "rank {r}");
+    }
+}
+
 /// A small deterministic generator (no external crates in tests).
 struct Lcg(u64);
 
