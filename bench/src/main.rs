@@ -143,7 +143,7 @@ fn run(cli: Cli) -> Res<()> {
             .unwrap_or(Allgather::Tree);
         if allgather.disseminates(nodes as usize) {
             // ⌈log2 n⌉ rounds, then the lean outcome down a binary tree.
-            let rounds = (u32::BITS - (nodes - 1).leading_zeros()) as usize;
+            let rounds = cohort_topology::ceil_log2(nodes as usize) as usize;
             rounds + cohort_topology::Tree::new(&all, 0, TreeShape::KAry(2)).depth()
         } else {
             let shape = cohort_topology::default_shape(nodes as usize);

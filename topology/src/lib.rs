@@ -31,7 +31,7 @@ pub use cpuset::CpuSet;
 pub use discover::Discover;
 pub use machine::{cpus_near, preferred_nic, NicInfo, NicKind, Topology};
 pub use placement::{binding_from_env, BindTo, Binding, MapBy, NodeLayout};
-pub use radix::{choose_radix, default_shape, Allgather, CostModel};
+pub use radix::{ceil_log2, choose_radix, default_shape, Allgather, CostModel};
 pub use switches::{Locality, SwitchMap, TopologyFileError};
 pub use tree::{Tree, TreeShape};
 

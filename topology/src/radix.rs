@@ -86,7 +86,7 @@ impl CostModel {
         let result = n as f64 * d;
         match shape {
             TreeShape::Binomial => {
-                let r = f64::from(usize::BITS - (n - 1).leading_zeros());
+                let r = f64::from(ceil_log2(n));
                 2.0 * r * (a + o) + (n - 1) as f64 * d + r * result
             }
             TreeShape::KAry(k) => {
@@ -202,8 +202,9 @@ impl Allgather {
     }
 }
 
-/// `⌈log2 n⌉` (0 for `n ≤ 1`).
-fn ceil_log2(n: usize) -> u32 {
+/// `⌈log2 n⌉` (0 for `n ≤ 1`): a binomial tree's rounds, the dissemination
+/// allgather's.
+pub fn ceil_log2(n: usize) -> u32 {
     usize::BITS - n.saturating_sub(1).leading_zeros()
 }
 

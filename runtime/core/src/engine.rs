@@ -40,8 +40,10 @@ use crate::kv::{KvStore, Lookup};
 
 mod gather;
 mod invite;
+mod recent;
 use gather::{Gather, LeanDown};
 use invite::{invite_key, InviteTracker};
+use recent::Recent;
 
 /// Engine time: a monotonic offset from an arbitrary origin chosen by the driver.
 pub type Time = Duration;
@@ -303,22 +305,18 @@ pub struct Engine {
     /// Failed collectives: the error, and the local participants that had not called
     /// yet. When one of them calls, it gets the same error instead of starting a new
     /// attempt alone.
-    tombstones: HashMap<CollKey, (CohortError, BTreeSet<ProcId>)>,
-    tombstone_order: VecDeque<CollKey>,
+    tombstones: Recent<CollKey, (CohortError, BTreeSet<ProcId>)>,
     /// Root only: operations this server completed successfully, most recent last. An
     /// abort for one of them is stale: it comes from a server that saw a participant
     /// exit after the outcome but before the outcome reached it.
-    recently_done: HashSet<CollKey>,
-    recently_done_order: VecDeque<CollKey>,
+    recently_done: Recent<CollKey, ()>,
     /// Dissemination allgathers this server completed after a fallback (a server of
     /// the operation was lost), with a lean copy of the outcome possibly still on its
     /// way: it is dropped, until the key is used again here.
-    fallback_done: HashSet<CollKey>,
-    fallback_done_order: VecDeque<CollKey>,
+    fallback_done: Recent<CollKey, ()>,
     /// Dissemination allgathers that completed here before every round came in: the
     /// rounds still owed, by sender (see `Engine::gather_owed`).
-    owed_rounds: HashMap<CollKey, Vec<(NodeId, u8)>>,
-    owed_rounds_order: VecDeque<CollKey>,
+    owed_rounds: Recent<CollKey, Vec<(NodeId, u8)>>,
     /// Messages of a later attempt of a collective than the one in progress here,
     /// handled once that one ends (see `handle_peer`).
     early_msgs: HashMap<CollKey, Vec<(NodeId, PeerMsg)>>,
@@ -350,8 +348,7 @@ pub struct Engine {
     kept_outcomes: VecDeque<(CollKey, Option<CollSpec>, CollOutcome)>,
     /// Failed attempts per collective key: how many this server applied, and how many
     /// it told each peer of (bounded, oldest keys forgotten first). See `stale`.
-    attempts: HashMap<CollKey, Attempts>,
-    attempts_order: VecDeque<CollKey>,
+    attempts: Recent<CollKey, Attempts>,
 
     actions: Vec<Action>,
     self_inbox: VecDeque<PeerMsg>,
@@ -384,14 +381,10 @@ impl Engine {
             modex_inflight: HashMap::new(),
             next_modex: 1,
             colls: HashMap::new(),
-            tombstones: HashMap::new(),
-            tombstone_order: VecDeque::new(),
-            recently_done: HashSet::new(),
-            recently_done_order: VecDeque::new(),
-            fallback_done: HashSet::new(),
-            fallback_done_order: VecDeque::new(),
-            owed_rounds: HashMap::new(),
-            owed_rounds_order: VecDeque::new(),
+            tombstones: Recent::new(MAX_TOMBSTONES),
+            recently_done: Recent::new(MAX_TOMBSTONES),
+            fallback_done: Recent::new(MAX_TOMBSTONES),
+            owed_rounds: Recent::new(MAX_TOMBSTONES),
             early_msgs: HashMap::new(),
             parked: Vec::new(),
             fence_seq: HashMap::new(),
@@ -406,8 +399,7 @@ impl Engine {
             next_token: 1,
             lost_nodes: BTreeSet::new(),
             kept_outcomes: VecDeque::new(),
-            attempts: HashMap::new(),
-            attempts_order: VecDeque::new(),
+            attempts: Recent::new(MAX_TOMBSTONES),
             actions: Vec::new(),
             self_inbox: VecDeque::new(),
         }
@@ -736,19 +728,27 @@ impl Engine {
 
     /// A failure of `key` was applied here and passed on to `told`.
     fn record_failure(&mut self, key: &CollKey, told: &[NodeId]) {
-        if !self.attempts.contains_key(key) {
-            self.attempts_order.push_back(key.clone());
-            while self.attempts_order.len() > MAX_TOMBSTONES {
-                if let Some(old) = self.attempts_order.pop_front() {
-                    self.attempts.remove(&old);
-                }
-            }
-        }
-        let a = self.attempts.entry(key.clone()).or_default();
+        let a = self.attempts.entry(key);
         a.seen += 1;
         for &n in told {
             *a.told.entry(n).or_default() += 1;
         }
+    }
+
+    /// Passes an outcome (`msg`) on to this server's live children in `tree`, as one
+    /// message object; returns them.
+    fn pass_down(&mut self, tree: Option<&Tree>, msg: impl FnOnce() -> PeerMsg) -> Vec<NodeId> {
+        let children = tree
+            .map(|t| self.live_children(t, self.node))
+            .unwrap_or_default();
+        if !children.is_empty() {
+            let msg = msg();
+            self.actions.push(Action::ToPeers {
+                nodes: children.clone(),
+                msg,
+            });
+        }
+        children
     }
 
     /// The nearest ancestor of this server in `tree` that is not lost.
@@ -899,7 +899,7 @@ impl Engine {
                 }
                 other => self.fail_invite(&key.id, other, now),
             },
-            PeerMsg::CollAbort { key, .. } if self.recently_done.contains(&key) => {
+            PeerMsg::CollAbort { key, .. } if self.recently_done.contains_key(&key) => {
                 tracing::debug!(
                     ?key,
                     from,
@@ -984,24 +984,19 @@ impl Engine {
                 // a retry's, started by a server that saw the failure first): passed on
                 // to the old tree below, counted, not applied.
                 let tree = spec.as_ref().map(|s| self.tree_for(&key, s));
-                let children = tree
-                    .map(|t| self.live_children(&t, self.node))
-                    .unwrap_or_default();
-                if matches!(outcome, CollOutcome::Failed(_)) && attempt >= self.attempt_of(&key) {
-                    self.record_failure(&key, &children);
-                }
-                if !children.is_empty() {
-                    self.actions.push(Action::ToPeers {
-                        nodes: children,
-                        msg: PeerMsg::CollDown {
-                            key,
-                            spec,
-                            outcome,
-                            late,
-                            attempt,
-                            lean,
-                        },
-                    });
+                let count =
+                    matches!(outcome, CollOutcome::Failed(_)) && attempt >= self.attempt_of(&key);
+                let k = key.clone();
+                let told = self.pass_down(tree.as_ref(), || PeerMsg::CollDown {
+                    key: k,
+                    spec,
+                    outcome,
+                    late,
+                    attempt,
+                    lean,
+                });
+                if count {
+                    self.record_failure(&key, &told);
                 }
             }
             PeerMsg::CollDown {
@@ -1171,7 +1166,7 @@ impl Engine {
         let spec = coll.spec.clone();
         // The tracker stays until the root's verdict comes (or the root is lost): the
         // verdict may still be a success, which installs the group here as everywhere.
-        // A retry by these ranks meanwhile is refused as "already participates".
+        // A retry by these ranks meanwhile waits for it (`parked`).
         for w in give_up {
             let err = CohortError::Timeout {
                 op: format!(
@@ -1878,27 +1873,15 @@ impl Engine {
         if late.is_empty() {
             return;
         }
-        if self
-            .tombstones
-            .insert(key.clone(), (err.clone(), late))
-            .is_none()
-        {
-            self.tombstone_order.push_back(key.clone());
-        }
-        while self.tombstone_order.len() > MAX_TOMBSTONES {
-            if let Some(old) = self.tombstone_order.pop_front() {
-                self.tombstones.remove(&old);
-            }
-        }
+        self.tombstones.insert(key.clone(), (err.clone(), late));
     }
 
     /// Records the spec of `key`, or checks a new one against it.
     fn merge_spec(&mut self, key: &CollKey, spec: CollSpec) -> Result<(), CohortError> {
         if self.colls.get(key).is_some_and(|c| c.spec.is_none()) {
             // The tree only once per operation and server (not per message).
-            let tree = self.tree_for(key, &spec);
-            let gather = self
-                .disseminates(key, &spec, tree.nodes().len())
+            let (tree, disseminates) = self.plan_for(key, &spec);
+            let gather = disseminates
                 .then(|| Gather::new(&tree, self.node))
                 .flatten();
             let coll = self.colls.get_mut(key).expect("caller created the tracker");
@@ -1975,6 +1958,12 @@ impl Engine {
     }
 
     fn tree_for(&self, key: &CollKey, spec: &CollSpec) -> Tree {
+        self.plan_for(key, spec).0
+    }
+
+    /// The tree of `key`, and whether it gathers by the dissemination allgather (the
+    /// tree then only carries the lean outcome down).
+    fn plan_for(&self, key: &CollKey, spec: &CollSpec) -> (Tree, bool) {
         let procs = expected_of(spec);
         let mut nodes: Vec<NodeId> = procs.iter().filter_map(|p| self.job.node_of(p)).collect();
         nodes.sort_unstable();
@@ -1994,12 +1983,13 @@ impl Engine {
         if self.disseminates(key, spec, servers) {
             // The lean outcome goes down a binary tree: with the allgather's ⌈log2 n⌉
             // messages no server sends more than ⌈log2 n⌉ + 2.
-            return Tree::new(&nodes, root, TreeShape::KAry(2));
+            return (Tree::new(&nodes, root, TreeShape::KAry(2)), true);
         }
-        match &self.locality {
+        let tree = match &self.locality {
             Some(locality) => Tree::with_locality(&nodes, root, self.shape, locality),
             None => Tree::new(&nodes, root, self.shape),
-        }
+        };
+        (tree, false)
     }
 
     /// The root of `key`, when it can be known here.
@@ -2113,19 +2103,11 @@ impl Engine {
             return;
         }
         let subtree: HashSet<NodeId> = tree.subtree(self.node).into_iter().collect();
+        let Some(newly_excused) = self.settled(key, coll, spec, |n| subtree.contains(&n)) else {
+            return;
+        };
         let mut excused = coll.excused.clone();
-        for p in expected_of(spec)
-            .iter()
-            .filter(|p| self.job.node_of(p).is_some_and(|n| subtree.contains(&n)))
-        {
-            match self.standing(key, coll, p) {
-                Standing::Pending => return,
-                Standing::Excused => {
-                    excused.insert(p.clone());
-                }
-                Standing::Joined | Standing::FailedEarly => {}
-            }
-        }
+        excused.extend(newly_excused);
         let Some(parent) = self.live_parent(tree) else {
             // Every ancestor up to the root is lost; node_lost failed or will fail it.
             return;
@@ -2136,6 +2118,29 @@ impl Engine {
         coll.excused = excused;
         let msg = self.up_msg(key, false);
         self.send_peer(parent, msg);
+    }
+
+    /// Whether every expected process of `key` hosted on a node `on` accepts is
+    /// settled (joined, excused or failed before joining); then those excused.
+    fn settled(
+        &self,
+        key: &CollKey,
+        coll: &Coll,
+        spec: &CollSpec,
+        on: impl Fn(NodeId) -> bool,
+    ) -> Option<Vec<ProcId>> {
+        let mut excused = Vec::new();
+        for p in expected_of(spec)
+            .iter()
+            .filter(|p| self.job.node_of(p).is_some_and(&on))
+        {
+            match self.standing(key, coll, p) {
+                Standing::Pending => return None,
+                Standing::Excused => excused.push(p.clone()),
+                Standing::Joined | Standing::FailedEarly => {}
+            }
+        }
+        Some(excused)
     }
 
     /// This server's contributions to `key` (its subtree's), for its parent.
@@ -2476,18 +2481,6 @@ impl Engine {
             .then_some(Decision::Succeed)
     }
 
-    /// `key` completed successfully here (see `recently_done`).
-    fn remember_done(&mut self, key: &CollKey) {
-        if self.recently_done.insert(key.clone()) {
-            self.recently_done_order.push_back(key.clone());
-            while self.recently_done_order.len() > MAX_TOMBSTONES {
-                if let Some(old) = self.recently_done_order.pop_front() {
-                    self.recently_done.remove(&old);
-                }
-            }
-        }
-    }
-
     /// Root: turns a decision into the outcome and broadcasts it.
     fn decide(&mut self, key: &CollKey, decision: Decision, now: Time) {
         let outcome = match decision {
@@ -2496,7 +2489,7 @@ impl Engine {
             Decision::Pause(failed) => return self.report_failures(key, failed),
         };
         if !matches!(outcome, CollOutcome::Failed(_)) {
-            self.remember_done(key);
+            self.recently_done.insert(key.clone(), ());
         }
         let coll = self.colls.get(key);
         let spec = coll.and_then(|c| c.spec.clone());
@@ -2621,7 +2614,7 @@ impl Engine {
         lean: Option<u32>,
         now: Time,
     ) {
-        if !self.colls.contains_key(&key) && self.fallback_done.contains(&key) {
+        if !self.colls.contains_key(&key) && self.fallback_done.contains_key(&key) {
             // A second copy (a lean outcome after the whole one asked for in a fallback).
             return;
         }
@@ -2705,8 +2698,13 @@ impl Engine {
             targets.remove(n);
         }
         targets.retain(|n| !self.lost_nodes.contains(n));
-        if !children.is_empty() {
-            // Kept for the children of a child that may be lost before passing it on.
+        // Kept for the children of a child that may be lost before passing it on, and
+        // by a dissemination root for servers that ask for the whole outcome after a
+        // loss.
+        let gather_root = forward
+            && coll.as_ref().is_some_and(|c| c.gather.is_some())
+            && tree.as_ref().is_some_and(|t| t.root() == self.node);
+        if !children.is_empty() || gather_root {
             self.kept_outcomes.retain(|(k, _, _)| *k != key);
             self.kept_outcomes
                 .push_back((key.clone(), spec.clone(), outcome.clone()));
@@ -2726,68 +2724,48 @@ impl Engine {
                 a.servers.extend(t.nodes().iter().copied());
             }
         }
+        // One message object per kind of outcome for all its receivers (the outcome
+        // holds every member's data: cloning and encoding it per child cost the root k
+        // times its size). Dissemination: the servers below gathered the data
+        // themselves and get it lean; servers outside the tree (add-members') whole.
         let lean = coll
             .as_ref()
             .filter(|_| forward)
             .and_then(|c| Self::lean_outcome(c, &outcome));
-        if let Some((lean, gathered)) = lean {
-            // Dissemination: the servers below gathered the data themselves; servers
-            // outside the tree (add-members') get the whole outcome.
-            let (below, outside): (Vec<NodeId>, Vec<NodeId>) = told
-                .iter()
-                .partition(|n| tree.as_ref().is_some_and(|t| t.contains(**n)));
-            for (nodes, outcome, lean) in [
-                (below, lean, Some(gathered)),
-                (outside, outcome.clone(), None),
-            ] {
-                if !nodes.is_empty() {
-                    self.actions.push(Action::ToPeers {
-                        nodes,
-                        msg: PeerMsg::CollDown {
-                            key: key.clone(),
-                            spec: spec.clone(),
-                            outcome,
-                            late: late.clone(),
-                            attempt,
-                            lean,
-                        },
-                    });
-                }
-            }
-        } else if !told.is_empty() {
-            // One message object for all of them (the outcome holds every member's
-            // data: cloning and encoding it per child cost the root k times its size).
+        let (lean_to, whole_to): (Vec<NodeId>, Vec<NodeId>) = match &lean {
+            Some(_) => told
+                .into_iter()
+                .partition(|n| tree.as_ref().is_some_and(|t| t.contains(*n))),
+            None => (Vec::new(), told),
+        };
+        let down = |outcome, lean| PeerMsg::CollDown {
+            key: key.clone(),
+            spec: spec.clone(),
+            outcome,
+            late: late.clone(),
+            attempt,
+            lean,
+        };
+        if let Some((lean, gathered)) = lean.filter(|_| !lean_to.is_empty()) {
+            let msg = down(lean, Some(gathered));
             self.actions.push(Action::ToPeers {
-                nodes: told.clone(),
-                msg: PeerMsg::CollDown {
-                    key: key.clone(),
-                    spec: spec.clone(),
-                    outcome: outcome.clone(),
-                    late: late.clone(),
-                    attempt,
-                    lean: None,
-                },
+                nodes: lean_to,
+                msg,
             });
         }
-        if coll.as_ref().is_some_and(|c| c.gather.is_some()) {
-            if forward && tree.as_ref().is_some_and(|t| t.root() == self.node) {
-                // The whole outcome, for servers that ask for it after a loss.
-                self.kept_outcomes.retain(|(k, _, _)| *k != key);
-                self.kept_outcomes
-                    .push_back((key.clone(), spec.clone(), outcome.clone()));
-                while self.kept_outcomes.len() > KEPT_OUTCOMES {
-                    self.kept_outcomes.pop_front();
-                }
-            }
-            if coll.as_ref().is_some_and(|c| c.fallback) && self.fallback_done.insert(key.clone()) {
-                // A second copy of the outcome is dropped.
-                self.fallback_done_order.push_back(key.clone());
-                while self.fallback_done_order.len() > MAX_TOMBSTONES {
-                    if let Some(old) = self.fallback_done_order.pop_front() {
-                        self.fallback_done.remove(&old);
-                    }
-                }
-            }
+        if !whole_to.is_empty() {
+            let msg = down(outcome.clone(), None);
+            self.actions.push(Action::ToPeers {
+                nodes: whole_to,
+                msg,
+            });
+        }
+        if coll
+            .as_ref()
+            .is_some_and(|c| c.gather.is_some() && c.fallback)
+        {
+            // Dissemination: a second copy of the outcome is dropped.
+            self.fallback_done.insert(key.clone(), ());
         }
         let waiters = coll.as_ref().map(|c| c.waiters.clone()).unwrap_or_default();
         let elapsed = coll.as_ref().map(|c| now.saturating_sub(c.started));

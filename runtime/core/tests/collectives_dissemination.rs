@@ -189,15 +189,7 @@ fn rounds_of_a_reused_id_that_overtake_the_destruct_are_kept() {
     let z_parent = tree.parent(z).expect("z is below the root");
     c.hold(z_parent, z);
     let destructs: Vec<u64> = (0..servers)
-        .map(|r| {
-            c.request(
-                r,
-                Request::Destruct {
-                    id: id.into(),
-                    timeout_ms: None,
-                },
-            )
-        })
+        .map(|r| destruct(&mut c, r, id, None))
         .collect();
     assert!(
         c.reply(z, destructs[z as usize]).is_none(),
@@ -297,13 +289,7 @@ fn a_round_owed_from_a_fallback_is_not_taken_for_the_next_constructs() {
     let destructs: Vec<(u32, u64)> = survivors
         .iter()
         .map(|&r| {
-            let req = c.request(
-                r,
-                Request::Destruct {
-                    id: id.into(),
-                    timeout_ms: None,
-                },
-            );
+            let req = destruct(&mut c, r, id, None);
             (r, req)
         })
         .collect();

@@ -781,7 +781,7 @@ pub fn lower_bound(n: u32, bytes_per_node: f64, p: &Params) -> f64 {
     if n <= 1 {
         return 0.0;
     }
-    let rounds = f64::from(u32::BITS - (n - 1).leading_zeros());
+    let rounds = f64::from(cohort_topology::ceil_log2(n as usize));
     let total = f64::from(n) * bytes_per_node;
     rounds * p.alpha_s + f64::from(n - 1) / f64::from(n) * total * p.beta_s_per_byte
 }
@@ -931,11 +931,7 @@ pub fn simulate_model(s: &Scenario, p: Params) -> Result<Report, SimError> {
     let mut local_left = vec![2 * s.ranks_per_node; n];
     let mut kids_left: Vec<usize> = nodes.iter().map(|&v| tree.children(v).len()).collect();
     let mut contribs = vec![u64::from(s.ranks_per_node); n];
-    for rank in 0..s.ranks() {
-        let v = rank / s.ranks_per_node;
-        net.request_piggyback(v, 0, ModelEv::Request);
-        net.request(v, 0, ModelEv::Request);
-    }
+    model_requests(&mut net, s, || ModelEv::Request);
     let mut completion: Ps = 0;
     let mut steps = 0u64;
     while let Some((end, v, ev)) = net.pop() {
@@ -983,7 +979,21 @@ pub fn simulate_model(s: &Scenario, p: Params) -> Result<Report, SimError> {
             }
         }
     }
-    Ok(Report {
+    Ok(model_report(s, net, completion, steps))
+}
+
+/// Every rank's commit (in the same write as its call) and its collective call, at 0.
+fn model_requests<E>(net: &mut Net<E>, s: &Scenario, request: impl Fn() -> E) {
+    for rank in 0..s.ranks() {
+        let v = rank / s.ranks_per_node;
+        net.request_piggyback(v, 0, request());
+        net.request(v, 0, request());
+    }
+}
+
+/// A schedule model's run as a [`Report`] (no engines: no results, no wall time).
+fn model_report<E>(s: &Scenario, net: Net<E>, completion: Ps, steps: u64) -> Report {
+    Report {
         nodes: s.nodes,
         shape: s.shape,
         completion_s: completion as f64 / 1e12,
@@ -993,7 +1003,7 @@ pub fn simulate_model(s: &Scenario, p: Params) -> Result<Report, SimError> {
         engine_wall: Duration::ZERO,
         engine_steps: steps,
         results: Vec::new(),
-    })
+    }
 }
 
 #[derive(Debug)]
@@ -1016,7 +1026,7 @@ fn model_dissemination(s: &Scenario, p: Params, sizes: SizeModel) -> Report {
     let nodes: Vec<NodeId> = (0..s.nodes).collect();
     let root = nodes[cohort_topology::rendezvous(&s.group_id, n)];
     let tree = cohort_topology::Tree::new(&nodes, root, TreeShape::KAry(2));
-    let rounds = usize::BITS - (n - 1).leading_zeros();
+    let rounds = cohort_topology::ceil_log2(n);
     let all_in = |bits: u64, k: u32| {
         let mask = (1u64 << k) - 1;
         bits & mask == mask
@@ -1027,11 +1037,7 @@ fn model_dissemination(s: &Scenario, p: Params, sizes: SizeModel) -> Report {
     let mut received = vec![0u64; n];
     let mut lean = vec![false; n];
     let mut done = vec![false; n];
-    for rank in 0..s.ranks() {
-        let v = rank / s.ranks_per_node;
-        net.request_piggyback(v, 0, DisEv::Request);
-        net.request(v, 0, DisEv::Request);
-    }
+    model_requests(&mut net, s, || DisEv::Request);
     let mut completion: Ps = 0;
     let mut steps = 0u64;
     while let Some((end, v, ev)) = net.pop() {
@@ -1073,15 +1079,5 @@ fn model_dissemination(s: &Scenario, p: Params, sizes: SizeModel) -> Report {
             }
         }
     }
-    Report {
-        nodes: s.nodes,
-        shape: s.shape,
-        completion_s: completion as f64 / 1e12,
-        rounds: net.max_hop,
-        msgs_sent: net.msgs,
-        bytes_sent: net.bytes,
-        engine_wall: Duration::ZERO,
-        engine_steps: steps,
-        results: Vec::new(),
-    }
+    model_report(s, net, completion, steps)
 }

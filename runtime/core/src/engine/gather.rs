@@ -54,7 +54,7 @@ impl Gather {
         let mut nodes = tree.nodes().to_vec();
         nodes.sort_unstable();
         let pos = nodes.binary_search(&me).ok()?;
-        let rounds = usize::BITS - nodes.len().saturating_sub(1).leading_zeros();
+        let rounds = cohort_topology::ceil_log2(nodes.len());
         Some(Gather {
             nodes,
             me: pos,
@@ -128,17 +128,9 @@ impl Engine {
             return;
         };
         if !g.ready {
-            let mut excused = Vec::new();
-            for p in expected_of(spec)
-                .iter()
-                .filter(|p| self.job.node_of(p) == Some(self.node))
-            {
-                match self.standing(key, coll, p) {
-                    Standing::Pending => return,
-                    Standing::Excused => excused.push(p.clone()),
-                    Standing::Joined | Standing::FailedEarly => {}
-                }
-            }
+            let Some(excused) = self.settled(key, coll, spec, |n| n == self.node) else {
+                return;
+            };
             let coll = self.colls.get_mut(key).expect("present");
             coll.excused.extend(excused);
             coll.gather.as_mut().expect("present").ready = true;
@@ -211,7 +203,6 @@ impl Engine {
         attempt: u32,
         now: Time,
     ) {
-        let seen = self.attempt_of(&key);
         // (Leftovers of failed attempts were dropped in `handle_peer`.) Per-link order:
         // the first round `round` from `from` after a completion that left it owed is
         // that operation's, even if the key is in use here again.
@@ -219,9 +210,8 @@ impl Engine {
             tracing::debug!(
                 ?key,
                 from,
-                attempt,
-                seen,
-                "dropping an allgather round of an operation already ended here"
+                round,
+                "dropping an allgather round owed to an operation already ended here"
             );
             return;
         }
@@ -271,14 +261,7 @@ impl Engine {
         if owed.is_empty() {
             return;
         }
-        if self.owed_rounds.insert(key.clone(), owed).is_none() {
-            self.owed_rounds_order.push_back(key.clone());
-            while self.owed_rounds_order.len() > MAX_TOMBSTONES {
-                if let Some(old) = self.owed_rounds_order.pop_front() {
-                    self.owed_rounds.remove(&old);
-                }
-            }
-        }
+        self.owed_rounds.insert(key.clone(), owed);
     }
 
     /// Whether round `round` from `from` is one `key`'s completion here left owed (it
@@ -335,13 +318,17 @@ impl Engine {
             return None;
         }
         let gathered = coll.contribs.len() as u32;
+        // The entries of processes whose contributions were not gathered (add-members').
+        let carried = |entries: &[(ProcId, Info)]| -> Vec<(ProcId, Info)> {
+            entries
+                .iter()
+                .filter(|(p, _)| !coll.contribs.contains_key(p))
+                .cloned()
+                .collect()
+        };
         let lean = match outcome {
             CollOutcome::Fence { data } => CollOutcome::Fence {
-                data: data
-                    .iter()
-                    .filter(|(p, _)| !coll.contribs.contains_key(p))
-                    .cloned()
-                    .collect(),
+                data: carried(data),
             },
             CollOutcome::Construct {
                 status,
@@ -356,16 +343,8 @@ impl Engine {
                 status: *status,
                 members: members.clone(),
                 context_id: *context_id,
-                group_info: group_info
-                    .iter()
-                    .filter(|(p, _)| !coll.contribs.contains_key(p))
-                    .cloned()
-                    .collect(),
-                data: data
-                    .iter()
-                    .filter(|(p, _)| !coll.contribs.contains_key(p))
-                    .cloned()
-                    .collect(),
+                group_info: carried(group_info),
+                data: carried(data),
                 failed: failed.clone(),
                 notify_termination: *notify_termination,
                 designated_leaders: designated_leaders.clone(),
@@ -391,22 +370,15 @@ impl Engine {
             .get(&key)
             .and_then(|c| c.tree.clone())
             .or_else(|| spec.as_ref().map(|s| self.tree_for(&key, s)));
-        let children = tree
-            .map(|t| self.live_children(&t, self.node))
-            .unwrap_or_default();
-        if !children.is_empty() {
-            self.actions.push(Action::ToPeers {
-                nodes: children,
-                msg: PeerMsg::CollDown {
-                    key: key.clone(),
-                    spec: spec.clone(),
-                    outcome: outcome.clone(),
-                    late: late.clone(),
-                    attempt: self.stamp(&key),
-                    lean: Some(gathered),
-                },
-            });
-        }
+        let attempt = self.stamp(&key);
+        self.pass_down(tree.as_ref(), || PeerMsg::CollDown {
+            key: key.clone(),
+            spec: spec.clone(),
+            outcome: outcome.clone(),
+            late: late.clone(),
+            attempt,
+            lean: Some(gathered),
+        });
         let attempt = self.attempt_of(&key);
         let coll = self.tracker(&key, attempt, now);
         coll.lean = Some(LeanDown {

@@ -21,6 +21,16 @@ fn construct(c: &mut Cluster, rank: u32, id: &str, leaders: &[u32], opts: Constr
     )
 }
 
+fn destruct(c: &mut Cluster, rank: u32, id: &str, timeout_ms: Option<u64>) -> u64 {
+    c.request(
+        rank,
+        Request::Destruct {
+            id: id.into(),
+            timeout_ms,
+        },
+    )
+}
+
 fn group(c: &Cluster, rank: u32, req: u64) -> GroupResult {
     match c.reply(rank, req) {
         Some(Ok(Response::Group(g))) => g,
@@ -226,13 +236,7 @@ fn context_ids_are_unique_and_ids_reusable_after_destruct() {
             );
             let d: Vec<u64> = (0..3)
                 .map(|r| {
-                    c.request(
-                        r,
-                        Request::Destruct {
-                            id: id.into(),
-                            timeout_ms: None,
-                        },
-                    )
+                    destruct(&mut c, r, id, None)
                 })
                 .collect();
             for r in 0..3 {
@@ -445,13 +449,7 @@ fn leave_notifies_remaining_members_and_destruct_completes_without_the_leaver() 
         .collect();
     group(&c, 0, reqs[0]);
     // another member already started destruct before the leave
-    let d0 = c.request(
-        0,
-        Request::Destruct {
-            id: "lv".into(),
-            timeout_ms: None,
-        },
-    );
+    let d0 = destruct(&mut c, 0, "lv", None);
     let l = c.request(4, Request::Leave { id: "lv".into() });
     assert_eq!(c.reply(4, l), Some(Ok(Response::Done)));
     for r in [0, 1, 2, 3, 5] {
@@ -472,13 +470,7 @@ fn leave_notifies_remaining_members_and_destruct_completes_without_the_leaver() 
         .map(|&r| {
             (
                 r,
-                c.request(
-                    r,
-                    Request::Destruct {
-                        id: "lv".into(),
-                        timeout_ms: None,
-                    },
-                ),
+                destruct(&mut c, r, "lv", None),
             )
         })
         .collect();
@@ -503,22 +495,10 @@ fn destruct_and_leave_of_a_group_the_caller_is_not_in_are_errors() {
         .map(|&r| construct(&mut c, r, "g", &[0, 2], ctx_opts()))
         .collect();
     group(&c, 0, reqs[0]);
-    let d = c.request(
-        2,
-        Request::Destruct {
-            id: "nope".into(),
-            timeout_ms: None,
-        },
-    );
+    let d = destruct(&mut c, 2, "nope", None);
     assert!(matches!(err(&c, 2, d), CohortError::GroupNotFound { id } if id == "nope"));
     // rank 3 lives on node 1 which knows the group (rank 2 is there) but 3 is no member
-    let d = c.request(
-        3,
-        Request::Destruct {
-            id: "g".into(),
-            timeout_ms: None,
-        },
-    );
+    let d = destruct(&mut c, 3, "g", None);
     assert!(
         matches!(err(&c, 3, d), CohortError::NotAMember { ref id, ref proc } if id == "g" && *proc == c.proc(3))
     );
@@ -651,13 +631,7 @@ fn notify_termination_turns_member_failure_into_an_event_and_lets_destruct_finis
         .map(|&r| {
             (
                 r,
-                c.request(
-                    r,
-                    Request::Destruct {
-                        id: "nt".into(),
-                        timeout_ms: None,
-                    },
-                ),
+                destruct(&mut c, r, "nt", None),
             )
         })
         .collect();
@@ -680,13 +654,7 @@ fn destruct_without_notify_termination_fails_when_a_member_died() {
         .map(|&r| {
             (
                 r,
-                c.request(
-                    r,
-                    Request::Destruct {
-                        id: "d".into(),
-                        timeout_ms: None,
-                    },
-                ),
+                destruct(&mut c, r, "d", None),
             )
         })
         .collect();
@@ -1371,13 +1339,7 @@ fn seeded_failures_leave_no_rank_unanswered_and_outcomes_uniform() {
             let ds: Vec<(u32, u64)> = in_group
                 .iter()
                 .map(|&r| {
-                    let req = c.request(
-                        r,
-                        Request::Destruct {
-                            id: id.into(),
-                            timeout_ms: Some(1_000),
-                        },
-                    );
+                    let req = destruct(&mut c, r, id, Some(1_000));
                     (r, req)
                 })
                 .collect();
