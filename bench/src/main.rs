@@ -113,9 +113,12 @@ fn main() {
     let result = match cli.what {
         What::TransportLatency(o) => {
             transport::run(transport::Mode::Latency, o, cli.iterations, cli.warmup)
+                .map_err(|e| e as _)
         }
-        What::TransportBw(o) => transport::run(transport::Mode::Bw, o, cli.iterations, cli.warmup),
-        What::TransportPeer(p) => transport::run_peer(p),
+        What::TransportBw(o) => {
+            transport::run(transport::Mode::Bw, o, cli.iterations, cli.warmup).map_err(|e| e as _)
+        }
+        What::TransportPeer(p) => transport::run_peer(p).map_err(|e| e as _),
         _ => run(cli),
     };
     if let Err(e) = result {

@@ -24,7 +24,7 @@ use clap::{Args, ValueEnum};
 use cohort_transport::{AnyFabric, Fabric, FabricConfig, FabricEvent, FabricKind, Spinner};
 use tokio::sync::mpsc::UnboundedReceiver;
 
-type Res<T> = Result<T, Box<dyn std::error::Error>>;
+type Res<T> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
 
 /// Which measurement.
 #[derive(Clone, Copy, ValueEnum, PartialEq, Eq, Debug)]
@@ -344,11 +344,12 @@ pub fn run(mode: Mode, o: Opts, iterations: usize, warmup: usize) -> Res<()> {
         }
         None => None,
     };
-    let rows = rt.block_on(measure_all(
+    let (node, rows) = measure_in_task(
+        &rt,
         mode,
-        &mut node,
+        node,
         raw,
-        &sizes,
+        sizes.clone(),
         Sweep {
             window: o.window,
             runs: o.runs,
@@ -357,7 +358,7 @@ pub fn run(mode: Mode, o: Opts, iterations: usize, warmup: usize) -> Res<()> {
             poll_reference: mode == Mode::Latency && o.spin_us > 0,
         },
         true,
-    ))?;
+    )?;
     rt.block_on(node.fabric.shutdown());
     drop(peer.to);
     let status = peer.child.wait()?;
@@ -562,11 +563,12 @@ pub fn run_peer(p: PeerOpts) -> Res<()> {
     } else {
         None
     };
-    rt.block_on(measure_all(
+    let (mut node, _) = measure_in_task(
+        &rt,
         mode,
-        &mut node,
+        node,
         raw,
-        &sizes,
+        sizes,
         Sweep {
             window: p.window,
             runs: p.runs,
@@ -575,13 +577,40 @@ pub fn run_peer(p: PeerOpts) -> Res<()> {
             poll_reference: p.mode == Mode::Latency && p.spin_us > 0,
         },
         false,
-    ))?;
+    )?;
     // Node 0 closes first; wait for its goodbye so neither side reports a loss.
     rt.block_on(async {
         let _ = tokio::time::timeout(Duration::from_secs(30), node.events.recv()).await;
         node.fabric.shutdown().await;
     });
     Ok(())
+}
+
+/// Runs [`measure_all`] as a task spawned on `rt`, not as `rt`'s `block_on` future.
+///
+/// Why: when a spawned task (the fabric's connection reader) wakes the `block_on`
+/// future, Tokio's current-thread scheduler polls its I/O driver once more
+/// (`epoll_wait` with a zero timeout) before it polls that future; a spawned task it
+/// woke runs at once. The consumer runs where a node server's consumer runs: in a task.
+#[allow(clippy::too_many_arguments)]
+fn measure_in_task(
+    rt: &tokio::runtime::Runtime,
+    mode: Mode,
+    node: Node,
+    raw: Option<RawPair>,
+    sizes: Vec<usize>,
+    sweep: Sweep,
+    leader: bool,
+) -> Res<(Node, Vec<Row>)> {
+    let (node, rows) = rt.block_on(async move {
+        tokio::spawn(async move {
+            let mut node = node;
+            let rows = measure_all(mode, &mut node, raw, &sizes, sweep, leader).await;
+            (node, rows)
+        })
+        .await
+    })?;
+    Ok((node, rows?))
 }
 
 /// What [`measure_all`] sweeps: iterations per size and run, and which references.

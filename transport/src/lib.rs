@@ -116,6 +116,13 @@ pub struct FabricConfig {
     /// keeps polling for its budget (spawn [`Spinner::run`] on the fabric's runtime).
     /// `None`: the runtime sleeps in the kernel between messages.
     pub spinner: Option<std::sync::Arc<Spinner>>,
+    /// Spawn the connection tasks on the current `tokio::task::LocalSet` rather than on
+    /// the runtime. For a consumer that runs in that `LocalSet` (as `cohortd`'s engine
+    /// does): a task of the runtime waking it wakes the whole `LocalSet`, which Tokio's
+    /// current-thread scheduler polls only after one more look at its I/O driver, an
+    /// `epoll_wait` per delivered message. Then `bind`, `send` and `close` must be called
+    /// from inside that `LocalSet` (`tokio::task::spawn_local` panics elsewhere).
+    pub local_tasks: bool,
 }
 
 impl FabricConfig {
@@ -130,6 +137,7 @@ impl FabricConfig {
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             verbs: VerbsOptions::default(),
             spinner: None,
+            local_tasks: false,
         }
     }
 }
@@ -145,6 +153,7 @@ impl std::fmt::Debug for FabricConfig {
             .field("connect_timeout", &self.connect_timeout)
             .field("verbs", &self.verbs)
             .field("spinner", &self.spinner)
+            .field("local_tasks", &self.local_tasks)
             .finish()
     }
 }

@@ -18,6 +18,37 @@ use crate::handshake::TaskCount;
 use crate::liveness::{ConnId, LinkEnd, Liveness, Verdict};
 use crate::{FabricError, FabricEvent, NodeId, Spinner};
 
+/// Where a fabric spawns its tasks (see [`crate::FabricConfig::local_tasks`]).
+#[derive(Clone, Debug)]
+pub(crate) struct Spawner {
+    /// The runtime `bind` ran on; also where the closing task of a dropped fabric goes.
+    pub runtime: tokio::runtime::Handle,
+    /// Connection tasks go on the current `LocalSet` instead.
+    local: bool,
+}
+
+impl Spawner {
+    /// The current runtime (callers are inside one), with connection tasks on the
+    /// current `LocalSet` when `local`.
+    pub fn current(local: bool) -> Spawner {
+        Spawner {
+            runtime: tokio::runtime::Handle::current(),
+            local,
+        }
+    }
+
+    fn spawn<F>(&self, task: F) -> tokio::task::JoinHandle<()>
+    where
+        F: Future<Output = ()> + Send + 'static,
+    {
+        if self.local {
+            tokio::task::spawn_local(task)
+        } else {
+            self.runtime.spawn(task)
+        }
+    }
+}
+
 /// What a connection task is asked to send.
 pub(crate) enum Outgoing {
     Frame(Bytes),
@@ -268,11 +299,11 @@ impl Links {
         }
     }
 
-    /// Spawns a connection task with a fresh id on `runtime`, tracked for abort and for
-    /// `shutdown` (`live`).
+    /// Spawns a connection task with a fresh id with `spawner`, tracked for abort and
+    /// for `shutdown` (`live`).
     pub fn spawn_tracked<F, Fut>(
         &mut self,
-        runtime: &tokio::runtime::Handle,
+        spawner: &Spawner,
         live: &Arc<TaskCount>,
         make: F,
     ) -> ConnId
@@ -284,7 +315,7 @@ impl Links {
         self.next_id += 1;
         let guard = live.enter();
         let task = make(id);
-        let handle = runtime.spawn(async move {
+        let handle = spawner.spawn(async move {
             let _guard = guard;
             task.await
         });

@@ -37,7 +37,7 @@ use tokio::time::timeout;
 use tracing::{debug, info, warn, Instrument};
 
 use crate::handshake::{self, closing, new_incarnation, read_hello, Identity, TaskCount};
-use crate::links::{Links, OutLink, Outgoing};
+use crate::links::{Links, OutLink, Outgoing, Spawner};
 use crate::liveness::{ConnId, LinkEnd};
 use crate::wire::{self, Frame, FrameDecoder, Hello, Reply, GOODBYE, MAX_SECRET_LEN, WIRE_VERSION};
 use crate::{Fabric, FabricConfig, FabricError, FabricEvent, NodeId, CLOSE_GRACE, HELLO_TIMEOUT};
@@ -73,7 +73,7 @@ struct Shared {
     decoder: FrameDecoder,
     connect_timeout: Duration,
     incarnation: u64,
-    runtime: tokio::runtime::Handle,
+    spawner: Spawner,
     closing: watch::Sender<bool>,
     tasks_live: Arc<TaskCount>,
     state: Mutex<Links>,
@@ -107,7 +107,7 @@ impl TcpFabric {
             decoder: FrameDecoder::new(cfg.max_frame),
             connect_timeout: cfg.connect_timeout,
             incarnation: new_incarnation(),
-            runtime: tokio::runtime::Handle::current(),
+            spawner: Spawner::current(cfg.local_tasks),
             closing: watch::channel(false).0,
             tasks_live: Arc::default(),
             state: Mutex::new(Links::new(events_tx, cfg.spinner.clone())),
@@ -193,7 +193,7 @@ impl Drop for Owner {
             return;
         }
         // Closing: give the goodbyes their grace period, then drop what is left.
-        let runtime = shared.runtime.clone();
+        let runtime = shared.spawner.runtime.clone();
         runtime.spawn(async move {
             let _ = timeout(CLOSE_GRACE, shared.tasks_live.wait_idle()).await;
             shared.abort_all();
@@ -252,7 +252,7 @@ impl Shared {
         F: FnOnce(ConnId) -> Fut,
         Fut: Future<Output = ()> + Send + 'static,
     {
-        st.spawn_tracked(&self.runtime, &self.tasks_live, make)
+        st.spawn_tracked(&self.spawner, &self.tasks_live, make)
     }
 
     /// See [`Links::deliver`].

@@ -72,7 +72,7 @@ use tracing::{debug, info, warn, Instrument};
 use crate::handshake::{
     self, closing, new_incarnation, read_hello, say_goodbye, Identity, TaskCount,
 };
-use crate::links::{Links, Outgoing};
+use crate::links::{Links, Outgoing, Spawner};
 use crate::liveness::{ConnId, LinkEnd};
 use crate::rdma_mem::{Access, PoolBuf, RecvPool, Registrar, SendCache};
 use crate::wire::{
@@ -731,7 +731,7 @@ struct Shared {
     recv_pool: Arc<RecvPool<PdRegistrar>>,
     /// Payloads sent by descriptor (RDMA read) so far.
     bulk_sent: std::sync::atomic::AtomicU64,
-    runtime: tokio::runtime::Handle,
+    spawner: Spawner,
     closing: watch::Sender<bool>,
     tasks_live: Arc<TaskCount>,
     state: Mutex<Links>,
@@ -783,7 +783,7 @@ impl VerbsFabric {
             send_cache: Mutex::new(send_cache),
             recv_pool,
             bulk_sent: Default::default(),
-            runtime: tokio::runtime::Handle::current(),
+            spawner: Spawner::current(cfg.local_tasks),
             closing: watch::channel(false).0,
             tasks_live: Arc::default(),
             state: Mutex::new(Links::new(events_tx, cfg.spinner.clone())),
@@ -902,7 +902,7 @@ impl Drop for Owner {
             shared.abort_all();
             return;
         }
-        let runtime = shared.runtime.clone();
+        let runtime = shared.spawner.runtime.clone();
         runtime.spawn(async move {
             let _ = timeout(CLOSE_GRACE, shared.tasks_live.wait_idle()).await;
             shared.abort_all();
@@ -964,7 +964,7 @@ impl Shared {
         F: FnOnce(ConnId) -> Fut,
         Fut: Future<Output = ()> + Send + 'static,
     {
-        st.spawn_tracked(&self.runtime, &self.tasks_live, make)
+        st.spawn_tracked(&self.spawner, &self.tasks_live, make)
     }
 
     fn deliver(&self, peer: NodeId, conn: ConnId, batch: &mut Vec<Bytes>) -> bool {

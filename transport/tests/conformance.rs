@@ -133,6 +133,7 @@ conformance!(
     connect_failure_and_local_errors,
     killed_peer_process_is_reported_lost,
     many_peers_at_once,
+    local_tasks_serve_a_consumer_in_a_local_set,
 );
 
 fn config(b: Backend, node: u32, ip: &str, secret: &[u8]) -> FabricConfig {
@@ -458,6 +459,45 @@ async fn dropped_peer_is_reported_lost_once(b: Backend) {
         assert_quiet(&mut a_rx).await;
         a.shutdown().await;
     })
+    .await
+}
+
+/// 5a'. With `local_tasks` (how `cohortd` binds: its consumer runs in a `LocalSet`) the
+/// connection tasks run in that `LocalSet`: messages flow both ways in order, a dropped
+/// peer is reported lost once, and shutdown is quiet.
+async fn local_tasks_serve_a_consumer_in_a_local_set(bk: Backend) {
+    within(tokio::task::LocalSet::new().run_until(async {
+        let mut nodes = Vec::new();
+        for (i, ip) in ["127.0.5.5", "127.0.5.6"].iter().enumerate() {
+            let mut cfg = config(bk, i as u32, ip, SECRET);
+            cfg.local_tasks = true;
+            nodes.push(bk.bind(cfg).await);
+        }
+        let peers: Vec<String> = nodes.iter().map(|(f, _)| f.local_addr()).collect();
+        for (f, _) in &nodes {
+            f.set_peers(peers.clone());
+        }
+        let (b, mut b_rx) = nodes.pop().unwrap();
+        let (a, mut a_rx) = nodes.pop().unwrap();
+        let n = bk.count(1000, 100);
+        for seq in 0..n {
+            a.send(1, numbered(0, seq)).unwrap();
+            b.send(0, numbered(1, seq)).unwrap();
+        }
+        for (rx, from) in [(&mut a_rx, 1), (&mut b_rx, 0)] {
+            for seq in 0..n {
+                let (sender, payload) = next_message(rx).await;
+                assert_eq!((sender, unnumber(&payload)), (from, (from, seq)));
+            }
+        }
+        drop(b);
+        let (peer, _) = timeout(LOSS_BOUND, next_loss(&mut a_rx))
+            .await
+            .expect("loss not reported within the bound");
+        assert_eq!(peer, 1);
+        assert_quiet(&mut a_rx).await;
+        a.shutdown().await;
+    }))
     .await
 }
 

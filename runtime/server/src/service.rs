@@ -215,6 +215,8 @@ impl NodeService {
         let mut fabric_cfg = FabricConfig::new(cfg.node, cfg.fabric_listen, cfg.job_secret.clone());
         fabric_cfg.verbs = cfg.verbs.clone();
         fabric_cfg.spinner = Some(spinner.clone());
+        // Everything here runs in one LocalSet (see the module docs).
+        fabric_cfg.local_tasks = true;
         let (fabric, events) = AnyFabric::bind(kind, fabric_cfg).await?;
         let fabric_addr = fabric.local_addr();
 
