@@ -487,7 +487,7 @@ fn print_table(
                 };
                 println!("# References (same run, same two processes, 4-byte length + payload per message, TCP_NODELAY):");
                 println!("#   Std   = {std_what} on blocking std sockets");
-                println!("#   Tokio = {tokio_what} on tokio sockets, same current-thread runtime as the fabric{}", if mode == Mode::Latency && o.spin_us > 0 { ", polling as the fabric does (each message told to its Spinner): Latency / Tokio is the fabric's own cost" } else { "" });
+                println!("#   Tokio = {tokio_what} on tokio sockets, same current-thread runtime as the fabric{}", if mode == Mode::Latency && o.spin_us > 0 { ", keeping the runtime polling as the fabric does (each message told to its Spinner) but reading on readiness events, where the fabric reads its hot connections directly" } else { "" });
                 refs.push(("Std".into(), paired(|r| &r.reference)));
                 refs.push(("Tokio".into(), paired(|r| &r.reference_tokio)));
                 if rows.iter().any(|r| !r.reference_poll.is_empty()) {

@@ -22,10 +22,10 @@
 use std::future::Future;
 use std::io::{self, IoSlice};
 use std::net::{IpAddr, SocketAddr};
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, RawFd};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
@@ -77,6 +77,8 @@ struct Shared {
     closing: watch::Sender<bool>,
     tasks_live: Arc<TaskCount>,
     state: Mutex<Links>,
+    /// Adaptive polling (`FabricConfig::spinner`): hot links are read directly.
+    spinner: Option<Arc<crate::Spinner>>,
 }
 
 impl TcpFabric {
@@ -111,6 +113,7 @@ impl TcpFabric {
             closing: watch::channel(false).0,
             tasks_live: Arc::default(),
             state: Mutex::new(Links::new(events_tx, cfg.spinner.clone())),
+            spinner: cfg.spinner.clone(),
         });
         {
             let mut st = shared.lock();
@@ -447,7 +450,8 @@ async fn run_link(
     queue: &mut UnboundedReceiver<Outgoing>,
     unwritten: &AtomicUsize,
 ) -> LinkEnd {
-    let reading = read_frames(shared, &mut rd, peer, id);
+    let fd = rd.as_ref().as_raw_fd();
+    let reading = read_frames(shared, &mut rd, peer, id, fd);
     let writing = write_frames(&wr, peer, queue, unwritten);
     tokio::pin!(reading, writing);
     tokio::select! {
@@ -470,8 +474,10 @@ async fn read_frames<R: AsyncRead + Unpin>(
     stream: &mut R,
     peer: NodeId,
     id: ConnId,
+    fd: RawFd,
 ) -> LinkEnd {
     let decoder = shared.decoder;
+    let mut last_frame = Instant::now();
     let mut buf = BytesMut::new();
     let mut batch = Vec::new();
     let mut unyielded = 0;
@@ -493,6 +499,7 @@ async fn read_frames<R: AsyncRead + Unpin>(
             }
         }
         unyielded += batch.iter().map(Bytes::len).sum::<usize>();
+        let delivered = !batch.is_empty();
         if !batch.is_empty() && !shared.deliver(peer, id, &mut batch) {
             return LinkEnd::Local;
         }
@@ -515,12 +522,77 @@ async fn read_frames<R: AsyncRead + Unpin>(
             tokio::task::yield_now().await;
         }
         buf.reserve(decoder.reserve_hint(&buf));
+        if let Some(sp) = shared.spinner.as_deref().filter(|s| !s.budget().is_zero()) {
+            if delivered {
+                last_frame = Instant::now();
+                // The consumer first takes what was just delivered (and answers it).
+                tokio::task::yield_now().await;
+            }
+            match read_while_hot(fd, &mut buf, sp.budget(), last_frame).await {
+                Ok(Some(0)) => return LinkEnd::Broken(FabricError::PeerClosed { peer }),
+                Ok(Some(_)) => continue,
+                Ok(None) => {}
+                Err(source) => return LinkEnd::Broken(FabricError::Io { peer, source }),
+            }
+        }
         match stream.read_buf(&mut buf).await {
             Ok(0) => return LinkEnd::Broken(FabricError::PeerClosed { peer }),
             Ok(_) => {}
             Err(source) => return LinkEnd::Broken(FabricError::Io { peer, source }),
         }
     }
+}
+
+/// While a link is hot — it delivered a frame within the polling `budget` (see
+/// [`crate::Spinner`]) — reads its socket directly, once per turn of the runtime,
+/// instead of waiting for the runtime's next look at its I/O driver to report the
+/// socket readable and wake this task. A frame of an exchange in flight is then read
+/// on the turn it arrives, with one `recv` and no task wake-up in between. Returns
+/// the bytes read (0: the peer closed), or `None` once the link went cold (the caller
+/// then waits for readiness as usual).
+///
+/// Each turn yields to the runtime's other tasks and lets it poll its I/O driver, so
+/// other sockets and cold links are served as before; only hot links are read
+/// directly, so a server with many connections pays one `recv` per turn for the few
+/// it is exchanging with.
+async fn read_while_hot(
+    fd: RawFd,
+    buf: &mut BytesMut,
+    budget: Duration,
+    last_frame: Instant,
+) -> io::Result<Option<usize>> {
+    while last_frame.elapsed() < budget {
+        match recv_nonblocking(fd, buf) {
+            Ok(n) => return Ok(Some(n)),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => tokio::task::yield_now().await,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(None)
+}
+
+/// One `recv(MSG_DONTWAIT)` into `buf`'s spare capacity. Bypasses Tokio's readiness
+/// state, which at worst then reports the socket readable once more than needed (the
+/// next read through Tokio finds nothing and waits again).
+fn recv_nonblocking(fd: RawFd, buf: &mut BytesMut) -> io::Result<usize> {
+    let spare = buf.spare_capacity_mut();
+    // SAFETY: `recv` writes at most `spare.len()` bytes into `spare`, which is valid,
+    // writable memory owned by `buf`.
+    let n = unsafe {
+        libc::recv(
+            fd,
+            spare.as_mut_ptr().cast(),
+            spare.len(),
+            libc::MSG_DONTWAIT,
+        )
+    };
+    if n < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `recv` initialised the first `n` bytes of the spare capacity.
+    unsafe { buf.set_len(buf.len() + n as usize) };
+    Ok(n as usize)
 }
 
 /// Our connection to `peer`: connect, handshake, then frames both ways (see

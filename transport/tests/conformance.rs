@@ -16,7 +16,9 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use cohort_transport::wire::{self, Hello, Reply, REPLY_FIXED_LEN, WIRE_VERSION};
-use cohort_transport::{AnyFabric, Fabric, FabricConfig, FabricEvent, FabricKind, VerbsOptions};
+use cohort_transport::{
+    AnyFabric, Fabric, FabricConfig, FabricEvent, FabricKind, Spinner, VerbsOptions,
+};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::mpsc::error::TryRecvError;
 use tokio::sync::mpsc::UnboundedReceiver;
@@ -39,13 +41,16 @@ async fn within<F: Future>(f: F) -> F::Output {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Backend {
     Tcp,
+    /// TCP with adaptive polling, as `cohortd` runs it: links that delivered within the
+    /// budget are read directly instead of through the runtime's readiness events.
+    TcpPolling,
     Verbs,
 }
 
 impl Backend {
     fn kind(self) -> FabricKind {
         match self {
-            Backend::Tcp => FabricKind::Tcp,
+            Backend::Tcp | Backend::TcpPolling => FabricKind::Tcp,
             Backend::Verbs => FabricKind::Verbs,
         }
     }
@@ -70,7 +75,7 @@ impl Backend {
     /// addresses, chosen by the last octet (so distinct nodes of one test get distinct
     /// GIDs where there are enough).
     fn ip(self, ip: &str) -> String {
-        if self == Backend::Tcp {
+        if self != Backend::Verbs {
             return ip.to_string();
         }
         let addrs = std::env::var("COHORT_TEST_VERBS_ADDRS")
@@ -83,7 +88,7 @@ impl Backend {
     /// A message count: the TCP one, or a smaller one for (emulated) verbs.
     fn count(self, tcp: u32, verbs: u32) -> u32 {
         match self {
-            Backend::Tcp => tcp,
+            Backend::Tcp | Backend::TcpPolling => tcp,
             Backend::Verbs => verbs,
         }
     }
@@ -95,7 +100,8 @@ impl Backend {
     }
 }
 
-/// Generates `tcp::NAME` and `verbs::NAME` for each `async fn NAME(Backend)`.
+/// Generates `tcp::NAME`, `tcp_polling::NAME` and `verbs::NAME` for each
+/// `async fn NAME(Backend)`.
 macro_rules! conformance {
     ($($name:ident),* $(,)?) => {
         mod tcp {
@@ -103,6 +109,14 @@ macro_rules! conformance {
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                 async fn $name() {
                     super::$name(super::Backend::Tcp).await
+                }
+            )*
+        }
+        mod tcp_polling {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    super::$name(super::Backend::TcpPolling).await
                 }
             )*
         }
@@ -136,9 +150,16 @@ conformance!(
     local_tasks_serve_a_consumer_in_a_local_set,
 );
 
+/// Must be called inside the test's runtime (a polling backend spawns its spinner).
 fn config(b: Backend, node: u32, ip: &str, secret: &[u8]) -> FabricConfig {
     let ip = b.ip(ip);
-    FabricConfig::new(node, format!("{ip}:0").parse().unwrap(), secret.to_vec())
+    let mut cfg = FabricConfig::new(node, format!("{ip}:0").parse().unwrap(), secret.to_vec());
+    if b == Backend::TcpPolling {
+        let spinner = Spinner::new(Duration::from_micros(150));
+        tokio::spawn(spinner.clone().run());
+        cfg.spinner = Some(spinner);
+    }
+    cfg
 }
 
 /// Binds one fabric per address (node i on ips[i]) and gives all the same peer table.
@@ -272,7 +293,7 @@ async fn sizes_round_trip_intact(bk: Backend) {
             }
         });
         let sizes: &[usize] = match bk {
-            Backend::Tcp => &[0, 1, 64 << 10, 4 << 20, 64 << 20],
+            Backend::Tcp | Backend::TcpPolling => &[0, 1, 64 << 10, 4 << 20, 64 << 20],
             // Around the eager/bulk boundary (one 64 KiB slot), then bulk payloads
             // read in one and in several RDMA reads.
             Backend::Verbs => &[
