@@ -105,20 +105,23 @@ impl Cluster {
     /// Every rank calls a whole-job fence (collecting data or not), in rank order;
     /// returns the request ids, indexed by rank.
     pub fn fence_all(&mut self, collect: bool) -> Vec<ReqId> {
+        let opts = cohort_proto::msg::FenceOpts {
+            collect,
+            timeout_ms: None,
+        };
         (0..self.job.size())
-            .map(|r| {
-                self.request(
-                    r,
-                    Request::Fence {
-                        procs: vec![],
-                        opts: cohort_proto::msg::FenceOpts {
-                            collect,
-                            timeout_ms: None,
-                        },
-                    },
-                )
-            })
+            .map(|r| self.fence(r, vec![], opts.clone()))
             .collect()
+    }
+
+    /// `rank` calls a fence over `procs` (empty: the whole job); returns the request id.
+    pub fn fence(
+        &mut self,
+        rank: u32,
+        procs: Vec<ProcId>,
+        opts: cohort_proto::msg::FenceOpts,
+    ) -> ReqId {
+        self.request(rank, Request::Fence { procs, opts })
     }
 
     /// Sends a request from `rank`; returns its request id.
@@ -265,6 +268,42 @@ impl Cluster {
                 ServerFrame::Reply { id: i, result } if *i == id => Some(result.clone()),
                 _ => None,
             })
+    }
+
+    /// `rank` calls a collective-method construct of `id` with the leaders `leaders`
+    /// (ranks); returns the request id.
+    pub fn construct(
+        &mut self,
+        rank: u32,
+        id: &str,
+        leaders: &[u32],
+        opts: cohort_proto::msg::ConstructOpts,
+    ) -> ReqId {
+        let procs = leaders.iter().map(|&r| self.proc(r)).collect();
+        self.request(
+            rank,
+            Request::Construct {
+                id: id.into(),
+                procs,
+                opts,
+            },
+        )
+    }
+
+    /// The group result `rank` got for request `id`; panics naming what came instead.
+    pub fn group(&self, rank: u32, id: ReqId) -> cohort_proto::msg::GroupResult {
+        match self.reply(rank, id) {
+            Some(Ok(cohort_proto::msg::Response::Group(g))) => g,
+            other => panic!("rank {rank}: expected a group result, got {other:?}"),
+        }
+    }
+
+    /// The error `rank` got for request `id`; panics naming what came instead.
+    pub fn error(&self, rank: u32, id: ReqId) -> cohort_proto::CohortError {
+        match self.reply(rank, id) {
+            Some(Err(e)) => e,
+            other => panic!("rank {rank}: expected an error, got {other:?}"),
+        }
     }
 
     /// Events received by `rank`, in order.

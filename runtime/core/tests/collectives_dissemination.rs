@@ -25,10 +25,10 @@ fn construct_then_fence(c: &mut Cluster, id: &str) -> (Vec<GroupResult>, Vec<u64
         .map(|r| {
             let mut opts = ctx_opts();
             opts.group_info = vec![("color".into(), Value::U32(r % 3))];
-            construct(c, r, id, &all, opts)
+            c.construct(r, id, &all, opts)
         })
         .collect();
-    let groups: Vec<GroupResult> = (0..n).map(|r| group(c, r, reqs[r as usize])).collect();
+    let groups: Vec<GroupResult> = (0..n).map(|r| c.group(r, reqs[r as usize])).collect();
     let construct_msgs: Vec<u64> = c.sent.iter().zip(&before).map(|(a, b)| a - b).collect();
     let before = c.sent.clone();
     let reqs = c.fence_all(true);
@@ -92,10 +92,10 @@ fn lean_race(id: &str) -> (Cluster, u32, u32, Vec<u64>, GroupResult) {
         .map(|r| {
             let mut opts = ctx_opts();
             opts.group_info = vec![("who".into(), Value::U32(r))];
-            construct(&mut c, r, id, &all, opts)
+            c.construct(r, id, &all, opts)
         })
         .collect();
-    let first = group(&c, root, reqs[root as usize]);
+    let first = c.group(root, reqs[root as usize]);
     assert_eq!(first.members.len(), servers as usize);
     assert!(
         c.reply(b, reqs[b as usize]).is_none(),
@@ -112,7 +112,7 @@ fn a_lean_outcome_waits_for_the_servers_last_round() {
     let (mut c, a, b, reqs, first) = lean_race("lean");
     c.release(a, b);
     for r in 0..5 {
-        assert_eq!(group(&c, r, reqs[r as usize]), first, "rank {r}");
+        assert_eq!(c.group(r, reqs[r as usize]), first, "rank {r}");
     }
 }
 
@@ -125,7 +125,7 @@ fn a_lean_outcome_missing_data_from_a_lost_server_is_fetched_whole_from_the_root
     c.kill_node(a);
     let servers = 5;
     for r in (0..servers).filter(|&r| r != a) {
-        assert_eq!(group(&c, r, reqs[r as usize]), first, "rank {r}");
+        assert_eq!(c.group(r, reqs[r as usize]), first, "rank {r}");
     }
 }
 
@@ -151,10 +151,10 @@ fn a_server_lost_mid_allgather_ends_in_one_outcome_for_every_survivor() {
         let reqs = every_rank_constructs(&mut c, id, servers, true);
         c.kill_node(x);
         let first_survivor = (0..servers).find(|&r| r != x).expect("survivors");
-        let first = group(&c, first_survivor, reqs[first_survivor as usize]);
+        let first = c.group(first_survivor, reqs[first_survivor as usize]);
         for r in (0..servers).filter(|&r| r != x) {
             assert_eq!(
-                group(&c, r, reqs[r as usize]),
+                c.group(r, reqs[r as usize]),
                 first,
                 "x = {x}: rank {r} got what rank {first_survivor} got"
             );
@@ -179,7 +179,7 @@ fn rounds_of_a_reused_id_that_overtake_the_destruct_are_kept() {
     let mut c = new_cluster(servers, servers, TreeShape::KAry(2));
     c.connect_all();
     let first = every_rank_constructs(&mut c, id, servers, true);
-    let first_ctx = group(&c, 0, first[0]).context_id;
+    let first_ctx = c.group(0, first[0]).context_id;
     // The destruct goes down the 2-ary tree from the id's rendezvous server: hold its
     // outcome on the way to z.
     let nodes: Vec<u32> = (0..servers).collect();
@@ -201,19 +201,19 @@ fn rounds_of_a_reused_id_that_overtake_the_destruct_are_kept() {
     let below_z = tree.subtree(z);
     for r in (0..servers).filter(|r| !below_z.contains(r)) {
         assert!(matches!(c.reply(r, destructs[r as usize]), Some(Ok(_))));
-        second[r as usize] = Some(construct(&mut c, r, id, &all, ctx_opts()));
+        second[r as usize] = Some(c.construct(r, id, &all, ctx_opts()));
     }
     c.release(z_parent, z);
     for &r in &below_z {
         assert!(matches!(c.reply(r, destructs[r as usize]), Some(Ok(_))));
-        second[r as usize] = Some(construct(&mut c, r, id, &all, ctx_opts()));
+        second[r as usize] = Some(c.construct(r, id, &all, ctx_opts()));
     }
-    let again = group(&c, 0, second[0].expect("called"));
+    let again = c.group(0, second[0].expect("called"));
     assert_eq!(again.members.len(), servers as usize);
     assert_ne!(again.context_id, first_ctx, "a new context id");
     for r in 0..servers {
         let req = second[r as usize].expect("called");
-        assert_eq!(group(&c, r, req), again, "rank {r}");
+        assert_eq!(c.group(r, req), again, "rank {r}");
     }
 }
 
@@ -275,16 +275,16 @@ fn a_round_owed_from_a_fallback_is_not_taken_for_the_next_constructs() {
                 let mut opts = ctx_opts();
                 opts.optional = true;
                 opts.group_info = vec![("gen".into(), Value::U32(gen))];
-                (r, construct(c, r, id, ranks, opts))
+                (r, c.construct(r, id, ranks, opts))
             })
             .collect()
     };
     let first = construct_gen(&mut c, &nodes, 1);
     c.kill_node(x);
-    let g1 = group(&c, root, first[root as usize].1);
+    let g1 = c.group(root, first[root as usize].1);
     assert_eq!(g1.failed, vec![c.proc(x)]);
     for &(r, req) in first.iter().filter(|(r, _)| *r != x) {
-        assert_eq!(group(&c, r, req), g1, "rank {r}, first construct");
+        assert_eq!(c.group(r, req), g1, "rank {r}, first construct");
     }
     let destructs: Vec<(u32, u64)> = survivors
         .iter()
@@ -298,8 +298,7 @@ fn a_round_owed_from_a_fallback_is_not_taken_for_the_next_constructs() {
     }
     let second = construct_gen(&mut c, &survivors, 2);
     c.release(y, z);
-    let g2 = group(
-        &c,
+    let g2 = c.group(
         root,
         second.iter().find(|(r, _)| *r == root).expect("root").1,
     );
@@ -309,7 +308,7 @@ fn a_round_owed_from_a_fallback_is_not_taken_for_the_next_constructs() {
     }
     for &(r, req) in &second {
         assert_eq!(
-            group(&c, r, req),
+            c.group(r, req),
             g2,
             "rank {r}, second construct (x={x} y={y} z={z})"
         );
@@ -339,7 +338,7 @@ fn retry_after_a_late_verdict(z_timeout: bool, advance: &[u64]) {
                 timeout_ms: (z_timeout || r != z).then_some(1_000),
                 ..Default::default()
             };
-            (r, construct(&mut c, r, id, &nodes, opts))
+            (r, c.construct(r, id, &nodes, opts))
         })
         .collect();
     c.hold(p, z);
@@ -348,7 +347,7 @@ fn retry_after_a_late_verdict(z_timeout: bool, advance: &[u64]) {
     }
     for &(r, req) in first.iter().filter(|(r, _)| *r != z) {
         assert!(
-            matches!(err(&c, r, req), CohortError::Timeout { .. }),
+            matches!(c.error(r, req), CohortError::Timeout { .. }),
             "rank {r}"
         );
     }
@@ -362,17 +361,17 @@ fn retry_after_a_late_verdict(z_timeout: bool, advance: &[u64]) {
     let survivors = [root, z, v];
     let mut retry: Vec<(u32, u64)> = [root, v]
         .iter()
-        .map(|&r| (r, construct(&mut c, r, id, &survivors, ctx_opts())))
+        .map(|&r| (r, c.construct(r, id, &survivors, ctx_opts())))
         .collect();
     c.release(p, z);
-    assert!(matches!(err(&c, z, z_first), CohortError::Timeout { .. }));
-    retry.push((z, construct(&mut c, z, id, &survivors, ctx_opts())));
-    let g = group(&c, root, retry[0].1);
+    assert!(matches!(c.error(z, z_first), CohortError::Timeout { .. }));
+    retry.push((z, c.construct(z, id, &survivors, ctx_opts())));
+    let g = c.group(root, retry[0].1);
     let mut members = vec![c.proc(root), c.proc(z), c.proc(v)];
     members.sort();
     assert_eq!(g.members, members);
     for &(r, req) in &retry {
-        assert_eq!(group(&c, r, req), g, "rank {r} (w = {w})");
+        assert_eq!(c.group(r, req), g, "rank {r} (w = {w})");
     }
 }
 

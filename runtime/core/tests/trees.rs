@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use cohort_core::cluster::Cluster;
 use cohort_core::{Engine, EngineConfig};
-use cohort_proto::msg::{ConstructOpts, GroupResult, Request, Response};
+use cohort_proto::msg::{ConstructOpts, Request, Response};
 use cohort_proto::Value;
 use cohort_topology::{SwitchMap, TreeShape};
 
@@ -45,26 +45,13 @@ fn cluster_with(n: u32, shape: TreeShape, allgather: cohort_topology::Allgather)
     c
 }
 
+/// A construct of `id` by `rank` with the leaders `leaders`, assigning a context id.
 fn construct(c: &mut Cluster, rank: u32, id: &str, leaders: &[u32]) -> u64 {
-    let procs = leaders.iter().map(|&r| c.proc(r)).collect();
-    c.request(
-        rank,
-        Request::Construct {
-            id: id.into(),
-            procs,
-            opts: ConstructOpts {
-                assign_context_id: true,
-                ..Default::default()
-            },
-        },
-    )
-}
-
-fn group(c: &Cluster, rank: u32, req: u64) -> GroupResult {
-    match c.reply(rank, req) {
-        Some(Ok(Response::Group(g))) => g,
-        other => panic!("rank {rank}: expected a group result, got {other:?}"),
-    }
+    let opts = ConstructOpts {
+        assign_context_id: true,
+        ..Default::default()
+    };
+    c.construct(rank, id, leaders, opts)
 }
 
 #[test]
@@ -88,10 +75,10 @@ fn constructs_agree_with_flat_trees() {
                     .iter()
                     .map(|&r| (r, construct(&mut c, r, id, members)))
                     .collect();
-                let g0 = group(&c, reqs[0].0, reqs[0].1);
+                let g0 = c.group(reqs[0].0, reqs[0].1);
                 assert_eq!(g0.members.len(), members.len());
                 for &(r, req) in &reqs {
-                    assert_eq!(group(&c, r, req), g0, "{shape:?} rank {r}");
+                    assert_eq!(c.group(r, req), g0, "{shape:?} rank {r}");
                 }
                 results.push(g0.members);
             }

@@ -9,18 +9,6 @@ use cohort_proto::msg::{
 use cohort_proto::{CohortError, ProcId, Range, Value};
 use cohort_topology::{Allgather, TreeShape};
 
-fn construct(c: &mut Cluster, rank: u32, id: &str, leaders: &[u32], opts: ConstructOpts) -> u64 {
-    let procs = leaders.iter().map(|&r| c.proc(r)).collect();
-    c.request(
-        rank,
-        Request::Construct {
-            id: id.into(),
-            procs,
-            opts,
-        },
-    )
-}
-
 fn destruct(c: &mut Cluster, rank: u32, id: &str, timeout_ms: Option<u64>) -> u64 {
     c.request(
         rank,
@@ -31,19 +19,7 @@ fn destruct(c: &mut Cluster, rank: u32, id: &str, timeout_ms: Option<u64>) -> u6
     )
 }
 
-fn group(c: &Cluster, rank: u32, req: u64) -> GroupResult {
-    match c.reply(rank, req) {
-        Some(Ok(Response::Group(g))) => g,
-        other => panic!("rank {rank}: expected a group result, got {other:?}"),
-    }
-}
 
-fn err(c: &Cluster, rank: u32, req: u64) -> CohortError {
-    match c.reply(rank, req) {
-        Some(Err(e)) => e,
-        other => panic!("rank {rank}: expected an error, got {other:?}"),
-    }
-}
 
 fn commit(c: &mut Cluster, rank: u32, key: &str, v: Value) {
     c.request(
@@ -80,13 +56,7 @@ fn fence_completes_only_when_all_participants_called() {
     c.connect_all();
     let mut reqs = Vec::new();
     for r in 0..6 {
-        reqs.push(c.request(
-            r,
-            Request::Fence {
-                procs: vec![],
-                opts: FenceOpts::default(),
-            },
-        ));
+        reqs.push(c.fence(r, vec![], FenceOpts::default()));
         let done = (0..=r)
             .filter(|&q| c.reply(q, reqs[q as usize]).is_some())
             .count();
@@ -128,7 +98,7 @@ fn get_fetches_uncollected_remote_data_on_demand_and_waits_for_commit() {
         Some(Ok(Response::Value(Value::Str("addr-1".into()))))
     );
     let g2 = get(&mut c, 0, p1.clone(), "missing");
-    assert!(matches!(err(&c, 0, g2), CohortError::NotFound { proc, .. } if proc == p1));
+    assert!(matches!(c.error(0, g2), CohortError::NotFound { proc, .. } if proc == p1));
 }
 
 #[test]
@@ -138,7 +108,7 @@ fn get_times_out_naming_the_proc() {
     let p1 = c.proc(1);
     let g = get(&mut c, 0, p1.clone(), "never");
     c.advance(Duration::from_millis(1500));
-    match err(&c, 0, g) {
+    match c.error(0, g) {
         CohortError::Timeout { missing, .. } => assert_eq!(missing, vec![p1]),
         e => panic!("{e}"),
     }
@@ -160,14 +130,14 @@ fn collective_construct_across_three_nodes() {
         leaders.rotate_left(r as usize);
         let mut opts = ctx_opts();
         opts.group_info = vec![("color".into(), Value::U32(r * 10))];
-        reqs.push(construct(&mut c, r, "grp", &leaders, opts));
+        reqs.push(c.construct(r, "grp", &leaders, opts));
     }
-    let first = group(&c, 0, reqs[0]);
+    let first = c.group(0, reqs[0]);
     assert_eq!(first.members, (0..6).map(|r| c.proc(r)).collect::<Vec<_>>());
     assert_eq!(first.status, ConstructStatus::Success);
     let ctx = first.context_id.expect("context id requested");
     for r in 0..6 {
-        let g = group(&c, r, reqs[r as usize]);
+        let g = c.group(r, reqs[r as usize]);
         assert_eq!(g, first, "rank {r} sees the same result");
     }
     assert_eq!(
@@ -191,31 +161,17 @@ fn add_members_join_with_no_procs() {
     let mut c = new_cluster(6, 3, TreeShape::KAry(2));
     c.connect_all();
     // add-members call first (ranks 5 and 3), then the leaders 0 and 2 (node 0 and 1)
-    let a5 = c.request(
-        5,
-        Request::Construct {
-            id: "g".into(),
-            procs: vec![],
-            opts: Default::default(),
-        },
-    );
+    let a5 = c.construct(5, "g", &[], Default::default());
     let mut opts = ctx_opts();
     opts.add_members = vec![c.proc(5)];
-    let l0 = construct(&mut c, 0, "g", &[0, 2], opts.clone());
-    let a3 = c.request(
-        3,
-        Request::Construct {
-            id: "g".into(),
-            procs: vec![],
-            opts: Default::default(),
-        },
-    );
+    let l0 = c.construct(0, "g", &[0, 2], opts.clone());
+    let a3 = c.construct(3, "g", &[], Default::default());
     opts.add_members = vec![c.proc(3)];
     assert!(c.reply(0, l0).is_none());
-    let l2 = construct(&mut c, 2, "g", &[2, 0], opts);
+    let l2 = c.construct(2, "g", &[2, 0], opts);
     let expect: Vec<ProcId> = [0, 2, 3, 5].iter().map(|&r| c.proc(r)).collect();
     for (r, q) in [(0, l0), (2, l2), (3, a3), (5, a5)] {
-        assert_eq!(group(&c, r, q).members, expect, "rank {r}");
+        assert_eq!(c.group(r, q).members, expect, "rank {r}");
     }
 }
 
@@ -227,9 +183,9 @@ fn context_ids_are_unique_and_ids_reusable_after_destruct() {
     for round in 0..4 {
         for id in ["a", "b", "c", "d"] {
             let reqs: Vec<u64> = (0..3)
-                .map(|r| construct(&mut c, r, id, &[0, 1, 2], ctx_opts()))
+                .map(|r| c.construct(r, id, &[0, 1, 2], ctx_opts()))
                 .collect();
-            let ctx = group(&c, 0, reqs[0]).context_id.unwrap();
+            let ctx = c.group(0, reqs[0]).context_id.unwrap();
             assert!(
                 seen.insert(ctx),
                 "round {round} id {id}: context id {ctx} reused"
@@ -251,14 +207,14 @@ fn second_construct_of_a_live_id_is_refused_at_every_member() {
     let mut c = new_cluster(4, 2, TreeShape::KAry(2));
     c.connect_all();
     let reqs: Vec<u64> = (0..2)
-        .map(|r| construct(&mut c, r, "live", &[0, 1], ctx_opts()))
+        .map(|r| c.construct(r, "live", &[0, 1], ctx_opts()))
         .collect();
-    group(&c, 0, reqs[0]);
+    c.group(0, reqs[0]);
     // ranks 2 and 3 (not members) try to construct the same id with another membership
-    let a = construct(&mut c, 2, "live", &[2, 3], ctx_opts());
-    let b = construct(&mut c, 3, "live", &[2, 3], ctx_opts());
+    let a = c.construct(2, "live", &[2, 3], ctx_opts());
+    let b = c.construct(3, "live", &[2, 3], ctx_opts());
     for (r, q) in [(2, a), (3, b)] {
-        match err(&c, r, q) {
+        match c.error(r, q) {
             CohortError::GroupIdInUse { id, members } => {
                 assert_eq!(id, "live");
                 assert_eq!(members, vec![c.proc(0), c.proc(1)]);
@@ -267,9 +223,9 @@ fn second_construct_of_a_live_id_is_refused_at_every_member() {
         }
     }
     // a member trying again is refused locally
-    let again = construct(&mut c, 0, "live", &[0, 2], ctx_opts());
+    let again = c.construct(0, "live", &[0, 2], ctx_opts());
     assert!(matches!(
-        err(&c, 0, again),
+        c.error(0, again),
         CohortError::GroupIdInUse { .. }
     ));
 }
@@ -279,40 +235,28 @@ fn concurrent_constructs_with_overlapping_members_and_a_fence_do_not_interfere()
     let mut c = new_cluster(6, 3, TreeShape::KAry(2));
     c.connect_all();
     // interleave: x over {0..3}, y over {2..5}, and a fence over {2,3}
-    let x0 = construct(&mut c, 0, "x", &[0, 1, 2, 3], ctx_opts());
-    let y5 = construct(&mut c, 5, "y", &[2, 3, 4, 5], ctx_opts());
-    let f2 = c.request(
-        2,
-        Request::Fence {
-            procs: vec![c.proc(2), c.proc(3)],
-            opts: Default::default(),
-        },
-    );
-    let y2 = construct(&mut c, 2, "y", &[2, 3, 4, 5], ctx_opts());
-    let x2 = construct(&mut c, 2, "x", &[0, 1, 2, 3], ctx_opts());
-    let f3 = c.request(
-        3,
-        Request::Fence {
-            procs: vec![c.proc(3), c.proc(2)],
-            opts: Default::default(),
-        },
-    );
+    let x0 = c.construct(0, "x", &[0, 1, 2, 3], ctx_opts());
+    let y5 = c.construct(5, "y", &[2, 3, 4, 5], ctx_opts());
+    let f2 = c.fence(2, vec![c.proc(2), c.proc(3)], FenceOpts::default());
+    let y2 = c.construct(2, "y", &[2, 3, 4, 5], ctx_opts());
+    let x2 = c.construct(2, "x", &[0, 1, 2, 3], ctx_opts());
+    let f3 = c.fence(3, vec![c.proc(3), c.proc(2)], FenceOpts::default());
     assert_eq!(c.reply(2, f2), Some(Ok(Response::Done)));
     assert_eq!(c.reply(3, f3), Some(Ok(Response::Done)));
-    let y3 = construct(&mut c, 3, "y", &[2, 3, 4, 5], ctx_opts());
-    let x3 = construct(&mut c, 3, "x", &[0, 1, 2, 3], ctx_opts());
-    let x1 = construct(&mut c, 1, "x", &[0, 1, 2, 3], ctx_opts());
-    let y4 = construct(&mut c, 4, "y", &[2, 3, 4, 5], ctx_opts());
-    let gx = group(&c, 0, x0);
-    let gy = group(&c, 5, y5);
+    let y3 = c.construct(3, "y", &[2, 3, 4, 5], ctx_opts());
+    let x3 = c.construct(3, "x", &[0, 1, 2, 3], ctx_opts());
+    let x1 = c.construct(1, "x", &[0, 1, 2, 3], ctx_opts());
+    let y4 = c.construct(4, "y", &[2, 3, 4, 5], ctx_opts());
+    let gx = c.group(0, x0);
+    let gy = c.group(5, y5);
     assert_eq!(gx.members, (0..4).map(|r| c.proc(r)).collect::<Vec<_>>());
     assert_eq!(gy.members, (2..6).map(|r| c.proc(r)).collect::<Vec<_>>());
     assert_ne!(gx.context_id, gy.context_id);
     for (r, q) in [(1, x1), (2, x2), (3, x3)] {
-        assert_eq!(group(&c, r, q), gx);
+        assert_eq!(c.group(r, q), gx);
     }
     for (r, q) in [(2, y2), (3, y3), (4, y4)] {
-        assert_eq!(group(&c, r, q), gy);
+        assert_eq!(c.group(r, q), gy);
     }
 }
 
@@ -321,21 +265,21 @@ fn leaders_with_different_lists_get_a_mismatch_error() {
     // Same node: detected when the second leader calls; both leaders get the error.
     let mut c = new_cluster(4, 2, TreeShape::KAry(2));
     c.connect_all();
-    let a = construct(&mut c, 0, "m", &[0, 1], ctx_opts());
-    let b = construct(&mut c, 1, "m", &[0, 1, 2], ctx_opts());
+    let a = c.construct(0, "m", &[0, 1], ctx_opts());
+    let b = c.construct(1, "m", &[0, 1, 2], ctx_opts());
     for (r, q) in [(0, a), (1, b)] {
         assert!(
-            matches!(err(&c, r, q), CohortError::LeaderMismatch { .. }),
+            matches!(c.error(r, q), CohortError::LeaderMismatch { .. }),
             "rank {r}"
         );
     }
     // Different nodes: detected where the two subtrees meet.
-    let a = construct(&mut c, 0, "m2", &[0, 2], ctx_opts());
-    let b = construct(&mut c, 2, "m2", &[0, 1, 2], ctx_opts());
-    let _ = construct(&mut c, 1, "m2", &[0, 1, 2], ctx_opts());
+    let a = c.construct(0, "m2", &[0, 2], ctx_opts());
+    let b = c.construct(2, "m2", &[0, 1, 2], ctx_opts());
+    let _ = c.construct(1, "m2", &[0, 1, 2], ctx_opts());
     for (r, q) in [(0, a), (2, b)] {
         assert!(
-            matches!(err(&c, r, q), CohortError::LeaderMismatch { ref id, .. } if id == "m2"),
+            matches!(c.error(r, q), CohortError::LeaderMismatch { ref id, .. } if id == "m2"),
             "rank {r}"
         );
     }
@@ -351,14 +295,14 @@ fn a_leader_dying_after_joining_is_not_reported_as_failing_to_join() {
     let all: Vec<u32> = (0..6).collect();
     let reqs: Vec<(u32, u64)> = [0, 2, 3, 4, 5]
         .iter()
-        .map(|&r| (r, construct(&mut c, r, "late", &all, ctx_opts())))
+        .map(|&r| (r, c.construct(r, "late", &all, ctx_opts())))
         .collect();
     c.exit(0);
-    let r1 = construct(&mut c, 1, "late", &all, ctx_opts());
-    let g = group(&c, 1, r1);
+    let r1 = c.construct(1, "late", &all, ctx_opts());
+    let g = c.group(1, r1);
     assert_eq!(g.members.len(), 6, "rank 0 joined before dying");
     for (r, q) in reqs.into_iter().skip(1) {
-        assert_eq!(group(&c, r, q), g);
+        assert_eq!(c.group(r, q), g);
     }
 }
 
@@ -377,14 +321,14 @@ fn optional_participation_gives_partial_success() {
         .map(|&r| {
             (
                 r,
-                construct(&mut c, r, "opt", &[0, 1, 2, 3, 4, 5], opts.clone()),
+                c.construct(r, "opt", &[0, 1, 2, 3, 4, 5], opts.clone()),
             )
         })
         .collect();
     assert!(c.reply(0, reqs[0].1).is_none());
     c.exit(4);
     for (r, q) in reqs {
-        let g = group(&c, r, q);
+        let g = c.group(r, q);
         assert_eq!(g.status, ConstructStatus::PartialSuccess);
         assert_eq!(g.failed, vec![c.proc(4)]);
         assert!(!g.members.contains(&c.proc(4)));
@@ -399,10 +343,10 @@ fn required_participant_terminating_fails_the_construct_for_everyone() {
     c.exit(4); // before anyone calls
     let reqs: Vec<(u32, u64)> = [0, 5]
         .iter()
-        .map(|&r| (r, construct(&mut c, r, "req", &[0, 4, 5], ctx_opts())))
+        .map(|&r| (r, c.construct(r, "req", &[0, 4, 5], ctx_opts())))
         .collect();
     for (r, q) in reqs {
-        match err(&c, r, q) {
+        match c.error(r, q) {
             CohortError::ProcTerminated { procs, .. } => assert_eq!(procs, vec![c.proc(4)]),
             e => panic!("rank {r}: {e}"),
         }
@@ -417,11 +361,11 @@ fn construct_timeout_names_missing_procs_and_never_hangs() {
         timeout_ms: Some(500),
         ..ctx_opts()
     };
-    let a = construct(&mut c, 0, "t", &[0, 3, 5], opts.clone());
-    let b = construct(&mut c, 3, "t", &[0, 3, 5], opts);
+    let a = c.construct(0, "t", &[0, 3, 5], opts.clone());
+    let b = c.construct(3, "t", &[0, 3, 5], opts);
     c.advance(Duration::from_millis(600));
     for (r, q) in [(0, a), (3, b)] {
-        match err(&c, r, q) {
+        match c.error(r, q) {
             CohortError::Timeout {
                 missing,
                 timeout_ms,
@@ -445,9 +389,9 @@ fn leave_notifies_remaining_members_and_destruct_completes_without_the_leaver() 
     let mut c = new_cluster(6, 3, TreeShape::KAry(2));
     c.connect_all();
     let reqs: Vec<u64> = (0..6)
-        .map(|r| construct(&mut c, r, "lv", &[0, 1, 2, 3, 4, 5], ctx_opts()))
+        .map(|r| c.construct(r, "lv", &[0, 1, 2, 3, 4, 5], ctx_opts()))
         .collect();
-    group(&c, 0, reqs[0]);
+    c.group(0, reqs[0]);
     // another member already started destruct before the leave
     let d0 = destruct(&mut c, 0, "lv", None);
     let l = c.request(4, Request::Leave { id: "lv".into() });
@@ -464,7 +408,7 @@ fn leave_notifies_remaining_members_and_destruct_completes_without_the_leaver() 
     assert!(c.events(4).iter().all(|e| e.code != codes::GROUP_LEFT));
     // a member's view after the leave
     let q = c.request(1, Request::QueryGroup { id: "lv".into() });
-    assert_eq!(group(&c, 1, q).members.len(), 5);
+    assert_eq!(c.group(1, q).members.len(), 5);
     let d: Vec<(u32, u64)> = [1, 2, 3, 5]
         .iter()
         .map(|&r| {
@@ -481,7 +425,7 @@ fn leave_notifies_remaining_members_and_destruct_completes_without_the_leaver() 
     // the leaver can no longer destruct / leave
     let bad = c.request(4, Request::Leave { id: "lv".into() });
     assert!(matches!(
-        err(&c, 4, bad),
+        c.error(4, bad),
         CohortError::GroupNotFound { .. } | CohortError::NotAMember { .. }
     ));
 }
@@ -492,45 +436,31 @@ fn destruct_and_leave_of_a_group_the_caller_is_not_in_are_errors() {
     c.connect_all();
     let reqs: Vec<u64> = [0, 2]
         .iter()
-        .map(|&r| construct(&mut c, r, "g", &[0, 2], ctx_opts()))
+        .map(|&r| c.construct(r, "g", &[0, 2], ctx_opts()))
         .collect();
-    group(&c, 0, reqs[0]);
+    c.group(0, reqs[0]);
     let d = destruct(&mut c, 2, "nope", None);
-    assert!(matches!(err(&c, 2, d), CohortError::GroupNotFound { id } if id == "nope"));
+    assert!(matches!(c.error(2, d), CohortError::GroupNotFound { id } if id == "nope"));
     // rank 3 lives on node 1 which knows the group (rank 2 is there) but 3 is no member
     let d = destruct(&mut c, 3, "g", None);
     assert!(
-        matches!(err(&c, 3, d), CohortError::NotAMember { ref id, ref proc } if id == "g" && *proc == c.proc(3))
+        matches!(c.error(3, d), CohortError::NotAMember { ref id, ref proc } if id == "g" && *proc == c.proc(3))
     );
     let l = c.request(3, Request::Leave { id: "g".into() });
-    assert!(matches!(err(&c, 3, l), CohortError::NotAMember { .. }));
-    let bad = c.request(
-        0,
-        Request::Construct {
-            id: String::new(),
-            procs: vec![c.proc(0)],
-            opts: Default::default(),
-        },
-    );
+    assert!(matches!(c.error(3, l), CohortError::NotAMember { .. }));
+    let bad = c.construct(0, "", &[0], Default::default());
     assert!(matches!(
-        err(&c, 0, bad),
+        c.error(0, bad),
         CohortError::InvalidGroupId { .. }
     ));
-    let bad = c.request(
-        0,
-        Request::Construct {
-            id: "x".repeat(256),
-            procs: vec![c.proc(0)],
-            opts: Default::default(),
-        },
-    );
+    let bad = c.construct(0, &"x".repeat(256), &[0], Default::default());
     assert!(matches!(
-        err(&c, 0, bad),
+        c.error(0, bad),
         CohortError::InvalidGroupId { .. }
     ));
-    let bad = construct(&mut c, 0, "u", &[0, 99], ctx_opts());
+    let bad = c.construct(0, "u", &[0, 99], ctx_opts());
     assert!(
-        matches!(err(&c, 0, bad), CohortError::UnknownProc { ref proc, .. } if proc.rank == 99)
+        matches!(c.error(0, bad), CohortError::UnknownProc { ref proc, .. } if proc.rank == 99)
     );
 }
 
@@ -540,21 +470,15 @@ fn group_addressed_fence_and_group_rank_get() {
     c.connect_all();
     let reqs: Vec<(u32, u64)> = [1, 3, 5]
         .iter()
-        .map(|&r| (r, construct(&mut c, r, "odd", &[5, 3, 1], ctx_opts())))
+        .map(|&r| (r, c.construct(r, "odd", &[5, 3, 1], ctx_opts())))
         .collect();
-    group(&c, 1, reqs[0].1);
+    c.group(1, reqs[0].1);
     let f: Vec<(u32, u64)> = [1, 3, 5]
         .iter()
         .map(|&r| {
             (
                 r,
-                c.request(
-                    r,
-                    Request::Fence {
-                        procs: vec![ProcId::wildcard("odd")],
-                        opts: Default::default(),
-                    },
-                ),
+                c.fence(r, vec![ProcId::wildcard("odd")], FenceOpts::default()),
             )
         })
         .collect();
@@ -566,7 +490,7 @@ fn group_addressed_fence_and_group_rank_get() {
     let g = get(&mut c, 5, ProcId::new("odd", 1), "ep");
     assert_eq!(c.reply(5, g), Some(Ok(Response::Value(Value::U32(33)))));
     let g = get(&mut c, 5, ProcId::new("odd", 7), "ep");
-    assert!(matches!(err(&c, 5, g), CohortError::UnknownProc { .. }));
+    assert!(matches!(c.error(5, g), CohortError::UnknownProc { .. }));
 }
 
 #[test]
@@ -613,9 +537,9 @@ fn notify_termination_turns_member_failure_into_an_event_and_lets_destruct_finis
         ..ctx_opts()
     };
     let reqs: Vec<u64> = (0..6)
-        .map(|r| construct(&mut c, r, "nt", &[0, 1, 2, 3, 4, 5], opts.clone()))
+        .map(|r| c.construct(r, "nt", &[0, 1, 2, 3, 4, 5], opts.clone()))
         .collect();
-    group(&c, 0, reqs[0]);
+    c.group(0, reqs[0]);
     c.exit(2);
     for r in [0, 1, 3, 4, 5] {
         let ev: Vec<_> = c
@@ -645,9 +569,9 @@ fn destruct_without_notify_termination_fails_when_a_member_died() {
     let mut c = new_cluster(4, 2, TreeShape::KAry(2));
     c.connect_all();
     let reqs: Vec<u64> = (0..4)
-        .map(|r| construct(&mut c, r, "d", &[0, 1, 2, 3], ctx_opts()))
+        .map(|r| c.construct(r, "d", &[0, 1, 2, 3], ctx_opts()))
         .collect();
-    group(&c, 0, reqs[0]);
+    c.group(0, reqs[0]);
     c.exit(3);
     let d: Vec<(u32, u64)> = [0, 1, 2]
         .iter()
@@ -660,7 +584,7 @@ fn destruct_without_notify_termination_fails_when_a_member_died() {
         .collect();
     for (r, q) in d {
         assert!(
-            matches!(err(&c, r, q), CohortError::ProcTerminated { ref procs, .. } if *procs == vec![c.proc(3)]),
+            matches!(c.error(r, q), CohortError::ProcTerminated { ref procs, .. } if *procs == vec![c.proc(3)]),
             "rank {r}"
         );
     }
@@ -670,19 +594,13 @@ fn destruct_without_notify_termination_fails_when_a_member_died() {
 fn a_client_disconnecting_mid_fence_fails_the_fence_instead_of_hanging() {
     let mut c = new_cluster(4, 2, TreeShape::KAry(2));
     c.connect_all();
-    let f0 = c.request(
-        0,
-        Request::Fence {
-            procs: vec![],
-            opts: Default::default(),
-        },
-    );
+    let f0 = c.fence(0, vec![], FenceOpts::default());
     let node = c.job.rank_node[2] as usize;
     let now = c.now;
     c.engines[node].on_client_disconnected(Cluster::client_of(2), now);
     c.pump();
     assert!(
-        matches!(err(&c, 0, f0), CohortError::ProcTerminated { ref procs, .. } if *procs == vec![c.proc(2)])
+        matches!(c.error(0, f0), CohortError::ProcTerminated { ref procs, .. } if *procs == vec![c.proc(2)])
     );
 }
 
@@ -692,12 +610,12 @@ fn many_nodes_binomial_and_kary_agree() {
         let mut c = new_cluster(40, 13, shape);
         c.connect_all();
         let reqs: Vec<u64> = (0..40)
-            .map(|r| construct(&mut c, r, "big", &(0..40).collect::<Vec<_>>(), ctx_opts()))
+            .map(|r| c.construct(r, "big", &(0..40).collect::<Vec<_>>(), ctx_opts()))
             .collect();
-        let g0 = group(&c, 0, reqs[0]);
+        let g0 = c.group(0, reqs[0]);
         assert_eq!(g0.members.len(), 40);
         for r in 0..40 {
-            assert_eq!(group(&c, r, reqs[r as usize]), g0);
+            assert_eq!(c.group(r, reqs[r as usize]), g0);
         }
     }
 }
@@ -715,10 +633,10 @@ fn member_failed_events_go_only_to_the_designated_leader() {
                 leader: r == 3,
                 ..ctx_opts()
             };
-            construct(&mut c, r, "led", &all, opts)
+            c.construct(r, "led", &all, opts)
         })
         .collect();
-    group(&c, 0, reqs[0]);
+    c.group(0, reqs[0]);
     c.exit(5);
     for r in 0..5 {
         let n = c
@@ -740,21 +658,21 @@ fn a_late_caller_of_a_failed_construct_gets_the_same_error() {
     let all: Vec<u32> = (0..6).collect();
     let early: Vec<(u32, u64)> = [0, 1, 2, 4]
         .iter()
-        .map(|&r| (r, construct(&mut c, r, "late", &all, ctx_opts())))
+        .map(|&r| (r, c.construct(r, "late", &all, ctx_opts())))
         .collect();
-    let first = err(&c, 0, early[0].1);
+    let first = c.error(0, early[0].1);
     for (r, q) in &early {
-        assert_eq!(err(&c, *r, *q), first, "rank {r}");
+        assert_eq!(c.error(*r, *q), first, "rank {r}");
     }
     // the others leave; rank 3 finally calls
     c.exit(0);
     c.exit(1);
-    let late = construct(&mut c, 3, "late", &all, ctx_opts());
-    assert_eq!(err(&c, 3, late), first, "same error, naming only rank 5");
+    let late = c.construct(3, "late", &all, ctx_opts());
+    assert_eq!(c.error(3, late), first, "same error, naming only rank 5");
     // calling again is a new attempt
-    let again = construct(&mut c, 3, "late", &all, ctx_opts());
+    let again = c.construct(3, "late", &all, ctx_opts());
     assert!(
-        matches!(err(&c, 3, again), CohortError::ProcTerminated { ref procs, .. } if procs.len() == 3)
+        matches!(c.error(3, again), CohortError::ProcTerminated { ref procs, .. } if procs.len() == 3)
     );
 }
 
@@ -793,14 +711,8 @@ fn an_exit_after_completion_does_not_fail_servers_the_outcome_has_not_reached() 
         let reqs: Vec<u64> = all
             .iter()
             .map(|&r| match kind {
-                "fence" => c.request(
-                    r,
-                    Request::Fence {
-                        procs: vec![],
-                        opts: FenceOpts::default(),
-                    },
-                ),
-                _ => construct(&mut c, r, "late-exit", &all, ctx_opts()),
+                "fence" => c.fence(r, vec![], FenceOpts::default()),
+                _ => c.construct(r, "late-exit", &all, ctx_opts()),
             })
             .collect();
         // rank x (node x) already has its outcome; it exits before y hears of it
@@ -836,9 +748,9 @@ fn a_leave_that_overtakes_the_construct_outcome_is_not_lost() {
     c.hold(root, slow);
     let reqs: Vec<u64> = all
         .iter()
-        .map(|&r| construct(&mut c, r, "overtaken", &all, ctx_opts()))
+        .map(|&r| c.construct(r, "overtaken", &all, ctx_opts()))
         .collect();
-    group(&c, leaver, reqs[leaver as usize]);
+    c.group(leaver, reqs[leaver as usize]);
     let l = c.request(
         leaver,
         Request::Leave {
@@ -848,7 +760,7 @@ fn a_leave_that_overtakes_the_construct_outcome_is_not_lost() {
     assert_eq!(c.reply(leaver, l), Some(Ok(Response::Done)));
     c.release(root, slow);
     for r in c.job.ranks_on(slow) {
-        let g = group(&c, r, reqs[r as usize]);
+        let g = c.group(r, reqs[r as usize]);
         assert_eq!(
             g.members.len(),
             6,
@@ -868,7 +780,7 @@ fn a_leave_that_overtakes_the_construct_outcome_is_not_lost() {
             },
         );
         assert!(
-            !group(&c, r, q).members.contains(&c.proc(leaver)),
+            !c.group(r, q).members.contains(&c.proc(leaver)),
             "rank {r}"
         );
     }
@@ -908,7 +820,7 @@ fn every_rank_constructs(c: &mut Cluster, id: &str, n: u32, optional: bool) -> V
                 assign_context_id: true,
                 ..Default::default()
             };
-            construct(c, r, id, &all, opts)
+            c.construct(r, id, &all, opts)
         })
         .collect()
 }
@@ -933,7 +845,7 @@ fn interior_server_lost_before_forwarding_is_routed_around() {
     // through: optional participation gives partial success without it.
     let mut ctx = None;
     for r in (0..7).filter(|&r| r != x) {
-        let g = group(&c, r, reqs[r as usize]);
+        let g = c.group(r, reqs[r as usize]);
         assert_eq!(g.status, ConstructStatus::PartialSuccess, "rank {r}");
         let expect: Vec<ProcId> = (0..7).filter(|&q| q != x).map(|q| c.proc(q)).collect();
         assert_eq!(g.members, expect, "rank {r}");
@@ -962,11 +874,11 @@ fn interior_server_lost_with_the_outcome_lets_its_children_fetch_it() {
         );
     }
     c.kill_node(x);
-    let first = group(&c, root, reqs[root as usize]);
+    let first = c.group(root, reqs[root as usize]);
     assert_eq!(first.status, ConstructStatus::Success);
     assert_eq!(first.members.len(), 7, "x's rank joined before x was lost");
     for r in (0..7).filter(|&r| r != x) {
-        let g = group(&c, r, reqs[r as usize]);
+        let g = c.group(r, reqs[r as usize]);
         assert_eq!(g, first, "rank {r} got the same outcome as the root");
     }
 }
@@ -983,7 +895,7 @@ fn lost_root_fails_the_construct_everywhere_with_peer_lost() {
     let reqs = all_construct(&mut c, id, true);
     c.kill_node(root);
     for r in (0..7).filter(|&r| r != root) {
-        match err(&c, r, reqs[r as usize]) {
+        match c.error(r, reqs[r as usize]) {
             CohortError::PeerLost { node, reason } => {
                 assert_eq!(node, root, "rank {r}: {reason}");
                 assert!(reason.contains(id), "rank {r}: {reason}");
@@ -993,14 +905,13 @@ fn lost_root_fails_the_construct_everywhere_with_peer_lost() {
     }
     // A new construct with an id whose rendezvous server is lost fails at once.
     let survivors: Vec<u32> = (0..7).filter(|&r| r != root).collect();
-    let again = construct(
-        &mut c,
+    let again = c.construct(
         survivors[0],
         id,
         &survivors,
         ConstructOpts::default(),
     );
-    match err(&c, survivors[0], again) {
+    match c.error(survivors[0], again) {
         CohortError::PeerLost { node, .. } => assert_eq!(node, root),
         e => panic!("expected PeerLost, got {e}"),
     }
@@ -1011,17 +922,8 @@ fn fences_after_a_server_loss_neither_wait_for_it_nor_route_through_it() {
     let mut c = new_cluster(7, 7, TreeShape::KAry(2));
     c.connect_all();
     let (_, x, _) = interior("lost-up");
-    let fence = |c: &mut Cluster, r: u32, procs: Vec<ProcId>| {
-        c.request(
-            r,
-            Request::Fence {
-                procs,
-                opts: FenceOpts::default(),
-            },
-        )
-    };
     // A first fence connects the servers along its tree.
-    let warm: Vec<u64> = (0..7).map(|r| fence(&mut c, r, vec![])).collect();
+    let warm: Vec<u64> = (0..7).map(|r| c.fence(r, vec![], FenceOpts::default())).collect();
     for r in 0..7 {
         assert!(
             matches!(c.reply(r, warm[r as usize]), Some(Ok(_))),
@@ -1033,10 +935,10 @@ fn fences_after_a_server_loss_neither_wait_for_it_nor_route_through_it() {
     let everyone = vec![ProcId::wildcard("job")];
     let reqs: Vec<(u32, u64)> = (0..7)
         .filter(|&r| r != x)
-        .map(|r| (r, fence(&mut c, r, everyone.clone())))
+        .map(|r| (r, c.fence(r, everyone.clone(), FenceOpts::default())))
         .collect();
     for (r, req) in reqs {
-        match err(&c, r, req) {
+        match c.error(r, req) {
             CohortError::ProcTerminated { procs, .. } => assert_eq!(procs, vec![c.proc(x)]),
             e => panic!("rank {r}: expected ProcTerminated, got {e}"),
         }
@@ -1045,7 +947,7 @@ fn fences_after_a_server_loss_neither_wait_for_it_nor_route_through_it() {
     let survivors: Vec<ProcId> = (0..7).filter(|&q| q != x).map(|q| c.proc(q)).collect();
     let reqs: Vec<(u32, u64)> = (0..7)
         .filter(|&r| r != x)
-        .map(|r| (r, fence(&mut c, r, survivors.clone())))
+        .map(|r| (r, c.fence(r, survivors.clone(), FenceOpts::default())))
         .collect();
     for (r, req) in reqs {
         assert!(
@@ -1082,7 +984,7 @@ fn a_retry_after_a_timed_out_construct_is_not_confused_by_a_late_contribution() 
     };
     let first: Vec<(u32, u64)> = [root, x]
         .iter()
-        .map(|&r| (r, construct(&mut c, r, id, &all, opts.clone())))
+        .map(|&r| (r, c.construct(r, id, &all, opts.clone())))
         .collect();
     // The timeout passes (the root probes x, whose answer is held too), then the
     // probe's grace period: the root fails the attempt for everyone.
@@ -1090,7 +992,7 @@ fn a_retry_after_a_timed_out_construct_is_not_confused_by_a_late_contribution() 
     c.advance(Duration::from_secs(3));
     for &(r, req) in &first {
         assert!(
-            matches!(err(&c, r, req), CohortError::Timeout { .. }),
+            matches!(c.error(r, req), CohortError::Timeout { .. }),
             "rank {r}: {:?}",
             c.reply(r, req)
         );
@@ -1103,12 +1005,12 @@ fn a_retry_after_a_timed_out_construct_is_not_confused_by_a_late_contribution() 
         .map(|&r| {
             (
                 r,
-                construct(&mut c, r, id, &survivors, ConstructOpts::default()),
+                c.construct(r, id, &survivors, ConstructOpts::default()),
             )
         })
         .collect();
     for (r, req) in retry {
-        let g = group(&c, r, req);
+        let g = c.group(r, req);
         assert_eq!(g.status, ConstructStatus::Success, "rank {r}");
         assert_eq!(
             g.members,
@@ -1148,7 +1050,7 @@ fn a_get_after_a_node_local_fence_waits_for_the_published_commits() {
     );
     // Without the count the same get answers at once, wrongly: not found.
     let eager = get_after(&mut c, ProcId::new("job", 0), "late", 0);
-    assert!(matches!(err(&c, 1, eager), CohortError::NotFound { .. }));
+    assert!(matches!(c.error(1, eager), CohortError::NotFound { .. }));
     commit(&mut c, 0, "late", Value::U32(2));
     assert_eq!(
         c.reply(1, late),
@@ -1159,7 +1061,7 @@ fn a_get_after_a_node_local_fence_waits_for_the_published_commits() {
     assert_eq!(c.reply(1, never), None);
     c.exit(2);
     assert!(matches!(
-        err(&c, 1, never),
+        c.error(1, never),
         CohortError::ProcTerminated { .. }
     ));
 }
@@ -1178,19 +1080,19 @@ fn a_retry_with_new_participants_completes() {
         ..Default::default()
     };
     // Rank 1 never calls: the attempt over {0, 1} times out.
-    let first = construct(&mut c, 0, id, &[0, 1], opts);
+    let first = c.construct(0, id, &[0, 1], opts);
     c.advance(Duration::from_secs(2));
     c.advance(Duration::from_secs(3));
-    assert!(matches!(err(&c, 0, first), CohortError::Timeout { .. }));
+    assert!(matches!(c.error(0, first), CohortError::Timeout { .. }));
     let members = [0, 2, 3];
     let retry: Vec<(u32, u64)> = members
         .iter()
-        .map(|&r| (r, construct(&mut c, r, id, &members, ctx_opts())))
+        .map(|&r| (r, c.construct(r, id, &members, ctx_opts())))
         .collect();
-    let g = group(&c, 0, retry[0].1);
+    let g = c.group(0, retry[0].1);
     assert_eq!(g.members, vec![c.proc(0), c.proc(2), c.proc(3)]);
     for &(r, req) in &retry {
-        assert_eq!(group(&c, r, req), g, "rank {r}");
+        assert_eq!(c.group(r, req), g, "rank {r}");
     }
 }
 
@@ -1214,7 +1116,7 @@ fn a_retry_after_giving_up_on_the_root_waits_for_the_verdict() {
     // The third rank never calls; nothing from the root reaches v for a while.
     let first: Vec<(u32, u64)> = [root, v]
         .iter()
-        .map(|&r| (r, construct(&mut c, r, id, &all, opts.clone())))
+        .map(|&r| (r, c.construct(r, id, &all, opts.clone())))
         .collect();
     c.hold(root, v);
     // The timeout, the probe's grace, the abort grace.
@@ -1223,14 +1125,14 @@ fn a_retry_after_giving_up_on_the_root_waits_for_the_verdict() {
     }
     for &(r, req) in &first {
         assert!(
-            matches!(err(&c, r, req), CohortError::Timeout { .. }),
+            matches!(c.error(r, req), CohortError::Timeout { .. }),
             "rank {r}"
         );
     }
     let pair = [root.min(v), root.max(v)];
     let retry: Vec<(u32, u64)> = pair
         .iter()
-        .map(|&r| (r, construct(&mut c, r, id, &pair, ctx_opts())))
+        .map(|&r| (r, c.construct(r, id, &pair, ctx_opts())))
         .collect();
     let v_retry = retry.iter().find(|(r, _)| *r == v).expect("v retried").1;
     assert!(
@@ -1239,10 +1141,10 @@ fn a_retry_after_giving_up_on_the_root_waits_for_the_verdict() {
         c.reply(v, v_retry)
     );
     c.release(root, v);
-    let g = group(&c, pair[0], retry[0].1);
+    let g = c.group(pair[0], retry[0].1);
     assert_eq!(g.members, vec![c.proc(pair[0]), c.proc(pair[1])]);
     for &(r, req) in &retry {
-        assert_eq!(group(&c, r, req), g, "rank {r}");
+        assert_eq!(c.group(r, req), g, "rank {r}");
     }
 }
 
@@ -1298,7 +1200,7 @@ fn seeded_failures_leave_no_rank_unanswered_and_outcomes_uniform() {
                     timeout_ms: Some(1_000),
                     ..Default::default()
                 };
-                construct(&mut c, r, id, &all, opts)
+                c.construct(r, id, &all, opts)
             })
             .collect();
         if let Some(v) = victim {
@@ -1352,11 +1254,11 @@ fn seeded_failures_leave_no_rank_unanswered_and_outcomes_uniform() {
         }
         let again: Vec<(u32, u64)> = alive
             .iter()
-            .map(|&r| (r, construct(&mut c, r, id, &alive, ctx_opts())))
+            .map(|&r| (r, c.construct(r, id, &alive, ctx_opts())))
             .collect();
-        let g = group(&c, alive[0], again[0].1);
+        let g = c.group(alive[0], again[0].1);
         for &(r, req) in &again {
-            assert_eq!(group(&c, r, req), g, "seed {seed} (victim {victim:?}): rank {r} again");
+            assert_eq!(c.group(r, req), g, "seed {seed} (victim {victim:?}): rank {r} again");
         }
     }
 }

@@ -4,7 +4,7 @@ use std::time::Duration;
 use cohort_core::cluster::Cluster;
 use cohort_proto::event::{codes, keys};
 use cohort_proto::msg::{
-    ConstructDecision, ConstructOpts, ConstructStatus, GroupResult, InviteOpts, Request, Response,
+    ConstructDecision, ConstructOpts, ConstructStatus, InviteOpts, Request, Response,
 };
 use cohort_proto::value::info_get;
 use cohort_proto::{CohortError, Event, ProcId, Value};
@@ -16,19 +16,7 @@ fn cluster() -> Cluster {
     c
 }
 
-fn group(c: &Cluster, rank: u32, req: u64) -> GroupResult {
-    match c.reply(rank, req) {
-        Some(Ok(Response::Group(g))) => g,
-        other => panic!("rank {rank}: expected a group result, got {other:?}"),
-    }
-}
 
-fn err(c: &Cluster, rank: u32, req: u64) -> CohortError {
-    match c.reply(rank, req) {
-        Some(Err(e)) => e,
-        other => panic!("rank {rank}: expected an error, got {other:?}"),
-    }
-}
 
 fn events(c: &Cluster, rank: u32, code: i32) -> Vec<Event> {
     c.events(rank)
@@ -44,26 +32,11 @@ fn bootstrap(c: &mut Cluster, rank: u32, id: &str, leaders: u32, adds: &[u32]) -
         add_members: adds.iter().map(|&r| c.proc(r)).collect(),
         ..Default::default()
     };
-    let me = c.proc(rank);
-    c.request(
-        rank,
-        Request::Construct {
-            id: id.into(),
-            procs: vec![me],
-            opts,
-        },
-    )
+    c.construct(rank, id, &[rank], opts)
 }
 
 fn add_member(c: &mut Cluster, rank: u32, id: &str) -> u64 {
-    c.request(
-        rank,
-        Request::Construct {
-            id: id.into(),
-            procs: vec![],
-            opts: Default::default(),
-        },
-    )
+    c.construct(rank, id, &[], Default::default())
 }
 
 fn invite(c: &mut Cluster, leader: u32, id: &str, invitees: &[u32], opts: InviteOpts) -> u64 {
@@ -118,11 +91,11 @@ fn bootstrap_two_leaders_each_adding_members() {
     assert!(c.reply(0, l0).is_none(), "second leader missing");
     let a4 = add_member(&mut c, 4, "bs");
     let l5 = bootstrap(&mut c, 5, "bs", 2, &[3, 4]);
-    let g = group(&c, 0, l0);
+    let g = c.group(0, l0);
     assert_eq!(ranks(&g.members), vec![0, 1, 2, 3, 4, 5]);
     assert!(g.context_id.is_some());
     for (r, q) in [(1, a1), (2, a2), (3, a3), (4, a4), (5, l5)] {
-        assert_eq!(group(&c, r, q), g, "rank {r}");
+        assert_eq!(c.group(r, q), g, "rank {r}");
     }
 }
 
@@ -135,7 +108,7 @@ fn bootstrap_leaders_with_different_counts_get_a_clear_error() {
     // rank 3 was named by leader 0 but calls only after the failure
     let late = add_member(&mut c, 3, "bad");
     for (r, q) in [(0, a), (5, b), (1, early), (3, late)] {
-        match err(&c, r, q) {
+        match c.error(r, q) {
             CohortError::LeaderCountMismatch { id, a, b } => {
                 assert_eq!(id, "bad");
                 assert_eq!((a.1, b.1), (2, 3));
@@ -152,7 +125,7 @@ fn bootstrap_add_member_dying_first_fails_or_partially_succeeds() {
     let l0 = bootstrap(&mut c, 0, "x", 1, &[2, 4]);
     let _ = add_member(&mut c, 2, "x");
     assert!(
-        matches!(err(&c, 0, l0), CohortError::ProcTerminated { ref procs, .. } if ranks(procs) == vec![4])
+        matches!(c.error(0, l0), CohortError::ProcTerminated { ref procs, .. } if ranks(procs) == vec![4])
     );
 
     let opts = ConstructOpts {
@@ -161,20 +134,12 @@ fn bootstrap_add_member_dying_first_fails_or_partially_succeeds() {
         add_members: vec![c.proc(2), c.proc(4)],
         ..Default::default()
     };
-    let me = c.proc(0);
-    let l0 = c.request(
-        0,
-        Request::Construct {
-            id: "y".into(),
-            procs: vec![me],
-            opts,
-        },
-    );
+    let l0 = c.construct(0, "y", &[0], opts);
     let a2 = add_member(&mut c, 2, "y");
-    let g = group(&c, 0, l0);
+    let g = c.group(0, l0);
     assert_eq!(g.status, ConstructStatus::PartialSuccess);
     assert_eq!(ranks(&g.members), vec![0, 2]);
-    assert_eq!(group(&c, 2, a2), g);
+    assert_eq!(c.group(2, a2), g);
 }
 
 /// A bootstrap leader that dies before calling cannot be identified; the timeout ends
@@ -187,18 +152,10 @@ fn bootstrap_missing_leader_ends_by_timeout() {
         timeout_ms: Some(300),
         ..Default::default()
     };
-    let me = c.proc(0);
-    let l0 = c.request(
-        0,
-        Request::Construct {
-            id: "t".into(),
-            procs: vec![me],
-            opts,
-        },
-    );
+    let l0 = c.construct(0, "t", &[0], opts);
     c.exit(5);
     c.advance(Duration::from_millis(400));
-    assert!(matches!(err(&c, 0, l0), CohortError::Timeout { .. }));
+    assert!(matches!(c.error(0, l0), CohortError::Timeout { .. }));
 }
 
 /// §6.4.3.3: invitations arrive as events (cached if no handler yet), the leader hears
@@ -223,11 +180,11 @@ fn invite_join_happy_path() {
     let joins: Vec<(u32, u64)> = (1..6)
         .map(|r| (r, join(&mut c, r, "iv", 0, true)))
         .collect();
-    let g = group(&c, 0, inv);
+    let g = c.group(0, inv);
     assert_eq!(ranks(&g.members), vec![0, 1, 2, 3, 4, 5]);
     assert_eq!(events(&c, 0, codes::GROUP_INVITE_ACCEPTED).len(), 5);
     for (r, q) in joins {
-        assert_eq!(group(&c, r, q), g, "rank {r}");
+        assert_eq!(c.group(r, q), g, "rank {r}");
     }
     for r in 0..6 {
         let done = events(&c, r, codes::GROUP_CONSTRUCT_COMPLETE);
@@ -239,7 +196,7 @@ fn invite_join_happy_path() {
     }
     // the group is usable at every member's server
     let q = c.request(3, Request::QueryGroup { id: "iv".into() });
-    assert_eq!(group(&c, 3, q).members, g.members);
+    assert_eq!(c.group(3, q).members, g.members);
 }
 
 #[test]
@@ -252,8 +209,8 @@ fn invite_decline_is_dropped_or_replaced_by_the_leader() {
         events(&c, 0, codes::GROUP_INVITE_DECLINED)[0].affected,
         vec![c.proc(1)]
     );
-    assert_eq!(ranks(&group(&c, 0, inv).members), vec![0, 2]);
-    assert_eq!(ranks(&group(&c, 2, j2).members), vec![0, 2]);
+    assert_eq!(ranks(&c.group(0, inv).members), vec![0, 2]);
+    assert_eq!(ranks(&c.group(2, j2).members), vec![0, 2]);
 
     let opts = InviteOpts {
         decide_declines: true,
@@ -269,16 +226,16 @@ fn invite_decline_is_dropped_or_replaced_by_the_leader() {
     let j2 = join(&mut c, 2, "r", 0, true);
     assert!(c.reply(0, inv).is_none(), "waits for the leader's decision");
     let bad = decide(&mut c, 2, "r", ConstructDecision::Continue);
-    assert!(matches!(err(&c, 2, bad), CohortError::NotLeader { .. }));
+    assert!(matches!(c.error(2, bad), CohortError::NotLeader { .. }));
     let p5 = c.proc(5);
     let ok = decide(&mut c, 0, "r", ConstructDecision::Invite(vec![p5]));
     assert_eq!(c.reply(0, ok), Some(Ok(Response::Done)));
     assert_eq!(events(&c, 5, codes::GROUP_INVITED).len(), 1);
     let j5 = join(&mut c, 5, "r", 0, true);
-    let g = group(&c, 0, inv);
+    let g = c.group(0, inv);
     assert_eq!(ranks(&g.members), vec![0, 2, 5]);
-    assert_eq!(group(&c, 2, j2), g);
-    assert_eq!(group(&c, 5, j5), g);
+    assert_eq!(c.group(2, j2), g);
+    assert_eq!(c.group(5, j5), g);
 }
 
 #[test]
@@ -289,11 +246,11 @@ fn leader_abort_ends_the_invite_for_everyone() {
     let a = decide(&mut c, 0, "ab", ConstructDecision::Abort);
     assert_eq!(c.reply(0, a), Some(Ok(Response::Done)));
     assert!(matches!(
-        err(&c, 0, inv),
+        c.error(0, inv),
         CohortError::ConstructAborted { .. }
     ));
     assert!(matches!(
-        err(&c, 1, j1),
+        c.error(1, j1),
         CohortError::ConstructAborted { .. }
     ));
     for r in 1..4 {
@@ -317,10 +274,10 @@ fn invitee_dying_before_answering_is_reported_and_dropped() {
     let failed = events(&c, 0, codes::GROUP_INVITE_FAILED);
     assert_eq!(failed.len(), 1);
     assert_eq!(failed[0].affected, vec![c.proc(4)]);
-    let g = group(&c, 0, inv);
+    let g = c.group(0, inv);
     assert_eq!(ranks(&g.members), vec![0, 1]);
     assert_eq!(g.status, ConstructStatus::PartialSuccess);
-    assert_eq!(group(&c, 1, j1), g);
+    assert_eq!(c.group(1, j1), g);
 }
 
 /// Leader failure: every participant hears it; the first claim wins; LEADER_SELECTED
@@ -341,23 +298,23 @@ fn invite_leader_failure_and_reelection() {
     }
     let early = decide(&mut c, 3, "lf", ConstructDecision::ClaimLeadership);
     assert!(
-        matches!(err(&c, 3, early), CohortError::NotLeader { .. }),
+        matches!(c.error(3, early), CohortError::NotLeader { .. }),
         "must accept first"
     );
     let claim = decide(&mut c, 2, "lf", ConstructDecision::ClaimLeadership);
     assert_eq!(c.reply(2, claim), Some(Ok(Response::Done)));
     let second = decide(&mut c, 1, "lf", ConstructDecision::ClaimLeadership);
-    assert!(matches!(err(&c, 1, second), CohortError::NotLeader { .. }));
+    assert!(matches!(c.error(1, second), CohortError::NotLeader { .. }));
     for r in 1..4 {
         let sel = events(&c, r, codes::GROUP_LEADER_SELECTED);
         assert_eq!(sel.len(), 1, "rank {r}");
         assert_eq!(sel[0].source, c.proc(2));
     }
     let j3 = join(&mut c, 3, "lf", 0, true);
-    let g = group(&c, 2, j2);
+    let g = c.group(2, j2);
     assert_eq!(ranks(&g.members), vec![1, 2, 3]);
-    assert_eq!(group(&c, 1, j1), g);
-    assert_eq!(group(&c, 3, j3), g);
+    assert_eq!(c.group(1, j1), g);
+    assert_eq!(c.group(3, j3), g);
 }
 
 #[test]
@@ -370,11 +327,11 @@ fn invite_timeout_names_the_invitees_that_never_answered() {
     let inv = invite(&mut c, 0, "to", &[1, 2, 3], opts);
     let j1 = join(&mut c, 1, "to", 0, true);
     c.advance(Duration::from_millis(600));
-    match err(&c, 0, inv) {
+    match c.error(0, inv) {
         CohortError::Timeout { missing, .. } => assert_eq!(ranks(&missing), vec![2, 3]),
         e => panic!("{e}"),
     }
-    assert!(matches!(err(&c, 1, j1), CohortError::Timeout { .. }));
+    assert!(matches!(c.error(1, j1), CohortError::Timeout { .. }));
 }
 
 /// Collective method with a designated leader and notify-termination: a member that
@@ -383,7 +340,7 @@ fn invite_timeout_names_the_invitees_that_never_answered() {
 fn designated_leader_decides_to_continue_after_a_member_failure() {
     let mut c = cluster();
     c.exit(4);
-    let all: Vec<ProcId> = (0..6).map(|r| c.proc(r)).collect();
+    let all: Vec<u32> = (0..6).collect();
     let reqs: Vec<(u32, u64)> = [0, 1, 2, 3, 5]
         .iter()
         .map(|&r| {
@@ -395,14 +352,7 @@ fn designated_leader_decides_to_continue_after_a_member_failure() {
             };
             (
                 r,
-                c.request(
-                    r,
-                    Request::Construct {
-                        id: "nt".into(),
-                        procs: all.clone(),
-                        opts,
-                    },
-                ),
+                c.construct(r, "nt", &all, opts),
             )
         })
         .collect();
@@ -417,14 +367,14 @@ fn designated_leader_decides_to_continue_after_a_member_failure() {
     assert_eq!(ev[0].affected, vec![c.proc(4)]);
     assert!(c.reply(0, reqs[0].1).is_none(), "paused for the decision");
     let bad = decide(&mut c, 0, "nt", ConstructDecision::Continue);
-    assert!(matches!(err(&c, 0, bad), CohortError::NotLeader { .. }));
+    assert!(matches!(c.error(0, bad), CohortError::NotLeader { .. }));
     let ok = decide(&mut c, 2, "nt", ConstructDecision::Continue);
     assert_eq!(c.reply(2, ok), Some(Ok(Response::Done)));
-    let g = group(&c, 0, reqs[0].1);
+    let g = c.group(0, reqs[0].1);
     assert_eq!(g.status, ConstructStatus::PartialSuccess);
     assert_eq!(ranks(&g.failed), vec![4]);
     for (r, q) in reqs {
-        assert_eq!(group(&c, r, q), g, "rank {r}");
+        assert_eq!(c.group(r, q), g, "rank {r}");
     }
 }
 
@@ -433,35 +383,21 @@ fn designated_leader_decides_to_continue_after_a_member_failure() {
 #[test]
 fn designated_leader_failure_then_abort() {
     let mut c = cluster();
-    let all: Vec<ProcId> = (0..6).map(|r| c.proc(r)).collect();
+    let all: Vec<u32> = (0..6).collect();
     let mk = |leader: bool| ConstructOpts {
         notify_termination: true,
         leader,
         timeout_ms: Some(60_000),
         ..Default::default()
     };
-    let l = c.request(
-        0,
-        Request::Construct {
-            id: "la".into(),
-            procs: all.clone(),
-            opts: mk(true),
-        },
-    );
+    let l = c.construct(0, "la", &all, mk(true));
     let _ = l;
     let reqs: Vec<(u32, u64)> = [1, 2, 3]
         .iter()
         .map(|&r| {
             (
                 r,
-                c.request(
-                    r,
-                    Request::Construct {
-                        id: "la".into(),
-                        procs: all.clone(),
-                        opts: mk(false),
-                    },
-                ),
+                c.construct(r, "la", &all, mk(false)),
             )
         })
         .collect();
@@ -477,7 +413,7 @@ fn designated_leader_failure_then_abort() {
     assert_eq!(c.reply(3, a), Some(Ok(Response::Done)));
     for (r, q) in reqs {
         assert!(
-            matches!(err(&c, r, q), CohortError::ConstructAborted { .. }),
+            matches!(c.error(r, q), CohortError::ConstructAborted { .. }),
             "rank {r}"
         );
     }
@@ -489,16 +425,9 @@ fn designated_leader_failure_then_abort() {
         );
     }
     // ranks that had not called yet get the same outcome when they do
-    let late = c.request(
-        4,
-        Request::Construct {
-            id: "la".into(),
-            procs: all.clone(),
-            opts: mk(false),
-        },
-    );
+    let late = c.construct(4, "la", &all, mk(false));
     assert!(matches!(
-        err(&c, 4, late),
+        c.error(4, late),
         CohortError::ConstructAborted { .. }
     ));
 }
@@ -510,10 +439,10 @@ fn join_without_an_invitation_is_refused() {
     assert!(c.reply(3, j).is_some_and(|r| r.is_err()));
     let inv = invite(&mut c, 0, "only1", &[1], InviteOpts::default());
     let j = join(&mut c, 3, "only1", 0, true);
-    assert!(matches!(err(&c, 3, j), CohortError::NotAMember { .. }));
+    assert!(matches!(c.error(3, j), CohortError::NotAMember { .. }));
     let j1 = join(&mut c, 1, "only1", 0, true);
-    assert_eq!(ranks(&group(&c, 0, inv).members), vec![0, 1]);
-    assert_eq!(ranks(&group(&c, 1, j1).members), vec![0, 1]);
+    assert_eq!(ranks(&c.group(0, inv).members), vec![0, 1]);
+    assert_eq!(ranks(&c.group(1, j1).members), vec![0, 1]);
 }
 
 /// Nothing is left behind on any server once an invite completes or fails.
@@ -524,7 +453,7 @@ fn invites_leave_no_state_behind() {
     for r in [1, 3, 5] {
         join(&mut c, r, "clean", 0, true);
     }
-    group(&c, 0, inv);
+    c.group(0, inv);
     let inv = invite(
         &mut c,
         0,
@@ -537,7 +466,7 @@ fn invites_leave_no_state_behind() {
     );
     join(&mut c, 2, "gone", 0, true);
     c.advance(Duration::from_millis(200));
-    assert!(matches!(err(&c, 0, inv), CohortError::Timeout { .. }));
+    assert!(matches!(c.error(0, inv), CohortError::Timeout { .. }));
     for e in &c.engines {
         assert_eq!(e.collectives_in_progress(), 0, "node {}", e.node());
         assert_eq!(e.invite_bookkeeping(), 0, "node {}", e.node());
