@@ -113,12 +113,9 @@ fn main() {
     let result = match cli.what {
         What::TransportLatency(o) => {
             transport::run(transport::Mode::Latency, o, cli.iterations, cli.warmup)
-                .map_err(|e| e as _)
         }
-        What::TransportBw(o) => {
-            transport::run(transport::Mode::Bw, o, cli.iterations, cli.warmup).map_err(|e| e as _)
-        }
-        What::TransportPeer(p) => transport::run_peer(p).map_err(|e| e as _),
+        What::TransportBw(o) => transport::run(transport::Mode::Bw, o, cli.iterations, cli.warmup),
+        What::TransportPeer(p) => transport::run_peer(p),
         _ => run(cli),
     };
     if let Err(e) = result {
@@ -127,7 +124,7 @@ fn main() {
     }
 }
 
-type Res<T> = Result<T, Box<dyn std::error::Error>>;
+type Res<T> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
 
 fn run(cli: Cli) -> Res<()> {
     let c = Client::init()?;

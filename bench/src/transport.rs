@@ -24,7 +24,7 @@ use clap::{Args, ValueEnum};
 use cohort_transport::{AnyFabric, Fabric, FabricConfig, FabricEvent, FabricKind, Spinner};
 use tokio::sync::mpsc::UnboundedReceiver;
 
-type Res<T> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
+use crate::Res;
 
 /// Which measurement.
 #[derive(Clone, Copy, ValueEnum, PartialEq, Eq, Debug)]

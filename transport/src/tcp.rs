@@ -500,7 +500,7 @@ async fn read_frames<R: AsyncRead + Unpin>(
         }
         unyielded += batch.iter().map(Bytes::len).sum::<usize>();
         let delivered = !batch.is_empty();
-        if !batch.is_empty() && !shared.deliver(peer, id, &mut batch) {
+        if delivered && !shared.deliver(peer, id, &mut batch) {
             return LinkEnd::Local;
         }
         if let Some(e) = violation {

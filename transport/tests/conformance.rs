@@ -164,9 +164,20 @@ fn config(b: Backend, node: u32, ip: &str, secret: &[u8]) -> FabricConfig {
 
 /// Binds one fabric per address (node i on ips[i]) and gives all the same peer table.
 async fn cluster(b: Backend, ips: &[&str]) -> Vec<(AnyFabric, Events)> {
+    cluster_with(b, ips, |_| {}).await
+}
+
+/// [`cluster`], with `tweak` applied to every node's configuration.
+async fn cluster_with(
+    b: Backend,
+    ips: &[&str],
+    tweak: impl Fn(&mut FabricConfig),
+) -> Vec<(AnyFabric, Events)> {
     let mut out = Vec::new();
     for (i, ip) in ips.iter().enumerate() {
-        out.push(b.bind(config(b, i as u32, ip, SECRET)).await);
+        let mut cfg = config(b, i as u32, ip, SECRET);
+        tweak(&mut cfg);
+        out.push(b.bind(cfg).await);
     }
     let peers: Vec<String> = out.iter().map(|(f, _)| f.local_addr()).collect();
     for (f, _) in &out {
@@ -488,16 +499,10 @@ async fn dropped_peer_is_reported_lost_once(b: Backend) {
 /// peer is reported lost once, and shutdown is quiet.
 async fn local_tasks_serve_a_consumer_in_a_local_set(bk: Backend) {
     within(tokio::task::LocalSet::new().run_until(async {
-        let mut nodes = Vec::new();
-        for (i, ip) in ["127.0.5.5", "127.0.5.6"].iter().enumerate() {
-            let mut cfg = config(bk, i as u32, ip, SECRET);
-            cfg.local_tasks = true;
-            nodes.push(bk.bind(cfg).await);
-        }
-        let peers: Vec<String> = nodes.iter().map(|(f, _)| f.local_addr()).collect();
-        for (f, _) in &nodes {
-            f.set_peers(peers.clone());
-        }
+        let mut nodes = cluster_with(bk, &["127.0.5.5", "127.0.5.6"], |cfg| {
+            cfg.local_tasks = true
+        })
+        .await;
         let (b, mut b_rx) = nodes.pop().unwrap();
         let (a, mut a_rx) = nodes.pop().unwrap();
         let n = bk.count(1000, 100);
