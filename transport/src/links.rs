@@ -338,7 +338,7 @@ impl Links {
             return false;
         }
         if let Some(s) = &self.spinner {
-            s.input();
+            s.handoff();
         }
         if let Some(events) = &self.events {
             for payload in batch.drain(..) {

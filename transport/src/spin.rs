@@ -27,6 +27,11 @@ pub struct Spinner {
     last_input_us: AtomicU64,
     /// Whether `run` is (or is about to be) polling.
     polling: AtomicBool,
+    /// Counts [`Spinner::handoff`]s: `run` does not give the CPU away on a turn after
+    /// one, so the task it woke runs first.
+    handoffs: AtomicU64,
+    /// How many times `run` gave the CPU away (`sched_yield`).
+    yields: AtomicU64,
     wake: Notify,
 }
 
@@ -38,6 +43,8 @@ impl Spinner {
             epoch: Instant::now(),
             last_input_us: AtomicU64::new(0),
             polling: AtomicBool::new(false),
+            handoffs: AtomicU64::new(0),
+            yields: AtomicU64::new(0),
             wake: Notify::new(),
         })
     }
@@ -62,6 +69,25 @@ impl Spinner {
         }
     }
 
+    /// An input was handed to another task of this runtime (a received frame to its
+    /// consumer): like [`Spinner::input`], and the next turn of [`Spinner::run`] does
+    /// not give the CPU away, so that task handles it (and sends any answer) before
+    /// other processes run. Without this, the polling task could be queued between the
+    /// reader and the consumer, and each forwarded message would wait for every other
+    /// runnable process on this CPU to take a turn.
+    pub fn handoff(&self) {
+        if self.budget.is_zero() {
+            return;
+        }
+        self.handoffs.fetch_add(1, Ordering::AcqRel);
+        self.input();
+    }
+
+    /// How many times the polling task gave the CPU away to other processes.
+    pub fn yields(&self) -> u64 {
+        self.yields.load(Ordering::Acquire)
+    }
+
     /// Whether an input came within the last budget.
     fn recent(&self) -> bool {
         let last = self.last_input_us.load(Ordering::Acquire);
@@ -75,6 +101,7 @@ impl Spinner {
         if self.budget.is_zero() {
             return;
         }
+        let mut handoffs_seen = self.handoffs.load(Ordering::Acquire);
         loop {
             if !self.polling.load(Ordering::Acquire) {
                 self.wake.notified().await;
@@ -89,7 +116,15 @@ impl Spinner {
                 }
                 continue;
             }
-            cohort_proto::env::yield_cpu();
+            let handoffs = self.handoffs.load(Ordering::Acquire);
+            if handoffs == handoffs_seen {
+                self.yields.fetch_add(1, Ordering::Relaxed);
+                cohort_proto::env::yield_cpu();
+            } else {
+                // A task woken by the handoff may be queued behind this one: let it
+                // run before anything else gets this CPU.
+                handoffs_seen = handoffs;
+            }
             tokio::task::yield_now().await;
         }
     }
@@ -131,6 +166,52 @@ mod tests {
             s.input();
             assert!(s.polling.load(Ordering::Acquire));
             task.abort();
+        });
+    }
+
+    /// After a handoff the polling task does not give the CPU away before the task
+    /// the handoff woke has run, even when it is queued between the two.
+    #[test]
+    fn no_cpu_yield_between_a_handoff_and_its_consumer() {
+        let rt = rt();
+        rt.block_on(async {
+            let s = Spinner::new(Duration::from_secs(60));
+            let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<u64>();
+            // Spawned before the spinner, so each turn it runs first and the consumer
+            // it wakes is queued behind the spinner.
+            let producer = {
+                let s = s.clone();
+                tokio::spawn(async move {
+                    for _ in 0..200 {
+                        tokio::task::yield_now().await;
+                        let before = s.yields();
+                        s.handoff();
+                        tx.send(before).unwrap();
+                    }
+                })
+            };
+            let spinner = tokio::spawn(s.clone().run());
+            s.input();
+            let mut handled = 0;
+            while let Some(before) = rx.recv().await {
+                assert_eq!(
+                    s.yields(),
+                    before,
+                    "the CPU was given away between handoff {handled} and its consumer"
+                );
+                handled += 1;
+            }
+            assert_eq!(handled, 200);
+            producer.await.unwrap();
+            // Without handoffs it polls and yields as before.
+            let y = s.yields();
+            s.input();
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            assert!(
+                s.yields() > y,
+                "no CPU yield while polling without handoffs"
+            );
+            spinner.abort();
         });
     }
 
