@@ -36,6 +36,7 @@
 
 static int spin;
 static int work_us;
+static int barrier;
 
 /* Busy CPU for work_us microseconds. */
 static void work(void) {
@@ -93,11 +94,12 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--tree")) tree = 1;
         else if (!strcmp(argv[i], "--direct")) tree = 0;
         else if (!strcmp(argv[i], "--unix")) unix_fabric = 1;
+        else if (!strcmp(argv[i], "--barrier")) barrier = 1;
         else if (!strcmp(argv[i], "-i") && i + 1 < argc) iters = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--size") && i + 1 < argc) size = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--work") && i + 1 < argc) work_us = atoi(argv[++i]);
         else {
-            fprintf(stderr, "usage: %s [--spin] [--tree|--direct] [--unix] [-i N] [--size B] [--work US]\n", argv[0]);
+            fprintf(stderr, "usage: %s [--spin] [--tree|--direct] [--unix] [--barrier] [-i N] [--size B] [--work US]\n", argv[0]);
             return 2;
         }
     }
@@ -120,50 +122,60 @@ int main(int argc, char **argv) {
         if (fork() != 0) continue;
         if (p < NODES) { /* rank p */
             int fd = local[p][0];
-            struct timespec a, b;
+            struct timespec a, b, t0, t1;
             nonblocking(fd);
             clock_gettime(CLOCK_MONOTONIC, &a);
+            double timed = 0;
             for (int it = 0; it < WARMUP + iters; it++) {
                 if (it == WARMUP) clock_gettime(CLOCK_MONOTONIC, &a);
+                if (barrier) clock_gettime(CLOCK_MONOTONIC, &t0);
                 wr(fd, buf, size);
                 rd(fd, buf, NODES * size);
+                if (barrier) {
+                    clock_gettime(CLOCK_MONOTONIC, &t1);
+                    if (it >= WARMUP) timed += (t1.tv_sec - t0.tv_sec) * 1e9 + (t1.tv_nsec - t0.tv_nsec);
+                    wr(fd, buf, 1);
+                    rd(fd, buf, NODES);
+                }
             }
             clock_gettime(CLOCK_MONOTONIC, &b);
             if (p == 0)
-                printf("fence_floor %s %s %s, work %d us: %d B per rank, %d iterations: %.2f us per fence\n",
+                printf("fence_floor %s %s %s%s, work %d us: %d B per rank, %d iterations: %.2f us per fence\n",
                        tree ? "tree" : "direct", unix_fabric ? "unix" : "tcp",
-                       spin ? "spin" : "block", work_us, size, iters,
-                       ((b.tv_sec - a.tv_sec) * 1e9 + (b.tv_nsec - a.tv_nsec)) / 1e3 / iters);
+                       spin ? "spin" : "block", barrier ? " barrier" : "", work_us, size, iters,
+                       (barrier ? timed : (b.tv_sec - a.tv_sec) * 1e9 + (b.tv_nsec - a.tv_nsec)) / 1e3 / iters);
             exit(0);
         }
         int d = p - NODES, fd = local[d][1];
         nonblocking(fd);
         for (int j = 0; j < NODES; j++)
             if (j != d) nonblocking(PEER(d, j));
-        for (int it = 0; it < WARMUP + iters; it++) {
-            rd(fd, buf, size);
-            work();
-            if (!tree) {
-                for (int j = 0; j < NODES; j++)
-                    if (j != d) wr(PEER(d, j), buf, size);
-                for (int j = 0; j < NODES; j++)
-                    if (j != d) {
-                        rd(PEER(d, j), buf + size, size);
+        for (int it = 0; it < WARMUP + iters; it++)
+            for (int op = 0; op < 1 + barrier; op++) {
+                int sz = op ? 1 : size;
+                rd(fd, buf, sz);
+                work();
+                if (!tree) {
+                    for (int j = 0; j < NODES; j++)
+                        if (j != d) wr(PEER(d, j), buf, sz);
+                    for (int j = 0; j < NODES; j++)
+                        if (j != d) {
+                            rd(PEER(d, j), buf + sz, sz);
+                            work();
+                        }
+                } else if (d == 0) {
+                    for (int j = 1; j < NODES; j++) {
+                        rd(PEER(0, j), buf + sz, sz);
                         work();
                     }
-            } else if (d == 0) {
-                for (int j = 1; j < NODES; j++) {
-                    rd(PEER(0, j), buf + size, size);
+                    for (int j = 1; j < NODES; j++) wr(PEER(0, j), buf, NODES * sz);
+                } else {
+                    wr(PEER(d, 0), buf, sz);
+                    rd(PEER(d, 0), buf, NODES * sz);
                     work();
                 }
-                for (int j = 1; j < NODES; j++) wr(PEER(0, j), buf, NODES * size);
-            } else {
-                wr(PEER(d, 0), buf, size);
-                rd(PEER(d, 0), buf, NODES * size);
-                work();
+                wr(fd, buf, NODES * sz);
             }
-            wr(fd, buf, NODES * size);
-        }
         exit(0);
     }
     int status, failed = 0;

@@ -36,7 +36,7 @@ use std::time::{Duration, Instant};
 use cohort_core::engine::{Action, ClientId, Engine, EngineConfig};
 use cohort_proto::digest::{group_view_line, posted_value, DATA_KEY, INFO_KEY};
 use cohort_proto::msg::{
-    ConstructOpts, FenceOpts, GroupResult, ReqId, Request, Response, ServerFrame,
+    ClientFrame, ConstructOpts, FenceOpts, GroupResult, ReqId, Request, Response, ServerFrame,
 };
 use cohort_proto::peer::PeerMsg;
 use cohort_proto::{frame, CohortError, Info, JobMap, NodeId, ProcId, Value};
@@ -500,19 +500,34 @@ impl Sim {
         while let Some((end, to, ev)) = self.net.pop() {
             let v = to as usize;
             let now = Duration::from_nanos(end / 1000);
+            // With the codec: the message arrives in its wire form (encoded outside
+            // the timed step, as the sender's step paid for that), and the step
+            // decodes it as a node server's reader does.
+            let wire = self.codec_steps.as_ref().map(|_| match &ev {
+                EvKind::Peer { msg, .. } => frame::encode_body(msg),
+                EvKind::Client { id, req, .. } => frame::encode_body(&ClientFrame {
+                    id: *id,
+                    req: req.clone(),
+                }),
+            });
             let began = Instant::now();
-            match ev {
-                EvKind::Peer { from, msg } => {
-                    let msg = match self.codec_steps {
-                        Some(_) => {
-                            let wire = frame::encode_body(&msg);
-                            frame::decode_body(&wire).expect("a peer message decodes")
-                        }
+            match (ev, wire) {
+                (EvKind::Peer { from, msg }, wire) => {
+                    let msg = match wire {
+                        Some(w) => frame::decode_body(&w).expect("a peer message decodes"),
                         None => msg,
                     };
                     self.engines[v].on_peer(from, msg, now);
                 }
-                EvKind::Client { client, id, req } => {
+                (EvKind::Client { client, id, req }, wire) => {
+                    let (id, req) = match wire {
+                        Some(w) => {
+                            let f: ClientFrame =
+                                frame::decode_body(&w).expect("a client frame decodes");
+                            (f.id, f.req)
+                        }
+                        None => (id, req),
+                    };
                     self.engines[v].on_client_request(client, id, req, now);
                 }
             }
@@ -773,6 +788,115 @@ pub fn measure_overhead(runs: usize) -> Duration {
     }
     steps.sort_unstable();
     steps[steps.len() / 2]
+}
+
+/// What a node server's message handling costs in steady state: see
+/// [`measure_steady`].
+#[derive(Clone, Copy, Debug)]
+pub struct SteadyCost {
+    /// Timed iterations.
+    pub iterations: usize,
+    /// Messages handled per iteration, over all servers (client requests and peer
+    /// messages; each is one step: decode, engine, encode of what it sends).
+    pub steps_per_iteration: f64,
+    /// Median time of one step.
+    pub median_step: Duration,
+    /// Mean time of one step.
+    pub mean_step: Duration,
+    /// All servers' step time per iteration.
+    pub per_iteration: Duration,
+}
+
+/// The CPU a node server spends per message in steady state, measured on `nodes`
+/// in-process engines with one rank each, the real codec and no I/O: `iterations`
+/// (after `warmup`) of what `cohort-bench` times, each followed by its untimed
+/// barrier. For a fence: a commit of `bytes` of remote data and a collecting fence;
+/// for a construct: a group construct with a context id and its destruct. Unlike
+/// [`measure_overhead`], the engines are warm (their tables and the allocator have
+/// seen the same operation before), as in a benchmark loop or a long-running job.
+pub fn measure_steady(
+    nodes: u32,
+    op: Collective,
+    bytes: usize,
+    iterations: usize,
+    warmup: usize,
+) -> Result<SteadyCost, SimError> {
+    let mut s = Scenario::new(nodes, op, TreeShape::KAry(2));
+    s.bytes_per_rank = bytes;
+    let mut sim = Sim::new(&s, Params::hdr());
+    sim.connect_all();
+    let n = s.ranks();
+    let mut steps = Vec::new();
+    for i in 0..warmup + iterations {
+        sim.codec_steps = Some(std::mem::take(&mut steps));
+        let mut phases: Vec<(&'static str, Vec<ReqId>)> = Vec::new();
+        match op {
+            Collective::Fence => {
+                let calls = start_collective(&mut sim, &s);
+                sim.run();
+                phases.push(("fence", calls));
+            }
+            Collective::Construct => {
+                let calls = start_collective(&mut sim, &s);
+                sim.run();
+                phases.push(("group construct", calls));
+                let calls = (0..n)
+                    .map(|r| {
+                        let req = Request::Destruct {
+                            id: s.group_id.clone(),
+                            timeout_ms: Some(600_000),
+                        };
+                        sim.request(r, req, 0)
+                    })
+                    .collect();
+                sim.run();
+                phases.push(("group destruct", calls));
+            }
+        }
+        // The benchmark's barrier: a fence over everyone without data.
+        let calls = (0..n)
+            .map(|r| {
+                let req = Request::Fence {
+                    procs: vec![ProcId::wildcard(s.nspace.clone())],
+                    opts: FenceOpts {
+                        collect: false,
+                        timeout_ms: Some(600_000),
+                    },
+                };
+                sim.request(r, req, 0)
+            })
+            .collect();
+        sim.run();
+        phases.push(("fence", calls));
+        for (what, calls) in phases {
+            for (r, id) in (0..n).zip(calls) {
+                match sim.take_reply(r, id, what)? {
+                    (_, Response::Done) | (_, Response::Group(_)) => {}
+                    (_, reply) => {
+                        return Err(SimError::Unexpected {
+                            rank: r,
+                            op: what,
+                            reply: Box::new(reply),
+                        })
+                    }
+                }
+            }
+        }
+        steps = sim.codec_steps.take().unwrap_or_default();
+        if i + 1 == warmup {
+            steps.clear();
+        }
+    }
+    let total: Duration = steps.iter().sum();
+    let count = steps.len().max(1);
+    steps.sort_unstable();
+    Ok(SteadyCost {
+        iterations,
+        steps_per_iteration: steps.len() as f64 / iterations.max(1) as f64,
+        median_step: steps.get(steps.len() / 2).copied().unwrap_or_default(),
+        mean_step: total / count as u32,
+        per_iteration: total / iterations.max(1) as u32,
+    })
 }
 
 /// The lower bound of an allgather of `n·d` bytes over `n` servers:

@@ -159,6 +159,20 @@ enum What {
         #[arg(long)]
         args: bool,
     },
+    /// A node server's CPU per message in steady state: the real engines and codec, in
+    /// process, no I/O, repeating what `cohort-bench fence` and `cohort-bench group`
+    /// time (with their untimed barrier) on warm engines.
+    Cost {
+        #[arg(long, default_value_t = 3)]
+        nodes: u32,
+        /// Posted data per rank for the fence, bytes.
+        #[arg(long, default_value_t = 1024)]
+        bytes: usize,
+        #[arg(short, long, default_value_t = 20000)]
+        iterations: usize,
+        #[arg(short = 'x', long, default_value_t = 1000)]
+        warmup: usize,
+    },
     /// Prints each rank's construct result in the format of the `sim-compare` scenario
     /// of the test rank program, for comparing with a real job.
     Replay {
@@ -285,6 +299,48 @@ fn run(cli: Cli) -> Result<(), String> {
             if let Some(path) = png {
                 plot::draw(&path, &rows, op.into(), bytes, &p)?;
                 eprintln!("cohort-sim: wrote {}", path.display());
+            }
+            Ok(())
+        }
+        What::Cost {
+            nodes,
+            bytes,
+            iterations,
+            warmup,
+        } => {
+            println!(
+                "# cohort-sim cost: {nodes} node servers, 1 rank each, real engines and codec, \
+                 in process, {iterations} iterations ({warmup} warm-up)"
+            );
+            println!(
+                "# A step: one message a server handles (a client request or a peer \
+                 message): decode, engine, encode what it sends"
+            );
+            println!(
+                "# {:<34}{:>12}{:>16}{:>16}{:>20}",
+                "Op (+ its untimed barrier)",
+                "Steps/op",
+                "Median(ns)",
+                "Mean(ns)",
+                "All servers(us)"
+            );
+            for (name, op) in [
+                (format!("fence {bytes} B, collect"), Collective::Fence),
+                (
+                    "construct (context id) + destruct".to_string(),
+                    Collective::Construct,
+                ),
+            ] {
+                let c = cohort_sim::measure_steady(nodes, op, bytes, iterations, warmup)
+                    .map_err(|e| e.to_string())?;
+                println!(
+                    "{:<36}{:>12.1}{:>16}{:>16}{:>20.2}",
+                    name,
+                    c.steps_per_iteration,
+                    c.median_step.as_nanos(),
+                    c.mean_step.as_nanos(),
+                    c.per_iteration.as_secs_f64() * 1e6
+                );
             }
             Ok(())
         }
