@@ -17,7 +17,9 @@
 //! only the data movement changes; the root still decides, and every failure path
 //! (timeouts, probes, aborts, lost servers) is the tree collective's.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+
+use crate::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -368,34 +370,34 @@ impl Engine {
             allgather: cfg.allgather,
             locality,
             all_nodes,
-            clients: HashMap::new(),
-            proc_clients: HashMap::new(),
-            finalized: HashSet::new(),
-            terminated: HashSet::new(),
-            joined_before_death: HashMap::new(),
-            pending_events: HashMap::new(),
+            clients: HashMap::default(),
+            proc_clients: HashMap::default(),
+            finalized: HashSet::default(),
+            terminated: HashSet::default(),
+            joined_before_death: HashMap::default(),
+            pending_events: HashMap::default(),
             kv: KvStore::default(),
-            commits: HashMap::new(),
+            commits: HashMap::default(),
             gets: Vec::new(),
             modex_waits: Vec::new(),
-            modex_inflight: HashMap::new(),
+            modex_inflight: HashMap::default(),
             next_modex: 1,
-            colls: HashMap::new(),
+            colls: HashMap::default(),
             tombstones: Recent::new(MAX_TOMBSTONES),
             recently_done: Recent::new(MAX_TOMBSTONES),
             fallback_done: Recent::new(MAX_TOMBSTONES),
             owed_rounds: Recent::new(MAX_TOMBSTONES),
-            early_msgs: HashMap::new(),
+            early_msgs: HashMap::default(),
             parked: Vec::new(),
-            fence_seq: HashMap::new(),
-            groups: HashMap::new(),
-            retired: HashMap::new(),
-            departed: HashMap::new(),
-            live_roots: HashMap::new(),
+            fence_seq: HashMap::default(),
+            groups: HashMap::default(),
+            retired: HashMap::default(),
+            departed: HashMap::default(),
+            live_roots: HashMap::default(),
             next_ctx: 1,
-            invites: HashMap::new(),
-            invite_homes: HashMap::new(),
-            acks: HashMap::new(),
+            invites: HashMap::default(),
+            invite_homes: HashMap::default(),
+            acks: HashMap::default(),
             next_token: 1,
             lost_nodes: BTreeSet::new(),
             kept_outcomes: VecDeque::new(),

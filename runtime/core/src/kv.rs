@@ -5,7 +5,9 @@
 //! processes on other nodes arrives through collectives or direct modex and replaces
 //! the previous snapshot of that process.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::BTreeMap;
+
+use crate::{HashMap, HashSet};
 
 use cohort_proto::{Info, ProcId, Value};
 

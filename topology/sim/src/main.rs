@@ -2,6 +2,10 @@
 
 use std::process::ExitCode;
 
+/// The allocator `cohortd` uses, so that `cohort-sim cost` measures what it spends.
+#[global_allocator]
+static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use clap::{Parser, Subcommand, ValueEnum};
 use cohort_sim::{
     ceil_log, lower_bound, memory_estimate, simulate, simulate_model, Collective, Params, Report,

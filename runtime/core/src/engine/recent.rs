@@ -1,6 +1,8 @@
 //! A map that remembers only its most recently added keys.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
+
+use crate::HashMap;
 use std::hash::Hash;
 
 /// Entries about finished collectives (tombstones, failed attempts, completions,
@@ -18,7 +20,7 @@ pub(super) struct Recent<K, V> {
 impl<K: Hash + Eq + Clone, V> Recent<K, V> {
     pub(super) fn new(cap: usize) -> Recent<K, V> {
         Recent {
-            map: HashMap::new(),
+            map: HashMap::default(),
             order: VecDeque::new(),
             cap,
         }
