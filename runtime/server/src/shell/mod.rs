@@ -17,6 +17,7 @@ use std::fmt;
 use std::io::Write;
 use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::path::{Path, PathBuf};
+use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -133,16 +134,32 @@ pub fn main() -> i32 {
         }
     };
     let local = tokio::task::LocalSet::new();
-    let code = local.block_on(&rt, async {
-        let _enter = span.enter();
-        run(args, secrets, &placement, &stdout, &stderr).await
+    let (stdout, stderr) = (Rc::new(stdout), Rc::new(stderr));
+    // The daemon's main future runs as a task of its own: `LocalSet::block_on` polls
+    // the future it is given whenever any task of the set is woken — on every turn of
+    // a polling node server — and this one selects over signals, the launcher and the
+    // ranks each time it is polled.
+    let main = {
+        let (stdout, stderr) = (stdout.clone(), stderr.clone());
+        local.spawn_local(async move {
+            let _enter = span.enter();
+            run(args, secrets, &placement, &stdout, &stderr).await
+        })
+    };
+    let code = local.block_on(&rt, main).unwrap_or_else(|e| {
+        say(format_args!("the daemon's main task failed: {e}"));
+        1
     });
     // Dropping the runtime drops the forwarding tasks and with them the last senders,
     // so the writer threads can drain and stop.
     drop(local);
     drop(rt);
-    stdout.close(OUTPUT_FLUSH);
-    stderr.close(OUTPUT_FLUSH);
+    // The main task dropped its references when it completed.
+    for sink in [stdout, stderr] {
+        if let Ok(sink) = Rc::try_unwrap(sink) {
+            sink.close(OUTPUT_FLUSH);
+        }
+    }
     code
 }
 
