@@ -561,7 +561,11 @@ async fn read_while_hot(
     budget: Duration,
     last_frame: Instant,
 ) -> io::Result<Option<usize>> {
-    while last_frame.elapsed() < budget {
+    let mut clock = crate::spin::ClockTurns::default();
+    loop {
+        if clock.due() && last_frame.elapsed() >= budget {
+            return Ok(None);
+        }
         match recv_nonblocking(fd, buf) {
             Ok(n) => return Ok(Some(n)),
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => tokio::task::yield_now().await,
@@ -569,7 +573,6 @@ async fn read_while_hot(
             Err(e) => return Err(e),
         }
     }
-    Ok(None)
 }
 
 /// One `recv(MSG_DONTWAIT)` into `buf`'s spare capacity. Bypasses Tokio's readiness
