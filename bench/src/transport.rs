@@ -563,7 +563,7 @@ pub fn run_peer(p: PeerOpts) -> Res<()> {
     } else {
         None
     };
-    let (mut node, _) = measure_in_task(
+    let (node, _) = measure_in_task(
         &rt,
         mode,
         node,
@@ -578,9 +578,14 @@ pub fn run_peer(p: PeerOpts) -> Res<()> {
         },
         false,
     )?;
-    // Node 0 closes first; wait for its goodbye so neither side reports a loss.
+    // Node 0 closes first: its goodbye is read while this runtime runs, and node 0
+    // closes our stdin once its own shutdown completed (a goodbye raises no event
+    // here, so waiting for one would only time out). Then ours, so neither side
+    // reports a loss.
+    drop(lines);
     rt.block_on(async {
-        let _ = tokio::time::timeout(Duration::from_secs(30), node.events.recv()).await;
+        let eof = tokio::task::spawn_blocking(|| std::io::stdin().lines().all(|l| l.is_ok()));
+        let _ = tokio::time::timeout(Duration::from_secs(30), eof).await;
         node.fabric.shutdown().await;
     });
     Ok(())
