@@ -16,7 +16,7 @@
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -49,6 +49,16 @@ impl Backend {
     }
 }
 
+/// How received messages reach the benchmark.
+#[derive(Clone, Copy, ValueEnum, PartialEq, Eq, Debug)]
+pub enum Delivery {
+    /// A handler called by the fabric's reading task (`AnyFabric::bind_handler`), as
+    /// `cohortd` receives: the measurement's reply is sent from that call.
+    Handler,
+    /// The event channel (`AnyFabric::bind`), read by the benchmark's task.
+    Channel,
+}
+
 /// Options shared by `transport-latency` and `transport-bw`.
 #[derive(Args, Clone, Debug)]
 pub struct Opts {
@@ -79,6 +89,9 @@ pub struct Opts {
     /// `cohortd --spin-us`; 0: sleep in epoll between messages, like the references).
     #[arg(long, default_value_t = cohort_proto::env::DEFAULT_SPIN_US)]
     spin_us: u64,
+    /// How received messages reach the benchmark (handler: as `cohortd` receives).
+    #[arg(long, value_enum, default_value_t = Delivery::Handler)]
+    delivery: Delivery,
 }
 
 /// The hidden child side.
@@ -105,6 +118,8 @@ pub struct PeerOpts {
     raw: String,
     #[arg(long)]
     spin_us: u64,
+    #[arg(long, value_enum)]
+    delivery: Delivery,
 }
 
 /// Messages above this size use the "large" iteration counts, as in the OSU suite.
@@ -158,10 +173,19 @@ fn unhex(s: &str) -> Res<Vec<u8>> {
         .collect()
 }
 
+/// A measurement's handling of events inside the fabric's handler: returns the events
+/// it passes on to [`Node::events`] (the one that ends the measurement, or one it did
+/// not expect).
+type Inline = Box<dyn FnMut(FabricEvent) -> Option<FabricEvent> + Send>;
+
 /// A bound fabric with its event stream.
 struct Node {
     fabric: AnyFabric,
+    /// Every event in channel mode; in handler mode those the handler passes on (all
+    /// of them while no [`Inline`] is installed: set-up and teardown).
     events: UnboundedReceiver<FabricEvent>,
+    /// Handler mode: the installed measurement, if any.
+    inline: Option<Arc<Mutex<Option<Inline>>>>,
     /// The fabric's adaptive polling; the Tokio reference feeds it too, so it polls
     /// exactly as the fabric does.
     spinner: Arc<Spinner>,
@@ -175,17 +199,49 @@ impl Node {
         ip: &str,
         secret: Vec<u8>,
         spin_us: u64,
+        delivery: Delivery,
     ) -> Res<Node> {
         let mut cfg = FabricConfig::new(node, format!("{ip}:0").parse()?, secret);
         let spinner = Spinner::new(Duration::from_micros(spin_us));
         tokio::spawn(spinner.clone().run());
         cfg.spinner = Some(spinner.clone());
-        let (fabric, events) = AnyFabric::bind(backend.kind(), cfg).await?;
+        let (fabric, events, inline) = match delivery {
+            Delivery::Channel => {
+                let (fabric, events) = AnyFabric::bind(backend.kind(), cfg).await?;
+                (fabric, events, None)
+            }
+            Delivery::Handler => {
+                let (tx, events) = tokio::sync::mpsc::unbounded_channel();
+                let slot: Arc<Mutex<Option<Inline>>> = Arc::default();
+                let installed = slot.clone();
+                let handler = Arc::new(move |ev| {
+                    let mut inline = installed.lock().unwrap_or_else(|e| e.into_inner());
+                    let passed = match inline.as_mut() {
+                        Some(measure) => measure(ev),
+                        None => Some(ev),
+                    };
+                    drop(inline);
+                    if let Some(ev) = passed {
+                        let _ = tx.send(ev);
+                    }
+                });
+                let fabric = AnyFabric::bind_handler(backend.kind(), cfg, handler).await?;
+                (fabric, events, Some(slot))
+            }
+        };
         Ok(Node {
             fabric,
             events,
+            inline,
             spinner,
         })
+    }
+
+    /// Handler mode: installs (or with `None` removes) the measurement's handling.
+    fn install(&self, measure: Option<Inline>) {
+        if let Some(slot) = &self.inline {
+            *slot.lock().unwrap_or_else(|e| e.into_inner()) = measure;
+        }
     }
 
     async fn recv(&mut self) -> Res<Bytes> {
@@ -278,7 +334,14 @@ pub fn run(mode: Mode, o: Opts, iterations: usize, warmup: usize) -> Res<()> {
     let raw_ref = o.fabric == Backend::Tcp && !o.no_reference;
     let rt = runtime()?;
     let secret = secret()?;
-    let mut node = rt.block_on(Node::bind(o.fabric, 0, ip0, secret.clone(), o.spin_us))?;
+    let mut node = rt.block_on(Node::bind(
+        o.fabric,
+        0,
+        ip0,
+        secret.clone(),
+        o.spin_us,
+        o.delivery,
+    ))?;
     let raw_listener = if raw_ref {
         Some(TcpListener::bind(format!("{ip0}:0"))?)
     } else {
@@ -312,6 +375,8 @@ pub fn run(mode: Mode, o: Opts, iterations: usize, warmup: usize) -> Res<()> {
             &raw_addr,
             "--spin-us",
             &o.spin_us.to_string(),
+            "--delivery",
+            delivery_name(o.delivery),
         ])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -387,6 +452,13 @@ pub fn run(mode: Mode, o: Opts, iterations: usize, warmup: usize) -> Res<()> {
         &node,
     );
     Ok(())
+}
+
+fn delivery_name(d: Delivery) -> &'static str {
+    match d {
+        Delivery::Handler => "handler",
+        Delivery::Channel => "channel",
+    }
 }
 
 fn mode_name(m: Mode) -> &'static str {
@@ -544,7 +616,9 @@ pub fn run_peer(p: PeerOpts) -> Res<()> {
     let mut line = || -> Res<String> { Ok(lines.next().ok_or("set-up pipe closed")??) };
     let secret = unhex(&line()?)?;
     let rt = runtime()?;
-    let mut node = rt.block_on(Node::bind(p.fabric, 1, &p.addr, secret, p.spin_us))?;
+    let mut node = rt.block_on(Node::bind(
+        p.fabric, 1, &p.addr, secret, p.spin_us, p.delivery,
+    ))?;
     let gid = node.verbs_device().map_or(0, |(_, _, g)| g);
     println!("{}\n{gid}", node.fabric.local_addr());
     std::io::stdout().flush()?;
@@ -678,9 +752,15 @@ async fn measure_all(
                 };
                 rows[i].reference_tokio.push(v);
             }
-            let v = match mode {
-                Mode::Latency => fabric_latency(node, &payload, iters, skip, leader).await?,
-                Mode::Bw => fabric_bw(node, &payload, window, iters, skip, leader).await?,
+            let v = match (mode, node.inline.is_some()) {
+                (Mode::Latency, false) => {
+                    fabric_latency(node, &payload, iters, skip, leader).await?
+                }
+                (Mode::Bw, false) => fabric_bw(node, &payload, window, iters, skip, leader).await?,
+                (Mode::Latency, true) => {
+                    inline_latency(node, &payload, iters, skip, leader).await?
+                }
+                (Mode::Bw, true) => inline_bw(node, &payload, window, iters, skip, leader).await?,
             };
             rows[i].fabric.push(v);
         }
@@ -719,6 +799,206 @@ async fn fabric_latency(
         }
     }
     Ok(start.elapsed().as_secs_f64() * 1e6 / (2 * iters) as f64)
+}
+
+/// Tells node 0 that node 1 installed its side of a handler-mode measurement.
+const READY: &[u8] = b"ready";
+
+/// The timed span of a handler-mode measurement, marked from inside the handler.
+#[derive(Clone, Copy)]
+struct Span {
+    start: Instant,
+    end: Instant,
+}
+
+impl Span {
+    fn new() -> Arc<Mutex<Span>> {
+        let now = Instant::now();
+        Arc::new(Mutex::new(Span {
+            start: now,
+            end: now,
+        }))
+    }
+}
+
+fn span_of(span: &Mutex<Span>) -> Span {
+    *span.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Node 0's side of a handler-mode measurement: waits for node 1's [`READY`], installs
+/// `measure`, runs `kick` (the first send), then waits for the event `measure` passes
+/// on at the end, which is returned.
+async fn leader_inline(
+    node: &mut Node,
+    measure: Inline,
+    kick: impl FnOnce(&AnyFabric) -> Res<()>,
+) -> Res<Bytes> {
+    let ready = node.recv().await?;
+    if ready != READY {
+        return Err(format!("expected node 1's ready, got {} bytes", ready.len()).into());
+    }
+    node.install(Some(measure));
+    let kicked = kick(&node.fabric);
+    let last = match kicked {
+        Ok(()) => node.recv().await,
+        Err(e) => Err(e),
+    };
+    node.install(None);
+    last
+}
+
+/// Node 1's side: installs `measure`, says [`READY`], waits for the event `measure`
+/// passes on at the end.
+async fn peer_inline(node: &mut Node, measure: Inline) -> Res<Bytes> {
+    node.install(Some(measure));
+    let last = match node.fabric.send(0, Bytes::from_static(READY)) {
+        Ok(()) => node.recv().await,
+        Err(e) => Err(e.into()),
+    };
+    node.install(None);
+    last
+}
+
+/// [`fabric_latency`] with the handler: each side's reply is sent from the fabric's
+/// handler call that delivered the message (as `cohortd` answers a peer).
+async fn inline_latency(
+    node: &mut Node,
+    payload: &Bytes,
+    iters: usize,
+    skip: usize,
+    leader: bool,
+) -> Res<f64> {
+    let total = iters + skip;
+    let expected = payload.len();
+    let span = Span::new();
+    let marks = span.clone();
+    let fabric = node.fabric.clone();
+    let mut count = 0;
+    let measure: Inline = if leader {
+        Box::new(move |ev| {
+            let FabricEvent::Message { payload, .. } = &ev else {
+                return Some(ev);
+            };
+            count += 1;
+            if payload.len() != expected || count >= total {
+                marks.lock().unwrap_or_else(|e| e.into_inner()).end = Instant::now();
+                return Some(ev);
+            }
+            if count == skip {
+                marks.lock().unwrap_or_else(|e| e.into_inner()).start = Instant::now();
+            }
+            fabric.send(1, payload.clone()).err().map(|_| ev)
+        })
+    } else {
+        Box::new(move |ev| {
+            let FabricEvent::Message { payload, .. } = &ev else {
+                return Some(ev);
+            };
+            count += 1;
+            if fabric.send(0, payload.clone()).is_err() || count >= total {
+                return Some(ev);
+            }
+            None
+        })
+    };
+    if !leader {
+        peer_inline(node, measure).await?;
+        return Ok(0.0);
+    }
+    let first = payload.clone();
+    let last = leader_inline(node, measure, |f| {
+        if skip == 0 {
+            span.lock().unwrap_or_else(|e| e.into_inner()).start = Instant::now();
+        }
+        Ok(f.send(1, first)?)
+    })
+    .await?;
+    if last.len() != expected {
+        return Err(format!("echo of {expected} bytes came back as {}", last.len()).into());
+    }
+    let t = span_of(&span);
+    Ok((t.end - t.start).as_secs_f64() * 1e6 / (2 * iters) as f64)
+}
+
+/// [`fabric_bw`] with the handler: node 1 acknowledges each window from the handler
+/// call that delivered its last message, node 0 sends the next window from the call
+/// that delivered the acknowledgement.
+async fn inline_bw(
+    node: &mut Node,
+    payload: &Bytes,
+    window: usize,
+    iters: usize,
+    skip: usize,
+    leader: bool,
+) -> Res<f64> {
+    let total = iters + skip;
+    let span = Span::new();
+    let marks = span.clone();
+    let fabric = node.fabric.clone();
+    let data = payload.clone();
+    let send_window = move |f: &AnyFabric| -> Res<()> {
+        for _ in 0..window {
+            f.send(1, data.clone())?;
+        }
+        Ok(())
+    };
+    let expected = payload.len();
+    let mut count = 0;
+    let measure: Inline = if leader {
+        let send_window = send_window.clone();
+        Box::new(move |ev| {
+            if !matches!(&ev, FabricEvent::Message { payload, .. } if payload.len() == 4) {
+                return Some(ev);
+            }
+            count += 1;
+            if count >= total {
+                marks.lock().unwrap_or_else(|e| e.into_inner()).end = Instant::now();
+                return Some(ev);
+            }
+            if count == skip {
+                marks.lock().unwrap_or_else(|e| e.into_inner()).start = Instant::now();
+            }
+            send_window(&fabric).err().map(|_| ev)
+        })
+    } else {
+        let ack = Bytes::from_static(b"ack!");
+        Box::new(move |ev| {
+            let FabricEvent::Message { payload, .. } = &ev else {
+                return Some(ev);
+            };
+            if payload.len() != expected {
+                return Some(ev);
+            }
+            count += 1;
+            if count % window == 0 && fabric.send(0, ack.clone()).is_err() {
+                return Some(ev);
+            }
+            (count >= total * window).then_some(ev)
+        })
+    };
+    if !leader {
+        let last = peer_inline(node, measure).await?;
+        if last.len() != expected {
+            return Err(format!("expected {expected} bytes, got {}", last.len()).into());
+        }
+        return Ok(0.0);
+    }
+    let last = leader_inline(node, measure, |f| {
+        if skip == 0 {
+            span.lock().unwrap_or_else(|e| e.into_inner()).start = Instant::now();
+        }
+        send_window(f)
+    })
+    .await?;
+    if last.len() != 4 {
+        return Err(format!(
+            "expected a 4-byte acknowledgement, got {} bytes",
+            last.len()
+        )
+        .into());
+    }
+    let t = span_of(&span);
+    Ok((payload.len() * window * iters) as f64 / (t.end - t.start).as_secs_f64() / 1e6)
 }
 
 /// osu_bw: per iteration `window` messages one way, then a 4-byte acknowledgement;

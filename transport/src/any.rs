@@ -7,7 +7,9 @@ use std::str::FromStr;
 use bytes::Bytes;
 use tokio::sync::mpsc::UnboundedReceiver;
 
-use crate::{Fabric, FabricConfig, FabricError, FabricEvent, NodeId, TcpFabric, VerbsFabric};
+use crate::{
+    EventHandler, Fabric, FabricConfig, FabricError, FabricEvent, NodeId, TcpFabric, VerbsFabric,
+};
 
 /// Environment variable that forces a backend (`auto`, `verbs` or `tcp`).
 pub const BACKEND_ENV: &str = "COHORT_FABRIC";
@@ -128,15 +130,36 @@ impl AnyFabric {
                 (AnyFabric::Tcp(f), events)
             }
         };
-        tracing::info!(
-            requested = %kind,
-            backend = fabric.backend(),
-            reason = %choice.reason,
-            "fabric backend selected: {} ({})",
-            fabric.backend(),
-            choice.reason
-        );
+        log_choice(kind, &fabric, &choice);
         Ok((fabric, events))
+    }
+
+    /// Like [`bind`](AnyFabric::bind), but the events go to `handler` instead of a
+    /// channel: it is called by the fabric's own tasks — the one that read a message
+    /// calls it with that message before it reads on — in the order the events would
+    /// have reached the channel (a peer's messages in order, its `PeerLost` after the
+    /// last message of the lost incarnation), one call at a time, never from within
+    /// [`Fabric::send`] and never within a call of its own. It may use the fabric
+    /// (send, also to this node, which is handed over after the current call; close).
+    /// It must not block: the link it runs on reads nothing meanwhile.
+    ///
+    /// This saves the hop through the channel to a consumer task: on a polling runtime
+    /// about 0.2 µs of the 3 µs one-way latency of a small message between two
+    /// loopback processes.
+    pub async fn bind_handler(
+        kind: FabricKind,
+        cfg: FabricConfig,
+        handler: EventHandler,
+    ) -> std::io::Result<AnyFabric> {
+        let choice = kind.resolve(&cfg);
+        let fabric = match choice.kind {
+            FabricKind::Verbs => AnyFabric::Verbs(VerbsFabric::bind_handler(cfg, handler).await?),
+            FabricKind::Auto | FabricKind::Tcp => {
+                AnyFabric::Tcp(TcpFabric::bind_handler(cfg, handler).await?)
+            }
+        };
+        log_choice(kind, &fabric, &choice);
+        Ok(fabric)
     }
 
     /// [`Fabric::close`], then waits until every goodbye was acknowledged (or
@@ -199,6 +222,18 @@ impl Fabric for AnyFabric {
             AnyFabric::Verbs(f) => f.close(),
         }
     }
+}
+
+/// The info line saying which backend was picked and why.
+fn log_choice(kind: FabricKind, fabric: &AnyFabric, choice: &AutoChoice) {
+    tracing::info!(
+        requested = %kind,
+        backend = fabric.backend(),
+        reason = %choice.reason,
+        "fabric backend selected: {} ({})",
+        fabric.backend(),
+        choice.reason
+    );
 }
 
 #[cfg(test)]

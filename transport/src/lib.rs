@@ -20,7 +20,9 @@
 //! * [`Fabric::send`] never blocks. Messages to one peer arrive in the order they were
 //!   sent, each at most once; a message to one's own node id is delivered locally.
 //! * Received messages and failures arrive on the event channel returned by `bind`, as
-//!   [`FabricEvent`]s. A peer whose connection breaks without a goodbye is reported
+//!   [`FabricEvent`]s, or, for a fabric started with
+//!   [`bind_handler`](AnyFabric::bind_handler), as calls of the owner's handler made by
+//!   the task that read them, in the same order. A peer whose connection breaks without a goodbye is reported
 //!   once per loss as [`FabricEvent::PeerLost`]; messages still in flight to or from it
 //!   may be lost, and a later `send` reconnects (a restarted peer is reachable again).
 //! * [`Fabric::close`] says goodbye to every connected peer, so a clean shutdown is not
@@ -68,6 +70,7 @@ use bytes::Bytes;
 pub use any::{AnyFabric, AutoChoice, FabricKind, BACKEND_ENV};
 pub use cohort_proto::NodeId;
 pub use error::FabricError;
+pub use links::EventHandler;
 pub use spin::Spinner;
 pub use tcp::TcpFabric;
 pub use verbs::{
@@ -176,7 +179,8 @@ pub trait Fabric: Send + Sync + 'static {
 
     /// Queues `payload` for `to` without blocking. Messages to one peer keep their
     /// order. Sending to this node's own id delivers a `Message { from: self }` to the
-    /// own event channel. Network failures are reported later as `PeerLost`.
+    /// own event channel (or handler). Network failures are reported later as
+    /// `PeerLost`.
     fn send(&self, to: NodeId, payload: Bytes) -> Result<(), FabricError>;
 
     /// Starts a graceful close: queued messages are flushed, every connected peer is

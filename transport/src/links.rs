@@ -1,13 +1,14 @@
-//! The connection bookkeeping both backends share: the peer table, the event channel,
-//! each peer's outbound queue, every connection task, and the [`Liveness`] verdicts
-//! carried out on them. A backend keeps one [`Links`] behind its lock and adds only
-//! what moves bytes (TCP streams, verbs queue pairs).
+//! The connection bookkeeping both backends share: the peer table, where events go
+//! (the event channel or the owner's handler), each peer's outbound queue, every
+//! connection task, and the [`Liveness`] verdicts carried out on them. A backend keeps
+//! one [`Links`] behind its lock and adds only what moves bytes (TCP streams, verbs
+//! queue pairs).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::future::Future;
 use std::io::IoSlice;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use bytes::{BufMut, Bytes, BytesMut};
 use tokio::sync::mpsc::UnboundedSender;
@@ -37,7 +38,7 @@ impl Spawner {
         }
     }
 
-    fn spawn<F>(&self, task: F) -> tokio::task::JoinHandle<()>
+    pub fn spawn<F>(&self, task: F) -> tokio::task::JoinHandle<()>
     where
         F: Future<Output = ()> + Send + 'static,
     {
@@ -47,6 +48,72 @@ impl Spawner {
             self.runtime.spawn(task)
         }
     }
+}
+
+/// Takes a fabric's events, in order, instead of an event channel (see
+/// [`crate::AnyFabric::bind_handler`]).
+pub type EventHandler = Arc<dyn Fn(FabricEvent) + Send + Sync>;
+
+/// Where a fabric's events go.
+pub(crate) enum Sink {
+    Channel(UnboundedSender<FabricEvent>),
+    /// Events are queued under the lock ([`Links::pending`]) and handed over by
+    /// [`flush`], with the lock released. Dropped when the fabric closes.
+    Handler(EventHandler),
+}
+
+/// Locks a backend's [`Links`]. A panic while holding the lock cannot leave it
+/// half-updated in a way that matters more than losing the fabric, so keep going.
+pub(crate) fn lock(state: &Mutex<Links>) -> MutexGuard<'_, Links> {
+    state.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Hands the events queued for the handler to it, oldest first, one call at a time,
+/// with the lock (`st`, a guard of `state`) released around each call, so the handler
+/// may use the fabric (send, close). Returns at once while another call of `flush` is
+/// handing events over (on this thread: the handler sent to its own node; on another
+/// thread of a multi-thread runtime): that call also hands over what was queued
+/// meanwhile. So events reach the handler in the order they were queued, never two at
+/// once, and never from within the handler's own call. Backends call this after every
+/// operation that may queue events, from their own tasks only (never inside `send`,
+/// whose caller may hold state the handler needs: see [`Links::route`]).
+pub(crate) fn flush<'a>(state: &'a Mutex<Links>, mut st: MutexGuard<'a, Links>) {
+    if st.flushing || st.pending.is_empty() {
+        return;
+    }
+    let Some(Sink::Handler(handler)) = &st.events else {
+        st.pending.clear();
+        return;
+    };
+    let handler = handler.clone();
+    st.flushing = true;
+    /// Clears `flushing` if the handler panics.
+    struct Flushing<'a> {
+        state: &'a Mutex<Links>,
+        armed: bool,
+    }
+    impl Drop for Flushing<'_> {
+        fn drop(&mut self) {
+            if self.armed {
+                lock(self.state).flushing = false;
+            }
+        }
+    }
+    let mut unwinding = Flushing { state, armed: true };
+    loop {
+        if st.events.is_none() {
+            // Closed by the handler (or another thread): no more events.
+            st.pending.clear();
+        }
+        let Some(event) = st.pending.pop_front() else {
+            break;
+        };
+        drop(st);
+        handler(event);
+        st = lock(state);
+    }
+    st.flushing = false;
+    unwinding.armed = false;
 }
 
 /// What a connection task is asked to send.
@@ -102,7 +169,11 @@ fn write_through(
 pub(crate) struct Links {
     pub peers: Vec<String>,
     /// `None` once closed: no more events.
-    pub events: Option<UnboundedSender<FabricEvent>>,
+    events: Option<Sink>,
+    /// Handler mode: events not yet handed over by [`flush`].
+    pending: VecDeque<FabricEvent>,
+    /// A [`flush`] is handing events over.
+    flushing: bool,
     pub closing: bool,
     /// Set by [`Links::abort`] (the fabric was dropped, or its goodbyes timed out):
     /// links end without a goodbye, so peers see them break.
@@ -119,10 +190,12 @@ pub(crate) struct Links {
 }
 
 impl Links {
-    pub fn new(events: UnboundedSender<FabricEvent>, spinner: Option<Arc<Spinner>>) -> Links {
+    pub fn new(events: Sink, spinner: Option<Arc<Spinner>>) -> Links {
         Links {
             peers: Vec::new(),
             events: Some(events),
+            pending: VecDeque::new(),
+            flushing: false,
             closing: false,
             aborted: false,
             liveness: Liveness::default(),
@@ -134,9 +207,13 @@ impl Links {
         }
     }
 
-    pub fn emit(&self, event: FabricEvent) {
-        if let Some(events) = &self.events {
-            let _ = events.send(event);
+    pub fn emit(&mut self, event: FabricEvent) {
+        match &self.events {
+            Some(Sink::Channel(events)) => {
+                let _ = events.send(event);
+            }
+            Some(Sink::Handler(_)) => self.pending.push_back(event),
+            None => {}
         }
     }
 
@@ -181,7 +258,9 @@ impl Links {
     /// The common part of `send` from `me` to `to`: a payload for `me` is delivered at
     /// once and one for a peer with a live link is queued on it (`Ok(None)`);
     /// otherwise the caller starts a link to the returned address with the returned
-    /// first item and registers it with [`Links::add_outbound`].
+    /// first item and registers it with [`Links::add_outbound`]. With a handler, a
+    /// payload for `me` is only queued: the caller (inside `send`) must have it handed
+    /// over later, from a task of its own ([`Links::to_self_pending`]).
     pub fn route(
         &mut self,
         me: NodeId,
@@ -195,11 +274,17 @@ impl Links {
             s.input();
         }
         if to == me {
-            let events = self.events.as_ref().ok_or(FabricError::Closed)?;
-            return events
-                .send(FabricEvent::Message { from: me, payload })
-                .map(|()| None)
-                .map_err(|_| FabricError::Closed);
+            let message = FabricEvent::Message { from: me, payload };
+            return match self.events.as_ref().ok_or(FabricError::Closed)? {
+                Sink::Channel(events) => events
+                    .send(message)
+                    .map(|()| None)
+                    .map_err(|_| FabricError::Closed),
+                Sink::Handler(_) => {
+                    self.pending.push_back(message);
+                    Ok(None)
+                }
+            };
         }
         if to as usize >= self.peers.len() {
             return Err(FabricError::UnknownPeer {
@@ -273,6 +358,17 @@ impl Links {
         }
     }
 
+    /// Whether events go to a handler, queued until [`flush`].
+    pub fn has_handler(&self) -> bool {
+        matches!(self.events, Some(Sink::Handler(_)))
+    }
+
+    /// Handler mode: whether events are queued that no [`flush`] is handing over now
+    /// (after `send` to this node: the caller spawns a task that flushes).
+    pub fn to_self_pending(&self) -> bool {
+        self.has_handler() && !self.flushing && !self.pending.is_empty()
+    }
+
     /// Starts closing: no more events, a goodbye on every connection. `false` when
     /// already closing.
     pub fn close(&mut self) -> bool {
@@ -281,6 +377,7 @@ impl Links {
         }
         self.closing = true;
         self.events = None;
+        self.pending.clear();
         for queue in self.queues.values() {
             let _ = queue.send(Outgoing::Goodbye);
         }
@@ -292,6 +389,7 @@ impl Links {
         self.closing = true;
         self.aborted = true;
         self.events = None;
+        self.pending.clear();
         self.outbound.clear();
         self.queues.clear();
         for (_, task) in self.tasks.drain() {
@@ -333,20 +431,36 @@ impl Links {
 
     /// Hands decoded payloads to the owner, unless the connection was condemned (its
     /// peer already reported lost) or the fabric is closing. `false` means stop reading.
-    pub fn deliver(&self, peer: NodeId, conn: ConnId, batch: &mut Vec<Bytes>) -> bool {
+    /// With a handler they are only queued: the caller [`flush`]es after unlocking.
+    pub fn deliver(&mut self, peer: NodeId, conn: ConnId, batch: &mut Vec<Bytes>) -> bool {
         if !self.liveness.is_registered(conn) {
             return false;
         }
-        if let Some(s) = &self.spinner {
-            s.handoff();
-        }
-        if let Some(events) = &self.events {
-            for payload in batch.drain(..) {
-                let _ = events.send(FabricEvent::Message {
-                    from: peer,
-                    payload,
-                });
+        match &self.events {
+            Some(Sink::Channel(events)) => {
+                if let Some(s) = &self.spinner {
+                    s.handoff();
+                }
+                for payload in batch.drain(..) {
+                    let _ = events.send(FabricEvent::Message {
+                        from: peer,
+                        payload,
+                    });
+                }
             }
+            Some(Sink::Handler(_)) => {
+                // The handler runs in the reading task itself: no consumer task to
+                // hand the CPU to first.
+                if let Some(s) = &self.spinner {
+                    s.input();
+                }
+                self.pending
+                    .extend(batch.drain(..).map(|payload| FabricEvent::Message {
+                        from: peer,
+                        payload,
+                    }));
+            }
+            None => {}
         }
         batch.clear();
         true

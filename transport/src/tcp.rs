@@ -37,7 +37,7 @@ use tokio::time::timeout;
 use tracing::{debug, info, warn, Instrument};
 
 use crate::handshake::{self, closing, new_incarnation, read_hello, Identity, TaskCount};
-use crate::links::{Links, OutLink, Outgoing, Spawner};
+use crate::links::{self, EventHandler, Links, OutLink, Outgoing, Sink, Spawner};
 use crate::liveness::{ConnId, LinkEnd};
 use crate::wire::{self, Frame, FrameDecoder, Hello, Reply, GOODBYE, MAX_SECRET_LEN, WIRE_VERSION};
 use crate::{Fabric, FabricConfig, FabricError, FabricEvent, NodeId, CLOSE_GRACE, HELLO_TIMEOUT};
@@ -79,6 +79,8 @@ struct Shared {
     state: Mutex<Links>,
     /// Adaptive polling (`FabricConfig::spinner`): hot links are read directly.
     spinner: Option<Arc<crate::Spinner>>,
+    /// Events go to a handler (called by the reading task itself), not a channel.
+    inline_events: bool,
 }
 
 impl TcpFabric {
@@ -89,6 +91,18 @@ impl TcpFabric {
     pub async fn bind(
         cfg: FabricConfig,
     ) -> io::Result<(TcpFabric, UnboundedReceiver<FabricEvent>)> {
+        let (events_tx, events_rx) = mpsc::unbounded_channel();
+        let fabric = Self::bind_sink(cfg, Sink::Channel(events_tx)).await?;
+        Ok((fabric, events_rx))
+    }
+
+    /// Like [`bind`](TcpFabric::bind), with the events handed to `handler` instead of
+    /// a channel (see [`crate::AnyFabric::bind_handler`]).
+    pub async fn bind_handler(cfg: FabricConfig, handler: EventHandler) -> io::Result<TcpFabric> {
+        Self::bind_sink(cfg, Sink::Handler(handler)).await
+    }
+
+    async fn bind_sink(cfg: FabricConfig, sink: Sink) -> io::Result<TcpFabric> {
         if cfg.secret.len() > MAX_SECRET_LEN {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
@@ -100,7 +114,7 @@ impl TcpFabric {
         }
         let listener = TcpListener::bind(cfg.listen).await?;
         let local_addr = listener.local_addr()?;
-        let (events_tx, events_rx) = mpsc::unbounded_channel();
+        let inline_events = matches!(sink, Sink::Handler(_));
         let shared = Arc::new(Shared {
             me: cfg.node,
             local_addr,
@@ -112,8 +126,9 @@ impl TcpFabric {
             spawner: Spawner::current(cfg.local_tasks),
             closing: watch::channel(false).0,
             tasks_live: Arc::default(),
-            state: Mutex::new(Links::new(events_tx, cfg.spinner.clone())),
+            state: Mutex::new(Links::new(sink, cfg.spinner.clone())),
             spinner: cfg.spinner.clone(),
+            inline_events,
         });
         {
             let mut st = shared.lock();
@@ -122,7 +137,7 @@ impl TcpFabric {
         }
         info!(backend = "tcp", node = shared.me, addr = %local_addr, "fabric listening");
         let owner = Arc::new(Owner { shared });
-        Ok((TcpFabric { owner }, events_rx))
+        Ok(TcpFabric { owner })
     }
 
     /// [`close`](Fabric::close), then waits until every goodbye was acknowledged by
@@ -206,9 +221,19 @@ impl Drop for Owner {
 
 impl Shared {
     fn lock(&self) -> MutexGuard<'_, Links> {
-        // A panic while holding the lock cannot leave `State` half-updated in a way
-        // that matters more than losing the fabric, so keep going.
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
+        links::lock(&self.state)
+    }
+
+    /// Hands queued events to the handler, if the fabric has one (see [`links::flush`]).
+    fn flush(&self) {
+        self.flush_from(self.lock());
+    }
+
+    /// [`Shared::flush`] with the lock already taken.
+    fn flush_from(&self, st: MutexGuard<'_, Links>) {
+        if self.inline_events {
+            links::flush(&self.state, st);
+        }
     }
 
     fn send(self: &Arc<Self>, to: NodeId, payload: Bytes) -> Result<(), FabricError> {
@@ -221,6 +246,11 @@ impl Shared {
         }
         let mut st = self.lock();
         let Some((addr, item)) = st.route(self.me, to, payload)? else {
+            if to == self.me && st.to_self_pending() {
+                // Not from within `send`: its caller may hold what the handler needs.
+                let shared = self.clone();
+                self.spawner.spawn(async move { shared.flush() });
+            }
             return Ok(());
         };
         let (queue, rx) = mpsc::unbounded_channel();
@@ -260,7 +290,10 @@ impl Shared {
 
     /// See [`Links::deliver`].
     fn deliver(&self, peer: NodeId, conn: ConnId, batch: &mut Vec<Bytes>) -> bool {
-        self.lock().deliver(peer, conn, batch)
+        let mut st = self.lock();
+        let delivering = st.deliver(peer, conn, batch);
+        self.flush_from(st);
+        delivering
     }
 
     /// A connection we opened finished its handshake with `peer`'s `incarnation`;
@@ -270,6 +303,7 @@ impl Shared {
         if st.established(peer, incarnation, conn) {
             st.enable_write_through(peer, conn, wr.clone());
         }
+        self.flush_from(st);
     }
 
     /// The reply to an accepted connection is written: sends may write through to it.
@@ -288,22 +322,24 @@ impl Shared {
         unwritten: Arc<AtomicUsize>,
     ) {
         let mut st = self.lock();
-        if !st.established(peer, incarnation, conn) {
-            return; // condemned: a late connection of a peer already reported lost
-        }
-        st.queues.insert(conn, queue.clone());
-        // No write-through yet: the reply to the hello must be the first thing written.
-        st.outbound.entry(peer).or_insert(OutLink {
-            id: conn,
-            queue,
-            unwritten: Some(unwritten),
-            direct: None,
-        });
+        if st.established(peer, incarnation, conn) {
+            st.queues.insert(conn, queue.clone());
+            // No write-through yet: the reply to the hello must be the first thing
+            // written.
+            st.outbound.entry(peer).or_insert(OutLink {
+                id: conn,
+                queue,
+                unwritten: Some(unwritten),
+                direct: None,
+            });
+        } // else condemned: a late connection of a peer already reported lost
+        self.flush_from(st);
     }
 
     /// A connection task is ending (after registration).
     fn ended(&self, peer: NodeId, conn: ConnId, how: LinkEnd) {
         self.lock().ended(peer, conn, how);
+        self.flush();
     }
 
     /// See [`Links::connect_failed`].
@@ -317,6 +353,7 @@ impl Shared {
     ) {
         self.lock()
             .connect_failed(self.me, peer, conn, err, dropped, losses_at_start);
+        self.flush();
     }
 
     /// Why a hello is refused, if it is (see [`handshake::check_hello`]).
@@ -525,8 +562,10 @@ async fn read_frames<R: AsyncRead + Unpin>(
         if let Some(sp) = shared.spinner.as_deref().filter(|s| !s.budget().is_zero()) {
             if delivered {
                 last_frame = Instant::now();
-                // The consumer first takes what was just delivered (and answers it).
-                tokio::task::yield_now().await;
+                if !shared.inline_events {
+                    // The consumer first takes what was just delivered (and answers it).
+                    tokio::task::yield_now().await;
+                }
             }
             match read_while_hot(fd, &mut buf, sp.budget(), last_frame).await {
                 Ok(Some(0)) => return LinkEnd::Broken(FabricError::PeerClosed { peer }),

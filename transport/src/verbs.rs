@@ -72,7 +72,7 @@ use tracing::{debug, info, warn, Instrument};
 use crate::handshake::{
     self, closing, new_incarnation, read_hello, say_goodbye, Identity, TaskCount,
 };
-use crate::links::{Links, Outgoing, Spawner};
+use crate::links::{self, EventHandler, Links, Outgoing, Sink, Spawner};
 use crate::liveness::{ConnId, LinkEnd};
 use crate::rdma_mem::{Access, PoolBuf, RecvPool, Registrar, SendCache};
 use crate::wire::{
@@ -735,6 +735,8 @@ struct Shared {
     closing: watch::Sender<bool>,
     tasks_live: Arc<TaskCount>,
     state: Mutex<Links>,
+    /// Events go to a handler (called by the reading task itself), not a channel.
+    inline_events: bool,
 }
 
 impl VerbsFabric {
@@ -744,6 +746,18 @@ impl VerbsFabric {
     pub async fn bind(
         cfg: FabricConfig,
     ) -> io::Result<(VerbsFabric, UnboundedReceiver<FabricEvent>)> {
+        let (events_tx, events_rx) = mpsc::unbounded_channel();
+        let fabric = Self::bind_sink(cfg, Sink::Channel(events_tx)).await?;
+        Ok((fabric, events_rx))
+    }
+
+    /// Like [`bind`](VerbsFabric::bind), with the events handed to `handler` instead
+    /// of a channel (see [`crate::AnyFabric::bind_handler`]).
+    pub async fn bind_handler(cfg: FabricConfig, handler: EventHandler) -> io::Result<VerbsFabric> {
+        Self::bind_sink(cfg, Sink::Handler(handler)).await
+    }
+
+    async fn bind_sink(cfg: FabricConfig, sink: Sink) -> io::Result<VerbsFabric> {
         if cfg.secret.len() > MAX_SECRET_LEN {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
@@ -769,7 +783,7 @@ impl VerbsFabric {
         let recv_pool = RecvPool::new(registrar, RECV_POOL_IDLE_BYTES);
         let listener = TcpListener::bind(cfg.listen).await?;
         let local_addr = listener.local_addr()?;
-        let (events_tx, events_rx) = mpsc::unbounded_channel();
+        let inline_events = matches!(sink, Sink::Handler(_));
         let shared = Arc::new(Shared {
             me: cfg.node,
             local_addr,
@@ -786,7 +800,8 @@ impl VerbsFabric {
             spawner: Spawner::current(cfg.local_tasks),
             closing: watch::channel(false).0,
             tasks_live: Arc::default(),
-            state: Mutex::new(Links::new(events_tx, cfg.spinner.clone())),
+            state: Mutex::new(Links::new(sink, cfg.spinner.clone())),
+            inline_events,
         });
         {
             let mut st = shared.lock();
@@ -806,7 +821,7 @@ impl VerbsFabric {
             "fabric listening"
         );
         let owner = Arc::new(Owner { shared });
-        Ok((VerbsFabric { owner }, events_rx))
+        Ok(VerbsFabric { owner })
     }
 
     /// [`close`](Fabric::close), then waits until every goodbye was acknowledged (or
@@ -912,7 +927,19 @@ impl Drop for Owner {
 
 impl Shared {
     fn lock(&self) -> MutexGuard<'_, Links> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
+        links::lock(&self.state)
+    }
+
+    /// Hands queued events to the handler, if the fabric has one (see [`links::flush`]).
+    fn flush(&self) {
+        self.flush_from(self.lock());
+    }
+
+    /// [`Shared::flush`] with the lock already taken.
+    fn flush_from(&self, st: MutexGuard<'_, Links>) {
+        if self.inline_events {
+            links::flush(&self.state, st);
+        }
     }
 
     fn identity(&self) -> Identity<'_> {
@@ -935,6 +962,11 @@ impl Shared {
         }
         let mut st = self.lock();
         let Some((addr, item)) = st.route(self.me, to, payload)? else {
+            if to == self.me && st.to_self_pending() {
+                // Not from within `send`: its caller may hold what the handler needs.
+                let shared = self.clone();
+                self.spawner.spawn(async move { shared.flush() });
+            }
             return Ok(());
         };
         let (queue, rx) = mpsc::unbounded_channel();
@@ -968,15 +1000,20 @@ impl Shared {
     }
 
     fn deliver(&self, peer: NodeId, conn: ConnId, batch: &mut Vec<Bytes>) -> bool {
-        self.lock().deliver(peer, conn, batch)
+        let mut st = self.lock();
+        let delivering = st.deliver(peer, conn, batch);
+        self.flush_from(st);
+        delivering
     }
 
     fn established(&self, peer: NodeId, incarnation: u64, conn: ConnId) {
         self.lock().established(peer, incarnation, conn);
+        self.flush();
     }
 
     fn ended(&self, peer: NodeId, conn: ConnId, how: LinkEnd) {
         self.lock().ended(peer, conn, how);
+        self.flush();
     }
 
     /// See [`Links::connect_failed`].
@@ -990,6 +1027,7 @@ impl Shared {
     ) {
         self.lock()
             .connect_failed(self.me, peer, conn, err, dropped, losses_at_start);
+        self.flush();
     }
 }
 

@@ -44,13 +44,17 @@ enum Backend {
     /// TCP with adaptive polling, as `cohortd` runs it: links that delivered within the
     /// budget are read directly instead of through the runtime's readiness events.
     TcpPolling,
+    /// TCP with adaptive polling and the events handed to a handler by the task that
+    /// read them (`AnyFabric::bind_handler`), as `cohortd` runs it. The suite's handler
+    /// forwards them to a channel, so every test checks the handler's event stream.
+    TcpHandler,
     Verbs,
 }
 
 impl Backend {
     fn kind(self) -> FabricKind {
         match self {
-            Backend::Tcp | Backend::TcpPolling => FabricKind::Tcp,
+            Backend::Tcp | Backend::TcpPolling | Backend::TcpHandler => FabricKind::Tcp,
             Backend::Verbs => FabricKind::Verbs,
         }
     }
@@ -88,19 +92,31 @@ impl Backend {
     /// A message count: the TCP one, or a smaller one for (emulated) verbs.
     fn count(self, tcp: u32, verbs: u32) -> u32 {
         match self {
-            Backend::Tcp | Backend::TcpPolling => tcp,
+            Backend::Tcp | Backend::TcpPolling | Backend::TcpHandler => tcp,
             Backend::Verbs => verbs,
         }
     }
 
     async fn bind(self, cfg: FabricConfig) -> (AnyFabric, Events) {
-        let (f, rx) = AnyFabric::bind(self.kind(), cfg).await.unwrap();
+        let (f, rx) = self.try_bind(cfg).await.unwrap();
         assert_eq!(f.backend(), self.kind().name());
         (f, rx)
     }
+
+    async fn try_bind(self, cfg: FabricConfig) -> std::io::Result<(AnyFabric, Events)> {
+        if self != Backend::TcpHandler {
+            return AnyFabric::bind(self.kind(), cfg).await;
+        }
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        let handler = std::sync::Arc::new(move |ev| {
+            let _ = tx.send(ev);
+        });
+        let f = AnyFabric::bind_handler(self.kind(), cfg, handler).await?;
+        Ok((f, rx))
+    }
 }
 
-/// Generates `tcp::NAME`, `tcp_polling::NAME` and `verbs::NAME` for each
+/// Generates `tcp::NAME`, `tcp_polling::NAME`, `tcp_handler::NAME` and `verbs::NAME` for each
 /// `async fn NAME(Backend)`.
 macro_rules! conformance {
     ($($name:ident),* $(,)?) => {
@@ -117,6 +133,14 @@ macro_rules! conformance {
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                 async fn $name() {
                     super::$name(super::Backend::TcpPolling).await
+                }
+            )*
+        }
+        mod tcp_handler {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    super::$name(super::Backend::TcpHandler).await
                 }
             )*
         }
@@ -154,7 +178,7 @@ conformance!(
 fn config(b: Backend, node: u32, ip: &str, secret: &[u8]) -> FabricConfig {
     let ip = b.ip(ip);
     let mut cfg = FabricConfig::new(node, format!("{ip}:0").parse().unwrap(), secret.to_vec());
-    if b == Backend::TcpPolling {
+    if matches!(b, Backend::TcpPolling | Backend::TcpHandler) {
         let spinner = Spinner::new(Duration::from_micros(150));
         tokio::spawn(spinner.clone().run());
         cfg.spinner = Some(spinner);
@@ -190,7 +214,7 @@ async fn cluster_with(
 /// address (it goes away asynchronously).
 async fn bind_when_free(bk: Backend, cfg: FabricConfig) -> (AnyFabric, Events) {
     loop {
-        match AnyFabric::bind(bk.kind(), cfg.clone()).await {
+        match bk.try_bind(cfg.clone()).await {
             Ok(bound) => return bound,
             Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => {
                 tokio::time::sleep(Duration::from_millis(20)).await
@@ -304,7 +328,9 @@ async fn sizes_round_trip_intact(bk: Backend) {
             }
         });
         let sizes: &[usize] = match bk {
-            Backend::Tcp | Backend::TcpPolling => &[0, 1, 64 << 10, 4 << 20, 64 << 20],
+            Backend::Tcp | Backend::TcpPolling | Backend::TcpHandler => {
+                &[0, 1, 64 << 10, 4 << 20, 64 << 20]
+            }
             // Around the eager/bulk boundary (one 64 KiB slot), then bulk payloads
             // read in one and in several RDMA reads.
             Backend::Verbs => &[
@@ -929,5 +955,131 @@ async fn many_peers_at_once(b: Backend) {
             assert_quiet(rx).await;
         }
     })
+    .await
+}
+
+/// The handler contract of `AnyFabric::bind_handler` (backend-independent: both
+/// backends share the code that hands events over; run here over polling TCP on a
+/// multi-thread runtime). Node 1's handler echoes each message to node 0 and sends a
+/// copy to its own node from inside the call. Every message comes back, in order; each
+/// copy to itself reaches the handler too, in order, after the call that sent it (the
+/// handler is never re-entered nor called concurrently, which it checks on every call).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tcp_handler_may_send_from_its_call_and_is_never_reentered() {
+    use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+    use std::sync::{Arc, OnceLock};
+    within(async {
+        let b = Backend::TcpHandler;
+        let (a, mut a_rx) = b.bind(config(b, 0, "127.0.6.1", SECRET)).await;
+        let node1: Arc<OnceLock<AnyFabric>> = Arc::default();
+        let inside = Arc::new(AtomicBool::new(false));
+        let overlapped = Arc::new(AtomicBool::new(false));
+        let echoed = Arc::new(AtomicU32::new(0));
+        let (copies_tx, mut copies) = tokio::sync::mpsc::unbounded_channel();
+        let handler = {
+            let (node1, inside, overlapped, echoed) = (
+                node1.clone(),
+                inside.clone(),
+                overlapped.clone(),
+                echoed.clone(),
+            );
+            Arc::new(move |ev: FabricEvent| {
+                if inside.swap(true, Ordering::AcqRel) {
+                    overlapped.store(true, Ordering::Release);
+                }
+                let f = node1.get().expect("an event before bind returned");
+                match ev {
+                    FabricEvent::Message { from: 0, payload } => {
+                        f.send(0, payload.clone()).unwrap();
+                        f.send(1, payload).unwrap();
+                        echoed.fetch_add(1, Ordering::AcqRel);
+                    }
+                    FabricEvent::Message { from: 1, payload } => {
+                        let _ = copies_tx.send((payload, echoed.load(Ordering::Acquire)));
+                    }
+                    other => panic!("node 1: unexpected {other:?}"),
+                }
+                inside.store(false, Ordering::Release);
+            })
+        };
+        let f1 =
+            AnyFabric::bind_handler(FabricKind::Tcp, config(b, 1, "127.0.6.2", SECRET), handler)
+                .await
+                .unwrap();
+        let _ = node1.set(f1.clone());
+        let peers = vec![a.local_addr(), f1.local_addr()];
+        a.set_peers(peers.clone());
+        f1.set_peers(peers);
+        let n = 2000;
+        for seq in 0..n {
+            a.send(1, numbered(0, seq)).unwrap();
+        }
+        for seq in 0..n {
+            let (from, payload) = next_message(&mut a_rx).await;
+            assert_eq!((from, unnumber(&payload)), (1, (0, seq)));
+        }
+        for seq in 0..n {
+            let (payload, echoed_before) = copies.recv().await.unwrap();
+            assert_eq!(
+                unnumber(&payload),
+                (0, seq),
+                "copies to itself out of order"
+            );
+            assert!(
+                echoed_before > seq,
+                "copy {seq} reached the handler before the call that sent it returned"
+            );
+        }
+        assert!(
+            !overlapped.load(Ordering::Acquire),
+            "the handler was called while a call of it was running"
+        );
+        a.shutdown().await;
+        f1.shutdown().await;
+    })
+    .await
+}
+
+/// A send to one's own node is handed to the handler later, by the fabric's own task,
+/// never inside `send`: `cohortd` sends while holding the state its handler needs. On
+/// a current-thread runtime in a `LocalSet` with local tasks (as `cohortd` runs), the
+/// test holds a lock across `send`, and the handler finds it free.
+#[tokio::test(flavor = "current_thread")]
+async fn tcp_handler_is_not_called_inside_a_send_to_self() {
+    use std::sync::{Arc, Mutex};
+    within(tokio::task::LocalSet::new().run_until(async {
+        let b = Backend::TcpHandler;
+        let held = Arc::new(Mutex::new(()));
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        let handler = {
+            let held = held.clone();
+            Arc::new(move |ev: FabricEvent| {
+                let free = held.try_lock().is_ok();
+                let _ = tx.send((ev, free));
+            })
+        };
+        let mut cfg = config(b, 0, "127.0.6.3", SECRET);
+        cfg.local_tasks = true;
+        let f = AnyFabric::bind_handler(FabricKind::Tcp, cfg, handler)
+            .await
+            .unwrap();
+        f.set_peers(vec![f.local_addr()]);
+        for seq in 0..3 {
+            let guard = held.lock().unwrap();
+            f.send(0, numbered(0, seq)).unwrap();
+            drop(guard);
+        }
+        for seq in 0..3 {
+            let (ev, free) = rx.recv().await.unwrap();
+            match ev {
+                FabricEvent::Message { from: 0, payload } => {
+                    assert_eq!(unnumber(&payload), (0, seq))
+                }
+                other => panic!("unexpected {other:?}"),
+            }
+            assert!(free, "the handler ran inside send {seq}");
+        }
+        f.shutdown().await;
+    }))
     .await
 }
