@@ -2,6 +2,7 @@
 //! `main.rs` is the process shell around it: launcher control channel, rank processes,
 //! stdio forwarding and signals.
 
+mod inbox;
 pub mod service;
 
 pub use service::{NodeService, ServiceConfig};

@@ -3,7 +3,9 @@
 //!
 //! Everything runs on one thread inside a `tokio::task::LocalSet`: the engine is owned
 //! by a `RefCell`, every input (client frame, fabric message, process exit, timer) is
-//! one borrow, and the resulting actions are written out before the next input.
+//! one borrow, and the resulting actions are written out before the next input. Fabric
+//! messages are applied by the fabric's reading task itself, through the handler the
+//! fabric is bound with (no hop through a channel to a task of ours).
 
 use std::cell::RefCell;
 use std::collections::{HashMap, HashSet, VecDeque};
@@ -11,9 +13,11 @@ use std::net::SocketAddr;
 use std::os::unix::fs::PermissionsExt;
 use std::path::PathBuf;
 use std::rc::Rc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::inbox;
 use bytes::Bytes;
 use cohort_core::{Action, ClientId, Engine, EngineConfig, Time};
 use cohort_proto::frame::{self, MAX_CLIENT_FRAME};
@@ -66,6 +70,8 @@ pub struct ServiceConfig {
 
 /// Handle to a running node service.
 pub struct NodeService {
+    /// This service's entry in [`SERVICES`].
+    id: u64,
     shared: Rc<RefCell<Shared>>,
     fabric: AnyFabric,
     fabric_addr: String,
@@ -217,7 +223,18 @@ impl NodeService {
         fabric_cfg.spinner = Some(spinner.clone());
         // Everything here runs in one LocalSet (see the module docs).
         fabric_cfg.local_tasks = true;
-        let (fabric, events) = AnyFabric::bind(kind, fabric_cfg).await?;
+        // Fabric events are handled by the fabric's reading task itself, through this
+        // thread's entry for the service (see `SERVICES`).
+        let id = NEXT_SERVICE.fetch_add(1, Ordering::Relaxed);
+        let drain = inbox::register(&SERVICES, id);
+        let handler = Arc::new(move |ev| on_fabric_event(id, ev));
+        let fabric = match AnyFabric::bind_handler(kind, fabric_cfg, handler).await {
+            Ok(f) => f,
+            Err(e) => {
+                inbox::unregister(&SERVICES, id);
+                return Err(e);
+            }
+        };
         let fabric_addr = fabric.local_addr();
 
         // The radix comes from the cost model with its default α/β (the transport does
@@ -264,7 +281,8 @@ impl NodeService {
         }));
         let stop = Rc::new(Notify::new());
         tokio::task::spawn_local(accept_loop(listener, shared.clone(), stop.clone()));
-        tokio::task::spawn_local(fabric_loop(events, shared.clone()));
+        tokio::task::spawn_local(inbox::drain(&SERVICES, id, drain, apply_fabric_event));
+        inbox::attach(&SERVICES, id, &shared);
         tokio::task::spawn_local(timer_loop(shared.clone(), timer));
         tokio::task::spawn_local(spinner.run());
         tracing::info!(
@@ -274,6 +292,7 @@ impl NodeService {
             "node service listening"
         );
         Ok(NodeService {
+            id,
             shared,
             fabric,
             fabric_addr,
@@ -518,28 +537,46 @@ async fn writer_loop(
     }
 }
 
-async fn fabric_loop(
-    mut events: tokio::sync::mpsc::UnboundedReceiver<FabricEvent>,
-    shared: Rc<RefCell<Shared>>,
-) {
-    while let Some(ev) = events.recv().await {
-        let mut s = shared.borrow_mut();
-        let now = s.now();
-        match ev {
-            FabricEvent::Message { from, payload } => match frame::decode_body::<PeerMsg>(&payload)
-            {
-                Ok(msg) => s.engine.on_peer(from, msg, now),
-                Err(e) => {
-                    tracing::error!(peer = from, error = %e, "dropping a malformed fabric message")
-                }
-            },
-            FabricEvent::PeerLost { peer, reason } => {
-                tracing::error!(peer, %reason, "peer node server lost");
-                s.engine.on_peer_lost(peer, now);
-            }
-        }
-        s.flush();
+impl Drop for NodeService {
+    fn drop(&mut self) {
+        inbox::unregister(&SERVICES, self.id);
     }
+}
+
+thread_local! {
+    /// This thread's node services, for their fabric handlers (see [`crate::inbox`]).
+    /// `cohortd` runs one; tests may run several per thread.
+    static SERVICES: inbox::Table<Shared> = RefCell::new(HashMap::new());
+}
+
+static NEXT_SERVICE: AtomicU64 = AtomicU64::new(0);
+
+/// The fabric's handler for service `id`.
+fn on_fabric_event(id: u64, ev: FabricEvent) {
+    if !inbox::deliver(&SERVICES, id, ev, apply_fabric_event) {
+        tracing::error!(
+            service = id,
+            "fabric event for a node service that is gone or on another thread; dropped"
+        );
+    }
+}
+
+/// One fabric event through the engine, and its actions out.
+fn apply_fabric_event(s: &mut Shared, ev: FabricEvent) {
+    let now = s.now();
+    match ev {
+        FabricEvent::Message { from, payload } => match frame::decode_body::<PeerMsg>(&payload) {
+            Ok(msg) => s.engine.on_peer(from, msg, now),
+            Err(e) => {
+                tracing::error!(peer = from, error = %e, "dropping a malformed fabric message")
+            }
+        },
+        FabricEvent::PeerLost { peer, reason } => {
+            tracing::error!(peer, %reason, "peer node server lost");
+            s.engine.on_peer_lost(peer, now);
+        }
+    }
+    s.flush();
 }
 
 async fn timer_loop(shared: Rc<RefCell<Shared>>, wake: Rc<Notify>) {
