@@ -14,7 +14,7 @@ use tokio::net::{TcpSocket, TcpStream};
 use tokio::sync::{watch, Notify};
 use tokio::time::timeout;
 
-use crate::wire::{Hello, Reply, GOODBYE, HELLO_FIXED_LEN, REPLY_FIXED_LEN};
+use crate::wire::{Hello, Reply, GOODBYE, HELLO_FIXED_LEN, MAX_SECRET_LEN, REPLY_FIXED_LEN};
 use crate::{FabricError, NodeId, CLOSE_GRACE};
 
 /// Who this fabric is, as the handshake presents it.
@@ -26,6 +26,21 @@ pub(crate) struct Identity<'a> {
     pub wire_version: u32,
     /// Source IP of outbound connections (`None`: let the kernel choose).
     pub source_ip: Option<IpAddr>,
+}
+
+/// The secret a fabric is bound with must fit in a hello: the error `bind` returns
+/// otherwise.
+pub(crate) fn check_secret_len(secret: &[u8]) -> io::Result<()> {
+    if secret.len() > MAX_SECRET_LEN {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!(
+                "fabric secret is {} bytes, over the {MAX_SECRET_LEN}-byte limit",
+                secret.len()
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// Why a hello is refused, if it is. The secret is checked before anything that would

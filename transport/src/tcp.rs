@@ -39,7 +39,7 @@ use tracing::{debug, info, warn, Instrument};
 use crate::handshake::{self, closing, new_incarnation, read_hello, Identity, TaskCount};
 use crate::links::{self, EventHandler, Links, OutLink, Outgoing, Sink, Spawner};
 use crate::liveness::{ConnId, LinkEnd};
-use crate::wire::{self, Frame, FrameDecoder, Hello, Reply, GOODBYE, MAX_SECRET_LEN, WIRE_VERSION};
+use crate::wire::{self, Frame, FrameDecoder, Hello, Reply, GOODBYE, WIRE_VERSION};
 use crate::{Fabric, FabricConfig, FabricError, FabricEvent, NodeId, CLOSE_GRACE, HELLO_TIMEOUT};
 
 /// At most this many frames go into one vectored write (well under `IOV_MAX`).
@@ -103,15 +103,7 @@ impl TcpFabric {
     }
 
     async fn bind_sink(cfg: FabricConfig, sink: Sink) -> io::Result<TcpFabric> {
-        if cfg.secret.len() > MAX_SECRET_LEN {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                format!(
-                    "fabric secret is {} bytes, over the {MAX_SECRET_LEN}-byte limit",
-                    cfg.secret.len()
-                ),
-            ));
-        }
+        handshake::check_secret_len(&cfg.secret)?;
         let listener = TcpListener::bind(cfg.listen).await?;
         let local_addr = listener.local_addr()?;
         let inline_events = matches!(sink, Sink::Handler(_));

@@ -75,9 +75,7 @@ use crate::handshake::{
 use crate::links::{self, EventHandler, Links, Outgoing, Sink, Spawner};
 use crate::liveness::{ConnId, LinkEnd};
 use crate::rdma_mem::{Access, PoolBuf, RecvPool, Registrar, SendCache};
-use crate::wire::{
-    Reply, VerbsEndpoint, GOODBYE, MAX_DATA_LEN, MAX_SECRET_LEN, VERBS_WIRE_VERSION,
-};
+use crate::wire::{Reply, VerbsEndpoint, GOODBYE, MAX_DATA_LEN, VERBS_WIRE_VERSION};
 use crate::{Fabric, FabricConfig, FabricError, FabricEvent, NodeId, CLOSE_GRACE, HELLO_TIMEOUT};
 
 /// Environment variable naming the device (`rxe0`), optionally with a port (`mlx5_0:1`).
@@ -758,15 +756,7 @@ impl VerbsFabric {
     }
 
     async fn bind_sink(cfg: FabricConfig, sink: Sink) -> io::Result<VerbsFabric> {
-        if cfg.secret.len() > MAX_SECRET_LEN {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                format!(
-                    "fabric secret is {} bytes, over the {MAX_SECRET_LEN}-byte limit",
-                    cfg.secret.len()
-                ),
-            ));
-        }
+        handshake::check_secret_len(&cfg.secret)?;
         // Two links' worth (one each way to one peer) and one bulk buffer must fit, or
         // nothing will work: say so now rather than at the first send.
         check_memlock()?;
