@@ -53,11 +53,12 @@ bench-transport: build
 	  target/release/cohort-bench transport-bw --fabric verbs -i 50 -x 10 --window 16 --runs 3 --min-size 1024'
 
 # The cheapest possible 3-node fence on this machine (6 processes, a read or write per
-# hop, nothing else): the floor for `cohort run --nodes 3 -n 3 cohort-bench fence`.
+# hop, nothing else): the floor for `cohort run --nodes 3 -n 3 cohort-bench fence`; the
+# last row is the one-node shape (1 server, 4 ranks) under `cohort run -n 4 … group`.
 bench-floor:
 	mkdir -p target
 	cc -O2 -Wall -o target/fence_floor bench/floor/fence_floor.c
-	for a in "--spin --tree" "--spin --direct" "--tree" "--spin --tree --work 10"; do target/fence_floor $$a; done
+	for a in "--spin --tree" "--spin --direct" "--tree" "--spin --tree --work 10" "--spin --local 4 --barrier --size 64"; do target/fence_floor $$a; done
 
 lint: setup
 	$(CARGO) fmt --all --check

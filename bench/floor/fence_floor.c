@@ -13,6 +13,11 @@
  * message a server handles (a stand-in for a real server's per-message cost), which
  * shows how per-message work is amplified when six processes share two cores.
  *
+ * --local N measures the 1-node shape instead: one "node server" and N ranks on Unix
+ * socketpairs; the server reads every rank's payload (gather) and then writes all of
+ * them to each rank (scatter): 2 sequential hops, the floor for `cohort run -n N
+ * cohort-bench group` and for a fence through cohortd on one node (--no-shm-fence).
+ *
  * Build and run:   cc -O2 -o fence_floor fence_floor.c && ./fence_floor --spin --tree
  *                  (or `make bench-floor`)
  * Prints the mean fence latency over the timed iterations (after the warm-up).
@@ -87,25 +92,86 @@ static void nonblocking(int fd) {
     if (spin) fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
 }
 
+/* Rank loop shared by both shapes: write `size`, read `total`, optionally the barrier. */
+static void rank_loop(int fd, char *buf, int size, int total, int iters, int nprocs, const char *shape) {
+    struct timespec a, b, t0, t1;
+    double timed = 0;
+    nonblocking(fd);
+    clock_gettime(CLOCK_MONOTONIC, &a);
+    for (int it = 0; it < WARMUP + iters; it++) {
+        if (it == WARMUP) clock_gettime(CLOCK_MONOTONIC, &a);
+        if (barrier) clock_gettime(CLOCK_MONOTONIC, &t0);
+        wr(fd, buf, size);
+        rd(fd, buf, total);
+        if (barrier) {
+            clock_gettime(CLOCK_MONOTONIC, &t1);
+            if (it >= WARMUP) timed += (t1.tv_sec - t0.tv_sec) * 1e9 + (t1.tv_nsec - t0.tv_nsec);
+            wr(fd, buf, 1);
+            rd(fd, buf, nprocs);
+        }
+    }
+    clock_gettime(CLOCK_MONOTONIC, &b);
+    if (shape)
+        printf("fence_floor %s %s%s, work %d us: %d B per rank, %d iterations: %.2f us per fence\n", shape,
+               spin ? "spin" : "block", barrier ? " barrier" : "", work_us, size, iters,
+               (barrier ? timed : (b.tv_sec - a.tv_sec) * 1e9 + (b.tv_nsec - a.tv_nsec)) / 1e3 / iters);
+}
+
+/* The 1-node shape: one server, n ranks; gather then scatter through the server. */
+static int local_shape(int n, int size, int iters) {
+    int (*sv)[2] = calloc((size_t)n, sizeof *sv);
+    char *buf = malloc((size_t)n * size + 1);
+    char shape[32];
+    if (!sv || !buf) die("malloc");
+    memset(buf, 1, (size_t)n * size);
+    snprintf(shape, sizeof shape, "local n=%d", n);
+    for (int i = 0; i < n; i++)
+        if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv[i])) die("socketpair");
+    for (int p = 0; p <= n; p++) {
+        if (fork() != 0) continue;
+        if (p < n) {
+            rank_loop(sv[p][0], buf, size, n * size, iters, n, p == 0 ? shape : NULL);
+            exit(0);
+        }
+        for (int i = 0; i < n; i++) nonblocking(sv[i][1]);
+        for (int it = 0; it < WARMUP + iters; it++)
+            for (int op = 0; op < 1 + barrier; op++) {
+                int sz = op ? 1 : size;
+                for (int i = 0; i < n; i++) {
+                    rd(sv[i][1], buf + i * sz, sz);
+                    work();
+                }
+                for (int i = 0; i < n; i++) wr(sv[i][1], buf, n * sz);
+            }
+        exit(0);
+    }
+    int status, failed = 0;
+    while (wait(&status) > 0) failed |= !WIFEXITED(status) || WEXITSTATUS(status);
+    return failed;
+}
+
 int main(int argc, char **argv) {
-    int tree = 1, unix_fabric = 0, iters = 5000, size = 1024;
+    int local = 0, tree = 1, unix_fabric = 0, iters = 5000, size = 1024;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--spin")) spin = 1;
         else if (!strcmp(argv[i], "--tree")) tree = 1;
         else if (!strcmp(argv[i], "--direct")) tree = 0;
         else if (!strcmp(argv[i], "--unix")) unix_fabric = 1;
         else if (!strcmp(argv[i], "--barrier")) barrier = 1;
+        else if (!strcmp(argv[i], "--local") && i + 1 < argc) local = atoi(argv[++i]);
         else if (!strcmp(argv[i], "-i") && i + 1 < argc) iters = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--size") && i + 1 < argc) size = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--work") && i + 1 < argc) work_us = atoi(argv[++i]);
         else {
-            fprintf(stderr, "usage: %s [--spin] [--tree|--direct] [--unix] [--barrier] [-i N] [--size B] [--work US]\n", argv[0]);
+            fprintf(stderr, "usage: %s [--spin] [--tree|--direct] [--unix] [--barrier] [--local N] [-i N] [--size B] [--work US]\n", argv[0]);
             return 2;
         }
     }
-    int local[NODES][2], fabric[NODES][NODES][2];
+    if (size < 1) size = 1;
+    if (local > 0) return local_shape(local, size, iters);
+    int rank_pair[NODES][2], fabric[NODES][NODES][2];
     for (int i = 0; i < NODES; i++)
-        if (socketpair(AF_UNIX, SOCK_STREAM, 0, local[i])) die("socketpair");
+        if (socketpair(AF_UNIX, SOCK_STREAM, 0, rank_pair[i])) die("socketpair");
     for (int i = 0; i < NODES; i++)
         for (int j = i + 1; j < NODES; j++) {
             if (unix_fabric) {
@@ -121,32 +187,12 @@ int main(int argc, char **argv) {
     for (int p = 0; p < 2 * NODES; p++) {
         if (fork() != 0) continue;
         if (p < NODES) { /* rank p */
-            int fd = local[p][0];
-            struct timespec a, b, t0, t1;
-            nonblocking(fd);
-            clock_gettime(CLOCK_MONOTONIC, &a);
-            double timed = 0;
-            for (int it = 0; it < WARMUP + iters; it++) {
-                if (it == WARMUP) clock_gettime(CLOCK_MONOTONIC, &a);
-                if (barrier) clock_gettime(CLOCK_MONOTONIC, &t0);
-                wr(fd, buf, size);
-                rd(fd, buf, NODES * size);
-                if (barrier) {
-                    clock_gettime(CLOCK_MONOTONIC, &t1);
-                    if (it >= WARMUP) timed += (t1.tv_sec - t0.tv_sec) * 1e9 + (t1.tv_nsec - t0.tv_nsec);
-                    wr(fd, buf, 1);
-                    rd(fd, buf, NODES);
-                }
-            }
-            clock_gettime(CLOCK_MONOTONIC, &b);
-            if (p == 0)
-                printf("fence_floor %s %s %s%s, work %d us: %d B per rank, %d iterations: %.2f us per fence\n",
-                       tree ? "tree" : "direct", unix_fabric ? "unix" : "tcp",
-                       spin ? "spin" : "block", barrier ? " barrier" : "", work_us, size, iters,
-                       (barrier ? timed : (b.tv_sec - a.tv_sec) * 1e9 + (b.tv_nsec - a.tv_nsec)) / 1e3 / iters);
+            char shape[32];
+            snprintf(shape, sizeof shape, "%s %s", tree ? "tree" : "direct", unix_fabric ? "unix" : "tcp");
+            rank_loop(rank_pair[p][0], buf, size, NODES * size, iters, NODES, p == 0 ? shape : NULL);
             exit(0);
         }
-        int d = p - NODES, fd = local[d][1];
+        int d = p - NODES, fd = rank_pair[d][1];
         nonblocking(fd);
         for (int j = 0; j < NODES; j++)
             if (j != d) nonblocking(PEER(d, j));
