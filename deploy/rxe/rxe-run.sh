@@ -217,9 +217,17 @@ done >"$ctl/env"
 printf '%s\n' "$job" >"$ctl/job"
 
 # KVM only with a real (intel/amd) module; otherwise TCG emulation, which is slow.
+# Under TCG the guest kernel finds the vCPUs' TSCs "unsynchronized" and falls back to the
+# emulated HPET, so every clock read leaves the vDSO for a system call and a trapped MMIO
+# read (a runtime reads the clock several times per message). QEMU's TCG TSC is one
+# monotonic counter for all vCPUs, so the guest is told to trust it, as the kernel of a
+# real host does: clock reads stay in the vDSO. COHORT_RXE_CLOCK=hpet keeps the default.
 accel=(-accel tcg -cpu max)
+clock_args=" clocksource=tsc tsc=reliable"
+[[ ${COHORT_RXE_CLOCK:-tsc} == hpet ]] && clock_args=""
 if [[ -w /dev/kvm ]] && [[ -d /sys/module/kvm_intel || -d /sys/module/kvm_amd ]]; then
     accel=(-enable-kvm -cpu host)
+    clock_args=""
 fi
 say "booting $(basename "$kdir") with ${accel[1]}, sharing $workdir"
 
@@ -228,7 +236,7 @@ timeout -k 10 "${COHORT_RXE_TIMEOUT:-900}" qemu-system-x86_64 "${accel[@]}" \
     -smp "${COHORT_RXE_CPUS:-2}" -m "${COHORT_RXE_MEM:-2G}" -M pc -nodefaults -no-user-config \
     -display none -serial stdio -no-reboot \
     -kernel "$kdir/vmlinuz" -initrd "$kdir/initrd.cpio" \
-    -append "console=ttyS0 quiet loglevel=1 panic=-1 i8042.noaux i8042.nokbd" \
+    -append "console=ttyS0 quiet loglevel=1 panic=-1 i8042.noaux i8042.nokbd$clock_args" \
     -virtfs local,path=/,mount_tag=hostfs,security_model=none,readonly=on,multidevs=remap \
     -virtfs "local,path=$ctl,mount_tag=ctl,security_model=none" \
     -virtfs "local,path=$workdir,mount_tag=work,security_model=none" \
