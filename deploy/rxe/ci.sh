@@ -60,8 +60,8 @@ job="set -e
 export COHORT_TEST_REQUIRE_VERBS=1
 echo '### verbs smoke: ibv_devices, ib_send_lat'
 deploy/rxe/examples/verbs-smoke.sh 50
-echo '### fabric conformance on verbs (rxe0)'
-'$conformance' verbs:: --test-threads=1
+echo '### fabric conformance on verbs (rxe0): event mode, and with adaptive polling and a handler as cohortd runs it'
+'$conformance' verbs:: verbs_polling:: --test-threads=1
 echo '### backend selection on a host with an ACTIVE port'
 '$select' --test-threads=1
 echo '### group construct, add-members and fence across 3 node servers on verbs'

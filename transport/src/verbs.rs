@@ -33,6 +33,9 @@
 //!   task sleeps until the channel signals, then drains its completion queue. With
 //!   `COHORT_VERBS_POLL=1` ([`POLL_ENV`]) link tasks instead busy-poll their completion
 //!   queues (yielding to the runtime between polls): lowest latency, one busy core.
+//!   In between, with adaptive polling (`FabricConfig::spinner`, as `cohortd` runs),
+//!   a link that delivered within the polling budget looks at its CQ directly on each
+//!   turn of the runtime, and goes back to the channel once it is cold.
 //!
 //! Per link this registers `RECV_DEPTH × SLOT_SIZE` bytes on each end (send slots on
 //! one, receive slots on the other), plus the bulk memory (receive pool, send cache),
@@ -44,7 +47,7 @@ use std::io;
 use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 use std::os::fd::{AsRawFd, RawFd};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
 use sideway::ibverbs::address::{AddressHandleAttribute, Gid};
@@ -735,6 +738,9 @@ struct Shared {
     state: Mutex<Links>,
     /// Events go to a handler (called by the reading task itself), not a channel.
     inline_events: bool,
+    /// The runtime's polling budget (`FabricConfig::spinner`) in event mode: a link
+    /// that delivered within it polls its CQ directly (see [`receive`]).
+    hot_budget: Option<Duration>,
 }
 
 impl VerbsFabric {
@@ -790,6 +796,11 @@ impl VerbsFabric {
             spawner: Spawner::current(cfg.local_tasks),
             closing: watch::channel(false).0,
             tasks_live: Arc::default(),
+            hot_budget: cfg
+                .spinner
+                .as_ref()
+                .map(|sp| sp.budget())
+                .filter(|b| !b.is_zero() && !poll_mode),
             state: Mutex::new(Links::new(sink, cfg.spinner.clone())),
             inline_events,
         });
@@ -1162,6 +1173,8 @@ struct Inbound<'a> {
     /// Our send-queue entries in use (credit messages, reads), at most SQ_DEPTH.
     sq_used: usize,
     next_wr: u64,
+    /// Whether the last `progress` delivered anything.
+    delivered: bool,
 }
 
 impl Inbound<'_> {
@@ -1317,7 +1330,8 @@ impl Inbound<'_> {
         for c in completions {
             self.completed(link, c)?;
         }
-        if !self.batch.is_empty() && !self.shared.deliver(self.peer, id, &mut self.batch) {
+        self.delivered = !self.batch.is_empty();
+        if self.delivered && !self.shared.deliver(self.peer, id, &mut self.batch) {
             return Ok(false);
         }
         self.return_credits(link)?;
@@ -1346,15 +1360,39 @@ async fn receive(
         held: VecDeque::new(),
         sq_used: 0,
         next_wr: 0,
+        delivered: false,
     };
     let mut word = [0u8; 4];
     let mut word_len = 0;
+    // While hot (see below): when it last delivered, and which turns read the clock.
+    let mut hot: Option<(Instant, crate::spin::ClockTurns)> = None;
     loop {
         // Drain first: the queue may hold completions from before the channel was armed.
         match inbound.progress(link, id) {
             Ok(true) => {}
             Ok(false) => return LinkEnd::Local,
             Err(end) => return end,
+        }
+        // While the runtime polls and this link delivered within its budget, look at
+        // the CQ directly on every turn of the runtime instead of waiting for the
+        // completion channel: the next message of an exchange in flight is then taken
+        // on the turn it completes, without the channel's event, its read, the re-arm
+        // and a task wake-up. The CQ stays armed from the last wait, so its first entry
+        // still raises one event, which the next wait consumes; there is no lost
+        // wake-up once the link goes cold. Goodbyes and breaks on the TCP connection
+        // wait at most one budget.
+        if let Some(budget) = shared.hot_budget {
+            if inbound.delivered {
+                hot = Some((Instant::now(), crate::spin::ClockTurns::default()));
+            }
+            if let Some((since, clock)) = hot.as_mut() {
+                if clock.due() && since.elapsed() >= budget {
+                    hot = None;
+                } else {
+                    tokio::task::yield_now().await;
+                    continue;
+                }
+            }
         }
         tokio::select! {
             r = link.wait() => if let Err(source) = r {

@@ -49,22 +49,25 @@ enum Backend {
     /// forwards them to a channel, so every test checks the handler's event stream.
     TcpHandler,
     Verbs,
+    /// Verbs with adaptive polling and a handler, as `cohortd` runs it: a link that
+    /// delivered within the budget polls its completion queue directly.
+    VerbsPolling,
 }
 
 impl Backend {
     fn kind(self) -> FabricKind {
         match self {
             Backend::Tcp | Backend::TcpPolling | Backend::TcpHandler => FabricKind::Tcp,
-            Backend::Verbs => FabricKind::Verbs,
+            Backend::Verbs | Backend::VerbsPolling => FabricKind::Verbs,
         }
     }
 
-    /// `Some(Verbs)` when a usable device exists; otherwise says why and returns `None`
-    /// (or panics when the environment demands verbs).
-    fn verbs_or_skip(test: &str) -> Option<Backend> {
+    /// `Some(b)` (`Verbs` or `VerbsPolling`) when a usable device exists; otherwise
+    /// says why and returns `None` (or panics when the environment demands verbs).
+    fn verbs_or_skip(b: Backend, test: &str) -> Option<Backend> {
         let opts = VerbsOptions::default().with_env().expect("verbs settings");
         match cohort_transport::probe_verbs(&opts) {
-            Ok(_) => Some(Backend::Verbs),
+            Ok(_) => Some(b),
             Err(why) if std::env::var("COHORT_TEST_REQUIRE_VERBS").as_deref() == Ok("1") => {
                 panic!("{test}: verbs required but unusable: {why}")
             }
@@ -79,7 +82,7 @@ impl Backend {
     /// addresses, chosen by the last octet (so distinct nodes of one test get distinct
     /// GIDs where there are enough).
     fn ip(self, ip: &str) -> String {
-        if self != Backend::Verbs {
+        if self.kind() != FabricKind::Verbs {
             return ip.to_string();
         }
         let addrs = std::env::var("COHORT_TEST_VERBS_ADDRS")
@@ -93,7 +96,7 @@ impl Backend {
     fn count(self, tcp: u32, verbs: u32) -> u32 {
         match self {
             Backend::Tcp | Backend::TcpPolling | Backend::TcpHandler => tcp,
-            Backend::Verbs => verbs,
+            Backend::Verbs | Backend::VerbsPolling => verbs,
         }
     }
 
@@ -104,7 +107,7 @@ impl Backend {
     }
 
     async fn try_bind(self, cfg: FabricConfig) -> std::io::Result<(AnyFabric, Events)> {
-        if self != Backend::TcpHandler {
+        if !matches!(self, Backend::TcpHandler | Backend::VerbsPolling) {
             return AnyFabric::bind(self.kind(), cfg).await;
         }
         let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
@@ -116,7 +119,8 @@ impl Backend {
     }
 }
 
-/// Generates `tcp::NAME`, `tcp_polling::NAME`, `tcp_handler::NAME` and `verbs::NAME` for each
+/// Generates `tcp::NAME`, `tcp_polling::NAME`, `tcp_handler::NAME`, `verbs::NAME` and
+/// `verbs_polling::NAME` for each
 /// `async fn NAME(Backend)`.
 macro_rules! conformance {
     ($($name:ident),* $(,)?) => {
@@ -148,7 +152,17 @@ macro_rules! conformance {
             $(
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                 async fn $name() {
-                    if let Some(b) = super::Backend::verbs_or_skip(stringify!($name)) {
+                    if let Some(b) = super::Backend::verbs_or_skip(super::Backend::Verbs, stringify!($name)) {
+                        super::$name(b).await
+                    }
+                }
+            )*
+        }
+        mod verbs_polling {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    if let Some(b) = super::Backend::verbs_or_skip(super::Backend::VerbsPolling, stringify!($name)) {
                         super::$name(b).await
                     }
                 }
@@ -178,7 +192,10 @@ conformance!(
 fn config(b: Backend, node: u32, ip: &str, secret: &[u8]) -> FabricConfig {
     let ip = b.ip(ip);
     let mut cfg = FabricConfig::new(node, format!("{ip}:0").parse().unwrap(), secret.to_vec());
-    if matches!(b, Backend::TcpPolling | Backend::TcpHandler) {
+    if matches!(
+        b,
+        Backend::TcpPolling | Backend::TcpHandler | Backend::VerbsPolling
+    ) {
         let spinner = Spinner::new(Duration::from_micros(150));
         tokio::spawn(spinner.clone().run());
         cfg.spinner = Some(spinner);
@@ -333,7 +350,7 @@ async fn sizes_round_trip_intact(bk: Backend) {
             }
             // Around the eager/bulk boundary (one 64 KiB slot), then bulk payloads
             // read in one and in several RDMA reads.
-            Backend::Verbs => &[
+            Backend::Verbs | Backend::VerbsPolling => &[
                 0,
                 1,
                 (64 << 10) - 1,
