@@ -1379,14 +1379,16 @@ async fn receive(
         // on the turn it completes, without the channel's event, its read, the re-arm
         // and a task wake-up. The CQ stays armed from the last wait, so its first entry
         // still raises one event, which the next wait consumes; there is no lost
-        // wake-up once the link goes cold. Goodbyes and breaks on the TCP connection
-        // wait at most one budget.
+        // wake-up once the link goes cold. A local close ends it at once (a peer that
+        // keeps sending would otherwise keep the link hot and our goodbye unsaid); the
+        // peer's goodbye or a broken connection is seen once the link is cold, at most
+        // one budget after the peer's last message.
         if let Some(budget) = shared.hot_budget {
             if inbound.delivered {
                 hot = Some((Instant::now(), crate::spin::ClockTurns::default()));
             }
             if let Some((since, clock)) = hot.as_mut() {
-                if clock.due() && since.elapsed() >= budget {
+                if (clock.due() && since.elapsed() >= budget) || *closing_rx.borrow() {
                     hot = None;
                 } else {
                     tokio::task::yield_now().await;
