@@ -129,25 +129,41 @@ pub(crate) enum Outgoing {
 pub(crate) struct OutLink {
     pub id: ConnId,
     pub queue: UnboundedSender<Outgoing>,
-    /// TCP: items queued to the connection task that it has not finished writing,
-    /// counted from the link's creation on; the task decrements it once an item is in
-    /// the kernel.
+    /// Frames queued to the connection task that it has not finished writing (TCP) or
+    /// posting (verbs), counted from the link's creation on; the task decrements it
+    /// once an item is in the kernel or wholly posted to the queue pair.
     pub unwritten: Option<Arc<AtomicUsize>>,
-    /// TCP write-through, once the connection is established (and its handshake
-    /// written): while nothing queued is unwritten, `send` writes a frame straight to
-    /// this write half, which it shares with the task (non-blocking; a part the kernel
-    /// did not take is queued), instead of waking the task to do it.
-    pub direct: Option<Arc<tokio::net::tcp::OwnedWriteHalf>>,
+    /// Write-through, once the connection is established (TCP: its handshake written;
+    /// verbs: its queue pair connected): while nothing queued is unwritten, `send`
+    /// hands a frame straight to the connection, which it shares with the task
+    /// (non-blocking; what the connection did not take is queued), instead of waking
+    /// the task to do it.
+    pub direct: Option<Arc<dyn WriteThrough>>,
+}
+
+/// A connection `send` may hand a frame to directly, without blocking (see
+/// [`OutLink::direct`]).
+pub(crate) trait WriteThrough: Send + Sync {
+    /// Sends `payload` as one frame now. `Ok(None)`: all of it went; `Ok(Some(rest))`
+    /// (TCP): a part went, `rest` must follow through the queue as
+    /// [`Outgoing::Rest`]; `Err(())`: nothing went (full, busy, or broken: the
+    /// connection's task finds out), the frame goes through the queue.
+    fn write_through(&self, payload: &Bytes) -> Result<Option<Bytes>, ()>;
 }
 
 /// Largest payload a send writes through: the common small message. Larger ones go to
 /// the connection's task, so no send holds the fabric's lock for a long copy.
 pub(crate) const WRITE_THROUGH_MAX: usize = 64 << 10;
 
-/// Writes `payload` as one frame on `sock` without blocking. `Ok(None)`: all written;
-/// `Ok(Some(rest))`: the kernel took a part, `rest` must follow; `Err(())`: nothing
-/// written (the socket is full, or broken: the connection's task finds out).
-fn write_through(
+/// TCP: writes `payload` as one frame (header and payload) to the socket; the kernel
+/// may take a part (the rest follows) or nothing (the socket is full, or broken).
+impl WriteThrough for tokio::net::tcp::OwnedWriteHalf {
+    fn write_through(&self, payload: &Bytes) -> Result<Option<Bytes>, ()> {
+        tcp_write_through(self, payload)
+    }
+}
+
+fn tcp_write_through(
     sock: &tokio::net::tcp::OwnedWriteHalf,
     payload: &Bytes,
 ) -> Result<Option<Bytes>, ()> {
@@ -294,12 +310,12 @@ impl Links {
         }
         if let Some(link) = self.outbound.get(&to) {
             let mut item = Outgoing::Frame(payload.clone());
-            if let (Some(sock), Some(unwritten)) = (&link.direct, &link.unwritten) {
+            if let (Some(direct), Some(unwritten)) = (&link.direct, &link.unwritten) {
                 // Nothing queued is unwritten (checked and written under the lock every
-                // send takes; the task decrements only once an item is in the kernel),
-                // so this frame cannot overtake one.
+                // send takes; the task decrements only once an item is in the kernel,
+                // or posted to the queue pair), so this frame cannot overtake one.
                 if payload.len() <= WRITE_THROUGH_MAX && unwritten.load(Ordering::Acquire) == 0 {
-                    match write_through(sock, &payload) {
+                    match direct.write_through(&payload) {
                         Ok(None) => return Ok(None),
                         Ok(Some(rest)) => item = Outgoing::Rest(rest),
                         Err(()) => {}
@@ -345,16 +361,17 @@ impl Links {
         );
     }
 
-    /// TCP: connection `conn`, the way to `peer`, is established and its handshake
-    /// written: sends may now write through to `sock`, its write half.
+    /// Connection `conn`, the way to `peer`, is ready for frames (TCP: established and
+    /// its handshake written; verbs: its queue pair connected): sends may now write
+    /// through to `direct`.
     pub fn enable_write_through(
         &mut self,
         peer: NodeId,
         conn: ConnId,
-        sock: Arc<tokio::net::tcp::OwnedWriteHalf>,
+        direct: Arc<dyn WriteThrough>,
     ) {
         if let Some(link) = self.outbound.get_mut(&peer).filter(|l| l.id == conn) {
-            link.direct = Some(sock);
+            link.direct = Some(direct);
         }
     }
 

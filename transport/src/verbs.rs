@@ -15,7 +15,9 @@
 //!   send ever meets a receiver that is not ready;
 //! * a payload of up to [`SLOT_SIZE`] bytes goes eagerly, as a `send with immediate`
 //!   copied into one of the sender's registered slots (the immediate marks the last
-//!   chunk);
+//!   chunk). While nothing queued to the link's task is unposted, `send` posts such a
+//!   payload itself when a credit and a slot are free (write-through, as the TCP
+//!   backend writes to its socket), instead of waking the task to do it;
 //! * a larger one goes by rendezvous: the sender registers it (through a bounded
 //!   registration cache, so a payload sent again or to several peers is registered
 //!   once) and sends, in order with the eager ones and under the same credits, a
@@ -46,6 +48,7 @@ use std::future::Future;
 use std::io;
 use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 use std::os::fd::{AsRawFd, RawFd};
+use std::sync::atomic::{AtomicUsize, Ordering as AtomicOrdering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -447,19 +450,28 @@ struct Completion {
 }
 
 /// One end of a verbs link: queue pair, its completion queue and channel, and the
-/// registered slots. Owned by the link's task. Field order is drop order: the QP goes
-/// before the CQ it uses, the CQ before its channel.
+/// registered slots. Owned by the link's task (an outbound link's through [`TxLink`],
+/// which `send` shares). Field order is drop order: the QP goes before the CQ it uses,
+/// the CQ before its channel (a [`Waiter`] cloned from it holds both in that order).
 struct QpLink {
     qp: BasicQueuePair,
-    cq: Arc<BasicCompletionQueue>,
-    events: AsyncFd<ChannelFd>,
+    waiter: Waiter,
     slots: Slots,
     psn: u32,
-    /// Busy-poll the CQ instead of sleeping on the completion channel.
-    poll_mode: bool,
     /// Sends up to this many bytes go inline (copied into the work request at post
     /// time, so the HCA need not read them from memory); 0 when the device has none.
     max_inline: usize,
+}
+
+/// A link's completion queue and its channel: what the link's task polls and waits on.
+/// An outbound link's task keeps a clone, so it waits without holding the link, which
+/// `send` shares. Field order is drop order: the CQ before its channel.
+#[derive(Clone)]
+struct Waiter {
+    cq: Arc<BasicCompletionQueue>,
+    events: Arc<AsyncFd<ChannelFd>>,
+    /// Busy-poll the CQ instead of sleeping on the completion channel.
+    poll_mode: bool,
 }
 
 /// Inline send size asked of the device (small payloads: credits are zero-length,
@@ -513,11 +525,13 @@ impl QpLink {
         let events = unsafe { AsyncFd::register(ChannelFd(channel)) }.map_err(io::Error::from)?;
         Ok(QpLink {
             qp,
-            cq,
-            events,
+            waiter: Waiter {
+                cq,
+                events: Arc::new(events),
+                poll_mode,
+            },
             slots,
             psn,
-            poll_mode,
             max_inline,
         })
     }
@@ -560,21 +574,22 @@ impl QpLink {
             .setup_rnr_retry(7)
             .setup_max_read_atomic(dev.rd_atom);
         self.qp.modify(&attr).map_err(io::Error::other)?;
-        if self.poll_mode {
+        if self.waiter.poll_mode {
             // Never armed, so no channel events to acknowledge (destroying a CQ waits
             // for unacknowledged ones).
             return Ok(());
         }
-        self.arm()
+        self.waiter.arm()
     }
 
-    fn arm(&self) -> io::Result<()> {
-        // SAFETY: the CQ outlives the call.
-        let rc = unsafe { rdma_mummy_sys::ibv_req_notify_cq(self.cq.cq().as_ptr(), 0) };
-        if rc != 0 {
-            return Err(io::Error::from_raw_os_error(rc));
-        }
-        Ok(())
+    /// See [`Waiter::wait`].
+    async fn wait(&self) -> io::Result<()> {
+        self.waiter.wait().await
+    }
+
+    /// See [`Waiter::poll`].
+    fn poll(&self, out: &mut Vec<Completion>) -> io::Result<()> {
+        self.waiter.poll(out)
     }
 
     /// Posts a receive for data slot `slot` (`Some`) or a zero-length one for a credit
@@ -625,6 +640,17 @@ impl QpLink {
         // this read completes.
         unsafe { wr.setup_sge(lkey, local, len as u32) };
         guard.post().map_err(io::Error::other)
+    }
+}
+
+impl Waiter {
+    fn arm(&self) -> io::Result<()> {
+        // SAFETY: the CQ outlives the call.
+        let rc = unsafe { rdma_mummy_sys::ibv_req_notify_cq(self.cq.cq().as_ptr(), 0) };
+        if rc != 0 {
+            return Err(io::Error::from_raw_os_error(rc));
+        }
+        Ok(())
     }
 
     /// Waits until the completion channel signals, acknowledges its events and re-arms;
@@ -693,9 +719,11 @@ fn completion_error(peer: NodeId, c: &Completion) -> FabricError {
     }
 }
 
-/// What the bulk path did so far ([`VerbsFabric::bulk_stats`]).
+/// What the bulk and write-through paths did so far ([`VerbsFabric::bulk_stats`]).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct BulkStats {
+    /// Payloads `send` posted itself (write-through), not through the link's task.
+    pub posted_by_send: u64,
     /// Payloads this fabric sent by descriptor, for the receiver to RDMA-read.
     pub sent_by_read: u64,
     /// Registrations of payloads being sent (send-cache misses).
@@ -732,6 +760,8 @@ struct Shared {
     recv_pool: Arc<RecvPool<PdRegistrar>>,
     /// Payloads sent by descriptor (RDMA read) so far.
     bulk_sent: std::sync::atomic::AtomicU64,
+    /// Payloads `send` posted itself so far (shared with every [`TxLink`]).
+    posted_by_send: Arc<std::sync::atomic::AtomicU64>,
     spawner: Spawner,
     closing: watch::Sender<bool>,
     tasks_live: Arc<TaskCount>,
@@ -793,6 +823,7 @@ impl VerbsFabric {
             send_cache: Mutex::new(send_cache),
             recv_pool,
             bulk_sent: Default::default(),
+            posted_by_send: Default::default(),
             spawner: Spawner::current(cfg.local_tasks),
             closing: watch::channel(false).0,
             tasks_live: Arc::default(),
@@ -842,11 +873,12 @@ impl VerbsFabric {
         }
     }
 
-    /// Counters of the bulk (RDMA read) path.
+    /// Counters of the bulk (RDMA read) and write-through paths.
     pub fn bulk_stats(&self) -> BulkStats {
         let shared = &self.owner.shared;
         let cache = shared.send_cache.lock().unwrap_or_else(|e| e.into_inner());
         BulkStats {
+            posted_by_send: shared.posted_by_send.load(AtomicOrdering::Relaxed),
             sent_by_read: shared.bulk_sent.load(std::sync::atomic::Ordering::Relaxed),
             send_registrations: cache.registrations,
             receive_registrations: shared.recv_pool.registrations(),
@@ -972,11 +1004,14 @@ impl Shared {
         };
         let (queue, rx) = mpsc::unbounded_channel();
         let _ = queue.send(item);
+        // The first frame is queued, not yet posted.
+        let unwritten = Arc::new(AtomicUsize::new(1));
         let task_shared = self.clone();
+        let task_unwritten = unwritten.clone();
         let id = self.spawn_tracked(&mut st, move |id| {
-            run_outbound(task_shared, to, addr, id, rx)
+            run_outbound(task_shared, to, addr, id, rx, task_unwritten)
         });
-        st.add_outbound(to, id, queue, None);
+        st.add_outbound(to, id, queue, Some(unwritten));
         Ok(())
     }
 
@@ -1445,6 +1480,7 @@ async fn run_outbound(
     addr: String,
     id: ConnId,
     mut queue: UnboundedReceiver<Outgoing>,
+    unwritten: Arc<AtomicUsize>,
 ) {
     let span = tracing::debug_span!("verbs_out", node = shared.me, peer, %addr);
     async move {
@@ -1489,7 +1525,7 @@ async fn run_outbound(
             link.connect(&shared.device, &theirs)?;
             io::Result::Ok((link, theirs))
         };
-        let (mut link, theirs) = match timeout(shared.connect_timeout, setup).await {
+        let (link, theirs) = match timeout(shared.connect_timeout, setup).await {
             Ok(Ok(ok)) => ok,
             Ok(Err(source)) => return broken(&mut queue, FabricError::Io { peer, source }),
             Err(_) => {
@@ -1509,8 +1545,30 @@ async fn run_outbound(
             remote_qpn = theirs.qpn,
             "verbs link up"
         );
-        let credits = theirs.credits.min(RECV_DEPTH as u32);
-        let end = transmit(&shared, &mut link, &mut stream, peer, &mut queue, credits).await;
+        let waiter = link.waiter.clone();
+        let tx = Arc::new(TxLink {
+            tx: Mutex::new(Tx {
+                link,
+                credits: theirs.credits.min(RECV_DEPTH as u32),
+                free: (0..RECV_DEPTH).rev().collect(),
+                in_flight: VecDeque::new(),
+                open: true,
+            }),
+            posted_by_send: shared.posted_by_send.clone(),
+        });
+        shared.lock().enable_write_through(peer, id, tx.clone());
+        let end = transmit(
+            &shared,
+            &tx,
+            &waiter,
+            &mut stream,
+            peer,
+            &mut queue,
+            &unwritten,
+        )
+        .await;
+        // No more direct posts: nobody would take in their completions.
+        tx.lock().open = false;
         shared.ended(peer, id, end);
     }
     .instrument(span)
@@ -1548,116 +1606,207 @@ impl Pending {
     }
 }
 
-async fn transmit(
-    shared: &Shared,
-    link: &mut QpLink,
-    stream: &mut TcpStream,
-    peer: NodeId,
-    queue: &mut UnboundedReceiver<Outgoing>,
-    mut credits: u32,
-) -> LinkEnd {
-    let mut free: Vec<usize> = (0..RECV_DEPTH).rev().collect();
-    let mut pending: Option<Pending> = None;
-    // Bulk payloads the receiver has not finished reading, oldest first; each keeps
-    // its memory and registration alive.
-    let mut in_flight: VecDeque<(Arc<MemoryRegion>, Bytes)> = VecDeque::new();
-    let mut goodbye = false;
-    let mut completions = Vec::new();
-    let mut word = [0u8; 4];
-    let mut word_len = 0;
-    loop {
+/// The sending end of an outbound link, shared by its task and by `send`, which posts
+/// a small frame itself when nothing queued is still unposted (see [`TxLink`]).
+struct Tx {
+    link: QpLink,
+    /// Receive buffers the peer has posted for us: a send needs one.
+    credits: u32,
+    /// Send slots no posted send uses.
+    free: Vec<usize>,
+    /// Bulk payloads the receiver has not finished reading, oldest first; each keeps
+    /// its memory and registration alive.
+    in_flight: VecDeque<(Arc<MemoryRegion>, Bytes)>,
+    /// The task still runs the link: sends may post.
+    open: bool,
+}
+
+impl Tx {
+    /// Takes in what completed: freed slots, returned credits and fins.
+    fn reap(&mut self, peer: NodeId, completions: &mut Vec<Completion>) -> Result<(), LinkEnd> {
         completions.clear();
-        if let Err(source) = link.poll(&mut completions) {
-            return LinkEnd::Broken(FabricError::Io { peer, source });
+        if let Err(source) = self.link.poll(completions) {
+            return Err(LinkEnd::Broken(FabricError::Io { peer, source }));
         }
-        for c in &completions {
+        for c in completions.iter() {
             if c.status != WorkCompletionStatus::Success as u32 {
-                return LinkEnd::Broken(completion_error(peer, c));
+                return Err(LinkEnd::Broken(completion_error(peer, c)));
             }
             if c.wr_id & RECV_TAG != 0 {
-                credits += c.imm & 0xffff;
+                self.credits += c.imm & 0xffff;
                 let fins = (c.imm >> 16) as usize;
-                if fins > in_flight.len() || credits > RECV_DEPTH as u32 {
-                    return LinkEnd::Broken(FabricError::Protocol {
+                if fins > self.in_flight.len() || self.credits > RECV_DEPTH as u32 {
+                    return Err(LinkEnd::Broken(FabricError::Protocol {
                         peer,
                         reason: format!(
                             "credit message returns {} credits and {fins} fins, more than were used",
                             c.imm & 0xffff
                         ),
-                    });
+                    }));
                 }
-                in_flight.drain(..fins);
-                if let Err(source) = link.post_recv(None) {
-                    return LinkEnd::Broken(FabricError::Io { peer, source });
+                self.in_flight.drain(..fins);
+                if let Err(source) = self.link.post_recv(None) {
+                    return Err(LinkEnd::Broken(FabricError::Io { peer, source }));
                 }
             } else {
-                free.push(c.wr_id as usize);
+                self.free.push(c.wr_id as usize);
             }
         }
-        // Post as much as credits, free slots and the bulk bound allow.
-        loop {
-            if pending.is_none() && !goodbye {
-                match queue.try_recv() {
-                    Ok(Outgoing::Frame(payload)) => pending = Some(Pending::new(shared, payload)),
-                    Ok(Outgoing::Goodbye) => goodbye = true,
-                    Ok(Outgoing::Rest(_)) => unreachable!("write-through is TCP-only"),
-                    Err(_) => {}
+        Ok(())
+    }
+
+    /// Whether a send may be posted now (a credit and a free slot).
+    fn can_post(&self) -> bool {
+        self.credits > 0 && !self.free.is_empty()
+    }
+
+    /// Posts `chunk` (at most [`SLOT_SIZE`] bytes) with `imm` from a free slot. Takes
+    /// a credit and the slot only once posted. Call only when [`Tx::can_post`].
+    fn post_chunk(&mut self, chunk: &[u8], imm: u32) -> io::Result<()> {
+        let slot = *self.free.last().expect("can_post checked");
+        self.link.slots.slot_mut(slot)[..chunk.len()].copy_from_slice(chunk);
+        self.link
+            .post_send(slot as u64, Some((slot, chunk.len())), imm)?;
+        self.free.pop();
+        self.credits -= 1;
+        Ok(())
+    }
+
+    /// Posts the descriptor of bulk payload `payload` (registered as `region`) for the
+    /// receiver to read, and keeps both until its fin. Call only when
+    /// [`Tx::can_post`] and fewer than [`MAX_BULK_IN_FLIGHT`] are in flight.
+    fn post_descriptor(&mut self, region: &Arc<MemoryRegion>, payload: &Bytes) -> io::Result<()> {
+        let mut rts = [0u8; RTS_LEN];
+        rts[..8].copy_from_slice(&(payload.as_ptr() as u64).to_le_bytes());
+        rts[8..12].copy_from_slice(&region.rkey().to_le_bytes());
+        rts[12..20].copy_from_slice(&(payload.len() as u64).to_le_bytes());
+        self.post_chunk(&rts, BULK_RTS | LAST_CHUNK)?;
+        self.in_flight.push_back((region.clone(), payload.clone()));
+        Ok(())
+    }
+}
+
+/// An outbound link's [`Tx`], as `send` sees it: a frame of up to [`SLOT_SIZE`] bytes
+/// is posted by the sender itself (copied into a free slot, under a credit) when the
+/// link's task is not using it at that moment; otherwise, and for larger frames, it
+/// goes through the task's queue. `send` calls this only while nothing queued is
+/// unposted, so a frame posted here never overtakes one queued before it.
+struct TxLink {
+    tx: Mutex<Tx>,
+    /// The fabric's count of payloads posted here.
+    posted_by_send: Arc<std::sync::atomic::AtomicU64>,
+}
+
+impl TxLink {
+    fn lock(&self) -> MutexGuard<'_, Tx> {
+        self.tx.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+impl links::WriteThrough for TxLink {
+    fn write_through(&self, payload: &Bytes) -> Result<Option<Bytes>, ()> {
+        if payload.len() > SLOT_SIZE {
+            return Err(());
+        }
+        // Never wait here (`send` holds the fabric's lock): a busy link takes it queued.
+        let Ok(mut tx) = self.tx.try_lock() else {
+            return Err(());
+        };
+        if !tx.open || !tx.can_post() {
+            return Err(());
+        }
+        // A failed post takes nothing: the task posts the frame again and meets the
+        // error itself.
+        tx.post_chunk(payload, LAST_CHUNK).map_err(|_| ())?;
+        self.posted_by_send.fetch_add(1, AtomicOrdering::Relaxed);
+        Ok(None)
+    }
+}
+
+/// The sending end's task: posts what is queued (as credits, free slots and the bulk
+/// bound allow), takes in completions, says goodbye once all is done.
+async fn transmit(
+    shared: &Shared,
+    tx_link: &TxLink,
+    waiter: &Waiter,
+    stream: &mut TcpStream,
+    peer: NodeId,
+    queue: &mut UnboundedReceiver<Outgoing>,
+    unwritten: &AtomicUsize,
+) -> LinkEnd {
+    let mut pending: Option<Pending> = None;
+    let mut goodbye = false;
+    let mut completions = Vec::new();
+    let mut word = [0u8; 4];
+    let mut word_len = 0;
+    loop {
+        let done = {
+            let mut tx = tx_link.lock();
+            if let Err(end) = tx.reap(peer, &mut completions) {
+                return end;
+            }
+            // Post as much as credits, free slots and the bulk bound allow.
+            loop {
+                if pending.is_none() && !goodbye {
+                    match queue.try_recv() {
+                        Ok(Outgoing::Frame(payload)) => {
+                            pending = Some(Pending::new(shared, payload))
+                        }
+                        Ok(Outgoing::Goodbye) => goodbye = true,
+                        Ok(Outgoing::Rest(_)) => unreachable!("verbs never writes in part"),
+                        Err(_) => {}
+                    }
                 }
-            }
-            let Some(p) = pending.as_mut() else { break };
-            if credits == 0 || free.is_empty() {
-                break;
-            }
-            let (len, imm) = if let Some(region) = &p.region {
-                if in_flight.len() >= MAX_BULK_IN_FLIGHT {
+                let Some(p) = pending.as_mut() else { break };
+                if !tx.can_post() {
                     break;
                 }
-                let slot = free.last().copied().expect("checked non-empty");
-                let rts = &mut link.slots.slot_mut(slot)[..RTS_LEN];
-                rts[..8].copy_from_slice(&(p.payload.as_ptr() as u64).to_le_bytes());
-                rts[8..12].copy_from_slice(&region.rkey().to_le_bytes());
-                rts[12..20].copy_from_slice(&(p.payload.len() as u64).to_le_bytes());
-                in_flight.push_back((region.clone(), p.payload.clone()));
-                shared
-                    .bulk_sent
-                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                p.offset = p.payload.len();
-                (RTS_LEN, BULK_RTS | LAST_CHUNK)
-            } else {
-                let slot = free.last().copied().expect("checked non-empty");
-                let len = (p.payload.len() - p.offset).min(SLOT_SIZE);
-                link.slots.slot_mut(slot)[..len]
-                    .copy_from_slice(&p.payload[p.offset..p.offset + len]);
-                p.offset += len;
-                let last = p.offset == p.payload.len();
-                (len, if last { LAST_CHUNK } else { 0 })
-            };
-            let slot = free.pop().expect("checked non-empty");
-            if let Err(source) = link.post_send(slot as u64, Some((slot, len)), imm) {
-                return LinkEnd::Broken(FabricError::Io { peer, source });
+                let posted = if let Some(region) = &p.region {
+                    if tx.in_flight.len() >= MAX_BULK_IN_FLIGHT {
+                        break;
+                    }
+                    shared
+                        .bulk_sent
+                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    p.offset = p.payload.len();
+                    tx.post_descriptor(region, &p.payload)
+                } else {
+                    let len = (p.payload.len() - p.offset).min(SLOT_SIZE);
+                    let chunk = p.offset..p.offset + len;
+                    let last = chunk.end == p.payload.len();
+                    let posted =
+                        tx.post_chunk(&p.payload[chunk], if last { LAST_CHUNK } else { 0 });
+                    p.offset += len;
+                    posted
+                };
+                if let Err(source) = posted {
+                    return LinkEnd::Broken(FabricError::Io { peer, source });
+                }
+                if p.offset == p.payload.len() {
+                    pending = None;
+                    // Wholly posted: sends may post directly again once none is left.
+                    unwritten.fetch_sub(1, AtomicOrdering::AcqRel);
+                }
             }
-            credits -= 1;
-            if imm & LAST_CHUNK != 0 {
-                pending = None;
-            }
-        }
-        if goodbye && pending.is_none() && free.len() == RECV_DEPTH && in_flight.is_empty() {
             // Every send completed (acknowledged by the peer's HCA) and every bulk
-            // payload was read: now say goodbye.
+            // payload was read: goodbye may be said.
+            goodbye && pending.is_none() && tx.free.len() == RECV_DEPTH && tx.in_flight.is_empty()
+        };
+        if done {
             let (mut rd, mut wr) = stream.split();
             handshake::say_goodbye(&mut rd, &mut wr).await;
             return LinkEnd::Local;
         }
         let want_queue = pending.is_none() && !goodbye;
         tokio::select! {
-            r = link.wait() => if let Err(source) = r {
+            r = waiter.wait() => if let Err(source) = r {
                 return LinkEnd::Broken(FabricError::Io { peer, source });
             },
             item = queue.recv(), if want_queue => match item {
                 None => return LinkEnd::Local,
                 Some(Outgoing::Frame(payload)) => pending = Some(Pending::new(shared, payload)),
                 Some(Outgoing::Goodbye) => goodbye = true,
-                Some(Outgoing::Rest(_)) => unreachable!("write-through is TCP-only"),
+                Some(Outgoing::Rest(_)) => unreachable!("verbs never writes in part"),
             },
             r = stream.read(&mut word[word_len..]) => match r {
                 Ok(0) => return LinkEnd::Broken(FabricError::PeerClosed { peer }),

@@ -369,7 +369,12 @@ async fn sizes_round_trip_intact(bk: Backend) {
             assert_eq!(back.len(), size);
             assert!(back == payload, "{size}-byte payload corrupted");
         }
-        if let AnyFabric::Verbs(v) = &a {
+        if let (AnyFabric::Verbs(v), AnyFabric::Verbs(w)) = (&a, &b) {
+            // Eager payloads sent to an idle link are posted by `send` itself (all but
+            // the first of each side, unless its link's task held the link just then):
+            // 1, 64 KiB - 1 and 64 KiB here, and the echoes of those and of 0 B.
+            assert!(v.bulk_stats().posted_by_send >= 1, "{:?}", v.bulk_stats());
+            assert!(w.bulk_stats().posted_by_send >= 1, "{:?}", w.bulk_stats());
             // Large payloads went by RDMA read; one sent three more times (and a slice
             // of it) is registered once.
             let before = v.bulk_stats();
@@ -436,8 +441,9 @@ async fn concurrent_senders_deliver_exactly_once(b: Backend) {
 }
 
 /// 3b. Bursts mixing tiny and multi-megabyte payloads, from several threads at once,
-///     without waiting for the receiver: the socket fills, so sends meet a connection
-///     with frames still queued or written in part (TCP writes through to the socket
+///     without waiting for the receiver: the socket fills (TCP) or the credits run
+///     out (verbs), so sends meet a connection with frames still queued or written in
+///     part (a send writes through to the socket, or posts to the queue pair itself,
 ///     only when nothing is pending). Every payload arrives once, intact, each
 ///     sender's in order.
 async fn mixed_size_bursts_keep_order_and_content(b: Backend) {
