@@ -48,9 +48,9 @@ bench-sim: build
 bench-transport: build
 	target/release/cohort-bench transport-latency --fabric tcp
 	target/release/cohort-bench transport-bw --fabric tcp
-	deploy/rxe/rxe-run.sh . 'target/release/cohort-bench transport-latency --fabric verbs -i 50 -x 5 --runs 3 && \
-	  COHORT_VERBS_POLL=1 target/release/cohort-bench transport-latency --fabric verbs -i 50 -x 5 --runs 3 && \
-	  target/release/cohort-bench transport-bw --fabric verbs -i 50 -x 10 --window 16 --runs 3 --min-size 1024'
+	deploy/rxe/rxe-run.sh . 'target/release/cohort-bench transport-latency --fabric verbs -i 300 -x 30 --runs 3 --max-size 4096 && \
+	  COHORT_VERBS_POLL=1 target/release/cohort-bench transport-latency --fabric verbs -i 300 -x 30 --runs 3 --max-size 4096 && \
+	  target/release/cohort-bench transport-bw --fabric verbs -i 200 -x 20 --window 16 --runs 3 --min-size 1024'
 
 # The cheapest possible 3-node fence on this machine (6 processes, a read or write per
 # hop, nothing else): the floor for `cohort run --nodes 3 -n 3 cohort-bench fence`; the

@@ -442,7 +442,7 @@ pub fn run(mode: Mode, o: Opts, iterations: usize, warmup: usize) -> Res<()> {
             gid1,
             ip0,
             &sizes,
-            (iterations, warmup, o.runs),
+            (iterations, warmup, o.runs, o.window),
         )?)
     } else {
         None
@@ -1252,16 +1252,17 @@ impl PerftestTable {
     }
 }
 
-/// Runs perftest's server (on GID `gid0`) and client (on `gid1`) on `dev` once per
-/// wanted size (`-s`; perftest starts at 2 bytes, so 0 and 1 use that row) with the
-/// fabric's own iteration counts for that size (`counts`), and parses `t_typical` (µs,
-/// half the round trip as perftest reports it) for `ib_send_lat`, `BW average` (MB/s,
-/// converted from perftest's Gb/s) for `ib_write_bw`. One run per size rather than
-/// one `-a` sweep, which always goes up to 8 MiB at the small sizes' count: under
-/// emulation the sizes nobody asked for took most of a bench's time. A run that does
-/// not finish within a deadline generous for its bytes (perftest's polling client has
-/// been seen to hang on rxe under TCG) is killed and tried again, twice at most, so
-/// the bench never waits forever for its reference.
+/// Runs perftest's server (on GID `gid0`) and client (on `gid1`) on `dev` per wanted
+/// size (`-s`; perftest starts at 2 bytes, so 0 and 1 use that row), `runs` times,
+/// with the fabric's own message count for that size (`counts`; for bandwidth its
+/// iterations times `window`, with `window` in flight, `-t`), and takes the medians
+/// of `t_typical` and `t_avg` (µs, half the round trip as perftest reports them) for
+/// `ib_send_lat`, of `BW average` (MB/s, converted from perftest's Gb/s) for
+/// `ib_write_bw`. A run per size rather than one `-a` sweep, which always goes up to
+/// 8 MiB at one count: under emulation the sizes nobody asked for took most of a
+/// bench's time. A run that does not finish within a deadline generous for its bytes
+/// (perftest's polling client has been seen to hang on rxe under TCG) is killed and
+/// tried again, twice at most, so the bench never waits forever for its reference.
 #[allow(clippy::too_many_arguments)]
 fn perftest(
     mode: Mode,
@@ -1271,7 +1272,7 @@ fn perftest(
     gid1: u32,
     server_ip: &str,
     sizes: &[usize],
-    (iterations, warmup, runs): (usize, usize, usize),
+    (iterations, warmup, runs, window): (usize, usize, usize, usize),
 ) -> Res<PerftestTable> {
     let polling = verbs_polling();
     let tool = match mode {
@@ -1291,7 +1292,9 @@ fn perftest(
                 (n, 2 * size * n)
             }
             Mode::Bw => {
-                let n = (iterations / 10).max(5) * 64;
+                // As many messages as the fabric sends, at most `window` in flight.
+                let (iters, skip) = counts(mode, size, iterations, warmup);
+                let n = (iters + skip) * window;
                 (n, size * n)
             }
         };
@@ -1312,8 +1315,8 @@ fn perftest(
                 "-F".into(),
             ];
             if mode == Mode::Bw {
-                // MB/s as osu_bw reports it (10^6), not MiB/s.
-                a.push("--report_gbits".into());
+                // MB/s as osu_bw reports it (10^6), not MiB/s; the fabric's window.
+                a.extend(["--report_gbits".into(), "-t".into(), window.to_string()]);
             }
             if !polling && mode == Mode::Latency {
                 // The fabric sleeps on its completion channel: so does perftest with -e
@@ -1351,8 +1354,7 @@ fn perftest(
             format!("perftest ib_send_lat t_typical (its median) and t_avg, {dev} GID {gid1} -> {gid0}, -n as the fabric's per size, median of {} runs", runs.max(1))
         }
         Mode::Bw => format!(
-            "perftest ib_write_bw BW average, {dev} GID {gid1} -> {gid0}, -n {}, median of {} runs",
-            (iterations / 10).max(5) * 64,
+            "perftest ib_write_bw BW average, {dev} GID {gid1} -> {gid0}, -t {window} (the window), -n as the fabric's messages per size, median of {} runs",
             runs.max(1)
         ),
     };
