@@ -26,7 +26,10 @@
 //!   when the delivered payload is dropped) and holds back everything the sender sent
 //!   after it until the read completed, which keeps per-peer order; then it tells the
 //!   sender the source may be released (a "fin"). At most [`MAX_BULK_IN_FLIGHT`]
-//!   descriptors are unfinished per link, and reads are issued a few at a time;
+//!   descriptors are unfinished per link; descriptors that follow one another are
+//!   read at once (up to that many, 16 MiB beyond the first), delivered in order, so
+//!   a stream of bulk payloads does not wait a read's round trip per payload; reads
+//!   are issued a few at a time;
 //! * the receiver reposts each consumed buffer and returns credits (and fins) in
 //!   batches as a zero-length `send with immediate` (immediate = credits | fins << 16);
 //!   the sender keeps a zero-length receive posted for every such message that can be
@@ -99,8 +102,12 @@ pub const LINK_REGISTERED_BYTES: usize = SLOT_SIZE * RECV_DEPTH;
 pub const POLL_ENV: &str = "COHORT_VERBS_POLL";
 /// Payloads larger than this go by RDMA read (rendezvous) instead of send/receive.
 pub const BULK_THRESHOLD: usize = SLOT_SIZE;
-/// Bulk descriptors a sender may have outstanding (not yet finished) per link.
+/// Bulk descriptors a sender may have outstanding (not yet finished) per link; also
+/// how many bulk payloads a receiver reads at once per link.
 pub const MAX_BULK_IN_FLIGHT: usize = 4;
+/// Bytes of bulk payloads a receiver reads at once per link beyond the oldest one
+/// (which is always read, whatever its size).
+const BULK_CONCURRENT_BYTES: usize = 16 << 20;
 /// Largest single RDMA read work request.
 const READ_CHUNK: usize = 4 << 20;
 /// Reads a receiver has posted at once per link (also the QP's read depth).
@@ -442,6 +449,7 @@ impl AsRawFd for ChannelFd {
 }
 
 /// One completion, copied out of the CQ.
+#[derive(Clone, Copy)]
 struct Completion {
     wr_id: u64,
     status: u32,
@@ -724,6 +732,9 @@ fn completion_error(peer: NodeId, c: &Completion) -> FabricError {
 pub struct BulkStats {
     /// Payloads `send` posted itself (write-through), not through the link's task.
     pub posted_by_send: u64,
+    /// Bulk payloads this fabric started reading while an earlier one from the same
+    /// peer was still being read.
+    pub read_alongside: u64,
     /// Payloads this fabric sent by descriptor, for the receiver to RDMA-read.
     pub sent_by_read: u64,
     /// Registrations of payloads being sent (send-cache misses).
@@ -762,6 +773,8 @@ struct Shared {
     bulk_sent: std::sync::atomic::AtomicU64,
     /// Payloads `send` posted itself so far (shared with every [`TxLink`]).
     posted_by_send: Arc<std::sync::atomic::AtomicU64>,
+    /// Bulk payloads whose read started while another was being read on its link.
+    read_alongside: std::sync::atomic::AtomicU64,
     spawner: Spawner,
     closing: watch::Sender<bool>,
     tasks_live: Arc<TaskCount>,
@@ -824,6 +837,7 @@ impl VerbsFabric {
             recv_pool,
             bulk_sent: Default::default(),
             posted_by_send: Default::default(),
+            read_alongside: Default::default(),
             spawner: Spawner::current(cfg.local_tasks),
             closing: watch::channel(false).0,
             tasks_live: Arc::default(),
@@ -879,6 +893,7 @@ impl VerbsFabric {
         let cache = shared.send_cache.lock().unwrap_or_else(|e| e.into_inner());
         BulkStats {
             posted_by_send: shared.posted_by_send.load(AtomicOrdering::Relaxed),
+            read_alongside: shared.read_alongside.load(AtomicOrdering::Relaxed),
             sent_by_read: shared.bulk_sent.load(std::sync::atomic::Ordering::Relaxed),
             send_registrations: cache.registrations,
             receive_registrations: shared.recv_pool.registrations(),
@@ -1201,9 +1216,14 @@ struct Inbound<'a> {
     to_return: u32,
     /// Bulk reads completed since the last credit message.
     fins: u32,
-    reading: Option<BulkRead>,
-    /// Receive completions that arrived after a bulk descriptor whose read is not done:
-    /// processed (and their buffers reposted) once it is. At most RECV_DEPTH.
+    /// Bulk payloads being read, in the order their descriptors came. Several are read
+    /// at once when their descriptors follow one another (see [`Inbound::may_start`]);
+    /// a payload's reads are all posted before the next payload's, so reads complete
+    /// in this order too.
+    reading: VecDeque<BulkRead>,
+    /// Receive completions that arrived while bulk payloads sent before them are being
+    /// read: processed (and their buffers reposted) in order once those are, or, for
+    /// a descriptor, once it may start. At most RECV_DEPTH.
     held: VecDeque<Completion>,
     /// Our send-queue entries in use (credit messages, reads), at most SQ_DEPTH.
     sq_used: usize,
@@ -1233,34 +1253,51 @@ impl Inbound<'_> {
             return Err(LinkEnd::Broken(completion_error(self.peer, &c)));
         }
         if c.wr_id & RECV_TAG != 0 {
-            if self.reading.is_some() {
+            // Taken now when no read is in progress, or when it is a descriptor that
+            // may start with nothing held before it; otherwise held, in order.
+            let now = self.reading.is_empty() || (self.held.is_empty() && self.may_start(link, &c));
+            if !now || !self.received(link, c)? {
                 self.held.push_back(c);
-                return Ok(());
             }
-            return self.received(link, c);
+            return Ok(());
         }
         self.sq_used -= 1;
         if c.wr_id & READ_TAG != 0 {
             let peer = self.peer;
-            let read = self.reading.as_mut().ok_or_else(|| {
-                LinkEnd::Broken(FabricError::Protocol {
-                    peer,
-                    reason: "stray read completion".into(),
-                })
-            })?;
+            // Reads complete in the order they were posted: the oldest payload with
+            // one outstanding.
+            let read = self
+                .reading
+                .iter_mut()
+                .find(|r| r.outstanding > 0)
+                .ok_or_else(|| {
+                    LinkEnd::Broken(FabricError::Protocol {
+                        peer,
+                        reason: "stray read completion".into(),
+                    })
+                })?;
             read.outstanding -= 1;
-            if read.posted == read.len && read.outstanding == 0 {
-                let read = self.reading.take().expect("checked above");
+            // Payloads wholly read, oldest first.
+            while self
+                .reading
+                .front()
+                .is_some_and(|r| r.posted == r.len && r.outstanding == 0)
+            {
+                let read = self.reading.pop_front().expect("checked above");
                 self.batch
                     .push(self.shared.recv_pool.lend(read.buf, read.len));
                 self.fins += 1;
-                // What the sender sent after the descriptor, in order, up to the next
-                // descriptor.
-                while self.reading.is_none() {
-                    let Some(next) = self.held.pop_front() else {
-                        break;
-                    };
-                    self.received(link, next)?;
+            }
+            // What the sender sent after them, in order: everything once no read is
+            // left before it, or a descriptor that may start now.
+            while let Some(next) = self.held.front() {
+                if !self.reading.is_empty() && !self.may_start(link, next) {
+                    break;
+                }
+                let next = self.held.pop_front().expect("checked above");
+                if !self.received(link, next)? {
+                    self.held.push_front(next);
+                    break;
                 }
             }
             self.post_reads(link)?;
@@ -1268,8 +1305,30 @@ impl Inbound<'_> {
         Ok(())
     }
 
-    /// A receive completion, in the order the sender sent.
-    fn received(&mut self, link: &mut QpLink, c: Completion) -> Result<(), LinkEnd> {
+    /// Whether receive completion `c`, arriving while other bulk payloads are being
+    /// read, may be taken now: a bulk descriptor, while fewer than
+    /// [`MAX_BULK_IN_FLIGHT`] payloads are being read and the ones beyond the first
+    /// stay within [`BULK_CONCURRENT_BYTES`]. Anything else waits for the reads before
+    /// it. (A malformed descriptor is held and rejected when its turn comes.)
+    fn may_start(&self, link: &QpLink, c: &Completion) -> bool {
+        if c.imm & BULK_RTS == 0 || c.byte_len as usize != RTS_LEN {
+            return false;
+        }
+        let slot = (c.wr_id & !RECV_TAG) as usize;
+        if slot >= RECV_DEPTH || self.reading.len() >= MAX_BULK_IN_FLIGHT {
+            return false;
+        }
+        let data = link.slots.slot(slot, RTS_LEN);
+        let len = u64::from_le_bytes(data[12..20].try_into().expect("8 bytes"));
+        let beyond_first: u64 = self.reading.iter().skip(1).map(|r| r.len as u64).sum();
+        beyond_first.saturating_add(len) <= BULK_CONCURRENT_BYTES as u64
+    }
+
+    /// A receive completion, in the order the sender sent. `false`: a bulk descriptor
+    /// that must wait, untouched, until the reads in progress are done (no receive
+    /// buffer for it now: reading payloads one at a time, as then, fails only when
+    /// even that one cannot have one).
+    fn received(&mut self, link: &mut QpLink, c: Completion) -> Result<bool, LinkEnd> {
         let slot = (c.wr_id & !RECV_TAG) as usize;
         let len = c.byte_len as usize;
         let max = self.shared.max_frame;
@@ -1291,12 +1350,17 @@ impl Inbound<'_> {
                     "bulk payload of {bulk_len} bytes (frame limit {max})"
                 )));
             }
-            let buf = self
-                .shared
-                .recv_pool
-                .take(bulk_len as usize)
-                .map_err(|e| self.broken(e))?;
-            self.reading = Some(BulkRead {
+            let buf = match self.shared.recv_pool.take(bulk_len as usize) {
+                Ok(buf) => buf,
+                Err(_) if !self.reading.is_empty() => return Ok(false),
+                Err(e) => return Err(self.broken(e)),
+            };
+            if !self.reading.is_empty() {
+                self.shared
+                    .read_alongside
+                    .fetch_add(1, AtomicOrdering::Relaxed);
+            }
+            self.reading.push_back(BulkRead {
                 buf,
                 rkey,
                 remote,
@@ -1316,29 +1380,36 @@ impl Inbound<'_> {
         }
         link.post_recv(Some(slot)).map_err(|e| self.broken(e))?;
         self.to_return += 1;
-        self.post_reads(link)
+        self.post_reads(link)?;
+        Ok(true)
     }
 
-    /// Issues the current bulk payload's reads, a few at a time.
+    /// Issues the bulk payloads' reads, a few at a time (the device's read depth in
+    /// all), oldest payload first: a payload's reads are all posted before the next
+    /// one's, so they complete in payload order.
     fn post_reads(&mut self, link: &mut QpLink) -> Result<(), LinkEnd> {
         let depth = usize::from(self.shared.device.rd_atom);
-        let Some(read) = self.reading.as_mut() else {
-            return Ok(());
-        };
-        while read.posted < read.len && read.outstanding < depth && self.sq_used < SQ_DEPTH {
-            let n = (read.len - read.posted).min(READ_CHUNK);
-            self.next_wr += 1;
-            let local = (read.buf.region.lkey(), read.buf.addr() + read.posted as u64);
-            let remote = (read.rkey, read.remote + read.posted as u64);
-            if let Err(source) = link.post_read(READ_TAG | self.next_wr, local, remote, n) {
-                return Err(LinkEnd::Broken(FabricError::Io {
-                    peer: self.peer,
-                    source,
-                }));
+        let mut outstanding: usize = self.reading.iter().map(|r| r.outstanding).sum();
+        for read in self.reading.iter_mut() {
+            while read.posted < read.len && outstanding < depth && self.sq_used < SQ_DEPTH {
+                let n = (read.len - read.posted).min(READ_CHUNK);
+                self.next_wr += 1;
+                let local = (read.buf.region.lkey(), read.buf.addr() + read.posted as u64);
+                let remote = (read.rkey, read.remote + read.posted as u64);
+                if let Err(source) = link.post_read(READ_TAG | self.next_wr, local, remote, n) {
+                    return Err(LinkEnd::Broken(FabricError::Io {
+                        peer: self.peer,
+                        source,
+                    }));
+                }
+                read.posted += n;
+                read.outstanding += 1;
+                outstanding += 1;
+                self.sq_used += 1;
             }
-            read.posted += n;
-            read.outstanding += 1;
-            self.sq_used += 1;
+            if read.posted < read.len {
+                break;
+            }
         }
         Ok(())
     }
@@ -1391,7 +1462,7 @@ async fn receive(
         batch: Vec::new(),
         to_return: 0,
         fins: 0,
-        reading: None,
+        reading: VecDeque::new(),
         held: VecDeque::new(),
         sq_used: 0,
         next_wr: 0,
