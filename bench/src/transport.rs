@@ -1260,9 +1260,10 @@ impl PerftestTable {
 /// `ib_send_lat`, of `BW average` (MB/s, converted from perftest's Gb/s) for
 /// `ib_write_bw`. A run per size rather than one `-a` sweep, which always goes up to
 /// 8 MiB at one count: under emulation the sizes nobody asked for took most of a
-/// bench's time. A run that does not finish within a deadline generous for its bytes
-/// (perftest's polling client has been seen to hang on rxe under TCG) is killed and
-/// tried again, twice at most, so the bench never waits forever for its reference.
+/// bench's time. A run that fails, or does not finish within a deadline generous for
+/// its bytes (perftest's polling client has been seen to hang on rxe under TCG; it is
+/// then killed), is tried again on a fresh port, twice at most, so the bench never
+/// waits forever for its reference nor fails on one bad launch.
 #[allow(clippy::too_many_arguments)]
 fn perftest(
     mode: Mode,
@@ -1360,7 +1361,7 @@ fn perftest(
     };
     Ok(PerftestTable { what, rows })
 }
-
+/// One perftest run at `size`, tried again (on a fresh port) when it fails or outlives `limit`.
 /// One perftest run at `size`, tried again (on a fresh port) when it outlives `limit`.
 fn perftest_run(
     mode: Mode,
@@ -1371,7 +1372,10 @@ fn perftest_run(
     client_args: impl Fn(u16) -> Vec<String>,
     server_ip: &str,
 ) -> Res<PerftestRow> {
+    // A failed run (its server gone before the client connected, say: the port taken
+    // in between) is tried again on a fresh port like one that hung.
     let mut text = None;
+    let mut last = String::new();
     for attempt in 1..=3 {
         let tcp_port = free_port(server_ip)?;
         match perftest_once(
@@ -1380,18 +1384,17 @@ fn perftest_run(
             &client_args(tcp_port),
             server_ip,
             limit,
-        )? {
-            Some(out) => {
+        ) {
+            Ok(Some(out)) => {
                 text = Some(out);
                 break;
             }
-            None => eprintln!(
-                "# {tool} -s {size} did not finish within {limit:?} (try {attempt} of 3); killed"
-            ),
+            Ok(None) => last = format!("did not finish within {limit:?}; killed"),
+            Err(e) => last = e.to_string(),
         }
+        eprintln!("# {tool} -s {size} (try {attempt} of 3): {last}");
     }
-    let text = text
-        .ok_or_else(|| format!("{tool} -s {size} did not finish within {limit:?}, three times"))?;
+    let text = text.ok_or_else(|| format!("{tool} -s {size} failed three times; last: {last}"))?;
     parse_perftest(mode, &text)
         .into_iter()
         .find(|&(s, _)| s == size)
@@ -1414,7 +1417,7 @@ fn perftest_once(
     let mut server = Command::new(tool)
         .args(server_args)
         .stdout(Stdio::null())
-        .stderr(Stdio::null())
+        .stderr(Stdio::piped())
         .spawn()
         .map_err(|e| format!("cannot run {tool} (perftest): {e}"))?;
     let outcome = (|| -> Res<Option<String>> {
@@ -1443,7 +1446,17 @@ fn perftest_once(
             if status.success() {
                 return Ok(Some(out));
             }
-            if Instant::now() > connect_until || server.try_wait()?.is_some() {
+            if let Some(gone) = server.try_wait()? {
+                let mut why = String::new();
+                if let Some(mut s) = server.stderr.take() {
+                    let _ = s.read_to_string(&mut why);
+                }
+                return Err(format!(
+                    "{tool}'s server ended ({gone}) before its client connected: {why}\nclient ({status}):\n{out}{err}"
+                )
+                .into());
+            }
+            if Instant::now() > connect_until {
                 return Err(format!("{tool} failed ({status}):\n{out}{err}").into());
             }
             std::thread::sleep(Duration::from_millis(300));
