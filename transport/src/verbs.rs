@@ -127,8 +127,9 @@ const RECV_POOL_IDLE_BYTES: usize = 64 << 20;
 const BULK_MIN_REGISTERED: usize = 4 << 20;
 /// Credits are returned once this many buffers were reposted (always ≤ RECV_DEPTH, so
 /// a sender that ran out always gets them back). Half the depth: a credit message is a
-/// post of its own (on rxe a whole transfer inside the system call), and a quarter
-/// cost a request-reply exchange 13–26% more in the rxe guest (event mode, 10 pairs).
+/// post of its own (on rxe a whole transfer inside the system call); against a
+/// quarter, half cut a request-reply exchange's latency by 13–26% in the rxe guest
+/// (event mode, two sets of alternating runs).
 const CREDIT_BATCH: u32 = (RECV_DEPTH / 2) as u32;
 /// `wr_id` bit marking receive work requests.
 const RECV_TAG: u64 = 1 << 63;
