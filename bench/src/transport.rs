@@ -1280,21 +1280,21 @@ fn perftest(
         Mode::Latency => "ib_send_lat",
         Mode::Bw => "ib_write_bw",
     };
+    let runs = runs.max(1);
     let mut wanted: Vec<usize> = sizes.iter().map(|&s| s.max(2)).collect();
     wanted.dedup();
     let mut rows = Vec::new();
     for &size in &wanted {
+        let (iters, skip) = counts(mode, size, iterations, warmup);
         let (n, bytes) = match mode {
+            // As many round trips as the fabric makes (its warm-up included: perftest
+            // reports the median, which a few slow first ones hardly move).
             Mode::Latency => {
-                // As many round trips as the fabric makes (its warm-up included:
-                // perftest reports the median, which a few slow first ones hardly move).
-                let (iters, skip) = counts(mode, size, iterations, warmup);
                 let n = (iters + skip).max(5);
                 (n, 2 * size * n)
             }
+            // As many messages as the fabric sends, at most `window` in flight.
             Mode::Bw => {
-                // As many messages as the fabric sends, at most `window` in flight.
-                let (iters, skip) = counts(mode, size, iterations, warmup);
                 let n = (iters + skip) * window;
                 (n, size * n)
             }
@@ -1329,7 +1329,7 @@ fn perftest(
         // A minute to start, then the bytes at 4 MB/s (rxe under TCG moves 30-40).
         let limit = Duration::from_secs(60) + Duration::from_secs_f64(bytes as f64 / 4e6);
         let (mut values, mut avgs) = (Vec::new(), Vec::new());
-        for _ in 0..runs.max(1) {
+        for _ in 0..runs {
             let row = perftest_run(
                 mode,
                 tool,
@@ -1352,17 +1352,17 @@ fn perftest(
     }
     let what = match mode {
         Mode::Latency => {
-            format!("perftest ib_send_lat t_typical (its median) and t_avg, {dev} GID {gid1} -> {gid0}, -n as the fabric's per size, median of {} runs", runs.max(1))
+            format!("perftest ib_send_lat t_typical (its median) and t_avg, {dev} GID {gid1} -> {gid0}, -n as the fabric's per size, median of {runs} runs")
         }
         Mode::Bw => format!(
-            "perftest ib_write_bw BW average, {dev} GID {gid1} -> {gid0}, -t {window} (the window), -n as the fabric's messages per size, median of {} runs",
-            runs.max(1)
+            "perftest ib_write_bw BW average, {dev} GID {gid1} -> {gid0}, -t {window} (the window), -n as the fabric's messages per size, median of {runs} runs"
         ),
     };
     Ok(PerftestTable { what, rows })
 }
-/// One perftest run at `size`, tried again (on a fresh port) when it fails or outlives `limit`.
-/// One perftest run at `size`, tried again (on a fresh port) when it outlives `limit`.
+
+/// One perftest run at `size`, tried again (on a fresh port) when it fails or outlives
+/// `limit`.
 fn perftest_run(
     mode: Mode,
     tool: &str,
