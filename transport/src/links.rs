@@ -159,26 +159,19 @@ pub(crate) const WRITE_THROUGH_MAX: usize = 64 << 10;
 /// may take a part (the rest follows) or nothing (the socket is full, or broken).
 impl WriteThrough for tokio::net::tcp::OwnedWriteHalf {
     fn write_through(&self, payload: &Bytes) -> Result<Option<Bytes>, ()> {
-        tcp_write_through(self, payload)
-    }
-}
-
-fn tcp_write_through(
-    sock: &tokio::net::tcp::OwnedWriteHalf,
-    payload: &Bytes,
-) -> Result<Option<Bytes>, ()> {
-    let header = crate::wire::data_header(payload.len());
-    let bufs = [IoSlice::new(&header), IoSlice::new(payload)];
-    match sock.try_write_vectored(&bufs) {
-        Ok(n) if n == header.len() + payload.len() => Ok(None),
-        Ok(0) | Err(_) => Err(()),
-        Ok(n) if n < header.len() => {
-            let mut rest = BytesMut::with_capacity(header.len() - n + payload.len());
-            rest.put_slice(&header[n..]);
-            rest.put_slice(payload);
-            Ok(Some(rest.freeze()))
+        let header = crate::wire::data_header(payload.len());
+        let bufs = [IoSlice::new(&header), IoSlice::new(payload)];
+        match self.try_write_vectored(&bufs) {
+            Ok(n) if n == header.len() + payload.len() => Ok(None),
+            Ok(0) | Err(_) => Err(()),
+            Ok(n) if n < header.len() => {
+                let mut rest = BytesMut::with_capacity(header.len() - n + payload.len());
+                rest.put_slice(&header[n..]);
+                rest.put_slice(payload);
+                Ok(Some(rest.freeze()))
+            }
+            Ok(n) => Ok(Some(payload.slice(n - header.len()..))),
         }
-        Ok(n) => Ok(Some(payload.slice(n - header.len()..))),
     }
 }
 

@@ -51,7 +51,7 @@ use std::future::Future;
 use std::io;
 use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 use std::os::fd::{AsRawFd, RawFd};
-use std::sync::atomic::{AtomicUsize, Ordering as AtomicOrdering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering as AtomicOrdering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -141,6 +141,33 @@ const BULK_RTS: u32 = 2;
 const READ_TAG: u64 = 1 << 62;
 /// Bytes of a bulk descriptor: remote address, rkey, length.
 const RTS_LEN: usize = 8 + 4 + 8;
+
+/// A bulk descriptor as it travels (little-endian, [`RTS_LEN`] bytes): where the
+/// receiver reads the payload from, under which rkey, and how much.
+struct Rts {
+    remote: u64,
+    rkey: u32,
+    len: u64,
+}
+
+impl Rts {
+    fn encode(&self) -> [u8; RTS_LEN] {
+        let mut b = [0u8; RTS_LEN];
+        b[..8].copy_from_slice(&self.remote.to_le_bytes());
+        b[8..12].copy_from_slice(&self.rkey.to_le_bytes());
+        b[12..20].copy_from_slice(&self.len.to_le_bytes());
+        b
+    }
+
+    /// `data` must be [`RTS_LEN`] bytes.
+    fn decode(data: &[u8]) -> Rts {
+        Rts {
+            remote: u64::from_le_bytes(data[..8].try_into().expect("8 bytes")),
+            rkey: u32::from_le_bytes(data[8..12].try_into().expect("4 bytes")),
+            len: u64::from_le_bytes(data[12..20].try_into().expect("8 bytes")),
+        }
+    }
+}
 /// Local ACK timeout exponent (4.096 µs × 2^16 ≈ 0.27 s; generous for emulated rxe).
 const ACK_TIMEOUT: u8 = 16;
 
@@ -773,11 +800,11 @@ struct Shared {
     /// Registered buffers bulk payloads are read into.
     recv_pool: Arc<RecvPool<PdRegistrar>>,
     /// Payloads sent by descriptor (RDMA read) so far.
-    bulk_sent: std::sync::atomic::AtomicU64,
+    bulk_sent: AtomicU64,
     /// Payloads `send` posted itself so far (shared with every [`TxLink`]).
-    posted_by_send: Arc<std::sync::atomic::AtomicU64>,
+    posted_by_send: Arc<AtomicU64>,
     /// Bulk payloads whose read started while another was being read on its link.
-    read_alongside: std::sync::atomic::AtomicU64,
+    read_alongside: AtomicU64,
     spawner: Spawner,
     closing: watch::Sender<bool>,
     tasks_live: Arc<TaskCount>,
@@ -897,7 +924,7 @@ impl VerbsFabric {
         BulkStats {
             posted_by_send: shared.posted_by_send.load(AtomicOrdering::Relaxed),
             read_alongside: shared.read_alongside.load(AtomicOrdering::Relaxed),
-            sent_by_read: shared.bulk_sent.load(std::sync::atomic::Ordering::Relaxed),
+            sent_by_read: shared.bulk_sent.load(AtomicOrdering::Relaxed),
             send_registrations: cache.registrations,
             receive_registrations: shared.recv_pool.registrations(),
         }
@@ -1321,8 +1348,7 @@ impl Inbound<'_> {
         if slot >= RECV_DEPTH || self.reading.len() >= MAX_BULK_IN_FLIGHT {
             return false;
         }
-        let data = link.slots.slot(slot, RTS_LEN);
-        let len = u64::from_le_bytes(data[12..20].try_into().expect("8 bytes"));
+        let len = Rts::decode(link.slots.slot(slot, RTS_LEN)).len;
         let beyond_first: u64 = self.reading.iter().skip(1).map(|r| r.len as u64).sum();
         beyond_first.saturating_add(len) <= BULK_CONCURRENT_BYTES as u64
     }
@@ -1345,9 +1371,11 @@ impl Inbound<'_> {
             if len != RTS_LEN || !self.assembly.is_empty() {
                 return Err(self.violation("malformed bulk descriptor".into()));
             }
-            let remote = u64::from_le_bytes(data[..8].try_into().expect("8 bytes"));
-            let rkey = u32::from_le_bytes(data[8..12].try_into().expect("4 bytes"));
-            let bulk_len = u64::from_le_bytes(data[12..20].try_into().expect("8 bytes"));
+            let Rts {
+                remote,
+                rkey,
+                len: bulk_len,
+            } = Rts::decode(data);
             if bulk_len == 0 || bulk_len > max as u64 {
                 return Err(self.violation(format!(
                     "bulk payload of {bulk_len} bytes (frame limit {max})"
@@ -1750,11 +1778,12 @@ impl Tx {
     /// receiver to read, and keeps both until its fin. Call only when
     /// [`Tx::can_post`] and fewer than [`MAX_BULK_IN_FLIGHT`] are in flight.
     fn post_descriptor(&mut self, region: &Arc<MemoryRegion>, payload: &Bytes) -> io::Result<()> {
-        let mut rts = [0u8; RTS_LEN];
-        rts[..8].copy_from_slice(&(payload.as_ptr() as u64).to_le_bytes());
-        rts[8..12].copy_from_slice(&region.rkey().to_le_bytes());
-        rts[12..20].copy_from_slice(&(payload.len() as u64).to_le_bytes());
-        self.post_chunk(&rts, BULK_RTS | LAST_CHUNK)?;
+        let rts = Rts {
+            remote: payload.as_ptr() as u64,
+            rkey: region.rkey(),
+            len: payload.len() as u64,
+        };
+        self.post_chunk(&rts.encode(), BULK_RTS | LAST_CHUNK)?;
         self.in_flight.push_back((region.clone(), payload.clone()));
         Ok(())
     }
@@ -1768,7 +1797,7 @@ impl Tx {
 struct TxLink {
     tx: Mutex<Tx>,
     /// The fabric's count of payloads posted here.
-    posted_by_send: Arc<std::sync::atomic::AtomicU64>,
+    posted_by_send: Arc<AtomicU64>,
 }
 
 impl TxLink {
@@ -1839,9 +1868,7 @@ async fn transmit(
                     if tx.in_flight.len() >= MAX_BULK_IN_FLIGHT {
                         break;
                     }
-                    shared
-                        .bulk_sent
-                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    shared.bulk_sent.fetch_add(1, AtomicOrdering::Relaxed);
                     p.offset = p.payload.len();
                     tx.post_descriptor(region, &p.payload)
                 } else {
@@ -1927,6 +1954,23 @@ mod tests {
             gid_index: Some(3),
         };
         assert_eq!(opts.clone().with_env().unwrap(), opts);
+    }
+
+    #[test]
+    fn bulk_descriptor_round_trips_little_endian() {
+        let rts = Rts {
+            remote: 0x0102_0304_0506_0708,
+            rkey: 0x0a0b_0c0d,
+            len: (4 << 20) + 3,
+        };
+        let bytes = rts.encode();
+        assert_eq!(bytes[0], 0x08, "remote address first, little-endian");
+        assert_eq!(bytes[8], 0x0d, "then the rkey");
+        let back = Rts::decode(&bytes);
+        assert_eq!(
+            (back.remote, back.rkey, back.len),
+            (rts.remote, rts.rkey, rts.len)
+        );
     }
 
     #[test]
