@@ -56,19 +56,19 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
+use rdma_mummy_sys::{
+    ibv_recv_wr, ibv_send_flags, ibv_send_wr, ibv_sge, ibv_wc, ibv_wr_opcode, rdma_t,
+};
 use sideway::ibverbs::address::{AddressHandleAttribute, Gid};
 use sideway::ibverbs::completion::{
     BasicCompletionQueue, CompletionChannel, CompletionQueue, GenericCompletionQueue,
-    PollCompletionQueueError, WorkCompletionStatus,
+    WorkCompletionStatus,
 };
 use sideway::ibverbs::device::{DeviceInfo, DeviceList};
 use sideway::ibverbs::device_context::{DeviceContext, Mtu, PortState};
 use sideway::ibverbs::memory_region::MemoryRegion;
 use sideway::ibverbs::protection_domain::ProtectionDomain;
-use sideway::ibverbs::queue_pair::{
-    BasicQueuePair, PostSendGuard, QueuePair, QueuePairAttribute, QueuePairState,
-    SetScatterGatherEntry, WorkRequestFlags,
-};
+use sideway::ibverbs::queue_pair::{BasicQueuePair, QueuePair, QueuePairAttribute, QueuePairState};
 use sideway::ibverbs::AccessFlags;
 use tokio::io::unix::AsyncFd;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -632,34 +632,47 @@ impl QpLink {
 
     /// Posts a receive for data slot `slot` (`Some`) or a zero-length one for a credit
     /// message (`None`).
+    ///
+    /// The work requests on this page are built on the stack and posted through
+    /// libibverbs directly: sideway's post guards allocate vectors for every post, and
+    /// these posts are the per-message hot path (as is [`Waiter::poll`]).
     fn post_recv(&mut self, slot: Option<usize>) -> io::Result<()> {
-        let (lkey, addr) = (self.slots.mr.lkey(), slot.map(|s| self.slots.addr(s)));
-        let mut guard = self.qp.start_post_recv();
-        let wr = guard.construct_wr(RECV_TAG | slot.unwrap_or(0) as u64);
-        if let Some(addr) = addr {
-            // SAFETY: the slot lies in `slots`, registered and alive as long as the QP.
-            unsafe { wr.setup_sge(lkey, addr, SLOT_SIZE as u32) };
-        }
-        guard.post().map_err(io::Error::other)
+        let mut sge = ibv_sge {
+            addr: slot.map_or(0, |s| self.slots.addr(s)),
+            length: SLOT_SIZE as u32,
+            lkey: self.slots.mr.lkey(),
+        };
+        let mut wr = ibv_recv_wr {
+            wr_id: RECV_TAG | slot.unwrap_or(0) as u64,
+            next: std::ptr::null_mut(),
+            sg_list: &mut sge,
+            num_sge: i32::from(slot.is_some()),
+        };
+        let mut bad = std::ptr::null_mut();
+        // SAFETY: the QP is alive; `wr` and its SGE (the slot lies in `slots`,
+        // registered and alive as long as the QP) outlive the call, which copies them.
+        let rc = unsafe { rdma_mummy_sys::ibv_post_recv(self.qp.qp().as_ptr(), &mut wr, &mut bad) };
+        posted(rc)
     }
 
     /// Sends `len` bytes of send slot `slot` (none when `slot` is `None`) with `imm`.
     fn post_send(&mut self, wr_id: u64, slot: Option<(usize, usize)>, imm: u32) -> io::Result<()> {
-        let lkey = self.slots.mr.lkey();
-        let sge = slot.map(|(s, len)| (self.slots.addr(s), len as u32));
-        let inline = sge.is_some_and(|(_, len)| len > 0 && len as usize <= self.max_inline);
-        let flags = if inline {
-            WorkRequestFlags::Signaled | WorkRequestFlags::Inline
-        } else {
-            WorkRequestFlags::Signaled
+        let mut sge = ibv_sge {
+            addr: 0,
+            length: 0,
+            lkey: self.slots.mr.lkey(),
         };
-        let mut guard = self.qp.start_post_send();
-        let wr = guard.construct_wr(wr_id, flags).setup_send_imm(imm);
-        if let Some((addr, len)) = sge.filter(|&(_, len)| len > 0) {
-            // SAFETY: as in `post_recv`.
-            unsafe { wr.setup_sge(lkey, addr, len) };
+        let mut flags = ibv_send_flags::IBV_SEND_SIGNALED.0;
+        if let Some((s, len)) = slot.filter(|&(_, len)| len > 0) {
+            sge.addr = self.slots.addr(s);
+            sge.length = len as u32;
+            if len <= self.max_inline {
+                flags |= ibv_send_flags::IBV_SEND_INLINE.0;
+            }
         }
-        guard.post().map_err(io::Error::other)
+        let mut wr = send_wr(wr_id, ibv_wr_opcode::IBV_WR_SEND_WITH_IMM, flags, &mut sge);
+        wr.imm_data_invalidated_rkey_union.imm_data = imm;
+        self.post(&mut wr)
     }
 
     /// Reads `len` bytes at the peer's `remote` (`rkey`) into `local` (`lkey`).
@@ -670,14 +683,57 @@ impl QpLink {
         (rkey, remote): (u32, u64),
         len: usize,
     ) -> io::Result<()> {
-        let mut guard = self.qp.start_post_send();
-        let wr = guard
-            .construct_wr(wr_id, WorkRequestFlags::Signaled)
-            .setup_read(rkey, remote);
-        // SAFETY: `local` lies in a registered pool buffer the caller keeps alive until
-        // this read completes.
-        unsafe { wr.setup_sge(lkey, local, len as u32) };
-        guard.post().map_err(io::Error::other)
+        let mut sge = ibv_sge {
+            addr: local,
+            length: len as u32,
+            lkey,
+        };
+        let mut wr = send_wr(
+            wr_id,
+            ibv_wr_opcode::IBV_WR_RDMA_READ,
+            ibv_send_flags::IBV_SEND_SIGNALED.0,
+            &mut sge,
+        );
+        wr.wr.rdma = rdma_t {
+            remote_addr: remote,
+            rkey,
+        };
+        // `local` lies in a registered pool buffer the caller keeps alive until this
+        // read completes.
+        self.post(&mut wr)
+    }
+
+    /// Posts one send-queue work request built by [`send_wr`].
+    fn post(&mut self, wr: &mut ibv_send_wr) -> io::Result<()> {
+        let mut bad = std::ptr::null_mut();
+        // SAFETY: the QP is alive; `wr` and the SGE it points to (in registered memory
+        // kept alive by the caller) outlive the call, which copies them (and, inline,
+        // the data).
+        let rc = unsafe { rdma_mummy_sys::ibv_post_send(self.qp.qp().as_ptr(), wr, &mut bad) };
+        posted(rc)
+    }
+}
+
+/// A send-queue work request with one scatter/gather entry (none when it is empty).
+fn send_wr(wr_id: u64, opcode: u32, flags: u32, sge: &mut ibv_sge) -> ibv_send_wr {
+    // SAFETY: all zeroes is a valid ibv_send_wr (null pointers, no SGEs); the fields
+    // that matter are set below.
+    let mut wr: ibv_send_wr = unsafe { std::mem::MaybeUninit::zeroed().assume_init() };
+    wr.wr_id = wr_id;
+    wr.opcode = opcode;
+    wr.send_flags = flags;
+    if sge.length > 0 {
+        wr.sg_list = sge;
+        wr.num_sge = 1;
+    }
+    wr
+}
+
+/// A post's return code (an errno value) as a result.
+fn posted(rc: i32) -> io::Result<()> {
+    match rc {
+        0 => Ok(()),
+        rc => Err(io::Error::from_raw_os_error(rc)),
     }
 }
 
@@ -728,22 +784,38 @@ impl Waiter {
         self.arm()
     }
 
-    /// Everything in the completion queue right now.
+    /// Everything in the completion queue right now (polled into a stack array, see
+    /// [`QpLink::post_recv`]).
     fn poll(&self, out: &mut Vec<Completion>) -> io::Result<()> {
+        const BATCH: usize = 16;
+        let mut wcs = [std::mem::MaybeUninit::<ibv_wc>::uninit(); BATCH];
         loop {
-            match self.cq.start_poll() {
-                Ok(poller) => {
-                    for wc in poller {
-                        out.push(Completion {
-                            wr_id: wc.wr_id(),
-                            status: wc.status(),
-                            byte_len: wc.byte_len(),
-                            imm: wc.imm_data(),
-                        });
-                    }
-                }
-                Err(PollCompletionQueueError::CompletionQueueEmpty) => return Ok(()),
-                Err(e) => return Err(io::Error::other(e)),
+            // SAFETY: the CQ is alive; `wcs` has room for BATCH entries.
+            let n = unsafe {
+                rdma_mummy_sys::ibv_poll_cq(
+                    self.cq.cq().as_ptr(),
+                    BATCH as i32,
+                    wcs.as_mut_ptr().cast(),
+                )
+            };
+            let Ok(n) = usize::try_from(n) else {
+                return Err(io::Error::other(format!(
+                    "polling the completion queue failed ({n})"
+                )));
+            };
+            for wc in &wcs[..n] {
+                // SAFETY: the provider filled the first n entries.
+                let wc = unsafe { wc.assume_init_ref() };
+                out.push(Completion {
+                    wr_id: wc.wr_id,
+                    status: wc.status,
+                    byte_len: wc.byte_len,
+                    // SAFETY: both members of the union are a u32.
+                    imm: unsafe { wc.imm_data_invalidated_rkey_union.imm_data },
+                });
+            }
+            if n < BATCH {
+                return Ok(());
             }
         }
     }
