@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # deploy/rxe/ci.sh — the verbs CI job: builds the transport test binaries on the host,
 # then boots one soft-RoCE guest (deploy/rxe/rxe-run.sh) and runs in it the verbs half of
-# the fabric conformance suite and the backend-selection tests, on real RC queue pairs
-# over rxe0, an ibv_devices / ib_send_lat smoke check, group constructs and fences
-# across 3 node servers on verbs, and a short smoke run of the transport benchmarks
-# (with their perftest references). Exits non-zero if any fails. `make test` runs it
-# after the cargo tests.
+# the fabric conformance suite (completion channel, adaptive polling, busy polling) and
+# the backend-selection tests, on real RC queue pairs over rxe0, an ibv_devices /
+# ib_send_lat smoke check, group constructs and fences across 3 node servers on verbs,
+# and a short smoke run of the transport benchmarks (with their perftest references).
+# Exits non-zero if any fails. `make test` runs it after the cargo tests.
 #
 #   deploy/rxe/ci.sh            (from anywhere; honours CARGO_TARGET_DIR and CARGO)
 #
@@ -60,8 +60,8 @@ job="set -e
 export COHORT_TEST_REQUIRE_VERBS=1
 echo '### verbs smoke: ibv_devices, ib_send_lat'
 deploy/rxe/examples/verbs-smoke.sh 50
-echo '### fabric conformance on verbs (rxe0): event mode, and with adaptive polling and a handler as cohortd runs it'
-'$conformance' verbs:: verbs_polling:: --test-threads=1
+echo '### fabric conformance on verbs (rxe0): event mode, with adaptive polling and a handler as cohortd runs it, and busy-polling (COHORT_VERBS_POLL=1)'
+'$conformance' verbs:: verbs_polling:: verbs_busy_poll:: --test-threads=1
 echo '### backend selection on a host with an ACTIVE port'
 '$select' --test-threads=1
 echo '### group construct, add-members and fence across 3 node servers on verbs'

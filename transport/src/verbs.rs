@@ -171,10 +171,11 @@ impl Rts {
 /// Local ACK timeout exponent (4.096 µs × 2^16 ≈ 0.27 s; generous for emulated rxe).
 const ACK_TIMEOUT: u8 = 16;
 
-/// Which device, port and GID the verbs backend uses. Unset fields come from
-/// [`DEVICE_ENV`] / [`GID_INDEX_ENV`], then from defaults: the first device with an
-/// active port, port 1, and the GID whose IPv4-mapped address is the listen address
-/// (else the first IPv4-mapped GID, else index 0).
+/// Which device, port and GID the verbs backend uses, and whether it busy-polls.
+/// Unset fields come from [`DEVICE_ENV`] / [`GID_INDEX_ENV`] / [`POLL_ENV`], then from
+/// defaults: the first device with an active port, port 1, the GID whose IPv4-mapped
+/// address is the listen address (else the first IPv4-mapped GID, else index 0), and
+/// the completion channel (no busy polling).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct VerbsOptions {
     /// Device name, e.g. `mlx5_0` or `rxe0`. A node server may set the NIC
@@ -183,6 +184,9 @@ pub struct VerbsOptions {
     /// Port number (1-based).
     pub port: Option<u8>,
     pub gid_index: Option<u32>,
+    /// Busy-poll the completion queues instead of sleeping on their channels (unset:
+    /// [`POLL_ENV`]).
+    pub busy_poll: Option<bool>,
 }
 
 impl VerbsOptions {
@@ -214,6 +218,11 @@ impl VerbsOptions {
                     );
                 }
             }
+        }
+        if self.busy_poll.is_none() {
+            self.busy_poll = Some(
+                std::env::var(POLL_ENV).is_ok_and(|v| matches!(v.trim(), "1" | "true" | "yes")),
+            );
         }
         Ok(self)
     }
@@ -917,8 +926,7 @@ impl VerbsFabric {
             .with_env()
             .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
         let device = Device::open(&opts, cfg.listen.ip())?;
-        let poll_mode =
-            std::env::var(POLL_ENV).is_ok_and(|v| matches!(v.trim(), "1" | "true" | "yes"));
+        let poll_mode = opts.busy_poll == Some(true);
         let registrar = Arc::new(PdRegistrar(device.pd.clone()));
         let send_cache = SendCache::new(registrar.clone(), SEND_CACHE_BYTES, SEND_CACHE_ENTRIES);
         let recv_pool = RecvPool::new(registrar, RECV_POOL_IDLE_BYTES);
@@ -1727,6 +1735,9 @@ async fn run_outbound(
                 free: (0..RECV_DEPTH).rev().collect(),
                 in_flight: VecDeque::new(),
                 open: true,
+                peer,
+                scratch: Vec::new(),
+                failed: None,
             }),
             posted_by_send: shared.posted_by_send.clone(),
         });
@@ -1793,11 +1804,26 @@ struct Tx {
     in_flight: VecDeque<(Arc<MemoryRegion>, Bytes)>,
     /// The task still runs the link: sends may post.
     open: bool,
+    /// The peer, for errors.
+    peer: NodeId,
+    /// Where [`Tx::take_in`] polls completions into (kept to reuse its allocation).
+    scratch: Vec<Completion>,
+    /// The link broke while a send took completions in: the task ends the link with
+    /// this as soon as it looks.
+    failed: Option<LinkEnd>,
 }
 
 impl Tx {
     /// Takes in what completed: freed slots, returned credits and fins.
-    fn reap(&mut self, peer: NodeId, completions: &mut Vec<Completion>) -> Result<(), LinkEnd> {
+    fn take_in(&mut self) -> Result<(), LinkEnd> {
+        let mut completions = std::mem::take(&mut self.scratch);
+        let taken = self.reap(&mut completions);
+        self.scratch = completions;
+        taken
+    }
+
+    fn reap(&mut self, completions: &mut Vec<Completion>) -> Result<(), LinkEnd> {
+        let peer = self.peer;
         completions.clear();
         if let Err(source) = self.link.poll(completions) {
             return Err(LinkEnd::Broken(FabricError::Io { peer, source }));
@@ -1887,8 +1913,20 @@ impl links::WriteThrough for TxLink {
         let Ok(mut tx) = self.tx.try_lock() else {
             return Err(());
         };
-        if !tx.open || !tx.can_post() {
+        if !tx.open {
             return Err(());
+        }
+        if !tx.can_post() {
+            // Completions not taken in yet may have freed a slot or returned credits
+            // (in polling mode the task polls only while it has work of its own).
+            if let Err(end) = tx.take_in() {
+                tx.failed = Some(end);
+                tx.open = false;
+                return Err(());
+            }
+            if !tx.can_post() {
+                return Err(());
+            }
         }
         // A failed post takes nothing: the task posts the frame again and meets the
         // error itself.
@@ -1911,13 +1949,15 @@ async fn transmit(
 ) -> LinkEnd {
     let mut pending: Option<Pending> = None;
     let mut goodbye = false;
-    let mut completions = Vec::new();
     let mut word = [0u8; 4];
     let mut word_len = 0;
     loop {
-        let done = {
+        let (done, bulk_in_flight) = {
             let mut tx = tx_link.lock();
-            if let Err(end) = tx.reap(peer, &mut completions) {
+            if let Some(end) = tx.failed.take() {
+                return end;
+            }
+            if let Err(end) = tx.take_in() {
                 return end;
             }
             // Post as much as credits, free slots and the bulk bound allow.
@@ -1963,7 +2003,11 @@ async fn transmit(
             }
             // Every send completed (acknowledged by the peer's HCA) and every bulk
             // payload was read: goodbye may be said.
-            goodbye && pending.is_none() && tx.free.len() == RECV_DEPTH && tx.in_flight.is_empty()
+            let done = goodbye
+                && pending.is_none()
+                && tx.free.len() == RECV_DEPTH
+                && tx.in_flight.is_empty();
+            (done, !tx.in_flight.is_empty())
         };
         if done {
             let (mut rd, mut wr) = stream.split();
@@ -1971,8 +2015,15 @@ async fn transmit(
             return LinkEnd::Local;
         }
         let want_queue = pending.is_none() && !goodbye;
+        // Polling mode polls the CQ only while completions are awaited for work of the
+        // task's own (a frame waiting for a credit or a slot, the goodbye, bulk
+        // payloads being read); otherwise it waits for the queue: direct sends take
+        // completions in themselves when out of slots or credits. So an idle outbound
+        // link does not lengthen the runtime's polling loop, in which the inbound
+        // links look for the next message.
+        let want_cq = !shared.poll_mode || !want_queue || bulk_in_flight;
         tokio::select! {
-            r = waiter.wait() => if let Err(source) = r {
+            r = waiter.wait(), if want_cq => if let Err(source) = r {
                 return LinkEnd::Broken(FabricError::Io { peer, source });
             },
             item = queue.recv(), if want_queue => match item {
@@ -2024,6 +2075,7 @@ mod tests {
             device: Some("rxe0".into()),
             port: Some(1),
             gid_index: Some(3),
+            busy_poll: Some(false),
         };
         assert_eq!(opts.clone().with_env().unwrap(), opts);
     }

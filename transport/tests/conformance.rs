@@ -52,17 +52,21 @@ enum Backend {
     /// Verbs with adaptive polling and a handler, as `cohortd` runs it: a link that
     /// delivered within the budget polls its completion queue directly.
     VerbsPolling,
+    /// Verbs busy-polling its completion queues (`COHORT_VERBS_POLL=1`, the lowest
+    /// latency mode) with a handler: an outbound link's task polls only while it has
+    /// work of its own, and direct sends take completions in themselves.
+    VerbsBusyPoll,
 }
 
 impl Backend {
     fn kind(self) -> FabricKind {
         match self {
             Backend::Tcp | Backend::TcpPolling | Backend::TcpHandler => FabricKind::Tcp,
-            Backend::Verbs | Backend::VerbsPolling => FabricKind::Verbs,
+            Backend::Verbs | Backend::VerbsPolling | Backend::VerbsBusyPoll => FabricKind::Verbs,
         }
     }
 
-    /// `Some(b)` (`Verbs` or `VerbsPolling`) when a usable device exists; otherwise
+    /// `Some(b)` (one of the verbs backends) when a usable device exists; otherwise
     /// says why and returns `None` (or panics when the environment demands verbs).
     fn verbs_or_skip(b: Backend, test: &str) -> Option<Backend> {
         let opts = VerbsOptions::default().with_env().expect("verbs settings");
@@ -96,7 +100,7 @@ impl Backend {
     fn count(self, tcp: u32, verbs: u32) -> u32 {
         match self {
             Backend::Tcp | Backend::TcpPolling | Backend::TcpHandler => tcp,
-            Backend::Verbs | Backend::VerbsPolling => verbs,
+            Backend::Verbs | Backend::VerbsPolling | Backend::VerbsBusyPoll => verbs,
         }
     }
 
@@ -107,7 +111,10 @@ impl Backend {
     }
 
     async fn try_bind(self, cfg: FabricConfig) -> std::io::Result<(AnyFabric, Events)> {
-        if !matches!(self, Backend::TcpHandler | Backend::VerbsPolling) {
+        if !matches!(
+            self,
+            Backend::TcpHandler | Backend::VerbsPolling | Backend::VerbsBusyPoll
+        ) {
             return AnyFabric::bind(self.kind(), cfg).await;
         }
         let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
@@ -119,8 +126,8 @@ impl Backend {
     }
 }
 
-/// Generates `tcp::NAME`, `tcp_polling::NAME`, `tcp_handler::NAME`, `verbs::NAME` and
-/// `verbs_polling::NAME` for each
+/// Generates `tcp::NAME`, `tcp_polling::NAME`, `tcp_handler::NAME`, `verbs::NAME`,
+/// `verbs_polling::NAME` and `verbs_busy_poll::NAME` for each
 /// `async fn NAME(Backend)`.
 macro_rules! conformance {
     ($($name:ident),* $(,)?) => {
@@ -168,6 +175,16 @@ macro_rules! conformance {
                 }
             )*
         }
+        mod verbs_busy_poll {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    if let Some(b) = super::Backend::verbs_or_skip(super::Backend::VerbsBusyPoll, stringify!($name)) {
+                        super::$name(b).await
+                    }
+                }
+            )*
+        }
     };
 }
 
@@ -187,6 +204,7 @@ conformance!(
     killed_peer_process_is_reported_lost,
     many_peers_at_once,
     local_tasks_serve_a_consumer_in_a_local_set,
+    request_reply_keeps_posting_directly,
 );
 
 /// Must be called inside the test's runtime (a polling backend spawns its spinner).
@@ -195,12 +213,14 @@ fn config(b: Backend, node: u32, ip: &str, secret: &[u8]) -> FabricConfig {
     let mut cfg = FabricConfig::new(node, format!("{ip}:0").parse().unwrap(), secret.to_vec());
     if matches!(
         b,
-        Backend::TcpPolling | Backend::TcpHandler | Backend::VerbsPolling
+        Backend::TcpPolling | Backend::TcpHandler | Backend::VerbsPolling | Backend::VerbsBusyPoll
     ) {
         let spinner = Spinner::new(Duration::from_micros(150));
         tokio::spawn(spinner.clone().run());
         cfg.spinner = Some(spinner);
     }
+    // Set explicitly either way: the environment (COHORT_VERBS_POLL) must not decide.
+    cfg.verbs.busy_poll = Some(b == Backend::VerbsBusyPoll);
     cfg
 }
 
@@ -332,6 +352,56 @@ async fn all_to_all_keeps_per_peer_order(b: Backend) {
     .await
 }
 
+/// 2b. A request-reply exchange of small messages, longer than the receive depth (so
+/// every send slot and credit is used several times over), goes through intact and in
+/// order; on verbs busy-polling, every send after the first posts directly: an
+/// outbound link's task polls only while it has work of its own, so the sends must
+/// take in the completions that free their slots and return their credits themselves.
+async fn request_reply_keeps_posting_directly(bk: Backend) {
+    within(async {
+        let mut nodes = cluster(bk, &["127.0.2.5", "127.0.2.6"]).await;
+        let (b, mut b_rx) = nodes.pop().unwrap();
+        let (a, mut a_rx) = nodes.pop().unwrap();
+        let echo_from = b.clone();
+        let echo = tokio::spawn(async move {
+            while let Some(FabricEvent::Message { from, payload }) = b_rx.recv().await {
+                let _ = echo_from.send(from, payload);
+            }
+        });
+        // The first exchange sets the links up (its frames wait in the queues for that).
+        a.send(1, numbered(0, 0)).unwrap();
+        assert_eq!(next_message(&mut a_rx).await, (1, numbered(0, 0)));
+        let stats = |f: &AnyFabric| match f {
+            AnyFabric::Verbs(v) => Some(v.bulk_stats().posted_by_send),
+            _ => None,
+        };
+        let (a0, b0) = (stats(&a), stats(&b));
+        let rounds = 3 * cohort_transport::RECV_DEPTH as u32;
+        for i in 1..=rounds {
+            a.send(1, numbered(0, i)).unwrap();
+            assert_eq!(next_message(&mut a_rx).await, (1, numbered(0, i)));
+        }
+        if bk == Backend::VerbsBusyPoll {
+            let (a1, b1) = (stats(&a).unwrap(), stats(&b).unwrap());
+            assert_eq!(
+                a1 - a0.unwrap(),
+                u64::from(rounds),
+                "requests posted directly"
+            );
+            assert_eq!(
+                b1 - b0.unwrap(),
+                u64::from(rounds),
+                "replies posted directly"
+            );
+        }
+        a.shutdown().await;
+        b.shutdown().await;
+        echo.await.unwrap();
+        assert_quiet(&mut a_rx).await;
+    })
+    .await
+}
+
 /// 2. Payloads of 0 B .. 64 MiB go there and back intact.
 async fn sizes_round_trip_intact(bk: Backend) {
     within(async {
@@ -351,7 +421,7 @@ async fn sizes_round_trip_intact(bk: Backend) {
             }
             // Around the eager/bulk boundary (one 64 KiB slot), then bulk payloads
             // read in one and in several RDMA reads.
-            Backend::Verbs | Backend::VerbsPolling => &[
+            Backend::Verbs | Backend::VerbsPolling | Backend::VerbsBusyPoll => &[
                 0,
                 1,
                 (64 << 10) - 1,
