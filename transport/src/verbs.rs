@@ -956,7 +956,10 @@ impl VerbsFabric {
                 .as_ref()
                 .map(|sp| sp.budget())
                 .filter(|b| !b.is_zero() && !poll_mode),
-            state: Mutex::new(Links::new(sink, cfg.spinner.clone())),
+            // Busy-polling keeps the runtime polling anyway: told of the fabric's
+            // messages, the spinner would only add its CPU yield (a system call) to
+            // every turn of that loop.
+            state: Mutex::new(Links::new(sink, cfg.spinner.clone().filter(|_| !poll_mode))),
             inline_events,
         });
         {
