@@ -131,6 +131,10 @@ const BULK_MIN_REGISTERED: usize = 4 << 20;
 /// quarter, half cut a request-reply exchange's latency by 13–26% in the rxe guest
 /// (event mode, two sets of alternating runs).
 const CREDIT_BATCH: u32 = (RECV_DEPTH / 2) as u32;
+/// Busy-polling: how often an outbound link's task takes completions in while sends
+/// are outstanding and it has nothing else to do (it polls on every turn while it
+/// waits for a credit or a slot).
+const REAP_INTERVAL: Duration = Duration::from_millis(1);
 /// `wr_id` bit marking receive work requests.
 const RECV_TAG: u64 = 1 << 63;
 /// Immediate bit of a payload's last chunk.
@@ -843,6 +847,9 @@ fn completion_error(peer: NodeId, c: &Completion) -> FabricError {
 pub struct BulkStats {
     /// Payloads `send` posted itself (write-through), not through the link's task.
     pub posted_by_send: u64,
+    /// Payloads `send` would have posted itself but found the link's task using the
+    /// link just then, so they went through its queue.
+    pub queued_link_busy: u64,
     /// Bulk payloads this fabric started reading while an earlier one from the same
     /// peer was still being read.
     pub read_alongside: u64,
@@ -884,6 +891,8 @@ struct Shared {
     bulk_sent: AtomicU64,
     /// Payloads `send` posted itself so far (shared with every [`TxLink`]).
     posted_by_send: Arc<AtomicU64>,
+    /// Payloads `send` queued because a link's task held the link (likewise shared).
+    queued_link_busy: Arc<AtomicU64>,
     /// Bulk payloads whose read started while another was being read on its link.
     read_alongside: AtomicU64,
     spawner: Spawner,
@@ -947,6 +956,7 @@ impl VerbsFabric {
             recv_pool,
             bulk_sent: Default::default(),
             posted_by_send: Default::default(),
+            queued_link_busy: Default::default(),
             read_alongside: Default::default(),
             spawner: Spawner::current(cfg.local_tasks),
             closing: watch::channel(false).0,
@@ -1006,6 +1016,7 @@ impl VerbsFabric {
         let cache = shared.send_cache.lock().unwrap_or_else(|e| e.into_inner());
         BulkStats {
             posted_by_send: shared.posted_by_send.load(AtomicOrdering::Relaxed),
+            queued_link_busy: shared.queued_link_busy.load(AtomicOrdering::Relaxed),
             read_alongside: shared.read_alongside.load(AtomicOrdering::Relaxed),
             sent_by_read: shared.bulk_sent.load(AtomicOrdering::Relaxed),
             send_registrations: cache.registrations,
@@ -1743,6 +1754,7 @@ async fn run_outbound(
                 failed: None,
             }),
             posted_by_send: shared.posted_by_send.clone(),
+            queued_link_busy: shared.queued_link_busy.clone(),
         });
         shared.lock().enable_write_through(peer, id, tx.clone());
         let end = transmit(
@@ -1899,6 +1911,8 @@ struct TxLink {
     tx: Mutex<Tx>,
     /// The fabric's count of payloads posted here.
     posted_by_send: Arc<AtomicU64>,
+    /// The fabric's count of payloads that found the link busy here.
+    queued_link_busy: Arc<AtomicU64>,
 }
 
 impl TxLink {
@@ -1914,6 +1928,7 @@ impl links::WriteThrough for TxLink {
         }
         // Never wait here (`send` holds the fabric's lock): a busy link takes it queued.
         let Ok(mut tx) = self.tx.try_lock() else {
+            self.queued_link_busy.fetch_add(1, AtomicOrdering::Relaxed);
             return Err(());
         };
         if !tx.open {
@@ -1921,7 +1936,7 @@ impl links::WriteThrough for TxLink {
         }
         if !tx.can_post() {
             // Completions not taken in yet may have freed a slot or returned credits
-            // (in polling mode the task polls only while it has work of its own).
+            // (in polling mode the task may not have polled since).
             if let Err(end) = tx.take_in() {
                 tx.failed = Some(end);
                 tx.open = false;
@@ -1955,7 +1970,7 @@ async fn transmit(
     let mut word = [0u8; 4];
     let mut word_len = 0;
     loop {
-        let (done, bulk_in_flight) = {
+        let (done, awaited) = {
             let mut tx = tx_link.lock();
             if let Some(end) = tx.failed.take() {
                 return end;
@@ -2010,7 +2025,9 @@ async fn transmit(
                 && pending.is_none()
                 && tx.free.len() == RECV_DEPTH
                 && tx.in_flight.is_empty();
-            (done, !tx.in_flight.is_empty())
+            // Posted sends not completed yet, or bulk payloads not read yet.
+            let awaited = tx.free.len() < RECV_DEPTH || !tx.in_flight.is_empty();
+            (done, awaited)
         };
         if done {
             let (mut rd, mut wr) = stream.split();
@@ -2018,17 +2035,20 @@ async fn transmit(
             return LinkEnd::Local;
         }
         let want_queue = pending.is_none() && !goodbye;
-        // Polling mode polls the CQ only while completions are awaited for work of the
-        // task's own (a frame waiting for a credit or a slot, the goodbye, bulk
-        // payloads being read); otherwise it waits for the queue: direct sends take
-        // completions in themselves when out of slots or credits. So an idle outbound
-        // link does not lengthen the runtime's polling loop, in which the inbound
-        // links look for the next message.
-        let want_cq = !shared.poll_mode || !want_queue || bulk_in_flight;
+        // Polling mode polls the CQ on every turn only while the task waits for a
+        // credit or a slot (a frame is pending) or says goodbye. Otherwise it waits
+        // for the queue, and while posted sends have not completed or bulk payloads
+        // are being read it takes completions in every REAP_INTERVAL, so an error
+        // completion is seen within that; direct sends take completions in
+        // themselves when out of slots or credits. So an idle outbound link does not
+        // lengthen the runtime's polling loop, in which the inbound links look for
+        // the next message.
+        let want_cq = !shared.poll_mode || !want_queue;
         tokio::select! {
             r = waiter.wait(), if want_cq => if let Err(source) = r {
                 return LinkEnd::Broken(FabricError::Io { peer, source });
             },
+            _ = tokio::time::sleep(REAP_INTERVAL), if !want_cq && awaited => {}
             item = queue.recv(), if want_queue => match item {
                 None => return LinkEnd::Local,
                 Some(Outgoing::Frame(payload)) => pending = Some(Pending::new(shared, payload)),
