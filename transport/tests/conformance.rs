@@ -359,15 +359,7 @@ async fn all_to_all_keeps_per_peer_order(b: Backend) {
 /// sends must take in the completions that free slots and return credits themselves.
 async fn request_reply_keeps_posting_directly(bk: Backend) {
     within(async {
-        let mut nodes = cluster(bk, &["127.0.2.5", "127.0.2.6"]).await;
-        let (b, mut b_rx) = nodes.pop().unwrap();
-        let (a, mut a_rx) = nodes.pop().unwrap();
-        let echo_from = b.clone();
-        let echo = tokio::spawn(async move {
-            while let Some(FabricEvent::Message { from, payload }) = b_rx.recv().await {
-                let _ = echo_from.send(from, payload);
-            }
-        });
+        let (a, mut a_rx, b, echo) = echo_pair(bk, ["127.0.2.5", "127.0.2.6"]).await;
         // The first exchange sets the links up (its frames wait in the queues for that).
         a.send(1, numbered(0, 0)).unwrap();
         assert_eq!(next_message(&mut a_rx).await, (1, numbered(0, 0)));
@@ -407,19 +399,29 @@ async fn request_reply_keeps_posting_directly(bk: Backend) {
     .await
 }
 
+/// Two nodes on `ips`: node 0 (returned with its events) and node 1, which echoes
+/// everything back to its sender from the returned task (ends once node 1 shuts down).
+async fn echo_pair(
+    bk: Backend,
+    ips: [&str; 2],
+) -> (AnyFabric, Events, AnyFabric, tokio::task::JoinHandle<()>) {
+    let mut nodes = cluster(bk, &ips).await;
+    let (b, mut b_rx) = nodes.pop().unwrap();
+    let (a, a_rx) = nodes.pop().unwrap();
+    let echo_from = b.clone();
+    let echo = tokio::spawn(async move {
+        while let Some(FabricEvent::Message { from, payload }) = b_rx.recv().await {
+            let _ = echo_from.send(from, payload);
+        }
+    });
+    (a, a_rx, b, echo)
+}
+
 /// 2. Payloads of 0 B .. 64 MiB go there and back intact.
 async fn sizes_round_trip_intact(bk: Backend) {
     within(async {
-        let mut nodes = cluster(bk, &["127.0.2.1", "127.0.2.2"]).await;
-        let (b, mut b_rx) = nodes.pop().unwrap();
-        let (a, mut a_rx) = nodes.pop().unwrap();
         // Node 1 echoes everything back to node 0.
-        let echo_from = b.clone();
-        let echo = tokio::spawn(async move {
-            while let Some(FabricEvent::Message { from, payload }) = b_rx.recv().await {
-                let _ = echo_from.send(from, payload);
-            }
-        });
+        let (a, mut a_rx, b, echo) = echo_pair(bk, ["127.0.2.1", "127.0.2.2"]).await;
         let sizes: &[usize] = match bk {
             Backend::Tcp | Backend::TcpPolling | Backend::TcpHandler => {
                 &[0, 1, 64 << 10, 4 << 20, 64 << 20]
