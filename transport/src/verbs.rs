@@ -1354,6 +1354,8 @@ struct Inbound<'a> {
     next_wr: u64,
     /// Whether the last `progress` delivered anything.
     delivered: bool,
+    /// Where `progress` polls completions into (kept to reuse its allocation).
+    scratch: Vec<Completion>,
 }
 
 impl Inbound<'_> {
@@ -1556,11 +1558,13 @@ impl Inbound<'_> {
     /// Drains the CQ, delivers what is complete, returns credits. `false`: stop (the
     /// link was condemned or the fabric dropped).
     fn progress(&mut self, link: &mut QpLink, id: ConnId) -> Result<bool, LinkEnd> {
-        let mut completions = Vec::new();
+        let mut completions = std::mem::take(&mut self.scratch);
+        completions.clear();
         link.poll(&mut completions).map_err(|e| self.broken(e))?;
-        for c in completions {
+        for &c in &completions {
             self.completed(link, c)?;
         }
+        self.scratch = completions;
         self.delivered = !self.batch.is_empty();
         if self.delivered && !self.shared.deliver(self.peer, id, &mut self.batch) {
             return Ok(false);
@@ -1592,6 +1596,7 @@ async fn receive(
         sq_used: 0,
         next_wr: 0,
         delivered: false,
+        scratch: Vec::new(),
     };
     let mut word = [0u8; 4];
     let mut word_len = 0;
