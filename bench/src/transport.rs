@@ -1519,8 +1519,7 @@ fn parse_perftest(mode: Mode, text: &str) -> Vec<(usize, PerftestRow)> {
 
 /// Whether the verbs fabric busy-polls (both processes inherit the environment).
 fn verbs_polling() -> bool {
-    std::env::var(cohort_transport::POLL_ENV)
-        .is_ok_and(|v| matches!(v.trim(), "1" | "true" | "yes"))
+    cohort_transport::busy_poll_from_env()
 }
 
 fn free_port(ip: &str) -> Res<u16> {

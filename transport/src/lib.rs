@@ -74,9 +74,9 @@ pub use links::EventHandler;
 pub use spin::Spinner;
 pub use tcp::TcpFabric;
 pub use verbs::{
-    check_memlock, memlock_error, memlock_limit, probe as probe_verbs, BulkStats, VerbsDevice,
-    VerbsFabric, VerbsOptions, BULK_THRESHOLD, DEVICE_ENV, GID_INDEX_ENV, MIN_MEMLOCK, POLL_ENV,
-    RECV_DEPTH,
+    busy_poll_from_env, check_memlock, memlock_error, memlock_limit, probe as probe_verbs,
+    BulkStats, VerbsDevice, VerbsFabric, VerbsOptions, BULK_THRESHOLD, DEVICE_ENV, GID_INDEX_ENV,
+    MIN_MEMLOCK, POLL_ENV, RECV_DEPTH,
 };
 
 /// How long an acceptor waits for a connector's hello before dropping the connection.

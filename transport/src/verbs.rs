@@ -224,12 +224,15 @@ impl VerbsOptions {
             }
         }
         if self.busy_poll.is_none() {
-            self.busy_poll = Some(
-                std::env::var(POLL_ENV).is_ok_and(|v| matches!(v.trim(), "1" | "true" | "yes")),
-            );
+            self.busy_poll = Some(busy_poll_from_env());
         }
         Ok(self)
     }
+}
+
+/// Whether [`POLL_ENV`] asks for busy polling (`1`, `true` or `yes`).
+pub fn busy_poll_from_env() -> bool {
+    std::env::var(POLL_ENV).is_ok_and(|v| matches!(v.trim(), "1" | "true" | "yes"))
 }
 
 /// A usable device and port, as found by [`probe`].
@@ -665,7 +668,7 @@ impl QpLink {
         // SAFETY: the QP is alive; `wr` and its SGE (the slot lies in `slots`,
         // registered and alive as long as the QP) outlive the call, which copies them.
         let rc = unsafe { rdma_mummy_sys::ibv_post_recv(self.qp.qp().as_ptr(), &mut wr, &mut bad) };
-        posted(rc)
+        rc_result(rc)
     }
 
     /// Sends `len` bytes of send slot `slot` (none when `slot` is `None`) with `imm`.
@@ -723,7 +726,7 @@ impl QpLink {
         // kept alive by the caller) outlive the call, which copies them (and, inline,
         // the data).
         let rc = unsafe { rdma_mummy_sys::ibv_post_send(self.qp.qp().as_ptr(), wr, &mut bad) };
-        posted(rc)
+        rc_result(rc)
     }
 }
 
@@ -742,8 +745,8 @@ fn send_wr(wr_id: u64, opcode: u32, flags: u32, sge: &mut ibv_sge) -> ibv_send_w
     wr
 }
 
-/// A post's return code (an errno value) as a result.
-fn posted(rc: i32) -> io::Result<()> {
+/// A libibverbs return code (0, else an errno value) as a result.
+fn rc_result(rc: i32) -> io::Result<()> {
     match rc {
         0 => Ok(()),
         rc => Err(io::Error::from_raw_os_error(rc)),
@@ -754,10 +757,7 @@ impl Waiter {
     fn arm(&self) -> io::Result<()> {
         // SAFETY: the CQ outlives the call.
         let rc = unsafe { rdma_mummy_sys::ibv_req_notify_cq(self.cq.cq().as_ptr(), 0) };
-        if rc != 0 {
-            return Err(io::Error::from_raw_os_error(rc));
-        }
-        Ok(())
+        rc_result(rc)
     }
 
     /// Waits until the completion channel signals, acknowledges its events and re-arms;
@@ -2024,15 +2024,11 @@ async fn transmit(
                     unwritten.fetch_sub(1, AtomicOrdering::AcqRel);
                 }
             }
-            // Every send completed (acknowledged by the peer's HCA) and every bulk
-            // payload was read: goodbye may be said.
-            let done = goodbye
-                && pending.is_none()
-                && tx.free.len() == RECV_DEPTH
-                && tx.in_flight.is_empty();
             // Posted sends not completed yet, or bulk payloads not read yet.
             let awaited = tx.free.len() < RECV_DEPTH || !tx.in_flight.is_empty();
-            (done, awaited)
+            // Every send completed (acknowledged by the peer's HCA) and every bulk
+            // payload was read: goodbye may be said.
+            (goodbye && pending.is_none() && !awaited, awaited)
         };
         if done {
             let (mut rd, mut wr) = stream.split();

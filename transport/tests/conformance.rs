@@ -53,8 +53,9 @@ enum Backend {
     /// delivered within the budget polls its completion queue directly.
     VerbsPolling,
     /// Verbs busy-polling its completion queues (`COHORT_VERBS_POLL=1`, the lowest
-    /// latency mode) with a handler: an outbound link's task polls only while it has
-    /// work of its own, and direct sends take completions in themselves.
+    /// latency mode) with a handler: an outbound link's task polls on every turn only
+    /// while a frame waits for a credit or a slot, and direct sends take completions
+    /// in themselves.
     VerbsBusyPoll,
 }
 
