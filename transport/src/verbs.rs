@@ -135,6 +135,13 @@ const CREDIT_BATCH: u32 = (RECV_DEPTH / 2) as u32;
 /// are outstanding and it has nothing else to do (it polls on every turn while it
 /// waits for a credit or a slot).
 const REAP_INTERVAL: Duration = Duration::from_millis(1);
+/// Busy-polling: how often an idle outbound link (nothing posted awaits completion)
+/// takes completions in, so a failure of its queue pair (its posted receives flush in
+/// error) is found without a send.
+const IDLE_REAP_INTERVAL: Duration = Duration::from_millis(10);
+/// Busy-polling: a receiving link looks at its control connection (goodbye, break) on
+/// every this many turns; the others only poll its CQ.
+const CONTROL_EVERY: u32 = 32;
 /// `wr_id` bit marking receive work requests.
 const RECV_TAG: u64 = 1 << 63;
 /// Immediate bit of a payload's last chunk.
@@ -601,6 +608,14 @@ impl QpLink {
         }
     }
 
+    /// Moves the queue pair to the error state (fault injection): posted work requests
+    /// flush with errors, later ones complete in error.
+    fn fail(&mut self) -> io::Result<()> {
+        let mut attr = QueuePairAttribute::new();
+        attr.setup_state(QueuePairState::Error);
+        self.qp.modify(&attr).map_err(io::Error::other)
+    }
+
     /// INIT → RTR → RTS towards `remote`, then arms the completion channel.
     fn connect(&mut self, dev: &Device, remote: &VerbsEndpoint) -> io::Result<()> {
         let mtu = Mtu::from(u32::from(remote.mtu.min(mtu_code(dev.mtu))));
@@ -1008,6 +1023,15 @@ impl VerbsFabric {
             );
             shared.abort_all();
         }
+    }
+
+    /// Fault injection for failure tests: moves the queue pair of the established link
+    /// that carries our payloads to `peer` into the error state, as a failed port or
+    /// cable would, while the process and its TCP control connection stay up. What
+    /// follows is the fabric's own failure handling. `false`: no such link (yet).
+    pub fn inject_queue_pair_error(&self, peer: NodeId) -> bool {
+        let direct = links::lock(&self.owner.shared.state).direct_to(peer);
+        direct.is_some_and(|d| d.inject_transport_error())
     }
 
     /// Counters of the bulk (RDMA read) and write-through paths.
@@ -1602,12 +1626,28 @@ async fn receive(
     let mut word_len = 0;
     // While hot (see below): when it last delivered, and which turns read the clock.
     let mut hot: Option<(Instant, crate::spin::ClockTurns)> = None;
+    // Busy-polling: turns since the control connection and the close signal were last
+    // looked at (see below).
+    let mut quiet_turns = 0u32;
     loop {
         // Drain first: the queue may hold completions from before the channel was armed.
         match inbound.progress(link, id) {
             Ok(true) => {}
             Ok(false) => return LinkEnd::Local,
             Err(end) => return end,
+        }
+        // Busy-polling: most turns only poll the CQ. The control connection (goodbye,
+        // break) and the close signal are looked at every CONTROL_EVERY turns, and at
+        // once when closing: a turn then costs one CQ poll and a yield instead of the
+        // select below (its three futures, its random start), which under emulation
+        // was a good part of a turn.
+        if shared.poll_mode {
+            quiet_turns += 1;
+            if quiet_turns < CONTROL_EVERY && !*closing_rx.borrow() {
+                tokio::task::yield_now().await;
+                continue;
+            }
+            quiet_turns = 0;
         }
         // While the runtime polls and this link delivered within its budget, look at
         // the CQ directly on every turn of the runtime instead of waiting for the
@@ -1927,6 +1967,10 @@ impl TxLink {
 }
 
 impl links::WriteThrough for TxLink {
+    fn inject_transport_error(&self) -> bool {
+        self.lock().link.fail().is_ok()
+    }
+
     fn write_through(&self, payload: &Bytes) -> Result<Option<Bytes>, ()> {
         if payload.len() > SLOT_SIZE {
             return Err(());
@@ -2040,16 +2084,17 @@ async fn transmit(
         // credit or a slot (a frame is pending) or says goodbye. Otherwise it waits
         // for the queue, and while posted sends have not completed or bulk payloads
         // are being read it takes completions in every REAP_INTERVAL, so an error
-        // completion is seen within that; direct sends take completions in
-        // themselves when out of slots or credits. So an idle outbound link does not
-        // lengthen the runtime's polling loop, in which the inbound links look for
-        // the next message.
+        // completion is seen within that (on an idle link, every IDLE_REAP_INTERVAL:
+        // a failed queue pair flushes its posted receives in error); direct sends
+        // take completions in themselves when out of slots or credits. So an idle
+        // outbound link does not lengthen the runtime's polling loop, in which the
+        // inbound links look for the next message.
         let want_cq = !shared.poll_mode || !want_queue;
         tokio::select! {
             r = waiter.wait(), if want_cq => if let Err(source) = r {
                 return LinkEnd::Broken(FabricError::Io { peer, source });
             },
-            _ = tokio::time::sleep(REAP_INTERVAL), if !want_cq && awaited => {}
+            _ = tokio::time::sleep(if awaited { REAP_INTERVAL } else { IDLE_REAP_INTERVAL }), if !want_cq => {}
             item = queue.recv(), if want_queue => match item {
                 None => return LinkEnd::Local,
                 Some(Outgoing::Frame(payload)) => pending = Some(Pending::new(shared, payload)),

@@ -208,6 +208,129 @@ conformance!(
     request_reply_keeps_posting_directly,
 );
 
+/// Verbs-only failure cases, for each verbs backend (TCP has no transport apart from
+/// its control connection to break).
+mod verbs_faults {
+    macro_rules! each_verbs_backend {
+        ($($name:ident),* $(,)?) => {
+            mod verbs {
+                $(
+                    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                    async fn $name() {
+                        if let Some(b) = super::super::Backend::verbs_or_skip(super::super::Backend::Verbs, stringify!($name)) {
+                            super::super::$name(b).await
+                        }
+                    }
+                )*
+            }
+            mod verbs_polling {
+                $(
+                    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                    async fn $name() {
+                        if let Some(b) = super::super::Backend::verbs_or_skip(super::super::Backend::VerbsPolling, stringify!($name)) {
+                            super::super::$name(b).await
+                        }
+                    }
+                )*
+            }
+            mod verbs_busy_poll {
+                $(
+                    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                    async fn $name() {
+                        if let Some(b) = super::super::Backend::verbs_or_skip(super::super::Backend::VerbsBusyPoll, stringify!($name)) {
+                            super::super::$name(b).await
+                        }
+                    }
+                )*
+            }
+        };
+    }
+    each_verbs_backend!(
+        queue_pair_error_is_reported_lost_on_both_ends,
+        queue_pair_error_on_an_idle_link_is_found_by_the_next_send,
+    );
+}
+
+/// Moves `a`'s queue pair to node 1 into the error state (as a failed port would), with
+/// both processes and their TCP control connections still up.
+fn break_queue_pair(a: &AnyFabric) {
+    let AnyFabric::Verbs(v) = a else {
+        panic!("a verbs test on {}", a.backend())
+    };
+    assert!(
+        v.inject_queue_pair_error(1),
+        "no established link to node 1 to break"
+    );
+}
+
+/// 5c. A queue pair that fails while both processes live (a port or cable failure: the
+/// TCP control connections stay up) is a loss of the peer, reported once on each end
+/// within the bound, as a dead process is; nothing hangs. (The posted receives flush
+/// with errors at once, which the link's task finds.)
+async fn queue_pair_error_is_reported_lost_on_both_ends(bk: Backend) {
+    within(async {
+        let (a, mut a_rx, _b, mut b_rx) = exchanged_pair(bk, ["127.0.5.21", "127.0.5.22"]).await;
+        break_queue_pair(&a);
+        let (peer, reason) = timeout(LOSS_BOUND, next_loss(&mut a_rx))
+            .await
+            .expect("the failed queue pair was not reported on its own end within the bound");
+        assert_eq!(peer, 1);
+        assert!(reason.contains("node 1"), "{reason}");
+        let (peer, reason) = timeout(LOSS_BOUND, next_loss(&mut b_rx))
+            .await
+            .expect("the far end was not told within the bound");
+        assert_eq!(peer, 0);
+        assert!(reason.contains("node 0"), "{reason}");
+        assert_quiet(&mut a_rx).await;
+        assert_quiet(&mut b_rx).await;
+        a.shutdown().await;
+    })
+    .await
+}
+
+/// 5d. The same failure found by a send: a payload sent to a failed queue pair is not
+/// silently taken as sent; the loss is reported on both ends within the bound, and the
+/// payload is never delivered.
+async fn queue_pair_error_on_an_idle_link_is_found_by_the_next_send(bk: Backend) {
+    within(async {
+        let (a, mut a_rx, _b, mut b_rx) = exchanged_pair(bk, ["127.0.5.23", "127.0.5.24"]).await;
+        break_queue_pair(&a);
+        // Sent at once after the failure: written through or queued, it cannot arrive.
+        let _ = a.send(1, Bytes::from_static(b"into the void"));
+        let (peer, _) = timeout(LOSS_BOUND, next_loss(&mut a_rx))
+            .await
+            .expect("the failed queue pair was not reported within the bound");
+        assert_eq!(peer, 1);
+        match timeout(LOSS_BOUND, next_event(&mut b_rx)).await {
+            Ok(FabricEvent::PeerLost { peer, .. }) => assert_eq!(peer, 0),
+            Ok(other) => panic!("the far end got {other:?} instead of the loss"),
+            Err(_) => panic!("the far end was not told within the bound"),
+        }
+        assert_quiet(&mut a_rx).await;
+        assert_quiet(&mut b_rx).await;
+        a.shutdown().await;
+    })
+    .await
+}
+
+/// Two nodes that exchanged one message each way (links up in both directions).
+async fn exchanged_pair(bk: Backend, ips: [&str; 2]) -> (AnyFabric, Events, AnyFabric, Events) {
+    let mut nodes = cluster(bk, &ips).await;
+    let (b, mut b_rx) = nodes.pop().unwrap();
+    let (a, mut a_rx) = nodes.pop().unwrap();
+    a.send(1, Bytes::from_static(b"ping")).unwrap();
+    assert_eq!(
+        next_message(&mut b_rx).await,
+        (0, Bytes::from_static(b"ping"))
+    );
+    b.send(0, Bytes::from_static(b"pong")).unwrap();
+    assert_eq!(
+        next_message(&mut a_rx).await,
+        (1, Bytes::from_static(b"pong"))
+    );
+    (a, a_rx, b, b_rx)
+}
+
 /// Must be called inside the test's runtime (a polling backend spawns its spinner).
 fn config(b: Backend, node: u32, ip: &str, secret: &[u8]) -> FabricConfig {
     let ip = b.ip(ip);
