@@ -5,7 +5,7 @@ SHELL := /bin/bash
 export PATH := $(HOME)/.cargo/bin:$(PATH)
 CARGO ?= cargo
 
-.PHONY: setup demo test build bench bench-transport bench-sim bench-floor lint clean
+.PHONY: setup demo test build bench bench-transport bench-sim bench-floor bench-reference lint clean
 
 setup:
 	@scripts/setup.sh
@@ -59,6 +59,12 @@ bench-floor:
 	mkdir -p target
 	cc -O2 -Wall -o target/fence_floor bench/floor/fence_floor.c
 	for a in "--spin --tree" "--spin --direct" "--tree" "--spin --tree --work 10" "--spin --local 4 --barrier --size 64"; do target/fence_floor $$a; done
+
+# A same-day reference for the one-node fence: Open MPI's mpirun (and its PMIx server)
+# running bench/reference/pmix_fence.c, alternated with cohort-bench fence (installs
+# openmpi-bin and libpmix-dev when missing).
+bench-reference: build
+	bench/reference/run.sh 4 3 1000
 
 lint: setup
 	$(CARGO) fmt --all --check

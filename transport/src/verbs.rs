@@ -2084,9 +2084,11 @@ async fn transmit(
         // credit or a slot (a frame is pending) or says goodbye. Otherwise it waits
         // for the queue, and while posted sends have not completed or bulk payloads
         // are being read it takes completions in every REAP_INTERVAL, so an error
-        // completion is seen within that (on an idle link, every IDLE_REAP_INTERVAL:
-        // a failed queue pair flushes its posted receives in error); direct sends
-        // take completions in themselves when out of slots or credits. So an idle
+        // completion is seen within that. An idle link does so every
+        // IDLE_REAP_INTERVAL (a failed queue pair flushes its posted receives in
+        // error), which also bounds how long a send posted directly while the task
+        // sleeps idle waits to be looked at. Direct sends take completions in
+        // themselves when out of slots or credits. So an idle
         // outbound link does not lengthen the runtime's polling loop, in which the
         // inbound links look for the next message.
         let want_cq = !shared.poll_mode || !want_queue;
