@@ -14,6 +14,8 @@
 //! In the rxe guest: `verbs_floor server 1 18600 3000 8 & verbs_floor client 2 18600
 //! 3000 8 192.168.78.1` beside `ib_send_lat` and `COHORT_VERBS_POLL=1 cohort-bench
 //! transport-latency` (bench/results/2026-11-25-session13.md). Device: the first one.
+//! With `VERBS_FLOOR_TOKIO=1` (both ends) the loop runs on a current-thread Tokio
+//! runtime and yields to it after each empty poll, as a busy-polling fabric link does.
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -165,43 +167,68 @@ fn main() -> Res<()> {
         }
         Ok(guard.post()?)
     };
-    // Busy-polls until a receive completes (send completions are taken on the way),
-    // then reposts its slot.
-    let receive = |qp: &mut BasicQueuePair| -> Res<()> {
+    // One look at the CQ (send completions are taken on the way): `true` when a
+    // receive completed, its slot then reposted.
+    let poll_once = |qp: &mut BasicQueuePair| -> Res<bool> {
         let mut wcs = [std::mem::MaybeUninit::<ibv_wc>::uninit(); 16];
-        loop {
-            // SAFETY: the CQ is alive; `wcs` has room for 16 entries.
-            let n = unsafe { ibv_poll_cq(cq.cq().as_ptr(), 16, wcs.as_mut_ptr().cast()) };
-            let n = usize::try_from(n).map_err(|_| "polling the CQ failed")?;
-            let mut got = None;
-            for wc in &wcs[..n] {
-                // SAFETY: the provider filled the first n entries.
-                let wc = unsafe { wc.assume_init_ref() };
-                if wc.status != 0 {
-                    return Err(format!("work completion status {}", wc.status).into());
-                }
-                if wc.wr_id != SEND_ID {
-                    got = Some(wc.wr_id as usize);
-                }
+        // SAFETY: the CQ is alive; `wcs` has room for 16 entries.
+        let n = unsafe { ibv_poll_cq(cq.cq().as_ptr(), 16, wcs.as_mut_ptr().cast()) };
+        let n = usize::try_from(n).map_err(|_| "polling the CQ failed")?;
+        let mut got = None;
+        for wc in &wcs[..n] {
+            // SAFETY: the provider filled the first n entries.
+            let wc = unsafe { wc.assume_init_ref() };
+            if wc.status != 0 {
+                return Err(format!("work completion status {}", wc.status).into());
             }
-            if let Some(slot) = got {
-                return post_recv(qp, slot);
+            if wc.wr_id != SEND_ID {
+                got = Some(wc.wr_id as usize);
             }
+        }
+        match got {
+            Some(slot) => post_recv(qp, slot).map(|()| true),
+            None => Ok(false),
         }
     };
 
     let warmup = iters / 10;
     let mut start = Instant::now();
-    for i in 0..warmup + iters {
-        if i == warmup {
-            start = Instant::now();
-        }
-        if server {
-            receive(&mut qp)?;
-            send(&mut qp)?;
-        } else {
-            send(&mut qp)?;
-            receive(&mut qp)?;
+    if std::env::var("VERBS_FLOOR_TOKIO").as_deref() == Ok("1") {
+        // The same loop on a current-thread Tokio runtime (as the fabric's node runs),
+        // yielding to it after each empty look at the CQ, as a busy-polling link does:
+        // what a runtime turn adds, without the rest of the fabric.
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        rt.block_on(async {
+            for i in 0..warmup + iters {
+                if i == warmup {
+                    start = Instant::now();
+                }
+                if !server {
+                    send(&mut qp)?;
+                }
+                while !poll_once(&mut qp)? {
+                    tokio::task::yield_now().await;
+                }
+                if server {
+                    send(&mut qp)?;
+                }
+            }
+            Ok::<(), Box<dyn std::error::Error>>(())
+        })?;
+    } else {
+        for i in 0..warmup + iters {
+            if i == warmup {
+                start = Instant::now();
+            }
+            if !server {
+                send(&mut qp)?;
+            }
+            while !poll_once(&mut qp)? {}
+            if server {
+                send(&mut qp)?;
+            }
         }
     }
     let one_way = start.elapsed().as_secs_f64() * 1e6 / (2 * iters.max(1)) as f64;
