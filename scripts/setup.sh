@@ -7,17 +7,8 @@
 # does nothing when everything is present.
 set -euo pipefail
 
-need=()
-for pkg in build-essential pkg-config cmake libclang-dev libhwloc-dev libudev-dev ca-certificates curl iproute2 procps; do
-    dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || need+=("$pkg")
-done
-if ((${#need[@]})); then
-    echo "setup: installing ${need[*]}" >&2
-    SUDO=""
-    if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
-    $SUDO apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need[@]}" >/dev/null
-fi
+"$(dirname "$0")/apt-missing.sh" setup build-essential pkg-config cmake libclang-dev libhwloc-dev \
+    libudev-dev ca-certificates curl iproute2 procps
 
 if ! command -v cargo >/dev/null 2>&1 && [ ! -x "$HOME/.cargo/bin/cargo" ]; then
     echo "setup: installing the Rust toolchain with rustup" >&2

@@ -16,17 +16,7 @@ n=${1:-4}
 rounds=${2:-3}
 iters=${3:-1000}
 
-need=()
-for pkg in openmpi-bin libpmix-dev pkg-config; do
-    dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || need+=("$pkg")
-done
-if ((${#need[@]})); then
-    echo "bench-reference: installing ${need[*]}" >&2
-    SUDO=""
-    if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
-    $SUDO apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need[@]}" >/dev/null
-fi
+scripts/apt-missing.sh bench-reference openmpi-bin libpmix-dev pkg-config
 
 mkdir -p target
 # shellcheck disable=SC2046
