@@ -75,8 +75,8 @@ pub use spin::Spinner;
 pub use tcp::TcpFabric;
 pub use verbs::{
     busy_poll_from_env, check_memlock, memlock_error, memlock_limit, probe as probe_verbs,
-    BulkStats, VerbsDevice, VerbsFabric, VerbsOptions, BULK_THRESHOLD, DEVICE_ENV, GID_INDEX_ENV,
-    MIN_MEMLOCK, POLL_ENV, RECV_DEPTH,
+    BulkStats, QueuePairSide, VerbsDevice, VerbsFabric, VerbsOptions, BULK_THRESHOLD, DEVICE_ENV,
+    GID_INDEX_ENV, MIN_MEMLOCK, POLL_ENV, RECV_DEPTH,
 };
 
 /// How long an acceptor waits for a connector's hello before dropping the connection.

@@ -46,7 +46,7 @@
 //! one, receive slots on the other), plus the bulk memory (receive pool, send cache),
 //! all of which counts against `ulimit -l`; see [`memlock_error`].
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::future::Future;
 use std::io;
 use std::net::{IpAddr, Ipv6Addr, SocketAddr};
@@ -857,6 +857,15 @@ fn completion_error(peer: NodeId, c: &Completion) -> FabricError {
     }
 }
 
+/// Which of our queue pairs to a peer [`VerbsFabric::inject_queue_pair_error`] fails.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum QueuePairSide {
+    /// The one our payloads to the peer go out on.
+    Outbound,
+    /// The ones the peer's payloads arrive on.
+    Inbound,
+}
+
 /// What the bulk and write-through paths did so far ([`VerbsFabric::bulk_stats`]).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct BulkStats {
@@ -910,6 +919,9 @@ struct Shared {
     queued_link_busy: Arc<AtomicU64>,
     /// Bulk payloads whose read started while another was being read on its link.
     read_alongside: AtomicU64,
+    /// The queue pairs of established receiving links, for fault injection
+    /// ([`VerbsFabric::inject_queue_pair_error`]); each entry goes before its QP does.
+    inbound_qps: Mutex<HashMap<ConnId, (NodeId, RawQp)>>,
     spawner: Spawner,
     closing: watch::Sender<bool>,
     tasks_live: Arc<TaskCount>,
@@ -973,6 +985,7 @@ impl VerbsFabric {
             posted_by_send: Default::default(),
             queued_link_busy: Default::default(),
             read_alongside: Default::default(),
+            inbound_qps: Default::default(),
             spawner: Spawner::current(cfg.local_tasks),
             closing: watch::channel(false).0,
             tasks_live: Arc::default(),
@@ -1025,13 +1038,28 @@ impl VerbsFabric {
         }
     }
 
-    /// Fault injection for failure tests: moves the queue pair of the established link
-    /// that carries our payloads to `peer` into the error state, as a failed port or
-    /// cable would, while the process and its TCP control connection stay up. What
-    /// follows is the fabric's own failure handling. `false`: no such link (yet).
-    pub fn inject_queue_pair_error(&self, peer: NodeId) -> bool {
-        let direct = links::lock(&self.owner.shared.state).direct_to(peer);
-        direct.is_some_and(|d| d.inject_transport_error())
+    /// Fault injection for failure tests: moves a queue pair of ours to `peer` into
+    /// the error state, as a failed port or cable would, while the process and its TCP
+    /// control connection stay up: the one that carries our payloads to `peer`
+    /// (`QueuePairSide::Outbound`) or the ones that receive `peer`'s (`QueuePairSide::Inbound`).
+    /// What follows is the fabric's own failure handling. `false`: no such link (yet).
+    pub fn inject_queue_pair_error(&self, peer: NodeId, which: QueuePairSide) -> bool {
+        let shared = &self.owner.shared;
+        match which {
+            QueuePairSide::Outbound => {
+                let direct = links::lock(&shared.state).direct_to(peer);
+                direct.is_some_and(|d| d.inject_transport_error())
+            }
+            QueuePairSide::Inbound => {
+                let qps = lock_ignoring_poison(&shared.inbound_qps);
+                let mine: Vec<&RawQp> = qps
+                    .values()
+                    .filter(|(p, _)| *p == peer)
+                    .map(|(_, qp)| qp)
+                    .collect();
+                !mine.is_empty() && mine.iter().all(|qp| qp.fail().is_ok())
+            }
+        }
     }
 
     /// Counters of the bulk (RDMA read) and write-through paths.
@@ -1334,6 +1362,8 @@ async fn run_inbound(shared: Arc<Shared>, mut stream: TcpStream, remote: SocketA
         }
         shared.established(peer, hello.incarnation, id);
         debug!(peer, qpn = link.qp.qp_number(), "verbs link accepted");
+        // Declared after `link`, so dropped before it, also when the task is aborted.
+        let _registered = InboundQp::register(&shared, id, peer, &link);
         let end = receive(&shared, &mut link, &mut stream, peer, id).await;
         shared.ended(peer, id, end);
     }
@@ -1596,6 +1626,50 @@ impl Inbound<'_> {
         self.return_credits(link)?;
         Ok(true)
     }
+}
+
+/// A queue pair's handle, kept in [`Shared::inbound_qps`] only while its link lives.
+struct RawQp(std::ptr::NonNull<rdma_mummy_sys::ibv_qp>);
+
+// SAFETY: only used for `ibv_modify_qp`, which libibverbs allows from any thread, and
+// only under the registry's lock, which the owner takes to remove it before the QP goes.
+unsafe impl Send for RawQp {}
+
+impl RawQp {
+    /// Moves the queue pair to the error state.
+    fn fail(&self) -> io::Result<()> {
+        // SAFETY: an all-zero attribute set is valid; only the state is applied.
+        let mut attr: rdma_mummy_sys::ibv_qp_attr = unsafe { std::mem::zeroed() };
+        attr.qp_state = rdma_mummy_sys::ibv_qp_state::IBV_QPS_ERR;
+        let mask = rdma_mummy_sys::ibv_qp_attr_mask::IBV_QP_STATE.0 as i32;
+        // SAFETY: the QP is alive while registered (see `InboundQp`).
+        rc_result(unsafe { rdma_mummy_sys::ibv_modify_qp(self.0.as_ptr(), &mut attr, mask) })
+    }
+}
+
+/// A receiving link's entry in [`Shared::inbound_qps`], removed when dropped.
+struct InboundQp<'a> {
+    shared: &'a Shared,
+    id: ConnId,
+}
+
+impl<'a> InboundQp<'a> {
+    fn register(shared: &'a Shared, id: ConnId, peer: NodeId, link: &QpLink) -> InboundQp<'a> {
+        // SAFETY: the pointer is only used while the entry exists (see `RawQp`).
+        let qp = RawQp(unsafe { link.qp.qp() });
+        lock_ignoring_poison(&shared.inbound_qps).insert(id, (peer, qp));
+        InboundQp { shared, id }
+    }
+}
+
+impl Drop for InboundQp<'_> {
+    fn drop(&mut self) {
+        lock_ignoring_poison(&self.shared.inbound_qps).remove(&self.id);
+    }
+}
+
+fn lock_ignoring_poison<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// The receiving end: reassembles chunks, reads bulk payloads, reposts buffers,

@@ -17,7 +17,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use cohort_transport::wire::{self, Hello, Reply, REPLY_FIXED_LEN, WIRE_VERSION};
 use cohort_transport::{
-    AnyFabric, Fabric, FabricConfig, FabricEvent, FabricKind, Spinner, VerbsOptions,
+    AnyFabric, Fabric, FabricConfig, FabricEvent, FabricKind, QueuePairSide, Spinner, VerbsOptions,
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::mpsc::error::TryRecvError;
@@ -247,30 +247,40 @@ mod verbs_faults {
     }
     each_verbs_backend!(
         queue_pair_error_is_reported_lost_on_both_ends,
+        receiving_queue_pair_error_is_reported_lost_on_both_ends,
         queue_pair_error_on_an_idle_link_is_found_by_the_next_send,
     );
 }
 
-/// Moves `a`'s queue pair to node 1 into the error state (as a failed port would), with
-/// both processes and their TCP control connections still up.
-fn break_queue_pair(a: &AnyFabric) {
+/// Moves `a`'s queue pair(s) to node 1 on `side` into the error state (as a failed port
+/// would), with both processes and their TCP control connections still up.
+fn break_queue_pair(a: &AnyFabric, side: QueuePairSide) {
     let AnyFabric::Verbs(v) = a else {
         panic!("a verbs test on {}", a.backend())
     };
     assert!(
-        v.inject_queue_pair_error(1),
-        "no established link to node 1 to break"
+        v.inject_queue_pair_error(1, side),
+        "no established {side:?} link to node 1 to break"
     );
 }
 
 /// 5c. A queue pair that fails while both processes live (a port or cable failure: the
 /// TCP control connections stay up) is a loss of the peer, reported once on each end
 /// within the bound, as a dead process is; nothing hangs. (The posted receives flush
-/// with errors at once, which the link's task finds.)
+/// with errors at once, which the link's task finds.) Here the sending side's.
 async fn queue_pair_error_is_reported_lost_on_both_ends(bk: Backend) {
+    queue_pair_error_is_a_loss(bk, QueuePairSide::Outbound, ["127.0.5.21", "127.0.5.22"]).await
+}
+
+/// 5c'. The same for the queue pair that receives the peer's payloads.
+async fn receiving_queue_pair_error_is_reported_lost_on_both_ends(bk: Backend) {
+    queue_pair_error_is_a_loss(bk, QueuePairSide::Inbound, ["127.0.5.25", "127.0.5.26"]).await
+}
+
+async fn queue_pair_error_is_a_loss(bk: Backend, side: QueuePairSide, ips: [&str; 2]) {
     within(async {
-        let (a, mut a_rx, _b, mut b_rx) = exchanged_pair(bk, ["127.0.5.21", "127.0.5.22"]).await;
-        break_queue_pair(&a);
+        let (a, mut a_rx, _b, mut b_rx) = exchanged_pair(bk, ips).await;
+        break_queue_pair(&a, side);
         let (peer, reason) = timeout(LOSS_BOUND, next_loss(&mut a_rx))
             .await
             .expect("the failed queue pair was not reported on its own end within the bound");
@@ -294,7 +304,7 @@ async fn queue_pair_error_is_reported_lost_on_both_ends(bk: Backend) {
 async fn queue_pair_error_on_an_idle_link_is_found_by_the_next_send(bk: Backend) {
     within(async {
         let (a, mut a_rx, _b, mut b_rx) = exchanged_pair(bk, ["127.0.5.23", "127.0.5.24"]).await;
-        break_queue_pair(&a);
+        break_queue_pair(&a, QueuePairSide::Outbound);
         // Sent at once after the failure: written through or queued, it cannot arrive.
         let _ = a.send(1, Bytes::from_static(b"into the void"));
         let (peer, _) = timeout(LOSS_BOUND, next_loss(&mut a_rx))
