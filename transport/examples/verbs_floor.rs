@@ -218,6 +218,9 @@ fn main() -> Res<()> {
             Ok::<(), Box<dyn std::error::Error>>(())
         })?;
     } else {
+        // The same loop again, outside any runtime: run inside `block_on` without ever
+        // yielding, it measured 14% slower (8 rounds in one guest: 66.0 against 58.1
+        // µs), so the floor keeps its own copy.
         for i in 0..warmup + iters {
             if i == warmup {
                 start = Instant::now();

@@ -62,9 +62,10 @@ pub(crate) enum Sink {
     Handler(EventHandler),
 }
 
-/// Locks a backend's [`Links`]. A panic while holding the lock cannot leave it
-/// half-updated in a way that matters more than losing the fabric, so keep going.
-pub(crate) fn lock(state: &Mutex<Links>) -> MutexGuard<'_, Links> {
+/// Locks a backend's [`Links`] (or other fabric state), ignoring poison. A panic while
+/// holding the lock cannot leave it half-updated in a way that matters more than
+/// losing the fabric, so keep going.
+pub(crate) fn lock<T>(state: &Mutex<T>) -> MutexGuard<'_, T> {
     state.lock().unwrap_or_else(|e| e.into_inner())
 }
 
@@ -149,13 +150,6 @@ pub(crate) trait WriteThrough: Send + Sync {
     /// [`Outgoing::Rest`]; `Err(())`: nothing went (full, busy, or broken: the
     /// connection's task finds out), the frame goes through the queue.
     fn write_through(&self, payload: &Bytes) -> Result<Option<Bytes>, ()>;
-
-    /// Fault injection for failure tests: breaks the connection's transport (verbs:
-    /// moves its queue pair to the error state, as a failed port does) while everything
-    /// else, its control connection included, stays up. `false`: not supported here.
-    fn inject_transport_error(&self) -> bool {
-        false
-    }
 }
 
 /// Largest payload a send writes through: the common small message. Larger ones go to
@@ -373,12 +367,6 @@ impl Links {
         if let Some(link) = self.outbound.get_mut(&peer).filter(|l| l.id == conn) {
             link.direct = Some(direct);
         }
-    }
-
-    /// The write-through half of the connection `peer`'s payloads go out on, once
-    /// established.
-    pub fn direct_to(&self, peer: NodeId) -> Option<Arc<dyn WriteThrough>> {
-        self.outbound.get(&peer).and_then(|l| l.direct.clone())
     }
 
     /// Whether events go to a handler, queued until [`flush`].

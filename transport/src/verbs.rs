@@ -608,14 +608,6 @@ impl QpLink {
         }
     }
 
-    /// Moves the queue pair to the error state (fault injection): posted work requests
-    /// flush with errors, later ones complete in error.
-    fn fail(&mut self) -> io::Result<()> {
-        let mut attr = QueuePairAttribute::new();
-        attr.setup_state(QueuePairState::Error);
-        self.qp.modify(&attr).map_err(io::Error::other)
-    }
-
     /// INIT → RTR → RTS towards `remote`, then arms the completion channel.
     fn connect(&mut self, dev: &Device, remote: &VerbsEndpoint) -> io::Result<()> {
         let mtu = Mtu::from(u32::from(remote.mtu.min(mtu_code(dev.mtu))));
@@ -919,9 +911,9 @@ struct Shared {
     queued_link_busy: Arc<AtomicU64>,
     /// Bulk payloads whose read started while another was being read on its link.
     read_alongside: AtomicU64,
-    /// The queue pairs of established receiving links, for fault injection
+    /// The queue pairs of established links, for fault injection
     /// ([`VerbsFabric::inject_queue_pair_error`]); each entry goes before its QP does.
-    inbound_qps: Mutex<HashMap<ConnId, (NodeId, RawQp)>>,
+    queue_pairs: Mutex<HashMap<ConnId, (NodeId, QueuePairSide, RawQp)>>,
     spawner: Spawner,
     closing: watch::Sender<bool>,
     tasks_live: Arc<TaskCount>,
@@ -985,7 +977,7 @@ impl VerbsFabric {
             posted_by_send: Default::default(),
             queued_link_busy: Default::default(),
             read_alongside: Default::default(),
-            inbound_qps: Default::default(),
+            queue_pairs: Default::default(),
             spawner: Spawner::current(cfg.local_tasks),
             closing: watch::channel(false).0,
             tasks_live: Arc::default(),
@@ -1044,28 +1036,19 @@ impl VerbsFabric {
     /// (`QueuePairSide::Outbound`) or the ones that receive `peer`'s (`QueuePairSide::Inbound`).
     /// What follows is the fabric's own failure handling. `false`: no such link (yet).
     pub fn inject_queue_pair_error(&self, peer: NodeId, which: QueuePairSide) -> bool {
-        let shared = &self.owner.shared;
-        match which {
-            QueuePairSide::Outbound => {
-                let direct = links::lock(&shared.state).direct_to(peer);
-                direct.is_some_and(|d| d.inject_transport_error())
-            }
-            QueuePairSide::Inbound => {
-                let qps = lock_ignoring_poison(&shared.inbound_qps);
-                let mine: Vec<&RawQp> = qps
-                    .values()
-                    .filter(|(p, _)| *p == peer)
-                    .map(|(_, qp)| qp)
-                    .collect();
-                !mine.is_empty() && mine.iter().all(|qp| qp.fail().is_ok())
-            }
-        }
+        let qps = links::lock(&self.owner.shared.queue_pairs);
+        let mine: Vec<&RawQp> = qps
+            .values()
+            .filter(|(p, side, _)| *p == peer && *side == which)
+            .map(|(_, _, qp)| qp)
+            .collect();
+        !mine.is_empty() && mine.iter().all(|qp| qp.fail().is_ok())
     }
 
     /// Counters of the bulk (RDMA read) and write-through paths.
     pub fn bulk_stats(&self) -> BulkStats {
         let shared = &self.owner.shared;
-        let cache = shared.send_cache.lock().unwrap_or_else(|e| e.into_inner());
+        let cache = links::lock(&shared.send_cache);
         BulkStats {
             posted_by_send: shared.posted_by_send.load(AtomicOrdering::Relaxed),
             queued_link_busy: shared.queued_link_busy.load(AtomicOrdering::Relaxed),
@@ -1363,7 +1346,7 @@ async fn run_inbound(shared: Arc<Shared>, mut stream: TcpStream, remote: SocketA
         shared.established(peer, hello.incarnation, id);
         debug!(peer, qpn = link.qp.qp_number(), "verbs link accepted");
         // Declared after `link`, so dropped before it, also when the task is aborted.
-        let _registered = InboundQp::register(&shared, id, peer, &link);
+        let _registered = RegisteredQp::new(&shared, id, peer, QueuePairSide::Inbound, &link);
         let end = receive(&shared, &mut link, &mut stream, peer, id).await;
         shared.ended(peer, id, end);
     }
@@ -1628,7 +1611,7 @@ impl Inbound<'_> {
     }
 }
 
-/// A queue pair's handle, kept in [`Shared::inbound_qps`] only while its link lives.
+/// A queue pair's handle, kept in [`Shared::queue_pairs`] only while its link lives.
 struct RawQp(std::ptr::NonNull<rdma_mummy_sys::ibv_qp>);
 
 // SAFETY: only used for `ibv_modify_qp`, which libibverbs allows from any thread, and
@@ -1636,40 +1619,44 @@ struct RawQp(std::ptr::NonNull<rdma_mummy_sys::ibv_qp>);
 unsafe impl Send for RawQp {}
 
 impl RawQp {
-    /// Moves the queue pair to the error state.
+    /// Moves the queue pair to the error state: posted work requests flush with
+    /// errors, later ones complete in error.
     fn fail(&self) -> io::Result<()> {
         // SAFETY: an all-zero attribute set is valid; only the state is applied.
         let mut attr: rdma_mummy_sys::ibv_qp_attr = unsafe { std::mem::zeroed() };
         attr.qp_state = rdma_mummy_sys::ibv_qp_state::IBV_QPS_ERR;
         let mask = rdma_mummy_sys::ibv_qp_attr_mask::IBV_QP_STATE.0 as i32;
-        // SAFETY: the QP is alive while registered (see `InboundQp`).
+        // SAFETY: the QP is alive while registered (see `RegisteredQp`).
         rc_result(unsafe { rdma_mummy_sys::ibv_modify_qp(self.0.as_ptr(), &mut attr, mask) })
     }
 }
 
-/// A receiving link's entry in [`Shared::inbound_qps`], removed when dropped.
-struct InboundQp<'a> {
+/// A link's entry in [`Shared::queue_pairs`], removed when dropped: the link's task
+/// holds it while it keeps the queue pair alive.
+struct RegisteredQp<'a> {
     shared: &'a Shared,
     id: ConnId,
 }
 
-impl<'a> InboundQp<'a> {
-    fn register(shared: &'a Shared, id: ConnId, peer: NodeId, link: &QpLink) -> InboundQp<'a> {
+impl<'a> RegisteredQp<'a> {
+    fn new(
+        shared: &'a Shared,
+        id: ConnId,
+        peer: NodeId,
+        side: QueuePairSide,
+        link: &QpLink,
+    ) -> RegisteredQp<'a> {
         // SAFETY: the pointer is only used while the entry exists (see `RawQp`).
         let qp = RawQp(unsafe { link.qp.qp() });
-        lock_ignoring_poison(&shared.inbound_qps).insert(id, (peer, qp));
-        InboundQp { shared, id }
+        links::lock(&shared.queue_pairs).insert(id, (peer, side, qp));
+        RegisteredQp { shared, id }
     }
 }
 
-impl Drop for InboundQp<'_> {
+impl Drop for RegisteredQp<'_> {
     fn drop(&mut self) {
-        lock_ignoring_poison(&self.shared.inbound_qps).remove(&self.id);
+        links::lock(&self.shared.queue_pairs).remove(&self.id);
     }
-}
-
-fn lock_ignoring_poison<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// The receiving end: reassembles chunks, reads bulk payloads, reposts buffers,
@@ -1876,6 +1863,9 @@ async fn run_outbound(
             queued_link_busy: shared.queued_link_busy.clone(),
         });
         shared.lock().enable_write_through(peer, id, tx.clone());
+        // Declared after `tx`, so dropped while this task still keeps the QP alive.
+        let _registered =
+            RegisteredQp::new(&shared, id, peer, QueuePairSide::Outbound, &tx.lock().link);
         let end = transmit(
             &shared,
             &tx,
@@ -1909,7 +1899,7 @@ impl Pending {
     fn new(shared: &Shared, payload: Bytes) -> Pending {
         let mut region = None;
         if payload.len() > BULK_THRESHOLD {
-            let mut cache = shared.send_cache.lock().unwrap_or_else(|e| e.into_inner());
+            let mut cache = links::lock(&shared.send_cache);
             match cache.region(&payload) {
                 Ok(r) => region = Some(r),
                 Err(e) => {
@@ -2041,10 +2031,6 @@ impl TxLink {
 }
 
 impl links::WriteThrough for TxLink {
-    fn inject_transport_error(&self) -> bool {
-        self.lock().link.fail().is_ok()
-    }
-
     fn write_through(&self, payload: &Bytes) -> Result<Option<Bytes>, ()> {
         if payload.len() > SLOT_SIZE {
             return Err(());
@@ -2162,9 +2148,9 @@ async fn transmit(
         // IDLE_REAP_INTERVAL (a failed queue pair flushes its posted receives in
         // error), which also bounds how long a send posted directly while the task
         // sleeps idle waits to be looked at. Direct sends take completions in
-        // themselves when out of slots or credits. So an idle
-        // outbound link does not lengthen the runtime's polling loop, in which the
-        // inbound links look for the next message.
+        // themselves when out of slots or credits. So an idle outbound link does not
+        // lengthen the runtime's polling loop, in which the inbound links look for
+        // the next message.
         let want_cq = !shared.poll_mode || !want_queue;
         tokio::select! {
             r = waiter.wait(), if want_cq => if let Err(source) = r {

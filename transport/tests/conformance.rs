@@ -127,64 +127,57 @@ impl Backend {
     }
 }
 
+/// One test of a TCP backend: `NAME` calling `super::NAME(Backend::BACKEND)`.
+macro_rules! tcp_case {
+    ($backend:ident, $name:ident) => {
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn $name() {
+            super::$name(super::Backend::$backend).await
+        }
+    };
+}
+
+/// One test of a verbs backend: skipped (or failed, when the environment demands
+/// verbs) without a usable device.
+macro_rules! verbs_case {
+    ($backend:ident, $name:ident) => {
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn $name() {
+            if let Some(b) =
+                super::Backend::verbs_or_skip(super::Backend::$backend, stringify!($name))
+            {
+                super::$name(b).await
+            }
+        }
+    };
+}
+
 /// Generates `tcp::NAME`, `tcp_polling::NAME`, `tcp_handler::NAME`, `verbs::NAME`,
-/// `verbs_polling::NAME` and `verbs_busy_poll::NAME` for each
-/// `async fn NAME(Backend)`.
+/// `verbs_polling::NAME` and `verbs_busy_poll::NAME` for each `async fn NAME(Backend)`
+/// of the first list, and only the three verbs ones for the second (failures of the
+/// verbs transport itself: TCP has nothing apart from its control connection to break).
 macro_rules! conformance {
-    ($($name:ident),* $(,)?) => {
+    ($($name:ident),* $(,)?; verbs only: $($verbs_name:ident),* $(,)?) => {
         mod tcp {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $name() {
-                    super::$name(super::Backend::Tcp).await
-                }
-            )*
+            $( tcp_case!(Tcp, $name); )*
         }
         mod tcp_polling {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $name() {
-                    super::$name(super::Backend::TcpPolling).await
-                }
-            )*
+            $( tcp_case!(TcpPolling, $name); )*
         }
         mod tcp_handler {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $name() {
-                    super::$name(super::Backend::TcpHandler).await
-                }
-            )*
+            $( tcp_case!(TcpHandler, $name); )*
         }
         mod verbs {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $name() {
-                    if let Some(b) = super::Backend::verbs_or_skip(super::Backend::Verbs, stringify!($name)) {
-                        super::$name(b).await
-                    }
-                }
-            )*
+            $( verbs_case!(Verbs, $name); )*
+            $( verbs_case!(Verbs, $verbs_name); )*
         }
         mod verbs_polling {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $name() {
-                    if let Some(b) = super::Backend::verbs_or_skip(super::Backend::VerbsPolling, stringify!($name)) {
-                        super::$name(b).await
-                    }
-                }
-            )*
+            $( verbs_case!(VerbsPolling, $name); )*
+            $( verbs_case!(VerbsPolling, $verbs_name); )*
         }
         mod verbs_busy_poll {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $name() {
-                    if let Some(b) = super::Backend::verbs_or_skip(super::Backend::VerbsBusyPoll, stringify!($name)) {
-                        super::$name(b).await
-                    }
-                }
-            )*
+            $( verbs_case!(VerbsBusyPoll, $name); )*
+            $( verbs_case!(VerbsBusyPoll, $verbs_name); )*
         }
     };
 }
@@ -205,52 +198,12 @@ conformance!(
     killed_peer_process_is_reported_lost,
     many_peers_at_once,
     local_tasks_serve_a_consumer_in_a_local_set,
-    request_reply_keeps_posting_directly,
+    request_reply_keeps_posting_directly;
+    verbs only:
+    queue_pair_error_is_reported_lost_on_both_ends,
+    receiving_queue_pair_error_is_reported_lost_on_both_ends,
+    queue_pair_error_on_an_idle_link_is_found_by_the_next_send,
 );
-
-/// Verbs-only failure cases, for each verbs backend (TCP has no transport apart from
-/// its control connection to break).
-mod verbs_faults {
-    macro_rules! each_verbs_backend {
-        ($($name:ident),* $(,)?) => {
-            mod verbs {
-                $(
-                    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                    async fn $name() {
-                        if let Some(b) = super::super::Backend::verbs_or_skip(super::super::Backend::Verbs, stringify!($name)) {
-                            super::super::$name(b).await
-                        }
-                    }
-                )*
-            }
-            mod verbs_polling {
-                $(
-                    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                    async fn $name() {
-                        if let Some(b) = super::super::Backend::verbs_or_skip(super::super::Backend::VerbsPolling, stringify!($name)) {
-                            super::super::$name(b).await
-                        }
-                    }
-                )*
-            }
-            mod verbs_busy_poll {
-                $(
-                    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                    async fn $name() {
-                        if let Some(b) = super::super::Backend::verbs_or_skip(super::super::Backend::VerbsBusyPoll, stringify!($name)) {
-                            super::super::$name(b).await
-                        }
-                    }
-                )*
-            }
-        };
-    }
-    each_verbs_backend!(
-        queue_pair_error_is_reported_lost_on_both_ends,
-        receiving_queue_pair_error_is_reported_lost_on_both_ends,
-        queue_pair_error_on_an_idle_link_is_found_by_the_next_send,
-    );
-}
 
 /// Moves `a`'s queue pair(s) to node 1 on `side` into the error state (as a failed port
 /// would), with both processes and their TCP control connections still up.
