@@ -64,7 +64,7 @@ bench-floor:
 # running bench/reference/pmix_fence.c, alternated with cohort-bench fence (installs
 # openmpi-bin and libpmix-dev when missing).
 bench-reference: build
-	bench/reference/run.sh 4 3 1000
+	bench/reference/run.sh 3 1000
 
 lint: setup
 	$(CARGO) fmt --all --check
