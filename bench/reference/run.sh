@@ -93,6 +93,10 @@ pmix_median() { sed -n 's/.*: median \([0-9.]*\) us.*/\1/p'; }
 declare -A refs ours
 order=()
 measure() { # NAME REFERENCE_MEDIAN COHORT_MEDIAN
+    if [[ -z $2 || -z $3 ]]; then
+        echo "bench-reference: $1: a run printed no median (reference '$2', cohort '$3')" >&2
+        exit 1
+    fi
     [[ -v "refs[$1]" ]] || order+=("$1")
     refs[$1]+="$2 "
     ours[$1]+="$3 "
@@ -135,7 +139,7 @@ for name in "${order[@]}"; do
     a=$(median <<<"${refs[$name]}")
     b=$(median <<<"${ours[$name]}")
     awk -v n="$name" -v a="$a" -v b="$b" 'BEGIN {
-        printf "%-40s %10.2f %10.2f %8.1fx  %s\n", n, a, b, a / b, (a / b >= 10) ? "yes" : "no" }'
+        printf "%-40s %10.2f %10.2f %8.2fx  %s\n", n, a, b, a / b, (a / b >= 10) ? "yes" : "no" }'
 done
 echo "# mpirun: $(mpirun --version 2>/dev/null | head -1); PMIx $(pkg-config --modversion pmix)"
 echo "# prterun: $("${prterun[@]}" --version 2>/dev/null | head -1); $("${prte_env[@]}" "$prefix/bin/pmix_info" 2>/dev/null | sed -n 's/^ *PMIX: /OpenPMIx /p')"
