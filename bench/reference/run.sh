@@ -89,17 +89,17 @@ fence=(target/release/cohort-bench fence --min-size 1024 --max-size 1024 -i "$it
 group=(target/release/cohort-bench group -i "$iters")
 pmix_median() { sed -n 's/.*: median \([0-9.]*\) us.*/\1/p'; }
 
-# One row: NAME ISSUE_US then the reference command's median and cohort's, per round.
-declare -A refs ours
+# Each row's medians, one per round, and the rows in the order first measured.
+declare -A ref_runs our_runs
 order=()
 measure() { # NAME REFERENCE_MEDIAN COHORT_MEDIAN
     if [[ -z $2 || -z $3 ]]; then
         echo "bench-reference: $1: a run printed no median (reference '$2', cohort '$3')" >&2
         exit 1
     fi
-    [[ -v "refs[$1]" ]] || order+=("$1")
-    refs[$1]+="$2 "
-    ours[$1]+="$3 "
+    [[ -v "ref_runs[$1]" ]] || order+=("$1")
+    ref_runs[$1]+="$2 "
+    our_runs[$1]+="$3 "
     printf '%-40s %10.2f %10.2f %8.1fx\n' "$1" "$2" "$3" "$(awk -v a="$2" -v b="$3" 'BEGIN { print a / b }')"
 }
 on_node1() { # runs prterun as the first emulated node (its own host name)
@@ -109,26 +109,40 @@ on_node1() { # runs prterun as the first emulated node (its own host name)
 prte3=("${prterun[@]}" --prefix "$prefix" --hostfile "$ref/hosts"
     --prtemca plm_ssh_agent "$here/bench/reference/netns-ssh" -n 3)
 
+# One run's median, µs: OP (fence or construct) under the reference launcher COMMAND…
+reference() {
+    local op=$1 mode=
+    shift
+    if [ "$op" = construct ]; then mode=group; fi
+    "$@" target/pmix_fence "$iters" 1024 $mode | pmix_median
+}
+# …and under cohort run with ARGS….
+ours() {
+    local op=$1
+    shift
+    if [ "$op" = construct ]; then
+        "${cohort[@]}" "$@" "${group[@]}" 2>/dev/null | awk '$1 == "construct" { print $5 }'
+    else
+        "${cohort[@]}" "$@" "${fence[@]}" 2>/dev/null | awk '$1 == "1024" { print $5 }'
+    fi
+}
+label() { if [ "$1" = fence ]; then echo "fence 1 KiB"; else echo "$1"; fi; }
+
 echo "# $iters iterations per run (100 warm-up); each value is one run's median in us"
 printf '# %-38s %10s %10s %9s\n' "round: shape, operation, reference" reference cohort speed-up
 for r in $(seq "$rounds"); do
     echo "# round $r"
     measure "1 node n=4, fence 1 KiB, mpirun" \
-        "$(mpirun "${root[@]}" --oversubscribe -n 4 target/pmix_fence "$iters" 1024 | pmix_median)" \
-        "$("${cohort[@]}" -n 4 "${fence[@]}" 2>/dev/null | awk '$1 == "1024" { print $5 }')"
-    measure "1 node n=4, fence 1 KiB, prterun" \
-        "$("${prterun[@]}" --map-by :oversubscribe -n 4 target/pmix_fence "$iters" 1024 | pmix_median)" \
-        "$("${cohort[@]}" -n 4 "${fence[@]}" 2>/dev/null | awk '$1 == "1024" { print $5 }')"
-    measure "1 node n=4, construct, prterun" \
-        "$("${prterun[@]}" --map-by :oversubscribe -n 4 target/pmix_fence "$iters" 1024 group | pmix_median)" \
-        "$("${cohort[@]}" -n 4 "${group[@]}" 2>/dev/null | awk '$1 == "construct" { print $5 }')"
+        "$(reference fence mpirun "${root[@]}" --oversubscribe -n 4)" "$(ours fence -n 4)"
+    for op in fence construct; do
+        measure "1 node n=4, $(label $op), prterun" \
+            "$(reference $op "${prterun[@]}" --map-by :oversubscribe -n 4)" "$(ours $op -n 4)"
+    done
     if [ "$nodes" -eq 3 ]; then
-        measure "3 nodes n=3, fence 1 KiB, prterun" \
-            "$(on_node1 "${prte3[@]}" target/pmix_fence "$iters" 1024 | pmix_median)" \
-            "$("${cohort[@]}" --nodes 3 -n 3 "${fence[@]}" 2>/dev/null | awk '$1 == "1024" { print $5 }')"
-        measure "3 nodes n=3, construct, prterun" \
-            "$(on_node1 "${prte3[@]}" target/pmix_fence "$iters" 1024 group | pmix_median)" \
-            "$("${cohort[@]}" --nodes 3 -n 3 "${group[@]}" 2>/dev/null | awk '$1 == "construct" { print $5 }')"
+        for op in fence construct; do
+            measure "3 nodes n=3, $(label $op), prterun" \
+                "$(reference $op on_node1 "${prte3[@]}")" "$(ours $op --nodes 3 -n 3)"
+        done
     fi
 done
 
@@ -136,8 +150,8 @@ median() { tr ' ' '\n' | grep . | sort -g | awk '{ v[NR] = $1 } END { print (NR 
 echo "# medians over $rounds rounds; the issue asks cohort to be at least 10x faster than PRRTE"
 printf '# %-38s %10s %10s %9s  %s\n' "shape, operation, reference" reference cohort speed-up "10x"
 for name in "${order[@]}"; do
-    a=$(median <<<"${refs[$name]}")
-    b=$(median <<<"${ours[$name]}")
+    a=$(median <<<"${ref_runs[$name]}")
+    b=$(median <<<"${our_runs[$name]}")
     awk -v n="$name" -v a="$a" -v b="$b" 'BEGIN {
         printf "%-40s %10.2f %10.2f %8.2fx  %s\n", n, a, b, a / b, (a / b >= 10) ? "yes" : "no" }'
 done
