@@ -1538,6 +1538,19 @@ impl Engine {
         if procs.is_empty() {
             return Ok(self.job.all_procs());
         }
+        // A lone wildcard (`{job, *}` — MPI_Init's fence — or `{group, *}`) is already
+        // the sorted answer: no set of every process, built per request at N log N
+        // name comparisons.
+        if let [p] = procs {
+            if p.is_wildcard() && p.nspace == self.job.nspace {
+                return Ok(self.job.all_procs());
+            }
+            if let Some(g) = self.groups.get(&p.nspace).filter(|_| p.is_wildcard()) {
+                if g.members.windows(2).all(|w| w[0] < w[1]) {
+                    return Ok(g.members.clone());
+                }
+            }
+        }
         let mut out = BTreeSet::new();
         for p in procs {
             if p.nspace == self.job.nspace {
@@ -2078,7 +2091,9 @@ impl Engine {
         let (Some(spec), Some(tree)) = (&coll.spec, &coll.tree) else {
             return;
         };
-        if !coll.doomed_sent && Self::intolerant(coll, spec) {
+        // Only a terminated process can have failed before joining: while none has,
+        // no scan of every expected process per contribution.
+        if !coll.doomed_sent && !self.terminated.is_empty() && Self::intolerant(coll, spec) {
             let failed: Vec<ProcId> = Self::all_expected(coll, spec)
                 .into_iter()
                 .filter(|p| self.standing(key, coll, p) == Standing::FailedEarly)
@@ -2444,6 +2459,18 @@ impl Engine {
             if joined < *leaders {
                 return None;
             }
+        }
+        if self.terminated.is_empty() {
+            // Nobody failed before joining, so it succeeds once nobody is pending: stop
+            // at the first pending process instead of ranking every one on each call.
+            let pending = |p: &ProcId| self.standing(key, coll, p) == Standing::Pending;
+            let any_pending = match spec {
+                CollSpec::Fence { .. } | CollSpec::Destruct { .. } => {
+                    expected_of(spec).iter().any(pending)
+                }
+                _ => Self::all_expected(coll, spec).iter().any(pending),
+            };
+            return (!any_pending).then_some(Decision::Succeed);
         }
         let expected = Self::all_expected(coll, spec);
         let standings: Vec<(ProcId, Standing)> = expected
