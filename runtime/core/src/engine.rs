@@ -294,6 +294,10 @@ pub struct Engine {
     joined_before_death: HashMap<ProcId, HashSet<CollKey>>,
     pending_events: HashMap<ProcId, VecDeque<Event>>,
 
+    /// Every process of the job, sorted, and its [`signature`]: what a fence over the
+    /// whole job waits for, shared by all of them.
+    whole_job: Arc<[ProcId]>,
+    whole_job_sig: String,
     kv: KvStore,
     /// Commit frames received from each local process (see `Request::Get`'s
     /// `after_commits`).
@@ -363,9 +367,13 @@ impl Engine {
             .switches
             .as_deref()
             .map(|map| Locality::new(map, &cfg.job.node_names));
+        let whole_job: Arc<[ProcId]> = cfg.job.all_procs().into();
+        let whole_job_sig = signature(&whole_job);
         Engine {
             node: cfg.node,
             job: cfg.job,
+            whole_job,
+            whole_job_sig,
             shape: cfg.tree_shape,
             allgather: cfg.allgather,
             locality,
@@ -1599,16 +1607,34 @@ impl Engine {
         opts: FenceOpts,
         now: Time,
     ) {
-        let members = match self.participants_with(&procs, &proc, |m| {
+        let not_among = |m: &[ProcId]| {
             format!(
                 "fence caller {proc} is not among the participants {}",
                 fmt_procs(m)
             )
-        }) {
-            Ok(m) => m,
-            Err(e) => return self.reply(client, req, Err(e)),
         };
-        let sig = signature(&members);
+        let whole_job = match procs.as_slice() {
+            [] => true,
+            [p] => p.is_wildcard() && p.nspace == self.job.nspace,
+            _ => false,
+        };
+        let (members, sig) = if whole_job {
+            // The common fence (MPI_Init's): the server's one list and its signature,
+            // not a copy of every process per request.
+            if !self.job.contains(&proc) {
+                let e = CohortError::BadRequest(not_among(&self.whole_job));
+                return self.reply(client, req, Err(e));
+            }
+            (Arc::clone(&self.whole_job), self.whole_job_sig.clone())
+        } else {
+            match self.participants_with(&procs, &proc, not_among) {
+                Ok(m) => {
+                    let sig = signature(&m);
+                    (Arc::from(m), sig)
+                }
+                Err(e) => return self.reply(client, req, Err(e)),
+            }
+        };
         let seq = self
             .fence_seq
             .entry((proc.clone(), sig.clone()))

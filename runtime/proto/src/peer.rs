@@ -1,5 +1,7 @@
 //! Node-server ⇄ node-server messages (over the fabric).
 
+use std::sync::Arc;
+
 use serde::{Deserialize, Serialize};
 
 use crate::error::CohortError;
@@ -32,8 +34,9 @@ pub struct CollKey {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum CollSpec {
     Fence {
-        #[serde(with = "crate::procset")]
-        procs: Vec<ProcId>,
+        /// Shared: a fence over the whole job refers to the server's one copy.
+        #[serde(with = "crate::procset::shared")]
+        procs: Arc<[ProcId]>,
         collect: bool,
     },
     Construct {

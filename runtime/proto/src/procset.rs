@@ -76,6 +76,24 @@ pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<ProcId>, D::Er
     Ok(out)
 }
 
+/// The same compact form for a shared list (`Arc<[ProcId]>`): a server keeps one copy
+/// of a list every operation over the whole job refers to.
+pub mod shared {
+    use std::sync::Arc;
+
+    use serde::{Deserializer, Serializer};
+
+    use crate::ids::ProcId;
+
+    pub fn serialize<S: Serializer>(procs: &Arc<[ProcId]>, s: S) -> Result<S::Ok, S::Error> {
+        super::serialize(procs, s)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Arc<[ProcId]>, D::Error> {
+        super::deserialize(d).map(Arc::from)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
