@@ -132,6 +132,19 @@ mod tests {
         ]);
     }
 
+    #[derive(Debug, PartialEq, Serialize, Deserialize)]
+    struct SharedHolder(#[serde(with = "crate::procset::shared")] std::sync::Arc<[ProcId]>);
+
+    #[test]
+    fn a_shared_list_has_the_same_wire_form() {
+        let list: Vec<ProcId> = [p("a", 0), p("a", 1), p("b", 7), p("a", 2)].into();
+        let shared = SharedHolder(list.clone().into());
+        let bytes = frame::encode_body(&shared);
+        assert_eq!(bytes, frame::encode_body(&Holder(list.clone())));
+        let back: SharedHolder = frame::decode_body(&bytes).unwrap();
+        assert_eq!(&back.0[..], &list[..]);
+    }
+
     #[test]
     fn hostile_lists_are_refused_not_expanded() {
         let bad = |c: Compact| {
