@@ -7,7 +7,9 @@
 //!   node server);
 //! * o: what a node server spends per message besides the hop: the median time to
 //!   decode, step the engine and encode, taken from simulated 3-server collectives
-//!   run with the real engine and the real codec.
+//!   run with the real engine and the real codec;
+//! * γ: how that time grows per byte of the message taken in: the least-squares slope
+//!   of step time over message size, in warm 32-server fences with 1 KiB per rank.
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -27,15 +29,21 @@ impl Measured {
     pub fn describe(&self) -> String {
         format!(
             "# measured here: TCP ping-pong RTT {:.1} us (α = RTT/2), TCP stream {:.2} GB/s, \
-             Unix ping-pong RTT {:.1} us (α_c = RTT/2), engine+codec {:.2} us per message (o)",
+             Unix ping-pong RTT {:.1} us (α_c = RTT/2), engine+codec {:.2} us per message (o) \
+             and {:.2} ns per byte taken in (γ)",
             self.tcp_rtt.as_secs_f64() * 1e6,
             self.tcp_gbps,
             self.unix_rtt.as_secs_f64() * 1e6,
-            self.params.overhead_s * 1e6
+            self.params.overhead_s * 1e6,
+            self.params.overhead_s_per_byte * 1e9
         )
     }
 }
 
+/// γ is fitted over the steps of this many servers' fences (1 KiB per rank), where
+/// messages range from a request to an outcome carrying every server's data.
+const GAMMA_NODES: u32 = 32;
+const GAMMA_ITERATIONS: usize = 200;
 const ROUNDS: usize = 2000;
 const WARMUP: usize = 200;
 
@@ -106,11 +114,20 @@ pub fn measure() -> Measured {
     let unix_rtt = pingpong(a, b);
     let tcp_gbps = tcp_stream_gbps();
     let o = cohort_sim::measure_overhead(9);
+    let gamma = cohort_sim::measure_steady(
+        GAMMA_NODES,
+        cohort_sim::Collective::Fence,
+        1024,
+        GAMMA_ITERATIONS,
+        GAMMA_ITERATIONS / 10,
+    )
+    .map_or(0.0, |c| c.per_byte_s.max(0.0));
     Measured {
         params: Params {
             alpha_s: tcp_rtt.as_secs_f64() / 2.0,
             beta_s_per_byte: 1.0 / (tcp_gbps * 1e9),
             overhead_s: o.as_secs_f64(),
+            overhead_s_per_byte: gamma,
             client_alpha_s: unix_rtt.as_secs_f64() / 2.0,
             host_cores: None,
         },

@@ -58,6 +58,11 @@ pub struct Params {
     pub beta_s_per_byte: f64,
     /// Per-message processing time of a node server, seconds.
     pub overhead_s: f64,
+    /// A node server's processing time per byte of a peer message it takes in
+    /// (decoding it, storing what it carries, passing it on), seconds per byte: a step
+    /// then costs `o + γ·b`. The outcome of a collective carries every process's entry,
+    /// so this is what makes a step grow with the job.
+    pub overhead_s_per_byte: f64,
     /// One-way latency between a rank and its own node server, seconds.
     pub client_alpha_s: f64,
     /// `Some(c)`: all simulated node servers and ranks share one host with `c` cores
@@ -69,12 +74,13 @@ pub struct Params {
 }
 
 impl Params {
-    /// InfiniBand HDR-like: α = 1 µs, 25 GB/s, o = 0.5 µs, α_c = 0.5 µs.
+    /// InfiniBand HDR-like: α = 1 µs, 25 GB/s, o = 0.5 µs, γ = 0, α_c = 0.5 µs.
     pub fn hdr() -> Params {
         Params {
             alpha_s: 1e-6,
             beta_s_per_byte: 1.0 / 25e9,
             overhead_s: 0.5e-6,
+            overhead_s_per_byte: 0.0,
             client_alpha_s: 0.5e-6,
             host_cores: None,
         }
@@ -223,6 +229,7 @@ struct Net<E> {
     alpha: Ps,
     beta_ps_per_byte: f64,
     o: Ps,
+    o_ps_per_byte: f64,
     client_alpha: Ps,
     queue: BinaryHeap<Reverse<(Ps, u64)>>,
     /// Destination, hop count, the receiver's CPU cost of taking it in, the event.
@@ -264,6 +271,7 @@ impl<E> Net<E> {
             alpha: ps(p.alpha_s),
             beta_ps_per_byte: p.beta_s_per_byte * 1e12,
             o: ps(p.overhead_s),
+            o_ps_per_byte: p.overhead_s_per_byte * 1e12,
             client_alpha: ps(p.client_alpha_s),
             queue: BinaryHeap::new(),
             events: HashMap::new(),
@@ -385,7 +393,8 @@ impl<E> Net<E> {
         self.rx_free[d] = arrive;
         let hop = self.hop[u] + 1;
         self.max_hop = self.max_hop.max(hop);
-        self.push(arrive, to, hop, side, ev);
+        let take_in = (size as f64 * self.o_ps_per_byte).round() as Ps;
+        self.push(arrive, to, hop, side + take_in, ev);
     }
 }
 
@@ -415,6 +424,8 @@ struct Sim {
     /// When set: every message handled is also decoded from its wire form and every
     /// output encoded, as a node server does, and each step's wall time is recorded.
     codec_steps: Option<Vec<Duration>>,
+    /// With `codec_steps`: the wire size of the message each step took in.
+    codec_sizes: Vec<usize>,
 }
 
 fn client_of(rank: u32) -> ClientId {
@@ -458,6 +469,7 @@ impl Sim {
             wall: Duration::ZERO,
             steps: 0,
             codec_steps: None,
+            codec_sizes: Vec::new(),
         }
     }
 
@@ -510,6 +522,7 @@ impl Sim {
                     req: req.clone(),
                 }),
             });
+            let taken_in = wire.as_ref().map_or(0, Vec::len);
             let began = Instant::now();
             match (ev, wire) {
                 (EvKind::Peer { from, msg }, wire) => {
@@ -542,6 +555,7 @@ impl Sim {
                     }
                 }
                 steps.push(began.elapsed());
+                self.codec_sizes.push(taken_in);
             }
             self.wall += began.elapsed();
             self.steps += 1;
@@ -805,6 +819,9 @@ pub struct SteadyCost {
     pub mean_step: Duration,
     /// All servers' step time per iteration.
     pub per_iteration: Duration,
+    /// The step time's growth per byte of the message taken in (least-squares slope
+    /// over every step), seconds per byte: the cost model's γ.
+    pub per_byte_s: f64,
 }
 
 /// The CPU a node server spends per message in steady state, measured on `nodes`
@@ -885,8 +902,10 @@ pub fn measure_steady(
         steps = sim.codec_steps.take().unwrap_or_default();
         if i + 1 == warmup {
             steps.clear();
+            sim.codec_sizes.clear();
         }
     }
+    let per_byte_s = slope(&sim.codec_sizes, &steps);
     let total: Duration = steps.iter().sum();
     let count = steps.len().max(1);
     steps.sort_unstable();
@@ -896,7 +915,32 @@ pub fn measure_steady(
         median_step: steps.get(steps.len() / 2).copied().unwrap_or_default(),
         mean_step: total / count as u32,
         per_iteration: total / iterations.max(1) as u32,
+        per_byte_s,
     })
+}
+
+/// Least-squares slope of `times` (seconds) over `sizes` (bytes); 0 without spread.
+fn slope(sizes: &[usize], times: &[Duration]) -> f64 {
+    let n = sizes.len().min(times.len());
+    if n < 2 {
+        return 0.0;
+    }
+    let xs = sizes[..n].iter().map(|&b| b as f64);
+    let ys = times[..n].iter().map(Duration::as_secs_f64);
+    let (mx, my) = (
+        xs.clone().sum::<f64>() / n as f64,
+        ys.clone().sum::<f64>() / n as f64,
+    );
+    let (mut sxy, mut sxx) = (0.0, 0.0);
+    for (x, y) in xs.zip(ys) {
+        sxy += (x - mx) * (y - my);
+        sxx += (x - mx) * (x - mx);
+    }
+    if sxx > 0.0 {
+        sxy / sxx
+    } else {
+        0.0
+    }
 }
 
 /// The lower bound of an allgather of `n·d` bytes over `n` servers:

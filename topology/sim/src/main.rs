@@ -53,6 +53,10 @@ struct Model {
     /// Per-message processing time of a node server, µs.
     #[arg(long)]
     overhead_us: Option<f64>,
+    /// A node server's processing time per byte of a peer message it takes in, ns
+    /// (γ: a step costs o + γ·size; default 0, `--params measured` fits it).
+    #[arg(long)]
+    overhead_ns_per_byte: Option<f64>,
     /// Rank ⇄ node-server latency, µs.
     #[arg(long)]
     client_alpha_us: Option<f64>,
@@ -80,6 +84,9 @@ impl Model {
         }
         if let Some(o) = self.overhead_us {
             p.overhead_s = o * 1e-6;
+        }
+        if let Some(g) = self.overhead_ns_per_byte {
+            p.overhead_s_per_byte = g * 1e-9;
         }
         if let Some(c) = self.client_alpha_us {
             p.client_alpha_s = c * 1e-6;
@@ -321,12 +328,17 @@ fn run(cli: Cli) -> Result<(), String> {
                  message): decode, engine, encode what it sends"
             );
             println!(
-                "# {:<34}{:>12}{:>16}{:>16}{:>20}",
+                "# γ: the step time's growth per byte of the message taken in (least-squares \
+                 slope over every step)"
+            );
+            println!(
+                "# {:<34}{:>12}{:>16}{:>16}{:>20}{:>12}",
                 "Op (+ its untimed barrier)",
                 "Steps/op",
                 "Median(ns)",
                 "Mean(ns)",
-                "All servers(us)"
+                "All servers(us)",
+                "γ(ns/B)"
             );
             for (name, op) in [
                 (format!("fence {bytes} B, collect"), Collective::Fence),
@@ -338,12 +350,13 @@ fn run(cli: Cli) -> Result<(), String> {
                 let c = cohort_sim::measure_steady(nodes, op, bytes, iterations, warmup)
                     .map_err(|e| e.to_string())?;
                 println!(
-                    "{:<36}{:>12.1}{:>16}{:>16}{:>20.2}",
+                    "{:<36}{:>12.1}{:>16}{:>16}{:>20.2}{:>12.3}",
                     name,
                     c.steps_per_iteration,
                     c.median_step.as_nanos(),
                     c.mean_step.as_nanos(),
-                    c.per_iteration.as_secs_f64() * 1e6
+                    c.per_iteration.as_secs_f64() * 1e6,
+                    c.per_byte_s * 1e9
                 );
             }
             Ok(())
@@ -401,11 +414,13 @@ fn print_params(p: &Params) {
         None => String::new(),
     };
     println!(
-        "# α = {:.2} us, β = {:.4} ns/B ({:.2} GB/s), o = {:.2} us, α_c = {:.2} us{host}",
+        "# α = {:.2} us, β = {:.4} ns/B ({:.2} GB/s), o = {:.2} us, γ = {:.3} ns/B, \
+         α_c = {:.2} us{host}",
         p.alpha_s * 1e6,
         p.beta_s_per_byte * 1e9,
         1.0 / p.beta_s_per_byte / 1e9,
         p.overhead_s * 1e6,
+        p.overhead_s_per_byte * 1e9,
         p.client_alpha_s * 1e6
     );
 }

@@ -23,3 +23,13 @@ fn a_construct_iteration_is_twenty_four_messages() {
     let c = measure_steady(3, Collective::Construct, 1024, 50, 5).expect("50 constructs complete");
     assert_eq!(c.steps_per_iteration, 24.0);
 }
+
+/// γ, the step time's growth per byte taken in: a step that takes in an outcome with
+/// 16 servers' kilobyte each decodes and stores far more than one that takes in a
+/// request, so the fitted slope is positive.
+#[test]
+fn steps_that_take_in_more_bytes_cost_more() {
+    let c = measure_steady(16, Collective::Fence, 1024, 40, 4).expect("40 fences complete");
+    assert!(c.per_byte_s > 0.0, "γ = {} s/B", c.per_byte_s);
+    assert!(c.per_byte_s.is_finite());
+}

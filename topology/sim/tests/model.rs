@@ -46,6 +46,7 @@ fn slow_links() -> Params {
         alpha_s: 25e-6,
         beta_s_per_byte: 1.0 / 2e9,
         overhead_s: 4e-6,
+        overhead_s_per_byte: 0.0,
         client_alpha_s: 8e-6,
         host_cores: None,
     }
@@ -78,6 +79,7 @@ fn model_matches_the_engines_on_a_shared_host() {
         alpha_s: 30e-6,
         beta_s_per_byte: 1.0 / 2.5e9,
         overhead_s: 4e-6,
+        overhead_s_per_byte: 0.0,
         client_alpha_s: 20e-6,
         host_cores: Some(2),
     };
@@ -128,4 +130,29 @@ fn model_matches_the_engines_with_the_dissemination_allgather() {
             host,
         );
     }
+}
+
+/// γ (a server's CPU per byte of a message it takes in) is charged alike by the engines'
+/// simulation and the schedule model, and it slows a collective down by at least what
+/// taking in its largest message costs.
+#[test]
+fn the_per_byte_cost_is_charged_alike_and_slows_the_collective() {
+    let slow = slow_links();
+    let gamma = Params {
+        overhead_s_per_byte: 1e-9,
+        ..slow
+    };
+    for nodes in [3, 8, 20] {
+        check(nodes, 1, TreeShape::KAry(2), 4096, gamma);
+    }
+    let mut s = Scenario::new(16, Collective::Construct, TreeShape::KAry(2));
+    s.bytes_per_rank = 4096;
+    let without = simulate(&s, slow).expect("engine run").completion_s;
+    let with = simulate(&s, gamma).expect("engine run").completion_s;
+    // The outcome a leaf takes in carries all 16 servers' 4 KiB.
+    let outcome_take_in = 16.0 * 4096.0 * 1e-9;
+    assert!(
+        with - without >= outcome_take_in,
+        "with γ {with} s, without {without} s"
+    );
 }

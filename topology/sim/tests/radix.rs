@@ -19,6 +19,7 @@ fn the_cost_models_pick_is_near_the_simulated_best() {
         alpha_s: 30e-6,
         beta_s_per_byte: 1.0 / 2.5e9,
         overhead_s: 4e-6,
+        overhead_s_per_byte: 0.0,
         client_alpha_s: 20e-6,
         host_cores: None,
     };
