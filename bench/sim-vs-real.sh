@@ -7,7 +7,8 @@
 #                                                     `cohort run` uses)
 #
 # 1. `cohort-sim calibrate` measures α (TCP ping-pong), β (TCP stream), α_c (Unix
-#    ping-pong) and o (engine + codec per message) here; median of REPEATS runs.
+#    ping-pong), o (engine + codec per message) and γ (per byte taken in) here; median of
+#    REPEATS runs.
 # 2. For 1, 2 and 3 emulated nodes (one rank each), `cohort run --no-shm-fence --nodes M
 #    -n M cohort-bench fence|group` measures the fence with 1 KiB per rank (through the
 #    node servers, as simulated) and the group construct with a context id; median over
@@ -34,7 +35,7 @@ flag() { awk -v f="$1" '{ for (i = 1; i < NF; i++) if ($i == f) print $(i + 1) }
 cal=()
 for _ in $(seq "$reps"); do cal+=("$("$bin/cohort-sim" calibrate --args)"); done
 params=""
-for f in --alpha-us --gbps --overhead-us --client-alpha-us; do
+for f in --alpha-us --gbps --overhead-us --overhead-ns-per-byte --client-alpha-us; do
     v=$(printf '%s\n' "${cal[@]}" | flag "$f" | median)
     params="$params $f $v"
 done

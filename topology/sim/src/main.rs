@@ -366,10 +366,12 @@ fn run(cli: Cli) -> Result<(), String> {
             if args {
                 let p = m.params;
                 println!(
-                    "--alpha-us {:.3} --gbps {:.3} --overhead-us {:.3} --client-alpha-us {:.3}",
+                    "--alpha-us {:.3} --gbps {:.3} --overhead-us {:.3} --overhead-ns-per-byte {:.3} \
+                     --client-alpha-us {:.3}",
                     p.alpha_s * 1e6,
                     1.0 / p.beta_s_per_byte / 1e9,
                     p.overhead_s * 1e6,
+                    p.overhead_s_per_byte * 1e9,
                     p.client_alpha_s * 1e6
                 );
             } else {
