@@ -422,10 +422,9 @@ struct Sim {
     wall: Duration,
     steps: u64,
     /// When set: every message handled is also decoded from its wire form and every
-    /// output encoded, as a node server does, and each step's wall time is recorded.
-    codec_steps: Option<Vec<Duration>>,
-    /// With `codec_steps`: the wire size of the message each step took in.
-    codec_sizes: Vec<usize>,
+    /// output encoded, as a node server does, and each step's wall time is recorded
+    /// with the wire size of the message it took in.
+    codec_steps: Option<Vec<(Duration, usize)>>,
 }
 
 fn client_of(rank: u32) -> ClientId {
@@ -469,7 +468,6 @@ impl Sim {
             wall: Duration::ZERO,
             steps: 0,
             codec_steps: None,
-            codec_sizes: Vec::new(),
         }
     }
 
@@ -554,8 +552,7 @@ impl Sim {
                         Action::ToClient { frame: f, .. } => drop(frame::encode(f)),
                     }
                 }
-                steps.push(began.elapsed());
-                self.codec_sizes.push(taken_in);
+                steps.push((began.elapsed(), taken_in));
             }
             self.wall += began.elapsed();
             self.steps += 1;
@@ -798,7 +795,13 @@ pub fn measure_overhead(runs: usize) -> Duration {
         sim.connect_all();
         start_collective(&mut sim, &s);
         sim.run();
-        steps.extend(sim.codec_steps.take().unwrap_or_default());
+        steps.extend(
+            sim.codec_steps
+                .take()
+                .unwrap_or_default()
+                .into_iter()
+                .map(|(t, _)| t),
+        );
     }
     steps.sort_unstable();
     steps[steps.len() / 2]
@@ -902,10 +905,10 @@ pub fn measure_steady(
         steps = sim.codec_steps.take().unwrap_or_default();
         if i + 1 == warmup {
             steps.clear();
-            sim.codec_sizes.clear();
         }
     }
-    let per_byte_s = slope(&sim.codec_sizes, &steps);
+    let per_byte_s = slope(&steps);
+    let mut steps: Vec<Duration> = steps.into_iter().map(|(t, _)| t).collect();
     let total: Duration = steps.iter().sum();
     let count = steps.len().max(1);
     steps.sort_unstable();
@@ -919,14 +922,15 @@ pub fn measure_steady(
     })
 }
 
-/// Least-squares slope of `times` (seconds) over `sizes` (bytes); 0 without spread.
-fn slope(sizes: &[usize], times: &[Duration]) -> f64 {
-    let n = sizes.len().min(times.len());
+/// Least-squares slope of the steps' times (seconds) over their sizes (bytes); 0
+/// without spread.
+fn slope(steps: &[(Duration, usize)]) -> f64 {
+    let n = steps.len();
     if n < 2 {
         return 0.0;
     }
-    let xs = sizes[..n].iter().map(|&b| b as f64);
-    let ys = times[..n].iter().map(Duration::as_secs_f64);
+    let xs = steps.iter().map(|&(_, b)| b as f64);
+    let ys = steps.iter().map(|(t, _)| t.as_secs_f64());
     let (mx, my) = (
         xs.clone().sum::<f64>() / n as f64,
         ys.clone().sum::<f64>() / n as f64,
