@@ -1541,18 +1541,24 @@ impl Engine {
 
     // ------------------------------------------------------------------ collectives
 
+    /// Whether `procs` names every process of the job: no processes (the whole job by
+    /// convention), or the job's wildcard `{job, *}` alone (MPI_Init's fence).
+    fn names_whole_job(&self, procs: &[ProcId]) -> bool {
+        match procs {
+            [] => true,
+            [p] => p.is_wildcard() && p.nspace == self.job.nspace,
+            _ => false,
+        }
+    }
+
     /// Expands wildcards (`{nspace,*}`, `{group,*}`, `{group, r}`) into sorted job procs.
     fn expand(&self, procs: &[ProcId]) -> Result<Vec<ProcId>, CohortError> {
-        if procs.is_empty() {
-            return Ok(self.job.all_procs());
+        // The whole job, or a lone group wildcard, is already the sorted answer: no set
+        // of every process, built per request at N log N name comparisons.
+        if self.names_whole_job(procs) {
+            return Ok(self.whole_job.to_vec());
         }
-        // A lone wildcard (`{job, *}` — MPI_Init's fence — or `{group, *}`) is already
-        // the sorted answer: no set of every process, built per request at N log N
-        // name comparisons.
         if let [p] = procs {
-            if p.is_wildcard() && p.nspace == self.job.nspace {
-                return Ok(self.job.all_procs());
-            }
             if let Some(g) = self.groups.get(&p.nspace).filter(|_| p.is_wildcard()) {
                 if g.members.windows(2).all(|w| w[0] < w[1]) {
                     return Ok(g.members.clone());
@@ -1619,12 +1625,7 @@ impl Engine {
                 fmt_procs(m)
             )
         };
-        let whole_job = match procs.as_slice() {
-            [] => true,
-            [p] => p.is_wildcard() && p.nspace == self.job.nspace,
-            _ => false,
-        };
-        let (members, sig) = if whole_job {
+        let (members, sig) = if self.names_whole_job(&procs) {
             // The common fence (MPI_Init's): the server's one list and its signature,
             // not a copy of every process per request.
             if !self.job.contains(&proc) {
