@@ -207,7 +207,7 @@ fn fence() -> R {
             "get",
         )?;
         check!(
-            v == Value::Bytes(vec![r as u8; 1024]),
+            v == Value::Bytes(vec![r as u8; 1024].into()),
             "payload of rank {r}"
         );
     }

@@ -1,5 +1,6 @@
 //! Values stored by `put` and carried in info arrays.
 
+use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
 use crate::ids::ProcId;
@@ -13,8 +14,10 @@ pub enum Value {
     I64(i64),
     F64(f64),
     Str(String),
-    /// Encoded as one byte string, not element by element.
-    Bytes(#[serde(with = "serde_bytes")] Vec<u8>),
+    /// Encoded as one byte string, not element by element. Shared, not copied, when
+    /// the value is cloned: a collective's outcome is kept, forwarded, stored and
+    /// replied to each local member, and each of those holds the same bytes.
+    Bytes(#[serde(with = "shared_bytes")] Bytes),
     Procs(Vec<ProcId>),
 }
 
@@ -77,7 +80,27 @@ impl From<bool> for Value {
 }
 impl From<Vec<u8>> for Value {
     fn from(v: Vec<u8>) -> Self {
+        Value::Bytes(v.into())
+    }
+}
+impl From<Bytes> for Value {
+    fn from(v: Bytes) -> Self {
         Value::Bytes(v)
+    }
+}
+
+/// `Bytes` on the wire exactly as `serde_bytes` writes a `Vec<u8>`: one length, then
+/// the bytes.
+mod shared_bytes {
+    use bytes::Bytes;
+    use serde::{Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(b: &Bytes, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_bytes(b)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Bytes, D::Error> {
+        serde_bytes::deserialize::<Vec<u8>, D>(d).map(Bytes::from)
     }
 }
 
@@ -98,4 +121,43 @@ pub enum Scope {
     Remote,
     /// Everyone can read it.
     Global,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::frame;
+
+    /// What `Value` was before its bytes were shared: the wire form must not change.
+    #[derive(Serialize, Deserialize)]
+    enum OldValue {
+        Bool(bool),
+        U32(u32),
+        U64(u64),
+        I64(i64),
+        F64(f64),
+        Str(String),
+        Bytes(#[serde(with = "serde_bytes")] Vec<u8>),
+    }
+
+    #[test]
+    fn shared_bytes_keep_the_wire_form_of_a_byte_vector() {
+        for len in [0usize, 1, 1024, 70_000] {
+            let raw: Vec<u8> = (0..len).map(|i| (i * 7) as u8).collect();
+            let new = frame::encode_body(&Value::Bytes(raw.clone().into()));
+            assert_eq!(new, frame::encode_body(&OldValue::Bytes(raw.clone())));
+            let back: Value = frame::decode_body(&new).unwrap();
+            assert_eq!(back.as_bytes(), Some(&raw[..]));
+        }
+    }
+
+    #[test]
+    fn a_cloned_byte_value_shares_its_bytes() {
+        let v = Value::from(vec![3u8; 4096]);
+        let w = v.clone();
+        assert_eq!(
+            v.as_bytes().unwrap().as_ptr(),
+            w.as_bytes().unwrap().as_ptr()
+        );
+    }
 }
