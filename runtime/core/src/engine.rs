@@ -367,7 +367,9 @@ impl Engine {
             .switches
             .as_deref()
             .map(|map| Locality::new(map, &cfg.job.node_names));
-        let whole_job: Arc<[ProcId]> = cfg.job.all_procs().into();
+        // Registered: fence messages over the whole job then carry it without a walk
+        // to encode or a copy of every process to decode.
+        let whole_job = cohort_proto::procset::shared::whole_namespace(cfg.job.all_procs().into());
         let whole_job_sig = signature(&whole_job);
         Engine {
             node: cfg.node,

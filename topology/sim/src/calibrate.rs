@@ -116,6 +116,7 @@ pub fn measure() -> Measured {
     let o = cohort_sim::measure_overhead(9);
     let gamma = cohort_sim::measure_steady(
         GAMMA_NODES,
+        1,
         cohort_sim::Collective::Fence,
         1024,
         GAMMA_ITERATIONS,

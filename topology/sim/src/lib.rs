@@ -828,7 +828,7 @@ pub struct SteadyCost {
 }
 
 /// The CPU a node server spends per message in steady state, measured on `nodes`
-/// in-process engines with one rank each, the real codec and no I/O: `iterations`
+/// in-process engines with `ranks_per_node` ranks each, the real codec and no I/O: `iterations`
 /// (after `warmup`) of what `cohort-bench` times, each followed by its untimed
 /// barrier. For a fence: a commit of `bytes` of remote data and a collecting fence;
 /// for a construct: a group construct with a context id and its destruct. Unlike
@@ -836,12 +836,14 @@ pub struct SteadyCost {
 /// seen the same operation before), as in a benchmark loop or a long-running job.
 pub fn measure_steady(
     nodes: u32,
+    ranks_per_node: u32,
     op: Collective,
     bytes: usize,
     iterations: usize,
     warmup: usize,
 ) -> Result<SteadyCost, SimError> {
     let mut s = Scenario::new(nodes, op, TreeShape::KAry(2));
+    s.ranks_per_node = ranks_per_node;
     s.bytes_per_rank = bytes;
     let mut sim = Sim::new(&s, Params::hdr());
     sim.connect_all();

@@ -176,6 +176,8 @@ enum What {
     Cost {
         #[arg(long, default_value_t = 3)]
         nodes: u32,
+        #[arg(long, default_value_t = 1)]
+        ranks_per_node: u32,
         /// Posted data per rank for the fence, bytes.
         #[arg(long, default_value_t = 1024)]
         bytes: usize,
@@ -315,13 +317,14 @@ fn run(cli: Cli) -> Result<(), String> {
         }
         What::Cost {
             nodes,
+            ranks_per_node,
             bytes,
             iterations,
             warmup,
         } => {
             println!(
-                "# cohort-sim cost: {nodes} node servers, 1 rank each, real engines and codec, \
-                 in process, {iterations} iterations ({warmup} warm-up)"
+                "# cohort-sim cost: {nodes} node servers, {ranks_per_node} rank(s) each, real \
+                 engines and codec, in process, {iterations} iterations ({warmup} warm-up)"
             );
             println!(
                 "# A step: one message a server handles (a client request or a peer \
@@ -347,8 +350,15 @@ fn run(cli: Cli) -> Result<(), String> {
                     Collective::Construct,
                 ),
             ] {
-                let c = cohort_sim::measure_steady(nodes, op, bytes, iterations, warmup)
-                    .map_err(|e| e.to_string())?;
+                let c = cohort_sim::measure_steady(
+                    nodes,
+                    ranks_per_node,
+                    op,
+                    bytes,
+                    iterations,
+                    warmup,
+                )
+                .map_err(|e| e.to_string())?;
                 println!(
                     "{:<36}{:>12.1}{:>16}{:>16}{:>20.2}{:>12.3}",
                     name,

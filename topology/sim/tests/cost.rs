@@ -9,7 +9,7 @@ use cohort_sim::{measure_steady, Collective};
 /// barrier: 3 requests, 2 up, 2 down (7).
 #[test]
 fn a_fence_iteration_is_seventeen_messages() {
-    let c = measure_steady(3, Collective::Fence, 1024, 50, 5).expect("50 fences complete");
+    let c = measure_steady(3, 1, Collective::Fence, 1024, 50, 5).expect("50 fences complete");
     assert_eq!(c.iterations, 50);
     assert_eq!(c.steps_per_iteration, 17.0);
     assert!(c.median_step > std::time::Duration::ZERO);
@@ -20,7 +20,8 @@ fn a_fence_iteration_is_seventeen_messages() {
 /// success (a stale group or a reused id would fail the second iteration on).
 #[test]
 fn a_construct_iteration_is_twenty_four_messages() {
-    let c = measure_steady(3, Collective::Construct, 1024, 50, 5).expect("50 constructs complete");
+    let c =
+        measure_steady(3, 1, Collective::Construct, 1024, 50, 5).expect("50 constructs complete");
     assert_eq!(c.steps_per_iteration, 24.0);
 }
 
@@ -29,7 +30,7 @@ fn a_construct_iteration_is_twenty_four_messages() {
 /// request, so the fitted slope is positive.
 #[test]
 fn steps_that_take_in_more_bytes_cost_more() {
-    let c = measure_steady(16, Collective::Fence, 1024, 40, 4).expect("40 fences complete");
+    let c = measure_steady(16, 1, Collective::Fence, 1024, 40, 4).expect("40 fences complete");
     assert!(c.per_byte_s > 0.0, "γ = {} s/B", c.per_byte_s);
     assert!(c.per_byte_s.is_finite());
 }
