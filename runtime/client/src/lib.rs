@@ -49,7 +49,7 @@ pub use cohort_proto::event::{codes, keys};
 pub use cohort_proto::msg::{
     ConstructDecision, ConstructOpts, ConstructStatus, FenceOpts, GroupResult, InviteOpts,
 };
-pub use cohort_proto::value::info_get;
+pub use cohort_proto::value::{info_get, Bytes};
 pub use cohort_proto::{
     CohortError, Event, EventCode, Info, JobMap, ProcId, Range, Scope, Value, RANK_WILDCARD,
 };

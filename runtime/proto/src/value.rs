@@ -1,6 +1,7 @@
 //! Values stored by `put` and carried in info arrays.
 
-use bytes::Bytes;
+/// The type [`Value::Bytes`] holds (`bytes::Bytes`: cloning shares the buffer).
+pub use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
 use crate::ids::ProcId;
