@@ -121,21 +121,16 @@ pub mod shared {
         }
         let mut reg = registered();
         reg.retain(|w| w.strong_count() > 0);
-        if let Some(known) = reg
-            .iter()
-            .filter_map(Weak::upgrade)
-            .find(|k| k.len() == list.len() && k[0].nspace == list[0].nspace)
-        {
+        if let Some(known) = find(&reg, &list[0].nspace, list.len()) {
             return known;
         }
         reg.push(Arc::downgrade(&list));
         list
     }
 
-    /// The registered list `{nspace, 0..n}`, if one is alive.
-    fn lookup(nspace: &str, n: usize) -> Option<Arc<[ProcId]>> {
-        registered()
-            .iter()
+    /// The list `{nspace, 0..n}` among `reg`, if it is alive.
+    fn find(reg: &[Weak<[ProcId]>], nspace: &str, n: usize) -> Option<Arc<[ProcId]>> {
+        reg.iter()
             .filter_map(Weak::upgrade)
             .find(|k| k.len() == n && k[0].nspace == nspace)
     }
@@ -164,7 +159,7 @@ pub mod shared {
     pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Arc<[ProcId]>, D::Error> {
         let c = Compact::deserialize(d)?;
         if let ([nspace], [(0, 0, n)]) = (&c.nspaces[..], &c.runs[..]) {
-            if let Some(known) = lookup(nspace, *n as usize) {
+            if let Some(known) = find(&registered(), nspace, *n as usize) {
                 return Ok(known);
             }
         }

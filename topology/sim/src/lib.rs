@@ -828,9 +828,9 @@ pub struct SteadyCost {
 }
 
 /// The CPU a node server spends per message in steady state, measured on `nodes`
-/// in-process engines with `ranks_per_node` ranks each, the real codec and no I/O: `iterations`
-/// (after `warmup`) of what `cohort-bench` times, each followed by its untimed
-/// barrier. For a fence: a commit of `bytes` of remote data and a collecting fence;
+/// in-process engines with `ranks_per_node` ranks each, the real codec and no I/O:
+/// `iterations` (after `warmup`) of what `cohort-bench` times, each followed by its
+/// untimed barrier. For a fence: a commit of `bytes` of remote data and a collecting fence;
 /// for a construct: a group construct with a context id and its destruct. Unlike
 /// [`measure_overhead`], the engines are warm (their tables and the allocator have
 /// seen the same operation before), as in a benchmark loop or a long-running job.
