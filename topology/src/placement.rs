@@ -77,7 +77,12 @@ keyword_enum!(BindTo { "none" => None, "core" => Core, "numa" => Numa });
 
 /// The job's rank → node-server map for `map_by`. The launcher and every node server
 /// build it with this one function.
-pub fn job_map(map_by: MapBy, nspace: impl Into<String>, np: u32, nodes: u32) -> JobMap {
+pub fn job_map(
+    map_by: MapBy,
+    nspace: impl Into<cohort_proto::Nspace>,
+    np: u32,
+    nodes: u32,
+) -> JobMap {
     match map_by {
         MapBy::Node => JobMap::round_robin(nspace, np, nodes),
         MapBy::Slot | MapBy::Numa | MapBy::Core => JobMap::block(nspace, np, nodes),

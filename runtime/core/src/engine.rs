@@ -1298,8 +1298,8 @@ impl Engine {
         let owner = if target.nspace != self.job.nspace {
             let group = self
                 .groups
-                .get(&target.nspace)
-                .or_else(|| self.retired.get(&target.nspace));
+                .get(target.nspace.as_str())
+                .or_else(|| self.retired.get(target.nspace.as_str()));
             let Some(g) = group else {
                 let err = CohortError::UnknownProc {
                     reason: "no such namespace or group".into(),
@@ -1519,7 +1519,7 @@ impl Engine {
         let job_wide = match key {
             "pmix.job.size" | "pmix.univ.size" => Some(Value::U32(self.job.size())),
             "pmix.num.nodes" => Some(Value::U32(self.job.num_nodes)),
-            "pmix.nspace" => Some(Value::Str(self.job.nspace.clone())),
+            "pmix.nspace" => Some(Value::Str(self.job.nspace.to_string())),
             _ => None,
         };
         if job_wide.is_some() || proc.is_wildcard() {
@@ -1561,7 +1561,11 @@ impl Engine {
             return Ok(self.whole_job.to_vec());
         }
         if let [p] = procs {
-            if let Some(g) = self.groups.get(&p.nspace).filter(|_| p.is_wildcard()) {
+            if let Some(g) = self
+                .groups
+                .get(p.nspace.as_str())
+                .filter(|_| p.is_wildcard())
+            {
                 if g.members.windows(2).all(|w| w[0] < w[1]) {
                     return Ok(g.members.clone());
                 }
@@ -1586,7 +1590,7 @@ impl Engine {
                         proc: p.clone(),
                     });
                 }
-            } else if let Some(g) = self.groups.get(&p.nspace) {
+            } else if let Some(g) = self.groups.get(p.nspace.as_str()) {
                 if p.is_wildcard() {
                     out.extend(g.members.iter().cloned());
                 } else {

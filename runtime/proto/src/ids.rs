@@ -3,6 +3,8 @@
 use serde::{Deserialize, Serialize};
 use std::fmt;
 
+pub use crate::nspace::Nspace;
+
 use crate::error::CohortError;
 
 /// Rank of a process inside its namespace.
@@ -20,19 +22,19 @@ pub const MAX_GROUP_ID_LEN: usize = 255;
 /// rank) is the canonical group-membership order.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct ProcId {
-    pub nspace: String,
+    pub nspace: Nspace,
     pub rank: Rank,
 }
 
 impl ProcId {
-    pub fn new(nspace: impl Into<String>, rank: Rank) -> Self {
+    pub fn new(nspace: impl Into<Nspace>, rank: Rank) -> Self {
         ProcId {
             nspace: nspace.into(),
             rank,
         }
     }
     /// `{nspace, *}`: every process of a namespace, or every member of a group.
-    pub fn wildcard(nspace: impl Into<String>) -> Self {
+    pub fn wildcard(nspace: impl Into<Nspace>) -> Self {
         Self::new(nspace, RANK_WILDCARD)
     }
     pub fn is_wildcard(&self) -> bool {

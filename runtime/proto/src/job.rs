@@ -8,7 +8,7 @@ use crate::ids::{NodeId, ProcId, Rank};
 /// round-robin with `--map-by node`).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct JobMap {
-    pub nspace: String,
+    pub nspace: crate::ids::Nspace,
     pub num_nodes: u32,
     /// `rank_node[r]` is the node server hosting rank `r`.
     pub rank_node: Vec<NodeId>,
@@ -18,7 +18,7 @@ pub struct JobMap {
 
 impl JobMap {
     /// `n` ranks spread block-wise over `m` nodes: the first `n % m` nodes get one extra.
-    pub fn block(nspace: impl Into<String>, n: u32, m: u32) -> JobMap {
+    pub fn block(nspace: impl Into<crate::ids::Nspace>, n: u32, m: u32) -> JobMap {
         assert!(m > 0, "a job needs at least one node");
         let base = n / m;
         let extra = n % m;
@@ -36,7 +36,7 @@ impl JobMap {
     }
 
     /// `n` ranks dealt round-robin over `m` nodes: rank `r` on node `r % m`.
-    pub fn round_robin(nspace: impl Into<String>, n: u32, m: u32) -> JobMap {
+    pub fn round_robin(nspace: impl Into<crate::ids::Nspace>, n: u32, m: u32) -> JobMap {
         assert!(m > 0, "a job needs at least one node");
         JobMap {
             nspace: nspace.into(),

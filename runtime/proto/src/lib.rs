@@ -14,6 +14,7 @@ pub mod frame;
 pub mod ids;
 pub mod job;
 pub mod msg;
+pub mod nspace;
 pub mod peer;
 pub mod procset;
 pub mod shm_fence;
@@ -22,7 +23,7 @@ pub mod value;
 pub use error::CohortError;
 pub use event::{Event, EventCode, Range};
 pub use ids::{
-    validate_group_id, ContextId, NodeId, ProcId, Rank, MAX_GROUP_ID_LEN, RANK_WILDCARD,
+    validate_group_id, ContextId, NodeId, Nspace, ProcId, Rank, MAX_GROUP_ID_LEN, RANK_WILDCARD,
 };
 pub use job::JobMap;
 pub use value::{Info, Scope, Value};

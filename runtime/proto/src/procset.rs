@@ -17,7 +17,7 @@ pub const MAX_PROCS: u64 = 1 << 22;
 
 #[derive(Serialize, Deserialize)]
 struct Compact {
-    nspaces: Vec<String>,
+    nspaces: Vec<crate::ids::Nspace>,
     /// (index into `nspaces`, first rank, number of consecutive ranks)
     runs: Vec<(u32, Rank, u32)>,
 }

@@ -70,7 +70,7 @@ impl RankTemplate {
             .env(env::ALLGATHER, self.allgather.to_string())
             .env(env::SERVER_URI, &self.server_uri)
             .env(env::CLIENT_TOKEN, &self.token_hex)
-            .env(env::NSPACE, &self.job.nspace)
+            .env(env::NSPACE, self.job.nspace.as_str())
             .env(env::RANK, rank.to_string())
             .env(env::SIZE, self.job.size().to_string())
             .env(env::LOCAL_RANK, local_rank.to_string())
