@@ -263,7 +263,8 @@ mod tests {
         assert!(Nspace::new("a") < Nspace::new("ab"));
         assert_ne!(Nspace::new("a"), Nspace::new("b"));
         assert!(Nspace::new("x") == "x" && "x" == Nspace::new("x"));
-        assert!(Nspace::new("x") == String::from("x"));
+        let owned = String::from("x");
+        assert!(Nspace::new("x") == owned && owned == Nspace::new("x"));
     }
 
     #[test]
