@@ -191,7 +191,7 @@ fn expect_value(r: Response) -> Result<Value> {
 
 fn expect_group(op: &str, r: Response) -> Result<GroupResult> {
     match r {
-        Response::Group(g) => Ok(g),
+        Response::Group(g) => Ok(std::sync::Arc::unwrap_or_clone(g)),
         other => Err(unexpected(op, &other)),
     }
 }
@@ -199,7 +199,7 @@ fn expect_group(op: &str, r: Response) -> Result<GroupResult> {
 /// A join's reply: a group when it accepted, nothing when it declined.
 fn expect_join(accept: bool, r: Response) -> Result<Option<GroupResult>> {
     match (accept, r) {
-        (true, Response::Group(g)) => Ok(Some(g)),
+        (true, Response::Group(g)) => Ok(Some(std::sync::Arc::unwrap_or_clone(g))),
         (false, Response::Done) => Ok(None),
         (accept, other) => Err(unexpected(
             if accept {

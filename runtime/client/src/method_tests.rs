@@ -57,14 +57,14 @@ fn invite_join_and_decide_send_their_requests_and_map_the_replies() {
                 Request::Invite { id, procs, .. } => {
                     let mut members = procs.clone();
                     members.insert(0, p(1));
-                    Some(Ok(Response::Group(group(id, members))))
+                    Some(Ok(Response::Group(group(id, members).into())))
                 }
                 Request::Join {
                     id, accept: true, ..
                 } if id == "wrong" => Some(Ok(Response::Done)),
                 Request::Join {
                     id, accept: true, ..
-                } => Some(Ok(Response::Group(group(id, vec![p(0), p(1)])))),
+                } => Some(Ok(Response::Group(group(id, vec![p(0), p(1)]).into()))),
                 Request::Join { accept: false, .. } => Some(Ok(Response::Done)),
                 Request::Decide {
                     decision: ConstructDecision::ClaimLeadership,
@@ -215,7 +215,7 @@ fn join_from_a_handler_returns_at_once_and_survives_a_dropped_future() {
                 panic!("expected a join, got {:?}", f.req)
             };
             let members = vec![p(0), p(1)];
-            s.reply(f.id, Ok(Response::Group(group(&id, members))));
+            s.reply(f.id, Ok(Response::Group(group(&id, members).into())));
         }
         // The client keeps working after a reply nobody awaits any more.
         let f = s.expect();
@@ -318,7 +318,10 @@ fn bootstrap_leader_and_add_member_requests() {
     let (client, server) = client_with(move |s| {
         while let Some(f) = s.recv() {
             if let Request::Construct { id, .. } = &f.req {
-                s.reply(f.id, Ok(Response::Group(group(id, vec![p(0), p(1)]))));
+                s.reply(
+                    f.id,
+                    Ok(Response::Group(group(id, vec![p(0), p(1)]).into())),
+                );
             }
             let _ = frames_tx.send(f);
         }

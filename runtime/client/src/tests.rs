@@ -451,14 +451,17 @@ fn put_commit_splits_scopes_and_collectives_auto_commit() {
             let reply = match &f.req {
                 Request::Commit { .. } => None,
                 Request::Fence { .. } => Some(Response::Done),
-                Request::Construct { id, procs, .. } => Some(Response::Group(GroupResult {
-                    id: id.clone(),
-                    status: ConstructStatus::Success,
-                    members: procs.clone(),
-                    context_id: Some(9),
-                    group_info: Vec::new(),
-                    failed: Vec::new(),
-                })),
+                Request::Construct { id, procs, .. } => Some(Response::Group(
+                    GroupResult {
+                        id: id.clone(),
+                        status: ConstructStatus::Success,
+                        members: procs.clone(),
+                        context_id: Some(9),
+                        group_info: Vec::new(),
+                        failed: Vec::new(),
+                    }
+                    .into(),
+                )),
                 other => panic!("unexpected {other:?}"),
             };
             if let Some(r) = reply {

@@ -293,7 +293,7 @@ impl Cluster {
     /// The group result `rank` got for request `id`; panics naming what came instead.
     pub fn group(&self, rank: u32, id: ReqId) -> cohort_proto::msg::GroupResult {
         match self.reply(rank, id) {
-            Some(Ok(cohort_proto::msg::Response::Group(g))) => g,
+            Some(Ok(cohort_proto::msg::Response::Group(g))) => std::sync::Arc::unwrap_or_clone(g),
             other => panic!("rank {rank}: expected a group result, got {other:?}"),
         }
     }

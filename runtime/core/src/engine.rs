@@ -120,6 +120,11 @@ pub struct Group {
 }
 
 impl Group {
+    /// Whether `p` is a current member (the members are in canonical order).
+    fn has(&self, p: &ProcId) -> bool {
+        self.members.binary_search(p).is_ok()
+    }
+
     fn result(&self, status: ConstructStatus, failed: Vec<ProcId>) -> GroupResult {
         GroupResult {
             id: self.id.clone(),
@@ -590,7 +595,9 @@ impl Engine {
             }
             Request::QueryGroup { id: gid } => {
                 let r = match self.groups.get(&gid) {
-                    Some(g) => Ok(Response::Group(g.result(ConstructStatus::Success, vec![]))),
+                    Some(g) => Ok(Response::Group(Arc::new(
+                        g.result(ConstructStatus::Success, vec![]),
+                    ))),
                     None => Err(CohortError::GroupNotFound { id: gid }),
                 };
                 self.reply(client, id, r);
@@ -599,7 +606,7 @@ impl Engine {
                 let mut names: Vec<String> = self
                     .groups
                     .values()
-                    .filter(|g| g.members.contains(&proc))
+                    .filter(|g| g.has(&proc))
                     .map(|g| g.id.clone())
                     .collect();
                 names.sort();
@@ -1841,7 +1848,7 @@ impl Engine {
             .groups
             .get(gid)
             .ok_or_else(|| CohortError::GroupNotFound { id: gid.into() })?;
-        if !g.members.contains(proc) {
+        if !g.has(proc) {
             return Err(CohortError::NotAMember {
                 id: gid.into(),
                 proc: proc.clone(),
@@ -2600,7 +2607,7 @@ impl Engine {
                     .collect();
                 let failed: Vec<ProcId> = expected
                     .iter()
-                    .filter(|p| !members.contains(p))
+                    .filter(|p| !coll.contribs.contains_key(*p) && !coll.joins.contains_key(*p))
                     .cloned()
                     .collect();
                 let in_group = |c: &&Contribution| expected.contains(&c.proc);
@@ -2929,7 +2936,7 @@ impl Engine {
                     notify_termination,
                     designated_leaders,
                 };
-                let result = group.result(status, failed.clone());
+                let result = Arc::new(group.result(status, failed.clone()));
                 let has_local = group
                     .members
                     .iter()
@@ -2939,19 +2946,14 @@ impl Engine {
                 let early_leavers: Vec<ProcId> = self
                     .departed
                     .get(&key.id)
-                    .map(|d| {
-                        d.iter()
-                            .filter(|p| group.members.contains(p))
-                            .cloned()
-                            .collect()
-                    })
+                    .map(|d| d.iter().filter(|p| group.has(p)).cloned().collect())
                     .unwrap_or_default();
                 if has_local {
                     self.retired.remove(&key.id);
                     self.groups.insert(key.id.clone(), group.clone());
                 }
                 for w in waiters {
-                    let r = if group.members.contains(&w.proc) {
+                    let r = if group.has(&w.proc) {
                         Ok(Response::Group(result.clone()))
                     } else {
                         Err(CohortError::NotAMember {
@@ -3037,7 +3039,7 @@ impl Engine {
         let Some(g) = self.groups.get_mut(gid) else {
             return;
         };
-        if !g.members.contains(proc) {
+        if !g.has(proc) {
             return;
         }
         g.members.retain(|p| p != proc);
@@ -3247,7 +3249,7 @@ impl Engine {
         let notify: Vec<Group> = self
             .groups
             .values()
-            .filter(|g| g.notify_termination && g.members.contains(&proc))
+            .filter(|g| g.notify_termination && g.has(&proc))
             .cloned()
             .collect();
         for g in notify {

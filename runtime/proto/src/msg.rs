@@ -215,7 +215,9 @@ impl Request {
 pub enum Response {
     Done,
     Value(Value),
-    Group(GroupResult),
+    /// Shared: a node server answers every local member of a construct with one result
+    /// (encoded as the bare `GroupResult`).
+    Group(std::sync::Arc<GroupResult>),
     GroupNames(Vec<String>),
 }
 
@@ -235,4 +237,107 @@ pub enum ServerFrame {
         result: Result<Response, CohortError>,
     },
     Event(Event),
+}
+
+/// Encodes a node server's frames to its clients, once per group result: every local
+/// member of a construct is answered with the same shared [`GroupResult`] (its member
+/// list and group info name every member of the group), so the frames differ only in
+/// their request id. The first is encoded; the others copy its bytes and put their id in.
+#[derive(Default)]
+pub struct ClientFrameEncoder {
+    last: Option<(std::sync::Arc<GroupResult>, Vec<u8>)>,
+}
+
+impl ClientFrameEncoder {
+    /// Where a reply frame's request id sits: after the frame's length prefix and
+    /// `ServerFrame`'s variant index (bincode's fixed-width little-endian layout).
+    const REPLY_ID_AT: usize = 8;
+
+    /// Appends `frame`'s complete frame to `out`: the bytes of
+    /// [`crate::frame::encode_into`].
+    pub fn encode_into(&mut self, frame: &ServerFrame, out: &mut Vec<u8>) {
+        let ServerFrame::Reply {
+            id,
+            result: Ok(Response::Group(group)),
+        } = frame
+        else {
+            return crate::frame::encode_into(frame, out);
+        };
+        let start = out.len();
+        match &self.last {
+            Some((last, bytes)) if std::sync::Arc::ptr_eq(last, group) => {
+                out.extend_from_slice(bytes);
+                let at = start + Self::REPLY_ID_AT;
+                out[at..at + 8].copy_from_slice(&id.to_le_bytes());
+            }
+            _ => {
+                crate::frame::encode_into(frame, out);
+                self.last = Some((group.clone(), out[start..].to_vec()));
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod encoder_tests {
+    use super::*;
+    use crate::frame;
+    use std::sync::Arc;
+
+    fn group(id: &str, n: u32) -> Arc<GroupResult> {
+        let members: Vec<ProcId> = (0..n).map(|r| ProcId::new("job", r)).collect();
+        Arc::new(GroupResult {
+            id: id.into(),
+            status: ConstructStatus::Success,
+            group_info: members
+                .iter()
+                .map(|p| (p.clone(), vec![("k".into(), Value::U32(p.rank))]))
+                .collect(),
+            members,
+            context_id: Some(7),
+            failed: vec![],
+        })
+    }
+
+    #[test]
+    fn shared_group_replies_encode_to_the_bytes_of_each_frame() {
+        let (g1, g2) = (group("g1", 5), group("g2", 3));
+        // Another result equal to g1 but not shared with it is encoded on its own.
+        let g1_copy = Arc::new((*g1).clone());
+        let frames = [
+            (1u64, Ok(Response::Group(g1.clone()))),
+            (u64::MAX - 3, Ok(Response::Group(g1.clone()))),
+            (0x0102_0304_0506_0708, Ok(Response::Group(g1_copy))),
+            (9, Ok(Response::Done)),
+            (10, Ok(Response::Group(g1.clone()))),
+            (11, Ok(Response::Group(g2.clone()))),
+            (
+                12,
+                Err(CohortError::Timeout {
+                    op: "construct of g2".into(),
+                    timeout_ms: 5,
+                    missing: vec![ProcId::new("job", 2)],
+                }),
+            ),
+            (13, Ok(Response::Group(g2))),
+        ]
+        .map(|(id, result)| ServerFrame::Reply { id, result });
+        let mut enc = ClientFrameEncoder::default();
+        let mut ours = Vec::new();
+        let mut plain = Vec::new();
+        for f in &frames {
+            enc.encode_into(f, &mut ours);
+            frame::encode_into(f, &mut plain);
+            assert_eq!(ours, plain, "after {f:?}");
+        }
+        let event = ServerFrame::Event(Event {
+            code: 7,
+            source: ProcId::new("job", 1),
+            affected: vec![],
+            info: vec![],
+        });
+        let mut events = Vec::new();
+        enc.encode_into(&event, &mut events);
+        assert_eq!(events, frame::encode(&event));
+    }
 }

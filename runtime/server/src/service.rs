@@ -21,7 +21,7 @@ use crate::inbox;
 use bytes::Bytes;
 use cohort_core::{Action, ClientId, Engine, EngineConfig, Time};
 use cohort_proto::frame::{self, MAX_CLIENT_FRAME};
-use cohort_proto::msg::{ClientFrame, Hello, ServerFrame, Welcome};
+use cohort_proto::msg::{ClientFrame, ClientFrameEncoder, Hello, ServerFrame, Welcome};
 use cohort_proto::peer::PeerMsg;
 use cohort_proto::shm_fence::{self, ShmFence};
 use cohort_proto::{CohortError, JobMap, NodeId, ProcId, Rank, PROTOCOL_VERSION};
@@ -129,6 +129,7 @@ impl Shared {
         // Frames for one client leave in one write (a reply and the events that came
         // with it wake the client once), clients in the order of their first frame.
         let mut out: Vec<(ClientId, Vec<u8>)> = Vec::new();
+        let mut encoder = ClientFrameEncoder::default();
         for action in self.engine.take_actions() {
             match action {
                 Action::ToClient { client, frame } => {
@@ -139,7 +140,7 @@ impl Shared {
                             out.len() - 1
                         }
                     };
-                    frame::encode_into(&frame, &mut out[at].1);
+                    encoder.encode_into(&frame, &mut out[at].1);
                 }
                 Action::ToPeer { node, msg } => {
                     self.send_peer(node, Bytes::from(frame::encode_body(&msg)));

@@ -36,7 +36,8 @@ use std::time::{Duration, Instant};
 use cohort_core::engine::{Action, ClientId, Engine, EngineConfig};
 use cohort_proto::digest::{group_view_line, posted_value, DATA_KEY, INFO_KEY};
 use cohort_proto::msg::{
-    ClientFrame, ConstructOpts, FenceOpts, GroupResult, ReqId, Request, Response, ServerFrame,
+    ClientFrame, ClientFrameEncoder, ConstructOpts, FenceOpts, GroupResult, ReqId, Request,
+    Response, ServerFrame,
 };
 use cohort_proto::peer::PeerMsg;
 use cohort_proto::{frame, CohortError, Info, JobMap, NodeId, ProcId, Value};
@@ -544,12 +545,17 @@ impl Sim {
             }
             let actions = self.engines[v].take_actions();
             if let Some(steps) = &mut self.codec_steps {
+                // Encoded as `cohortd` encodes them (its `flush`).
+                let mut to_clients = ClientFrameEncoder::default();
                 for a in &actions {
                     match a {
                         Action::ToPeer { msg, .. } | Action::ToPeers { msg, .. } => {
                             drop(frame::encode(msg))
                         }
-                        Action::ToClient { frame: f, .. } => drop(frame::encode(f)),
+                        Action::ToClient { frame: f, .. } => {
+                            let mut out = Vec::new();
+                            to_clients.encode_into(f, &mut out);
+                        }
                     }
                 }
                 steps.push((began.elapsed(), taken_in));
@@ -664,15 +670,13 @@ pub fn simulate(s: &Scenario, p: Params) -> Result<Report, SimError> {
         };
         match (s.op, reply) {
             (Collective::Fence, Response::Done) => {}
-            (
-                Collective::Construct,
-                Response::Group(GroupResult {
+            (Collective::Construct, Response::Group(g)) => {
+                let GroupResult {
                     members,
                     context_id,
                     group_info,
                     ..
-                }),
-            ) => {
+                } = std::sync::Arc::unwrap_or_clone(g);
                 res.members = members;
                 res.context_id = context_id;
                 res.group_info = group_info;

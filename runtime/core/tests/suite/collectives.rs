@@ -1220,7 +1220,7 @@ fn seeded_failures_leave_no_rank_unanswered_and_outcomes_uniform() {
         }
         c.advance(Duration::from_secs(6));
         let alive: Vec<u32> = (0..n).filter(|&r| Some(r) != victim).collect();
-        let mut seen: Option<GroupResult> = None;
+        let mut seen: Option<std::sync::Arc<GroupResult>> = None;
         for &r in &alive {
             match c.reply(r, reqs[r as usize]) {
                 Some(Ok(Response::Group(g))) => {
@@ -1232,7 +1232,7 @@ fn seeded_failures_leave_no_rank_unanswered_and_outcomes_uniform() {
         }
         if let Some(first) = seen {
             // The group exists: the survivors destruct it before reusing the id.
-            let members = first.members;
+            let members = &first.members;
             let in_group: Vec<u32> = alive
                 .iter()
                 .copied()
