@@ -32,6 +32,7 @@ use cohort_proto::msg::{
 use cohort_proto::peer::{
     CollKey, CollKind, CollOutcome, CollSpec, ContribFlags, Contribution, PeerMsg,
 };
+use cohort_proto::posted::Posted;
 use cohort_proto::value::info_get;
 use cohort_proto::{
     validate_group_id, CohortError, ContextId, Event, Info, JobMap, NodeId, ProcId, Range, Value,
@@ -1400,6 +1401,10 @@ impl Engine {
                 self.reply(g.client, g.req, Err(err));
                 None
             }
+            Lookup::Malformed(err) => {
+                self.reply(g.client, g.req, Err(err));
+                None
+            }
             _ if local => self.wait_for_local_owner(g),
             _ => {
                 // Remote owner: fetch its committed data from its node server.
@@ -1495,7 +1500,7 @@ impl Engine {
         &mut self,
         req: u64,
         proc: ProcId,
-        result: Result<Info, CohortError>,
+        result: Result<Posted, CohortError>,
         _now: Time,
     ) {
         if self.modex_inflight.get(&proc) == Some(&req) {
@@ -1668,7 +1673,7 @@ impl Engine {
         let data = if opts.collect {
             self.kv.remote_view(&proc)
         } else {
-            Vec::new()
+            Posted::default()
         };
         let contrib = Contribution {
             proc: proc.clone(),
@@ -1833,7 +1838,7 @@ impl Engine {
         };
         let contrib = Contribution {
             proc: proc.clone(),
-            data: Vec::new(),
+            data: Posted::default(),
             group_info: Vec::new(),
             add_members: Vec::new(),
             flags: ContribFlags::default(),
@@ -2993,7 +2998,7 @@ impl Engine {
         }
     }
 
-    fn store_foreign(&mut self, data: Vec<(ProcId, Info)>) {
+    fn store_foreign(&mut self, data: Vec<(ProcId, Posted)>) {
         for (p, info) in data {
             if self.job.node_of(&p) != Some(self.node) {
                 self.kv.store_foreign(p, info);

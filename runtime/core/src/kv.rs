@@ -3,14 +3,18 @@
 //! Local processes' data is kept in two halves: what same-node readers may see (local +
 //! global scope) and what other nodes may see (remote + global scope). Data of
 //! processes on other nodes arrives through collectives or direct modex and replaces
-//! the previous snapshot of that process.
+//! the previous snapshot of that process. It arrives encoded ([`Posted`]) and stays so
+//! until a process of this node reads a key of it: most snapshots a collective brings
+//! are never read here.
 
 use std::collections::BTreeMap;
+use std::sync::OnceLock;
 
 use crate::{HashMap, HashSet};
 
+use cohort_proto::posted::Posted;
 use cohort_proto::value::info_get;
-use cohort_proto::{Info, ProcId, Value};
+use cohort_proto::{CohortError, Info, ProcId, Value};
 
 type Map = BTreeMap<String, Value>;
 
@@ -45,12 +49,22 @@ impl Snapshot {
     }
 }
 
+/// A foreign snapshot as it arrived, and its keys once first read.
+#[derive(Debug)]
+struct Foreign {
+    posted: Posted,
+    decoded: OnceLock<Result<Snapshot, CohortError>>,
+}
+
 #[derive(Default, Debug)]
 pub struct KvStore {
     local_half: HashMap<ProcId, Map>,
     remote_half: HashMap<ProcId, Map>,
+    /// `remote_half` encoded, redone at each commit: what every collective and modex
+    /// answer carries of the process.
+    remote_posted: HashMap<ProcId, Posted>,
     committed: HashSet<ProcId>,
-    foreign: HashMap<ProcId, Snapshot>,
+    foreign: HashMap<ProcId, Foreign>,
 }
 
 /// Result of a lookup.
@@ -61,6 +75,8 @@ pub enum Lookup {
     Absent,
     /// Nothing known about the owner yet (wait for a commit or fetch it).
     Unknown,
+    /// The owner's snapshot arrived but does not decode (names the owner and why).
+    Malformed(CohortError),
 }
 
 impl KvStore {
@@ -70,10 +86,10 @@ impl KvStore {
             .entry(proc.clone())
             .or_default()
             .extend(local);
-        self.remote_half
-            .entry(proc.clone())
-            .or_default()
-            .extend(remote);
+        let half = self.remote_half.entry(proc.clone()).or_default();
+        half.extend(remote);
+        let view: Info = half.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+        self.remote_posted.insert(proc.clone(), Posted::new(&view));
         self.committed.insert(proc.clone());
     }
 
@@ -82,16 +98,14 @@ impl KvStore {
     }
 
     /// What other nodes may read of a local process (sent in collectives and modex).
-    pub fn remote_view(&self, proc: &ProcId) -> Info {
-        self.remote_half
-            .get(proc)
-            .map(|m| m.iter().map(|(k, v)| (k.clone(), v.clone())).collect())
-            .unwrap_or_default()
+    pub fn remote_view(&self, proc: &ProcId) -> Posted {
+        self.remote_posted.get(proc).cloned().unwrap_or_default()
     }
 
     /// Store a snapshot of a process on another node.
-    pub fn store_foreign(&mut self, proc: ProcId, data: Info) {
-        self.foreign.insert(proc, Snapshot::new(data));
+    pub fn store_foreign(&mut self, proc: ProcId, posted: Posted) {
+        let decoded = OnceLock::new();
+        self.foreign.insert(proc, Foreign { posted, decoded });
     }
 
     /// Reads `key` of a process hosted on this node. Local and global data first; then
@@ -112,12 +126,20 @@ impl KvStore {
 
     /// Reads `key` of a process hosted on another node from the cached snapshot.
     pub fn lookup_foreign(&self, owner: &ProcId, key: &str) -> Lookup {
-        match self.foreign.get(owner) {
-            Some(snapshot) => match snapshot.get(key) {
+        let Some(f) = self.foreign.get(owner) else {
+            return Lookup::Unknown;
+        };
+        let decoded = f.decoded.get_or_init(|| {
+            f.posted.info().map(Snapshot::new).map_err(|e| {
+                CohortError::Protocol(format!("the data {owner} posted, as received: {e}"))
+            })
+        });
+        match decoded {
+            Ok(snapshot) => match snapshot.get(key) {
                 Some(v) => Lookup::Found(v.clone()),
                 None => Lookup::Absent,
             },
-            None => Lookup::Unknown,
+            Err(e) => Lookup::Malformed(e.clone()),
         }
     }
 }
@@ -147,7 +169,7 @@ mod tests {
         assert_eq!(kv.lookup_local(&a, "rem"), Lookup::Found(Value::U32(2)));
         assert_eq!(kv.lookup_local(&a, "none"), Lookup::Absent);
         let _ = b;
-        let view = kv.remote_view(&a);
+        let view = kv.remote_view(&a).info().unwrap();
         assert!(view.iter().any(|(k, _)| k == "glob"));
         assert!(!view.iter().any(|(k, _)| k == "loc"));
     }
@@ -161,7 +183,7 @@ mod tests {
                 .map(|i| (format!("k{i}"), Value::U64(i as u64)))
                 .collect();
             data.push(("k0".into(), Value::U64(1000)));
-            kv.store_foreign(p.clone(), data);
+            kv.store_foreign(p.clone(), Posted::new(&data));
             assert_eq!(kv.lookup_foreign(&p, "k0"), Lookup::Found(Value::U64(1000)));
             let last = format!("k{}", keys - 1);
             let want = if keys == 1 { 1000 } else { keys as u64 - 1 };
@@ -171,12 +193,32 @@ mod tests {
             );
             assert_eq!(kv.lookup_foreign(&p, "nope"), Lookup::Absent);
             // A later snapshot replaces the whole earlier one.
-            kv.store_foreign(p.clone(), vec![("other".into(), Value::U32(1))]);
+            kv.store_foreign(
+                p.clone(),
+                Posted::new(&vec![("other".into(), Value::U32(1))]),
+            );
             assert_eq!(kv.lookup_foreign(&p, "k0"), Lookup::Absent);
             assert_eq!(
                 kv.lookup_foreign(&ProcId::new("j", 8), "k0"),
                 Lookup::Unknown
             );
+        }
+    }
+
+    #[test]
+    fn a_snapshot_that_does_not_decode_is_an_error_naming_its_owner() {
+        let mut kv = KvStore::default();
+        let p = ProcId::new("j", 4);
+        // Three bytes, carried as a snapshot: too short for any encoded info.
+        let garbage: Posted =
+            cohort_proto::frame::decode_body(&cohort_proto::frame::encode_body(&vec![1u8, 2, 3]))
+                .unwrap();
+        kv.store_foreign(p.clone(), garbage);
+        for key in ["a", "b"] {
+            match kv.lookup_foreign(&p, key) {
+                Lookup::Malformed(e) => assert!(e.to_string().contains("j:4"), "{e}"),
+                other => panic!("{other:?}"),
+            }
         }
     }
 }

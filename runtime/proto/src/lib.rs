@@ -16,6 +16,7 @@ pub mod job;
 pub mod msg;
 pub mod nspace;
 pub mod peer;
+pub mod posted;
 pub mod procset;
 pub mod shm_fence;
 pub mod value;

@@ -8,6 +8,7 @@ use crate::error::CohortError;
 use crate::event::Event;
 use crate::ids::{ContextId, NodeId, ProcId};
 use crate::msg::ConstructStatus;
+use crate::posted::Posted;
 use crate::value::Info;
 
 /// Which collective an operation is.
@@ -56,8 +57,8 @@ pub enum CollSpec {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Contribution {
     pub proc: ProcId,
-    /// Remote-scope posted data (fence with collect, construct).
-    pub data: Info,
+    /// Remote-scope posted data (fence with collect, construct), encoded once.
+    pub data: Posted,
     /// Construct only: PMIX_GROUP_INFO, add-members named, option flags.
     pub group_info: Info,
     pub add_members: Vec<ProcId>,
@@ -78,7 +79,7 @@ pub struct ContribFlags {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum CollOutcome {
     Fence {
-        data: Vec<(ProcId, Info)>,
+        data: Vec<(ProcId, Posted)>,
     },
     Construct {
         status: ConstructStatus,
@@ -86,7 +87,7 @@ pub enum CollOutcome {
         members: Vec<ProcId>,
         context_id: Option<ContextId>,
         group_info: Vec<(ProcId, Info)>,
-        data: Vec<(ProcId, Info)>,
+        data: Vec<(ProcId, Posted)>,
         #[serde(with = "crate::procset")]
         failed: Vec<ProcId>,
         notify_termination: bool,
@@ -200,7 +201,7 @@ pub enum PeerMsg {
     ModexResp {
         req: u64,
         proc: ProcId,
-        result: Result<Info, CohortError>,
+        result: Result<Posted, CohortError>,
     },
     /// `proc` left group `id`.
     GroupLeft { id: String, proc: ProcId },

@@ -92,7 +92,7 @@ impl From<Bytes> for Value {
 
 /// `Bytes` on the wire exactly as `serde_bytes` writes a `Vec<u8>`: one length, then
 /// the bytes.
-mod shared_bytes {
+pub(crate) mod shared_bytes {
     use bytes::Bytes;
     use serde::{Deserializer, Serializer};
 

@@ -319,16 +319,16 @@ impl Engine {
         }
         let gathered = coll.contribs.len() as u32;
         // The entries of processes whose contributions were not gathered (add-members').
-        let carried = |entries: &[(ProcId, Info)]| -> Vec<(ProcId, Info)> {
+        fn carried<T: Clone>(coll: &Coll, entries: &[(ProcId, T)]) -> Vec<(ProcId, T)> {
             entries
                 .iter()
                 .filter(|(p, _)| !coll.contribs.contains_key(p))
                 .cloned()
                 .collect()
-        };
+        }
         let lean = match outcome {
             CollOutcome::Fence { data } => CollOutcome::Fence {
-                data: carried(data),
+                data: carried(coll, data),
             },
             CollOutcome::Construct {
                 status,
@@ -343,8 +343,8 @@ impl Engine {
                 status: *status,
                 members: members.clone(),
                 context_id: *context_id,
-                group_info: carried(group_info),
-                data: carried(data),
+                group_info: carried(coll, group_info),
+                data: carried(coll, data),
                 failed: failed.clone(),
                 notify_termination: *notify_termination,
                 designated_leaders: designated_leaders.clone(),
@@ -405,10 +405,10 @@ impl Engine {
         let lean = coll.lean.take().expect("checked");
         let coll = self.colls.get(key).expect("present");
         // The gathered entries first, then those the outcome carried (add-members').
-        let fill = |gathered: Vec<(ProcId, Info)>, carried: &mut Vec<(ProcId, Info)>| {
+        fn fill<T>(gathered: Vec<(ProcId, T)>, carried: &mut Vec<(ProcId, T)>) {
             let extra = std::mem::replace(carried, gathered);
             carried.extend(extra);
-        };
+        }
         let mut outcome = lean.outcome;
         match &mut outcome {
             CollOutcome::Fence { data } => {
