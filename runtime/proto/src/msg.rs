@@ -138,12 +138,15 @@ pub enum Request {
     },
     /// Fence over `procs` (wildcards allowed: `{nspace,*}`, `{group,*}`).
     Fence {
+        #[serde(with = "crate::procset")]
         procs: Vec<ProcId>,
         opts: FenceOpts,
     },
     /// Collective group construct. Empty `procs` = joining as an add-member.
     Construct {
         id: String,
+        /// Compact on the wire (runs of ranks): every leader sends the whole list.
+        #[serde(with = "crate::procset")]
         procs: Vec<ProcId>,
         opts: ConstructOpts,
     },
@@ -163,6 +166,7 @@ pub enum Request {
     /// every invitee has answered and the group is complete (or the construct failed).
     Invite {
         id: String,
+        #[serde(with = "crate::procset")]
         procs: Vec<ProcId>,
         opts: InviteOpts,
     },
@@ -274,6 +278,40 @@ impl ClientFrameEncoder {
                 crate::frame::encode_into(frame, out);
                 self.last = Some((group.clone(), out[start..].to_vec()));
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod request_tests {
+    use super::*;
+    use crate::frame;
+
+    /// Every leader of a collective construct sends the whole leader list: a run of
+    /// ranks is a few bytes on the wire, and any list decodes to itself, in its order.
+    #[test]
+    fn construct_lists_travel_compact_and_decode_to_themselves() {
+        let construct = |procs: Vec<ProcId>| Request::Construct {
+            id: "g".into(),
+            procs,
+            opts: ConstructOpts::default(),
+        };
+        let whole: Vec<ProcId> = (0..4096).map(|r| ProcId::new("job.1", r)).collect();
+        let wire = frame::encode_body(&construct(whole.clone()));
+        assert!(
+            wire.len() < 200,
+            "{} bytes for a run of 4096 ranks",
+            wire.len()
+        );
+        let mut shuffled = whole[..64].to_vec();
+        shuffled.reverse();
+        shuffled.swap(3, 40);
+        shuffled.push(ProcId::new("other", 2));
+        shuffled.push(shuffled[0].clone());
+        for procs in [whole, shuffled, vec![]] {
+            let req = construct(procs);
+            let back: Request = frame::decode_body(&frame::encode_body(&req)).unwrap();
+            assert_eq!(back, req);
         }
     }
 }
