@@ -566,7 +566,7 @@ impl Client {
         validate_group_id(id)?;
         Ok(Request::Construct {
             id: id.to_string(),
-            procs: procs.to_vec(),
+            procs: procs.into(),
             opts,
         })
     }

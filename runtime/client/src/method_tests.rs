@@ -340,7 +340,7 @@ fn bootstrap_leader_and_add_member_requests() {
         f.req,
         Request::Construct {
             id: "boot".into(),
-            procs: vec![p(1)],
+            procs: vec![p(1)].into(),
             opts: leader
         }
     );

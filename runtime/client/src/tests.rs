@@ -455,7 +455,7 @@ fn put_commit_splits_scopes_and_collectives_auto_commit() {
                     GroupResult {
                         id: id.clone(),
                         status: ConstructStatus::Success,
-                        members: procs.clone(),
+                        members: procs.to_vec(),
                         context_id: Some(9),
                         group_info: Vec::new(),
                         failed: Vec::new(),

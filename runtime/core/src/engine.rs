@@ -104,6 +104,12 @@ pub struct EngineConfig {
     pub allgather: Allgather,
 }
 
+/// A leader list as a local leader sent it, and its canonical expansion.
+struct LeadersMemo {
+    sent: std::sync::Weak<[ProcId]>,
+    leaders: Arc<[ProcId]>,
+}
+
 /// A constructed group as this node server knows it.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Group {
@@ -291,6 +297,11 @@ pub struct Engine {
     /// The job's nodes on the switch map (from `EngineConfig::switches`).
     locality: Option<Locality>,
     all_nodes: Vec<NodeId>,
+    /// The leader list a local leader of a collective construct sent last (as decoded:
+    /// equal lists from this server's leaders are one allocation) and its canonical
+    /// expansion, when it names only ranks of the job: R local leaders of a construct
+    /// cost one expansion, not R.
+    leaders_memo: Option<LeadersMemo>,
 
     clients: HashMap<ClientId, ProcId>,
     proc_clients: HashMap<ProcId, ClientId>,
@@ -401,6 +412,7 @@ impl Engine {
             colls: HashMap::default(),
             tombstones: Recent::new(MAX_TOMBSTONES),
             recently_done: Recent::new(MAX_TOMBSTONES),
+            leaders_memo: None,
             fallback_done: Recent::new(MAX_TOMBSTONES),
             owed_rounds: Recent::new(MAX_TOMBSTONES),
             early_msgs: HashMap::default(),
@@ -1697,7 +1709,7 @@ impl Engine {
         req: ReqId,
         proc: ProcId,
         gid: String,
-        procs: Vec<ProcId>,
+        procs: Arc<[ProcId]>,
         opts: ConstructOpts,
         now: Time,
     ) {
@@ -1750,17 +1762,41 @@ impl Engine {
             // An add-member: hold the waiter here, join at the rendezvous directly.
             return self.join_at_root(key, contrib, waiter, now);
         }
-        let leaders = match self.participants_with(&procs, &proc, |l| {
-            format!(
-                "group {:?}: leader list {} does not include the caller {proc}; add-members call with no procs",
-                key.id,
-                fmt_procs(l)
-            )
-        }) {
-            Ok(l) => l,
+        let leaders = match self.construct_leaders(&procs) {
+            Ok(l) if l.binary_search(&proc).is_ok() => l,
+            Ok(l) => {
+                let err = CohortError::BadRequest(format!(
+                    "group {:?}: leader list {} does not include the caller {proc}; add-members call with no procs",
+                    key.id,
+                    fmt_procs(&l)
+                ));
+                return self.reply(client, req, Err(err));
+            }
             Err(e) => return self.reply(client, req, Err(e)),
         };
         self.contribute(key, CollSpec::Construct { leaders }, contrib, waiter, now);
+    }
+
+    /// A construct's leader list, canonical: expanded once per list a local leader sent
+    /// (see `leaders_memo`).
+    fn construct_leaders(&mut self, procs: &Arc<[ProcId]>) -> Result<Arc<[ProcId]>, CohortError> {
+        if let Some(memo) = &self.leaders_memo {
+            if memo.sent.upgrade().is_some_and(|s| Arc::ptr_eq(&s, procs)) {
+                return Ok(memo.leaders.clone());
+            }
+        }
+        let leaders: Arc<[ProcId]> = self.expand(procs)?.into();
+        // A list with wildcards or group ranks expands by the groups of the moment.
+        if procs
+            .iter()
+            .all(|p| !p.is_wildcard() && p.nspace == self.job.nspace)
+        {
+            self.leaders_memo = Some(LeadersMemo {
+                sent: Arc::downgrade(procs),
+                leaders: leaders.clone(),
+            });
+        }
+        Ok(leaders)
     }
 
     /// Participation that goes straight to the operation's rendezvous server (add-members,
@@ -1972,8 +2008,8 @@ impl Engine {
                 } else {
                     Err(CohortError::LeaderMismatch {
                         id: key.id.clone(),
-                        a: leaders.clone(),
-                        b: l,
+                        a: leaders.to_vec(),
+                        b: l.to_vec(),
                     })
                 }
             }

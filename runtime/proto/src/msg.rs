@@ -145,9 +145,10 @@ pub enum Request {
     /// Collective group construct. Empty `procs` = joining as an add-member.
     Construct {
         id: String,
-        /// Compact on the wire (runs of ranks): every leader sends the whole list.
-        #[serde(with = "crate::procset")]
-        procs: Vec<ProcId>,
+        /// Compact on the wire (runs of ranks), and shared: every leader sends the
+        /// whole list, and a node server decodes its leaders' equal lists to one.
+        #[serde(with = "crate::procset::shared")]
+        procs: std::sync::Arc<[ProcId]>,
         opts: ConstructOpts,
     },
     Destruct {
@@ -293,7 +294,7 @@ mod request_tests {
     fn construct_lists_travel_compact_and_decode_to_themselves() {
         let construct = |procs: Vec<ProcId>| Request::Construct {
             id: "g".into(),
-            procs,
+            procs: procs.into(),
             opts: ConstructOpts::default(),
         };
         let whole: Vec<ProcId> = (0..4096).map(|r| ProcId::new("job.1", r)).collect();

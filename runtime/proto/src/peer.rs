@@ -41,8 +41,9 @@ pub enum CollSpec {
         collect: bool,
     },
     Construct {
-        #[serde(with = "crate::procset")]
-        leaders: Vec<ProcId>,
+        /// Shared: every local leader's contribution names the same list.
+        #[serde(with = "crate::procset::shared")]
+        leaders: Arc<[ProcId]>,
     },
     /// Bootstrap method: only the number of leaders is known in advance.
     Bootstrap { leaders: u32 },

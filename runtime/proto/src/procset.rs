@@ -15,7 +15,7 @@ use crate::ids::{ProcId, Rank};
 /// Largest list a compact encoding may expand to.
 pub const MAX_PROCS: u64 = 1 << 22;
 
-#[derive(Serialize, Deserialize)]
+#[derive(Clone, PartialEq, Serialize, Deserialize)]
 struct Compact {
     nspaces: Vec<crate::ids::Nspace>,
     /// (index into `nspaces`, first rank, number of consecutive ranks)
@@ -87,7 +87,12 @@ fn expand<E: serde::de::Error>(c: Compact) -> Result<Vec<ProcId>, E> {
 /// the job carries that list in each message, and expanding it allocated a name per
 /// process, per message (4.5 ms per message for 65536 processes), although it is
 /// 60 bytes on the wire.
+///
+/// Any other list decodes to the list this thread decoded last when their compact forms
+/// are equal (and that list is still alive): every leader of a collective construct
+/// sends the whole leader list, and a node server with R local leaders took in R copies.
 pub mod shared {
+    use std::cell::RefCell;
     use std::sync::{Arc, Mutex, Weak};
 
     use serde::{Deserialize, Deserializer, Serialize, Serializer};
@@ -97,6 +102,11 @@ pub mod shared {
 
     /// Registered whole-namespace lists (few: one per job a process serves).
     static WHOLE: Mutex<Vec<Weak<[ProcId]>>> = Mutex::new(Vec::new());
+
+    thread_local! {
+        /// The list this thread decoded last, and its compact form.
+        static LAST: RefCell<Option<(Compact, Weak<[ProcId]>)>> = const { RefCell::new(None) };
+    }
 
     fn registered() -> std::sync::MutexGuard<'static, Vec<Weak<[ProcId]>>> {
         WHOLE.lock().unwrap_or_else(|e| e.into_inner())
@@ -163,7 +173,17 @@ pub mod shared {
                 return Ok(known);
             }
         }
-        super::expand::<D::Error>(c).map(Arc::from)
+        let last = LAST.with(|l| {
+            let l = l.borrow();
+            let (form, list) = l.as_ref()?;
+            (*form == c).then(|| list.upgrade()).flatten()
+        });
+        if let Some(list) = last {
+            return Ok(list);
+        }
+        let list: Arc<[ProcId]> = super::expand::<D::Error>(c.clone())?.into();
+        LAST.with(|l| *l.borrow_mut() = Some((c, Arc::downgrade(&list))));
+        Ok(list)
     }
 }
 
@@ -299,5 +319,30 @@ mod tests {
         let back: SharedHolder = frame::decode_body(&bytes).unwrap();
         assert_eq!(back.0, whole("procset-dropped", 10));
         assert!(shared::whole_namespace(Arc::from(Vec::new())).is_empty());
+    }
+
+    #[test]
+    fn a_list_decoded_again_is_the_same_list_while_it_lives() {
+        use std::sync::Arc;
+        // Not a whole namespace (it starts at rank 3, and has a second namespace).
+        let list: Vec<ProcId> = (3..40)
+            .map(|r| p("procset-again", r))
+            .chain([p("procset-other", 1)])
+            .collect();
+        let bytes = frame::encode_body(&SharedHolder(list.clone().into()));
+        let first: SharedHolder = frame::decode_body(&bytes).unwrap();
+        let second: SharedHolder = frame::decode_body(&bytes).unwrap();
+        assert_eq!(&first.0[..], &list[..]);
+        assert!(Arc::ptr_eq(&first.0, &second.0));
+        // Another list in between: each decodes to itself.
+        let shorter = frame::encode_body(&SharedHolder(list[..10].to_vec().into()));
+        let other: SharedHolder = frame::decode_body(&shorter).unwrap();
+        assert_eq!(&other.0[..], &list[..10]);
+        let third: SharedHolder = frame::decode_body(&bytes).unwrap();
+        assert_eq!(third.0, first.0);
+        // Once dropped, the next decode makes a new, equal list.
+        drop((first, second, third));
+        let again: SharedHolder = frame::decode_body(&bytes).unwrap();
+        assert_eq!(&again.0[..], &list[..]);
     }
 }

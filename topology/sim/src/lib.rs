@@ -767,7 +767,7 @@ fn start_collective(sim: &mut Sim, s: &Scenario) -> Vec<ReqId> {
             },
             Collective::Construct => Request::Construct {
                 id: s.group_id.clone(),
-                procs: all.clone(),
+                procs: all.clone().into(),
                 opts: ConstructOpts {
                     assign_context_id: true,
                     timeout_ms: Some(600_000),

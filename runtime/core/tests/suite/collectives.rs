@@ -156,6 +156,44 @@ fn collective_construct_across_three_nodes() {
     assert!(ctx > 0);
 }
 
+/// A node server expands a leader list once for all its local leaders that sent the
+/// same (decoded: shared) list; each caller is still checked against it.
+#[test]
+fn local_leaders_sharing_one_list_are_each_checked() {
+    let mut c = new_cluster(4, 2, TreeShape::KAry(2));
+    c.connect_all();
+    let construct = |c: &mut Cluster, rank: u32, procs: &std::sync::Arc<[ProcId]>| {
+        c.request(
+            rank,
+            Request::Construct {
+                id: "shared".into(),
+                procs: procs.clone(),
+                opts: ctx_opts(),
+            },
+        )
+    };
+    // Ranks 0 and 1 are node 0's. The list leaves rank 0 out.
+    let list: std::sync::Arc<[ProcId]> = [3, 1, 2].iter().map(|&r| c.proc(r)).collect();
+    let ok1 = construct(&mut c, 1, &list);
+    let bad0 = construct(&mut c, 0, &list);
+    match c.error(0, bad0) {
+        CohortError::BadRequest(why) => {
+            assert!(why.contains("does not include the caller"), "{why}");
+            assert!(why.contains(&c.proc(0).to_string()), "{why}");
+        }
+        e => panic!("{e}"),
+    }
+    let others: Vec<(u32, u64)> = [2, 3]
+        .iter()
+        .map(|&r| (r, construct(&mut c, r, &list)))
+        .collect();
+    let want: Vec<ProcId> = (1..4).map(|r| c.proc(r)).collect();
+    assert_eq!(c.group(1, ok1).members, want);
+    for (r, q) in others {
+        assert_eq!(c.group(r, q).members, want, "rank {r}");
+    }
+}
+
 #[test]
 fn add_members_join_with_no_procs() {
     let mut c = new_cluster(6, 3, TreeShape::KAry(2));
