@@ -746,7 +746,9 @@ pub fn simulate(s: &Scenario, p: Params) -> Result<Report, SimError> {
 /// collective's request id per rank.
 fn start_collective(sim: &mut Sim, s: &Scenario) -> Vec<ReqId> {
     let n = s.ranks();
-    let all: Vec<ProcId> = (0..n).map(|r| ProcId::new(s.nspace.clone(), r)).collect();
+    // One list for every rank's request: a copy each was N² memory at large N (a real
+    // rank builds its own; the server decodes equal lists to one either way).
+    let all: std::sync::Arc<[ProcId]> = (0..n).map(|r| ProcId::new(s.nspace.clone(), r)).collect();
     let mut calls = Vec::with_capacity(n as usize);
     for r in 0..n {
         sim.commit(
@@ -767,7 +769,7 @@ fn start_collective(sim: &mut Sim, s: &Scenario) -> Vec<ReqId> {
             },
             Collective::Construct => Request::Construct {
                 id: s.group_id.clone(),
-                procs: all.clone().into(),
+                procs: all.clone(),
                 opts: ConstructOpts {
                     assign_context_id: true,
                     timeout_ms: Some(600_000),
