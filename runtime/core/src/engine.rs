@@ -117,7 +117,7 @@ pub struct Group {
     /// Current members, canonical order (group rank = index).
     pub members: Vec<ProcId>,
     /// Membership at construct time (fixes the destruct tree on every server).
-    pub original: Vec<ProcId>,
+    pub original: Arc<[ProcId]>,
     pub context_id: Option<ContextId>,
     pub group_info: BTreeMap<ProcId, Info>,
     pub notify_termination: bool,
@@ -2970,7 +2970,7 @@ impl Engine {
                 self.store_foreign(data);
                 let group = Group {
                     id: key.id.clone(),
-                    original: members.clone(),
+                    original: members.as_slice().into(),
                     members,
                     context_id,
                     group_info: group_info.into_iter().collect(),

@@ -48,8 +48,9 @@ pub enum CollSpec {
     /// Bootstrap method: only the number of leaders is known in advance.
     Bootstrap { leaders: u32 },
     Destruct {
-        #[serde(with = "crate::procset")]
-        members: Vec<ProcId>,
+        /// Shared: every local member's destruct names the group's one list.
+        #[serde(with = "crate::procset::shared")]
+        members: Arc<[ProcId]>,
         notify_termination: bool,
     },
 }
