@@ -191,6 +191,9 @@ struct Coll {
     sent_to: Option<NodeId>,
     /// A doomed-operation abort was already sent to the root.
     doomed_sent: bool,
+    /// Non-root: how many processes of the spec's list this server's subtree hosts
+    /// (counted once, when first needed).
+    subtree_expected: std::cell::Cell<Option<usize>>,
     /// Root only: a timeout is ending the operation; collecting who joined where.
     probe: Option<Probe>,
     /// Root only: processes that failed before joining and that a decision dropped.
@@ -228,6 +231,7 @@ impl Coll {
             sent_up: false,
             sent_to: None,
             doomed_sent: false,
+            subtree_expected: std::cell::Cell::new(None),
             probe: None,
             dropped: BTreeSet::new(),
             failure_reported: BTreeSet::new(),
@@ -2207,6 +2211,25 @@ impl Engine {
             return;
         }
         let subtree: HashSet<NodeId> = tree.subtree(self.node).into_iter().collect();
+        // While nobody terminated, left or was excused, the subtree is settled only once
+        // each of its processes joined: fewer contributions than it hosts means not yet,
+        // without ranking every expected process on each arrival.
+        if self.terminated.is_empty()
+            && coll.excused.is_empty()
+            && !self.departed.contains_key(key.id.as_str())
+        {
+            let hosted = coll.subtree_expected.get().unwrap_or_else(|| {
+                let n = expected_of(spec)
+                    .iter()
+                    .filter(|p| self.job.node_of(p).is_some_and(|n| subtree.contains(&n)))
+                    .count();
+                coll.subtree_expected.set(Some(n));
+                n
+            });
+            if coll.contribs.len() + coll.joins.len() < hosted {
+                return;
+            }
+        }
         let Some(newly_excused) = self.settled(key, coll, spec, |n| subtree.contains(&n)) else {
             return;
         };
@@ -2550,6 +2573,13 @@ impl Engine {
         if self.terminated.is_empty() {
             // Nobody failed before joining, so it succeeds once nobody is pending: stop
             // at the first pending process instead of ranking every one on each call.
+            // Fewer joined than listed, with nobody excused or gone: someone is pending.
+            if coll.excused.is_empty()
+                && !self.departed.contains_key(key.id.as_str())
+                && coll.contribs.len() + coll.joins.len() < expected_of(spec).len()
+            {
+                return None;
+            }
             let pending = |p: &ProcId| self.standing(key, coll, p) == Standing::Pending;
             let any_pending = match spec {
                 CollSpec::Fence { .. } | CollSpec::Destruct { .. } => {
