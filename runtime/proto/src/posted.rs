@@ -54,18 +54,6 @@ impl Posted {
     }
 }
 
-impl From<&Info> for Posted {
-    fn from(info: &Info) -> Posted {
-        Posted::new(info)
-    }
-}
-
-impl From<Info> for Posted {
-    fn from(info: Info) -> Posted {
-        Posted::new(&info)
-    }
-}
-
 impl fmt::Debug for Posted {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self.info() {
