@@ -1766,16 +1766,17 @@ impl Engine {
             // An add-member: hold the waiter here, join at the rendezvous directly.
             return self.join_at_root(key, contrib, waiter, now);
         }
-        let leaders = match self.construct_leaders(&procs) {
-            Ok(l) if l.binary_search(&proc).is_ok() => l,
-            Ok(l) => {
-                let err = CohortError::BadRequest(format!(
+        let leaders = self.construct_leaders(&procs).and_then(|l| {
+            caller_among(l, &proc, |l| {
+                format!(
                     "group {:?}: leader list {} does not include the caller {proc}; add-members call with no procs",
                     key.id,
-                    fmt_procs(&l)
-                ));
-                return self.reply(client, req, Err(err));
-            }
+                    fmt_procs(l)
+                )
+            })
+        });
+        let leaders = match leaders {
+            Ok(l) => l,
             Err(e) => return self.reply(client, req, Err(e)),
         };
         self.contribute(key, CollSpec::Construct { leaders }, contrib, waiter, now);
@@ -1839,11 +1840,7 @@ impl Engine {
         caller: &ProcId,
         why: impl FnOnce(&[ProcId]) -> String,
     ) -> Result<Vec<ProcId>, CohortError> {
-        let all = self.expand(procs)?;
-        if all.binary_search(caller).is_err() {
-            return Err(CohortError::BadRequest(why(&all)));
-        }
-        Ok(all)
+        caller_among(self.expand(procs)?, caller, why)
     }
 
     fn expand_nonempty(&self, procs: &[ProcId]) -> Result<Vec<ProcId>, CohortError> {
@@ -2134,6 +2131,15 @@ impl Engine {
         Standing::Pending
     }
 
+    /// Whether an expected process of `key` can settle only by joining: nobody
+    /// terminated, left or was excused. Then fewer contributions than expected
+    /// processes means one is pending, without ranking each.
+    fn only_joins_settle(&self, key: &CollKey, coll: &Coll) -> bool {
+        self.terminated.is_empty()
+            && coll.excused.is_empty()
+            && !self.departed.contains_key(key.id.as_str())
+    }
+
     /// Whether a participant failing before joining dooms the whole operation.
     fn intolerant(coll: &Coll, spec: &CollSpec) -> bool {
         match spec {
@@ -2211,13 +2217,10 @@ impl Engine {
             return;
         }
         let subtree: HashSet<NodeId> = tree.subtree(self.node).into_iter().collect();
-        // While nobody terminated, left or was excused, the subtree is settled only once
-        // each of its processes joined: fewer contributions than it hosts means not yet,
-        // without ranking every expected process on each arrival.
-        if self.terminated.is_empty()
-            && coll.excused.is_empty()
-            && !self.departed.contains_key(key.id.as_str())
-        {
+        // The subtree settles only once each of its processes joined: fewer contributions
+        // than it hosts means not yet, without ranking every expected process on each
+        // arrival.
+        if self.only_joins_settle(key, coll) {
             let hosted = coll.subtree_expected.get().unwrap_or_else(|| {
                 let n = expected_of(spec)
                     .iter()
@@ -2573,9 +2576,8 @@ impl Engine {
         if self.terminated.is_empty() {
             // Nobody failed before joining, so it succeeds once nobody is pending: stop
             // at the first pending process instead of ranking every one on each call.
-            // Fewer joined than listed, with nobody excused or gone: someone is pending.
-            if coll.excused.is_empty()
-                && !self.departed.contains_key(key.id.as_str())
+            // Fewer joined than listed: someone is pending.
+            if self.only_joins_settle(key, coll)
                 && coll.contribs.len() + coll.joins.len() < expected_of(spec).len()
             {
                 return None;
@@ -3402,6 +3404,19 @@ fn expected_of(spec: &CollSpec) -> &[ProcId] {
         CollSpec::Bootstrap { .. } => &[],
         CollSpec::Destruct { members, .. } => members,
     }
+}
+
+/// `all` (an expanded, canonical list) when `caller` is among it; else the error `why`
+/// words.
+fn caller_among<L: std::ops::Deref<Target = [ProcId]>>(
+    all: L,
+    caller: &ProcId,
+    why: impl FnOnce(&[ProcId]) -> String,
+) -> Result<L, CohortError> {
+    if all.binary_search(caller).is_err() {
+        return Err(CohortError::BadRequest(why(&all)));
+    }
+    Ok(all)
 }
 
 /// Add-members named by any leader that contributed so far.
