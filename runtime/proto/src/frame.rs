@@ -3,6 +3,8 @@
 //! Every decoder enforces a caller-given maximum before allocating, so an oversized or
 //! malformed frame costs one connection, never memory or the process.
 
+use std::cell::RefCell;
+
 use bincode::Options;
 use serde::{de::DeserializeOwned, Serialize};
 
@@ -31,14 +33,21 @@ pub fn encode<T: Serialize>(msg: &T) -> Vec<u8> {
 
 /// Appends `msg`'s complete frame (length prefix included) to `out`.
 pub fn encode_into<T: Serialize>(msg: &T, out: &mut Vec<u8>) {
-    let body_len = options()
-        .serialized_size(msg)
-        .expect("cohort messages always serialize") as usize;
-    out.reserve(4 + body_len);
-    out.extend_from_slice(&(body_len as u32).to_le_bytes());
-    options()
-        .serialize_into(&mut *out, msg)
-        .expect("cohort messages always serialize");
+    let small = with_small_body(msg, |body| {
+        out.reserve(4 + body.len());
+        out.extend_from_slice(&(body.len() as u32).to_le_bytes());
+        out.extend_from_slice(body);
+    });
+    if small.is_none() {
+        let body_len = options()
+            .serialized_size(msg)
+            .expect("cohort messages always serialize") as usize;
+        out.reserve(4 + body_len);
+        out.extend_from_slice(&(body_len as u32).to_le_bytes());
+        options()
+            .serialize_into(&mut *out, msg)
+            .expect("cohort messages always serialize");
+    }
 }
 
 /// Length of `msg`'s complete frame (length prefix included), without encoding it:
@@ -51,9 +60,74 @@ pub fn encoded_len<T: Serialize>(msg: &T) -> usize {
 
 /// Encodes only the body (no length prefix), for transports that frame themselves.
 pub fn encode_body<T: Serialize>(msg: &T) -> Vec<u8> {
-    options()
-        .serialize(msg)
-        .expect("cohort messages always serialize")
+    with_small_body(msg, <[u8]>::to_vec).unwrap_or_else(|| {
+        options()
+            .serialize(msg)
+            .expect("cohort messages always serialize")
+    })
+}
+
+/// Bodies up to this size are encoded in one pass into a scratch buffer, then copied.
+const SMALL_BODY: usize = 16 << 10;
+
+/// Calls `f` with `msg`'s body if it is at most [`SMALL_BODY`] bytes long (`None`
+/// otherwise, having written at most that many bytes), encoded in one pass into this
+/// thread's scratch buffer. The caller copies it once, to a buffer of the right size.
+///
+/// Why: bincode's own `serialize` asks for the size first, which walks the whole
+/// message twice; for a small message with process lists that walk was about a third
+/// of its encoding. For a large one (a fence's collected data) the copy would cost more
+/// than the walk, whose bulk is the lengths of opaque byte strings.
+fn with_small_body<T: Serialize, R>(msg: &T, f: impl FnOnce(&[u8]) -> R) -> Option<R> {
+    thread_local! {
+        static SCRATCH: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+    }
+    SCRATCH.with(|scratch| {
+        // Borrowed only if `f` or a `Serialize` impl encodes a message itself (none
+        // does): then the caller's two-pass encoding.
+        let mut buf = scratch.try_borrow_mut().ok()?;
+        buf.clear();
+        let mut w = Capped(&mut buf);
+        match options().serialize_into(&mut w, msg) {
+            Ok(()) => Some(f(&buf)),
+            Err(_) if buf.len() + 1 > SMALL_BODY => None,
+            Err(e) => panic!("cohort messages always serialize: {e}"),
+        }
+    })
+}
+
+/// A writer into a buffer that refuses to grow it beyond [`SMALL_BODY`] bytes.
+struct Capped<'a>(&'a mut Vec<u8>);
+
+impl std::io::Write for Capped<'_> {
+    #[inline]
+    fn write(&mut self, data: &[u8]) -> std::io::Result<usize> {
+        self.write_all(data).map(|()| data.len())
+    }
+
+    #[inline]
+    fn write_all(&mut self, data: &[u8]) -> std::io::Result<()> {
+        if self.0.len() + data.len() > SMALL_BODY {
+            return Err(self.full());
+        }
+        self.0.extend_from_slice(data);
+        Ok(())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Capped<'_> {
+    /// Marks the buffer full, which is how the caller tells this refusal from a real
+    /// error.
+    #[cold]
+    #[inline(never)]
+    fn full(&mut self) -> std::io::Error {
+        self.0.resize(SMALL_BODY, 0);
+        std::io::ErrorKind::WriteZero.into()
+    }
 }
 
 /// Decodes a frame body, bounded by its own length.
@@ -151,6 +225,37 @@ mod tests {
         let rest = &buf[4 + first..];
         let got_b: ClientFrame = decode_body(&rest[4..]).unwrap();
         assert_eq!((got_a, got_b), (a, b));
+    }
+
+    /// Bodies below, at and above the one-pass limit (and a body that overflows it
+    /// part-way) encode to exactly bincode's bytes, with the right length prefix, and
+    /// the scratch buffer does not leak one message's bytes into the next.
+    #[test]
+    fn bodies_around_the_one_pass_limit_encode_exactly() {
+        // A byte string's body is an 8-byte length and its bytes.
+        for len in [
+            0,
+            100,
+            SMALL_BODY - 9,
+            SMALL_BODY - 8,
+            SMALL_BODY - 7,
+            3 * SMALL_BODY,
+        ] {
+            let msg = serde_bytes::ByteBuf::from(vec![(len % 251) as u8; len]);
+            let plain = options().serialize(&msg).unwrap();
+            assert_eq!(encode_body(&msg), plain, "body of {len} bytes");
+            let mut framed = vec![0xee];
+            encode_into(&msg, &mut framed);
+            assert_eq!(framed[0], 0xee);
+            assert_eq!(framed[1..5], (plain.len() as u32).to_le_bytes(), "{len}");
+            assert_eq!(framed[5..], plain[..], "frame of {len} bytes");
+            assert_eq!(encoded_len(&msg), framed.len() - 1);
+        }
+        let small = ClientFrame {
+            id: 3,
+            req: Request::QueryGroupNames,
+        };
+        assert_eq!(encode_body(&small), options().serialize(&small).unwrap());
     }
 
     #[test]
