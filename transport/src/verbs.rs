@@ -142,6 +142,11 @@ const IDLE_REAP_INTERVAL: Duration = Duration::from_millis(10);
 /// Busy-polling: a receiving link looks at its control connection (goodbye, break) on
 /// every this many turns; the others only poll its CQ.
 const CONTROL_EVERY: u32 = 32;
+/// Busy-polling: looks at a receiving link's CQ per turn of the runtime, by default
+/// (`COHORT_VERBS_POLL_SPINS`, [`POLL_SPINS_ENV`]).
+const POLL_SPINS: u32 = 32;
+/// Environment variable setting [`POLL_SPINS`] (1: one look per turn).
+pub const POLL_SPINS_ENV: &str = "COHORT_VERBS_POLL_SPINS";
 /// `wr_id` bit marking receive work requests.
 const RECV_TAG: u64 = 1 << 63;
 /// Immediate bit of a payload's last chunk.
@@ -198,6 +203,9 @@ pub struct VerbsOptions {
     /// Busy-poll the completion queues instead of sleeping on their channels (unset:
     /// [`POLL_ENV`]).
     pub busy_poll: Option<bool>,
+    /// Busy-polling: looks at a receiving link's CQ per turn of the runtime, at least
+    /// 1 (unset: [`POLL_SPINS_ENV`], else 32).
+    pub poll_spins: Option<u32>,
 }
 
 impl VerbsOptions {
@@ -232,6 +240,16 @@ impl VerbsOptions {
         }
         if self.busy_poll.is_none() {
             self.busy_poll = Some(busy_poll_from_env());
+        }
+        if self.poll_spins.is_none() {
+            if let Ok(v) = std::env::var(POLL_SPINS_ENV) {
+                if !v.trim().is_empty() {
+                    self.poll_spins =
+                        Some(v.trim().parse().ok().filter(|&n| n >= 1).ok_or_else(|| {
+                            format!("{POLL_SPINS_ENV}={v:?} is not a count of at least 1")
+                        })?);
+                }
+            }
         }
         Ok(self)
     }
@@ -899,6 +917,8 @@ struct Shared {
     device: Device,
     /// Busy-poll completion queues ([`POLL_ENV`]).
     poll_mode: bool,
+    /// Busy-polling: CQ looks per turn ([`VerbsOptions::poll_spins`]).
+    poll_spins: u32,
     /// Registrations of payloads being sent by RDMA read.
     send_cache: Mutex<SendCache<PdRegistrar>>,
     /// Registered buffers bulk payloads are read into.
@@ -971,6 +991,7 @@ impl VerbsFabric {
             incarnation: new_incarnation(),
             device,
             poll_mode,
+            poll_spins: opts.poll_spins.unwrap_or(POLL_SPINS).max(1),
             send_cache: Mutex::new(send_cache),
             recv_pool,
             bulk_sent: Default::default(),
@@ -1703,6 +1724,20 @@ async fn receive(
         // select below (its three futures, its random start), which under emulation
         // was a good part of a turn.
         if shared.poll_mode {
+            // Look again, a few times, before yielding: each turn of the runtime costs
+            // an I/O-driver poll (`epoll_wait`) and a timer check (clock reads), many
+            // times a look at the CQ, and the next message of an exchange in flight
+            // is found on the look after it completes. A delivery yields at once (its
+            // consumer may be another task).
+            let mut spins = 1;
+            while !inbound.delivered && spins < shared.poll_spins {
+                match inbound.progress(link, id) {
+                    Ok(true) => {}
+                    Ok(false) => return LinkEnd::Local,
+                    Err(end) => return end,
+                }
+                spins += 1;
+            }
             quiet_turns += 1;
             if quiet_turns < CONTROL_EVERY && !*closing_rx.borrow() {
                 tokio::task::yield_now().await;
@@ -2207,6 +2242,7 @@ mod tests {
             port: Some(1),
             gid_index: Some(3),
             busy_poll: Some(false),
+            poll_spins: Some(4),
         };
         assert_eq!(opts.clone().with_env().unwrap(), opts);
     }
