@@ -244,15 +244,21 @@ impl VerbsOptions {
         if self.poll_spins.is_none() {
             if let Ok(v) = std::env::var(POLL_SPINS_ENV) {
                 if !v.trim().is_empty() {
-                    self.poll_spins =
-                        Some(v.trim().parse().ok().filter(|&n| n >= 1).ok_or_else(|| {
-                            format!("{POLL_SPINS_ENV}={v:?} is not a count of at least 1")
-                        })?);
+                    self.poll_spins = Some(parse_poll_spins(&v)?);
                 }
             }
         }
         Ok(self)
     }
+}
+
+/// [`POLL_SPINS_ENV`]'s value: a count of at least 1.
+fn parse_poll_spins(v: &str) -> Result<u32, String> {
+    v.trim()
+        .parse()
+        .ok()
+        .filter(|&n| n >= 1)
+        .ok_or_else(|| format!("{POLL_SPINS_ENV}={v:?} is not a count of at least 1"))
 }
 
 /// Whether [`POLL_ENV`] asks for busy polling (`1`, `true` or `yes`).
@@ -2245,6 +2251,16 @@ mod tests {
             poll_spins: Some(4),
         };
         assert_eq!(opts.clone().with_env().unwrap(), opts);
+    }
+
+    #[test]
+    fn poll_spins_must_be_a_count_of_at_least_one() {
+        assert_eq!(parse_poll_spins(" 32 "), Ok(32));
+        assert_eq!(parse_poll_spins("1"), Ok(1));
+        for bad in ["0", "-1", "many", "1.5"] {
+            let e = parse_poll_spins(bad).unwrap_err();
+            assert!(e.contains(POLL_SPINS_ENV) && e.contains(bad), "{e}");
+        }
     }
 
     #[test]
