@@ -33,21 +33,15 @@ pub fn encode<T: Serialize>(msg: &T) -> Vec<u8> {
 
 /// Appends `msg`'s complete frame (length prefix included) to `out`.
 pub fn encode_into<T: Serialize>(msg: &T, out: &mut Vec<u8>) {
-    let small = with_small_body(msg, |body| {
-        out.reserve(4 + body.len());
-        out.extend_from_slice(&(body.len() as u32).to_le_bytes());
-        out.extend_from_slice(body);
-    });
-    if small.is_none() {
-        let body_len = options()
-            .serialized_size(msg)
-            .expect("cohort messages always serialize") as usize;
-        out.reserve(4 + body_len);
-        out.extend_from_slice(&(body_len as u32).to_le_bytes());
-        options()
-            .serialize_into(&mut *out, msg)
-            .expect("cohort messages always serialize");
-    }
+    encode_scratch(msg, 4, |frame| {
+        let body_len = (frame.len() - 4) as u32;
+        frame[..4].copy_from_slice(&body_len.to_le_bytes());
+        if out.is_empty() && frame.len() > SMALL_FRAME {
+            std::mem::swap(out, &mut take_large(frame));
+        } else {
+            out.extend_from_slice(frame);
+        }
+    })
 }
 
 /// Length of `msg`'s complete frame (length prefix included), without encoding it:
@@ -60,74 +54,59 @@ pub fn encoded_len<T: Serialize>(msg: &T) -> usize {
 
 /// Encodes only the body (no length prefix), for transports that frame themselves.
 pub fn encode_body<T: Serialize>(msg: &T) -> Vec<u8> {
-    with_small_body(msg, <[u8]>::to_vec).unwrap_or_else(|| {
-        options()
-            .serialize(msg)
-            .expect("cohort messages always serialize")
+    encode_scratch(msg, 0, |body| {
+        if body.len() > SMALL_FRAME {
+            take_large(body)
+        } else {
+            body.to_vec()
+        }
     })
 }
 
-/// Bodies up to this size are encoded in one pass into a scratch buffer, then copied.
-const SMALL_BODY: usize = 16 << 10;
+/// Encodings up to this size are copied out of the scratch buffer; larger ones take it.
+const SMALL_FRAME: usize = 16 << 10;
 
-/// Calls `f` with `msg`'s body if it is at most [`SMALL_BODY`] bytes long (`None`
-/// otherwise, having written at most that many bytes), encoded in one pass into this
-/// thread's scratch buffer. The caller copies it once, to a buffer of the right size.
+/// Largest scratch buffer kept between encodings.
+const SCRATCH_KEEP: usize = 1 << 20;
+
+/// Takes a large encoding, buffer and all, leaving in its place an empty buffer of the
+/// same capacity (at most [`SCRATCH_KEEP`]): allocated, not copied or grown.
+fn take_large(buf: &mut Vec<u8>) -> Vec<u8> {
+    let keep = buf.capacity().min(SCRATCH_KEEP);
+    std::mem::replace(buf, Vec::with_capacity(keep))
+}
+
+/// Encodes `msg` in one pass, after `prefix` placeholder bytes, into this thread's
+/// scratch buffer (which keeps its capacity), and hands that to `finish`, which copies
+/// a small encoding out and takes a large one whole ([`take_large`]).
 ///
 /// Why: bincode's own `serialize` asks for the size first, which walks the whole
-/// message twice; for a small message with process lists that walk was about a third
-/// of its encoding. For a large one (a fence's collected data) the copy would cost more
-/// than the walk, whose bulk is the lengths of opaque byte strings.
-fn with_small_body<T: Serialize, R>(msg: &T, f: impl FnOnce(&[u8]) -> R) -> Option<R> {
+/// message twice (for a small message with process lists that walk was about a third of
+/// its encoding), and writing into a fresh buffer grows it by copies.
+fn encode_scratch<T: Serialize, R>(
+    msg: &T,
+    prefix: usize,
+    finish: impl FnOnce(&mut Vec<u8>) -> R,
+) -> R {
     thread_local! {
         static SCRATCH: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
     }
     SCRATCH.with(|scratch| {
-        // Borrowed only if `f` or a `Serialize` impl encodes a message itself (none
-        // does): then the caller's two-pass encoding.
-        let mut buf = scratch.try_borrow_mut().ok()?;
+        // Borrowed only if `finish` or a `Serialize` impl encodes a message itself
+        // (none does): then a buffer of its own.
+        let mut own = Vec::new();
+        let mut borrowed = scratch.try_borrow_mut();
+        let buf = match borrowed.as_mut() {
+            Ok(buf) => &mut **buf,
+            Err(_) => &mut own,
+        };
         buf.clear();
-        let mut w = Capped(&mut buf);
-        match options().serialize_into(&mut w, msg) {
-            Ok(()) => Some(f(&buf)),
-            Err(_) if buf.len() + 1 > SMALL_BODY => None,
-            Err(e) => panic!("cohort messages always serialize: {e}"),
-        }
+        buf.resize(prefix, 0);
+        options()
+            .serialize_into(&mut *buf, msg)
+            .expect("cohort messages always serialize");
+        finish(buf)
     })
-}
-
-/// A writer into a buffer that refuses to grow it beyond [`SMALL_BODY`] bytes.
-struct Capped<'a>(&'a mut Vec<u8>);
-
-impl std::io::Write for Capped<'_> {
-    #[inline]
-    fn write(&mut self, data: &[u8]) -> std::io::Result<usize> {
-        self.write_all(data).map(|()| data.len())
-    }
-
-    #[inline]
-    fn write_all(&mut self, data: &[u8]) -> std::io::Result<()> {
-        if self.0.len() + data.len() > SMALL_BODY {
-            return Err(self.full());
-        }
-        self.0.extend_from_slice(data);
-        Ok(())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-impl Capped<'_> {
-    /// Marks the buffer full, which is how the caller tells this refusal from a real
-    /// error.
-    #[cold]
-    #[inline(never)]
-    fn full(&mut self) -> std::io::Error {
-        self.0.resize(SMALL_BODY, 0);
-        std::io::ErrorKind::WriteZero.into()
-    }
 }
 
 /// Decodes a frame body, bounded by its own length.
@@ -227,29 +206,33 @@ mod tests {
         assert_eq!((got_a, got_b), (a, b));
     }
 
-    /// Bodies below, at and above the one-pass limit (and a body that overflows it
-    /// part-way) encode to exactly bincode's bytes, with the right length prefix, and
-    /// the scratch buffer does not leak one message's bytes into the next.
+    /// Encodings below, at and above the size where the scratch buffer is taken rather
+    /// than copied, one after another (so a taken buffer's successor is used too), into
+    /// empty and non-empty buffers, are exactly bincode's bytes with the right prefix.
     #[test]
-    fn bodies_around_the_one_pass_limit_encode_exactly() {
+    fn encodings_around_the_copy_limit_are_exact() {
         // A byte string's body is an 8-byte length and its bytes.
-        for len in [
-            0,
-            100,
-            SMALL_BODY - 9,
-            SMALL_BODY - 8,
-            SMALL_BODY - 7,
-            3 * SMALL_BODY,
-        ] {
+        let lens = [0, 100, 3 * SMALL_FRAME, SMALL_FRAME - 13, SMALL_FRAME - 12];
+        let more = [
+            SMALL_FRAME - 9,
+            SMALL_FRAME - 8,
+            SMALL_FRAME - 7,
+            5,
+            2 * SMALL_FRAME,
+        ];
+        for len in lens.into_iter().chain(more) {
             let msg = serde_bytes::ByteBuf::from(vec![(len % 251) as u8; len]);
             let plain = options().serialize(&msg).unwrap();
             assert_eq!(encode_body(&msg), plain, "body of {len} bytes");
-            let mut framed = vec![0xee];
-            encode_into(&msg, &mut framed);
-            assert_eq!(framed[0], 0xee);
-            assert_eq!(framed[1..5], (plain.len() as u32).to_le_bytes(), "{len}");
-            assert_eq!(framed[5..], plain[..], "frame of {len} bytes");
-            assert_eq!(encoded_len(&msg), framed.len() - 1);
+            for before in [&[][..], &[0xee][..]] {
+                let mut framed = before.to_vec();
+                encode_into(&msg, &mut framed);
+                let (head, frame) = framed.split_at(before.len());
+                assert_eq!(head, before);
+                assert_eq!(frame[..4], (plain.len() as u32).to_le_bytes(), "{len}");
+                assert_eq!(frame[4..], plain[..], "frame of {len} bytes");
+                assert_eq!(encoded_len(&msg), frame.len());
+            }
         }
         let small = ClientFrame {
             id: 3,
