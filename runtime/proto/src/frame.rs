@@ -37,7 +37,7 @@ pub fn encode_into<T: Serialize>(msg: &T, out: &mut Vec<u8>) {
         let body_len = (frame.len() - 4) as u32;
         frame[..4].copy_from_slice(&body_len.to_le_bytes());
         if out.is_empty() && frame.len() > SMALL_FRAME {
-            std::mem::swap(out, &mut take_large(frame));
+            *out = take_large(frame);
         } else {
             out.extend_from_slice(frame);
         }
