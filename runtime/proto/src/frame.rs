@@ -66,11 +66,13 @@ pub fn encode_body<T: Serialize>(msg: &T) -> Vec<u8> {
 /// Encodings up to this size are copied out of the scratch buffer; larger ones take it.
 const SMALL_FRAME: usize = 16 << 10;
 
-/// Largest scratch buffer kept between encodings.
-const SCRATCH_KEEP: usize = 1 << 20;
+/// Largest capacity a taken scratch buffer is replaced with: a larger encoding (rare:
+/// a fence over tens of thousands of processes' data) grows the next one again.
+const SCRATCH_KEEP: usize = 64 << 20;
 
 /// Takes a large encoding, buffer and all, leaving in its place an empty buffer of the
-/// same capacity (at most [`SCRATCH_KEEP`]): allocated, not copied or grown.
+/// same capacity (at most [`SCRATCH_KEEP`]): allocated, not copied or grown, so the next
+/// encoding of that size is not grown by copies either.
 fn take_large(buf: &mut Vec<u8>) -> Vec<u8> {
     let keep = buf.capacity().min(SCRATCH_KEEP);
     std::mem::replace(buf, Vec::with_capacity(keep))
@@ -212,7 +214,14 @@ mod tests {
     #[test]
     fn encodings_around_the_copy_limit_are_exact() {
         // A byte string's body is an 8-byte length and its bytes.
-        let lens = [0, 100, 3 * SMALL_FRAME, SMALL_FRAME - 13, SMALL_FRAME - 12];
+        let lens = [
+            0,
+            100,
+            3 * SMALL_FRAME,
+            SMALL_FRAME - 13,
+            SMALL_FRAME - 12,
+            2 << 20,
+        ];
         let more = [
             SMALL_FRAME - 9,
             SMALL_FRAME - 8,
