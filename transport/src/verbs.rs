@@ -890,6 +890,12 @@ pub struct BulkStats {
     /// Payloads `send` would have posted itself but found the link's task using the
     /// link just then, so they went through its queue.
     pub queued_link_busy: u64,
+    /// Times `send`, finding no free send slot or no credit, took the link's
+    /// completions in itself (which may free a slot or return credits).
+    pub send_take_ins: u64,
+    /// Payloads `send` queued because, even after taking completions in, the link had
+    /// no free slot or no credit: the peer's acknowledgements or credits had not come.
+    pub queued_no_room: u64,
     /// Bulk payloads this fabric started reading while an earlier one from the same
     /// peer was still being read.
     pub read_alongside: u64,
@@ -935,6 +941,10 @@ struct Shared {
     posted_by_send: Arc<AtomicU64>,
     /// Payloads `send` queued because a link's task held the link (likewise shared).
     queued_link_busy: Arc<AtomicU64>,
+    /// Sends' own take-ins of completions, and sends queued after one for want of
+    /// room (likewise shared).
+    send_take_ins: Arc<AtomicU64>,
+    queued_no_room: Arc<AtomicU64>,
     /// Bulk payloads whose read started while another was being read on its link.
     read_alongside: AtomicU64,
     /// The queue pairs of established links, for fault injection
@@ -1003,6 +1013,8 @@ impl VerbsFabric {
             bulk_sent: Default::default(),
             posted_by_send: Default::default(),
             queued_link_busy: Default::default(),
+            send_take_ins: Default::default(),
+            queued_no_room: Default::default(),
             read_alongside: Default::default(),
             queue_pairs: Default::default(),
             spawner: Spawner::current(cfg.local_tasks),
@@ -1079,6 +1091,8 @@ impl VerbsFabric {
         BulkStats {
             posted_by_send: shared.posted_by_send.load(AtomicOrdering::Relaxed),
             queued_link_busy: shared.queued_link_busy.load(AtomicOrdering::Relaxed),
+            send_take_ins: shared.send_take_ins.load(AtomicOrdering::Relaxed),
+            queued_no_room: shared.queued_no_room.load(AtomicOrdering::Relaxed),
             read_alongside: shared.read_alongside.load(AtomicOrdering::Relaxed),
             sent_by_read: shared.bulk_sent.load(AtomicOrdering::Relaxed),
             send_registrations: cache.registrations,
@@ -1902,6 +1916,8 @@ async fn run_outbound(
             }),
             posted_by_send: shared.posted_by_send.clone(),
             queued_link_busy: shared.queued_link_busy.clone(),
+            send_take_ins: shared.send_take_ins.clone(),
+            queued_no_room: shared.queued_no_room.clone(),
         });
         shared.lock().enable_write_through(peer, id, tx.clone());
         // Declared after `tx`, so dropped while this task still keeps the QP alive.
@@ -2063,6 +2079,9 @@ struct TxLink {
     posted_by_send: Arc<AtomicU64>,
     /// The fabric's count of payloads that found the link busy here.
     queued_link_busy: Arc<AtomicU64>,
+    /// The fabric's counts of take-ins here, and of payloads queued after one.
+    send_take_ins: Arc<AtomicU64>,
+    queued_no_room: Arc<AtomicU64>,
 }
 
 impl TxLink {
@@ -2087,12 +2106,14 @@ impl links::WriteThrough for TxLink {
         if !tx.can_post() {
             // Completions not taken in yet may have freed a slot or returned credits
             // (in polling mode the task may not have polled since).
+            self.send_take_ins.fetch_add(1, AtomicOrdering::Relaxed);
             if let Err(end) = tx.take_in() {
                 tx.failed = Some(end);
                 tx.open = false;
                 return Err(());
             }
             if !tx.can_post() {
+                self.queued_no_room.fetch_add(1, AtomicOrdering::Relaxed);
                 return Err(());
             }
         }

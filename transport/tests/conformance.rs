@@ -441,42 +441,48 @@ async fn all_to_all_keeps_per_peer_order(b: Backend) {
 
 /// 2b. A request-reply exchange of small messages, longer than the receive depth (so
 /// every send slot and credit is used several times over), goes through intact and in
-/// order; on verbs busy-polling, no send after the first is queued for want of a slot
-/// or credit: an outbound link's task polls only while it awaits completions, so the
-/// sends must take in the completions that free slots and return credits themselves.
+/// order. On verbs busy-polling, sends post directly: an outbound link's task polls only
+/// while it awaits completions, so a send that finds no free slot or credit must take
+/// the link's completions in itself (they free slots and return credits) before it
+/// queues. Without that, 3 of 48 sends queued here (`3ee78db`).
+///
+/// A send may still find no room after taking completions in: the peer's
+/// acknowledgements have not come yet. That is timing, not a fault (once in a CI run, its
+/// guest's vCPUs starved by a build on the host), so it is bounded, not forbidden: every
+/// send is posted directly, or found the link busy, or queued after a take-in of its own.
 async fn request_reply_keeps_posting_directly(bk: Backend) {
     within(async {
         let (a, mut a_rx, b, echo) = echo_pair(bk, ["127.0.2.5", "127.0.2.6"]).await;
         // The first exchange sets the links up (its frames wait in the queues for that).
         a.send(1, numbered(0, 0)).unwrap();
         assert_eq!(next_message(&mut a_rx).await, (1, numbered(0, 0)));
-        // Posted directly, or queued only because the link's task held the link just
-        // then (it takes each direct send's completion in).
         let stats = |f: &AnyFabric| match f {
-            AnyFabric::Verbs(v) => {
-                let s = v.bulk_stats();
-                Some(s.posted_by_send + s.queued_link_busy)
-            }
+            AnyFabric::Verbs(v) => Some(v.bulk_stats()),
             _ => None,
         };
         let (a0, b0) = (stats(&a), stats(&b));
-        let rounds = 3 * cohort_transport::RECV_DEPTH as u32;
-        for i in 1..=rounds {
+        let rounds = 3 * cohort_transport::RECV_DEPTH as u64;
+        for i in 1..=rounds as u32 {
             a.send(1, numbered(0, i)).unwrap();
             assert_eq!(next_message(&mut a_rx).await, (1, numbered(0, i)));
         }
         if bk == Backend::VerbsBusyPoll {
-            let (a1, b1) = (stats(&a).unwrap(), stats(&b).unwrap());
-            assert_eq!(
-                a1 - a0.unwrap(),
-                u64::from(rounds),
-                "requests queued for want of a slot or credit"
-            );
-            assert_eq!(
-                b1 - b0.unwrap(),
-                u64::from(rounds),
-                "replies queued for want of a slot or credit"
-            );
+            for (side, before, after) in [
+                ("requests", a0.unwrap(), stats(&a).unwrap()),
+                ("replies", b0.unwrap(), stats(&b).unwrap()),
+            ] {
+                let posted = after.posted_by_send - before.posted_by_send;
+                let busy = after.queued_link_busy - before.queued_link_busy;
+                let take_ins = after.send_take_ins - before.send_take_ins;
+                let no_room = after.queued_no_room - before.queued_no_room;
+                let seen = format!(
+                    "{side}: {posted} posted directly, {busy} found the link busy, \
+                     {no_room} queued after {take_ins} take-ins, of {rounds}"
+                );
+                assert_eq!(posted + busy + no_room, rounds, "{seen}: others queued");
+                assert!(no_room <= take_ins, "{seen}: queued without a take-in");
+                assert!(no_room <= rounds / 8, "{seen}: take-ins free nothing");
+            }
         }
         a.shutdown().await;
         b.shutdown().await;
