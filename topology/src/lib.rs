@@ -40,23 +40,89 @@ pub type NodeId = u32;
 
 /// Stable 64-bit FNV-1a hash; identical on every node server and every build.
 pub fn stable_hash(bytes: &[u8]) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for &b in bytes {
-        h ^= u64::from(b);
-        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    StableHash::default().bytes(bytes).finish()
+}
+
+/// [`stable_hash`] of a key given in parts (their concatenation), without building
+/// the key: `StableHash::default().bytes(id).bytes(b"#").decimal(seq)` hashes as
+/// `format!("{id}#{seq}")` does.
+#[derive(Debug, Clone, Copy)]
+pub struct StableHash(u64);
+
+impl Default for StableHash {
+    fn default() -> Self {
+        StableHash(0xcbf2_9ce4_8422_2325)
     }
-    h
+}
+
+impl StableHash {
+    pub fn bytes(mut self, bytes: &[u8]) -> Self {
+        for &b in bytes {
+            self.0 ^= u64::from(b);
+            self.0 = self.0.wrapping_mul(0x0000_0100_0000_01b3);
+        }
+        self
+    }
+
+    /// `n` in decimal, as `n.to_string()` spells it.
+    pub fn decimal(self, n: u64) -> Self {
+        let mut digits = [0u8; 20];
+        let mut at = digits.len();
+        let mut n = n;
+        loop {
+            at -= 1;
+            digits[at] = b'0' + (n % 10) as u8;
+            n /= 10;
+            if n == 0 {
+                break;
+            }
+        }
+        self.bytes(&digits[at..])
+    }
+
+    pub fn finish(self) -> u64 {
+        self.0
+    }
+
+    /// The rendezvous among `n` candidates for this key (as [`rendezvous`]).
+    pub fn pick(self, n: usize) -> usize {
+        assert!(n > 0, "rendezvous needs at least one candidate");
+        (self.0 % n as u64) as usize
+    }
 }
 
 /// Picks the rendezvous/root among `n` candidates for an operation keyed by `key`.
 pub fn rendezvous(key: &str, n: usize) -> usize {
-    assert!(n > 0, "rendezvous needs at least one candidate");
-    (stable_hash(key.as_bytes()) % n as u64) as usize
+    StableHash::default().bytes(key.as_bytes()).pick(n)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A key hashed in parts picks what the formatted key picks (so fence roots did
+    /// not move when the engine stopped formatting them).
+    #[test]
+    fn a_key_in_parts_hashes_as_the_formatted_key() {
+        for (id, seq) in [
+            ("", 0),
+            ("job.fence", 7),
+            ("g", 10),
+            ("héllo", u64::MAX),
+            ("x", 99),
+        ] {
+            let whole = format!("{id}#{seq}");
+            let parts = StableHash::default()
+                .bytes(id.as_bytes())
+                .bytes(b"#")
+                .decimal(seq);
+            assert_eq!(parts.finish(), stable_hash(whole.as_bytes()), "{whole}");
+            for n in [1, 3, 16, 1000] {
+                assert_eq!(parts.pick(n), rendezvous(&whole, n), "{whole} among {n}");
+            }
+        }
+        assert_eq!(stable_hash(b""), 0xcbf2_9ce4_8422_2325);
+    }
 
     #[test]
     fn rendezvous_is_stable_and_spreads() {

@@ -37,7 +37,7 @@ use cohort_proto::value::info_get;
 use cohort_proto::{
     validate_group_id, CohortError, ContextId, Event, Info, JobMap, NodeId, ProcId, Range, Value,
 };
-use cohort_topology::{rendezvous, Allgather, Locality, SwitchMap, Tree, TreeShape};
+use cohort_topology::{rendezvous, Allgather, Locality, StableHash, SwitchMap, Tree, TreeShape};
 
 use crate::kv::{KvStore, Lookup};
 
@@ -2073,9 +2073,13 @@ impl Engine {
         nodes.dedup();
         let root = match key.kind {
             CollKind::Fence => {
-                let salt = format!("{}#{}", key.id, key.seq);
+                // As `rendezvous(&format!("{}#{}", key.id, key.seq), …)`, unformatted.
+                let salt = StableHash::default()
+                    .bytes(key.id.as_bytes())
+                    .bytes(b"#")
+                    .decimal(key.seq);
                 nodes
-                    .get(rendezvous(&salt, nodes.len().max(1)))
+                    .get(salt.pick(nodes.len().max(1)))
                     .copied()
                     .unwrap_or(self.node)
             }
