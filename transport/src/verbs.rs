@@ -1731,33 +1731,34 @@ async fn receive(
     // Busy-polling: turns since the control connection and the close signal were last
     // looked at (see below).
     let mut quiet_turns = 0u32;
+    // Looks at the CQ per turn: busy-polling looks again, a few times, before yielding
+    // (each turn of the runtime costs an I/O-driver poll, `epoll_wait`, and a timer
+    // check with clock reads, many times a look at the CQ, and the next message of an
+    // exchange in flight is found on the look after it completes); otherwise once.
+    let looks = if shared.poll_mode {
+        shared.poll_spins
+    } else {
+        1
+    };
     loop {
         // Drain first: the queue may hold completions from before the channel was armed.
-        match inbound.progress(link, id) {
-            Ok(true) => {}
-            Ok(false) => return LinkEnd::Local,
-            Err(end) => return end,
+        // A delivery ends the looks at once (its consumer may be another task).
+        for _ in 0..looks {
+            match inbound.progress(link, id) {
+                Ok(true) => {}
+                Ok(false) => return LinkEnd::Local,
+                Err(end) => return end,
+            }
+            if inbound.delivered {
+                break;
+            }
         }
         // Busy-polling: most turns only poll the CQ. The control connection (goodbye,
         // break) and the close signal are looked at every CONTROL_EVERY turns, and at
-        // once when closing: a turn then costs one CQ poll and a yield instead of the
+        // once when closing: a turn then costs the CQ looks and a yield instead of the
         // select below (its three futures, its random start), which under emulation
         // was a good part of a turn.
         if shared.poll_mode {
-            // Look again, a few times, before yielding: each turn of the runtime costs
-            // an I/O-driver poll (`epoll_wait`) and a timer check (clock reads), many
-            // times a look at the CQ, and the next message of an exchange in flight
-            // is found on the look after it completes. A delivery yields at once (its
-            // consumer may be another task).
-            let mut spins = 1;
-            while !inbound.delivered && spins < shared.poll_spins {
-                match inbound.progress(link, id) {
-                    Ok(true) => {}
-                    Ok(false) => return LinkEnd::Local,
-                    Err(end) => return end,
-                }
-                spins += 1;
-            }
             quiet_turns += 1;
             if quiet_turns < CONTROL_EVERY && !*closing_rx.borrow() {
                 tokio::task::yield_now().await;
