@@ -937,14 +937,8 @@ struct Shared {
     recv_pool: Arc<RecvPool<PdRegistrar>>,
     /// Payloads sent by descriptor (RDMA read) so far.
     bulk_sent: AtomicU64,
-    /// Payloads `send` posted itself so far (shared with every [`TxLink`]).
-    posted_by_send: Arc<AtomicU64>,
-    /// Payloads `send` queued because a link's task held the link (likewise shared).
-    queued_link_busy: Arc<AtomicU64>,
-    /// Sends' own take-ins of completions, and sends queued after one for want of
-    /// room (likewise shared).
-    send_take_ins: Arc<AtomicU64>,
-    queued_no_room: Arc<AtomicU64>,
+    /// What `send` did with small payloads so far (shared with every [`TxLink`]).
+    sends: Arc<SendCounts>,
     /// Bulk payloads whose read started while another was being read on its link.
     read_alongside: AtomicU64,
     /// The queue pairs of established links, for fault injection
@@ -1011,10 +1005,7 @@ impl VerbsFabric {
             send_cache: Mutex::new(send_cache),
             recv_pool,
             bulk_sent: Default::default(),
-            posted_by_send: Default::default(),
-            queued_link_busy: Default::default(),
-            send_take_ins: Default::default(),
-            queued_no_room: Default::default(),
+            sends: Default::default(),
             read_alongside: Default::default(),
             queue_pairs: Default::default(),
             spawner: Spawner::current(cfg.local_tasks),
@@ -1089,10 +1080,10 @@ impl VerbsFabric {
         let shared = &self.owner.shared;
         let cache = links::lock(&shared.send_cache);
         BulkStats {
-            posted_by_send: shared.posted_by_send.load(AtomicOrdering::Relaxed),
-            queued_link_busy: shared.queued_link_busy.load(AtomicOrdering::Relaxed),
-            send_take_ins: shared.send_take_ins.load(AtomicOrdering::Relaxed),
-            queued_no_room: shared.queued_no_room.load(AtomicOrdering::Relaxed),
+            posted_by_send: shared.sends.posted.load(AtomicOrdering::Relaxed),
+            queued_link_busy: shared.sends.link_busy.load(AtomicOrdering::Relaxed),
+            send_take_ins: shared.sends.take_ins.load(AtomicOrdering::Relaxed),
+            queued_no_room: shared.sends.no_room.load(AtomicOrdering::Relaxed),
             read_alongside: shared.read_alongside.load(AtomicOrdering::Relaxed),
             sent_by_read: shared.bulk_sent.load(AtomicOrdering::Relaxed),
             send_registrations: cache.registrations,
@@ -1915,10 +1906,7 @@ async fn run_outbound(
                 scratch: Vec::new(),
                 failed: None,
             }),
-            posted_by_send: shared.posted_by_send.clone(),
-            queued_link_busy: shared.queued_link_busy.clone(),
-            send_take_ins: shared.send_take_ins.clone(),
-            queued_no_room: shared.queued_no_room.clone(),
+            sends: shared.sends.clone(),
         });
         shared.lock().enable_write_through(peer, id, tx.clone());
         // Declared after `tx`, so dropped while this task still keeps the QP alive.
@@ -2076,13 +2064,22 @@ impl Tx {
 /// unposted, so a frame posted here never overtakes one queued before it.
 struct TxLink {
     tx: Mutex<Tx>,
-    /// The fabric's count of payloads posted here.
-    posted_by_send: Arc<AtomicU64>,
-    /// The fabric's count of payloads that found the link busy here.
-    queued_link_busy: Arc<AtomicU64>,
-    /// The fabric's counts of take-ins here, and of payloads queued after one.
-    send_take_ins: Arc<AtomicU64>,
-    queued_no_room: Arc<AtomicU64>,
+    /// The fabric's counts of what sends did here.
+    sends: Arc<SendCounts>,
+}
+
+/// What `send` did with the small payloads it tried to post itself (see
+/// [`BulkStats`]), counted by every [`TxLink`] of a fabric.
+#[derive(Default)]
+struct SendCounts {
+    /// Posted directly.
+    posted: AtomicU64,
+    /// Found the link's task using the link, so queued.
+    link_busy: AtomicU64,
+    /// Found no free slot or credit, so took the link's completions in.
+    take_ins: AtomicU64,
+    /// Queued after such a take-in, still without room.
+    no_room: AtomicU64,
 }
 
 impl TxLink {
@@ -2098,7 +2095,7 @@ impl links::WriteThrough for TxLink {
         }
         // Never wait here (`send` holds the fabric's lock): a busy link takes it queued.
         let Ok(mut tx) = self.tx.try_lock() else {
-            self.queued_link_busy.fetch_add(1, AtomicOrdering::Relaxed);
+            self.sends.link_busy.fetch_add(1, AtomicOrdering::Relaxed);
             return Err(());
         };
         if !tx.open {
@@ -2107,21 +2104,21 @@ impl links::WriteThrough for TxLink {
         if !tx.can_post() {
             // Completions not taken in yet may have freed a slot or returned credits
             // (in polling mode the task may not have polled since).
-            self.send_take_ins.fetch_add(1, AtomicOrdering::Relaxed);
+            self.sends.take_ins.fetch_add(1, AtomicOrdering::Relaxed);
             if let Err(end) = tx.take_in() {
                 tx.failed = Some(end);
                 tx.open = false;
                 return Err(());
             }
             if !tx.can_post() {
-                self.queued_no_room.fetch_add(1, AtomicOrdering::Relaxed);
+                self.sends.no_room.fetch_add(1, AtomicOrdering::Relaxed);
                 return Err(());
             }
         }
         // A failed post takes nothing: the task posts the frame again and meets the
         // error itself.
         tx.post_chunk(payload, LAST_CHUNK).map_err(|_| ())?;
-        self.posted_by_send.fetch_add(1, AtomicOrdering::Relaxed);
+        self.sends.posted.fetch_add(1, AtomicOrdering::Relaxed);
         Ok(None)
     }
 }
