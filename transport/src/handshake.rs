@@ -88,6 +88,8 @@ fn backend_of(wire_version: u32) -> &'static str {
         "verbs backend"
     } else if wire_version == crate::wire::WIRE_VERSION {
         "tcp backend"
+    } else if wire_version >> 24 == crate::wire::VERBS_WIRE_VERSION >> 24 {
+        "verbs backend of another revision"
     } else {
         "unknown backend"
     }

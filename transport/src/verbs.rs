@@ -30,10 +30,13 @@
 //!   read at once (up to that many, 16 MiB beyond the first), delivered in order, so
 //!   a stream of bulk payloads does not wait a read's round trip per payload; reads
 //!   are issued a few at a time;
-//! * the receiver reposts each consumed buffer and returns credits (and fins) in
-//!   batches as a zero-length `send with immediate` (immediate = credits | fins << 16);
-//!   the sender keeps a zero-length receive posted for every such message that can be
-//!   in flight;
+//! * the receiver reposts each consumed buffer and owes the sender a credit for it.
+//!   Credits ride back on the payloads our own outbound link sends that peer (in their
+//!   immediate, tagged with the number of the sender's queue pair they are for, see
+//!   [`carry`]), so a request-reply exchange returns every credit with its replies.
+//!   Credits no payload took (one-way traffic) and fins are returned in batches as a
+//!   zero-length `send with immediate` (immediate = credits | fins << 16); the sender
+//!   keeps a zero-length receive posted for every such message that can be in flight;
 //! * each link's completion channel fd is driven by tokio's [`AsyncFd`]: the link's
 //!   task sleeps until the channel signals, then drains its completion queue. With
 //!   `COHORT_VERBS_POLL=1` ([`POLL_ENV`]) link tasks instead busy-poll their completion
@@ -51,8 +54,8 @@ use std::future::Future;
 use std::io;
 use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 use std::os::fd::{AsRawFd, RawFd};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering as AtomicOrdering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering as AtomicOrdering};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
@@ -125,11 +128,12 @@ const SEND_CACHE_ENTRIES: usize = 64;
 const RECV_POOL_IDLE_BYTES: usize = 64 << 20;
 /// Bulk receive memory a fabric needs at the least (one 4 MiB payload at a time).
 const BULK_MIN_REGISTERED: usize = 4 << 20;
-/// Credits are returned once this many buffers were reposted (always ≤ RECV_DEPTH, so
-/// a sender that ran out always gets them back). Half the depth: a credit message is a
-/// post of its own (on rxe a whole transfer inside the system call); against a
-/// quarter, half cut a request-reply exchange's latency by 13–26% in the rxe guest
-/// (event mode, two sets of alternating runs).
+/// A credit message is sent once this many credits are owed that no payload carried
+/// back (always ≤ RECV_DEPTH, so a sender that ran out always gets them back). Half
+/// the depth: a credit message is a post of its own (on rxe a whole transfer inside
+/// the system call); against a quarter, half cut a request-reply exchange's latency by
+/// 13–26% in the rxe guest (event mode, two sets of alternating runs), and a credit
+/// message after every payload added about 50 µs to each 8-byte hop (busy-polling).
 const CREDIT_BATCH: u32 = (RECV_DEPTH / 2) as u32;
 /// Busy-polling: how often an outbound link's task takes completions in while sends
 /// are outstanding and it has nothing else to do (it polls on every turn while it
@@ -153,6 +157,31 @@ const RECV_TAG: u64 = 1 << 63;
 const LAST_CHUNK: u32 = 1;
 /// Immediate bit of a bulk descriptor (always also `LAST_CHUNK`).
 const BULK_RTS: u32 = 2;
+/// A payload chunk's immediate: bits 0–1 the flags above; bits 2–7 credits returned
+/// (see [`carry`]); bits 8–31 the number of the queue pair they are for.
+const CARRIED_SHIFT: u32 = 2;
+const CARRIED_MASK: u32 = 0x3f;
+const CARRIED_QPN_SHIFT: u32 = 8;
+const _: () = assert!(RECV_DEPTH as u32 <= CARRIED_MASK);
+
+/// The immediate of a payload chunk with `flags` that returns `credits` for the peer's
+/// sending queue pair `qpn` (24 bits, as all QP numbers): the credits our receiving
+/// link from that peer owes, carried back on what we send the peer anyway.
+fn carry(flags: u32, credits: u32, qpn: u32) -> u32 {
+    debug_assert!(credits <= CARRIED_MASK && flags <= (LAST_CHUNK | BULK_RTS));
+    if credits == 0 {
+        return flags;
+    }
+    flags | (credits << CARRIED_SHIFT) | ((qpn & 0xff_ffff) << CARRIED_QPN_SHIFT)
+}
+
+/// The credits a payload chunk's immediate returns and the queue pair they are for.
+fn carried(imm: u32) -> (u32, u32) {
+    (
+        (imm >> CARRIED_SHIFT) & CARRIED_MASK,
+        imm >> CARRIED_QPN_SHIFT,
+    )
+}
 /// `wr_id` bit marking RDMA read work requests.
 const READ_TAG: u64 = 1 << 62;
 /// Bytes of a bulk descriptor: remote address, rkey, length.
@@ -905,6 +934,69 @@ pub struct BulkStats {
     pub send_registrations: u64,
     /// Receive buffers registered (pool misses).
     pub receive_registrations: u64,
+    /// Credit messages this fabric's receiving links sent (credits no payload of
+    /// ours carried back, or fins).
+    pub credit_messages: u64,
+    /// Credits this fabric's payloads carried back to their senders.
+    pub credits_carried: u64,
+}
+
+/// Credits a receiving link owes the peer's sending queue pair `qpn`.
+struct Owed {
+    qpn: u32,
+    credits: AtomicU32,
+}
+
+/// Where a peer's two links meet, for credits carried on payloads ([`Shared::way`]).
+#[derive(Default)]
+struct Way {
+    /// The newest receiving link's debts, which our payloads to the peer carry back.
+    owed: Mutex<Option<Arc<Owed>>>,
+    /// Our sending link to the peer, which the credits its payloads carry are for.
+    tx: Mutex<Weak<TxLink>>,
+}
+
+impl Way {
+    /// Takes every credit owed for the peer to carry on a payload: `(credits, qpn)`.
+    fn take_owed(&self) -> (u32, u32) {
+        match links::lock(&self.owed).as_ref() {
+            Some(o) => (o.credits.swap(0, AtomicOrdering::AcqRel), o.qpn),
+            None => (0, 0),
+        }
+    }
+
+    /// Owes again what [`Way::take_owed`] took for a payload that was not posted.
+    fn give_back(&self, credits: u32, qpn: u32) {
+        if let Some(o) = links::lock(&self.owed).as_ref().filter(|o| o.qpn == qpn) {
+            o.credits.fetch_add(credits, AtomicOrdering::AcqRel);
+        }
+    }
+}
+
+/// A receiving link's entry in its [`Way`], removed (if still its own) when dropped.
+struct OwedEntry {
+    way: Arc<Way>,
+    owed: Arc<Owed>,
+}
+
+impl OwedEntry {
+    fn new(way: Arc<Way>, qpn: u32) -> OwedEntry {
+        let owed = Arc::new(Owed {
+            qpn,
+            credits: AtomicU32::new(0),
+        });
+        *links::lock(&way.owed) = Some(owed.clone());
+        OwedEntry { way, owed }
+    }
+}
+
+impl Drop for OwedEntry {
+    fn drop(&mut self) {
+        let mut current = links::lock(&self.way.owed);
+        if current.as_ref().is_some_and(|o| Arc::ptr_eq(o, &self.owed)) {
+            *current = None;
+        }
+    }
 }
 
 /// The verbs fabric. Cheap to clone; every clone drives the same links. Dropping the
@@ -941,6 +1033,8 @@ struct Shared {
     sends: Arc<SendCounts>,
     /// Bulk payloads whose read started while another was being read on its link.
     read_alongside: AtomicU64,
+    /// Per peer, where its receiving and sending links meet (credits carried back).
+    ways: Mutex<HashMap<NodeId, Arc<Way>>>,
     /// The queue pairs of established links, for fault injection
     /// ([`VerbsFabric::inject_queue_pair_error`]); each entry goes before its QP does.
     queue_pairs: Mutex<HashMap<ConnId, (NodeId, QueuePairSide, RawQp)>>,
@@ -1007,6 +1101,7 @@ impl VerbsFabric {
             bulk_sent: Default::default(),
             sends: Default::default(),
             read_alongside: Default::default(),
+            ways: Default::default(),
             queue_pairs: Default::default(),
             spawner: Spawner::current(cfg.local_tasks),
             closing: watch::channel(false).0,
@@ -1088,6 +1183,8 @@ impl VerbsFabric {
             sent_by_read: shared.bulk_sent.load(AtomicOrdering::Relaxed),
             send_registrations: cache.registrations,
             receive_registrations: shared.recv_pool.registrations(),
+            credit_messages: shared.sends.credit_messages.load(AtomicOrdering::Relaxed),
+            credits_carried: shared.sends.carried.load(AtomicOrdering::Relaxed),
         }
     }
 
@@ -1179,6 +1276,11 @@ impl Shared {
         if self.inline_events {
             links::flush(&self.state, st);
         }
+    }
+
+    /// `peer`'s [`Way`] (made on first use; one per peer for the fabric's life).
+    fn way(&self, peer: NodeId) -> Arc<Way> {
+        links::lock(&self.ways).entry(peer).or_default().clone()
     }
 
     fn identity(&self) -> Identity<'_> {
@@ -1367,19 +1469,24 @@ async fn run_inbound(shared: Arc<Shared>, mut stream: TcpStream, remote: SocketA
             stream
                 .write_all(&link.endpoint(&shared.device).encode())
                 .await?;
-            io::Result::Ok(())
+            io::Result::Ok(theirs.qpn)
         })
         .await
         .unwrap_or_else(|_| Err(io::ErrorKind::TimedOut.into()));
-        if let Err(e) = setup {
-            warn!(peer, error = %e, "verbs link set-up failed");
-            return;
-        }
+        let their_qpn = match setup {
+            Ok(qpn) => qpn,
+            Err(e) => {
+                warn!(peer, error = %e, "verbs link set-up failed");
+                return;
+            }
+        };
         shared.established(peer, hello.incarnation, id);
         debug!(peer, qpn = link.qp.qp_number(), "verbs link accepted");
         // Declared after `link`, so dropped before it, also when the task is aborted.
         let _registered = RegisteredQp::new(&shared, id, peer, QueuePairSide::Inbound, &link);
-        let end = receive(&shared, &mut link, &mut stream, peer, id).await;
+        // From now on our payloads to `peer` carry back the credits this link owes.
+        let owed = OwedEntry::new(shared.way(peer), their_qpn);
+        let end = receive(&shared, &mut link, &mut stream, peer, id, &owed).await;
         shared.ended(peer, id, end);
     }
     .instrument(span)
@@ -1405,8 +1512,10 @@ struct Inbound<'a> {
     assembly: BytesMut,
     /// Payloads ready for delivery, in order.
     batch: Vec<Bytes>,
-    /// Buffers reposted since credits were last returned.
-    to_return: u32,
+    /// Credits owed for reposted buffers (also taken by our payloads to the peer).
+    owed: &'a Owed,
+    /// Our sending link to the peer, which credits carried here are for.
+    way: &'a Way,
     /// Bulk reads completed since the last credit message.
     fins: u32,
     /// Bulk payloads being read, in the order their descriptors came. Several are read
@@ -1532,6 +1641,10 @@ impl Inbound<'_> {
             )));
         }
         let data = link.slots.slot(slot, len);
+        let (credits, qpn) = carried(c.imm);
+        if credits > 0 {
+            self.credit_our_link(credits, qpn)?;
+        }
         if c.imm & BULK_RTS != 0 {
             if len != RTS_LEN || !self.assembly.is_empty() {
                 return Err(self.violation("malformed bulk descriptor".into()));
@@ -1575,9 +1688,37 @@ impl Inbound<'_> {
             self.assembly.extend_from_slice(data);
         }
         link.post_recv(Some(slot)).map_err(|e| self.broken(e))?;
-        self.to_return += 1;
+        self.owed.credits.fetch_add(1, AtomicOrdering::AcqRel);
         self.post_reads(link)?;
         Ok(true)
+    }
+
+    /// Gives our sending link to the peer the `credits` a payload carried for its
+    /// queue pair `qpn`. Credits for an earlier link of ours (reconnected since) are
+    /// dropped with it; more than that link has used is a protocol violation.
+    fn credit_our_link(&self, credits: u32, qpn: u32) -> Result<(), LinkEnd> {
+        let Some(tx_link) = links::lock(&self.way.tx).upgrade() else {
+            return Ok(());
+        };
+        if tx_link.qpn != qpn {
+            return Ok(());
+        }
+        let mut tx = tx_link.lock();
+        if !tx.open {
+            return Ok(());
+        }
+        if tx.credits + credits > RECV_DEPTH as u32 {
+            let had = tx.credits;
+            drop(tx);
+            return Err(self.violation(format!(
+                "a payload carries {credits} credits for queue pair {qpn}, which holds {had} of {RECV_DEPTH}"
+            )));
+        }
+        tx.credits += credits;
+        drop(tx);
+        // The link's task may be waiting for a credit (on its own CQ, in event mode).
+        tx_link.room.notify_one();
+        Ok(())
     }
 
     /// Issues the bulk payloads' reads, a few at a time (the device's read depth in
@@ -1610,15 +1751,25 @@ impl Inbound<'_> {
         Ok(())
     }
 
-    /// Returns credits (in batches) and fins (at once), when the send queue has room.
+    /// Returns the credits no payload of ours carried back (in batches) and fins (at
+    /// once) in a credit message, when the send queue has room.
     fn return_credits(&mut self, link: &mut QpLink) -> Result<(), LinkEnd> {
-        if (self.to_return >= CREDIT_BATCH || self.fins > 0) && self.sq_used < SQ_DEPTH {
+        let owed = self.owed.credits.load(AtomicOrdering::Acquire);
+        if (owed >= CREDIT_BATCH || self.fins > 0) && self.sq_used < SQ_DEPTH {
+            // A payload of ours may have taken some since.
+            let credits = self.owed.credits.swap(0, AtomicOrdering::AcqRel);
+            if credits == 0 && self.fins == 0 {
+                return Ok(());
+            }
             self.next_wr += 1;
-            let imm = self.to_return | (self.fins << 16);
+            let imm = credits | (self.fins << 16);
             link.post_send(self.next_wr, None, imm)
                 .map_err(|e| self.broken(e))?;
+            self.shared
+                .sends
+                .credit_messages
+                .fetch_add(1, AtomicOrdering::Relaxed);
             self.sq_used += 1;
-            self.to_return = 0;
             self.fins = 0;
         }
         Ok(())
@@ -1699,6 +1850,7 @@ async fn receive(
     stream: &mut TcpStream,
     peer: NodeId,
     id: ConnId,
+    owed: &OwedEntry,
 ) -> LinkEnd {
     let mut closing_rx = shared.closing.subscribe();
     let mut inbound = Inbound {
@@ -1706,7 +1858,8 @@ async fn receive(
         peer,
         assembly: BytesMut::new(),
         batch: Vec::new(),
-        to_return: 0,
+        owed: &owed.owed,
+        way: &owed.way,
         fins: 0,
         reading: VecDeque::new(),
         held: VecDeque::new(),
@@ -1895,6 +2048,8 @@ async fn run_outbound(
             "verbs link up"
         );
         let waiter = link.waiter.clone();
+        let qpn = link.qp.qp_number();
+        let way = shared.way(peer);
         let tx = Arc::new(TxLink {
             tx: Mutex::new(Tx {
                 link,
@@ -1905,9 +2060,16 @@ async fn run_outbound(
                 peer,
                 scratch: Vec::new(),
                 failed: None,
+                way: way.clone(),
+                sends: shared.sends.clone(),
             }),
             sends: shared.sends.clone(),
+            qpn,
+            room: tokio::sync::Notify::new(),
         });
+        // Credits the peer's payloads carry come to this link from now on (before its
+        // first post, so before the peer can owe it any).
+        *links::lock(&way.tx) = Arc::downgrade(&tx);
         shared.lock().enable_write_through(peer, id, tx.clone());
         // Declared after `tx`, so dropped while this task still keeps the QP alive.
         let _registered =
@@ -1981,6 +2143,11 @@ struct Tx {
     /// The link broke while a send took completions in: the task ends the link with
     /// this as soon as it looks.
     failed: Option<LinkEnd>,
+    /// Where the credits our receiving link from the peer owes are taken from, for
+    /// each payload chunk to carry back.
+    way: Arc<Way>,
+    /// The fabric's counts (credits carried).
+    sends: Arc<SendCounts>,
 }
 
 impl Tx {
@@ -2032,11 +2199,24 @@ impl Tx {
 
     /// Posts `chunk` (at most [`SLOT_SIZE`] bytes) with `imm` from a free slot. Takes
     /// a credit and the slot only once posted. Call only when [`Tx::can_post`].
-    fn post_chunk(&mut self, chunk: &[u8], imm: u32) -> io::Result<()> {
+    /// The chunk carries back every credit our receiving link from the peer owes.
+    fn post_chunk(&mut self, chunk: &[u8], flags: u32) -> io::Result<()> {
         let slot = *self.free.last().expect("can_post checked");
         self.link.slots.slot_mut(slot)[..chunk.len()].copy_from_slice(chunk);
-        self.link
-            .post_send(slot as u64, Some((slot, chunk.len())), imm)?;
+        let (owed, qpn) = self.way.take_owed();
+        let imm = carry(flags, owed, qpn);
+        if let Err(e) = self
+            .link
+            .post_send(slot as u64, Some((slot, chunk.len())), imm)
+        {
+            self.way.give_back(owed, qpn);
+            return Err(e);
+        }
+        if owed > 0 {
+            self.sends
+                .carried
+                .fetch_add(u64::from(owed), AtomicOrdering::Relaxed);
+        }
         self.free.pop();
         self.credits -= 1;
         Ok(())
@@ -2066,6 +2246,11 @@ struct TxLink {
     tx: Mutex<Tx>,
     /// The fabric's counts of what sends did here.
     sends: Arc<SendCounts>,
+    /// Our queue pair's number, which credits the peer carries back name.
+    qpn: u32,
+    /// Signalled when credits carried on the peer's payloads were added (the task may
+    /// be waiting for one).
+    room: tokio::sync::Notify,
 }
 
 /// What `send` did with the small payloads it tried to post itself (see
@@ -2080,6 +2265,10 @@ struct SendCounts {
     take_ins: AtomicU64,
     /// Queued after such a take-in, still without room.
     no_room: AtomicU64,
+    /// Credit messages the receiving links sent.
+    credit_messages: AtomicU64,
+    /// Credits payloads carried back.
+    carried: AtomicU64,
 }
 
 impl TxLink {
@@ -2217,6 +2406,8 @@ async fn transmit(
                 return LinkEnd::Broken(FabricError::Io { peer, source });
             },
             _ = tokio::time::sleep(if awaited { REAP_INTERVAL } else { IDLE_REAP_INTERVAL }), if !want_cq => {}
+            // Credits carried on the peer's payloads (not on this link's CQ).
+            _ = tx_link.room.notified(), if !want_queue => {}
             item = queue.recv(), if want_queue => match item {
                 None => return LinkEnd::Local,
                 Some(Outgoing::Frame(payload)) => pending = Some(Pending::new(shared, payload)),
@@ -2297,6 +2488,22 @@ mod tests {
             (back.remote, back.rkey, back.len),
             (rts.remote, rts.rkey, rts.len)
         );
+    }
+
+    #[test]
+    fn carried_credits_round_trip_with_the_flags() {
+        for flags in [0, LAST_CHUNK, BULK_RTS | LAST_CHUNK] {
+            // No credits: the immediate is the flags alone, whatever the QPN.
+            assert_eq!(carry(flags, 0, 0xab_cdef), flags);
+            assert_eq!(carried(flags), (0, 0));
+            for credits in [1, 2, RECV_DEPTH as u32] {
+                for qpn in [1, 0x11, 0xff_ffff] {
+                    let imm = carry(flags, credits, qpn);
+                    assert_eq!(imm & (LAST_CHUNK | BULK_RTS), flags);
+                    assert_eq!(carried(imm), (credits, qpn));
+                }
+            }
+        }
     }
 
     #[test]

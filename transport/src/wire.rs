@@ -16,9 +16,13 @@ use crate::NodeId;
 pub const MAGIC: [u8; 8] = *b"COHORTFB";
 /// Version of this byte format; bumped on any change to the handshake or framing.
 pub const WIRE_VERSION: u32 = 2;
+/// Revision of the verbs backend's protocol over its queue pairs (the immediate data's
+/// layout, credits); bumped on any change there. 1: credits ride on payloads.
+pub const VERBS_REVISION: u32 = 1;
 /// The wire version a verbs fabric presents in its hello: same handshake, then a
-/// [`VerbsEndpoint`] exchange instead of frames, so the two backends refuse each other.
-pub const VERBS_WIRE_VERSION: u32 = 0x0100_0000 | WIRE_VERSION;
+/// [`VerbsEndpoint`] exchange instead of frames, so the two backends refuse each other
+/// (and so do verbs fabrics of different [`VERBS_REVISION`]s).
+pub const VERBS_WIRE_VERSION: u32 = 0x0100_0000 | (VERBS_REVISION << 16) | WIRE_VERSION;
 /// Longest secret a hello may carry.
 pub const MAX_SECRET_LEN: usize = 1024;
 /// Longest refusal reason a reply may carry.
