@@ -51,17 +51,13 @@ pub struct StableHash(u64);
 
 impl Default for StableHash {
     fn default() -> Self {
-        StableHash(0xcbf2_9ce4_8422_2325)
+        StableHash(cohort_proto::digest::FNV1A_START)
     }
 }
 
 impl StableHash {
-    pub fn bytes(mut self, bytes: &[u8]) -> Self {
-        for &b in bytes {
-            self.0 ^= u64::from(b);
-            self.0 = self.0.wrapping_mul(0x0000_0100_0000_01b3);
-        }
-        self
+    pub fn bytes(self, bytes: &[u8]) -> Self {
+        StableHash(cohort_proto::digest::fnv1a_extend(self.0, bytes))
     }
 
     /// `n` in decimal, as `n.to_string()` spells it.

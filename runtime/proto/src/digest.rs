@@ -18,11 +18,19 @@ pub fn posted_value(rank: u32, len: usize) -> Value {
     Value::Bytes((0..len).map(|i| seed[i % 4] ^ (i as u8)).collect())
 }
 
+/// FNV-1a's starting state (its 64-bit offset basis).
+pub const FNV1A_START: u64 = 0xcbf2_9ce4_8422_2325;
+
 /// FNV-1a of `bytes`.
 pub fn fnv1a(bytes: &[u8]) -> u64 {
-    bytes.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| {
-        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
-    })
+    fnv1a_extend(FNV1A_START, bytes)
+}
+
+/// FNV-1a state `h` after `bytes` more (so a key can be hashed in parts).
+pub fn fnv1a_extend(h: u64, bytes: &[u8]) -> u64 {
+    bytes
+        .iter()
+        .fold(h, |h, &b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3))
 }
 
 fn value_digest(v: &Value) -> String {
