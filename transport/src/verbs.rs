@@ -1512,10 +1512,9 @@ struct Inbound<'a> {
     assembly: BytesMut,
     /// Payloads ready for delivery, in order.
     batch: Vec<Bytes>,
-    /// Credits owed for reposted buffers (also taken by our payloads to the peer).
-    owed: &'a Owed,
-    /// Our sending link to the peer, which credits carried here are for.
-    way: &'a Way,
+    /// Credits owed for reposted buffers (also taken by our payloads to the peer), and
+    /// the way to our sending link to the peer, which credits carried here are for.
+    debts: &'a OwedEntry,
     /// Bulk reads completed since the last credit message.
     fins: u32,
     /// Bulk payloads being read, in the order their descriptors came. Several are read
@@ -1688,7 +1687,7 @@ impl Inbound<'_> {
             self.assembly.extend_from_slice(data);
         }
         link.post_recv(Some(slot)).map_err(|e| self.broken(e))?;
-        self.owed.credits.fetch_add(1, AtomicOrdering::AcqRel);
+        self.debts.owed.credits.fetch_add(1, AtomicOrdering::AcqRel);
         self.post_reads(link)?;
         Ok(true)
     }
@@ -1697,7 +1696,7 @@ impl Inbound<'_> {
     /// queue pair `qpn`. Credits for an earlier link of ours (reconnected since) are
     /// dropped with it; more than that link has used is a protocol violation.
     fn credit_our_link(&self, credits: u32, qpn: u32) -> Result<(), LinkEnd> {
-        let Some(tx_link) = links::lock(&self.way.tx).upgrade() else {
+        let Some(tx_link) = links::lock(&self.debts.way.tx).upgrade() else {
             return Ok(());
         };
         if tx_link.qpn != qpn {
@@ -1754,10 +1753,10 @@ impl Inbound<'_> {
     /// Returns the credits no payload of ours carried back (in batches) and fins (at
     /// once) in a credit message, when the send queue has room.
     fn return_credits(&mut self, link: &mut QpLink) -> Result<(), LinkEnd> {
-        let owed = self.owed.credits.load(AtomicOrdering::Acquire);
+        let owed = self.debts.owed.credits.load(AtomicOrdering::Acquire);
         if (owed >= CREDIT_BATCH || self.fins > 0) && self.sq_used < SQ_DEPTH {
             // A payload of ours may have taken some since.
-            let credits = self.owed.credits.swap(0, AtomicOrdering::AcqRel);
+            let credits = self.debts.owed.credits.swap(0, AtomicOrdering::AcqRel);
             if credits == 0 && self.fins == 0 {
                 return Ok(());
             }
@@ -1850,7 +1849,7 @@ async fn receive(
     stream: &mut TcpStream,
     peer: NodeId,
     id: ConnId,
-    owed: &OwedEntry,
+    debts: &OwedEntry,
 ) -> LinkEnd {
     let mut closing_rx = shared.closing.subscribe();
     let mut inbound = Inbound {
@@ -1858,8 +1857,7 @@ async fn receive(
         peer,
         assembly: BytesMut::new(),
         batch: Vec::new(),
-        owed: &owed.owed,
-        way: &owed.way,
+        debts,
         fins: 0,
         reading: VecDeque::new(),
         held: VecDeque::new(),
