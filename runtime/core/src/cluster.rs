@@ -12,6 +12,18 @@ use cohort_topology::{Allgather, TreeShape};
 
 use crate::engine::{Action, ClientId, Engine, EngineConfig, Time};
 
+/// Rewrites a peer message on its way (a buggy or hostile peer, for fuzzing): called
+/// with the message's sequence number (0-based, counting the messages that reached a
+/// live server before any rewrite: [`Cluster::deliveries`]), the sender, the receiver and the message; returns the deliveries to make
+/// instead, as (sender, receiver, message): none drops it, several duplicate or
+/// misroute it. Node ids returned must name servers of the cluster.
+pub type PeerTamper =
+    Box<dyn FnMut(u64, NodeId, NodeId, PeerMsg) -> Vec<(NodeId, NodeId, PeerMsg)>>;
+
+/// Rewrites a client request before its node server sees it (for fuzzing): called with
+/// the request's sequence number (0-based), the calling rank and the request.
+pub type RequestTamper = Box<dyn FnMut(u64, u32, Request) -> Request>;
+
 /// Engines wired together in memory.
 pub struct Cluster {
     pub engines: Vec<Engine>,
@@ -33,6 +45,14 @@ pub struct Cluster {
     links: std::collections::HashSet<(NodeId, NodeId)>,
     /// Servers killed with [`Cluster::kill_node`].
     dead: std::collections::HashSet<NodeId>,
+    /// See [`PeerTamper`]; `None` delivers messages as sent.
+    pub tamper_peer: Option<PeerTamper>,
+    /// See [`RequestTamper`]; `None` hands requests over as made.
+    pub tamper_request: Option<RequestTamper>,
+    /// Peer messages that reached a live server so far, as sent (before any rewrite).
+    pub deliveries: u64,
+    /// Client requests made so far.
+    pub requests: u64,
     /// (server, dead peer) pairs whose loss the server was told of.
     told: std::collections::HashSet<(NodeId, NodeId)>,
 }
@@ -71,6 +91,10 @@ impl Cluster {
             links: Default::default(),
             dead: Default::default(),
             told: Default::default(),
+            tamper_peer: None,
+            tamper_request: None,
+            deliveries: 0,
+            requests: 0,
         }
     }
 
@@ -130,6 +154,11 @@ impl Cluster {
         self.next_req += 1;
         let node = self.node_of_rank(rank) as usize;
         let now = self.now;
+        let req = match self.tamper_request.as_mut() {
+            Some(t) => t(self.requests, rank, req),
+            None => req,
+        };
+        self.requests += 1;
         self.engines[node].on_client_request(Self::client_of(rank), id, req, now);
         self.pump();
         id
@@ -251,7 +280,17 @@ impl Cluster {
             }
             self.links.insert((from.min(to), from.max(to)));
             let now = self.now;
-            self.engines[to as usize].on_peer(from, msg, now);
+            let seq = self.deliveries;
+            self.deliveries += 1;
+            let deliveries = match self.tamper_peer.as_mut() {
+                Some(t) => t(seq, from, to, msg),
+                None => vec![(from, to, msg)],
+            };
+            for (from, to, msg) in deliveries {
+                if !self.dead.contains(&to) {
+                    self.engines[to as usize].on_peer(from, msg, now);
+                }
+            }
         }
     }
 

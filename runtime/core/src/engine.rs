@@ -811,6 +811,26 @@ impl Engine {
     }
 
     fn handle_peer(&mut self, from: NodeId, msg: PeerMsg, now: Time) {
+        let carried = match &msg {
+            PeerMsg::CollUp { key, spec, .. } | PeerMsg::CollGather { key, spec, .. } => {
+                Some((key, spec))
+            }
+            PeerMsg::CollAbort { key, spec, .. } | PeerMsg::CollDown { key, spec, .. } => {
+                spec.as_ref().map(|s| (key, s))
+            }
+            _ => None,
+        };
+        if let Some((key, spec)) = carried {
+            if self.spec_contradicts_key(key, spec) {
+                tracing::error!(
+                    ?key,
+                    from,
+                    "protocol violation: node server {from} sent a fence whose participants \
+                     are not the ones its id names; message dropped"
+                );
+                return;
+            }
+        }
         let stamped = match &msg {
             PeerMsg::CollUp { key, attempt, .. }
             | PeerMsg::CollJoin { key, attempt, .. }
@@ -2097,6 +2117,31 @@ impl Engine {
             None => Tree::new(&nodes, root, self.shape),
         };
         (tree, false)
+    }
+
+    /// Whether `spec`, carried by a peer's message about `key`, contradicts it. A fence's
+    /// id is the signature of its participants, and its root and tree follow from them:
+    /// a server that took another list for the same id would route the operation to
+    /// another root than every other server does (an abort would then go back and forth
+    /// between two servers that each take the other for the root, for ever). Honest
+    /// servers never send one. The whole job's list is recognised by its allocation,
+    /// a list this server holds for `key` by equality; any other list is checked once,
+    /// when this server first learns of the fence.
+    fn spec_contradicts_key(&self, key: &CollKey, spec: &CollSpec) -> bool {
+        match (key.kind, spec) {
+            (CollKind::Fence, CollSpec::Fence { procs, .. }) => {
+                let known = self.colls.get(key).and_then(|c| c.spec.as_ref());
+                if let Some(CollSpec::Fence { procs: known, .. }) = known {
+                    return known != procs;
+                }
+                if Arc::ptr_eq(procs, &self.whole_job) {
+                    return key.id != self.whole_job_sig;
+                }
+                signature(procs) != key.id
+            }
+            (CollKind::Fence, _) | (_, CollSpec::Fence { .. }) => true,
+            _ => false,
+        }
     }
 
     /// The root of `key`, when it can be known here.

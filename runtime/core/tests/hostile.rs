@@ -1,0 +1,731 @@
+//! A buggy or hostile peer or client must not take a node server down (DESIGN.md,
+//! "the wire is hostile"; issue 2: bad input gets a typed error and the server keeps
+//! serving everyone else). The frame layer rejects what does not decode; this suite is
+//! about what does: well-formed messages whose contents are wrong.
+//!
+//! Each scenario below drives an in-memory cluster of the node servers' engines through
+//! a real sequence of operations (fences with data, the three construction methods,
+//! group fences and gets, leave, destruct, events, timeouts, a server's loss). The
+//! scenario is then replayed once per peer message and per client request, with that
+//! one message rewritten:
+//! - its encoded bytes mutated (bit flips, bytes set to edge values, integers widened
+//!   to their extremes, slices cut or repeated) and decoded again, as a frame from a
+//!   peer with a memory error or another build would arrive (what fails to decode is
+//!   the frame layer's case and is skipped here);
+//! - delivered twice, or attributed to another server, or to another receiver, or
+//!   replayed at the end of the scenario.
+//!
+//! After each replay the clock runs on past every timeout. The assertion is that no
+//! engine panics (a panic in `cohortd` ends the whole job), and that decoding a mutated
+//! frame never expands it beyond its declared bounds (the test would run out of memory
+//! or time if it did). The seeds are fixed, so a failure names a reproducible case.
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::time::Duration;
+
+use cohort_core::cluster::Cluster;
+use cohort_proto::frame::{decode_body, encode_body};
+use cohort_proto::msg::{ConstructDecision, ConstructOpts, FenceOpts, InviteOpts, Request};
+use cohort_proto::peer::PeerMsg;
+use cohort_proto::{NodeId, ProcId, Range, Value};
+use cohort_topology::{Allgather, TreeShape};
+
+/// Mutations of each kind tried per message (each a different seed); a longer sweep:
+/// `COHORT_FUZZ_MUTATIONS=1000 cargo test -p cohort-core --test hostile`.
+fn mutations() -> u64 {
+    std::env::var("COHORT_FUZZ_MUTATIONS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(24)
+}
+
+/// xorshift64*: small, deterministic, good enough to pick mutations.
+struct Rng(u64);
+
+impl Rng {
+    fn new(seed: u64) -> Rng {
+        Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1)
+    }
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % n.max(1) as u64) as usize
+    }
+}
+
+/// One to three random edits of `bytes`.
+fn mutate(bytes: &mut Vec<u8>, rng: &mut Rng) {
+    const EDGES: [u64; 8] = [0, 1, 2, 0x7f, 0xff, 0xffff, u32::MAX as u64, u64::MAX];
+    for _ in 0..1 + rng.below(3) {
+        if bytes.is_empty() {
+            bytes.push(rng.next() as u8);
+            continue;
+        }
+        let at = rng.below(bytes.len());
+        match rng.below(6) {
+            0 => bytes[at] ^= 1 << rng.below(8),
+            1 => bytes[at] = [0u8, 1, 0x7f, 0x80, 0xff][rng.below(5)],
+            2 => {
+                // An integer field (bincode writes them fixed-width, little-endian)
+                // set to an edge value.
+                let width = [1usize, 2, 4, 8][rng.below(4)];
+                let v = EDGES[rng.below(EDGES.len())].to_le_bytes();
+                for (i, b) in v.iter().take(width).enumerate() {
+                    if let Some(x) = bytes.get_mut(at + i) {
+                        *x = *b;
+                    }
+                }
+            }
+            3 => bytes.truncate(at),
+            4 => {
+                let end = (at + 1 + rng.below(16)).min(bytes.len());
+                let piece = bytes[at..end].to_vec();
+                bytes.splice(at..at, piece);
+            }
+            _ => bytes[at] = rng.next() as u8,
+        }
+    }
+}
+
+/// How a message is mutated.
+#[derive(Clone, Copy, Debug)]
+enum Mutator {
+    /// Its encoded bytes edited, then decoded again: what a frame from a peer with a
+    /// memory error or another build looks like. Most such frames no longer decode.
+    Bytes,
+    /// Its fields edited, keeping its shape: numbers set to edge values, strings
+    /// emptied, lengthened or swapped for another of the message's strings, lists
+    /// emptied, cut, reversed or with an element repeated, flags flipped. Every one
+    /// decodes, so these reach the engine's handling of wrong contents.
+    Fields,
+}
+
+/// `msg` mutated by `how` with `seed`; `None` when the result no longer decodes.
+fn mutated<T: serde::Serialize + serde::de::DeserializeOwned>(
+    msg: &T,
+    how: Mutator,
+    seed: u64,
+) -> Option<T> {
+    let mut rng = Rng::new(seed);
+    match how {
+        Mutator::Bytes => {
+            let mut bytes = encode_body(msg);
+            mutate(&mut bytes, &mut rng);
+            decode_body(&bytes).ok()
+        }
+        Mutator::Fields => {
+            let mut v = serde_json::to_value(msg).ok()?;
+            let mut strings = Vec::new();
+            collect_strings(&v, &mut strings);
+            let edits = 1 + rng.below(3);
+            for _ in 0..edits {
+                let n = count_nodes(&v);
+                let mut at = rng.below(n);
+                edit_node(&mut v, &mut at, &mut rng, &strings);
+            }
+            serde_json::from_value(v).ok()
+        }
+    }
+}
+
+fn collect_strings(v: &serde_json::Value, out: &mut Vec<String>) {
+    match v {
+        serde_json::Value::String(s) => out.push(s.clone()),
+        serde_json::Value::Array(a) => a.iter().for_each(|x| collect_strings(x, out)),
+        serde_json::Value::Object(o) => o.values().for_each(|x| collect_strings(x, out)),
+        _ => {}
+    }
+}
+
+/// Nodes of `v`, the object and array nodes included, depth first.
+fn count_nodes(v: &serde_json::Value) -> usize {
+    1 + match v {
+        serde_json::Value::Array(a) => a.iter().map(count_nodes).sum(),
+        serde_json::Value::Object(o) => o.values().map(count_nodes).sum(),
+        _ => 0,
+    }
+}
+
+/// Edits the `*at`-th node of `v` (depth first); returns whether it was found.
+fn edit_node(v: &mut serde_json::Value, at: &mut usize, rng: &mut Rng, strings: &[String]) -> bool {
+    use serde_json::Value as J;
+    if *at == 0 {
+        match v {
+            J::Bool(b) => *b = !*b,
+            J::Number(n) => {
+                // Edge values of the field's likely width; kept within what a u32
+                // length may say, so a list the edit lengthens stays a few million
+                // processes at most (the decoder's own bound).
+                let edges: [u64; 9] = [0, 1, 2, 3, 7, 255, 65_535, u32::MAX as u64, u64::MAX];
+                let e = edges[rng.below(edges.len())];
+                *n = if n.is_i64() && !n.is_u64() {
+                    (-(e.min(i64::MAX as u64) as i64)).into()
+                } else {
+                    e.into()
+                };
+            }
+            J::String(s) => {
+                *s = match rng.below(4) {
+                    0 => String::new(),
+                    1 => "x".repeat(300),
+                    2 => strings[rng.below(strings.len())].clone(),
+                    _ => format!("{s}*"),
+                }
+            }
+            J::Array(a) if !a.is_empty() => match rng.below(4) {
+                0 => a.clear(),
+                1 => {
+                    let i = rng.below(a.len());
+                    a.remove(i);
+                }
+                2 => a.reverse(),
+                _ => {
+                    let i = rng.below(a.len());
+                    let x = a[i].clone();
+                    a.insert(i, x);
+                }
+            },
+            _ => {}
+        }
+        return true;
+    }
+    *at -= 1;
+    match v {
+        J::Array(a) => a.iter_mut().any(|x| edit_node(x, at, rng, strings)),
+        J::Object(o) => o.values_mut().any(|x| edit_node(x, at, rng, strings)),
+        _ => false,
+    }
+}
+
+/// What happens to the one message a replay rewrites.
+#[derive(Clone, Copy, Debug)]
+enum Rewrite {
+    /// Mutated with this seed.
+    Mutated(Mutator, u64),
+    Twice,
+    /// Attributed to the next server (mod the cluster's size).
+    OtherSender,
+    /// Delivered to the next server instead.
+    OtherReceiver,
+    /// Delivered, and delivered again after the scenario.
+    Replayed,
+}
+
+fn rewrites() -> Vec<Rewrite> {
+    let mut v: Vec<Rewrite> = Vec::new();
+    for how in [Mutator::Bytes, Mutator::Fields] {
+        v.extend((0..mutations()).map(|seed| Rewrite::Mutated(how, seed)));
+    }
+    v.extend([
+        Rewrite::Twice,
+        Rewrite::OtherSender,
+        Rewrite::OtherReceiver,
+        Rewrite::Replayed,
+    ]);
+    v
+}
+
+const RANKS: u32 = 6;
+const NODES: u32 = 3;
+
+fn proc(c: &Cluster, r: u32) -> ProcId {
+    c.proc(r)
+}
+
+fn commit(c: &mut Cluster, r: u32, key: &str, v: Value) {
+    c.request(
+        r,
+        Request::Commit {
+            local: vec![],
+            remote: vec![(key.into(), v)],
+        },
+    );
+}
+
+fn fence_all(c: &mut Cluster, collect: bool, timeout_ms: Option<u64>) {
+    for r in 0..RANKS {
+        c.fence(
+            r,
+            vec![],
+            FenceOpts {
+                collect,
+                timeout_ms,
+            },
+        );
+    }
+}
+
+fn get(c: &mut Cluster, r: u32, of: ProcId, key: &str) {
+    c.request(
+        r,
+        Request::Get {
+            proc: of,
+            key: key.into(),
+            timeout_ms: Some(2_000),
+            after_commits: 0,
+        },
+    );
+}
+
+/// Fences with and without data, a direct-modex get, a subset fence, events.
+fn fences_and_data(c: &mut Cluster) {
+    for r in 0..RANKS {
+        commit(c, r, "ep", Value::Bytes(vec![r as u8; 40].into()));
+    }
+    fence_all(c, true, Some(5_000));
+    commit(c, 5, "late", Value::U64(5));
+    let p5 = proc(c, 5);
+    get(c, 0, p5, "late");
+    let subset = vec![proc(c, 1), proc(c, 4)];
+    c.fence(
+        1,
+        subset.clone(),
+        FenceOpts {
+            collect: true,
+            timeout_ms: Some(3_000),
+        },
+    );
+    c.fence(
+        4,
+        subset,
+        FenceOpts {
+            collect: true,
+            timeout_ms: Some(3_000),
+        },
+    );
+    c.request(
+        2,
+        Request::Notify {
+            code: -1001,
+            range: Range::Session,
+            info: vec![("why".into(), Value::Str("test".into()))],
+        },
+    );
+    let target = vec![proc(c, 0), proc(c, 5)];
+    c.request(
+        3,
+        Request::Notify {
+            code: -1002,
+            range: Range::Procs(target),
+            info: vec![],
+        },
+    );
+    fence_all(c, false, None);
+}
+
+/// Collective construct with add-members, group info and a context id; a group fence,
+/// a get by group rank; leave; destruct.
+fn collective_group(c: &mut Cluster) {
+    let leaders: Vec<u32> = (0..4).collect();
+    let adds = vec![proc(c, 4), proc(c, 5)];
+    for &r in &leaders {
+        commit(c, r, "addr", Value::U64(u64::from(r)));
+        let opts = ConstructOpts {
+            assign_context_id: true,
+            timeout_ms: Some(10_000),
+            add_members: if r == 0 { adds.clone() } else { vec![] },
+            group_info: vec![(format!("info{r}"), Value::U64(7))],
+            notify_termination: r == 1,
+            ..Default::default()
+        };
+        c.construct(r, "g", &leaders, opts);
+    }
+    c.construct(4, "g", &[], ConstructOpts::default());
+    c.construct(5, "g", &[], ConstructOpts::default());
+    for r in 0..RANKS {
+        c.fence(
+            r,
+            vec![ProcId::wildcard("g")],
+            FenceOpts {
+                collect: true,
+                timeout_ms: Some(5_000),
+            },
+        );
+    }
+    get(c, 4, ProcId::new("g", 2), "addr");
+    c.request(3, Request::Leave { id: "g".into() });
+    for r in [0, 1, 2, 4, 5] {
+        c.request(
+            r,
+            Request::Destruct {
+                id: "g".into(),
+                timeout_ms: Some(5_000),
+            },
+        );
+    }
+    c.request(2, Request::QueryGroupNames);
+}
+
+/// Bootstrap construct (two leaders, add-members), then invite/join with a decline that
+/// the leader decides about.
+fn bootstrap_and_invite(c: &mut Cluster) {
+    for (leader, adds) in [(0u32, vec![1u32, 2]), (5, vec![3])] {
+        let opts = ConstructOpts {
+            bootstrap: Some(2),
+            assign_context_id: true,
+            add_members: adds.iter().map(|&a| proc(c, a)).collect(),
+            timeout_ms: Some(10_000),
+            ..Default::default()
+        };
+        c.construct(leader, "bs", &[leader], opts);
+    }
+    for r in [1, 2, 3] {
+        c.construct(r, "bs", &[], ConstructOpts::default());
+    }
+    let invitees = vec![proc(c, 1), proc(c, 3), proc(c, 4)];
+    c.request(
+        0,
+        Request::Invite {
+            id: "iv".into(),
+            procs: invitees,
+            opts: InviteOpts {
+                assign_context_id: true,
+                decide_declines: true,
+                timeout_ms: Some(10_000),
+                ..Default::default()
+            },
+        },
+    );
+    let leader = proc(c, 0);
+    for (r, accept) in [(1, true), (3, false), (4, true)] {
+        c.request(
+            r,
+            Request::Join {
+                id: "iv".into(),
+                leader: leader.clone(),
+                accept,
+                timeout_ms: Some(10_000),
+                group_info: vec![],
+            },
+        );
+    }
+    let p5 = proc(c, 5);
+    c.request(
+        0,
+        Request::Decide {
+            id: "iv".into(),
+            decision: ConstructDecision::Invite(vec![p5]),
+        },
+    );
+    c.request(
+        5,
+        Request::Join {
+            id: "iv".into(),
+            leader,
+            accept: true,
+            timeout_ms: Some(10_000),
+            group_info: vec![],
+        },
+    );
+}
+
+/// A construct that times out because a leader never calls, an optional construct
+/// whose member exits, and a construct in flight when a server is lost.
+fn timeouts_and_failures(c: &mut Cluster) {
+    let leaders: Vec<u32> = (0..RANKS).collect();
+    for r in 0..RANKS - 1 {
+        let opts = ConstructOpts {
+            timeout_ms: Some(1_000),
+            ..Default::default()
+        };
+        c.construct(r, "slow", &leaders, opts);
+    }
+    c.advance(Duration::from_millis(1_500));
+    let members = [0u32, 2, 3];
+    for &r in &members[..2] {
+        let opts = ConstructOpts {
+            optional: true,
+            timeout_ms: Some(5_000),
+            ..Default::default()
+        };
+        c.construct(r, "opt", &members, opts);
+    }
+    c.exit(3);
+    let leaders = [0u32, 1, 4, 5];
+    for &r in &leaders[..3] {
+        let opts = ConstructOpts {
+            notify_termination: true,
+            timeout_ms: Some(5_000),
+            ..Default::default()
+        };
+        c.construct(r, "lost", &leaders, opts);
+    }
+    c.kill_node(2);
+    fence_all_alive(c);
+}
+
+fn fence_all_alive(c: &mut Cluster) {
+    for r in [0, 1, 2] {
+        c.fence(
+            r,
+            vec![],
+            FenceOpts {
+                collect: false,
+                timeout_ms: Some(2_000),
+            },
+        );
+    }
+}
+
+type Scenario = fn(&mut Cluster);
+
+const SCENARIOS: [(&str, Scenario); 4] = [
+    ("fences_and_data", fences_and_data),
+    ("collective_group", collective_group),
+    ("bootstrap_and_invite", bootstrap_and_invite),
+    ("timeouts_and_failures", timeouts_and_failures),
+];
+
+fn cluster(allgather: Allgather) -> Cluster {
+    let mut c = Cluster::with_allgather(RANKS, NODES, TreeShape::KAry(2), allgather);
+    c.connect_all();
+    c
+}
+
+/// Lets every timer of every engine fire (the longest timeout above is 10 s).
+fn run_out_the_clock(c: &mut Cluster) {
+    for _ in 0..30 {
+        c.advance(Duration::from_millis(500));
+    }
+}
+
+/// Runs `scenario` untampered: how many peer messages and client requests it makes.
+fn counts(scenario: Scenario, allgather: Allgather) -> (u64, u64) {
+    let mut c = cluster(allgather);
+    scenario(&mut c);
+    run_out_the_clock(&mut c);
+    (c.deliveries, c.requests)
+}
+
+/// More peer messages than this in one replay is a storm: servers that keep answering
+/// each other (reported as a failure, like a panic).
+fn storm_limit(untampered: u64) -> u64 {
+    untampered * 20 + 200
+}
+
+fn replay_peer(scenario: Scenario, allgather: Allgather, target: u64, rw: Rewrite, limit: u64) {
+    let mut c = cluster(allgather);
+    let replay = std::rc::Rc::new(std::cell::RefCell::new(None));
+    let keep = replay.clone();
+    let next = |n: NodeId| (n + 1) % NODES;
+    c.tamper_peer = Some(Box::new(move |seq, from, to, msg: PeerMsg| {
+        if seq >= limit {
+            panic!("message storm: {seq} peer messages, the last {from} -> {to}: {msg:?}");
+        }
+        if seq != target {
+            return vec![(from, to, msg)];
+        }
+        match rw {
+            Rewrite::Mutated(how, seed) => match mutated(&msg, how, seed ^ (target << 20)) {
+                Some(m) => vec![(from, to, m)],
+                None => vec![(from, to, msg)],
+            },
+            Rewrite::Twice => vec![(from, to, msg.clone()), (from, to, msg)],
+            Rewrite::OtherSender if next(from) != to => vec![(next(from), to, msg)],
+            Rewrite::OtherSender => vec![(next(next(from)), to, msg)],
+            Rewrite::OtherReceiver if next(to) != from => vec![(from, next(to), msg)],
+            Rewrite::OtherReceiver => vec![(from, next(next(to)), msg)],
+            Rewrite::Replayed => {
+                *keep.borrow_mut() = Some((from, to, msg.clone()));
+                vec![(from, to, msg)]
+            }
+        }
+    }));
+    scenario(&mut c);
+    if let Some((from, to, msg)) = replay.borrow_mut().take() {
+        let now = c.now;
+        c.engines[to as usize].on_peer(from, msg, now);
+        c.pump();
+    }
+    run_out_the_clock(&mut c);
+}
+
+fn replay_request(scenario: Scenario, allgather: Allgather, target: u64, rw: Rewrite, limit: u64) {
+    let mut c = cluster(allgather);
+    c.tamper_peer = Some(Box::new(move |seq, from, to, msg: PeerMsg| {
+        if seq >= limit {
+            panic!("message storm: {seq} peer messages, the last {from} -> {to}: {msg:?}");
+        }
+        vec![(from, to, msg)]
+    }));
+    c.tamper_request = Some(Box::new(move |seq, _rank, req: Request| {
+        if seq != target {
+            return req;
+        }
+        match rw {
+            Rewrite::Mutated(how, seed) => mutated(&req, how, seed ^ (target << 20)).unwrap_or(req),
+            _ => req,
+        }
+    }));
+    scenario(&mut c);
+    run_out_the_clock(&mut c);
+}
+
+/// Runs `f`; on a panic, fails naming the case.
+fn guarded(case: String, f: impl FnOnce()) -> Option<String> {
+    catch_unwind(AssertUnwindSafe(f)).err().map(|e| {
+        let what = e
+            .downcast_ref::<String>()
+            .cloned()
+            .or_else(|| e.downcast_ref::<&str>().map(|s| s.to_string()))
+            .unwrap_or_default();
+        let what: String = what.chars().take(700).collect();
+        format!("{case}: {what}")
+    })
+}
+
+fn fuzz(allgather: Allgather) {
+    let mut failures = Vec::new();
+    let mut cases = 0;
+    for (name, scenario) in SCENARIOS {
+        let (msgs, reqs) = counts(scenario, allgather);
+        let limit = storm_limit(msgs);
+        assert!(msgs > 0, "{name}: the scenario sends peer messages");
+        for target in 0..msgs {
+            for rw in rewrites() {
+                cases += 1;
+                let case = format!("{name} ({allgather:?}), peer message {target}, {rw:?}");
+                failures.extend(guarded(case, || {
+                    replay_peer(scenario, allgather, target, rw, limit)
+                }));
+            }
+        }
+        for target in 0..reqs {
+            for rw in rewrites()
+                .into_iter()
+                .filter(|r| matches!(r, Rewrite::Mutated(..)))
+            {
+                cases += 1;
+                let case = format!("{name} ({allgather:?}), client request {target}, {rw:?}");
+                failures.extend(guarded(case, || {
+                    replay_request(scenario, allgather, target, rw, limit)
+                }));
+            }
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{} of {cases} rewritten replays panicked an engine:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+}
+
+#[test]
+fn rewritten_peer_messages_and_requests_never_panic_an_engine_tree() {
+    fuzz(Allgather::Tree);
+}
+
+#[test]
+fn rewritten_peer_messages_and_requests_never_panic_an_engine_dissemination() {
+    fuzz(Allgather::Dissemination);
+}
+
+/// The mutators do change messages, and changed messages do decode: the replays above
+/// exercise the engines, not just the decoder's error path.
+#[test]
+fn mutations_change_messages_and_still_decode() {
+    let mut c = cluster(Allgather::Tree);
+    let seen = std::rc::Rc::new(std::cell::RefCell::new(Vec::new()));
+    let keep = seen.clone();
+    c.tamper_peer = Some(Box::new(move |_, from, to, msg: PeerMsg| {
+        keep.borrow_mut().push(msg.clone());
+        vec![(from, to, msg)]
+    }));
+    collective_group(&mut c);
+    let seen = seen.borrow();
+    let total = seen.len() * 100;
+    for how in [Mutator::Bytes, Mutator::Fields] {
+        let (mut decoded, mut changed) = (0, 0);
+        for (i, m) in seen.iter().enumerate() {
+            for seed in 0..100 {
+                if let Some(x) = mutated(m, how, seed ^ ((i as u64) << 20)) {
+                    decoded += 1;
+                    changed += usize::from(&x != m);
+                }
+            }
+        }
+        match how {
+            // Most edited frames fail to decode, but a fair share does not.
+            Mutator::Bytes => assert!(
+                changed > total / 20 && decoded < total,
+                "{how:?}: {decoded} of {total} decoded, {changed} changed"
+            ),
+            // Most field edits decode to a different message (the rest set a value out
+            // of its field's range, cut a tuple, or land on the value already there).
+            Mutator::Fields => assert!(
+                changed > total * 2 / 5,
+                "{how:?}: {decoded} of {total} decoded, {changed} changed"
+            ),
+        }
+    }
+}
+
+/// Found by the replays above: a fence message whose participant list is not the one
+/// its id names (here node 0 says the fence over ranks 0–5 is over ranks 0–1) gave the
+/// root another tree and root than node 0 had, and after the timeout each sent the
+/// other the abort, for ever. Such a message is dropped now: the fence times out as if
+/// it had been lost, and ends on every server.
+#[test]
+fn a_fence_message_contradicting_its_id_is_dropped() {
+    let mut c = cluster(Allgather::Tree);
+    let (p0, p1) = (proc(&c, 0), proc(&c, 1));
+    c.tamper_peer = Some(Box::new(move |seq, from, to, msg: PeerMsg| {
+        assert!(seq < 100, "message storm: {msg:?}");
+        match msg {
+            PeerMsg::CollUp {
+                key,
+                spec: cohort_proto::peer::CollSpec::Fence { collect, .. },
+                contribs,
+                excused,
+                rerouted,
+                attempt,
+            } if from == 0 => {
+                let spec = cohort_proto::peer::CollSpec::Fence {
+                    procs: vec![p0.clone(), p1.clone()].into(),
+                    collect,
+                };
+                vec![(
+                    from,
+                    to,
+                    PeerMsg::CollUp {
+                        key,
+                        spec,
+                        contribs,
+                        excused,
+                        rerouted,
+                        attempt,
+                    },
+                )]
+            }
+            msg => vec![(from, to, msg)],
+        }
+    }));
+    let reqs: Vec<u64> = (0..RANKS)
+        .map(|r| {
+            c.fence(
+                r,
+                vec![],
+                FenceOpts {
+                    collect: true,
+                    timeout_ms: Some(1_000),
+                },
+            )
+        })
+        .collect();
+    run_out_the_clock(&mut c);
+    for (r, id) in reqs.into_iter().enumerate() {
+        let reply = c.reply(r as u32, id);
+        assert!(
+            matches!(reply, Some(Err(cohort_proto::CohortError::Timeout { .. }))),
+            "rank {r}: expected a timeout, got {reply:?}"
+        );
+    }
+    for e in &c.engines {
+        assert_eq!(e.collectives_in_progress(), 0, "node {}", e.node());
+    }
+}
