@@ -825,8 +825,8 @@ impl Engine {
                 tracing::error!(
                     ?key,
                     from,
-                    "protocol violation: node server {from} sent a fence whose participants \
-                     are not the ones its id names; message dropped"
+                    "protocol violation: node server {from} sent an operation description \
+                     that contradicts the operation's id; message dropped"
                 );
                 return;
             }
@@ -2139,6 +2139,10 @@ impl Engine {
                 }
                 signature(procs) != key.id
             }
+            // An invite's outcome goes from its tracker straight to each participant's
+            // server and never names a spec: a server that took one would pass the
+            // outcome on as the root of a tree of its own.
+            (CollKind::Invite, _) => true,
             (CollKind::Fence, _) | (_, CollSpec::Fence { .. }) => true,
             _ => false,
         }

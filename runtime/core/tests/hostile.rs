@@ -5,7 +5,8 @@
 //!
 //! Each scenario below drives an in-memory cluster of the node servers' engines through
 //! a real sequence of operations (fences with data, the three construction methods,
-//! group fences and gets, leave, destruct, events, timeouts, a server's loss). The
+//! group fences and gets, leave, destruct, events, timeouts, a server's loss, a
+//! leader's decision, refused joins). The
 //! scenario is then replayed once per peer message and per client request, with that
 //! one message rewritten:
 //! - its encoded bytes mutated (bit flips, bytes set to edge values, integers widened
@@ -458,6 +459,89 @@ fn timeouts_and_failures(c: &mut Cluster) {
     fence_all_alive(c);
 }
 
+/// A member dies before a notify-termination construct; the designated leader (on
+/// another server than the root) decides to continue; a join nobody invited and one to
+/// an invite that named others are refused; an event goes to a group's members; the
+/// group is queried and destructed.
+fn decisions_and_refusals(c: &mut Cluster) {
+    c.exit(4);
+    let all: Vec<u32> = (0..RANKS).collect();
+    for r in [0u32, 1, 2, 3, 5] {
+        let opts = ConstructOpts {
+            notify_termination: true,
+            leader: r == 2,
+            assign_context_id: true,
+            timeout_ms: Some(8_000),
+            ..Default::default()
+        };
+        c.construct(r, "nt", &all, opts);
+    }
+    c.request(
+        0,
+        Request::Decide {
+            id: "nt".into(),
+            decision: ConstructDecision::Continue,
+        },
+    );
+    c.request(
+        2,
+        Request::Decide {
+            id: "nt".into(),
+            decision: ConstructDecision::Continue,
+        },
+    );
+    let leader = proc(c, 0);
+    c.request(
+        3,
+        Request::Join {
+            id: "nobody".into(),
+            leader: leader.clone(),
+            accept: true,
+            timeout_ms: Some(2_000),
+            group_info: vec![],
+        },
+    );
+    let p1 = proc(c, 1);
+    c.request(
+        0,
+        Request::Invite {
+            id: "only1".into(),
+            procs: vec![p1],
+            opts: InviteOpts::default(),
+        },
+    );
+    for r in [5u32, 1] {
+        c.request(
+            r,
+            Request::Join {
+                id: "only1".into(),
+                leader: leader.clone(),
+                accept: true,
+                timeout_ms: Some(2_000),
+                group_info: vec![],
+            },
+        );
+    }
+    c.request(
+        5,
+        Request::Notify {
+            code: -1003,
+            range: Range::Group("nt".into()),
+            info: vec![],
+        },
+    );
+    c.request(3, Request::QueryGroup { id: "nt".into() });
+    for r in [0u32, 1, 2, 3, 5] {
+        c.request(
+            r,
+            Request::Destruct {
+                id: "nt".into(),
+                timeout_ms: Some(5_000),
+            },
+        );
+    }
+}
+
 fn fence_all_alive(c: &mut Cluster) {
     for r in [0, 1, 2] {
         c.fence(
@@ -473,11 +557,12 @@ fn fence_all_alive(c: &mut Cluster) {
 
 type Scenario = fn(&mut Cluster);
 
-const SCENARIOS: [(&str, Scenario); 4] = [
+const SCENARIOS: [(&str, Scenario); 5] = [
     ("fences_and_data", fences_and_data),
     ("collective_group", collective_group),
     ("bootstrap_and_invite", bootstrap_and_invite),
     ("timeouts_and_failures", timeouts_and_failures),
+    ("decisions_and_refusals", decisions_and_refusals),
 ];
 
 fn cluster(allgather: Allgather) -> Cluster {
@@ -728,4 +813,39 @@ fn a_fence_message_contradicting_its_id_is_dropped() {
     for e in &c.engines {
         assert_eq!(e.collectives_in_progress(), 0, "node {}", e.node());
     }
+}
+
+/// Found by the replays above: an outcome for an invite (which goes straight from the
+/// invite's tracker to each participant's server, without a spec) that carried a spec
+/// made its receiver, which does not track the invite, take itself for the root of a
+/// tree and pass the outcome to the other servers, which passed it on in turn, for
+/// ever. Such a message is dropped now.
+#[test]
+fn an_invite_outcome_naming_a_spec_is_dropped() {
+    let mut c = cluster(Allgather::Tree);
+    c.tamper_peer = Some(Box::new(|seq, from, to, msg: PeerMsg| {
+        assert!(seq < 50, "message storm: {msg:?}");
+        vec![(from, to, msg)]
+    }));
+    let members: Vec<ProcId> = (0..RANKS).map(|r| proc(&c, r)).collect();
+    let msg = PeerMsg::CollDown {
+        key: cohort_proto::peer::CollKey {
+            kind: cohort_proto::peer::CollKind::Invite,
+            id: "nt".into(),
+            seq: 0,
+        },
+        spec: Some(cohort_proto::peer::CollSpec::Destruct {
+            members: members.into(),
+            notify_termination: false,
+        }),
+        outcome: cohort_proto::peer::CollOutcome::Destruct,
+        late: vec![],
+        attempt: 0,
+        lean: None,
+    };
+    let now = c.now;
+    c.engines[1].on_peer(0, msg, now);
+    c.pump();
+    run_out_the_clock(&mut c);
+    assert_eq!(c.deliveries, 0, "nothing passed on");
 }
