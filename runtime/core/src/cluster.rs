@@ -24,6 +24,12 @@ pub type PeerTamper =
 /// the request's sequence number (0-based), the calling rank and the request.
 pub type RequestTamper = Box<dyn FnMut(u64, u32, Request) -> Request>;
 
+/// What [`Cluster::step`] delivers.
+enum Next {
+    Peer(NodeId, NodeId, PeerMsg),
+    Request(u32, ReqId, Request),
+}
+
 /// Engines wired together in memory.
 pub struct Cluster {
     pub engines: Vec<Engine>,
@@ -51,6 +57,19 @@ pub struct Cluster {
     pub tamper_request: Option<RequestTamper>,
     /// Peer messages that reached a live server so far, as sent (before any rewrite).
     pub deliveries: u64,
+    /// When set, [`Cluster::pump`] delivers next the oldest message of a link picked at
+    /// random (from this xorshift state) among the links with messages in flight,
+    /// instead of the oldest message of all: each link keeps its order, as a fabric
+    /// keeps it, and links overtake each other in any way. `None`: oldest first.
+    pub shuffle: Option<u64>,
+    /// With [`Cluster::shuffle`]: a request is queued rather than handed to its server
+    /// at once, and only a few random steps run before [`Cluster::request`] returns, so
+    /// the next requests meet the earlier ones still in flight. Each rank's requests
+    /// reach its server in order (one client connection); ranks and links overtake
+    /// each other. Everything else (`advance`, `exit`, …) still runs to quiet.
+    pub overlap_requests: bool,
+    /// Requests made but not yet handed to their server (see `overlap_requests`).
+    queued: VecDeque<(u32, ReqId, Request)>,
     /// Client requests made so far.
     pub requests: u64,
     /// (server, dead peer) pairs whose loss the server was told of.
@@ -95,6 +114,9 @@ impl Cluster {
             tamper_request: None,
             deliveries: 0,
             requests: 0,
+            shuffle: None,
+            overlap_requests: false,
+            queued: VecDeque::new(),
         }
     }
 
@@ -159,6 +181,16 @@ impl Cluster {
             None => req,
         };
         self.requests += 1;
+        if self.overlap_requests && self.shuffle.is_some() {
+            self.queued.push_back((rank, id, req));
+            let steps = self.random(8);
+            for _ in 0..steps {
+                if !self.step() {
+                    break;
+                }
+            }
+            return id;
+        }
         self.engines[node].on_client_request(Self::client_of(rank), id, req, now);
         self.pump();
         id
@@ -238,60 +270,129 @@ impl Cluster {
         self.engines[to as usize].on_peer_lost(lost, now);
     }
 
-    /// Delivers every queued message until the cluster is quiet.
+    /// Delivers every queued message (and request) until the cluster is quiet.
     pub fn pump(&mut self) {
-        loop {
-            for i in 0..self.engines.len() {
-                if self.dead.contains(&(i as NodeId)) {
-                    self.engines[i].take_actions();
-                    continue;
-                }
-                for a in self.engines[i].take_actions() {
-                    match a {
-                        Action::ToClient { client, frame } => {
-                            self.inbox.entry(client).or_default().push(frame)
-                        }
-                        Action::ToPeer { node, msg } => {
+        while self.step() {}
+    }
+
+    /// Moves the engines' actions to the network and the clients' inboxes, then makes
+    /// one delivery: a peer message, or (see [`Cluster::overlap_requests`]) a queued
+    /// request. `false` when nothing was in flight.
+    fn step(&mut self) -> bool {
+        self.collect_actions();
+        let (from, to, msg) = match self.next_event() {
+            None => return false,
+            Some(Next::Request(rank, id, req)) => {
+                let node = self.node_of_rank(rank) as usize;
+                let now = self.now;
+                self.engines[node].on_client_request(Self::client_of(rank), id, req, now);
+                return true;
+            }
+            Some(Next::Peer(from, to, msg)) => (from, to, msg),
+        };
+        if self.held_links.contains(&(from, to)) {
+            self.held.push_back((from, to, msg));
+            return true;
+        }
+        if self.dead.contains(&to) {
+            // The connection attempt fails: the sender learns of the loss.
+            self.tell_lost(from, to);
+            return true;
+        }
+        self.links.insert((from.min(to), from.max(to)));
+        let now = self.now;
+        let seq = self.deliveries;
+        self.deliveries += 1;
+        let deliveries = match self.tamper_peer.as_mut() {
+            Some(t) => t(seq, from, to, msg),
+            None => vec![(from, to, msg)],
+        };
+        for (from, to, msg) in deliveries {
+            if !self.dead.contains(&to) {
+                self.engines[to as usize].on_peer(from, msg, now);
+            }
+        }
+        true
+    }
+
+    fn collect_actions(&mut self) {
+        for i in 0..self.engines.len() {
+            if self.dead.contains(&(i as NodeId)) {
+                self.engines[i].take_actions();
+                continue;
+            }
+            for a in self.engines[i].take_actions() {
+                match a {
+                    Action::ToClient { client, frame } => {
+                        self.inbox.entry(client).or_default().push(frame)
+                    }
+                    Action::ToPeer { node, msg } => {
+                        self.sent[i] += 1;
+                        self.peer_actions[i] += 1;
+                        self.net.push_back((i as NodeId, node, msg))
+                    }
+                    Action::ToPeers { nodes, msg } => {
+                        self.peer_actions[i] += 1;
+                        for node in nodes {
                             self.sent[i] += 1;
-                            self.peer_actions[i] += 1;
-                            self.net.push_back((i as NodeId, node, msg))
-                        }
-                        Action::ToPeers { nodes, msg } => {
-                            self.peer_actions[i] += 1;
-                            for node in nodes {
-                                self.sent[i] += 1;
-                                self.net.push_back((i as NodeId, node, msg.clone()))
-                            }
+                            self.net.push_back((i as NodeId, node, msg.clone()))
                         }
                     }
                 }
             }
-            let Some((from, to, msg)) = self.net.pop_front() else {
-                break;
-            };
-            if self.held_links.contains(&(from, to)) {
-                self.held.push_back((from, to, msg));
-                continue;
-            }
-            if self.dead.contains(&to) {
-                // The connection attempt fails: the sender learns of the loss.
-                self.tell_lost(from, to);
-                continue;
-            }
-            self.links.insert((from.min(to), from.max(to)));
-            let now = self.now;
-            let seq = self.deliveries;
-            self.deliveries += 1;
-            let deliveries = match self.tamper_peer.as_mut() {
-                Some(t) => t(seq, from, to, msg),
-                None => vec![(from, to, msg)],
-            };
-            for (from, to, msg) in deliveries {
-                if !self.dead.contains(&to) {
-                    self.engines[to as usize].on_peer(from, msg, now);
-                }
+        }
+    }
+
+    /// Whether node server `node` was killed ([`Cluster::kill_node`]).
+    pub fn is_dead(&self, node: NodeId) -> bool {
+        self.dead.contains(&node)
+    }
+
+    /// A random number below `n` from [`Cluster::shuffle`]'s state (0 without one).
+    fn random(&mut self, n: usize) -> usize {
+        let Some(state) = self.shuffle.as_mut() else {
+            return 0;
+        };
+        if *state == 0 {
+            *state = 0x9e37_79b9_7f4a_7c15;
+        }
+        *state ^= *state << 13;
+        *state ^= *state >> 7;
+        *state ^= *state << 17;
+        (*state % n.max(1) as u64) as usize
+    }
+
+    /// What [`Cluster::step`] delivers next (see [`Cluster::shuffle`]).
+    fn next_event(&mut self) -> Option<Next> {
+        if self.shuffle.is_none() {
+            return self.net.pop_front().map(|(f, t, m)| Next::Peer(f, t, m));
+        }
+        // Links with messages in flight, then ranks with queued requests.
+        let mut links: Vec<(NodeId, NodeId)> = Vec::new();
+        for (f, t, _) in &self.net {
+            if !links.contains(&(*f, *t)) {
+                links.push((*f, *t));
             }
         }
+        let mut ranks: Vec<u32> = Vec::new();
+        for (r, _, _) in &self.queued {
+            if !ranks.contains(r) {
+                ranks.push(*r);
+            }
+        }
+        if links.is_empty() && ranks.is_empty() {
+            return None;
+        }
+        let pick = self.random(links.len() + ranks.len());
+        if let Some(&link) = links.get(pick) {
+            let at = self.net.iter().position(|(f, t, _)| (*f, *t) == link)?;
+            return self.net.remove(at).map(|(f, t, m)| Next::Peer(f, t, m));
+        }
+        let rank = ranks[pick - links.len()];
+        let at = self.queued.iter().position(|(r, _, _)| *r == rank)?;
+        self.queued
+            .remove(at)
+            .map(|(r, id, req)| Next::Request(r, id, req))
     }
 
     /// The reply to request `id` of `rank`, if it arrived.

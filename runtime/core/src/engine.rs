@@ -467,10 +467,11 @@ impl Engine {
         self.colls.len()
     }
 
-    /// Open invites plus requests waiting for a peer's acknowledgement (tests use it
-    /// to check that finished invites leave nothing behind).
+    /// Open invites, requests waiting for a peer's acknowledgement and the invites
+    /// whose tracker this server knows of (tests use it to check that finished or
+    /// refused invites leave nothing behind).
     pub fn invite_bookkeeping(&self) -> usize {
-        self.acks.len() + self.invites.len()
+        self.acks.len() + self.invites.len() + self.invite_homes.len()
     }
 
     /// The earliest time [`Engine::on_timer`] has work to do.
@@ -2490,9 +2491,22 @@ impl Engine {
             (AckKind::Decide, r) => self.reply(a.client, a.req, r.map(|_| Response::Done)),
             (AckKind::Join(_), Ok(())) => {}
             (AckKind::Join(id), Err(e)) => {
-                if let Some(c) = self.colls.get_mut(&invite_key(&id)) {
+                let key = invite_key(&id);
+                if let Some(c) = self.colls.get_mut(&key) {
                     c.waiters
                         .retain(|w| !(w.client == a.client && w.req == a.req));
+                    // The refused join was all this server tracked of the invite (no
+                    // other local joiner waits): nothing of it stays behind.
+                    if c.waiters.is_empty()
+                        && c.contribs.is_empty()
+                        && c.joins.is_empty()
+                        && c.probe.is_none()
+                    {
+                        self.colls.remove(&key);
+                        if !self.invites.contains_key(&id) {
+                            self.invite_homes.remove(&id);
+                        }
+                    }
                 }
                 self.reply(a.client, a.req, Err(e));
             }

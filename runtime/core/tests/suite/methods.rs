@@ -467,6 +467,15 @@ fn invites_leave_no_state_behind() {
     join(&mut c, 2, "gone", 0, true);
     c.advance(Duration::from_millis(200));
     assert!(matches!(c.error(0, inv), CohortError::Timeout { .. }));
+    // Refused joins, at another server than the leader's: to an invite that does not
+    // exist, and to one that named others.
+    let j = join(&mut c, 3, "nobody", 0, true);
+    assert!(matches!(c.error(3, j), CohortError::BadRequest(_)));
+    let inv = invite(&mut c, 0, "only1", &[1], InviteOpts::default());
+    let j = join(&mut c, 5, "only1", 0, true);
+    assert!(matches!(c.error(5, j), CohortError::NotAMember { .. }));
+    join(&mut c, 1, "only1", 0, true);
+    c.group(0, inv);
     for e in &c.engines {
         assert_eq!(e.collectives_in_progress(), 0, "node {}", e.node());
         assert_eq!(e.invite_bookkeeping(), 0, "node {}", e.node());

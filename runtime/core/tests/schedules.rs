@@ -1,0 +1,268 @@
+//! The fabric keeps each link's order and nothing else: messages on different links
+//! overtake each other in any way (transport/src/lib.rs, "delivery contract"). The
+//! engines' tests mostly deliver messages oldest first; this suite runs every scenario
+//! of `scenarios/mod.rs` under many random schedules (each link's order kept, links
+//! picked at random) and asserts that the outcome is the one oldest-first delivery
+//! gives: the same reply to every request (the same group, context id, data or
+//! error), the same events at every rank, every operation ended on every live server,
+//! and no message storm.
+
+mod scenarios;
+
+use std::collections::BTreeMap;
+
+use cohort_proto::msg::{GroupResult, Request, Response};
+use cohort_topology::Allgather;
+use scenarios::*;
+
+/// Random schedules per scenario and gathering algorithm; a longer sweep:
+/// `COHORT_SCHEDULES=2000 cargo test -p cohort-core --test schedules`.
+fn schedules() -> u64 {
+    std::env::var("COHORT_SCHEDULES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(150)
+}
+
+/// What every rank saw: each request's reply, in request order, and its events.
+#[derive(Debug, PartialEq)]
+struct Seen {
+    replies: Vec<(u32, String)>,
+    events: BTreeMap<u32, Vec<String>>,
+    /// Operations still tracked by a live server after the clock ran out.
+    left: Vec<(u32, usize, usize)>,
+    /// Requests (rank, id) that expect an answer and got none (a rank that exited, or
+    /// whose server was lost, is not expected to get one).
+    unanswered: Vec<(u32, u64)>,
+}
+
+fn run(scenario: Scenario, allgather: Allgather, shuffle: Option<u64>) -> Seen {
+    run_with(scenario, allgather, shuffle, false).0
+}
+
+/// Runs `scenario` (requests overlapping when `overlap`); also returns the group
+/// results, by group id.
+fn run_with(
+    scenario: Scenario,
+    allgather: Allgather,
+    shuffle: Option<u64>,
+    overlap: bool,
+) -> (Seen, BTreeMap<String, Vec<(u32, GroupResult)>>) {
+    let mut c = cluster(allgather);
+    c.shuffle = shuffle;
+    c.overlap_requests = overlap;
+    let calls = std::rc::Rc::new(std::cell::RefCell::new(Vec::new()));
+    let keep = calls.clone();
+    c.tamper_request = Some(Box::new(move |seq, rank, req: Request| {
+        // Request ids are handed out in order from 1, one per request. A commit is
+        // not answered.
+        let answered = !matches!(req, Request::Commit { .. });
+        keep.borrow_mut().push((rank, seq + 1, answered));
+        req
+    }));
+    c.tamper_peer = Some(Box::new(|seq, from, to, msg| {
+        assert!(seq < 5_000, "message storm: {from} -> {to}: {msg:?}");
+        vec![(from, to, msg)]
+    }));
+    scenario(&mut c);
+    run_out_the_clock(&mut c);
+    let mut groups: BTreeMap<String, Vec<(u32, GroupResult)>> = BTreeMap::new();
+    for &(rank, id, _) in calls.borrow().iter() {
+        if let Some(Ok(Response::Group(g))) = c.reply(rank, id) {
+            groups
+                .entry(g.id.clone())
+                .or_default()
+                .push((rank, (*g).clone()));
+        }
+    }
+    let replies = calls
+        .borrow()
+        .iter()
+        .map(|&(rank, id, _)| (rank, format!("{:?}", c.reply(rank, id))))
+        .collect();
+    let unanswered = calls
+        .borrow()
+        .iter()
+        .filter(|&&(rank, id, answered)| {
+            // A rank that exited, or whose server was lost, is not answered.
+            let node = c.job.rank_node[rank as usize];
+            let gone = c.is_dead(node) || c.engines[node as usize].is_terminated(&c.proc(rank));
+            answered && !gone && c.reply(rank, id).is_none()
+        })
+        .map(|&(rank, id, _)| (rank, id))
+        .collect();
+    let events = (0..RANKS)
+        .map(|r| {
+            let mut e: Vec<String> = c.events(r).iter().map(|e| format!("{e:?}")).collect();
+            // Events from different servers may arrive in either order.
+            e.sort();
+            (r, e)
+        })
+        .collect();
+    let left = c
+        .engines
+        .iter()
+        .filter(|e| !c.is_dead(e.node()))
+        .map(|e| {
+            (
+                e.node(),
+                e.collectives_in_progress(),
+                e.invite_bookkeeping(),
+            )
+        })
+        .filter(|&(_, a, b)| a + b > 0)
+        .collect();
+    (
+        Seen {
+            replies,
+            events,
+            left,
+            unanswered,
+        },
+        groups,
+    )
+}
+
+/// The first difference between two runs, for the failure message.
+fn first_difference(a: &Seen, b: &Seen) -> String {
+    for (x, y) in a.replies.iter().zip(&b.replies) {
+        if x != y {
+            return format!(
+                "rank {} reply\n  oldest first: {}\n  this schedule: {}",
+                x.0, x.1, y.1
+            );
+        }
+    }
+    for (r, e) in &a.events {
+        if b.events.get(r) != Some(e) {
+            return format!(
+                "rank {r} events\n  oldest first: {e:?}\n  this schedule: {:?}",
+                b.events.get(r)
+            );
+        }
+    }
+    format!("operations left: {:?} against {:?}", a.left, b.left)
+}
+
+fn explore(allgather: Allgather) {
+    let mut failures = Vec::new();
+    for (name, scenario) in SCENARIOS {
+        let fifo = run(scenario, allgather, None);
+        assert!(
+            fifo.left.is_empty(),
+            "{name}: oldest first leaves {:?}",
+            fifo.left
+        );
+        for seed in 1..=schedules() {
+            let shuffled = std::panic::catch_unwind(|| run(scenario, allgather, Some(seed)));
+            match shuffled {
+                Err(_) => {
+                    failures.push(format!("{name} ({allgather:?}), schedule {seed}: panicked"))
+                }
+                Ok(s) if s != fifo => failures.push(format!(
+                    "{name} ({allgather:?}), schedule {seed}: {}",
+                    first_difference(&fifo, &s)
+                )),
+                Ok(_) => {}
+            }
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{} schedules differ from oldest-first delivery:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+}
+
+/// Requests overlapping (a rank's request reaches its server while earlier ones of
+/// other ranks are still on their way): outcomes may differ from the sequential run
+/// (a get may come before the construct that makes its group), but every request is
+/// answered once the clock runs out, every member of a group gets the same group, and
+/// every operation ends on every live server.
+fn explore_overlapping(allgather: Allgather) {
+    let mut failures = Vec::new();
+    for (name, scenario) in SCENARIOS {
+        for seed in 1..=schedules() {
+            let case = format!("{name} ({allgather:?}), overlapping schedule {seed}");
+            let run = std::panic::catch_unwind(|| run_with(scenario, allgather, Some(seed), true));
+            let Ok((seen, groups)) = run else {
+                failures.push(format!("{case}: panicked"));
+                continue;
+            };
+            if !seen.unanswered.is_empty() {
+                failures.push(format!(
+                    "{case}: never answered (rank, request): {:?}",
+                    seen.unanswered
+                ));
+            }
+            if !seen.left.is_empty() {
+                failures.push(format!("{case}: operations left {:?}", seen.left));
+            }
+            for (id, results) in &groups {
+                // Constructs, joins and queries: the same members and context id (a
+                // query's status says nothing of how the construct went).
+                let same = |a: &GroupResult, b: &GroupResult| {
+                    a.members == b.members && a.context_id == b.context_id
+                };
+                let (r0, g0) = &results[0];
+                if let Some((r, g)) = results.iter().find(|(_, g)| !same(g, g0)) {
+                    failures.push(format!(
+                        "{case}: group {id:?}: rank {r0} got {g0:?}\n  rank {r} got {g:?}"
+                    ));
+                }
+            }
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{} overlapping schedules broke an invariant:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+}
+
+#[test]
+fn overlapping_requests_keep_the_invariants_tree() {
+    explore_overlapping(Allgather::Tree);
+}
+
+#[test]
+fn overlapping_requests_keep_the_invariants_dissemination() {
+    explore_overlapping(Allgather::Dissemination);
+}
+
+#[test]
+fn any_schedule_gives_the_same_outcome_tree() {
+    explore(Allgather::Tree);
+}
+
+#[test]
+fn any_schedule_gives_the_same_outcome_dissemination() {
+    explore(Allgather::Dissemination);
+}
+
+/// The shuffling does reorder deliveries (else the tests above compare a run with
+/// itself).
+#[test]
+fn shuffled_schedules_reorder_deliveries() {
+    let order = |shuffle: Option<u64>| {
+        let mut c = cluster(Allgather::Tree);
+        c.shuffle = shuffle;
+        let seen = std::rc::Rc::new(std::cell::RefCell::new(Vec::new()));
+        let keep = seen.clone();
+        c.tamper_peer = Some(Box::new(move |_, from, to, msg| {
+            keep.borrow_mut().push(format!("{from}->{to} {msg:?}"));
+            vec![(from, to, msg)]
+        }));
+        collective_group(&mut c);
+        let v = seen.borrow().clone();
+        v
+    };
+    let fifo = order(None);
+    let differ = (1..=20).filter(|&s| order(Some(s)) != fifo).count();
+    assert!(
+        differ >= 10,
+        "only {differ} of 20 schedules reordered anything"
+    );
+}
