@@ -36,19 +36,24 @@ struct Seen {
     unanswered: Vec<(u32, u64)>,
 }
 
-fn run(scenario: Scenario, allgather: Allgather, shuffle: Option<u64>) -> Seen {
-    run_with(scenario, allgather, shuffle, false).0
+/// Cluster sizes explored: the scenarios' own (a root and two leaves) and one whose
+/// trees have inner servers that pass messages on (8 servers, binary trees).
+const SIZES: [(u32, u32); 2] = [(RANKS, NODES), (16, 8)];
+
+fn run(size: (u32, u32), scenario: Scenario, allgather: Allgather, shuffle: Option<u64>) -> Seen {
+    run_with(size, scenario, allgather, shuffle, false).0
 }
 
 /// Runs `scenario` (requests overlapping when `overlap`); also returns the group
 /// results, by group id.
 fn run_with(
+    (ranks, nodes): (u32, u32),
     scenario: Scenario,
     allgather: Allgather,
     shuffle: Option<u64>,
     overlap: bool,
 ) -> (Seen, BTreeMap<String, Vec<(u32, GroupResult)>>) {
-    let mut c = cluster(allgather);
+    let mut c = cluster_of(ranks, nodes, allgather);
     c.shuffle = shuffle;
     c.overlap_requests = overlap;
     let calls = std::rc::Rc::new(std::cell::RefCell::new(Vec::new()));
@@ -91,7 +96,7 @@ fn run_with(
         })
         .map(|&(rank, id, _)| (rank, id))
         .collect();
-    let events = (0..RANKS)
+    let events = everyone(&c)
         .map(|r| {
             let mut e: Vec<String> = c.events(r).iter().map(|e| format!("{e:?}")).collect();
             // Events from different servers may arrive in either order.
@@ -146,24 +151,29 @@ fn first_difference(a: &Seen, b: &Seen) -> String {
 
 fn explore(allgather: Allgather) {
     let mut failures = Vec::new();
-    for (name, scenario) in SCENARIOS {
-        let fifo = run(scenario, allgather, None);
-        assert!(
-            fifo.left.is_empty(),
-            "{name}: oldest first leaves {:?}",
-            fifo.left
-        );
-        for seed in 1..=schedules() {
-            let shuffled = std::panic::catch_unwind(|| run(scenario, allgather, Some(seed)));
-            match shuffled {
-                Err(_) => {
-                    failures.push(format!("{name} ({allgather:?}), schedule {seed}: panicked"))
+    for size in SIZES {
+        for (name, scenario) in SCENARIOS {
+            let name = format!(
+                "{name} ({allgather:?}, {} ranks on {} servers)",
+                size.0, size.1
+            );
+            let fifo = run(size, scenario, allgather, None);
+            assert!(
+                fifo.left.is_empty(),
+                "{name}: oldest first leaves {:?}",
+                fifo.left
+            );
+            for seed in 1..=schedules() {
+                let shuffled =
+                    std::panic::catch_unwind(|| run(size, scenario, allgather, Some(seed)));
+                match shuffled {
+                    Err(_) => failures.push(format!("{name}, schedule {seed}: panicked")),
+                    Ok(s) if s != fifo => failures.push(format!(
+                        "{name}, schedule {seed}: {}",
+                        first_difference(&fifo, &s)
+                    )),
+                    Ok(_) => {}
                 }
-                Ok(s) if s != fifo => failures.push(format!(
-                    "{name} ({allgather:?}), schedule {seed}: {}",
-                    first_difference(&fifo, &s)
-                )),
-                Ok(_) => {}
             }
         }
     }
@@ -182,34 +192,41 @@ fn explore(allgather: Allgather) {
 /// every operation ends on every live server.
 fn explore_overlapping(allgather: Allgather) {
     let mut failures = Vec::new();
-    for (name, scenario) in SCENARIOS {
-        for seed in 1..=schedules() {
-            let case = format!("{name} ({allgather:?}), overlapping schedule {seed}");
-            let run = std::panic::catch_unwind(|| run_with(scenario, allgather, Some(seed), true));
-            let Ok((seen, groups)) = run else {
-                failures.push(format!("{case}: panicked"));
-                continue;
-            };
-            if !seen.unanswered.is_empty() {
-                failures.push(format!(
-                    "{case}: never answered (rank, request): {:?}",
-                    seen.unanswered
-                ));
-            }
-            if !seen.left.is_empty() {
-                failures.push(format!("{case}: operations left {:?}", seen.left));
-            }
-            for (id, results) in &groups {
-                // Constructs, joins and queries: the same members and context id (a
-                // query's status says nothing of how the construct went).
-                let same = |a: &GroupResult, b: &GroupResult| {
-                    a.members == b.members && a.context_id == b.context_id
+    for size in SIZES {
+        for (name, scenario) in SCENARIOS {
+            for seed in 1..=schedules() {
+                let case = format!(
+                    "{name} ({allgather:?}, {} ranks on {} servers), overlapping schedule {seed}",
+                    size.0, size.1
+                );
+                let run = std::panic::catch_unwind(|| {
+                    run_with(size, scenario, allgather, Some(seed), true)
+                });
+                let Ok((seen, groups)) = run else {
+                    failures.push(format!("{case}: panicked"));
+                    continue;
                 };
-                let (r0, g0) = &results[0];
-                if let Some((r, g)) = results.iter().find(|(_, g)| !same(g, g0)) {
+                if !seen.unanswered.is_empty() {
                     failures.push(format!(
-                        "{case}: group {id:?}: rank {r0} got {g0:?}\n  rank {r} got {g:?}"
+                        "{case}: never answered (rank, request): {:?}",
+                        seen.unanswered
                     ));
+                }
+                if !seen.left.is_empty() {
+                    failures.push(format!("{case}: operations left {:?}", seen.left));
+                }
+                for (id, results) in &groups {
+                    // Constructs, joins and queries: the same members and context id (a
+                    // query's status says nothing of how the construct went).
+                    let same = |a: &GroupResult, b: &GroupResult| {
+                        a.members == b.members && a.context_id == b.context_id
+                    };
+                    let (r0, g0) = &results[0];
+                    if let Some((r, g)) = results.iter().find(|(_, g)| !same(g, g0)) {
+                        failures.push(format!(
+                            "{case}: group {id:?}: rank {r0} got {g0:?}\n  rank {r} got {g:?}"
+                        ));
+                    }
                 }
             }
         }

@@ -30,8 +30,16 @@ impl Rng {
     }
 }
 
+/// The default cluster: 6 ranks on 3 servers. The scenarios name ranks 0–5 (two per
+/// server in it); in a larger cluster the other ranks take part in whole-job fences
+/// and whole-job constructs only.
 pub const RANKS: u32 = 6;
 pub const NODES: u32 = 3;
+
+/// Every rank of `c`'s job.
+pub fn everyone(c: &Cluster) -> std::ops::Range<u32> {
+    0..c.job.size()
+}
 
 pub fn proc(c: &Cluster, r: u32) -> ProcId {
     c.proc(r)
@@ -48,7 +56,7 @@ pub fn commit(c: &mut Cluster, r: u32, key: &str, v: Value) {
 }
 
 pub fn fence_all(c: &mut Cluster, collect: bool, timeout_ms: Option<u64>) {
-    for r in 0..RANKS {
+    for r in everyone(c) {
         c.fence(
             r,
             vec![],
@@ -74,7 +82,7 @@ pub fn get(c: &mut Cluster, r: u32, of: ProcId, key: &str) {
 
 /// Fences with and without data, a direct-modex get, a subset fence, events.
 pub fn fences_and_data(c: &mut Cluster) {
-    for r in 0..RANKS {
+    for r in everyone(c) {
         commit(c, r, "ep", Value::Bytes(vec![r as u8; 40].into()));
     }
     fence_all(c, true, Some(5_000));
@@ -137,7 +145,7 @@ pub fn collective_group(c: &mut Cluster) {
     }
     c.construct(4, "g", &[], ConstructOpts::default());
     c.construct(5, "g", &[], ConstructOpts::default());
-    for r in 0..RANKS {
+    for r in 0..6 {
         c.fence(
             r,
             vec![ProcId::wildcard("g")],
@@ -227,8 +235,8 @@ pub fn bootstrap_and_invite(c: &mut Cluster) {
 /// A construct that times out because a leader never calls, an optional construct
 /// whose member exits, and a construct in flight when a server is lost.
 pub fn timeouts_and_failures(c: &mut Cluster) {
-    let leaders: Vec<u32> = (0..RANKS).collect();
-    for r in 0..RANKS - 1 {
+    let leaders: Vec<u32> = everyone(c).collect();
+    for r in 0..c.job.size() - 1 {
         let opts = ConstructOpts {
             timeout_ms: Some(1_000),
             ..Default::default()
@@ -265,7 +273,7 @@ pub fn timeouts_and_failures(c: &mut Cluster) {
 /// group is queried and destructed.
 pub fn decisions_and_refusals(c: &mut Cluster) {
     c.exit(4);
-    let all: Vec<u32> = (0..RANKS).collect();
+    let all: Vec<u32> = (0..6).collect();
     for r in [0u32, 1, 2, 3, 5] {
         let opts = ConstructOpts {
             notify_termination: true,
@@ -372,7 +380,12 @@ pub const SCENARIOS: [(&str, Scenario); 5] = [
 ];
 
 pub fn cluster(allgather: Allgather) -> Cluster {
-    let mut c = Cluster::with_allgather(RANKS, NODES, TreeShape::KAry(2), allgather);
+    cluster_of(RANKS, NODES, allgather)
+}
+
+/// `ranks` ranks on `nodes` servers (block mapping, binary trees), all connected.
+pub fn cluster_of(ranks: u32, nodes: u32, allgather: Allgather) -> Cluster {
+    let mut c = Cluster::with_allgather(ranks, nodes, TreeShape::KAry(2), allgather);
     c.connect_all();
     c
 }
