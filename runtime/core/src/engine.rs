@@ -3561,7 +3561,10 @@ pub fn signature(procs: &[ProcId]) -> String {
         while i < procs.len() && &procs[i].nspace == ns {
             let start = procs[i].rank;
             let mut end = start;
-            while i + 1 < procs.len() && procs[i + 1].nspace == *ns && procs[i + 1].rank == end + 1
+            // `checked_add`: a list from a peer may name rank u32::MAX.
+            while i + 1 < procs.len()
+                && procs[i + 1].nspace == *ns
+                && end.checked_add(1) == Some(procs[i + 1].rank)
             {
                 i += 1;
                 end += 1;

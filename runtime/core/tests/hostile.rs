@@ -484,3 +484,21 @@ fn an_invite_outcome_naming_a_spec_is_dropped() {
     run_out_the_clock(&mut c);
     assert_eq!(c.deliveries, 0, "nothing passed on");
 }
+/// Found by the replays above (a field edit set a fence participant's rank to
+/// u32::MAX): checking a peer's fence list against its id built the list's signature,
+/// which added 1 to the largest rank (a panic where overflow is checked).
+#[test]
+fn a_fence_list_ending_at_the_largest_rank_has_a_signature() {
+    let p = |r| ProcId::new("job", r);
+    let sig = cohort_core::engine::signature(&[p(0), p(u32::MAX - 1), p(u32::MAX)]);
+    assert_eq!(sig, format!("job:0,{}-{}", u32::MAX - 1, u32::MAX));
+    let (msgs, _) = counts(fences_and_data, Allgather::Dissemination);
+    let rw = Rewrite::Mutated(Mutator::Fields, 977);
+    replay_peer(
+        fences_and_data,
+        Allgather::Dissemination,
+        10,
+        rw,
+        storm_limit(msgs),
+    );
+}
