@@ -25,6 +25,7 @@ mod scenarios;
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
+use cohort_core::cluster::Cluster;
 use cohort_proto::frame::{decode_body, encode_body};
 use cohort_proto::msg::{FenceOpts, Request};
 use cohort_proto::peer::PeerMsg;
@@ -33,7 +34,8 @@ use cohort_topology::Allgather;
 use scenarios::*;
 
 /// Mutations of each kind tried per message (each a different seed); a longer sweep:
-/// `COHORT_FUZZ_MUTATIONS=1000 cargo test -p cohort-core --test hostile`.
+/// `COHORT_FUZZ_MUTATIONS=1000 cargo test -p cohort-core --test hostile` (and
+/// `COHORT_FUZZ_SIZE=16x8` for a larger cluster, see [`fuzz_cluster`]).
 fn mutations() -> u64 {
     std::env::var("COHORT_FUZZ_MUTATIONS")
         .ok()
@@ -213,9 +215,20 @@ fn rewrites() -> Vec<Rewrite> {
     v
 }
 
+/// The replays' cluster: the scenarios' 6 ranks on 3 servers, or
+/// `COHORT_FUZZ_SIZE=RANKSxSERVERS` (e.g. `16x8`, trees with inner servers).
+fn fuzz_cluster(allgather: Allgather) -> Cluster {
+    let size = std::env::var("COHORT_FUZZ_SIZE").ok().and_then(|v| {
+        let (r, n) = v.split_once('x')?;
+        Some((r.parse().ok()?, n.parse().ok()?))
+    });
+    let (ranks, nodes) = size.unwrap_or((RANKS, NODES));
+    cluster_of(ranks, nodes, allgather)
+}
+
 /// Runs `scenario` untampered: how many peer messages and client requests it makes.
 fn counts(scenario: Scenario, allgather: Allgather) -> (u64, u64) {
-    let mut c = cluster(allgather);
+    let mut c = fuzz_cluster(allgather);
     scenario(&mut c);
     run_out_the_clock(&mut c);
     (c.deliveries, c.requests)
@@ -228,10 +241,11 @@ fn storm_limit(untampered: u64) -> u64 {
 }
 
 fn replay_peer(scenario: Scenario, allgather: Allgather, target: u64, rw: Rewrite, limit: u64) {
-    let mut c = cluster(allgather);
+    let mut c = fuzz_cluster(allgather);
     let replay = std::rc::Rc::new(std::cell::RefCell::new(None));
     let keep = replay.clone();
-    let next = |n: NodeId| (n + 1) % NODES;
+    let servers = c.engines.len() as NodeId;
+    let next = move |n: NodeId| (n + 1) % servers;
     c.tamper_peer = Some(Box::new(move |seq, from, to, msg: PeerMsg| {
         if seq >= limit {
             panic!("message storm: {seq} peer messages, the last {from} -> {to}: {msg:?}");
@@ -265,7 +279,7 @@ fn replay_peer(scenario: Scenario, allgather: Allgather, target: u64, rw: Rewrit
 }
 
 fn replay_request(scenario: Scenario, allgather: Allgather, target: u64, rw: Rewrite, limit: u64) {
-    let mut c = cluster(allgather);
+    let mut c = fuzz_cluster(allgather);
     c.tamper_peer = Some(Box::new(move |seq, from, to, msg: PeerMsg| {
         if seq >= limit {
             panic!("message storm: {seq} peer messages, the last {from} -> {to}: {msg:?}");
