@@ -68,6 +68,9 @@ pub struct Cluster {
     /// reach its server in order (one client connection); ranks and links overtake
     /// each other. Everything else (`advance`, `exit`, …) still runs to quiet.
     pub overlap_requests: bool,
+    /// `(n, node)`: node server `node` is killed ([`Cluster::kill_node`]) once `n` peer
+    /// messages were delivered, wherever the scenario is then.
+    pub kill_at: Option<(u64, NodeId)>,
     /// Requests made but not yet handed to their server (see `overlap_requests`).
     queued: VecDeque<(u32, ReqId, Request)>,
     /// Client requests made so far.
@@ -116,6 +119,7 @@ impl Cluster {
             requests: 0,
             shuffle: None,
             overlap_requests: false,
+            kill_at: None,
             queued: VecDeque::new(),
         }
     }
@@ -279,6 +283,13 @@ impl Cluster {
     /// one delivery: a peer message, or (see [`Cluster::overlap_requests`]) a queued
     /// request. `false` when nothing was in flight.
     fn step(&mut self) -> bool {
+        if let Some((n, node)) = self.kill_at {
+            if self.deliveries >= n {
+                self.kill_at = None;
+                self.kill_node(node);
+                return true;
+            }
+        }
         self.collect_actions();
         let (from, to, msg) = match self.next_event() {
             None => return false,

@@ -258,6 +258,8 @@ struct AckWaiter {
     client: ClientId,
     req: ReqId,
     kind: AckKind,
+    /// The server that answers: if it is lost, the request fails at once.
+    peer: NodeId,
 }
 
 #[derive(Debug)]
@@ -674,6 +676,26 @@ impl Engine {
             return;
         }
         tracing::warn!(node = peer, "node server lost; collectives route around it");
+        // Requests waiting for the lost server's answer (a decision it was to apply, a
+        // join it was to accept) get an error now instead of waiting for ever.
+        let mut orphans: Vec<u64> = self
+            .acks
+            .iter()
+            .filter(|(_, a)| a.peer == peer)
+            .map(|(t, _)| *t)
+            .collect();
+        orphans.sort_unstable();
+        for token in orphans {
+            let what = match &self.acks[&token].kind {
+                AckKind::Decide => "it was to apply a construct decision".to_string(),
+                AckKind::Join(id) => format!("it tracked the invite of group {id:?}"),
+            };
+            let err = CohortError::PeerLost {
+                node: peer,
+                reason: what,
+            };
+            self.on_ack(token, Err(err));
+        }
         for rank in self.job.ranks_on(peer) {
             let proc = ProcId::new(self.job.nspace.clone(), rank);
             self.mark_terminated(proc, now);
@@ -725,6 +747,8 @@ impl Engine {
                 self.progress(&key, now);
             }
         }
+        // Invites tracked there are gone with it (their joiners here failed above).
+        self.invite_homes.retain(|_, home| *home != peer);
     }
 
     /// Whether a message from `from` stamped with `attempt` belongs to an attempt of
@@ -2439,10 +2463,18 @@ impl Engine {
         id
     }
 
-    fn track_ack(&mut self, client: ClientId, req: ReqId, kind: AckKind) -> u64 {
+    fn track_ack(&mut self, client: ClientId, req: ReqId, kind: AckKind, peer: NodeId) -> u64 {
         let token = self.next_token;
         self.next_token += 1;
-        self.acks.insert(token, AckWaiter { client, req, kind });
+        self.acks.insert(
+            token,
+            AckWaiter {
+                client,
+                req,
+                kind,
+                peer,
+            },
+        );
         token
     }
 
@@ -2471,7 +2503,15 @@ impl Engine {
                 (key, root)
             }
         };
-        let token = self.track_ack(client, req, AckKind::Decide);
+        if self.lost_nodes.contains(&home) {
+            // Its loss was reported already: no answer will come, and no later report.
+            let err = CohortError::PeerLost {
+                node: home,
+                reason: format!("it was to apply decisions about group {:?}", key.id),
+            };
+            return self.reply(client, req, Err(err));
+        }
+        let token = self.track_ack(client, req, AckKind::Decide, home);
         self.send_peer(
             home,
             PeerMsg::Decide {

@@ -203,6 +203,19 @@ impl Engine {
             };
             return self.reply(client, req, Err(err));
         };
+        if self.lost_nodes.contains(&home) {
+            // Its loss was reported already: no answer will come, and no later report.
+            // A decline has nothing to wait for.
+            let result = if accept {
+                Err(CohortError::PeerLost {
+                    node: home,
+                    reason: format!("it hosts the leader of group {id:?}"),
+                })
+            } else {
+                Ok(Response::Done)
+            };
+            return self.reply(client, req, result);
+        }
         self.invite_homes.insert(id.clone(), home);
         let contrib = Contribution {
             proc: proc.clone(),
@@ -213,7 +226,7 @@ impl Engine {
         };
         let mut token = 0;
         if accept {
-            token = self.track_ack(client, req, AckKind::Join(id.clone()));
+            token = self.track_ack(client, req, AckKind::Join(id.clone()), home);
             let w = waiter(client, req, proc, timeout_ms, now);
             let key = invite_key(&id);
             let attempt = self.attempt_of(&key);

@@ -36,6 +36,14 @@ impl Rng {
 pub const RANKS: u32 = 6;
 pub const NODES: u32 = 3;
 
+/// An add-member's options: a timeout, nothing else.
+pub fn add_member_opts() -> ConstructOpts {
+    ConstructOpts {
+        timeout_ms: Some(10_000),
+        ..Default::default()
+    }
+}
+
 /// Every rank of `c`'s job.
 pub fn everyone(c: &Cluster) -> std::ops::Range<u32> {
     0..c.job.size()
@@ -143,8 +151,10 @@ pub fn collective_group(c: &mut Cluster) {
         };
         c.construct(r, "g", &leaders, opts);
     }
-    c.construct(4, "g", &[], ConstructOpts::default());
-    c.construct(5, "g", &[], ConstructOpts::default());
+    // Add-members with a timeout: one whose naming leader is lost before its call
+    // reached the root joins a construct nobody else will join (schedules.rs).
+    c.construct(4, "g", &[], add_member_opts());
+    c.construct(5, "g", &[], add_member_opts());
     for r in 0..6 {
         c.fence(
             r,
@@ -183,7 +193,7 @@ pub fn bootstrap_and_invite(c: &mut Cluster) {
         c.construct(leader, "bs", &[leader], opts);
     }
     for r in [1, 2, 3] {
-        c.construct(r, "bs", &[], ConstructOpts::default());
+        c.construct(r, "bs", &[], add_member_opts());
     }
     let invitees = vec![proc(c, 1), proc(c, 3), proc(c, 4)];
     c.request(

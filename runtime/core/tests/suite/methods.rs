@@ -445,6 +445,49 @@ fn join_without_an_invitation_is_refused() {
     assert_eq!(ranks(&c.group(1, j1).members), vec![0, 1]);
 }
 
+/// A decision or a join whose answering server is already known lost is answered at
+/// once with an error naming it (no answer and no later loss report can come), not
+/// left waiting: found by the schedule exploration (`schedules.rs`).
+#[test]
+fn requests_to_a_server_already_lost_fail_at_once() {
+    // The decision goes to the construct's root (the group id's rendezvous server):
+    // server 2 is lost, and it is the root of some of these ids.
+    let mut root_lost = 0;
+    for id in ["d0", "d1", "d2", "d3", "d4", "d5", "d6", "d7"] {
+        let mut c = cluster();
+        let all: Vec<u32> = (0..6).collect();
+        for r in [2, 3] {
+            let opts = ConstructOpts {
+                leader: r == 2,
+                timeout_ms: Some(60_000),
+                ..Default::default()
+            };
+            c.construct(r, id, &all, opts);
+        }
+        c.kill_node(2);
+        let d = decide(&mut c, 2, id, ConstructDecision::Continue);
+        match c.reply(2, d) {
+            Some(Err(CohortError::PeerLost { node: 2, .. })) => root_lost += 1,
+            Some(_) => {} // a live root answered
+            None => panic!("{id}: the decision was not answered"),
+        }
+    }
+    assert!(root_lost > 0, "server 2 was the root of none of the ids");
+    // The join goes to the leader's server.
+    let mut c = cluster();
+    invite(&mut c, 0, "iv", &[3], InviteOpts::default());
+    c.kill_node(0);
+    let j = join(&mut c, 3, "iv", 0, true);
+    assert!(
+        matches!(c.error(3, j), CohortError::PeerLost { node: 0, .. }),
+        "{:?}",
+        c.reply(3, j)
+    );
+    for e in &c.engines[1..] {
+        assert_eq!(e.invite_bookkeeping(), 0, "node {}", e.node());
+    }
+}
+
 /// Nothing is left behind on any server once an invite completes or fails.
 #[test]
 fn invites_leave_no_state_behind() {
