@@ -44,6 +44,20 @@ pub fn add_member_opts() -> ConstructOpts {
     }
 }
 
+/// `r` answers the invitation to group `id` from `leader`.
+pub fn join(c: &mut Cluster, r: u32, id: &str, leader: &ProcId, accept: bool, timeout_ms: u64) {
+    c.request(
+        r,
+        Request::Join {
+            id: id.into(),
+            leader: leader.clone(),
+            accept,
+            timeout_ms: Some(timeout_ms),
+            group_info: vec![],
+        },
+    );
+}
+
 /// Every rank of `c`'s job.
 pub fn everyone(c: &Cluster) -> std::ops::Range<u32> {
     0..c.job.size()
@@ -211,16 +225,7 @@ pub fn bootstrap_and_invite(c: &mut Cluster) {
     );
     let leader = proc(c, 0);
     for (r, accept) in [(1, true), (3, false), (4, true)] {
-        c.request(
-            r,
-            Request::Join {
-                id: "iv".into(),
-                leader: leader.clone(),
-                accept,
-                timeout_ms: Some(10_000),
-                group_info: vec![],
-            },
-        );
+        join(c, r, "iv", &leader, accept, 10_000);
     }
     let p5 = proc(c, 5);
     c.request(
@@ -230,16 +235,7 @@ pub fn bootstrap_and_invite(c: &mut Cluster) {
             decision: ConstructDecision::Invite(vec![p5]),
         },
     );
-    c.request(
-        5,
-        Request::Join {
-            id: "iv".into(),
-            leader,
-            accept: true,
-            timeout_ms: Some(10_000),
-            group_info: vec![],
-        },
-    );
+    join(c, 5, "iv", &leader, true, 10_000);
 }
 
 /// A construct that times out because a leader never calls, an optional construct
@@ -309,16 +305,7 @@ pub fn decisions_and_refusals(c: &mut Cluster) {
         },
     );
     let leader = proc(c, 0);
-    c.request(
-        3,
-        Request::Join {
-            id: "nobody".into(),
-            leader: leader.clone(),
-            accept: true,
-            timeout_ms: Some(2_000),
-            group_info: vec![],
-        },
-    );
+    join(c, 3, "nobody", &leader, true, 2_000);
     let p1 = proc(c, 1);
     c.request(
         0,
@@ -335,16 +322,7 @@ pub fn decisions_and_refusals(c: &mut Cluster) {
         },
     );
     for r in [5u32, 1] {
-        c.request(
-            r,
-            Request::Join {
-                id: "only1".into(),
-                leader: leader.clone(),
-                accept: true,
-                timeout_ms: Some(2_000),
-                group_info: vec![],
-            },
-        );
+        join(c, r, "only1", &leader, true, 2_000);
     }
     c.request(
         5,
