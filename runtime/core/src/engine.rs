@@ -1261,6 +1261,8 @@ impl Engine {
         }
         if let Some(err) = abort {
             match root {
+                // Nobody decides for everyone any more: `fail` ends it here.
+                Some(r) if self.lost_nodes.contains(&r) => self.fail(key, err, now),
                 Some(r) if r != self.node => {
                     self.send_peer(
                         r,
@@ -2726,6 +2728,13 @@ impl Engine {
                 .filter(|p| !coll.dropped.contains(p))
                 .collect();
             if is_construct && !merged_flags(coll).optional && !undecided.is_empty() {
+                // Nobody is left to decide (or to tell): every participant is gone.
+                if standings.iter().all(|(p, _)| self.terminated.contains(p)) {
+                    return Some(Decision::Fail(CohortError::ProcTerminated {
+                        op: op_name(key),
+                        procs: standings.into_iter().map(|(p, _)| p).collect(),
+                    }));
+                }
                 let all_in = standings.iter().all(|(_, s)| *s != Standing::Pending);
                 return all_in.then_some(Decision::Pause(undecided));
             }

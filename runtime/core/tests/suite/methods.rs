@@ -488,6 +488,59 @@ fn requests_to_a_server_already_lost_fail_at_once() {
     }
 }
 
+/// Add-members of a construct whose root is lost end at their own timeout, with
+/// nothing left behind (they sent their aborts to the lost root and kept their
+/// trackers, answering only after the abort grace): found by the schedule exploration.
+/// Group "bs"'s rendezvous server is server 2 in this cluster.
+#[test]
+fn add_members_of_a_lost_root_end_at_their_timeout() {
+    let mut c = cluster();
+    c.kill_node(2);
+    let l0 = bootstrap(&mut c, 0, "bs", 2, &[1, 2, 3]);
+    assert!(
+        matches!(c.error(0, l0), CohortError::PeerLost { node: 2, .. }),
+        "the root of \"bs\" is server 2 here: {:?}",
+        c.reply(0, l0)
+    );
+    let opts = || ConstructOpts {
+        timeout_ms: Some(1_000),
+        ..Default::default()
+    };
+    let joins: Vec<(u32, u64)> = [1, 2, 3]
+        .iter()
+        .map(|&r| (r, c.construct(r, "bs", &[], opts())))
+        .collect();
+    c.advance(Duration::from_millis(1_200));
+    for (r, j) in joins {
+        assert!(matches!(c.reply(r, j), Some(Err(_))), "rank {r}: {:?}", c.reply(r, j));
+    }
+    for e in &c.engines[..2] {
+        assert_eq!(e.collectives_in_progress(), 0, "node {}", e.node());
+    }
+}
+
+/// A notify-termination construct paused for a decision about failed participants ends
+/// when every participant is gone (nobody is left to decide), instead of staying at its
+/// root for ever: found by the schedule exploration.
+#[test]
+fn a_construct_whose_participants_are_all_gone_ends() {
+    for id in ["n0", "n1", "n2", "n3", "n4", "n5", "n6", "n7"] {
+        let mut c = cluster();
+        let leaders = [0u32, 1, 4, 5];
+        for r in [0u32, 1] {
+            let opts = ConstructOpts {
+                notify_termination: true,
+                ..Default::default()
+            };
+            c.construct(r, id, &leaders, opts);
+        }
+        c.kill_node(2);
+        c.kill_node(0);
+        c.advance(Duration::from_secs(1));
+        assert_eq!(c.engines[1].collectives_in_progress(), 0, "{id}");
+    }
+}
+
 /// Nothing is left behind on any server once an invite completes or fails.
 #[test]
 fn invites_leave_no_state_behind() {
