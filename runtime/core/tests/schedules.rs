@@ -285,7 +285,7 @@ fn explore_failures(allgather: Allgather) {
                     continue;
                 };
                 // Not asserted here: a contribution that reaches the root after its
-                // operation failed can leave the sender's tracker behind (7 of 6000
+                // operation failed can leave the sender's tracker behind (7 of 3000
                 // runs at the default count; no request waits on it).
                 seen.left.clear();
                 failures.extend(broken_invariants(&case, &seen, &groups));
