@@ -488,6 +488,20 @@ fn requests_to_a_server_already_lost_fail_at_once() {
     }
 }
 
+/// An invitee's server that declined forgets the invite when the leader's server is
+/// lost before the outcome (the outcome, which would have cleared it, cannot come).
+#[test]
+fn a_lost_leader_servers_invites_are_forgotten() {
+    let mut c = cluster();
+    invite(&mut c, 0, "iv", &[3, 5], InviteOpts::default());
+    join(&mut c, 3, "iv", 0, false);
+    c.kill_node(0);
+    for e in &c.engines[1..] {
+        assert_eq!(e.invite_bookkeeping(), 0, "node {}", e.node());
+        assert_eq!(e.collectives_in_progress(), 0, "node {}", e.node());
+    }
+}
+
 /// Add-members of a construct whose root is lost end at their own timeout, with
 /// nothing left behind (they sent their aborts to the lost root and kept their
 /// trackers, answering only after the abort grace): found by the schedule exploration.
