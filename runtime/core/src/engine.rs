@@ -1244,7 +1244,6 @@ impl Engine {
             });
             true
         });
-        let spec = coll.spec.clone();
         // The tracker stays until the root's verdict comes (or the root is lost): the
         // verdict may still be a success, which installs the group here as everywhere.
         // A retry by these ranks meanwhile waits for it (`parked`).
@@ -1261,20 +1260,9 @@ impl Engine {
         }
         if let Some(err) = abort {
             match root {
-                // Nobody decides for everyone any more: `fail` ends it here.
-                Some(r) if self.lost_nodes.contains(&r) => self.fail(key, err, now),
-                Some(r) if r != self.node => {
-                    self.send_peer(
-                        r,
-                        PeerMsg::CollAbort {
-                            key: key.clone(),
-                            spec,
-                            // The root probes for who is missing; see start_probe.
-                            error: err,
-                            attempt: self.stamp(key),
-                        },
-                    );
-                }
+                // `fail` asks the root to end it (the root probes for who is missing;
+                // see start_probe), or ends it here when the root is lost.
+                Some(r) if r != self.node => self.fail(key, err, now),
                 _ => self.start_probe(key, err, now),
             }
         }
