@@ -14,9 +14,10 @@ use crate::engine::{Action, ClientId, Engine, EngineConfig, Time};
 
 /// Rewrites a peer message on its way (a buggy or hostile peer, for fuzzing): called
 /// with the message's sequence number (0-based, counting the messages that reached a
-/// live server before any rewrite: [`Cluster::deliveries`]), the sender, the receiver and the message; returns the deliveries to make
-/// instead, as (sender, receiver, message): none drops it, several duplicate or
-/// misroute it. Node ids returned must name servers of the cluster.
+/// live server before any rewrite: [`Cluster::deliveries`]), the sender, the receiver
+/// and the message; returns the deliveries to make instead, as (sender, receiver,
+/// message): none drops it, several duplicate or misroute it. Node ids returned must
+/// name servers of the cluster.
 pub type PeerTamper =
     Box<dyn FnMut(u64, NodeId, NodeId, PeerMsg) -> Vec<(NodeId, NodeId, PeerMsg)>>;
 
@@ -57,6 +58,9 @@ pub struct Cluster {
     pub tamper_request: Option<RequestTamper>,
     /// Peer messages that reached a live server so far, as sent (before any rewrite).
     pub deliveries: u64,
+    /// More deliveries than this is a message storm (servers that keep answering each
+    /// other): [`Cluster::pump`] panics naming the last message. `None`: no limit.
+    pub storm_limit: Option<u64>,
     /// When set, [`Cluster::pump`] delivers next the oldest message of a link picked at
     /// random (from this xorshift state) among the links with messages in flight,
     /// instead of the oldest message of all: each link keeps its order, as a fabric
@@ -116,6 +120,7 @@ impl Cluster {
             tamper_peer: None,
             tamper_request: None,
             deliveries: 0,
+            storm_limit: None,
             requests: 0,
             shuffle: None,
             overlap_requests: false,
@@ -313,6 +318,9 @@ impl Cluster {
         self.links.insert((from.min(to), from.max(to)));
         let now = self.now;
         let seq = self.deliveries;
+        if self.storm_limit.is_some_and(|limit| seq >= limit) {
+            panic!("message storm: {seq} peer messages, the last {from} -> {to}: {msg:?}");
+        }
         self.deliveries += 1;
         let deliveries = match self.tamper_peer.as_mut() {
             Some(t) => t(seq, from, to, msg),

@@ -246,10 +246,8 @@ fn replay_peer(scenario: Scenario, allgather: Allgather, target: u64, rw: Rewrit
     let keep = replay.clone();
     let servers = c.engines.len() as NodeId;
     let next = move |n: NodeId| (n + 1) % servers;
+    c.storm_limit = Some(limit);
     c.tamper_peer = Some(Box::new(move |seq, from, to, msg: PeerMsg| {
-        if seq >= limit {
-            panic!("message storm: {seq} peer messages, the last {from} -> {to}: {msg:?}");
-        }
         if seq != target {
             return vec![(from, to, msg)];
         }
@@ -280,12 +278,7 @@ fn replay_peer(scenario: Scenario, allgather: Allgather, target: u64, rw: Rewrit
 
 fn replay_request(scenario: Scenario, allgather: Allgather, target: u64, rw: Rewrite, limit: u64) {
     let mut c = fuzz_cluster(allgather);
-    c.tamper_peer = Some(Box::new(move |seq, from, to, msg: PeerMsg| {
-        if seq >= limit {
-            panic!("message storm: {seq} peer messages, the last {from} -> {to}: {msg:?}");
-        }
-        vec![(from, to, msg)]
-    }));
+    c.storm_limit = Some(limit);
     c.tamper_request = Some(Box::new(move |seq, _rank, req: Request| {
         if seq != target {
             return req;
@@ -408,36 +401,34 @@ fn mutations_change_messages_and_still_decode() {
 fn a_fence_message_contradicting_its_id_is_dropped() {
     let mut c = cluster(Allgather::Tree);
     let (p0, p1) = (proc(&c, 0), proc(&c, 1));
-    c.tamper_peer = Some(Box::new(move |seq, from, to, msg: PeerMsg| {
-        assert!(seq < 100, "message storm: {msg:?}");
-        match msg {
-            PeerMsg::CollUp {
-                key,
-                spec: cohort_proto::peer::CollSpec::Fence { collect, .. },
-                contribs,
-                excused,
-                rerouted,
-                attempt,
-            } if from == 0 => {
-                let spec = cohort_proto::peer::CollSpec::Fence {
-                    procs: vec![p0.clone(), p1.clone()].into(),
-                    collect,
-                };
-                vec![(
-                    from,
-                    to,
-                    PeerMsg::CollUp {
-                        key,
-                        spec,
-                        contribs,
-                        excused,
-                        rerouted,
-                        attempt,
-                    },
-                )]
-            }
-            msg => vec![(from, to, msg)],
+    c.storm_limit = Some(100);
+    c.tamper_peer = Some(Box::new(move |_, from, to, msg: PeerMsg| match msg {
+        PeerMsg::CollUp {
+            key,
+            spec: cohort_proto::peer::CollSpec::Fence { collect, .. },
+            contribs,
+            excused,
+            rerouted,
+            attempt,
+        } if from == 0 => {
+            let spec = cohort_proto::peer::CollSpec::Fence {
+                procs: vec![p0.clone(), p1.clone()].into(),
+                collect,
+            };
+            vec![(
+                from,
+                to,
+                PeerMsg::CollUp {
+                    key,
+                    spec,
+                    contribs,
+                    excused,
+                    rerouted,
+                    attempt,
+                },
+            )]
         }
+        msg => vec![(from, to, msg)],
     }));
     let reqs: Vec<u64> = (0..RANKS)
         .map(|r| {
@@ -472,10 +463,7 @@ fn a_fence_message_contradicting_its_id_is_dropped() {
 #[test]
 fn an_invite_outcome_naming_a_spec_is_dropped() {
     let mut c = cluster(Allgather::Tree);
-    c.tamper_peer = Some(Box::new(|seq, from, to, msg: PeerMsg| {
-        assert!(seq < 50, "message storm: {msg:?}");
-        vec![(from, to, msg)]
-    }));
+    c.storm_limit = Some(50);
     let members: Vec<ProcId> = (0..RANKS).map(|r| proc(&c, r)).collect();
     let msg = PeerMsg::CollDown {
         key: cohort_proto::peer::CollKey {
