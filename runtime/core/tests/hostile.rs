@@ -3,23 +3,24 @@
 //! serving everyone else). The frame layer rejects what does not decode; this suite is
 //! about what does: well-formed messages whose contents are wrong.
 //!
-//! Each scenario (`scenarios/mod.rs`) drives an in-memory cluster of the node servers' engines through
-//! a real sequence of operations (fences with data, the three construction methods,
-//! group fences and gets, leave, destruct, events, timeouts, a server's loss, a
-//! leader's decision, refused joins). The
-//! scenario is then replayed once per peer message and per client request, with that
-//! one message rewritten:
+//! Each scenario (`scenarios/mod.rs`) drives an in-memory cluster of the node servers'
+//! engines through a real sequence of operations (fences with data, the three
+//! construction methods, group fences and gets, leave, destruct, events, timeouts, a
+//! server's loss, a leader's decision, refused joins). The scenario is then replayed
+//! once per peer message and per client request, with that one message rewritten:
 //! - its encoded bytes mutated (bit flips, bytes set to edge values, integers widened
 //!   to their extremes, slices cut or repeated) and decoded again, as a frame from a
 //!   peer with a memory error or another build would arrive (what fails to decode is
 //!   the frame layer's case and is skipped here);
+//! - its fields mutated through serde, keeping its shape (see [`Mutator::Fields`]);
 //! - delivered twice, or attributed to another server, or to another receiver, or
 //!   replayed at the end of the scenario.
 //!
-//! After each replay the clock runs on past every timeout. The assertion is that no
-//! engine panics (a panic in `cohortd` ends the whole job), and that decoding a mutated
-//! frame never expands it beyond its declared bounds (the test would run out of memory
-//! or time if it did). The seeds are fixed, so a failure names a reproducible case.
+//! After each replay the clock runs on past every timeout. The assertions: no engine
+//! panics (a panic in `cohortd` ends the whole job), no message storm (more than 20×
+//! the untampered message count, [`Cluster::storm_limit`]), and decoding a mutated frame
+//! never expands it beyond its declared bounds (the test would run out of memory or
+//! time if it did). The seeds are fixed, so a failure names a reproducible case.
 
 mod scenarios;
 
