@@ -173,6 +173,9 @@ struct Attempts {
     /// The servers of the failed attempts (each got the failure down the tree): a
     /// message of theirs stamped with fewer failures is a leftover.
     servers: BTreeSet<NodeId>,
+    /// The last failure applied here, for a server that missed it (see
+    /// [`Engine::answer_stale`]).
+    error: Option<CohortError>,
 }
 
 #[derive(Debug)]
@@ -467,6 +470,22 @@ impl Engine {
     /// Number of collectives in progress here (tests use it to check for leaks).
     pub fn collectives_in_progress(&self) -> usize {
         self.colls.len()
+    }
+
+    /// Collectives in progress here that a live process joined (or waits in). After a
+    /// server's loss, an operation joined only by processes that have since terminated
+    /// stays open for the live participants that have not called yet (they may still
+    /// call and complete it); tests use this to tell those apart from leaks.
+    pub fn collectives_joined_by_live_processes(&self) -> usize {
+        let live = |p: &ProcId| !self.terminated.contains(p);
+        self.colls
+            .values()
+            .filter(|c| {
+                c.contribs.keys().any(live)
+                    || c.joins.keys().any(live)
+                    || c.waiters.iter().any(|w| live(&w.proc))
+            })
+            .count()
     }
 
     /// Open invites, requests waiting for a peer's acknowledgement and the invites
@@ -787,13 +806,61 @@ impl Engine {
         })
     }
 
-    /// A failure of `key` was applied here and passed on to `told`.
-    fn record_failure(&mut self, key: &CollKey, told: &[NodeId]) {
+    /// A failure of `key` (`error`) was applied here and passed on to `told`.
+    fn record_failure(&mut self, key: &CollKey, told: &[NodeId], error: &CohortError) {
         let a = self.attempts.entry(key);
         a.seen += 1;
+        a.error = Some(error.clone());
         for &n in told {
             *a.told.entry(n).or_default() += 1;
         }
+    }
+
+    /// `from` sent a message of an attempt of `key` that failed here (`stale`). If this
+    /// server did not pass the failure to `from` itself, it went down the tree through
+    /// servers that may have been lost before passing it on: a sender that re-sends its
+    /// contributions to an ancestor (its parent lost) or gives up (a timeout) may be
+    /// waiting for it still, and would keep its tracker for ever. Such a sender gets the
+    /// failure directly; a copy that also comes down the tree is dropped as the
+    /// outcome of an attempt it already ended.
+    fn answer_stale(&mut self, from: NodeId, msg: &PeerMsg) {
+        let (key, attempt) = match msg {
+            PeerMsg::CollUp {
+                key,
+                rerouted: true,
+                attempt,
+                ..
+            }
+            | PeerMsg::CollAbort { key, attempt, .. } => (key, *attempt),
+            _ => return,
+        };
+        let Some(a) = self.attempts.get(key) else {
+            return;
+        };
+        if a.told.get(&from).is_some_and(|&told| attempt < told) {
+            // On its way on this very link.
+            return;
+        }
+        let Some(error) = a.error.clone() else {
+            return;
+        };
+        tracing::debug!(
+            ?key,
+            from,
+            attempt,
+            "telling a server the failure it missed"
+        );
+        self.send_peer(
+            from,
+            PeerMsg::CollDown {
+                key: key.clone(),
+                spec: None,
+                outcome: CollOutcome::Failed(error),
+                late: Vec::new(),
+                attempt,
+                lean: None,
+            },
+        );
     }
 
     /// Passes an outcome (`msg`) on to this server's live children in `tree`, as one
@@ -872,6 +939,7 @@ impl Engine {
                     attempt,
                     "dropping a message of an attempt that failed before it arrived"
                 );
+                self.answer_stale(from, &msg);
                 return;
             }
             let spec = match &msg {
@@ -1065,8 +1133,10 @@ impl Engine {
                 // a retry's, started by a server that saw the failure first): passed on
                 // to the old tree below, counted, not applied.
                 let tree = spec.as_ref().map(|s| self.tree_for(&key, s));
-                let count =
-                    matches!(outcome, CollOutcome::Failed(_)) && attempt >= self.attempt_of(&key);
+                let count = match &outcome {
+                    CollOutcome::Failed(e) if attempt >= self.attempt_of(&key) => Some(e.clone()),
+                    _ => None,
+                };
                 let k = key.clone();
                 let told = self.pass_down(tree.as_ref(), || PeerMsg::CollDown {
                     key: k,
@@ -1076,8 +1146,8 @@ impl Engine {
                     attempt,
                     lean,
                 });
-                if count {
-                    self.record_failure(&key, &told);
+                if let Some(error) = count {
+                    self.record_failure(&key, &told, &error);
                 }
             }
             PeerMsg::CollDown {
@@ -2026,6 +2096,7 @@ impl Engine {
             coll.gather = gather;
             coll.spec = Some(spec);
             coll.tree = Some(tree);
+            self.gather_lost_already(key);
             return Ok(());
         }
         let old = self
@@ -2969,9 +3040,11 @@ impl Engine {
             .chain(targets)
             .filter(|n| *n != self.node)
             .collect();
-        if matches!(outcome, CollOutcome::Failed(_)) {
-            self.record_failure(&key, &told);
-            if let Some(t) = coll.as_ref().and_then(|c| c.tree.as_ref()) {
+        if let CollOutcome::Failed(error) = &outcome {
+            self.record_failure(&key, &told, error);
+            // Also when no tracker was here (none of this server's processes had
+            // joined): the servers' rounds or contributions may still come.
+            if let Some(t) = &tree {
                 let a = self.attempts.get_mut(&key).expect("just recorded");
                 a.servers.extend(t.nodes().iter().copied());
             }

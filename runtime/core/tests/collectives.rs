@@ -29,3 +29,53 @@ fn an_outcome_goes_to_all_children_as_one_message() {
         c.peer_actions
     );
 }
+
+/// "A dead peer turns into an error or an event, never a hang" (DESIGN.md). The root
+/// fails a construct (a required participant terminated) and passes the failure down to
+/// an interior server x, which is lost before passing it on to its children. The
+/// children's contributions (re-sent to the root past x) and their aborts reach the
+/// root after the failure: messages of an attempt the root already failed. The root
+/// tells them the failure directly, since it did not tell them itself; it used to drop
+/// them, and the children's ranks (no timeout) waited for ever.
+#[test]
+fn children_of_a_server_lost_with_a_failure_get_it_from_the_root() {
+    let id = "lost-failure";
+    let (root, x, kids) = interior(id);
+    let mut c = Cluster::new(7, 7, TreeShape::KAry(2));
+    c.connect_all();
+    let y = (0..7)
+        .find(|n| *n != root && *n != x && !kids.contains(n))
+        .expect("7 servers");
+    for &k in &kids {
+        c.hold(x, k);
+        c.hold(k, root);
+    }
+    let all: Vec<u32> = (0..7).collect();
+    let reqs: Vec<(u32, u64)> = (0..7)
+        .filter(|&r| r != y)
+        .map(|r| (r, c.construct(r, id, &all, ConstructOpts::default())))
+        .collect();
+    // y's rank terminates without joining: the root fails the construct; x has the
+    // failure, its children do not.
+    c.exit(y);
+    for &(r, req) in &reqs {
+        if kids.contains(&r) {
+            assert!(c.reply(r, req).is_none(), "rank {r} waits for x");
+        }
+    }
+    c.kill_node(x);
+    for &k in &kids {
+        c.release(k, root);
+    }
+    for &(r, req) in reqs.iter().filter(|(r, _)| *r != x) {
+        match c.error(r, req) {
+            CohortError::ProcTerminated { procs, .. } => {
+                assert_eq!(procs, vec![c.proc(y)], "rank {r}")
+            }
+            e => panic!("rank {r}: expected ProcTerminated, got {e}"),
+        }
+    }
+    for e in c.engines.iter().filter(|e| !c.is_dead(e.node())) {
+        assert_eq!(e.collectives_in_progress(), 0, "server {}", e.node());
+    }
+}

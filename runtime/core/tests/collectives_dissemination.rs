@@ -391,3 +391,130 @@ fn rounds_of_a_retry_that_overtake_the_failure_count_for_the_retry() {
 fn a_late_verdict_on_an_attempt_a_server_ended_itself_does_not_end_the_retry() {
     retry_after_a_late_verdict(true, &[2, 3]);
 }
+
+/// After a server of the allgather is lost, each survivor sends what it has straight
+/// to the root, but only once its own processes have all joined: a process of its own
+/// that joins after the loss could not reach the root by the rounds (they pass through
+/// the lost server). It used to send at the loss, and a rank joining later was never
+/// counted: the construct (no timeout) hung.
+#[test]
+fn a_fallback_waits_for_the_servers_own_late_joiner() {
+    let id = "late-joiner";
+    let servers = 4;
+    let mut c = new_cluster(2 * servers, servers, TreeShape::KAry(2));
+    c.connect_all();
+    let warm = c.fence_all(false);
+    for r in 0..2 * servers {
+        assert_eq!(c.reply(r, warm[r as usize]), Some(Ok(Response::Done)));
+    }
+    let root = cohort_topology::rendezvous(id, servers as usize) as u32;
+    // Positions are node ids here. The root takes in round 0 from root + 1 and round 1
+    // from root + 2, which carries root + 3's data: with root + 2 lost, root + 3's data
+    // can reach the root only directly.
+    let lost = (root + 2) % servers;
+    let s = (root + 3) % servers;
+    let late = 2 * s + 1;
+    let all: Vec<u32> = (0..2 * servers).collect();
+    let opts = ConstructOpts {
+        optional: true,
+        ..ctx_opts()
+    };
+    // Everyone but the lost server's ranks and s's second rank joins; the rounds wait
+    // for the lost server's.
+    let early: Vec<u32> = all
+        .iter()
+        .copied()
+        .filter(|&r| c.job.rank_node[r as usize] != lost && r != late)
+        .collect();
+    let mut reqs: Vec<(u32, u64)> = early
+        .iter()
+        .map(|&r| (r, c.construct(r, id, &all, opts.clone())))
+        .collect();
+    for &(r, req) in &reqs {
+        assert!(c.reply(r, req).is_none(), "rank {r} waits");
+    }
+    c.kill_node(lost);
+    reqs.push((late, c.construct(late, id, &all, opts.clone())));
+    let survivors: Vec<ProcId> = all
+        .iter()
+        .filter(|&&r| c.job.rank_node[r as usize] != lost)
+        .map(|&r| c.proc(r))
+        .collect();
+    let first = c.group(reqs[0].0, reqs[0].1);
+    assert_eq!(first.status, ConstructStatus::PartialSuccess);
+    assert_eq!(first.members, survivors, "the late joiner is a member");
+    for &(r, req) in &reqs {
+        assert_eq!(c.group(r, req), first, "rank {r}");
+    }
+    for e in c.engines.iter().filter(|e| !c.is_dead(e.node())) {
+        assert_eq!(e.collectives_in_progress(), 0, "server {}", e.node());
+    }
+}
+
+/// A failure reaches a server none of whose processes joined yet (it has no tracker);
+/// rounds of the failed attempt come after it. They are leftovers and are dropped
+/// instead of opening a new operation there that nobody would end; the server's rank,
+/// calling late, gets the failure.
+#[test]
+fn rounds_after_a_failure_that_found_no_tracker_are_dropped() {
+    let n = 8u32;
+    let nodes: Vec<u32> = (0..n).collect();
+    // s takes its rounds from s + 1, s + 2 and s + 4, and the outcome from its tree
+    // parent; the rounds' servers must be neither its parent nor its children (a
+    // server passing the failure on knows that its children got it).
+    let partners = |s: u32| [1, 2, 4].map(|d| (s + d) % n);
+    let (id, s) = (0..)
+        .find_map(|i| {
+            let id = format!("no-tracker-{i}");
+            let root = cohort_topology::rendezvous(&id, n as usize) as u32;
+            let down = cohort_topology::Tree::new(&nodes, root, TreeShape::KAry(2));
+            let s = (0..n).find(|&s| {
+                s != root
+                    && partners(s).iter().all(|&p| {
+                        p != root && down.parent(s) != Some(p) && !down.children(s).contains(&p)
+                    })
+            })?;
+            Some((id, s))
+        })
+        .expect("some id has such servers");
+    let mut c = new_cluster(n, n, TreeShape::KAry(2));
+    c.connect_all();
+    for p in partners(s) {
+        c.hold(p, s);
+    }
+    let opts = ConstructOpts {
+        timeout_ms: Some(1_000),
+        ..Default::default()
+    };
+    // s's rank does not call: everyone else times out, past the root's probe.
+    let reqs: Vec<(u32, u64)> = nodes
+        .iter()
+        .filter(|&&r| r != s)
+        .map(|&r| (r, c.construct(r, &id, &nodes, opts.clone())))
+        .collect();
+    c.advance(Duration::from_secs(2));
+    c.advance(Duration::from_secs(6));
+    for &(r, req) in &reqs {
+        assert!(
+            matches!(c.error(r, req), CohortError::Timeout { .. }),
+            "rank {r}: {:?}",
+            c.reply(r, req)
+        );
+    }
+    for p in partners(s) {
+        c.release(p, s);
+    }
+    assert_eq!(
+        c.engines[s as usize].collectives_in_progress(),
+        0,
+        "server {s} opened an operation for leftover rounds"
+    );
+    let late = c.construct(s, &id, &nodes, opts);
+    assert!(
+        matches!(c.error(s, late), CohortError::Timeout { .. }),
+        "the late caller gets the construct's failure"
+    );
+    for e in c.engines.iter() {
+        assert_eq!(e.collectives_in_progress(), 0, "server {}", e.node());
+    }
+}

@@ -134,8 +134,47 @@ impl Engine {
             let coll = self.colls.get_mut(key).expect("present");
             coll.excused.extend(excused);
             coll.gather.as_mut().expect("present").ready = true;
+            self.fallback_up(key);
         }
         self.send_rounds(key, false);
+    }
+
+    /// After a fallback, once this server's own processes are settled, everything it
+    /// has (its own contributions and what it gathered) goes straight to the root,
+    /// once. Sending earlier would leave out processes of its own that join later:
+    /// rounds cannot carry them to the root past a lost server.
+    fn fallback_up(&mut self, key: &CollKey) {
+        let root = self.root_of(key);
+        let Some(coll) = self.colls.get(key) else {
+            return;
+        };
+        let ready = coll.gather.as_ref().is_some_and(|g| g.ready);
+        if !coll.fallback || coll.sent_up || !ready || coll.spec.is_none() {
+            return;
+        }
+        let Some(root) = root.filter(|r| *r != self.node && !self.lost_nodes.contains(r)) else {
+            return;
+        };
+        tracing::debug!(?key, root, "allgather: sending what is here to the root");
+        let msg = self.up_msg(key, true);
+        let coll = self.colls.get_mut(key).expect("present");
+        coll.sent_up = true;
+        coll.sent_to = Some(root);
+        self.send_peer(root, msg);
+    }
+
+    /// A gather set up here after one of its servers was lost falls back at once: it
+    /// would wait for ever for the lost server's rounds, and the root must send the
+    /// whole outcome.
+    pub(super) fn gather_lost_already(&mut self, key: &CollKey) {
+        let lost = self
+            .colls
+            .get(key)
+            .and_then(|c| c.gather.as_ref())
+            .is_some_and(|g| g.nodes.iter().any(|n| self.lost_nodes.contains(n)));
+        if lost {
+            self.colls.get_mut(key).expect("present").fallback = true;
+        }
     }
 
     /// Sends the rounds due: each once rounds `0..i` are in, or with `all` every round
@@ -297,18 +336,17 @@ impl Engine {
         let Some(root) = root.filter(|r| !self.lost_nodes.contains(r)) else {
             return;
         };
-        if coll.fallback || coll.spec.is_none() {
+        if coll.fallback {
             return;
         }
-        coll.fallback = true;
         tracing::debug!(
             ?key,
             lost = peer,
             root,
-            "allgather: sending what is here to the root"
+            "allgather: falling back to the root"
         );
-        let msg = self.up_msg(key, true);
-        self.send_peer(root, msg);
+        coll.fallback = true;
+        self.fallback_up(key);
     }
 
     /// Root: the outcome for the tree below, without the gathered data (`Some` only

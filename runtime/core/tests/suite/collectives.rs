@@ -996,6 +996,49 @@ fn fences_after_a_server_loss_neither_wait_for_it_nor_route_through_it() {
     }
 }
 
+/// A construct started after one of its participants' servers was lost (its rank is
+/// terminated, optional participation): the survivors get partial success without it,
+/// all the same group. With the dissemination allgather, every survivor sets up its
+/// rounds after the loss; a round from the lost server would never come, so they go
+/// straight to the root instead (they used to wait for it, and a construct without a
+/// timeout hung, or one member missed the outcome the others got).
+#[test]
+fn a_construct_started_after_a_servers_loss_completes_without_it() {
+    let id = "after-loss";
+    let n = 7;
+    let mut c = new_cluster(n, n, TreeShape::KAry(2));
+    c.connect_all();
+    // A first fence connects the servers, so that each learns of the loss.
+    let warm = c.fence_all(false);
+    for r in 0..n {
+        assert_eq!(c.reply(r, warm[r as usize]), Some(Ok(Response::Done)));
+    }
+    let root = cohort_topology::rendezvous(id, n as usize) as u32;
+    let lost = (root + 3) % n;
+    c.kill_node(lost);
+    let all: Vec<u32> = (0..n).collect();
+    let opts = ConstructOpts {
+        optional: true,
+        ..ctx_opts()
+    };
+    let reqs: Vec<(u32, u64)> = (0..n)
+        .filter(|&r| r != lost)
+        .map(|r| (r, c.construct(r, id, &all, opts.clone())))
+        .collect();
+    let survivors: Vec<ProcId> = (0..n).filter(|&r| r != lost).map(|r| c.proc(r)).collect();
+    let first = c.group(reqs[0].0, reqs[0].1);
+    assert_eq!(first.status, ConstructStatus::PartialSuccess);
+    assert_eq!(first.members, survivors);
+    assert_eq!(first.failed, vec![c.proc(lost)]);
+    assert!(first.context_id.is_some());
+    for &(r, req) in &reqs {
+        assert_eq!(c.group(r, req), first, "rank {r}");
+    }
+    for e in c.engines.iter().filter(|e| !c.is_dead(e.node())) {
+        assert_eq!(e.collectives_in_progress(), 0, "server {}", e.node());
+    }
+}
+
 /// A contribution still on its way to the root when the root fails the construct must
 /// not linger there: a retry of the same id by the survivors (with a new membership)
 /// would otherwise meet the stale tracker and be refused as a mismatch.
