@@ -167,6 +167,9 @@ impl Engine {
     /// would wait for ever for the lost server's rounds, and the root must send the
     /// whole outcome.
     pub(super) fn gather_lost_already(&mut self, key: &CollKey) {
+        if self.lost_nodes.is_empty() {
+            return;
+        }
         let lost = self
             .colls
             .get(key)
