@@ -749,6 +749,10 @@ impl Engine {
                             c.sent_to = Some(to);
                         }
                         tracing::debug!(?key, lost = peer, to, "re-sending contributions");
+                        // `to` learns of the loss first (this server may have heard
+                        // of it from a third one): it then sends its outcome around
+                        // the lost server, not into it.
+                        self.send_peer(to, PeerMsg::NodeLost { node: peer });
                         self.send_peer(to, msg);
                     }
                     None => {

@@ -156,6 +156,22 @@ impl Engine {
             return;
         };
         tracing::debug!(?key, root, "allgather: sending what is here to the root");
+        // The root learns of the losses first (it may have heard of none yet): it then
+        // sends its outcome around them, not into a lost server.
+        let lost: Vec<NodeId> = coll
+            .gather
+            .as_ref()
+            .map(|g| {
+                g.nodes
+                    .iter()
+                    .filter(|n| self.lost_nodes.contains(n))
+                    .copied()
+                    .collect()
+            })
+            .unwrap_or_default();
+        for node in lost {
+            self.send_peer(root, PeerMsg::NodeLost { node });
+        }
         let msg = self.up_msg(key, true);
         let coll = self.colls.get_mut(key).expect("present");
         coll.sent_up = true;
