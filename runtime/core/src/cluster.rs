@@ -249,6 +249,13 @@ impl Cluster {
     /// every server that exchanged messages with it, or had messages on their way to
     /// it, is told it is lost. Servers that never talked to it are not.
     pub fn kill_node(&mut self, node: NodeId) {
+        self.kill_node_unnoticed_by(node, &[]);
+    }
+
+    /// Kills `node` as [`Cluster::kill_node`] does, except that the servers in
+    /// `unnoticed` are not told by their fabric (as if their connection to it broke
+    /// only later): they learn of the loss only from other servers' messages.
+    pub fn kill_node_unnoticed_by(&mut self, node: NodeId, unnoticed: &[NodeId]) {
         self.dead.insert(node);
         let mut tell: Vec<NodeId> = self
             .links
@@ -265,6 +272,7 @@ impl Cluster {
         }
         tell.sort_unstable();
         tell.dedup();
+        tell.retain(|n| !unnoticed.contains(n));
         for n in tell {
             self.tell_lost(n, node);
         }

@@ -518,3 +518,56 @@ fn rounds_after_a_failure_that_found_no_tracker_are_dropped() {
         assert_eq!(e.collectives_in_progress(), 0, "server {}", e.node());
     }
 }
+
+/// A server that hears of a loss only from another server falls back: it sends what it
+/// gathered straight to the root. The root, which has not heard of the loss yet, can
+/// decide on it. The server tells the root of the loss first, on the same link, so
+/// that the root sends its outcome around the lost server. It used to send the outcome
+/// into the lost server, the server's parent in the outcome's tree, and the server's
+/// ranks (no timeout) waited for ever.
+#[test]
+fn a_fallback_tells_the_root_of_the_loss_before_the_root_decides() {
+    let id = "unnoticed";
+    let n = 8u32;
+    let nodes: Vec<u32> = (0..n).collect();
+    let root = cohort_topology::rendezvous(id, n as usize) as u32;
+    let down = cohort_topology::Tree::new(&nodes, root, TreeShape::KAry(2));
+    let x = down
+        .children(root)
+        .into_iter()
+        .find(|&c| !down.children(c).is_empty())
+        .expect("a child of the root with children");
+    let k = down.children(x)[0];
+    let mut c = new_cluster(n, n, TreeShape::KAry(2));
+    c.connect_all();
+    // The root misses its last round, so it can decide only on what a fallback
+    // brings; every other server completes its allgather and waits for the outcome.
+    // Nothing reaches the root but from k.
+    for z in (0..n).filter(|&z| z != root && z != k) {
+        c.hold(z, root);
+    }
+    let opts = ConstructOpts {
+        optional: true,
+        ..ctx_opts()
+    };
+    let reqs: Vec<(u32, u64)> = nodes
+        .iter()
+        .map(|&r| (r, c.construct(r, id, &nodes, opts.clone())))
+        .collect();
+    for &(r, req) in &reqs {
+        assert!(c.reply(r, req).is_none(), "rank {r} waits for the outcome");
+    }
+    // x is lost; k and the root hear of it only from other servers (the root not yet:
+    // its links are held).
+    c.kill_node_unnoticed_by(x, &[root, k]);
+    for z in (0..n).filter(|&z| z != root && z != k && z != x) {
+        c.release(z, root);
+    }
+    let first = c.group(root, reqs[root as usize].1);
+    for &(r, req) in reqs.iter().filter(|&&(r, _)| r != x) {
+        assert_eq!(c.group(r, req), first, "rank {r}");
+    }
+    for e in c.engines.iter().filter(|e| !c.is_dead(e.node())) {
+        assert_eq!(e.collectives_in_progress(), 0, "server {}", e.node());
+    }
+}

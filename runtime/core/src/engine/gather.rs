@@ -15,9 +15,10 @@
 //! fills those in from its own copy once its last round is in.
 //!
 //! Failures fall back to the tree collective's paths: when a server of the operation
-//! is lost, every server still waiting for the outcome sends what it has gathered
-//! straight to the root (as a child of a lost server re-sends its subtree), and the
-//! root then sends the whole outcome. Timeouts, aborts, probes, leader failures and
+//! is lost, every server still waiting for the outcome (or setting up its rounds only
+//! after the loss) sends what it has gathered straight to the root once its own
+//! processes are settled (as a child of a lost server re-sends its subtree), telling
+//! the root of the loss first, and the root then sends the whole outcome. Timeouts, aborts, probes, leader failures and
 //! decisions all stay the root's, as in the tree collective.
 //!
 //! Rounds travel other links than outcomes, so two operations with one key (a retry
