@@ -571,3 +571,55 @@ fn a_fallback_tells_the_root_of_the_loss_before_the_root_decides() {
         assert_eq!(e.collectives_in_progress(), 0, "server {}", e.node());
     }
 }
+
+/// After a fallback (a server was lost), a server sent what it gathered straight to the
+/// root, but the root's outcome comes down the root's tree. When a server on that way is
+/// lost with the outcome, the server asks the root again, which answers from the
+/// outcome it keeps. It used to wait for ever (no timeout) once it had fallen back.
+#[test]
+fn a_server_that_fell_back_asks_again_when_the_outcome_is_lost_on_its_way() {
+    let id = "lost-on-the-way";
+    let n = 8u32;
+    let nodes: Vec<u32> = (0..n).collect();
+    let root = cohort_topology::rendezvous(id, n as usize) as u32;
+    let down = cohort_topology::Tree::new(&nodes, root, TreeShape::KAry(2));
+    let x = down
+        .children(root)
+        .into_iter()
+        .find(|&c| !down.children(c).is_empty())
+        .expect("a child of the root with children");
+    let k = down.children(x)[0];
+    let y = (0..n)
+        .find(|&y| ![root, x, k].contains(&y))
+        .expect("8 servers");
+    let mut c = new_cluster(n, n, TreeShape::KAry(2));
+    c.connect_all();
+    let warm = c.fence_all(false);
+    for r in 0..n {
+        assert_eq!(c.reply(r, warm[r as usize]), Some(Ok(Response::Done)));
+    }
+    // y is lost first: every server falls back to the root.
+    c.kill_node(y);
+    c.hold(x, k);
+    let opts = ConstructOpts {
+        optional: true,
+        ..ctx_opts()
+    };
+    let reqs: Vec<(u32, u64)> = nodes
+        .iter()
+        .filter(|&&r| r != y)
+        .map(|&r| (r, c.construct(r, id, &nodes, opts.clone())))
+        .collect();
+    let first = c.group(root, reqs.iter().find(|(r, _)| *r == root).unwrap().1);
+    let k_req = reqs.iter().find(|(r, _)| *r == k).unwrap().1;
+    assert!(c.reply(k, k_req).is_none(), "the outcome waits at x");
+    // x is lost with the outcome.
+    c.kill_node(x);
+    assert_eq!(c.group(k, k_req), first);
+    for &(r, req) in reqs.iter().filter(|&&(r, _)| r != x) {
+        assert_eq!(c.group(r, req), first, "rank {r}");
+    }
+    for e in c.engines.iter().filter(|e| !c.is_dead(e.node())) {
+        assert_eq!(e.collectives_in_progress(), 0, "server {}", e.node());
+    }
+}

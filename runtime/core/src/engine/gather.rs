@@ -357,6 +357,24 @@ impl Engine {
             return;
         };
         if coll.fallback {
+            // Already sent to the root. The root's outcome comes down its tree: if
+            // `peer` was on the way, the root is asked again (it answers from the
+            // outcome it keeps once decided).
+            let on_the_way = coll.sent_up
+                && coll.tree.as_ref().is_some_and(|t| {
+                    let mut at = t.parent(self.node);
+                    while let Some(a) = at.filter(|&a| a != root) {
+                        if a == peer {
+                            return true;
+                        }
+                        at = t.parent(a);
+                    }
+                    false
+                });
+            if on_the_way {
+                coll.sent_up = false;
+                self.fallback_up(key);
+            }
             return;
         }
         tracing::debug!(
