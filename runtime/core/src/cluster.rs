@@ -25,6 +25,19 @@ pub type PeerTamper =
 /// the request's sequence number (0-based), the calling rank and the request.
 pub type RequestTamper = Box<dyn FnMut(u64, u32, Request) -> Request>;
 
+/// A node server killed during a run ([`Cluster::kills`]).
+#[derive(Clone, Debug)]
+pub struct Kill {
+    /// Killed once this many peer messages were delivered.
+    pub after: u64,
+    pub node: NodeId,
+    /// Servers whose fabric reports the loss only after this many more deliveries (or
+    /// once the cluster is quiet); until then they learn of it from other servers'
+    /// messages, or when they send to it. The others are told at once, as
+    /// [`Cluster::kill_node`] does.
+    pub unnoticed: Vec<(NodeId, u64)>,
+}
+
 /// What [`Cluster::step`] delivers.
 enum Next {
     Peer(NodeId, NodeId, PeerMsg),
@@ -72,9 +85,11 @@ pub struct Cluster {
     /// reach its server in order (one client connection); ranks and links overtake
     /// each other. Everything else (`advance`, `exit`, …) still runs to quiet.
     pub overlap_requests: bool,
-    /// `(n, node)`: node server `node` is killed ([`Cluster::kill_node`]) once `n` peer
-    /// messages were delivered, wherever the scenario is then.
-    pub kill_at: Option<(u64, NodeId)>,
+    /// Node servers to kill once so many peer messages were delivered, wherever the
+    /// scenario is then (see [`Kill`]).
+    pub kills: Vec<Kill>,
+    /// Losses servers' fabrics report late: (at this many deliveries, to, lost).
+    late_reports: Vec<(u64, NodeId, NodeId)>,
     /// Requests made but not yet handed to their server (see `overlap_requests`).
     queued: VecDeque<(u32, ReqId, Request)>,
     /// Client requests made so far.
@@ -124,7 +139,8 @@ impl Cluster {
             requests: 0,
             shuffle: None,
             overlap_requests: false,
-            kill_at: None,
+            kills: Vec::new(),
+            late_reports: Vec::new(),
             queued: VecDeque::new(),
         }
     }
@@ -296,15 +312,32 @@ impl Cluster {
     /// one delivery: a peer message, or (see [`Cluster::overlap_requests`]) a queued
     /// request. `false` when nothing was in flight.
     fn step(&mut self) -> bool {
-        if let Some((n, node)) = self.kill_at {
-            if self.deliveries >= n {
-                self.kill_at = None;
-                self.kill_node(node);
-                return true;
+        if let Some(i) = self.kills.iter().position(|k| self.deliveries >= k.after) {
+            let k = self.kills.remove(i);
+            let unnoticed: Vec<NodeId> = k.unnoticed.iter().map(|&(n, _)| n).collect();
+            for &(n, later) in &k.unnoticed {
+                self.late_reports.push((self.deliveries + later, n, k.node));
             }
+            self.kill_node_unnoticed_by(k.node, &unnoticed);
+            return true;
+        }
+        if let Some(i) = self
+            .late_reports
+            .iter()
+            .position(|&(at, _, _)| self.deliveries >= at)
+        {
+            let (_, to, lost) = self.late_reports.remove(i);
+            self.tell_lost(to, lost);
+            return true;
         }
         self.collect_actions();
         let (from, to, msg) = match self.next_event() {
+            None if !self.late_reports.is_empty() => {
+                // Quiet: the fabrics' late reports come now.
+                let (_, to, lost) = self.late_reports.remove(0);
+                self.tell_lost(to, lost);
+                return true;
+            }
             None => return false,
             Some(Next::Request(rank, id, req)) => {
                 let node = self.node_of_rank(rank) as usize;

@@ -11,6 +11,7 @@ mod scenarios;
 
 use std::collections::BTreeMap;
 
+use cohort_core::cluster::Kill;
 use cohort_proto::msg::{GroupResult, Request, Response};
 use cohort_topology::Allgather;
 use scenarios::*;
@@ -45,7 +46,7 @@ struct Seen {
 const SIZES: [(u32, u32); 2] = [(RANKS, NODES), (16, 8)];
 
 fn run(size: (u32, u32), scenario: Scenario, allgather: Allgather, shuffle: Option<u64>) -> Seen {
-    run_with(size, scenario, allgather, shuffle, false, None).0
+    run_with(size, scenario, allgather, shuffle, false, Vec::new()).0
 }
 
 /// Runs `scenario` (requests overlapping when `overlap`); also returns the group
@@ -56,12 +57,12 @@ fn run_with(
     allgather: Allgather,
     shuffle: Option<u64>,
     overlap: bool,
-    kill_at: Option<(u64, u32)>,
+    kills: Vec<Kill>,
 ) -> (Seen, BTreeMap<String, Vec<(u32, GroupResult)>>) {
     let mut c = cluster_of(ranks, nodes, allgather);
     c.shuffle = shuffle;
     c.overlap_requests = overlap;
-    c.kill_at = kill_at;
+    c.kills = kills;
     let calls = std::rc::Rc::new(std::cell::RefCell::new(Vec::new()));
     let keep = calls.clone();
     c.tamper_request = Some(Box::new(move |seq, rank, req: Request| {
@@ -219,11 +220,11 @@ fn explore(allgather: Allgather) {
 /// other ranks are still on their way): outcomes may differ from the sequential run
 /// (a get may come before the construct that makes its group), but every request is
 /// answered once the clock runs out, every member of a group gets the same group, and
-/// every operation ends on every live server. With `kill_a_server`, a random server is
-/// killed at a random point of each schedule: every request of a rank on a live server
-/// is still answered (a dead peer becomes an error or an event, never a hang), and
-/// groups still agree.
-fn explore_overlapping(allgather: Allgather, kill_a_server: bool) {
+/// every operation ends on every live server. With `losses`, servers are killed at
+/// random points of each schedule: every request of a rank on a live server is still
+/// answered (a dead peer becomes an error or an event, never a hang), and groups still
+/// agree.
+fn explore_overlapping(allgather: Allgather, losses: Losses) {
     let mut failures = Vec::new();
     for size in SIZES {
         for (name, scenario) in SCENARIOS {
@@ -235,27 +236,26 @@ fn explore_overlapping(allgather: Allgather, kill_a_server: bool) {
             };
             for seed in 1..=schedules() {
                 let mut pick = Rng::new(seed);
-                let kill = kill_a_server.then(|| {
-                    (
-                        pick.next() % messages.max(1),
-                        (pick.next() % u64::from(size.1)) as u32,
-                    )
-                });
+                let kills = losses.pick(&mut pick, messages, size.1);
                 let mut case = format!(
                     "{name} ({allgather:?}, {} ranks on {} servers), overlapping schedule {seed}",
                     size.0, size.1
                 );
-                if let Some((after, node)) = kill {
-                    case += &format!(", server {node} killed after {after} messages");
+                for k in &kills {
+                    case += &format!(", server {} killed after {} messages", k.node, k.after);
+                    if !k.unnoticed.is_empty() {
+                        case += &format!(" (reported late to {:?})", k.unnoticed);
+                    }
                 }
+                let any_kill = !kills.is_empty();
                 let run = std::panic::catch_unwind(|| {
-                    run_with(size, scenario, allgather, Some(seed), true, kill)
+                    run_with(size, scenario, allgather, Some(seed), true, kills.clone())
                 });
                 let Ok((mut seen, groups)) = run else {
                     failures.push(format!("{case}: panicked"));
                     continue;
                 };
-                if kill.is_some() {
+                if any_kill {
                     // An operation that only processes of the lost server joined stays
                     // open for the live participants that have not called (they may
                     // still call and complete it): not a leak. Invite bookkeeping
@@ -311,24 +311,77 @@ fn broken_invariants(
     failures
 }
 
+/// Which servers an overlapping schedule loses.
+#[derive(Clone, Copy)]
+enum Losses {
+    None,
+    /// One, reported at once to every server that talked to it.
+    One,
+    /// Two different servers, each reported late to a random half of the others (they
+    /// hear of it from other servers first, or when they send to it).
+    TwoReportedLate,
+}
+
+impl Losses {
+    fn pick(self, pick: &mut Rng, messages: u64, servers: u32) -> Vec<Kill> {
+        let count = match self {
+            Losses::None => 0,
+            Losses::One => 1,
+            Losses::TwoReportedLate => 2,
+        };
+        let mut kills: Vec<Kill> = Vec::new();
+        while kills.len() < count {
+            let node = (pick.next() % u64::from(servers)) as u32;
+            let after = pick.next() % messages.max(1);
+            if kills.iter().any(|k| k.node == node) {
+                continue;
+            }
+            let mut unnoticed = Vec::new();
+            if matches!(self, Losses::TwoReportedLate) {
+                for n in (0..servers).filter(|&n| n != node) {
+                    if pick.next().is_multiple_of(2) {
+                        unnoticed.push((n, pick.next() % (messages / 4).max(1)));
+                    }
+                }
+            }
+            kills.push(Kill {
+                after,
+                node,
+                unnoticed,
+            });
+        }
+        kills
+    }
+}
+
 #[test]
 fn a_server_lost_anywhere_keeps_the_invariants_tree() {
-    explore_overlapping(Allgather::Tree, true);
+    explore_overlapping(Allgather::Tree, Losses::One);
 }
 
 #[test]
 fn a_server_lost_anywhere_keeps_the_invariants_dissemination() {
-    explore_overlapping(Allgather::Dissemination, true);
+    explore_overlapping(Allgather::Dissemination, Losses::One);
+}
+
+#[test]
+fn two_servers_lost_and_reported_late_keep_the_invariants_tree() {
+    explore_overlapping(Allgather::Tree, Losses::TwoReportedLate);
+}
+
+#[test]
+fn two_servers_lost_and_reported_late_keep_the_invariants_dissemination() {
+    explore_overlapping(Allgather::Dissemination, Losses::TwoReportedLate);
 }
 
 #[test]
 fn overlapping_requests_keep_the_invariants_tree() {
-    explore_overlapping(Allgather::Tree, false);
+    explore_overlapping(Allgather::Tree, Losses::None);
 }
 
 #[test]
 fn overlapping_requests_keep_the_invariants_dissemination() {
-    explore_overlapping(Allgather::Dissemination, false);
+    explore_overlapping(Allgather::Dissemination, Losses::None);
 }
 
 #[test]
