@@ -30,6 +30,10 @@ pub(super) struct InviteTracker {
     invitees: BTreeMap<ProcId, Answer>,
     /// The current leader died; waiting for a claim or an abort.
     leader_failed: bool,
+    /// When the invite's timeout ends it. The leader's own wait enforces it while the
+    /// leader lives; after it failed, this does (else an invite whose leader died and
+    /// that nobody claims or aborts would stay for ever).
+    deadline: Option<Time>,
 }
 
 impl InviteTracker {
@@ -80,6 +84,17 @@ impl Engine {
             .cloned()
             .collect::<BTreeSet<_>>()
             .into_iter()
+            .collect()
+    }
+
+    /// The other node servers of everyone invite `id` involves, alive or not: a server
+    /// whose invitee answered and then terminated still holds the invite's home.
+    fn invite_servers(&self, t: &InviteTracker) -> BTreeSet<NodeId> {
+        std::iter::once(&t.inviter.proc)
+            .chain(std::iter::once(&t.leader))
+            .chain(t.invitees.keys())
+            .filter_map(|p| self.job.node_of(p))
+            .filter(|n| *n != self.node && !self.lost_nodes.contains(n))
             .collect()
     }
 
@@ -162,12 +177,16 @@ impl Engine {
             };
             answers.insert(p.clone(), a);
         }
+        let opts_deadline = opts
+            .timeout_ms
+            .map(|ms| now + std::time::Duration::from_millis(ms));
         let tracker = InviteTracker {
             leader: leader.clone(),
             opts,
             inviter,
             invitees: answers,
             leader_failed: false,
+            deadline: opts_deadline,
         };
         let event = self.invited_event(&id, &leader, &invitees);
         let live: Vec<ProcId> = invitees
@@ -216,7 +235,6 @@ impl Engine {
             };
             return self.reply(client, req, result);
         }
-        self.invite_homes.insert(id.clone(), home);
         let contrib = Contribution {
             proc: proc.clone(),
             data: self.kv.remote_view(&proc),
@@ -226,6 +244,10 @@ impl Engine {
         };
         let mut token = 0;
         if accept {
+            // Where its answer (the outcome, a refusal) comes from. A decline is
+            // answered at once and waits for nothing: its server keeps nothing of the
+            // invite (nobody would clear it if the invite does not exist).
+            self.invite_homes.insert(id.clone(), home);
             token = self.track_ack(client, req, AckKind::Join(id.clone()), home);
             let w = waiter(client, req, proc, timeout_ms, now);
             let key = invite_key(&id);
@@ -347,8 +369,8 @@ impl Engine {
             notify_termination: t.opts.notify_termination,
             designated_leaders: vec![t.leader.clone()],
         };
-        let participants = self.invite_participants(&t);
-        self.broadcast_invite_outcome(id, &participants, outcome, now);
+        let servers = self.invite_servers(&t);
+        self.broadcast_invite_outcome(id, servers, outcome, now);
         let mut done = group_event(
             codes::GROUP_CONSTRUCT_COMPLETE,
             t.leader.clone(),
@@ -377,22 +399,17 @@ impl Engine {
         );
     }
 
-    /// Sends the outcome to every participant's node server (their waiters and group
-    /// tables), then applies it here.
+    /// Sends the outcome to the other servers of the invite (their waiters, group tables
+    /// and invite homes), then applies it here.
     fn broadcast_invite_outcome(
         &mut self,
         id: &str,
-        participants: &[ProcId],
+        servers: BTreeSet<NodeId>,
         outcome: CollOutcome,
         now: Time,
     ) {
         let key = invite_key(id);
-        let nodes: BTreeSet<NodeId> = participants
-            .iter()
-            .filter_map(|p| self.job.node_of(p))
-            .filter(|n| *n != self.node)
-            .collect();
-        for n in nodes {
+        for n in servers {
             self.send_peer(
                 n,
                 PeerMsg::CollDown {
@@ -413,8 +430,8 @@ impl Engine {
         let Some(t) = self.invites.remove(id) else {
             return;
         };
-        let participants = self.invite_participants(&t);
-        self.broadcast_invite_outcome(id, &participants, CollOutcome::Failed(error), now);
+        let servers = self.invite_servers(&t);
+        self.broadcast_invite_outcome(id, servers, CollOutcome::Failed(error), now);
     }
 
     /// Tracker: a timeout at the leader or at a joiner ends the invite for everyone,
@@ -524,6 +541,28 @@ impl Engine {
                 self.check_invite(id, now);
                 Ok(())
             }
+        }
+    }
+
+    /// The earliest deadline of an invite whose leader failed.
+    pub(super) fn invites_deadline(&self) -> Option<Time> {
+        self.invites
+            .values()
+            .filter(|t| t.leader_failed)
+            .filter_map(|t| t.deadline)
+            .min()
+    }
+
+    /// Ends the invites whose leader failed and whose timeout passed.
+    pub(super) fn expire_invites(&mut self, now: Time) {
+        let expired: Vec<(String, u64)> = self
+            .invites
+            .iter()
+            .filter(|(_, t)| t.leader_failed && t.deadline.is_some_and(|d| d <= now))
+            .map(|(id, t)| (id.clone(), t.opts.timeout_ms.unwrap_or(0)))
+            .collect();
+        for (id, timeout_ms) in expired {
+            self.invite_timed_out(&id, timeout_ms, now);
         }
     }
 

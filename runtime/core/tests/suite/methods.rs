@@ -586,10 +586,51 @@ fn invites_leave_no_state_behind() {
     assert!(matches!(c.error(5, j), CohortError::NotAMember { .. }));
     join(&mut c, 1, "only1", 0, true);
     c.group(0, inv);
+    // A decline, at another server, of an invite that does not exist: answered at
+    // once, nothing kept (its server used to keep the invite's home).
+    let j = join(&mut c, 3, "nobody", 0, false);
+    assert_eq!(c.reply(3, j), Some(Ok(Response::Done)));
+    // An invitee that accepted and then terminated: the outcome still goes to its
+    // server, which forgets the invite (it used to keep its home and tracker, as only
+    // live participants' servers got the outcome).
+    let inv = invite(&mut c, 0, "left", &[2, 4], InviteOpts::default());
+    join(&mut c, 2, "left", 0, true);
+    c.exit(2);
+    join(&mut c, 4, "left", 0, true);
+    assert_eq!(c.group(0, inv).members, vec![c.proc(0), c.proc(2), c.proc(4)]);
     for e in &c.engines {
         assert_eq!(e.collectives_in_progress(), 0, "node {}", e.node());
         assert_eq!(e.invite_bookkeeping(), 0, "node {}", e.node());
     }
+}
+
+/// group-construction-methods §6.4.3.3: the invite's timeout bounds the whole
+/// construct. The leader dies, nobody claims leadership or aborts, and no invitee waits
+/// (none has answered): the invite still ends at its timeout, and an invitee answering
+/// after that is refused. It used to stay at the leader's server for ever (the timeout
+/// was the leader's own wait, gone with it).
+#[test]
+fn an_invite_whose_leader_died_ends_at_its_timeout() {
+    let mut c = cluster();
+    invite(
+        &mut c,
+        0,
+        "orphan",
+        &[2, 4],
+        InviteOpts {
+            timeout_ms: Some(1_000),
+            ..Default::default()
+        },
+    );
+    c.exit(0);
+    assert_eq!(c.engines[0].invite_bookkeeping(), 1, "waiting for a claim");
+    c.advance(Duration::from_millis(1_500));
+    for e in &c.engines {
+        assert_eq!(e.collectives_in_progress(), 0, "node {}", e.node());
+        assert_eq!(e.invite_bookkeeping(), 0, "node {}", e.node());
+    }
+    let j = join(&mut c, 2, "orphan", 0, true);
+    assert!(matches!(c.error(2, j), CohortError::BadRequest(_)));
 }
 
 /// A cluster whose engines gather by the including test file's `ALLGATHER`.
