@@ -506,7 +506,13 @@ impl Engine {
         let gets = self.gets.iter().filter_map(|g| g.deadline);
         let modex = self.modex_waits.iter().filter_map(|m| m.deadline);
         let parked = self.parked.iter().filter_map(|(_, _, _, w)| w.deadline);
-        colls.chain(gets).chain(modex).chain(parked).min()
+        let invites = self.invites_deadline();
+        colls
+            .chain(gets)
+            .chain(modex)
+            .chain(parked)
+            .chain(invites)
+            .min()
     }
 
     // ------------------------------------------------------------------ clients
@@ -576,6 +582,13 @@ impl Engine {
         let Some(proc) = self.clients.get(&client).cloned() else {
             return;
         };
+        if self.terminated.contains(&proc) {
+            // Read after its exit was reported (the exit and the socket are different
+            // channels): every server already counts it as failed, so a contribution
+            // now would contradict that, and nobody is left to read an answer.
+            tracing::debug!(%proc, id, "ignoring a request of a terminated process");
+            return;
+        }
         match req {
             Request::Commit { local, remote } => {
                 *self.commits.entry(proc.clone()).or_insert(0) += 1;
@@ -1239,6 +1252,7 @@ impl Engine {
         for key in probes {
             self.finish_probe(&key, now);
         }
+        self.expire_invites(now);
         let (expired, parked): (Vec<_>, Vec<_>) = std::mem::take(&mut self.parked)
             .into_iter()
             .partition(|(_, _, _, w)| w.deadline.is_some_and(|d| d <= now));

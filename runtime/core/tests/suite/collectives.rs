@@ -1039,6 +1039,47 @@ fn a_construct_started_after_a_servers_loss_completes_without_it() {
     }
 }
 
+/// A request read from a process after its exit was reported (the exit and the client
+/// socket are different channels) is ignored: every server already counts the process
+/// as failed before joining, and a contribution now would contradict that. It used to
+/// be taken (here it was then answered, as not a member; in a schedule of the
+/// exploration, with the dissemination allgather, the root counted it as a member while
+/// servers that had gathered without it waited for ever for its data).
+#[test]
+fn a_request_read_after_its_process_exited_is_ignored() {
+    let id = "ghost";
+    let mut c = new_cluster(6, 3, TreeShape::KAry(2));
+    c.connect_all();
+    let root = cohort_topology::rendezvous(id, 3) as u32;
+    // A rank of another server than the root's; ranks are block-wise, two per server.
+    let ghost = 2 * ((root + 1) % 3);
+    let all: Vec<u32> = (0..6).collect();
+    let opts = ConstructOpts {
+        optional: true,
+        ..ctx_opts()
+    };
+    c.exit(ghost);
+    // Its server's other rank joins (the server counts the ghost as failed), then the
+    // ghost's request is read, then everyone else joins.
+    let mut reqs = vec![(ghost + 1, c.construct(ghost + 1, id, &all, opts.clone()))];
+    let late = c.construct(ghost, id, &all, opts.clone());
+    reqs.extend(
+        all.iter()
+            .filter(|&&r| r != ghost && r != ghost + 1)
+            .map(|&r| (r, c.construct(r, id, &all, opts.clone()))),
+    );
+    let first = c.group(reqs[0].0, reqs[0].1);
+    assert_eq!(first.status, ConstructStatus::PartialSuccess);
+    assert_eq!(first.failed, vec![c.proc(ghost)]);
+    for &(r, req) in &reqs {
+        assert_eq!(c.group(r, req), first, "rank {r}");
+    }
+    assert_eq!(c.reply(ghost, late), None, "nobody is left to answer");
+    for e in &c.engines {
+        assert_eq!(e.collectives_in_progress(), 0, "server {}", e.node());
+    }
+}
+
 /// A contribution still on its way to the root when the root fails the construct must
 /// not linger there: a retry of the same id by the survivors (with a new membership)
 /// would otherwise meet the stale tracker and be refused as a mismatch.
