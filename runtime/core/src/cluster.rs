@@ -88,6 +88,9 @@ pub struct Cluster {
     /// Node servers to kill once so many peer messages were delivered, wherever the
     /// scenario is then (see [`Kill`]).
     pub kills: Vec<Kill>,
+    /// `(n, rank)`: `rank` exits ([`Cluster::exit`]) once `n` peer messages were
+    /// delivered, wherever the scenario is then.
+    pub exits: Vec<(u64, u32)>,
     /// Losses servers' fabrics report late: (at this many deliveries, to, lost).
     late_reports: Vec<(u64, NodeId, NodeId)>,
     /// Requests made but not yet handed to their server (see `overlap_requests`).
@@ -140,6 +143,7 @@ impl Cluster {
             shuffle: None,
             overlap_requests: false,
             kills: Vec::new(),
+            exits: Vec::new(),
             late_reports: Vec::new(),
             queued: VecDeque::new(),
         }
@@ -319,6 +323,13 @@ impl Cluster {
                 self.late_reports.push((self.deliveries + later, n, k.node));
             }
             self.kill_node_unnoticed_by(k.node, &unnoticed);
+            return true;
+        }
+        if let Some(i) = self.exits.iter().position(|&(n, _)| self.deliveries >= n) {
+            let (_, rank) = self.exits.remove(i);
+            if !self.dead.contains(&self.node_of_rank(rank)) {
+                self.exit(rank);
+            }
             return true;
         }
         if let Some(i) = self

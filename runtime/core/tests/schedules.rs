@@ -46,7 +46,16 @@ struct Seen {
 const SIZES: [(u32, u32); 2] = [(RANKS, NODES), (16, 8)];
 
 fn run(size: (u32, u32), scenario: Scenario, allgather: Allgather, shuffle: Option<u64>) -> Seen {
-    run_with(size, scenario, allgather, shuffle, false, Vec::new()).0
+    run_with(
+        size,
+        scenario,
+        allgather,
+        shuffle,
+        false,
+        Vec::new(),
+        Vec::new(),
+    )
+    .0
 }
 
 /// Runs `scenario` (requests overlapping when `overlap`); also returns the group
@@ -58,11 +67,13 @@ fn run_with(
     shuffle: Option<u64>,
     overlap: bool,
     kills: Vec<Kill>,
+    exits: Vec<(u64, u32)>,
 ) -> (Seen, BTreeMap<String, Vec<(u32, GroupResult)>>) {
     let mut c = cluster_of(ranks, nodes, allgather);
     c.shuffle = shuffle;
     c.overlap_requests = overlap;
     c.kills = kills;
+    c.exits = exits;
     let calls = std::rc::Rc::new(std::cell::RefCell::new(Vec::new()));
     let keep = calls.clone();
     c.tamper_request = Some(Box::new(move |seq, rank, req: Request| {
@@ -237,6 +248,7 @@ fn explore_overlapping(allgather: Allgather, losses: Losses) {
             for seed in 1..=schedules() {
                 let mut pick = Rng::new(seed);
                 let kills = losses.pick(&mut pick, messages, size.1);
+                let exits = losses.exits(&mut pick, messages, size.0);
                 let mut case = format!(
                     "{name} ({allgather:?}, {} ranks on {} servers), overlapping schedule {seed}",
                     size.0, size.1
@@ -247,9 +259,20 @@ fn explore_overlapping(allgather: Allgather, losses: Losses) {
                         case += &format!(" (reported late to {:?})", k.unnoticed);
                     }
                 }
-                let any_kill = !kills.is_empty();
+                for (after, rank) in &exits {
+                    case += &format!(", rank {rank} exits after {after} messages");
+                }
+                let any_kill = !kills.is_empty() || !exits.is_empty();
                 let run = std::panic::catch_unwind(|| {
-                    run_with(size, scenario, allgather, Some(seed), true, kills.clone())
+                    run_with(
+                        size,
+                        scenario,
+                        allgather,
+                        Some(seed),
+                        true,
+                        kills.clone(),
+                        exits.clone(),
+                    )
                 });
                 let Ok((mut seen, groups)) = run else {
                     failures.push(format!("{case}: panicked"));
@@ -320,12 +343,14 @@ enum Losses {
     /// Two different servers, each reported late to a random half of the others (they
     /// hear of it from other servers first, or when they send to it).
     TwoReportedLate,
+    /// Two different ranks exit (their processes end; the servers stay).
+    TwoRanksExit,
 }
 
 impl Losses {
     fn pick(self, pick: &mut Rng, messages: u64, servers: u32) -> Vec<Kill> {
         let count = match self {
-            Losses::None => 0,
+            Losses::None | Losses::TwoRanksExit => 0,
             Losses::One => 1,
             Losses::TwoReportedLate => 2,
         };
@@ -352,6 +377,18 @@ impl Losses {
         }
         kills
     }
+
+    fn exits(self, pick: &mut Rng, messages: u64, ranks: u32) -> Vec<(u64, u32)> {
+        let mut exits: Vec<(u64, u32)> = Vec::new();
+        while matches!(self, Losses::TwoRanksExit) && exits.len() < 2 {
+            let rank = (pick.next() % u64::from(ranks)) as u32;
+            let after = pick.next() % messages.max(1);
+            if exits.iter().all(|&(_, r)| r != rank) {
+                exits.push((after, rank));
+            }
+        }
+        exits
+    }
 }
 
 #[test]
@@ -372,6 +409,16 @@ fn two_servers_lost_and_reported_late_keep_the_invariants_tree() {
 #[test]
 fn two_servers_lost_and_reported_late_keep_the_invariants_dissemination() {
     explore_overlapping(Allgather::Dissemination, Losses::TwoReportedLate);
+}
+
+#[test]
+fn two_ranks_exiting_anywhere_keep_the_invariants_tree() {
+    explore_overlapping(Allgather::Tree, Losses::TwoRanksExit);
+}
+
+#[test]
+fn two_ranks_exiting_anywhere_keep_the_invariants_dissemination() {
+    explore_overlapping(Allgather::Dissemination, Losses::TwoRanksExit);
 }
 
 #[test]
