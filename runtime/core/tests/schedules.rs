@@ -345,6 +345,8 @@ enum Losses {
     TwoReportedLate,
     /// Two different ranks exit (their processes end; the servers stay).
     TwoRanksExit,
+    /// A rank exits and a server is lost, reported late to a random half of the others.
+    RankAndServer,
 }
 
 impl Losses {
@@ -353,6 +355,7 @@ impl Losses {
             Losses::None | Losses::TwoRanksExit => 0,
             Losses::One => 1,
             Losses::TwoReportedLate => 2,
+            Losses::RankAndServer => 1,
         };
         let mut kills: Vec<Kill> = Vec::new();
         while kills.len() < count {
@@ -362,7 +365,7 @@ impl Losses {
                 continue;
             }
             let mut unnoticed = Vec::new();
-            if matches!(self, Losses::TwoReportedLate) {
+            if matches!(self, Losses::TwoReportedLate | Losses::RankAndServer) {
                 for n in (0..servers).filter(|&n| n != node) {
                     if pick.next().is_multiple_of(2) {
                         unnoticed.push((n, pick.next() % (messages / 4).max(1)));
@@ -380,7 +383,12 @@ impl Losses {
 
     fn exits(self, pick: &mut Rng, messages: u64, ranks: u32) -> Vec<(u64, u32)> {
         let mut exits: Vec<(u64, u32)> = Vec::new();
-        while matches!(self, Losses::TwoRanksExit) && exits.len() < 2 {
+        let count = match self {
+            Losses::TwoRanksExit => 2,
+            Losses::RankAndServer => 1,
+            _ => 0,
+        };
+        while exits.len() < count {
             let rank = (pick.next() % u64::from(ranks)) as u32;
             let after = pick.next() % messages.max(1);
             if exits.iter().all(|&(_, r)| r != rank) {
@@ -419,6 +427,16 @@ fn two_ranks_exiting_anywhere_keep_the_invariants_tree() {
 #[test]
 fn two_ranks_exiting_anywhere_keep_the_invariants_dissemination() {
     explore_overlapping(Allgather::Dissemination, Losses::TwoRanksExit);
+}
+
+#[test]
+fn a_rank_exiting_and_a_server_lost_keep_the_invariants_tree() {
+    explore_overlapping(Allgather::Tree, Losses::RankAndServer);
+}
+
+#[test]
+fn a_rank_exiting_and_a_server_lost_keep_the_invariants_dissemination() {
+    explore_overlapping(Allgather::Dissemination, Losses::RankAndServer);
 }
 
 #[test]
