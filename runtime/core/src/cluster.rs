@@ -91,6 +91,9 @@ pub struct Cluster {
     /// `(n, rank)`: `rank` exits ([`Cluster::exit`]) once `n` peer messages were
     /// delivered, wherever the scenario is then.
     pub exits: Vec<(u64, u32)>,
+    /// `(n, d)`: the clock advances by `d` ([`Cluster::advance`], timers fire) once `n`
+    /// peer messages were delivered, wherever the scenario is then.
+    pub clock_jumps: Vec<(u64, Duration)>,
     /// Losses servers' fabrics report late: (at this many deliveries, to, lost).
     late_reports: Vec<(u64, NodeId, NodeId)>,
     /// Requests made but not yet handed to their server (see `overlap_requests`).
@@ -144,6 +147,7 @@ impl Cluster {
             overlap_requests: false,
             kills: Vec::new(),
             exits: Vec::new(),
+            clock_jumps: Vec::new(),
             late_reports: Vec::new(),
             queued: VecDeque::new(),
         }
@@ -323,6 +327,15 @@ impl Cluster {
                 self.late_reports.push((self.deliveries + later, n, k.node));
             }
             self.kill_node_unnoticed_by(k.node, &unnoticed);
+            return true;
+        }
+        if let Some(i) = self
+            .clock_jumps
+            .iter()
+            .position(|&(n, _)| self.deliveries >= n)
+        {
+            let (_, d) = self.clock_jumps.remove(i);
+            self.advance(d);
             return true;
         }
         if let Some(i) = self.exits.iter().position(|&(n, _)| self.deliveries >= n) {

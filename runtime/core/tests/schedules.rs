@@ -46,16 +46,7 @@ struct Seen {
 const SIZES: [(u32, u32); 2] = [(RANKS, NODES), (16, 8)];
 
 fn run(size: (u32, u32), scenario: Scenario, allgather: Allgather, shuffle: Option<u64>) -> Seen {
-    run_with(
-        size,
-        scenario,
-        allgather,
-        shuffle,
-        false,
-        Vec::new(),
-        Vec::new(),
-    )
-    .0
+    run_with(size, scenario, allgather, shuffle, false, Faults::default()).0
 }
 
 /// Runs `scenario` (requests overlapping when `overlap`); also returns the group
@@ -66,14 +57,14 @@ fn run_with(
     allgather: Allgather,
     shuffle: Option<u64>,
     overlap: bool,
-    kills: Vec<Kill>,
-    exits: Vec<(u64, u32)>,
+    faults: Faults,
 ) -> (Seen, BTreeMap<String, Vec<(u32, GroupResult)>>) {
     let mut c = cluster_of(ranks, nodes, allgather);
     c.shuffle = shuffle;
     c.overlap_requests = overlap;
-    c.kills = kills;
-    c.exits = exits;
+    c.kills = faults.kills;
+    c.exits = faults.exits;
+    c.clock_jumps = faults.clock_jumps;
     let calls = std::rc::Rc::new(std::cell::RefCell::new(Vec::new()));
     let keep = calls.clone();
     c.tamper_request = Some(Box::new(move |seq, rank, req: Request| {
@@ -247,32 +238,26 @@ fn explore_overlapping(allgather: Allgather, losses: Losses) {
             };
             for seed in 1..=schedules() {
                 let mut pick = Rng::new(seed);
-                let kills = losses.pick(&mut pick, messages, size.1);
-                let exits = losses.exits(&mut pick, messages, size.0);
+                let faults = losses.pick(&mut pick, messages, size);
                 let mut case = format!(
                     "{name} ({allgather:?}, {} ranks on {} servers), overlapping schedule {seed}",
                     size.0, size.1
                 );
-                for k in &kills {
+                for k in &faults.kills {
                     case += &format!(", server {} killed after {} messages", k.node, k.after);
                     if !k.unnoticed.is_empty() {
                         case += &format!(" (reported late to {:?})", k.unnoticed);
                     }
                 }
-                for (after, rank) in &exits {
+                for (after, rank) in &faults.exits {
                     case += &format!(", rank {rank} exits after {after} messages");
                 }
-                let any_kill = !kills.is_empty() || !exits.is_empty();
+                for (after, d) in &faults.clock_jumps {
+                    case += &format!(", the clock jumps {d:?} after {after} messages");
+                }
+                let any_kill = !faults.kills.is_empty() || !faults.exits.is_empty();
                 let run = std::panic::catch_unwind(|| {
-                    run_with(
-                        size,
-                        scenario,
-                        allgather,
-                        Some(seed),
-                        true,
-                        kills.clone(),
-                        exits.clone(),
-                    )
+                    run_with(size, scenario, allgather, Some(seed), true, faults.clone())
                 });
                 let Ok((mut seen, groups)) = run else {
                     failures.push(format!("{case}: panicked"));
@@ -347,12 +332,45 @@ enum Losses {
     TwoRanksExit,
     /// A rank exits and a server is lost, reported late to a random half of the others.
     RankAndServer,
+    /// The clock jumps twice, up to 2 s each: timeouts fire in the middle of
+    /// operations (together less than the 5 s a server waits for its root's verdict
+    /// after a timeout, so no server gives up on a root that answers).
+    ClockJumps,
+}
+
+/// What goes wrong during one schedule (see [`Cluster::kills`], [`Cluster::exits`],
+/// [`Cluster::clock_jumps`]).
+#[derive(Clone, Default)]
+struct Faults {
+    kills: Vec<Kill>,
+    exits: Vec<(u64, u32)>,
+    clock_jumps: Vec<(u64, std::time::Duration)>,
 }
 
 impl Losses {
-    fn pick(self, pick: &mut Rng, messages: u64, servers: u32) -> Vec<Kill> {
+    fn pick(self, pick: &mut Rng, messages: u64, (ranks, servers): (u32, u32)) -> Faults {
+        let kills = self.kills(pick, messages, servers);
+        let exits = self.exits(pick, messages, ranks);
+        let clock_jumps = match self {
+            Losses::ClockJumps => (0..2)
+                .map(|_| {
+                    let after = pick.next() % messages.max(1);
+                    let ms = pick.next() % 2_001;
+                    (after, std::time::Duration::from_millis(ms))
+                })
+                .collect(),
+            _ => Vec::new(),
+        };
+        Faults {
+            kills,
+            exits,
+            clock_jumps,
+        }
+    }
+
+    fn kills(self, pick: &mut Rng, messages: u64, servers: u32) -> Vec<Kill> {
         let count = match self {
-            Losses::None | Losses::TwoRanksExit => 0,
+            Losses::None | Losses::TwoRanksExit | Losses::ClockJumps => 0,
             Losses::One => 1,
             Losses::TwoReportedLate => 2,
             Losses::RankAndServer => 1,
@@ -437,6 +455,16 @@ fn a_rank_exiting_and_a_server_lost_keep_the_invariants_tree() {
 #[test]
 fn a_rank_exiting_and_a_server_lost_keep_the_invariants_dissemination() {
     explore_overlapping(Allgather::Dissemination, Losses::RankAndServer);
+}
+
+#[test]
+fn timeouts_firing_anywhere_keep_the_invariants_tree() {
+    explore_overlapping(Allgather::Tree, Losses::ClockJumps);
+}
+
+#[test]
+fn timeouts_firing_anywhere_keep_the_invariants_dissemination() {
+    explore_overlapping(Allgather::Dissemination, Losses::ClockJumps);
 }
 
 #[test]
