@@ -229,3 +229,38 @@ fn a_lost_interior_node_server_does_not_strand_its_subtree() {
         );
     }
 }
+
+/// A construct started after a node server's loss (real servers, SIGKILL): the
+/// survivors get partial success without the lost rank, all the same group, well
+/// inside their 60 s timeout, with both gathering algorithms. Engine test:
+/// `a_construct_started_after_a_servers_loss_completes_without_it`.
+#[test]
+fn a_construct_started_after_a_node_servers_loss_completes() {
+    for allgather in ["tree", "dissemination"] {
+        let job = cohort_cluster_tests::run_testprog_with(
+            4,
+            4,
+            "construct-after-loss",
+            true,
+            &["--allgather", allgather],
+        );
+        let r = job.results();
+        assert_eq!(
+            r.len(),
+            3,
+            "{allgather}: every survivor reports\nstdout:\n{}\nstderr:\n{}",
+            job.stdout,
+            job.stderr
+        );
+        assert!(
+            r.windows(2).all(|w| w[0] == w[1]),
+            "{allgather}: survivors disagree: {r:?}"
+        );
+        assert_eq!(
+            job.status,
+            Some(137),
+            "{allgather}: the lost rank was killed:\n{}",
+            job.stderr
+        );
+    }
+}

@@ -65,6 +65,7 @@ fn main() {
         "collective-member-dies-notify-anyone" => collective_member_dies_notify_anyone(),
         "sim-compare" => sim_compare(),
         "lost-interior" => lost_interior(),
+        "construct-after-loss" => construct_after_loss(),
         "idle-cpu" => idle_cpu(),
         "fd-limits" => fd_limits(),
         other => Err(format!("unknown scenario {other:?}")),
@@ -2224,6 +2225,51 @@ fn lost_interior() -> R {
         std::thread::sleep(Duration::from_secs(60));
         return Err("outlived its node server".into());
     }
+    let opts = ConstructOpts {
+        optional: true,
+        ..ctx()
+    };
+    let g = e2s(c.group_construct(GID, &all(&c), opts), "construct")?;
+    check!(
+        g.status == ConstructStatus::PartialSuccess,
+        "status {:?}",
+        g.status
+    );
+    check!(g.failed == vec![p(&c, x)], "failed {}", ranks(&g.failed));
+    println!(
+        "RESULT lost={x} members={} ctx={:?}",
+        ranks(&g.members),
+        g.context_id
+    );
+    e2s(c.finalize(), "finalize")
+}
+
+/// Run with one rank per node server and `--enable-recovery`. Every rank fences (so
+/// the servers have talked to each other), then one rank (not on the construct's root
+/// server) SIGKILLs its own node server, and the others construct only after the loss,
+/// optional, over every rank: partial success without the lost rank. With the
+/// dissemination allgather every survivor sets up its rounds knowing a server of them
+/// is lost, so it sends straight to the root instead of waiting for that server's
+/// rounds (which used to hang until the 60 s timeout).
+fn construct_after_loss() -> R {
+    const GID: &str = "after-loss";
+    let c = init()?;
+    let n = c.size();
+    let root = cohort_topology::rendezvous(GID, n as usize) as u32;
+    let x = (root + 1) % n;
+    let fence = FenceOpts {
+        collect: false,
+        timeout_ms: Some(60_000),
+    };
+    e2s(c.fence(&[], fence), "fence")?;
+    if c.rank() == x {
+        // SAFETY: plain syscalls; the parent is this rank's node server.
+        unsafe { libc::kill(libc::getppid(), libc::SIGKILL) };
+        std::thread::sleep(Duration::from_secs(60));
+        return Err("outlived its node server".into());
+    }
+    // The loss reaches every server (a broken connection, or another server's word).
+    std::thread::sleep(Duration::from_secs(2));
     let opts = ConstructOpts {
         optional: true,
         ..ctx()
