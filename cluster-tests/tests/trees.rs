@@ -196,38 +196,51 @@ fn malformed_topology_fails_fast_naming_file_and_line() {
 /// exits with the lost rank's status.
 #[test]
 fn a_lost_interior_node_server_does_not_strand_its_subtree() {
-    for allgather in ["tree", "dissemination"] {
-        let job = cohort_cluster_tests::run_testprog_with(
-            8,
-            8,
-            "lost-interior",
-            true,
-            &["--allgather", allgather],
-        );
-        let r = job.results();
-        assert_eq!(
-            r.len(),
-            7,
-            "{allgather}: every survivor reports\nstdout:\n{}\nstderr:\n{}",
-            job.stdout,
-            job.stderr
-        );
-        assert!(
-            r.windows(2).all(|w| w[0] == w[1]),
-            "{allgather}: survivors disagree: {r:?}"
-        );
+    for (allgather, job) in survivors_agree(8, "lost-interior") {
         assert!(
             job.stderr.contains("its ranks") && job.stderr.contains("--enable-recovery"),
             "{allgather}: the launcher reports the lost node server:\n{}",
             job.stderr
         );
-        assert_eq!(
-            job.status,
-            Some(137),
-            "{allgather}: the lost rank was killed:\n{}",
-            job.stderr
-        );
     }
+}
+
+/// Runs testprog `scenario` on `servers` node servers (one rank each,
+/// `--enable-recovery`) with both gathering algorithms. One rank's server is killed:
+/// every survivor reports the same result, and the job ends with the lost rank's
+/// status.
+fn survivors_agree(servers: u32, scenario: &str) -> Vec<(&'static str, cohort_cluster_tests::Job)> {
+    ["tree", "dissemination"]
+        .into_iter()
+        .map(|allgather| {
+            let job = cohort_cluster_tests::run_testprog_with(
+                servers,
+                servers,
+                scenario,
+                true,
+                &["--allgather", allgather],
+            );
+            let r = job.results();
+            assert_eq!(
+                r.len(),
+                servers as usize - 1,
+                "{allgather}: every survivor reports\nstdout:\n{}\nstderr:\n{}",
+                job.stdout,
+                job.stderr
+            );
+            assert!(
+                r.windows(2).all(|w| w[0] == w[1]),
+                "{allgather}: survivors disagree: {r:?}"
+            );
+            assert_eq!(
+                job.status,
+                Some(137),
+                "{allgather}: the lost rank was killed:\n{}",
+                job.stderr
+            );
+            (allgather, job)
+        })
+        .collect()
 }
 
 /// A construct started after a node server's loss (real servers, SIGKILL): the
@@ -236,31 +249,5 @@ fn a_lost_interior_node_server_does_not_strand_its_subtree() {
 /// `a_construct_started_after_a_servers_loss_completes_without_it`.
 #[test]
 fn a_construct_started_after_a_node_servers_loss_completes() {
-    for allgather in ["tree", "dissemination"] {
-        let job = cohort_cluster_tests::run_testprog_with(
-            4,
-            4,
-            "construct-after-loss",
-            true,
-            &["--allgather", allgather],
-        );
-        let r = job.results();
-        assert_eq!(
-            r.len(),
-            3,
-            "{allgather}: every survivor reports\nstdout:\n{}\nstderr:\n{}",
-            job.stdout,
-            job.stderr
-        );
-        assert!(
-            r.windows(2).all(|w| w[0] == w[1]),
-            "{allgather}: survivors disagree: {r:?}"
-        );
-        assert_eq!(
-            job.status,
-            Some(137),
-            "{allgather}: the lost rank was killed:\n{}",
-            job.stderr
-        );
-    }
+    survivors_agree(4, "construct-after-loss");
 }

@@ -530,14 +530,8 @@ fn a_fallback_tells_the_root_of_the_loss_before_the_root_decides() {
     let id = "unnoticed";
     let n = 8u32;
     let nodes: Vec<u32> = (0..n).collect();
-    let root = cohort_topology::rendezvous(id, n as usize) as u32;
-    let down = cohort_topology::Tree::new(&nodes, root, TreeShape::KAry(2));
-    let x = down
-        .children(root)
-        .into_iter()
-        .find(|&c| !down.children(c).is_empty())
-        .expect("a child of the root with children");
-    let k = down.children(x)[0];
+    let (root, x, kids) = interior_of(id, n);
+    let k = kids[0];
     let mut c = new_cluster(n, n, TreeShape::KAry(2));
     c.connect_all();
     // The root misses its last round, so it can decide only on what a fallback
@@ -581,14 +575,8 @@ fn a_server_that_fell_back_asks_again_when_the_outcome_is_lost_on_its_way() {
     let id = "lost-on-the-way";
     let n = 8u32;
     let nodes: Vec<u32> = (0..n).collect();
-    let root = cohort_topology::rendezvous(id, n as usize) as u32;
-    let down = cohort_topology::Tree::new(&nodes, root, TreeShape::KAry(2));
-    let x = down
-        .children(root)
-        .into_iter()
-        .find(|&c| !down.children(c).is_empty())
-        .expect("a child of the root with children");
-    let k = down.children(x)[0];
+    let (root, x, kids) = interior_of(id, n);
+    let k = kids[0];
     let y = (0..n)
         .find(|&y| ![root, x, k].contains(&y))
         .expect("8 servers");

@@ -833,14 +833,20 @@ fn a_leave_that_overtakes_the_construct_outcome_is_not_lost() {
 /// The 7-server binary tree of construct `id` (one rank per server): its root and an
 /// interior server below the root, with that server's children.
 fn interior(id: &str) -> (u32, u32, Vec<u32>) {
-    let nodes: Vec<u32> = (0..7).collect();
+    interior_of(id, 7)
+}
+
+/// As [`interior`], over `n` servers (the binary tree a dissemination outcome also
+/// goes down).
+fn interior_of(id: &str, n: u32) -> (u32, u32, Vec<u32>) {
+    let nodes: Vec<u32> = (0..n).collect();
     let root = nodes[cohort_topology::rendezvous(id, nodes.len())];
     let tree = cohort_topology::Tree::new(&nodes, root, TreeShape::KAry(2));
     let x = tree
         .children(root)
         .into_iter()
         .find(|&c| !tree.children(c).is_empty())
-        .expect("a binary tree of 7 has interior servers below the root");
+        .expect("a binary tree of 7 or more has interior servers below the root");
     (root, x, tree.children(x))
 }
 
