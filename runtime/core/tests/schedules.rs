@@ -336,6 +336,8 @@ enum Losses {
     /// operations (together less than the 5 s a server waits for its root's verdict
     /// after a timeout, so no server gives up on a root that answers).
     ClockJumps,
+    /// A server lost and reported late, two ranks exiting and two clock jumps.
+    Everything,
 }
 
 /// What goes wrong during one schedule (see [`Cluster::kills`], [`Cluster::exits`],
@@ -352,7 +354,7 @@ impl Losses {
         let kills = self.kills(pick, messages, servers);
         let exits = self.exits(pick, messages, ranks);
         let clock_jumps = match self {
-            Losses::ClockJumps => (0..2)
+            Losses::ClockJumps | Losses::Everything => (0..2)
                 .map(|_| {
                     let after = pick.next() % messages.max(1);
                     let ms = pick.next() % 2_001;
@@ -373,7 +375,7 @@ impl Losses {
             Losses::None | Losses::TwoRanksExit | Losses::ClockJumps => 0,
             Losses::One => 1,
             Losses::TwoReportedLate => 2,
-            Losses::RankAndServer => 1,
+            Losses::RankAndServer | Losses::Everything => 1,
         };
         let mut kills: Vec<Kill> = Vec::new();
         while kills.len() < count {
@@ -383,7 +385,10 @@ impl Losses {
                 continue;
             }
             let mut unnoticed = Vec::new();
-            if matches!(self, Losses::TwoReportedLate | Losses::RankAndServer) {
+            if matches!(
+                self,
+                Losses::TwoReportedLate | Losses::RankAndServer | Losses::Everything
+            ) {
                 for n in (0..servers).filter(|&n| n != node) {
                     if pick.next().is_multiple_of(2) {
                         unnoticed.push((n, pick.next() % (messages / 4).max(1)));
@@ -402,7 +407,7 @@ impl Losses {
     fn exits(self, pick: &mut Rng, messages: u64, ranks: u32) -> Vec<(u64, u32)> {
         let mut exits: Vec<(u64, u32)> = Vec::new();
         let count = match self {
-            Losses::TwoRanksExit => 2,
+            Losses::TwoRanksExit | Losses::Everything => 2,
             Losses::RankAndServer => 1,
             _ => 0,
         };
@@ -465,6 +470,16 @@ fn timeouts_firing_anywhere_keep_the_invariants_tree() {
 #[test]
 fn timeouts_firing_anywhere_keep_the_invariants_dissemination() {
     explore_overlapping(Allgather::Dissemination, Losses::ClockJumps);
+}
+
+#[test]
+fn all_faults_at_once_keep_the_invariants_tree() {
+    explore_overlapping(Allgather::Tree, Losses::Everything);
+}
+
+#[test]
+fn all_faults_at_once_keep_the_invariants_dissemination() {
+    explore_overlapping(Allgather::Dissemination, Losses::Everything);
 }
 
 #[test]
