@@ -488,14 +488,22 @@ fn requests_to_a_server_already_lost_fail_at_once() {
     }
 }
 
-/// An invitee's server that declined forgets the invite when the leader's server is
-/// lost before the outcome (the outcome, which would have cleared it, cannot come).
+/// An invitee's server forgets the invite when the leader's server is lost before the
+/// outcome (the outcome, which would have cleared it, cannot come): its accepting
+/// joiner fails naming the lost server. (A decline keeps nothing to forget.)
 #[test]
 fn a_lost_leader_servers_invites_are_forgotten() {
     let mut c = cluster();
     invite(&mut c, 0, "iv", &[3, 5], InviteOpts::default());
-    join(&mut c, 3, "iv", 0, false);
+    // Rank 5 has not answered yet: the invite is still open.
+    let j = join(&mut c, 3, "iv", 0, true);
+    assert_eq!(c.reply(3, j), None, "waits for the invite's outcome");
     c.kill_node(0);
+    assert!(
+        matches!(c.error(3, j), CohortError::PeerLost { node: 0, .. }),
+        "{:?}",
+        c.reply(3, j)
+    );
     for e in &c.engines[1..] {
         assert_eq!(e.invite_bookkeeping(), 0, "node {}", e.node());
         assert_eq!(e.collectives_in_progress(), 0, "node {}", e.node());
