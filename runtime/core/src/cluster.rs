@@ -38,6 +38,14 @@ pub struct Kill {
     pub unnoticed: Vec<(NodeId, u64)>,
 }
 
+/// Removes and returns the first entry of `v` that is `due` (the faults a run
+/// schedules: [`Cluster::kills`], [`Cluster::exits`], [`Cluster::clock_jumps`], late
+/// loss reports).
+fn take_due<T>(v: &mut Vec<T>, due: impl Fn(&T) -> bool) -> Option<T> {
+    let i = v.iter().position(due)?;
+    Some(v.remove(i))
+}
+
 /// What [`Cluster::step`] delivers.
 enum Next {
     Peer(NodeId, NodeId, PeerMsg),
@@ -320,37 +328,26 @@ impl Cluster {
     /// one delivery: a peer message, or (see [`Cluster::overlap_requests`]) a queued
     /// request. `false` when nothing was in flight.
     fn step(&mut self) -> bool {
-        if let Some(i) = self.kills.iter().position(|k| self.deliveries >= k.after) {
-            let k = self.kills.remove(i);
-            let unnoticed: Vec<NodeId> = k.unnoticed.iter().map(|&(n, _)| n).collect();
-            for &(n, later) in &k.unnoticed {
-                self.late_reports.push((self.deliveries + later, n, k.node));
+        let n = self.deliveries;
+        if let Some(k) = take_due(&mut self.kills, |k| n >= k.after) {
+            let unnoticed: Vec<NodeId> = k.unnoticed.iter().map(|&(s, _)| s).collect();
+            for &(s, later) in &k.unnoticed {
+                self.late_reports.push((n + later, s, k.node));
             }
             self.kill_node_unnoticed_by(k.node, &unnoticed);
             return true;
         }
-        if let Some(i) = self
-            .clock_jumps
-            .iter()
-            .position(|&(n, _)| self.deliveries >= n)
-        {
-            let (_, d) = self.clock_jumps.remove(i);
+        if let Some((_, d)) = take_due(&mut self.clock_jumps, |&(at, _)| n >= at) {
             self.advance(d);
             return true;
         }
-        if let Some(i) = self.exits.iter().position(|&(n, _)| self.deliveries >= n) {
-            let (_, rank) = self.exits.remove(i);
+        if let Some((_, rank)) = take_due(&mut self.exits, |&(at, _)| n >= at) {
             if !self.dead.contains(&self.node_of_rank(rank)) {
                 self.exit(rank);
             }
             return true;
         }
-        if let Some(i) = self
-            .late_reports
-            .iter()
-            .position(|&(at, _, _)| self.deliveries >= at)
-        {
-            let (_, to, lost) = self.late_reports.remove(i);
+        if let Some((_, to, lost)) = take_due(&mut self.late_reports, |&(at, _, _)| n >= at) {
             self.tell_lost(to, lost);
             return true;
         }

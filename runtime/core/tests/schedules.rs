@@ -222,10 +222,10 @@ fn explore(allgather: Allgather) {
 /// other ranks are still on their way): outcomes may differ from the sequential run
 /// (a get may come before the construct that makes its group), but every request is
 /// answered once the clock runs out, every member of a group gets the same group, and
-/// every operation ends on every live server. With `losses`, servers are killed at
-/// random points of each schedule: every request of a rank on a live server is still
-/// answered (a dead peer becomes an error or an event, never a hang), and groups still
-/// agree.
+/// every operation ends on every live server. With `losses`, servers are killed, ranks
+/// exit or the clock jumps at random points of each schedule: every request of a live
+/// rank on a live server is still answered (a dead peer becomes an error or an event,
+/// never a hang), and groups still agree.
 fn explore_overlapping(allgather: Allgather, losses: Losses) {
     let mut failures = Vec::new();
     for size in SIZES {
@@ -255,7 +255,7 @@ fn explore_overlapping(allgather: Allgather, losses: Losses) {
                 for (after, d) in &faults.clock_jumps {
                     case += &format!(", the clock jumps {d:?} after {after} messages");
                 }
-                let any_kill = !faults.kills.is_empty() || !faults.exits.is_empty();
+                let anyone_gone = !faults.kills.is_empty() || !faults.exits.is_empty();
                 let run = std::panic::catch_unwind(|| {
                     run_with(size, scenario, allgather, Some(seed), true, faults.clone())
                 });
@@ -263,8 +263,8 @@ fn explore_overlapping(allgather: Allgather, losses: Losses) {
                     failures.push(format!("{case}: panicked"));
                     continue;
                 };
-                if any_kill {
-                    // An operation that only processes of the lost server joined stays
+                if anyone_gone {
+                    // An operation that only processes now gone joined stays
                     // open for the live participants that have not called (they may
                     // still call and complete it): not a leak. Invite bookkeeping
                     // and operations a live process joined must still end.
@@ -319,7 +319,8 @@ fn broken_invariants(
     failures
 }
 
-/// Which servers an overlapping schedule loses.
+/// What goes wrong in an overlapping schedule: servers lost, ranks exiting, the clock
+/// jumping.
 #[derive(Clone, Copy)]
 enum Losses {
     None,
@@ -350,45 +351,30 @@ struct Faults {
 }
 
 impl Losses {
-    fn pick(self, pick: &mut Rng, messages: u64, (ranks, servers): (u32, u32)) -> Faults {
-        let kills = self.kills(pick, messages, servers);
-        let exits = self.exits(pick, messages, ranks);
-        let clock_jumps = match self {
-            Losses::ClockJumps | Losses::Everything => (0..2)
-                .map(|_| {
-                    let after = pick.next() % messages.max(1);
-                    let ms = pick.next() % 2_001;
-                    (after, std::time::Duration::from_millis(ms))
-                })
-                .collect(),
-            _ => Vec::new(),
-        };
-        Faults {
-            kills,
-            exits,
-            clock_jumps,
+    /// (servers lost, their losses reported late, ranks exiting, clock jumps).
+    fn recipe(self) -> (usize, bool, usize, usize) {
+        match self {
+            Losses::None => (0, false, 0, 0),
+            Losses::One => (1, false, 0, 0),
+            Losses::TwoReportedLate => (2, true, 0, 0),
+            Losses::TwoRanksExit => (0, false, 2, 0),
+            Losses::RankAndServer => (1, true, 1, 0),
+            Losses::ClockJumps => (0, false, 0, 2),
+            Losses::Everything => (1, true, 2, 2),
         }
     }
 
-    fn kills(self, pick: &mut Rng, messages: u64, servers: u32) -> Vec<Kill> {
-        let count = match self {
-            Losses::None | Losses::TwoRanksExit | Losses::ClockJumps => 0,
-            Losses::One => 1,
-            Losses::TwoReportedLate => 2,
-            Losses::RankAndServer | Losses::Everything => 1,
-        };
+    fn pick(self, pick: &mut Rng, messages: u64, (ranks, servers): (u32, u32)) -> Faults {
+        let (lost, late, exiting, jumps) = self.recipe();
         let mut kills: Vec<Kill> = Vec::new();
-        while kills.len() < count {
+        while kills.len() < lost {
             let node = (pick.next() % u64::from(servers)) as u32;
             let after = pick.next() % messages.max(1);
             if kills.iter().any(|k| k.node == node) {
                 continue;
             }
             let mut unnoticed = Vec::new();
-            if matches!(
-                self,
-                Losses::TwoReportedLate | Losses::RankAndServer | Losses::Everything
-            ) {
+            if late {
                 for n in (0..servers).filter(|&n| n != node) {
                     if pick.next().is_multiple_of(2) {
                         unnoticed.push((n, pick.next() % (messages / 4).max(1)));
@@ -401,24 +387,26 @@ impl Losses {
                 unnoticed,
             });
         }
-        kills
-    }
-
-    fn exits(self, pick: &mut Rng, messages: u64, ranks: u32) -> Vec<(u64, u32)> {
         let mut exits: Vec<(u64, u32)> = Vec::new();
-        let count = match self {
-            Losses::TwoRanksExit | Losses::Everything => 2,
-            Losses::RankAndServer => 1,
-            _ => 0,
-        };
-        while exits.len() < count {
+        while exits.len() < exiting {
             let rank = (pick.next() % u64::from(ranks)) as u32;
             let after = pick.next() % messages.max(1);
             if exits.iter().all(|&(_, r)| r != rank) {
                 exits.push((after, rank));
             }
         }
-        exits
+        let clock_jumps = (0..jumps)
+            .map(|_| {
+                let after = pick.next() % messages.max(1);
+                let ms = pick.next() % 2_001;
+                (after, std::time::Duration::from_millis(ms))
+            })
+            .collect();
+        Faults {
+            kills,
+            exits,
+            clock_jumps,
+        }
     }
 }
 

@@ -18,8 +18,9 @@
 //! is lost, every server still waiting for the outcome (or setting up its rounds only
 //! after the loss) sends what it has gathered straight to the root once its own
 //! processes are settled (as a child of a lost server re-sends its subtree), telling
-//! the root of the loss first, and the root then sends the whole outcome. Timeouts, aborts, probes, leader failures and
-//! decisions all stay the root's, as in the tree collective.
+//! the root of the loss first, and the root then sends the whole outcome. Timeouts,
+//! aborts, probes, leader failures and decisions all stay the root's, as in the tree
+//! collective.
 //!
 //! Rounds travel other links than outcomes, so two operations with one key (a retry
 //! after a failure, a construct of a reused group id) can overlap at a server:
@@ -360,17 +361,12 @@ impl Engine {
             // Already sent to the root. The root's outcome comes down its tree: if
             // `peer` was on the way, the root is asked again (it answers from the
             // outcome it keeps once decided).
+            // (`peer` is neither this server nor the root: both are alive.)
             let on_the_way = coll.sent_up
-                && coll.tree.as_ref().is_some_and(|t| {
-                    let mut at = t.parent(self.node);
-                    while let Some(a) = at.filter(|&a| a != root) {
-                        if a == peer {
-                            return true;
-                        }
-                        at = t.parent(a);
-                    }
-                    false
-                });
+                && coll
+                    .tree
+                    .as_ref()
+                    .is_some_and(|t| t.subtree(peer).contains(&self.node));
             if on_the_way {
                 coll.sent_up = false;
                 self.fallback_up(key);

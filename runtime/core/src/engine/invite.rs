@@ -37,6 +37,18 @@ pub(super) struct InviteTracker {
 }
 
 impl InviteTracker {
+    /// Everyone the invite involves: the inviter, the current leader, the invitees.
+    fn procs(&self) -> impl Iterator<Item = &ProcId> {
+        std::iter::once(&self.inviter.proc)
+            .chain(std::iter::once(&self.leader))
+            .chain(self.invitees.keys())
+    }
+
+    /// The deadline that ends the invite while its leader has failed.
+    fn orphan_deadline(&self) -> Option<Time> {
+        self.deadline.filter(|_| self.leader_failed)
+    }
+
     fn unsettled(&self) -> bool {
         self.invitees.values().any(|a| {
             matches!(
@@ -77,9 +89,7 @@ impl Engine {
 
     /// Everyone taking part in invite `id` that is still alive.
     fn invite_participants(&self, t: &InviteTracker) -> Vec<ProcId> {
-        std::iter::once(&t.inviter.proc)
-            .chain(std::iter::once(&t.leader))
-            .chain(t.invitees.keys())
+        t.procs()
             .filter(|p| !self.terminated.contains(*p))
             .cloned()
             .collect::<BTreeSet<_>>()
@@ -90,9 +100,7 @@ impl Engine {
     /// The other node servers of everyone invite `id` involves, alive or not: a server
     /// whose invitee answered and then terminated still holds the invite's home.
     fn invite_servers(&self, t: &InviteTracker) -> BTreeSet<NodeId> {
-        std::iter::once(&t.inviter.proc)
-            .chain(std::iter::once(&t.leader))
-            .chain(t.invitees.keys())
+        t.procs()
             .filter_map(|p| self.job.node_of(p))
             .filter(|n| *n != self.node && !self.lost_nodes.contains(n))
             .collect()
@@ -177,7 +185,7 @@ impl Engine {
             };
             answers.insert(p.clone(), a);
         }
-        let opts_deadline = opts
+        let deadline = opts
             .timeout_ms
             .map(|ms| now + std::time::Duration::from_millis(ms));
         let tracker = InviteTracker {
@@ -186,7 +194,7 @@ impl Engine {
             inviter,
             invitees: answers,
             leader_failed: false,
-            deadline: opts_deadline,
+            deadline,
         };
         let event = self.invited_event(&id, &leader, &invitees);
         let live: Vec<ProcId> = invitees
@@ -548,8 +556,7 @@ impl Engine {
     pub(super) fn invites_deadline(&self) -> Option<Time> {
         self.invites
             .values()
-            .filter(|t| t.leader_failed)
-            .filter_map(|t| t.deadline)
+            .filter_map(InviteTracker::orphan_deadline)
             .min()
     }
 
@@ -558,7 +565,7 @@ impl Engine {
         let expired: Vec<(String, u64)> = self
             .invites
             .iter()
-            .filter(|(_, t)| t.leader_failed && t.deadline.is_some_and(|d| d <= now))
+            .filter(|(_, t)| t.orphan_deadline().is_some_and(|d| d <= now))
             .map(|(id, t)| (id.clone(), t.opts.timeout_ms.unwrap_or(0)))
             .collect();
         for (id, timeout_ms) in expired {
