@@ -66,6 +66,7 @@ fn main() {
         "sim-compare" => sim_compare(),
         "lost-interior" => lost_interior(),
         "construct-after-loss" => construct_after_loss(),
+        "frozen-server" => frozen_server(),
         "idle-cpu" => idle_cpu(),
         "fd-limits" => fd_limits(),
         other => Err(format!("unknown scenario {other:?}")),
@@ -2279,6 +2280,40 @@ fn construct_after_loss() -> R {
     let opts = ConstructOpts {
         optional: true,
         ..ctx()
+    };
+    let g = e2s(c.group_construct(GID, &all(&c), opts), "construct")?;
+    partial_without(c, &g, x)
+}
+
+/// Run with one rank per node server, `--enable-recovery` and a short `--peer-timeout`.
+/// Every rank fences, then one rank (not on the construct's root server) stops its
+/// node server with SIGSTOP: the server closes no connection, so only the failure
+/// detector can find it. The others construct at once, optional, over every rank and
+/// with no timeout: partial success without the frozen server's rank once it is
+/// declared lost (without the detector they would wait for ever).
+fn frozen_server() -> R {
+    const GID: &str = "frozen";
+    let c = init()?;
+    let n = c.size();
+    let root = cohort_topology::rendezvous(GID, n as usize) as u32;
+    let x = (root + 1) % n;
+    let fence = FenceOpts {
+        collect: false,
+        timeout_ms: Some(60_000),
+    };
+    e2s(c.fence(&[], fence), "fence")?;
+    if c.rank() == x {
+        // SAFETY: plain syscalls; the parent is this rank's node server.
+        unsafe { libc::kill(libc::getppid(), libc::SIGSTOP) };
+        // Killed with its node server once that is declared lost.
+        std::thread::sleep(Duration::from_secs(60));
+        return Err("outlived its frozen node server".into());
+    }
+    let opts = ConstructOpts {
+        optional: true,
+        assign_context_id: true,
+        timeout_ms: None,
+        ..Default::default()
     };
     let g = e2s(c.group_construct(GID, &all(&c), opts), "construct")?;
     partial_without(c, &g, x)

@@ -496,6 +496,11 @@ impl Engine {
     }
 
     /// The earliest time [`Engine::on_timer`] has work to do.
+    /// The node servers this one knows are lost.
+    pub fn lost_nodes(&self) -> impl Iterator<Item = NodeId> + '_ {
+        self.lost_nodes.iter().copied()
+    }
+
     pub fn next_deadline(&self) -> Option<Time> {
         let colls = self.colls.values().flat_map(|c| {
             c.waiters
@@ -1222,6 +1227,8 @@ impl Engine {
                     self.live_roots.insert(id, members);
                 }
             }
+            // The node server's failure detector takes these (`crate::detector`).
+            PeerMsg::Heartbeat => {}
         }
     }
 

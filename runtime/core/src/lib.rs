@@ -13,7 +13,9 @@ pub(crate) type HashMap<K, V> = std::collections::HashMap<K, V, rustc_hash::FxBu
 pub(crate) type HashSet<T> = std::collections::HashSet<T, rustc_hash::FxBuildHasher>;
 
 pub mod cluster;
+pub mod detector;
 pub mod engine;
 pub mod kv;
 
+pub use detector::{Detection, Detector, DetectorConfig};
 pub use engine::{Action, ClientId, Engine, EngineConfig, Group, Time};

@@ -3,9 +3,11 @@
 
 use std::ffi::OsString;
 use std::path::PathBuf;
+use std::time::Duration;
 
 use clap::builder::TypedValueParser as _;
 use clap::{Args, Parser, Subcommand};
+use cohort_core::DetectorConfig;
 use cohort_topology::{BindTo, MapBy};
 
 const ABOUT: &str = "cohort — launcher of the cohort PMIx process-group runtime";
@@ -105,7 +107,7 @@ pub enum Command {
         override_usage = "cohort run [OPTIONS] -n <N> <PROGRAM> [ARGS]...",
         after_help = RUN_EXAMPLES
     )]
-    Run(RunArgs),
+    Run(Box<RunArgs>),
 
     /// Show this host's topology: packages, NUMA nodes, cores, PUs, network devices
     #[command(
@@ -248,6 +250,18 @@ pub struct RunArgs {
     #[arg(long, help_heading = "Fault-tolerance options")]
     pub enable_recovery: bool,
 
+    /// Seconds between a node server's heartbeats to the next node server (they form a
+    /// ring, each watching the one before it); fractions allowed (default: 1)
+    #[arg(long, value_name = "SECS", value_parser = parse_secs, help_heading = "Fault-tolerance options")]
+    pub heartbeat: Option<Duration>,
+
+    /// Seconds a node server may send nothing before the one watching it declares it
+    /// lost: its host died, it froze, or the network cut it off. It is then treated as
+    /// crashed (killed, and its ranks with it). 0 never declares one (only node servers
+    /// whose connections break are lost). At least 3 heartbeats (default: 10)
+    #[arg(long, value_name = "SECS", value_parser = parse_secs, help_heading = "Fault-tolerance options")]
+    pub peer_timeout: Option<Duration>,
+
     /// Terminate the job SECS seconds after launch (exit status 124)
     #[arg(
         long,
@@ -269,6 +283,33 @@ pub struct RunArgs {
     pub command: Vec<OsString>,
 }
 
+impl RunArgs {
+    /// The node servers' failure detector (`None`: off), from `--heartbeat` and
+    /// `--peer-timeout`, in the whole milliseconds cohortd takes.
+    pub fn detector(&self) -> Result<Option<DetectorConfig>, String> {
+        let ms = |d: Duration| Duration::from_millis(d.as_millis() as u64);
+        let timeout = ms(self.peer_timeout.unwrap_or(DetectorConfig::DEFAULT.timeout));
+        if timeout.is_zero() {
+            return Ok(None);
+        }
+        let period = ms(self.heartbeat.unwrap_or(DetectorConfig::DEFAULT.period));
+        let cfg = DetectorConfig { period, timeout };
+        cfg.validate()
+            .map_err(|e| format!("--heartbeat / --peer-timeout (whole milliseconds): {e}"))?;
+        Ok(Some(cfg))
+    }
+}
+
+/// Seconds, fractions allowed.
+fn parse_secs(s: &str) -> Result<Duration, String> {
+    s.trim()
+        .parse::<f64>()
+        .ok()
+        .filter(|v| v.is_finite() && (0.0..=1e6).contains(v))
+        .map(Duration::from_secs_f64)
+        .ok_or_else(|| format!("{s:?} is not a number of seconds (0 to 1000000)"))
+}
+
 /// Options of `cohort run` that take a separate value (for [`normalize_args`]).
 const VALUE_OPTIONS: &[&str] = &[
     "-n",
@@ -276,6 +317,8 @@ const VALUE_OPTIONS: &[&str] = &[
     "--nodes",
     "-x",
     "--timeout",
+    "--heartbeat",
+    "--peer-timeout",
     "--map-by",
     "--bind-to",
     "--topology",
@@ -313,7 +356,7 @@ mod tests {
     fn parse(args: &[&str]) -> Result<RunArgs, clap::Error> {
         let argv = normalize_args(args.iter().map(OsString::from));
         Cli::try_parse_from(argv).map(|c| match c.command {
-            Command::Run(r) => r,
+            Command::Run(r) => *r,
             Command::Topo(_) => panic!("not a run command"),
         })
     }
@@ -415,5 +458,30 @@ mod tests {
         assert!(parse(&["cohort", "run", "-n", "2", "--timeout", "0", "prog"]).is_err());
         assert!(parse(&["cohort", "run", "-n", "2"]).is_err());
         assert!(parse(&["cohort", "run", "prog"]).is_err());
+        assert!(parse(&["cohort", "run", "-n", "2", "--heartbeat", "-1", "prog"]).is_err());
+        assert!(parse(&["cohort", "run", "-n", "2", "--peer-timeout", "x", "prog"]).is_err());
+    }
+
+    #[test]
+    fn detector_timings() {
+        let d = |args: &[&str]| {
+            let mut argv = vec!["cohort", "run", "-n", "2"];
+            argv.extend_from_slice(args);
+            argv.push("prog");
+            parse(&argv).unwrap().detector()
+        };
+        assert_eq!(d(&[]), Ok(Some(DetectorConfig::DEFAULT)));
+        let period = Duration::from_millis(250);
+        let timeout = Duration::from_millis(1500);
+        let cfg = DetectorConfig { period, timeout };
+        assert_eq!(
+            d(&["--heartbeat", "0.25", "--peer-timeout", "1.5"]),
+            Ok(Some(cfg))
+        );
+        assert_eq!(d(&["--peer-timeout", "0"]), Ok(None));
+        let e = d(&["--heartbeat", "2", "--peer-timeout", "5"]).unwrap_err();
+        assert!(e.contains("three heartbeat periods"), "{e}");
+        let e = d(&["--heartbeat", "0.0001"]).unwrap_err();
+        assert!(e.contains("positive"), "{e}");
     }
 }

@@ -5,6 +5,7 @@ use std::ffi::OsString;
 use std::net::{Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
 
+use cohort_core::DetectorConfig;
 use cohort_proto::env::{self, to_hex};
 use cohort_proto::NodeId;
 use cohort_topology::{BindTo, MapBy};
@@ -90,6 +91,8 @@ pub struct DaemonLaunch<'a> {
     pub no_shm_fence: bool,
     /// `--allgather`, passed on as given.
     pub allgather: Option<cohort_topology::Allgather>,
+    /// The failure detector's timings (`None`: off).
+    pub detector: Option<DetectorConfig>,
     /// `VAR=VAL` pairs, already resolved.
     pub exports: &'a [(String, OsString)],
     pub command: &'a [OsString],
@@ -148,6 +151,14 @@ impl DaemonLaunch<'_> {
             a.push("--allgather".into());
             a.push(alg.to_string().into());
         }
+        let (period, timeout) = match self.detector {
+            Some(d) => (d.period.as_millis(), d.timeout.as_millis()),
+            None => (DetectorConfig::DEFAULT.period.as_millis(), 0),
+        };
+        a.push("--heartbeat-ms".into());
+        a.push(period.to_string().into());
+        a.push("--peer-timeout-ms".into());
+        a.push(timeout.to_string().into());
         for (var, val) in self.exports {
             let mut kv = OsString::from(var);
             kv.push("=");
@@ -270,6 +281,7 @@ mod tests {
             spin_us: None,
             no_shm_fence: false,
             allgather: None,
+            detector: Some(DetectorConfig::DEFAULT),
             exports: &exports,
             command: &cmd,
         };
@@ -282,7 +294,8 @@ mod tests {
         assert!(joined.starts_with("--node 2 --nodes 3 --node-name node2 --listen 127.0.1.3:0"));
         assert!(
             joined.ends_with(
-                "--np 7 --map-by node --bind-to core --first-slot 4 --tag-output -x A=1 2 -- sh -c"
+                "--np 7 --map-by node --bind-to core --first-slot 4 --tag-output \
+                 --heartbeat-ms 1000 --peer-timeout-ms 10000 -x A=1 2 -- sh -c"
             ),
             "{joined}"
         );
@@ -310,6 +323,7 @@ mod tests {
             spin_us: Some(0),
             no_shm_fence: true,
             allgather: None,
+            detector: None,
             exports: &[],
             command: &[OsString::from("prog")],
         };
@@ -321,7 +335,8 @@ mod tests {
         let joined = args.join(" ");
         assert!(
             joined.ends_with(
-                "--topology /etc/slurm/topology.conf --ib-device mlx5_0:1 --ib-gid-index 3 --spin-us 0 --no-shm-fence -- prog"
+                "--topology /etc/slurm/topology.conf --ib-device mlx5_0:1 --ib-gid-index 3 \
+                 --spin-us 0 --no-shm-fence --heartbeat-ms 1000 --peer-timeout-ms 0 -- prog"
             ),
             "{joined}"
         );

@@ -115,6 +115,8 @@ struct Launcher {
     placement: JobPlacement,
     /// Switch map file handed to every node server.
     topology: Option<PathBuf>,
+    /// The node servers' failure detector (`--heartbeat`, `--peer-timeout`).
+    detector: Option<cohort_core::DetectorConfig>,
     daemons: Vec<Daemon>,
     started: bool,
     launched: u32,
@@ -139,6 +141,7 @@ impl Launcher {
                 args.nodes
             ));
         }
+        let detector = args.detector()?;
         let cohortd = daemon::find_cohortd()?;
         let exports = daemon::resolve_exports(&args.export)?;
         let random = |n| random_bytes(n).map_err(|e| format!("cannot read random bytes: {e}"));
@@ -171,6 +174,7 @@ impl Launcher {
             monitor: JobMonitor::new(job, args.enable_recovery),
             placement,
             topology,
+            detector,
             args,
             cohortd,
             exports,
@@ -236,6 +240,7 @@ impl Launcher {
                 ib_gid_index: self.args.ib_gid_index,
                 spin_us: self.args.spin_us,
                 no_shm_fence: self.args.no_shm_fence,
+                detector: self.detector,
                 // Every node server runs on this host: see `RunArgs::allgather`.
                 allgather: Some(
                     self.args
@@ -440,7 +445,43 @@ impl Launcher {
                 node,
                 reason: format!("reported a fatal error: {}", printable(&reason)),
             }),
+            DaemonMsg::PeerSilent {
+                node: silent,
+                silent_ms,
+            } => self.on_peer_silent(node, silent, silent_ms),
         }
+    }
+
+    /// Node server `by` declared `silent` lost for its silence. The loss is made real
+    /// (a frozen node server must not come back into a job that went on without it):
+    /// it is killed, and its ranks with it (their parent-death signal).
+    fn on_peer_silent(&mut self, by: NodeId, silent: NodeId, silent_ms: u64) -> Option<Verdict> {
+        let Some(d) = self.daemons.get(silent as usize).filter(|_| silent != by) else {
+            tracing::warn!(
+                by,
+                silent,
+                "ignoring a report of a silent node server that is not a peer"
+            );
+            return None;
+        };
+        if !d.running {
+            return None;
+        }
+        let pid = d.pid;
+        tracing::warn!(
+            by,
+            silent,
+            pid,
+            silent_ms,
+            "node server declared lost for its silence; killing it"
+        );
+        reaper::signal_group(pid, libc::SIGKILL);
+        let reason = format!(
+            "(pid {pid}) sent nothing for {:.1} s; {} declared it lost, and it was killed",
+            silent_ms as f64 / 1000.0,
+            self.monitor.node_name(by)
+        );
+        self.daemon_failed(silent, reason)
     }
 
     fn missing_registrations(&self, limit: Duration) -> String {

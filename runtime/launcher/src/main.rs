@@ -8,7 +8,7 @@ fn main() {
     cohort_os::raise_fd_limit();
     let cli = Cli::parse_from(normalize_args(std::env::args_os()));
     let code = match cli.command {
-        Command::Run(args) => cohort_launcher::launch::run(args),
+        Command::Run(args) => cohort_launcher::launch::run(*args),
         Command::Topo(args) => cohort_launcher::topo::run(&args),
     };
     std::process::exit(code);

@@ -46,6 +46,14 @@ pub enum DaemonMsg {
     Fatal {
         reason: String,
     },
+    /// This node server's failure detector declared node server `node` lost: nothing
+    /// came from it for `silent_ms` milliseconds. The launcher makes the loss real (it
+    /// kills that node server and its ranks), so a server that was only frozen does
+    /// not come back into a job that went on without it.
+    PeerSilent {
+        node: NodeId,
+        silent_ms: u64,
+    },
 }
 
 /// Launcher → node server.

@@ -235,4 +235,8 @@ pub enum PeerMsg {
         #[serde(with = "crate::procset")]
         members: Vec<ProcId>,
     },
+    /// The failure detector's "still here", to the sender's successor in the ring of
+    /// node servers (`cohort_core::detector`). Handled by the node server, not the
+    /// engine.
+    Heartbeat,
 }

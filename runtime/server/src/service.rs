@@ -19,7 +19,9 @@ use std::time::{Duration, Instant};
 
 use crate::inbox;
 use bytes::Bytes;
-use cohort_core::{Action, ClientId, Engine, EngineConfig, Time};
+use cohort_core::{
+    Action, ClientId, Detection, Detector, DetectorConfig, Engine, EngineConfig, Time,
+};
 use cohort_proto::frame::{self, MAX_CLIENT_FRAME};
 use cohort_proto::msg::{ClientFrame, ClientFrameEncoder, Hello, ServerFrame, Welcome};
 use cohort_proto::peer::PeerMsg;
@@ -66,6 +68,17 @@ pub struct ServiceConfig {
     pub shm_fence: bool,
     /// How fences and collective-method constructs gather contributions.
     pub allgather: Allgather,
+    /// Heartbeats among node servers, so that one that falls silent without closing
+    /// its connections (its host died, it is frozen, the network cut it off) is
+    /// declared lost (`cohort_core::detector`); `None`: only broken connections are.
+    pub detector: Option<DetectorConfig>,
+}
+
+/// A node server this one declared lost because it fell silent.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Declared {
+    pub node: NodeId,
+    pub silent: Duration,
 }
 
 /// Handle to a running node service.
@@ -78,6 +91,8 @@ pub struct NodeService {
     socket_path: PathBuf,
     node: NodeId,
     stop: Rc<Notify>,
+    detector: Option<DetectorConfig>,
+    declared: RefCell<Option<tokio::sync::mpsc::UnboundedReceiver<Declared>>>,
 }
 
 struct ClientConn {
@@ -107,6 +122,10 @@ struct Shared {
     /// Adaptive polling (see [`Spinner`]): told of each client frame here, of each
     /// fabric message by the fabric.
     spinner: Arc<Spinner>,
+    /// The failure detector, once the peers are known (see [`NodeService::start`]).
+    detector: Option<Detector>,
+    /// Where this server's declarations go (see [`NodeService::declarations`]).
+    declared: tokio::sync::mpsc::UnboundedSender<Declared>,
 }
 
 impl Shared {
@@ -157,10 +176,43 @@ impl Shared {
         for (client, bytes) in out {
             self.send_client_bytes(client, Bytes::from(bytes));
         }
-        let next = self.engine.next_deadline();
+        let next = match (
+            self.engine.next_deadline(),
+            self.detector.as_ref().and_then(Detector::deadline),
+        ) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
         if next.is_some() && (self.armed.is_none() || next < self.armed) {
             self.armed = next;
             self.timer.notify_one();
+        }
+    }
+
+    /// Runs the failure detector's timer: heartbeats out, silent servers declared lost
+    /// (as if the fabric had reported them, and to the owner of [`NodeService`]).
+    fn detect(&mut self, now: Time) {
+        let Some(detector) = self.detector.as_mut() else {
+            return;
+        };
+        let mut out = Vec::new();
+        detector.on_timer(now, &mut out);
+        for d in out {
+            match d {
+                Detection::Beat { to } => {
+                    self.send_peer(to, Bytes::from(frame::encode_body(&PeerMsg::Heartbeat)));
+                }
+                Detection::Declare { node, silent } => {
+                    tracing::error!(
+                        peer = node,
+                        silent_ms = silent.as_millis() as u64,
+                        "peer node server lost: no message from it for {:.1} s",
+                        silent.as_secs_f64()
+                    );
+                    self.engine.on_peer_lost(node, now);
+                    let _ = self.declared.send(Declared { node, silent });
+                }
+            }
         }
     }
 
@@ -265,6 +317,7 @@ impl NodeService {
         };
         // SAFETY: getuid cannot fail and has no preconditions.
         let owner_uid = unsafe { libc::getuid() };
+        let (declared_tx, declared_rx) = tokio::sync::mpsc::unbounded_channel();
         let shared = Rc::new(RefCell::new(Shared {
             engine,
             fabric: fabric.clone(),
@@ -279,6 +332,8 @@ impl NodeService {
             armed: None,
             fence_shm,
             spinner: spinner.clone(),
+            detector: None,
+            declared: declared_tx,
         }));
         let stop = Rc::new(Notify::new());
         tokio::task::spawn_local(accept_loop(listener, shared.clone(), stop.clone()));
@@ -300,7 +355,15 @@ impl NodeService {
             socket_path,
             node: cfg.node,
             stop,
+            detector: cfg.detector,
+            declared: RefCell::new(Some(declared_rx)),
         })
+    }
+
+    /// The node servers this one declares lost for their silence, as it declares them
+    /// (once; `None` the second time).
+    pub fn declarations(&self) -> Option<tokio::sync::mpsc::UnboundedReceiver<Declared>> {
+        self.declared.borrow_mut().take()
     }
 
     pub fn fabric_addr(&self) -> String {
@@ -318,11 +381,23 @@ impl NodeService {
     /// Every node server's fabric address is known (index = node id): start talking.
     pub fn start(&self, peers: Vec<String>) {
         self.fabric.set_peers(peers);
-        let held = self.shared.borrow_mut().held.take().unwrap_or_default();
+        let mut s = self.shared.borrow_mut();
+        let held = s.held.take().unwrap_or_default();
         for (node, bytes) in held {
             if let Err(e) = self.fabric.send(node, bytes) {
                 tracing::warn!(peer = node, error = %e, "fabric send failed");
             }
+        }
+        if let Some(cfg) = self.detector {
+            let now = s.now();
+            let nodes = s.engine.job().num_nodes;
+            let mut detector = Detector::new(self.node, nodes, cfg, now);
+            for node in s.engine.lost_nodes() {
+                detector.lost(node, now);
+            }
+            s.detector = Some(detector);
+            s.detect(now);
+            s.flush();
         }
     }
 
@@ -567,13 +642,26 @@ fn apply_fabric_event(s: &mut Shared, ev: FabricEvent) {
     let now = s.now();
     match ev {
         FabricEvent::Message { from, payload } => match frame::decode_body::<PeerMsg>(&payload) {
-            Ok(msg) => s.engine.on_peer(from, msg, now),
+            Ok(msg) => {
+                if let Some(d) = s.detector.as_mut() {
+                    d.heard(from, now);
+                    match &msg {
+                        PeerMsg::Heartbeat => return,
+                        PeerMsg::NodeLost { node } => d.lost(*node, now),
+                        _ => {}
+                    }
+                }
+                s.engine.on_peer(from, msg, now)
+            }
             Err(e) => {
                 tracing::error!(peer = from, error = %e, "dropping a malformed fabric message")
             }
         },
         FabricEvent::PeerLost { peer, reason } => {
             tracing::error!(peer, %reason, "peer node server lost");
+            if let Some(d) = s.detector.as_mut() {
+                d.lost(peer, now);
+            }
             s.engine.on_peer_lost(peer, now);
         }
     }
@@ -594,6 +682,7 @@ async fn timer_loop(shared: Rc<RefCell<Shared>>, wake: Rc<Notify>) {
                         s.armed = None;
                         let now = s.now();
                         s.engine.on_timer(now);
+                        s.detect(now);
                         s.flush();
                         // flush() re-armed for the next deadline, if any
                     }

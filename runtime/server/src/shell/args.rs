@@ -4,9 +4,11 @@
 use std::ffi::OsString;
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::time::Duration;
 
 use clap::builder::TypedValueParser as _;
 use clap::Parser;
+use cohort_core::DetectorConfig;
 use cohort_topology::{Allgather, BindTo, MapBy};
 
 /// cohortd — the cohort node server (started by `cohort run`, not by hand)
@@ -102,6 +104,17 @@ pub struct DaemonArgs {
     #[arg(long, value_name = "US", default_value_t = cohort_proto::env::DEFAULT_SPIN_US)]
     pub spin_us: u64,
 
+    /// Milliseconds between this node server's heartbeats to the next one in the ring
+    /// of node servers (the failure detector)
+    #[arg(long, value_name = "MS", default_value_t = 1000, value_parser = clap::value_parser!(u64).range(1..))]
+    pub heartbeat_ms: u64,
+
+    /// Milliseconds of silence after which the node server this one watches is
+    /// declared lost; 0 turns the failure detector off (only broken connections are
+    /// losses then)
+    #[arg(long, value_name = "MS", default_value_t = 10_000)]
+    pub peer_timeout_ms: u64,
+
     /// Whole-job fences of a one-node job go through this node server instead of
     /// meeting in shared memory
     #[arg(long)]
@@ -141,7 +154,8 @@ fn parse_export(s: &str) -> Result<(OsString, OsString), String> {
 }
 
 impl DaemonArgs {
-    /// Checks what clap cannot: the node index is inside the job.
+    /// Checks what clap cannot: the node index is inside the job, the detector's
+    /// timings fit together.
     pub fn validate(&self) -> Result<(), String> {
         if self.node >= self.nodes {
             return Err(format!(
@@ -149,7 +163,18 @@ impl DaemonArgs {
                 self.node, self.nodes
             ));
         }
+        if let Some(d) = self.detector() {
+            d.validate()?;
+        }
         Ok(())
+    }
+
+    /// The failure detector's timings (`None`: off).
+    pub fn detector(&self) -> Option<DetectorConfig> {
+        (self.peer_timeout_ms > 0).then(|| DetectorConfig {
+            period: Duration::from_millis(self.heartbeat_ms),
+            timeout: Duration::from_millis(self.peer_timeout_ms),
+        })
     }
 }
 
@@ -214,6 +239,10 @@ mod tests {
             "--first-slot",
             "3",
             "--tag-output",
+            "--heartbeat-ms",
+            "250",
+            "--peer-timeout-ms",
+            "3000",
             "-x",
             "A=b=c",
             "--",
@@ -228,6 +257,9 @@ mod tests {
             (MapBy::Node, Some(BindTo::None), 3)
         );
         assert!(a.tag_output);
+        let period = Duration::from_millis(250);
+        let timeout = Duration::from_secs(3);
+        assert_eq!(a.detector(), Some(DetectorConfig { period, timeout }));
         assert_eq!(a.export, [("A".into(), "b=c".into())]);
         assert_eq!(a.command, ["sh", "-c", "echo -x"]);
         assert!(a.validate().is_ok());
@@ -268,6 +300,16 @@ mod tests {
             (MapBy::Slot, None, 0)
         );
         assert_eq!(defaults.topology, None);
+        assert_eq!(defaults.detector(), Some(DetectorConfig::DEFAULT));
+        let mut off = defaults.clone();
+        off.peer_timeout_ms = 0;
+        assert_eq!((off.detector(), off.validate()), (None, Ok(())));
+        let mut tight = defaults.clone();
+        tight.peer_timeout_ms = 2000;
+        assert!(tight
+            .validate()
+            .unwrap_err()
+            .contains("three heartbeat periods"));
     }
 
     #[test]

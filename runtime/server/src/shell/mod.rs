@@ -322,6 +322,7 @@ async fn bind_service(
         spin: Duration::from_micros(args.spin_us),
         shm_fence: !args.no_shm_fence,
         allgather: args.allgather,
+        detector: args.detector(),
     };
     match NodeService::bind(cfg).await {
         Ok(svc) => {
@@ -431,11 +432,23 @@ async fn serve(
             *link = None;
         }
     }
+    let mut declared = svc.declarations();
     loop {
         if link.is_none() {
             return End::LauncherLost("cannot write to the control connection".into());
         }
         tokio::select! {
+            Some(d) = async { declared.as_mut()?.recv().await } => {
+                if let Some(w) = link.as_mut() {
+                    let msg = DaemonMsg::PeerSilent {
+                        node: d.node,
+                        silent_ms: d.silent.as_millis() as u64,
+                    };
+                    if control::send(w, &msg).await.is_err() {
+                        *link = None;
+                    }
+                }
+            }
             ev = from_launcher.recv() => match ev.unwrap_or(FromLauncher::Closed(None)) {
                 FromLauncher::Msg(LauncherMsg::Shutdown) => return End::Shutdown,
                 FromLauncher::Msg(other) => {
