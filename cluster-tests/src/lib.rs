@@ -422,3 +422,48 @@ pub fn run_testprog_with(
         stderr: text(&out.stderr),
     }
 }
+
+/// Runs testprog `scenario` on `servers` node servers (one rank each,
+/// `--enable-recovery`, and `options`) with both gathering algorithms; see
+/// [`survivors_agree_by`].
+pub fn survivors_agree(servers: u32, scenario: &str, options: &[&str]) -> Vec<(&'static str, Job)> {
+    survivors_agree_by(servers, |allgather| {
+        let mut all = vec!["--allgather", allgather];
+        all.extend_from_slice(options);
+        run_testprog_with(servers, servers, scenario, true, &all)
+    })
+}
+
+/// A job of one rank per node server in which one rank's server is lost: `run` runs it
+/// with the given `--allgather` algorithm, for both. Every survivor reports the same
+/// result, and the job ends with the lost rank's status (killed with its server).
+pub fn survivors_agree_by(
+    servers: u32,
+    run: impl Fn(&'static str) -> Job,
+) -> Vec<(&'static str, Job)> {
+    ["tree", "dissemination"]
+        .into_iter()
+        .map(|allgather| {
+            let job = run(allgather);
+            let r = job.results();
+            assert_eq!(
+                r.len(),
+                servers as usize - 1,
+                "{allgather}: every survivor reports\nstdout:\n{}\nstderr:\n{}",
+                job.stdout,
+                job.stderr
+            );
+            assert!(
+                r.windows(2).all(|w| w[0] == w[1]),
+                "{allgather}: survivors disagree: {r:?}"
+            );
+            assert_eq!(
+                job.status,
+                Some(137),
+                "{allgather}: the lost rank was killed:\n{}",
+                job.stderr
+            );
+            (allgather, job)
+        })
+        .collect()
+}

@@ -7,7 +7,7 @@ use std::path::Path;
 use std::process::Output;
 
 use cohort_cluster_tests::{
-    cohort_command, example, run_cohort, text, CohortRun, TempDir, DEADLINE,
+    cohort_command, example, run_cohort, survivors_agree, text, CohortRun, TempDir, DEADLINE,
 };
 
 /// node0..node5 on two leaf switches under one top switch.
@@ -196,7 +196,7 @@ fn malformed_topology_fails_fast_naming_file_and_line() {
 /// exits with the lost rank's status.
 #[test]
 fn a_lost_interior_node_server_does_not_strand_its_subtree() {
-    for (allgather, job) in survivors_agree(8, "lost-interior") {
+    for (allgather, job) in survivors_agree(8, "lost-interior", &[]) {
         assert!(
             job.stderr.contains("its ranks") && job.stderr.contains("--enable-recovery"),
             "{allgather}: the launcher reports the lost node server:\n{}",
@@ -205,96 +205,11 @@ fn a_lost_interior_node_server_does_not_strand_its_subtree() {
     }
 }
 
-/// Runs testprog `scenario` on `servers` node servers (one rank each,
-/// `--enable-recovery`) with both gathering algorithms. One rank's server is killed:
-/// every survivor reports the same result, and the job ends with the lost rank's
-/// status.
-fn survivors_agree(servers: u32, scenario: &str) -> Vec<(&'static str, cohort_cluster_tests::Job)> {
-    survivors_agree_with(servers, scenario, &[])
-}
-
-/// [`survivors_agree`] with more `cohort run` options.
-fn survivors_agree_with(
-    servers: u32,
-    scenario: &str,
-    options: &[&str],
-) -> Vec<(&'static str, cohort_cluster_tests::Job)> {
-    ["tree", "dissemination"]
-        .into_iter()
-        .map(|allgather| {
-            let mut all = vec!["--allgather", allgather];
-            all.extend_from_slice(options);
-            let job =
-                cohort_cluster_tests::run_testprog_with(servers, servers, scenario, true, &all);
-            let r = job.results();
-            assert_eq!(
-                r.len(),
-                servers as usize - 1,
-                "{allgather}: every survivor reports\nstdout:\n{}\nstderr:\n{}",
-                job.stdout,
-                job.stderr
-            );
-            assert!(
-                r.windows(2).all(|w| w[0] == w[1]),
-                "{allgather}: survivors disagree: {r:?}"
-            );
-            assert_eq!(
-                job.status,
-                Some(137),
-                "{allgather}: the lost rank was killed:\n{}",
-                job.stderr
-            );
-            (allgather, job)
-        })
-        .collect()
-}
-
 /// A construct started after a node server's loss (real servers, SIGKILL): the
 /// survivors get partial success without the lost rank, all the same group, well
 /// inside their 60 s timeout, with both gathering algorithms. Engine test:
 /// `a_construct_started_after_a_servers_loss_completes_without_it`.
 #[test]
 fn a_construct_started_after_a_node_servers_loss_completes() {
-    survivors_agree(4, "construct-after-loss");
-}
-
-/// The failure detector's timings for the frozen-server tests: short, so that a test
-/// takes seconds, and still many heartbeats per timeout on a loaded machine.
-const DETECTOR: [&str; 4] = ["--heartbeat", "0.25", "--peer-timeout", "3"];
-
-/// A node server that freezes (SIGSTOP: it closes no connection, as when its host
-/// dies or the network cuts it off) is declared lost by the server watching it, and
-/// the launcher kills it: the survivors' construct, which has no timeout, ends with
-/// partial success without its rank instead of waiting for ever. Four real node
-/// servers, `--enable-recovery`, both gathering algorithms. Without the detector
-/// (`--peer-timeout 0`) the construct hangs until the harness's deadline.
-#[test]
-fn a_frozen_node_server_is_declared_lost_and_the_job_goes_on() {
-    for (allgather, job) in survivors_agree_with(4, "frozen-server", &DETECTOR) {
-        assert!(
-            job.stderr.contains("sent nothing for")
-                && job.stderr.contains("declared it lost, and it was killed")
-                && job.stderr.contains("--enable-recovery"),
-            "{allgather}: the launcher says which node server fell silent and why:\n{}",
-            job.stderr
-        );
-    }
-}
-
-/// Without `--enable-recovery`, a node server declared lost for its silence ends the
-/// job like one that crashed: status 1, and the launcher names it.
-#[test]
-fn a_frozen_node_server_ends_the_job_without_recovery() {
-    let mut options = vec!["--allgather", "tree"];
-    options.extend_from_slice(&DETECTOR);
-    let job = cohort_cluster_tests::run_testprog_with(3, 3, "frozen-server", false, &options);
-    assert_eq!(job.status, Some(1), "{}", job.stderr);
-    // The frozen rank is on the server after the construct's root (see the scenario).
-    let frozen = (cohort_topology::rendezvous("frozen", 3) + 1) % 3;
-    let says = format!("node server node{frozen} (pid ");
-    assert!(
-        job.stderr.contains(&says) && job.stderr.contains("sent nothing for"),
-        "the launcher names the silent node server:\n{}",
-        job.stderr
-    );
+    survivors_agree(4, "construct-after-loss", &[]);
 }

@@ -67,6 +67,7 @@ fn main() {
         "lost-interior" => lost_interior(),
         "construct-after-loss" => construct_after_loss(),
         "frozen-server" => frozen_server(),
+        "cut-off" => cut_off(),
         "idle-cpu" => idle_cpu(),
         "fd-limits" => fd_limits(),
         other => Err(format!("unknown scenario {other:?}")),
@@ -2292,10 +2293,40 @@ fn construct_after_loss() -> R {
 /// with no timeout: partial success without the frozen server's rank once it is
 /// declared lost (without the detector they would wait for ever).
 fn frozen_server() -> R {
-    const GID: &str = "frozen";
+    silent_server("frozen", |_| {
+        // SAFETY: plain syscalls; the parent is this rank's node server.
+        unsafe { libc::kill(libc::getppid(), libc::SIGSTOP) };
+        Ok(())
+    })
+}
+
+/// As `frozen-server`, but the node server stays up and the network drops every
+/// packet to and from its fabric address (`ip rule … blackhole`; run in a network
+/// namespace of its own, as root, with the `local` table's rule moved after
+/// preference 11): its connections stall without breaking, and it hears nobody
+/// either, so it reports its own watched server silent too.
+fn cut_off() -> R {
+    silent_server("cut-off", |x| {
+        // cohort run's address for node x (one rank per node): 127.0.1.(x+1).
+        let addr = format!("127.0.1.{}", x + 1);
+        for (pref, dir) in [("10", "to"), ("11", "from")] {
+            let st = std::process::Command::new("ip")
+                .args(["rule", "add", "pref", pref, dir, &addr, "blackhole"])
+                .status()
+                .map_err(|e| format!("cannot run ip: {e}"))?;
+            check!(st.success(), "ip rule add {dir} {addr}: {st}");
+        }
+        Ok(())
+    })
+}
+
+/// Every rank fences; the rank after the construct's root silences its node server
+/// with `silence(rank)` and waits to be killed with it; the others construct at once
+/// (optional, over every rank, no timeout) and must get partial success without it.
+fn silent_server(gid: &str, silence: impl FnOnce(u32) -> R) -> R {
     let c = init()?;
     let n = c.size();
-    let root = cohort_topology::rendezvous(GID, n as usize) as u32;
+    let root = cohort_topology::rendezvous(gid, n as usize) as u32;
     let x = (root + 1) % n;
     let fence = FenceOpts {
         collect: false,
@@ -2303,11 +2334,10 @@ fn frozen_server() -> R {
     };
     e2s(c.fence(&[], fence), "fence")?;
     if c.rank() == x {
-        // SAFETY: plain syscalls; the parent is this rank's node server.
-        unsafe { libc::kill(libc::getppid(), libc::SIGSTOP) };
+        silence(x)?;
         // Killed with its node server once that is declared lost.
         std::thread::sleep(Duration::from_secs(60));
-        return Err("outlived its frozen node server".into());
+        return Err("outlived its silent node server".into());
     }
     let opts = ConstructOpts {
         optional: true,
@@ -2315,7 +2345,7 @@ fn frozen_server() -> R {
         timeout_ms: None,
         ..Default::default()
     };
-    let g = e2s(c.group_construct(GID, &all(&c), opts), "construct")?;
+    let g = e2s(c.group_construct(gid, &all(&c), opts), "construct")?;
     partial_without(c, &g, x)
 }
 

@@ -11,9 +11,12 @@
 //! The servers form a ring in node order, skipping the ones known lost. Each sends a
 //! heartbeat to its successor every `period` and watches its predecessor; every message
 //! from the watched server counts as a heartbeat. A watched server silent for `timeout`
-//! is declared lost: the owner treats it as a loss the fabric reported (every other
-//! server is told, collectives route around it), and the watcher moves on to the next
-//! server back, giving it a full `timeout` from then. Each server is watched by exactly
+//! is declared lost, and the watcher moves on to the next server back, giving it a
+//! full `timeout` from then. A declaration is an accusation, not yet a loss: a server
+//! that the network cut off hears nobody and declares its own watched server too. In
+//! `cohortd` the launcher judges the accusations, kills the server it condemns and
+//! tells every other server, which then routes around it as if the fabric had reported
+//! it (`cohort_launcher::monitor::judge`). Each server is watched by exactly
 //! one live server and sends one heartbeat per period: the cost is the same whatever
 //! the job's size (an all-to-all heartbeat would be quadratic). Servers that fail
 //! together and are neighbours in the ring are found one after the other, one

@@ -28,7 +28,9 @@ use crate::cli::RunArgs;
 use crate::control::{self, Registration};
 use crate::daemon::{self, DaemonLaunch};
 use crate::jobdir::JobDir;
-use crate::monitor::{describe_status, signal_name, JobMonitor, Step, Verdict, FAILURE_EXIT};
+use crate::monitor::{
+    describe_status, judge, signal_name, Accusation, JobMonitor, Step, Verdict, FAILURE_EXIT,
+};
 use crate::reaper;
 use crate::topo::{plan_job, JobPlacement};
 
@@ -117,6 +119,9 @@ struct Launcher {
     topology: Option<PathBuf>,
     /// The node servers' failure detector (`--heartbeat`, `--peer-timeout`).
     detector: Option<cohort_core::DetectorConfig>,
+    /// Reports of silent node servers waiting to be judged, and when.
+    accusations: Vec<Accusation>,
+    judge_at: Option<Instant>,
     daemons: Vec<Daemon>,
     started: bool,
     launched: u32,
@@ -175,6 +180,8 @@ impl Launcher {
             placement,
             topology,
             detector,
+            accusations: Vec::new(),
+            judge_at: None,
             args,
             cohortd,
             exports,
@@ -297,6 +304,12 @@ impl Launcher {
                 }
                 _ = sleep_until(job_deadline.unwrap_or(never)), if job_deadline.is_some() => {
                     return Verdict::TimedOut { secs: timeout.unwrap_or_default() };
+                }
+                _ = sleep_until(self.judge_at.unwrap_or(never)), if self.judge_at.is_some() => {
+                    match self.judge_accusations().await {
+                        Some(verdict) => return verdict,
+                        None => continue,
+                    }
                 }
             };
             if let Some(verdict) = self.handle(event).await {
@@ -452,36 +465,79 @@ impl Launcher {
         }
     }
 
-    /// Node server `by` declared `silent` lost for its silence. The loss is made real
-    /// (a frozen node server must not come back into a job that went on without it):
-    /// it is killed, and its ranks with it (their parent-death signal).
+    /// Node server `by` declared `silent` lost for its silence. The accusation waits
+    /// [`Launcher::hold`] for others that belong with it (see [`judge`]).
     fn on_peer_silent(&mut self, by: NodeId, silent: NodeId, silent_ms: u64) -> Option<Verdict> {
-        let Some(d) = self.daemons.get(silent as usize).filter(|_| silent != by) else {
+        if silent == by || silent as usize >= self.daemons.len() {
             tracing::warn!(
                 by,
                 silent,
                 "ignoring a report of a silent node server that is not a peer"
             );
             return None;
-        };
-        if !d.running {
-            return None;
         }
-        let pid = d.pid;
-        tracing::warn!(
+        tracing::warn!(by, silent, silent_ms, "node server reported silent");
+        self.accusations.push(Accusation {
             by,
             silent,
-            pid,
             silent_ms,
-            "node server declared lost for its silence; killing it"
-        );
-        reaper::signal_group(pid, libc::SIGKILL);
-        let reason = format!(
-            "(pid {pid}) sent nothing for {:.1} s; {} declared it lost, and it was killed",
-            silent_ms as f64 / 1000.0,
-            self.monitor.node_name(by)
-        );
-        self.daemon_failed(silent, reason)
+        });
+        if self.judge_at.is_none() {
+            self.judge_at = Some(Instant::now() + self.hold());
+        }
+        None
+    }
+
+    /// How long an accusation waits for the ones that belong with it: two heartbeat
+    /// periods (a server cut off accuses its own watched server within a period of
+    /// being accused).
+    fn hold(&self) -> Duration {
+        self.detector.map(|d| d.period * 2).unwrap_or_default()
+    }
+
+    /// Judges the accusations held (see [`judge`]): each condemned node server is
+    /// killed (a frozen one must not come back into a job that went on without it; its
+    /// ranks die with it), and every other node server is told it is lost, so that all
+    /// of them route around it even if its connections never break for them (a
+    /// network that drops its packets closes nothing).
+    async fn judge_accusations(&mut self) -> Option<Verdict> {
+        self.judge_at = None;
+        let held = std::mem::take(&mut self.accusations);
+        let condemned = judge(&held, |n| self.daemons[n as usize].running);
+        for dropped in held.iter().filter(|a| !condemned.contains(a)) {
+            tracing::warn!(
+                by = dropped.by,
+                silent = dropped.silent,
+                "not acting on a report of silence: its sender is condemned itself, or \
+                 the node server it names is already gone"
+            );
+        }
+        let mut verdict = None;
+        for a in condemned {
+            let pid = self.daemons[a.silent as usize].pid;
+            tracing::warn!(node = a.silent, pid, "killing a node server declared lost");
+            reaper::signal_group(pid, libc::SIGKILL);
+            let lost = LauncherMsg::PeerLost { node: a.silent };
+            for (node, d) in self.daemons.iter_mut().enumerate() {
+                if node as NodeId == a.silent || !d.running {
+                    continue;
+                }
+                if let Some(w) = d.writer.as_mut() {
+                    if let Err(e) = control::send(w, &lost).await {
+                        tracing::warn!(node, error = %e, "could not tell a node server of a loss");
+                    }
+                }
+            }
+            let reason = format!(
+                "(pid {pid}) sent nothing for {:.1} s; {} declared it lost, and it was killed",
+                a.silent_ms as f64 / 1000.0,
+                self.monitor.node_name(a.by)
+            );
+            if let Some(v) = self.daemon_failed(a.silent, reason) {
+                verdict.get_or_insert(v);
+            }
+        }
+        verdict
     }
 
     fn missing_registrations(&self, limit: Duration) -> String {

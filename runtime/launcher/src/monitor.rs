@@ -288,6 +288,42 @@ pub fn signal_name(sig: i32) -> String {
     name.to_string()
 }
 
+/// A node server's report that the node server it watches fell silent (its failure
+/// detector declared it lost).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Accusation {
+    pub by: NodeId,
+    pub silent: NodeId,
+    pub silent_ms: u64,
+}
+
+/// Which node servers accused of silence are lost, from the accusations that arrived
+/// together (within a couple of heartbeat periods of each other).
+///
+/// A frozen or crashed server accuses nobody. A server the network cut off hears
+/// nobody: it accuses the server it watches at about the time it is accused itself.
+/// So an accused server's own accusations are not believed: accusations against
+/// servers that accuse are judged first, and an accusation by a condemned server is
+/// dropped. Among servers that accuse each other (two of them, cut apart), the
+/// earliest accusation wins. Accusations of a server that is not `running` are
+/// dropped. Returns the condemned servers, each with the accusation that condemned
+/// it, in that order.
+pub fn judge(accusations: &[Accusation], running: impl Fn(NodeId) -> bool) -> Vec<Accusation> {
+    let accuses = |n: NodeId| accusations.iter().any(|a| a.by == n);
+    let mut order: Vec<&Accusation> = accusations.iter().collect();
+    // Stable: arrival order within each class.
+    order.sort_by_key(|a| !accuses(a.silent));
+    let mut condemned: Vec<Accusation> = Vec::new();
+    for a in order {
+        let judged = |n: NodeId| condemned.iter().any(|c| c.silent == n);
+        if a.by == a.silent || judged(a.by) || judged(a.silent) || !running(a.silent) {
+            continue;
+        }
+        condemned.push(a.clone());
+    }
+    condemned
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -398,5 +434,47 @@ mod tests {
             Err(BogusExit::Duplicate { .. })
         ));
         assert_eq!(m.remaining(), 3);
+    }
+
+    fn accuse(by: NodeId, silent: NodeId) -> Accusation {
+        Accusation {
+            by,
+            silent,
+            silent_ms: 3000,
+        }
+    }
+
+    fn condemned(accusations: &[Accusation]) -> Vec<NodeId> {
+        judge(accusations, |_| true)
+            .into_iter()
+            .map(|a| a.silent)
+            .collect()
+    }
+
+    #[test]
+    fn a_frozen_server_is_condemned_by_its_watcher() {
+        assert_eq!(condemned(&[accuse(3, 2)]), [2]);
+        // Two frozen servers, reported together.
+        assert_eq!(condemned(&[accuse(3, 2), accuse(1, 0)]), [2, 0]);
+    }
+
+    #[test]
+    fn a_server_cut_off_is_condemned_and_its_own_accusation_dropped() {
+        // Node 2 is cut off: node 3 accuses it, and it accuses node 1, in either order.
+        assert_eq!(condemned(&[accuse(2, 1), accuse(3, 2)]), [2]);
+        assert_eq!(condemned(&[accuse(3, 2), accuse(2, 1)]), [2]);
+    }
+
+    #[test]
+    fn of_two_servers_cut_apart_the_first_accused_is_condemned() {
+        assert_eq!(condemned(&[accuse(0, 1), accuse(1, 0)]), [1]);
+        assert_eq!(condemned(&[accuse(1, 0), accuse(0, 1)]), [0]);
+    }
+
+    #[test]
+    fn accusations_of_servers_gone_or_of_oneself_are_dropped() {
+        assert!(judge(&[accuse(3, 2)], |n| n != 2).is_empty());
+        assert!(condemned(&[accuse(2, 2)]).is_empty());
+        assert_eq!(condemned(&[accuse(3, 2), accuse(0, 2)]), [2]);
     }
 }

@@ -47,9 +47,10 @@ pub enum DaemonMsg {
         reason: String,
     },
     /// This node server's failure detector declared node server `node` lost: nothing
-    /// came from it for `silent_ms` milliseconds. The launcher makes the loss real (it
-    /// kills that node server and its ranks), so a server that was only frozen does
-    /// not come back into a job that went on without it.
+    /// came from it for `silent_ms` milliseconds. The launcher judges the reports (a
+    /// server cut off by the network reports its own watched server), kills the
+    /// condemned server (a frozen one must not come back into a job that went on
+    /// without it) and tells the others with [`LauncherMsg::PeerLost`].
     PeerSilent {
         node: NodeId,
         silent_ms: u64,
@@ -63,4 +64,7 @@ pub enum LauncherMsg {
     Start { peers: Vec<String> },
     /// Kill every rank now (SIGTERM, then SIGKILL after a grace period) and exit.
     Shutdown,
+    /// Node server `node` is lost: the launcher killed it after a report of its
+    /// silence. Route around it, as if the fabric had reported it.
+    PeerLost { node: NodeId },
 }

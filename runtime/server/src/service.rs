@@ -74,7 +74,9 @@ pub struct ServiceConfig {
     pub detector: Option<DetectorConfig>,
 }
 
-/// A node server this one declared lost because it fell silent.
+/// A node server this one's failure detector declared lost because it fell silent:
+/// an accusation for the launcher to judge, not yet a loss (see
+/// [`NodeService::peer_lost`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Declared {
     pub node: NodeId,
@@ -203,13 +205,15 @@ impl Shared {
                     self.send_peer(to, Bytes::from(frame::encode_body(&PeerMsg::Heartbeat)));
                 }
                 Detection::Declare { node, silent } => {
+                    // Only the launcher's verdict makes it a loss (`NodeService::peer_lost`):
+                    // this server may be the one cut off.
                     tracing::error!(
                         peer = node,
                         silent_ms = silent.as_millis() as u64,
-                        "peer node server lost: no message from it for {:.1} s",
+                        "no message from peer node server {node} for {:.1} s; reported to \
+                         the launcher",
                         silent.as_secs_f64()
                     );
-                    self.engine.on_peer_lost(node, now);
                     let _ = self.declared.send(Declared { node, silent });
                 }
             }
@@ -399,6 +403,22 @@ impl NodeService {
             s.detect(now);
             s.flush();
         }
+    }
+
+    /// The launcher says node server `node` is lost (it killed it after a report of
+    /// its silence): as if the fabric had reported it.
+    pub fn peer_lost(&self, node: NodeId) {
+        let mut s = self.shared.borrow_mut();
+        let now = s.now();
+        tracing::error!(
+            peer = node,
+            "peer node server lost: the launcher declared it"
+        );
+        if let Some(d) = s.detector.as_mut() {
+            d.lost(node, now);
+        }
+        s.engine.on_peer_lost(node, now);
+        s.flush();
     }
 
     /// A local rank's process ended (normally or not).

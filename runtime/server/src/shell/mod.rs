@@ -394,6 +394,9 @@ async fn await_start(
         ev = from_launcher.recv() => match ev.unwrap_or(FromLauncher::Closed(None)) {
             FromLauncher::Msg(LauncherMsg::Start { peers }) => peers,
             FromLauncher::Msg(LauncherMsg::Shutdown) => return Err(End::Shutdown),
+            FromLauncher::Msg(other) => {
+                return Err(End::Fatal(format!("the launcher sent {other:?} before Start")));
+            }
             FromLauncher::Closed(e) => {
                 return Err(End::LauncherLost(e.unwrap_or_else(|| "connection closed".into())));
             }
@@ -451,6 +454,7 @@ async fn serve(
             }
             ev = from_launcher.recv() => match ev.unwrap_or(FromLauncher::Closed(None)) {
                 FromLauncher::Msg(LauncherMsg::Shutdown) => return End::Shutdown,
+                FromLauncher::Msg(LauncherMsg::PeerLost { node }) => svc.peer_lost(node),
                 FromLauncher::Msg(other) => {
                     tracing::warn!(?other, "ignoring an unexpected control message");
                 }

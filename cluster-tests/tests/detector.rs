@@ -1,0 +1,112 @@
+//! The failure detector end to end: node servers that fall silent without closing a
+//! connection — frozen, or cut off by the network — are declared lost by the server
+//! watching them, judged by the launcher, killed, and routed around by the others.
+//! Real `cohortd` processes; the detector's state machine is `cohort_core::detector`.
+
+use std::process::{Command, Stdio};
+
+use cohort_cluster_tests::{
+    cohort_bin, cohortd_bin, example, run_testprog_with, survivors_agree, survivors_agree_by, text,
+    CohortRun, Job, DEADLINE,
+};
+
+/// The failure detector's timings for these tests: short, so that a test takes
+/// seconds, and still twelve heartbeats per timeout on a loaded machine.
+const DETECTOR: [&str; 4] = ["--heartbeat", "0.25", "--peer-timeout", "3"];
+
+/// A node server that freezes (SIGSTOP: it closes no connection, as when its host
+/// dies) is declared lost by the server watching it, and the launcher kills it: the
+/// survivors' construct, which has no timeout, ends with partial success without its
+/// rank instead of waiting for ever. Four real node servers, `--enable-recovery`, both
+/// gathering algorithms. Without the detector (`--peer-timeout 0`) the construct hangs
+/// until the harness's deadline.
+#[test]
+fn a_frozen_node_server_is_declared_lost_and_the_job_goes_on() {
+    for (allgather, job) in survivors_agree(4, "frozen-server", &DETECTOR) {
+        assert!(
+            job.stderr.contains("sent nothing for")
+                && job.stderr.contains("declared it lost, and it was killed")
+                && job.stderr.contains("--enable-recovery"),
+            "{allgather}: the launcher says which node server fell silent and why:\n{}",
+            job.stderr
+        );
+    }
+}
+
+/// Without `--enable-recovery`, a node server declared lost for its silence ends the
+/// job like one that crashed: status 1, and the launcher names it.
+#[test]
+fn a_frozen_node_server_ends_the_job_without_recovery() {
+    let mut options = vec!["--allgather", "tree"];
+    options.extend_from_slice(&DETECTOR);
+    let job = run_testprog_with(3, 3, "frozen-server", false, &options);
+    assert_eq!(job.status, Some(1), "{}", job.stderr);
+    let says = format!("node server node{} (pid ", silenced("frozen", 3));
+    assert!(
+        job.stderr.contains(&says) && job.stderr.contains("sent nothing for"),
+        "the launcher names the silent node server:\n{}",
+        job.stderr
+    );
+}
+
+/// A node server cut off by the network (every packet to and from its fabric address
+/// dropped; its process runs on): its connections stall without breaking, and it
+/// hears from nobody, so it reports the server it watches as silent at about the time
+/// its own watcher reports it. The launcher believes only the report against it: it
+/// alone is killed, and the three others agree on a group without its rank. Run in a
+/// network namespace of its own (`unshare --net`, root only), where the rank cuts its
+/// server off with `ip rule … blackhole`.
+#[test]
+fn a_node_server_cut_off_by_the_network_is_the_only_one_lost() {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("SKIPPED: a network namespace of its own needs root");
+        return;
+    }
+    let cut = silenced("cut-off", 4);
+    for (allgather, job) in survivors_agree_by(4, |allgather| in_own_netns(4, allgather)) {
+        let lost: Vec<&str> = job
+            .stderr
+            .lines()
+            .filter(|l| l.contains("declared it lost, and it was killed"))
+            .collect();
+        assert!(
+            lost.len() == 1 && lost[0].contains(&format!("node server node{cut} (pid ")),
+            "{allgather}: node{cut} alone is lost:\n{}",
+            job.stderr
+        );
+    }
+}
+
+/// The node whose rank silences its server in testprog's `silent_server`: the one
+/// after the construct's root.
+fn silenced(gid: &str, servers: u32) -> usize {
+    (cohort_topology::rendezvous(gid, servers as usize) + 1) % servers as usize
+}
+
+/// testprog `cut-off` on `servers` node servers (one rank each, recovery, [`DETECTOR`])
+/// inside a new network namespace whose loopback is up and whose `local` routing
+/// table is looked up after preference 11, so that the rank's blackhole rules win.
+fn in_own_netns(servers: u32, allgather: &str) -> Job {
+    const SETUP: &str = "ip link set lo up && ip rule add pref 100 lookup local \
+                         && ip rule del pref 0 && exec \"$0\" \"$@\"";
+    let n = servers.to_string();
+    let mut cmd = Command::new("unshare");
+    cmd.args(["--net", "--", "sh", "-c", SETUP])
+        .arg(cohort_bin())
+        .args(["run", "--nodes", &n, "-n", &n, "--enable-recovery"])
+        .args(["--allgather", allgather])
+        .args(DETECTOR)
+        .arg(example("testprog"))
+        .arg("cut-off")
+        .env("COHORT_DAEMON", cohortd_bin())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let out = CohortRun::spawn(cmd).wait(DEADLINE);
+    Job {
+        status: out.status.code(),
+        stdout: text(&out.stdout),
+        stderr: text(&out.stderr),
+    }
+}
