@@ -3467,7 +3467,7 @@ impl Engine {
             .map(|(k, _)| k.clone())
             .collect();
         for &n in &self.all_nodes.clone() {
-            if n != self.node {
+            if n != self.node && !self.lost_nodes.contains(&n) {
                 self.send_peer(
                     n,
                     PeerMsg::ProcTerminated {

@@ -79,3 +79,39 @@ fn children_of_a_server_lost_with_a_failure_get_it_from_the_root() {
         assert_eq!(e.collectives_in_progress(), 0, "server {}", e.node());
     }
 }
+
+/// A process that exits after a node server's loss is announced to the live servers
+/// only: a message to the lost one reaches nobody, and only makes the fabric try to
+/// reach that server again (a connect attempt that may take its whole timeout where
+/// the network dropped the server).
+#[test]
+fn a_process_exit_is_not_announced_to_a_lost_server() {
+    let mut c = Cluster::new(6, 3, TreeShape::KAry(2));
+    c.connect_all();
+    let nspace = c.job.nspace.clone();
+    let now = Duration::from_secs(1);
+    let e = &mut c.engines[0];
+    e.on_peer_lost(2, now);
+    let told: Vec<u32> = peers_sent_to(e.take_actions());
+    assert_eq!(told, [1], "the loss goes to the other live server");
+    e.on_proc_exited(ProcId::new(nspace, 0), now);
+    assert_eq!(
+        peers_sent_to(e.take_actions()),
+        [1],
+        "the exit goes to live servers only"
+    );
+}
+
+fn peers_sent_to(actions: impl IntoIterator<Item = cohort_core::Action>) -> Vec<u32> {
+    use cohort_core::Action;
+    let mut to: Vec<u32> = actions
+        .into_iter()
+        .flat_map(|a| match a {
+            Action::ToPeer { node, .. } => vec![node],
+            Action::ToPeers { nodes, .. } => nodes,
+            Action::ToClient { .. } => vec![],
+        })
+        .collect();
+    to.sort_unstable();
+    to
+}
