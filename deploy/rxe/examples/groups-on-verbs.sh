@@ -2,7 +2,8 @@
 # Group construct, add-members and a data fence across 3 node servers talking verbs
 # (RC queue pairs on rxe0), each node server on its own rxe address/GID, gathering by
 # the tree and (construct and fence again) by the dissemination allgather. Run inside a
-# soft-RoCE guest (deploy/rxe/rxe-run.sh). Usage: groups-on-verbs.sh TARGET_DIR
+# soft-RoCE guest (deploy/rxe/rxe-run.sh); then a frozen node server found by the
+# failure detector. Usage: groups-on-verbs.sh TARGET_DIR
 set -euo pipefail
 target=${1:?usage: groups-on-verbs.sh TARGET_DIR (e.g. target/debug)}
 ulimit -l unlimited
@@ -26,3 +27,20 @@ for run in construct:tree addmembers:tree fence:tree construct:dissemination fen
         exit 1
     fi
 done
+# A node server frozen (SIGSTOP) on verbs: its queue pairs stay up, so only the
+# failure detector's heartbeats (over the same queue pairs) can find it; the two others
+# must agree on a group without its rank, and the job ends with its rank's status.
+set +e
+out=$(COHORT_FABRIC=verbs COHORT_LOG=cohort_transport=info timeout 180 \
+    "$target/cohort" run --nodes 3 --node-addrs "$addrs" -n 3 --enable-recovery \
+    --heartbeat 0.5 --peer-timeout 5 "$target/examples/testprog" frozen-server 2>&1)
+status=$?
+set -e
+results=$(grep -c '^RESULT' <<<"$out" || true)
+agree=$(grep '^RESULT' <<<"$out" | sort -u | wc -l || true)
+declared=$(grep -c 'declared it lost, and it was killed' <<<"$out" || true)
+echo "frozen-server: status $status, $results survivors reported, $agree distinct result(s), $declared declared lost"
+if [[ $status -ne 137 || $results -ne 2 || $agree -ne 1 || $declared -ne 1 ]]; then
+    echo "$out" >&2
+    exit 1
+fi

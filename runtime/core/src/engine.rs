@@ -733,6 +733,24 @@ impl Engine {
             };
             self.on_ack(token, Err(err));
         }
+        // Collectives in progress whose root it was fail naming it, before its
+        // processes count as terminated: those may have taken part (the root may have
+        // answered them before it was lost), which a server the outcome did not reach
+        // cannot tell. `fail` ends each here.
+        let mut rooted: Vec<CollKey> = self
+            .colls
+            .keys()
+            .filter(|k| self.root_of(k) == Some(peer))
+            .cloned()
+            .collect();
+        rooted.sort_unstable();
+        for key in rooted {
+            let err = CohortError::PeerLost {
+                node: peer,
+                reason: format!("it was the root of {}", op_name(&key)),
+            };
+            self.fail(&key, err, now);
+        }
         for rank in self.job.ranks_on(peer) {
             let proc = ProcId::new(self.job.nspace.clone(), rank);
             self.mark_terminated(proc, now);
@@ -742,15 +760,6 @@ impl Engine {
             let Some(coll) = self.colls.get(&key) else {
                 continue;
             };
-            if self.root_of(&key) == Some(peer) {
-                let err = CohortError::PeerLost {
-                    node: peer,
-                    reason: format!("it was the root of {}", op_name(&key)),
-                };
-                // `fail` ends it here: its root is lost.
-                self.fail(&key, err, now);
-                continue;
-            }
             if coll.gather.is_some() {
                 self.gather_peer_lost(&key, peer);
                 self.progress(&key, now);

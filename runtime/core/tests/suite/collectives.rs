@@ -769,6 +769,31 @@ fn an_exit_after_completion_does_not_fail_servers_the_outcome_has_not_reached() 
     }
 }
 
+/// A fence whose root server is lost after it gave the outcome to some servers and
+/// before others: the others fail with `PeerLost` naming the root, which took the
+/// outcome with it. Not `ProcTerminated` for the root's own rank: that rank took part
+/// (its fence returned), and a server the outcome did not reach cannot tell either way.
+#[test]
+fn a_fence_whose_root_is_lost_with_the_outcome_fails_naming_the_root() {
+    use cohort_core::engine::signature;
+    use cohort_topology::{rendezvous, Tree};
+    let mut c = new_cluster(3, 3, TreeShape::KAry(2));
+    c.connect_all();
+    let all: Vec<ProcId> = (0..3).map(|r| c.proc(r)).collect();
+    let root = rendezvous(&format!("{}#0", signature(&all)), 3) as u32;
+    let tree = Tree::new(&[0, 1, 2], root, TreeShape::KAry(2));
+    let slow = tree.children(root)[0];
+    c.hold(root, slow);
+    let reqs = c.fence_all(false);
+    assert_eq!(c.reply(root, reqs[root as usize]), Some(Ok(Response::Done)));
+    assert_eq!(c.reply(slow, reqs[slow as usize]), None, "held back");
+    c.kill_node(root);
+    match c.reply(slow, reqs[slow as usize]) {
+        Some(Err(CohortError::PeerLost { node, .. })) => assert_eq!(node, root),
+        other => panic!("rank {slow}: {other:?}"),
+    }
+}
+
 /// A member that leaves right after its construct completed may reach a server before
 /// the construct's outcome does; that server still removes it and tells its members.
 #[test]
