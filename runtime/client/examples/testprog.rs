@@ -2320,8 +2320,9 @@ fn cut_off() -> R {
     })
 }
 
-/// Every rank fences; the rank after the construct's root silences its node server
-/// with `silence(rank)` and waits to be killed with it; the others construct at once
+/// Every rank fences (and x waits until every other rank is past it); the rank x after
+/// the construct's root silences its node server with `silence(x)` and waits to be
+/// killed with it; the others construct at once
 /// (optional, over every rank, no timeout) and must get partial success without it.
 fn silent_server(gid: &str, silence: impl FnOnce(u32) -> R) -> R {
     let c = init()?;
@@ -2333,6 +2334,19 @@ fn silent_server(gid: &str, silence: impl FnOnce(u32) -> R) -> R {
         timeout_ms: Some(60_000),
     };
     e2s(c.fence(&[], fence), "fence")?;
+    // Everyone is past the fence before x's server goes silent: a fence returning at
+    // x does not mean its outcome reached every other server yet.
+    if c.rank() != x {
+        e2s(c.put(Scope::Remote, "past-fence", "yes"), "put")?;
+        e2s(c.commit(), "commit")?;
+    } else {
+        for r in (0..n).filter(|&r| r != x) {
+            e2s(
+                c.get(&p(&c, r), "past-fence", Some(Duration::from_secs(60))),
+                "get",
+            )?;
+        }
+    }
     if c.rank() == x {
         silence(x)?;
         // Killed with its node server once that is declared lost.
