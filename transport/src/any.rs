@@ -216,6 +216,12 @@ impl Fabric for AnyFabric {
             AnyFabric::Verbs(f) => f.send(to, payload),
         }
     }
+    fn declare_lost(&self, peer: NodeId) {
+        match self {
+            AnyFabric::Tcp(f) => f.declare_lost(peer),
+            AnyFabric::Verbs(f) => f.declare_lost(peer),
+        }
+    }
     fn close(&self) {
         match self {
             AnyFabric::Tcp(f) => f.close(),

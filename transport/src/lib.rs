@@ -184,6 +184,15 @@ pub trait Fabric: Send + Sync + 'static {
     /// `PeerLost`.
     fn send(&self, to: NodeId, payload: Bytes) -> Result<(), FabricError>;
 
+    /// The owner declares `peer` lost although no connection broke (its failure
+    /// detector found it silent: frozen, or cut off by the network). Every connection
+    /// to or from it is dropped without a goodbye, payloads queued for it are dropped,
+    /// no [`FabricEvent::PeerLost`] follows (the owner knows), and connections of the
+    /// same incarnation that finish their handshake later are refused. So a close does
+    /// not wait for goodbyes from it. A restarted peer (a new incarnation) is reachable
+    /// again.
+    fn declare_lost(&self, peer: NodeId);
+
     /// Starts a graceful close: queued messages are flushed, every connected peer is
     /// told goodbye (so it reports no loss), and no more events are delivered. Further
     /// sends fail with [`FabricError::Closed`].

@@ -237,20 +237,7 @@ impl Links {
                     reason: err.to_string(),
                 });
             }
-            // A link to the lost peer still in place (an attempt to connect that began
-            // before the loss was noticed) holds only payloads sent before the
-            // PeerLost event, which may be lost. Retire it, so sends after the event
-            // start a fresh connection: queued behind that attempt they would be
-            // dropped when it fails (a peer restarted on the same address was then
-            // never reached), and if it reached the restarted peer, older payloads
-            // could arrive after newer ones.
-            if let Some(link) = self.outbound.remove(&peer) {
-                debug!(peer, conn = link.id, "retiring the link to a lost peer");
-                self.queues.remove(&link.id);
-                if let Some(task) = self.tasks.remove(&link.id) {
-                    task.abort();
-                }
-            }
+            self.retire(peer);
         }
         if verdict.condemned.is_empty() {
             return;
@@ -263,6 +250,36 @@ impl Links {
                 task.abort();
             }
         }
+    }
+
+    /// Retires the outbound link to `peer`, lost. A link still in place (an attempt to
+    /// connect that began before the loss was noticed) holds only payloads sent before
+    /// the loss, which may be lost. Retired, sends after the loss start a fresh
+    /// connection: queued behind that attempt they would be dropped when it fails (a
+    /// peer restarted on the same address was then never reached), and if it reached
+    /// the restarted peer, older payloads could arrive after newer ones.
+    fn retire(&mut self, peer: NodeId) {
+        if let Some(link) = self.outbound.remove(&peer) {
+            debug!(peer, conn = link.id, "retiring the link to a lost peer");
+            self.queues.remove(&link.id);
+            if let Some(task) = self.tasks.remove(&link.id) {
+                task.abort();
+            }
+        }
+    }
+
+    /// The owner declared `peer` lost (see [`crate::Fabric::declare_lost`]): its
+    /// connections are dropped (no goodbye: it may never read one) and its link
+    /// retired, with no `PeerLost` event.
+    pub fn declare_lost(&mut self, peer: NodeId) {
+        let verdict = self.liveness.declared_lost(peer);
+        debug!(
+            peer,
+            dropped = verdict.condemned.len(),
+            "peer declared lost by the owner"
+        );
+        self.apply(verdict);
+        self.retire(peer);
     }
 
     /// The common part of `send` from `me` to `to`: a payload for `me` is delivered at

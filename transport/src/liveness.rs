@@ -163,6 +163,23 @@ impl Liveness {
         verdict
     }
 
+    /// The owner declared `peer` lost with no connection broken (its failure detector,
+    /// or a verdict from above, said so): its current incarnation is buried with its
+    /// connections, as [`Liveness::unreachable`] does, but nothing is reported. Its
+    /// connections that finish their handshake later are condemned; a restarted peer
+    /// is a new incarnation.
+    pub fn declared_lost(&mut self, peer: NodeId) -> Verdict {
+        let mut verdict = Verdict::default();
+        match self.current.remove(&peer) {
+            Some(cur) => {
+                verdict.condemned = self.take_conns(peer, cur.id);
+                self.bury(peer, cur.id);
+            }
+            None => *self.losses.entry(peer).or_default() += 1,
+        }
+        verdict
+    }
+
     /// `inc` of `peer` was reported lost.
     fn bury(&mut self, peer: NodeId, inc: u64) {
         *self.losses.entry(peer).or_default() += 1;
@@ -249,6 +266,28 @@ mod tests {
         // The restarted process (a new incarnation) is welcome.
         assert!(l.established(1, 101, 12).lost.is_none());
         assert!(l.is_registered(12));
+    }
+
+    #[test]
+    fn a_peer_declared_lost_is_buried_quietly() {
+        let mut l = Liveness::default();
+        assert!(l.established(3, 7, 1).lost.is_none());
+        assert!(l.established(3, 7, 2).lost.is_none());
+        let v = l.declared_lost(3);
+        assert!(v.lost.is_none(), "the owner knows: no report");
+        let mut condemned = v.condemned;
+        condemned.sort_unstable();
+        assert_eq!(condemned, [1, 2]);
+        // Its connections ending afterwards, or a late one, stay quiet.
+        assert!(l.ended(1, broken(3)).lost.is_none());
+        assert_eq!(l.established(3, 7, 5).condemned, [5]);
+        // A connect attempt begun before the declaration and failing after it stays
+        // quiet too (the loss count moved); a restart is a fresh peer.
+        assert_eq!(l.losses(3), 1);
+        assert!(l.established(3, 8, 6).lost.is_none());
+        // A peer never connected: only the count moves.
+        assert!(l.declared_lost(4).condemned.is_empty());
+        assert_eq!(l.losses(4), 1);
     }
 
     #[test]

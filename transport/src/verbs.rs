@@ -1241,6 +1241,12 @@ impl Fabric for VerbsFabric {
         self.owner.shared.send(to, payload)
     }
 
+    fn declare_lost(&self, peer: NodeId) {
+        // Queues no event, so nothing to hand over (and no handler call from inside
+        // the owner's own call).
+        self.owner.shared.lock().declare_lost(peer);
+    }
+
     fn close(&self) {
         self.owner.shared.close();
     }

@@ -190,6 +190,7 @@ conformance!(
     consecutive_bulk_payloads_keep_order,
     wrong_secret_is_refused,
     dropped_peer_is_reported_lost_once,
+    a_peer_declared_lost_is_dropped_without_a_report,
     graceful_close_is_not_a_loss,
     bad_or_missing_hello_is_dropped,
     reconnects_to_a_restarted_peer,
@@ -776,6 +777,36 @@ async fn dropped_peer_is_reported_lost_once(b: Backend) {
         assert!(reason.contains("node 1"), "{reason}");
         assert_quiet(&mut a_rx).await;
         a.shutdown().await;
+    })
+    .await
+}
+
+/// 5a''. A peer the owner declares lost (`Fabric::declare_lost`: its failure
+/// detector found it silent) loses its connections at once, without a goodbye: the
+/// peer sees them break and reports a loss, the declaring side reports nothing, and a
+/// later payload to it is dropped rather than delivered over a new connection of the
+/// same incarnation.
+async fn a_peer_declared_lost_is_dropped_without_a_report(b: Backend) {
+    within(async {
+        let mut nodes = cluster(b, &["127.0.5.13", "127.0.5.14"]).await;
+        let (b, mut b_rx) = nodes.pop().unwrap();
+        let (a, mut a_rx) = nodes.pop().unwrap();
+        // Connections in both directions.
+        a.send(1, Bytes::from_static(b"ping")).unwrap();
+        b.send(0, Bytes::from_static(b"pong")).unwrap();
+        assert_eq!(next_message(&mut a_rx).await.0, 1);
+        assert_eq!(next_message(&mut b_rx).await.0, 0);
+
+        a.declare_lost(1);
+        let (peer, _) = timeout(LOSS_BOUND, next_loss(&mut b_rx))
+            .await
+            .expect("the declared peer did not see its connections break");
+        assert_eq!(peer, 0);
+        a.send(1, Bytes::from_static(b"after")).unwrap();
+        assert_quiet(&mut a_rx).await;
+        assert_quiet(&mut b_rx).await;
+        a.shutdown().await;
+        b.shutdown().await;
     })
     .await
 }

@@ -406,7 +406,8 @@ impl NodeService {
     }
 
     /// The launcher says node server `node` is lost (it killed it after a report of
-    /// its silence): as if the fabric had reported it.
+    /// its silence): as if the fabric had reported it, and its connections are
+    /// dropped.
     pub fn peer_lost(&self, node: NodeId) {
         let mut s = self.shared.borrow_mut();
         let now = s.now();
@@ -414,6 +415,9 @@ impl NodeService {
             peer = node,
             "peer node server lost: the launcher declared it"
         );
+        // Its connections may never break (a network that drops its packets closes
+        // nothing): drop them, so nothing more is read from it or queued for it.
+        s.fabric.declare_lost(node);
         if let Some(d) = s.detector.as_mut() {
             d.lost(node, now);
         }
