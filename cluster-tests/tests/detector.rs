@@ -15,7 +15,8 @@ use cohort_cluster_tests::{
 const DETECTOR: [&str; 4] = ["--heartbeat", "0.25", "--peer-timeout", "3"];
 
 /// A node server that freezes (SIGSTOP: it closes no connection, as when its host
-/// dies) is declared lost by the server watching it, and the launcher kills it: the
+/// dies) is declared lost by the server watching it; it does not answer the launcher's
+/// question, and the launcher kills it: the
 /// survivors' construct, which has no timeout, ends with partial success without its
 /// rank instead of waiting for ever. Four real node servers, `--enable-recovery`, both
 /// gathering algorithms. Without the detector (`--peer-timeout 0`) the construct hangs
@@ -25,7 +26,9 @@ fn a_frozen_node_server_is_declared_lost_and_the_job_goes_on() {
     for (allgather, job) in survivors_agree(4, "frozen-server", &DETECTOR) {
         assert!(
             job.stderr.contains("sent nothing for")
-                && job.stderr.contains("declared it lost, and it was killed")
+                && job
+                    .stderr
+                    .contains("declared it lost and it did not answer (frozen")
                 && job.stderr.contains("--enable-recovery"),
             "{allgather}: the launcher says which node server fell silent and why:\n{}",
             job.stderr
@@ -52,8 +55,10 @@ fn a_frozen_node_server_ends_the_job_without_recovery() {
 /// A node server cut off by the network (every packet to and from its fabric address
 /// dropped; its process runs on): its connections stall without breaking, and it
 /// hears from nobody, so it reports the server it watches as silent at about the time
-/// its own watcher reports it. The launcher believes only the report against it: it
-/// alone is killed, and the three others agree on a group without its rank. Run in a
+/// its own watcher reports it. The launcher asks both accused servers: the one cut off
+/// answers that it heard from nobody, the other that it heard from its neighbour a
+/// moment ago. So the one cut off alone is killed, and the three others agree on a
+/// group without its rank. Run in a
 /// network namespace of its own (`unshare --net`, root only), where the rank cuts its
 /// server off with `ip rule … blackhole`.
 #[test]
@@ -68,10 +73,13 @@ fn a_node_server_cut_off_by_the_network_is_the_only_one_lost() {
         let lost: Vec<&str> = job
             .stderr
             .lines()
-            .filter(|l| l.contains("declared it lost, and it was killed"))
+            .filter(|l| l.contains("declared it lost and it"))
             .collect();
         assert!(
-            lost.len() == 1 && lost[0].contains(&format!("node server node{cut} (pid ")),
+            lost.len() == 1
+                && lost[0].contains(&format!("node server node{cut} (pid "))
+                && lost[0].contains("had heard from no other node server for")
+                && lost[0].contains("(cut off); killed"),
             "{allgather}: node{cut} alone is lost:\n{}",
             job.stderr
         );

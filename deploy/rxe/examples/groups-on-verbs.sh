@@ -38,7 +38,7 @@ status=$?
 set -e
 results=$(grep -c '^RESULT' <<<"$out" || true)
 agree=$(grep '^RESULT' <<<"$out" | sort -u | wc -l || true)
-declared=$(grep -c 'declared it lost, and it was killed' <<<"$out" || true)
+declared=$(grep -c 'declared it lost and it did not answer' <<<"$out" || true)
 echo "frozen-server: status $status, $results survivors reported, $agree distinct result(s), $declared declared lost"
 if [[ $status -ne 137 || $results -ne 2 || $agree -ne 1 || $declared -ne 1 ]]; then
     echo "$out" >&2

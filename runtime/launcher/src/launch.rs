@@ -29,7 +29,8 @@ use crate::control::{self, Registration};
 use crate::daemon::{self, DaemonLaunch};
 use crate::jobdir::JobDir;
 use crate::monitor::{
-    describe_status, judge, signal_name, Accusation, JobMonitor, Step, Verdict, FAILURE_EXIT,
+    describe_status, signal_name, Accusation, JobMonitor, Judgement, Step, Tribunal, Verdict,
+    FAILURE_EXIT,
 };
 use crate::reaper;
 use crate::topo::{plan_job, JobPlacement};
@@ -119,9 +120,8 @@ struct Launcher {
     topology: Option<PathBuf>,
     /// The node servers' failure detector (`--heartbeat`, `--peer-timeout`).
     detector: Option<cohort_core::DetectorConfig>,
-    /// Reports of silent node servers waiting to be judged, and when.
-    accusations: Vec<Accusation>,
-    judge_at: Option<Instant>,
+    /// Judges reports of silent node servers.
+    tribunal: Tribunal,
     daemons: Vec<Daemon>,
     started: bool,
     launched: u32,
@@ -180,8 +180,10 @@ impl Launcher {
             placement,
             topology,
             detector,
-            accusations: Vec::new(),
-            judge_at: None,
+            tribunal: {
+                let d = detector.unwrap_or(cohort_core::DetectorConfig::DEFAULT);
+                Tribunal::new(d.timeout, d.period)
+            },
             args,
             cohortd,
             exports,
@@ -295,6 +297,7 @@ impl Launcher {
         let job_deadline = timeout.and_then(|s| Instant::now().checked_add(Duration::from_secs(s)));
         let never = Instant::now() + Duration::from_secs(86_400);
         loop {
+            let judge_at = self.tribunal.deadline().map(Instant::from_std);
             let event = tokio::select! {
                 ev = self.rx.recv() => ev.expect("the launcher holds a sender"),
                 sig = signals.recv() => return Verdict::Interrupted { signal: sig },
@@ -305,8 +308,8 @@ impl Launcher {
                 _ = sleep_until(job_deadline.unwrap_or(never)), if job_deadline.is_some() => {
                     return Verdict::TimedOut { secs: timeout.unwrap_or_default() };
                 }
-                _ = sleep_until(self.judge_at.unwrap_or(never)), if self.judge_at.is_some() => {
-                    match self.judge_accusations().await {
+                _ = sleep_until(judge_at.unwrap_or(never)), if judge_at.is_some() => {
+                    match self.judge(Vec::new()).await {
                         Some(verdict) => return verdict,
                         None => continue,
                     }
@@ -321,6 +324,21 @@ impl Launcher {
     async fn handle(&mut self, event: Event) -> Option<Verdict> {
         match event {
             Event::Registered(reg) => self.on_registered(reg).await,
+            Event::Msg {
+                node,
+                msg:
+                    DaemonMsg::PeerSilent {
+                        node: silent,
+                        silent_ms,
+                    },
+            } => self.on_peer_silent(node, silent, silent_ms).await,
+            Event::Msg {
+                node,
+                msg: DaemonMsg::Heard { silent_ms },
+            } => {
+                self.tribunal.heard(node, Duration::from_millis(silent_ms));
+                self.judge(Vec::new()).await
+            }
             Event::Msg { node, msg } => self.on_message(node, msg),
             Event::ControlClosed { node, error } => {
                 let reason = match error {
@@ -458,16 +476,19 @@ impl Launcher {
                 node,
                 reason: format!("reported a fatal error: {}", printable(&reason)),
             }),
-            DaemonMsg::PeerSilent {
-                node: silent,
-                silent_ms,
-            } => self.on_peer_silent(node, silent, silent_ms),
+            // Judged in `handle` (their judgements need the control connections).
+            DaemonMsg::PeerSilent { .. } | DaemonMsg::Heard { .. } => None,
         }
     }
 
-    /// Node server `by` declared `silent` lost for its silence. The accusation waits
-    /// [`Launcher::hold`] for others that belong with it (see [`judge`]).
-    fn on_peer_silent(&mut self, by: NodeId, silent: NodeId, silent_ms: u64) -> Option<Verdict> {
+    /// Node server `by` declared `silent` lost for its silence: the tribunal asks the
+    /// accused (see [`Tribunal`]).
+    async fn on_peer_silent(
+        &mut self,
+        by: NodeId,
+        silent: NodeId,
+        silent_ms: u64,
+    ) -> Option<Verdict> {
         if silent == by || silent as usize >= self.daemons.len() {
             tracing::warn!(
                 by,
@@ -477,67 +498,86 @@ impl Launcher {
             return None;
         }
         tracing::warn!(by, silent, silent_ms, "node server reported silent");
-        self.accusations.push(Accusation {
+        let accusation = Accusation {
             by,
             silent,
             silent_ms,
-        });
-        if self.judge_at.is_none() {
-            self.judge_at = Some(Instant::now() + self.hold());
-        }
-        None
+        };
+        let mut out = Vec::new();
+        self.tribunal
+            .accuse(accusation, std::time::Instant::now(), &mut out);
+        self.judge(out).await
     }
 
-    /// How long an accusation waits for the ones that belong with it: two heartbeat
-    /// periods (a server cut off accuses its own watched server within a period of
-    /// being accused).
-    fn hold(&self) -> Duration {
-        self.detector.map(|d| d.period * 2).unwrap_or_default()
-    }
-
-    /// Judges the accusations held (see [`judge`]): each condemned node server is
-    /// killed (a frozen one must not come back into a job that went on without it; its
-    /// ranks die with it), and every other node server is told it is lost, so that all
-    /// of them route around it even if its connections never break for them (a
-    /// network that drops its packets closes nothing).
-    async fn judge_accusations(&mut self) -> Option<Verdict> {
-        self.judge_at = None;
-        let held = std::mem::take(&mut self.accusations);
-        let condemned = judge(&held, |n| self.daemons[n as usize].running);
-        for dropped in held.iter().filter(|a| !condemned.contains(a)) {
-            tracing::warn!(
-                by = dropped.by,
-                silent = dropped.silent,
-                "not acting on a report of silence: its sender is condemned itself, or \
-                 the node server it names is already gone"
-            );
-        }
+    /// Decides what the tribunal can, after `out`, and carries it all out: probes go to
+    /// the accused; each condemned node server is killed (a frozen one must not come
+    /// back into a job that went on without it; its ranks die with it), and every other
+    /// node server is told it is lost, so that all of them route around it even if its
+    /// connections never break for them (a network that drops its packets closes
+    /// nothing).
+    async fn judge(&mut self, mut out: Vec<Judgement>) -> Option<Verdict> {
+        let daemons = &self.daemons;
+        self.tribunal.decide(
+            std::time::Instant::now(),
+            |n| daemons.get(n as usize).is_some_and(|d| d.running),
+            &mut out,
+        );
         let mut verdict = None;
-        for a in condemned {
-            let pid = self.daemons[a.silent as usize].pid;
-            tracing::warn!(node = a.silent, pid, "killing a node server declared lost");
-            reaper::signal_group(pid, libc::SIGKILL);
-            let lost = LauncherMsg::PeerLost { node: a.silent };
-            for (node, d) in self.daemons.iter_mut().enumerate() {
-                if node as NodeId == a.silent || !d.running {
-                    continue;
+        for j in out {
+            match j {
+                Judgement::Probe { node } => {
+                    if let Some(w) = self.daemons[node as usize].writer.as_mut() {
+                        // Unsent, it goes unanswered: the accused is condemned.
+                        let _ = control::send(w, &LauncherMsg::Probe).await;
+                    }
                 }
-                if let Some(w) = d.writer.as_mut() {
-                    if let Err(e) = control::send(w, &lost).await {
-                        tracing::warn!(node, error = %e, "could not tell a node server of a loss");
+                Judgement::Dropped { accusation: a, why } => tracing::warn!(
+                    by = a.by,
+                    silent = a.silent,
+                    "not acting on a report of silence: {why}"
+                ),
+                Judgement::Condemn {
+                    accusation: a,
+                    answer,
+                } => {
+                    if let Some(v) = self.condemn(&a, answer).await {
+                        verdict.get_or_insert(v);
                     }
                 }
             }
-            let reason = format!(
-                "(pid {pid}) sent nothing for {:.1} s; {} declared it lost, and it was killed",
-                a.silent_ms as f64 / 1000.0,
-                self.monitor.node_name(a.by)
-            );
-            if let Some(v) = self.daemon_failed(a.silent, reason) {
-                verdict.get_or_insert(v);
-            }
         }
         verdict
+    }
+
+    /// Kills the node server `a` names and tells the others it is lost.
+    async fn condemn(&mut self, a: &Accusation, answer: Option<Duration>) -> Option<Verdict> {
+        let pid = self.daemons[a.silent as usize].pid;
+        tracing::warn!(node = a.silent, pid, "killing a node server declared lost");
+        reaper::signal_group(pid, libc::SIGKILL);
+        let lost = LauncherMsg::PeerLost { node: a.silent };
+        for (node, d) in self.daemons.iter_mut().enumerate() {
+            if node as NodeId == a.silent || !d.running {
+                continue;
+            }
+            if let Some(w) = d.writer.as_mut() {
+                if let Err(e) = control::send(w, &lost).await {
+                    tracing::warn!(node, error = %e, "could not tell a node server of a loss");
+                }
+            }
+        }
+        let why = match answer {
+            None => "did not answer (frozen, or its host is gone)".to_string(),
+            Some(d) => format!(
+                "had heard from no other node server for {:.1} s (cut off)",
+                d.as_secs_f64()
+            ),
+        };
+        let reason = format!(
+            "(pid {pid}) sent nothing for {:.1} s: {} declared it lost and it {why}; killed",
+            a.silent_ms as f64 / 1000.0,
+            self.monitor.node_name(a.by)
+        );
+        self.daemon_failed(a.silent, reason)
     }
 
     fn missing_registrations(&self, limit: Duration) -> String {

@@ -1,6 +1,9 @@
 //! The job's fate, decided without I/O: which rank exits end the job, what the user is
 //! told, and which exit status `cohort run` returns. [`crate::launch`] feeds it events.
 
+use std::collections::VecDeque;
+use std::time::{Duration, Instant};
+
 use cohort_proto::control::ExitStatus;
 use cohort_proto::{JobMap, NodeId, Rank};
 
@@ -297,31 +300,139 @@ pub struct Accusation {
     pub silent_ms: u64,
 }
 
-/// Which node servers accused of silence are lost, from the accusations that arrived
-/// together (within a couple of heartbeat periods of each other).
+/// Judges reports of silent node servers ([`Accusation`]s) by asking the accused.
 ///
-/// A frozen or crashed server accuses nobody. A server the network cut off hears
-/// nobody: it accuses the server it watches at about the time it is accused itself.
-/// So an accused server's own accusations are not believed: accusations against
-/// servers that accuse are judged first, and an accusation by a condemned server is
-/// dropped. Among servers that accuse each other (two of them, cut apart), the
-/// earliest accusation wins. Accusations of a server that is not `running` are
-/// dropped. Returns the condemned servers, each with the accusation that condemned
-/// it, in that order.
-pub fn judge(accusations: &[Accusation], running: impl Fn(NodeId) -> bool) -> Vec<Accusation> {
-    let accuses = |n: NodeId| accusations.iter().any(|a| a.by == n);
-    let mut order: Vec<&Accusation> = accusations.iter().collect();
-    // Stable: arrival order within each class.
-    order.sort_by_key(|a| !accuses(a.silent));
-    let mut condemned: Vec<Accusation> = Vec::new();
-    for a in order {
-        let judged = |n: NodeId| condemned.iter().any(|c| c.silent == n);
-        if a.by == a.silent || judged(a.by) || judged(a.silent) || !running(a.silent) {
-            continue;
+/// A frozen server, or one whose host died, does not answer; a server the network cut
+/// off answers that it has heard from no other server for a long time. Either is
+/// condemned. A server that heard from another recently is not: it can talk to the job,
+/// and its accuser is the one cut off (a server cut off hears nobody, so it accuses the
+/// server it watches, and the next one after that, until its own watcher accuses it).
+/// So each accusation makes the launcher ask the accused server how long it has heard
+/// from no other server (`Probe` / `Heard`), and accusations are decided in arrival
+/// order: dropped if the accuser was condemned meanwhile or the accused is gone;
+/// condemned if the answer is at least half the peer timeout, or none came within the
+/// probe timeout; dropped otherwise. Deciding in order also settles two servers cut
+/// apart, which accuse each other: the first accused is condemned, and its accusation
+/// then comes from a condemned server.
+///
+/// Sans-IO: the launcher feeds it accusations, answers and the time, and carries out
+/// the [`Judgement`]s.
+#[derive(Debug)]
+pub struct Tribunal {
+    /// Half the peer timeout: an accused server silent that long is cut off.
+    cut_off: Duration,
+    /// How long an accused server has to answer.
+    probe_timeout: Duration,
+    queue: VecDeque<Accusation>,
+    /// Probes sent and not yet answered: the accused server, and when it is too late.
+    asked: Vec<(NodeId, Instant)>,
+    /// Answers: the accused server and how long it had heard from no other.
+    answers: Vec<(NodeId, Duration)>,
+    condemned: Vec<NodeId>,
+}
+
+/// What the launcher must do for the [`Tribunal`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Judgement {
+    /// Ask node server `node` how long it has heard from no other.
+    Probe { node: NodeId },
+    /// Condemn `accusation.silent`; `answer` is its own, if it gave one.
+    Condemn {
+        accusation: Accusation,
+        answer: Option<Duration>,
+    },
+    /// Not acted upon, and why.
+    Dropped { accusation: Accusation, why: String },
+}
+
+impl Tribunal {
+    /// For a detector with `timeout` and `period`: an accused server has two periods to
+    /// answer.
+    pub fn new(timeout: Duration, period: Duration) -> Tribunal {
+        Tribunal {
+            cut_off: timeout / 2,
+            probe_timeout: period * 2,
+            queue: VecDeque::new(),
+            asked: Vec::new(),
+            answers: Vec::new(),
+            condemned: Vec::new(),
         }
-        condemned.push(a.clone());
     }
-    condemned
+
+    /// A report of silence arrived.
+    pub fn accuse(&mut self, a: Accusation, now: Instant, out: &mut Vec<Judgement>) {
+        let node = a.silent;
+        self.queue.push_back(a);
+        let known = self.answers.iter().any(|(n, _)| *n == node);
+        if !known && !self.asked.iter().any(|(n, _)| *n == node) {
+            self.asked.push((node, now + self.probe_timeout));
+            out.push(Judgement::Probe { node });
+        }
+    }
+
+    /// Node server `node` answered a probe: it has heard from no other for `silent`.
+    pub fn heard(&mut self, node: NodeId, silent: Duration) {
+        if let Some(i) = self.asked.iter().position(|(n, _)| *n == node) {
+            self.asked.swap_remove(i);
+            self.answers.push((node, silent));
+        }
+    }
+
+    /// When [`Tribunal::decide`] must run next at the latest.
+    pub fn deadline(&self) -> Option<Instant> {
+        self.asked.iter().map(|(_, d)| *d).min()
+    }
+
+    /// Decides the accusations that can be, in arrival order; `running` says whether a
+    /// node server is still up.
+    pub fn decide(
+        &mut self,
+        now: Instant,
+        running: impl Fn(NodeId) -> bool,
+        out: &mut Vec<Judgement>,
+    ) {
+        while let Some(a) = self.queue.front().cloned() {
+            let drop = |why: &str| Judgement::Dropped {
+                accusation: a.clone(),
+                why: why.to_string(),
+            };
+            if a.by == a.silent {
+                out.push(drop("it names its sender"));
+            } else if self.condemned.contains(&a.by) {
+                out.push(drop("its sender was condemned"));
+            } else if self.condemned.contains(&a.silent) || !running(a.silent) {
+                out.push(drop("the node server it names is gone already"));
+            } else if let Some(&(_, silent)) = self.answers.iter().find(|(n, _)| *n == a.silent) {
+                if silent >= self.cut_off {
+                    self.condemned.push(a.silent);
+                    out.push(Judgement::Condemn {
+                        accusation: a.clone(),
+                        answer: Some(silent),
+                    });
+                } else {
+                    out.push(drop(&format!(
+                        "the node server it names heard from another {} ms before; the \
+                         sender may be the one cut off",
+                        silent.as_millis()
+                    )));
+                }
+            } else if self.asked.iter().any(|(n, d)| *n == a.silent && *d <= now) {
+                self.condemned.push(a.silent);
+                out.push(Judgement::Condemn {
+                    accusation: a.clone(),
+                    answer: None,
+                });
+            } else {
+                return; // waiting for the answer
+            }
+            self.queue.pop_front();
+            if !self.queue.iter().any(|q| q.silent == a.silent) {
+                // The next accusation of it asks again.
+                self.answers.retain(|(n, _)| *n != a.silent);
+                self.asked.retain(|(n, _)| *n != a.silent);
+            }
+        }
+    }
 }
 
 #[cfg(test)]
@@ -444,37 +555,133 @@ mod tests {
         }
     }
 
-    fn condemned(accusations: &[Accusation]) -> Vec<NodeId> {
-        judge(accusations, |_| true)
-            .into_iter()
-            .map(|a| a.silent)
-            .collect()
+    const T: Duration = Duration::from_secs(3);
+    const P: Duration = Duration::from_millis(250);
+
+    /// Runs `steps` against a tribunal and returns what was condemned, in order.
+    /// Steps: `Accuse(by, silent)`, `Heard(node, ms)`, `At(ms)` (the clock; the
+    /// tribunal decides after every step).
+    fn run(steps: &[Do]) -> (Vec<NodeId>, Vec<Judgement>) {
+        let t0 = Instant::now();
+        let mut now = t0;
+        let mut t = Tribunal::new(T, P);
+        let mut out = Vec::new();
+        for step in steps {
+            match *step {
+                Do::Accuse(by, silent) => t.accuse(accuse(by, silent), now, &mut out),
+                Do::Heard(node, ms) => t.heard(node, Duration::from_millis(ms)),
+                Do::At(ms) => now = t0 + Duration::from_millis(ms),
+            }
+            t.decide(now, |_| true, &mut out);
+        }
+        let condemned = out
+            .iter()
+            .filter_map(|j| match j {
+                Judgement::Condemn { accusation, .. } => Some(accusation.silent),
+                _ => None,
+            })
+            .collect();
+        (condemned, out)
+    }
+
+    #[derive(Clone, Copy)]
+    enum Do {
+        Accuse(NodeId, NodeId),
+        Heard(NodeId, u64),
+        At(u64),
+    }
+    use Do::*;
+
+    #[test]
+    fn an_accused_server_is_asked_once() {
+        let (_, out) = run(&[Accuse(3, 2), Accuse(0, 2)]);
+        assert_eq!(out, [Judgement::Probe { node: 2 }]);
     }
 
     #[test]
-    fn a_frozen_server_is_condemned_by_its_watcher() {
-        assert_eq!(condemned(&[accuse(3, 2)]), [2]);
-        // Two frozen servers, reported together.
-        assert_eq!(condemned(&[accuse(3, 2), accuse(1, 0)]), [2, 0]);
+    fn a_frozen_server_is_condemned_when_it_does_not_answer() {
+        let (condemned, _) = run(&[Accuse(3, 2), At(400)]);
+        assert!(condemned.is_empty(), "still within the probe timeout");
+        let (condemned, out) = run(&[Accuse(3, 2), At(500)]);
+        assert_eq!(condemned, [2]);
+        assert!(matches!(out[1], Judgement::Condemn { answer: None, .. }));
     }
 
     #[test]
     fn a_server_cut_off_is_condemned_and_its_own_accusation_dropped() {
-        // Node 2 is cut off: node 3 accuses it, and it accuses node 1, in either order.
-        assert_eq!(condemned(&[accuse(2, 1), accuse(3, 2)]), [2]);
-        assert_eq!(condemned(&[accuse(3, 2), accuse(2, 1)]), [2]);
+        // Node 2 is cut off: it accuses 1, node 3 accuses it, in either order. 2 heard
+        // nobody for 3 s; 1 heard from 0 a moment ago.
+        for steps in [
+            [Accuse(2, 1), Accuse(3, 2), Heard(1, 200), Heard(2, 3100)],
+            [Accuse(3, 2), Accuse(2, 1), Heard(2, 3100), Heard(1, 200)],
+        ] {
+            assert_eq!(run(&steps).0, [2]);
+        }
+    }
+
+    #[test]
+    fn two_neighbours_cut_off_are_both_condemned_and_nobody_else() {
+        // Nodes 1 and 2 each cut off: 3 accuses 2, 2 accuses 1, 1 accuses 0; then 3
+        // watches 1 and accuses it while 1 accuses 4.
+        let (condemned, _) = run(&[
+            Accuse(1, 0),
+            Accuse(2, 1),
+            Accuse(3, 2),
+            Heard(0, 200),
+            Heard(1, 3000),
+            Heard(2, 3000),
+            At(3000),
+            Accuse(1, 4),
+            Heard(4, 100),
+            Accuse(3, 1),
+            Heard(1, 6000),
+        ]);
+        // 1 is condemned on 2's word (2 heard nobody, but its accusation of 1 came
+        // before 2 was condemned, and 1 heard nobody either): both cut off, both go.
+        assert_eq!(condemned, [1, 2]);
     }
 
     #[test]
     fn of_two_servers_cut_apart_the_first_accused_is_condemned() {
-        assert_eq!(condemned(&[accuse(0, 1), accuse(1, 0)]), [1]);
-        assert_eq!(condemned(&[accuse(1, 0), accuse(0, 1)]), [0]);
+        let (condemned, _) = run(&[Accuse(0, 1), Accuse(1, 0), Heard(0, 3000), Heard(1, 3000)]);
+        assert_eq!(condemned, [1]);
     }
 
     #[test]
     fn accusations_of_servers_gone_or_of_oneself_are_dropped() {
-        assert!(judge(&[accuse(3, 2)], |n| n != 2).is_empty());
-        assert!(condemned(&[accuse(2, 2)]).is_empty());
-        assert_eq!(condemned(&[accuse(3, 2), accuse(0, 2)]), [2]);
+        let mut t = Tribunal::new(T, P);
+        let mut out = Vec::new();
+        let now = Instant::now();
+        t.accuse(accuse(3, 2), now, &mut out);
+        t.accuse(accuse(2, 2), now, &mut out);
+        t.decide(now, |n| n != 2, &mut out);
+        assert!(
+            !out.iter().any(|j| matches!(j, Judgement::Condemn { .. })),
+            "{out:?}"
+        );
+        assert_eq!(
+            out.iter()
+                .filter(|j| matches!(j, Judgement::Dropped { .. }))
+                .count(),
+            2
+        );
+    }
+
+    #[test]
+    fn a_later_accusation_asks_again() {
+        // 2 was heard recently the first time; silent the second time.
+        let (condemned, out) = run(&[
+            Accuse(3, 2),
+            Heard(2, 100),
+            At(5000),
+            Accuse(3, 2),
+            Heard(2, 3000),
+        ]);
+        assert_eq!(condemned, [2]);
+        let probes = out
+            .iter()
+            .filter(|j| matches!(j, Judgement::Probe { .. }))
+            .count();
+        assert_eq!(probes, 2);
     }
 }

@@ -47,12 +47,18 @@ pub enum DaemonMsg {
         reason: String,
     },
     /// This node server's failure detector declared node server `node` lost: nothing
-    /// came from it for `silent_ms` milliseconds. The launcher judges the reports (a
-    /// server cut off by the network reports its own watched server), kills the
-    /// condemned server (a frozen one must not come back into a job that went on
-    /// without it) and tells the others with [`LauncherMsg::PeerLost`].
+    /// came from it for `silent_ms` milliseconds. The launcher asks the accused
+    /// ([`LauncherMsg::Probe`]: a server cut off by the network reports its own
+    /// watched server too), kills the condemned server (a frozen one must not come back
+    /// into a job that went on without it) and tells the others with
+    /// [`LauncherMsg::PeerLost`].
     PeerSilent {
         node: NodeId,
+        silent_ms: u64,
+    },
+    /// The answer to [`LauncherMsg::Probe`]: this node server has heard from no other
+    /// for `silent_ms` milliseconds (`u64::MAX`: never).
+    Heard {
         silent_ms: u64,
     },
 }
@@ -67,4 +73,8 @@ pub enum LauncherMsg {
     /// Node server `node` is lost: the launcher killed it after a report of its
     /// silence. Route around it, as if the fabric had reported it.
     PeerLost { node: NodeId },
+    /// This node server was reported silent: how long has it heard from no other?
+    /// (Answered with [`DaemonMsg::Heard`]; a frozen server does not answer, one the
+    /// network cut off answers with a long silence.)
+    Probe,
 }

@@ -128,6 +128,9 @@ struct Shared {
     detector: Option<Detector>,
     /// Where this server's declarations go (see [`NodeService::declarations`]).
     declared: tokio::sync::mpsc::UnboundedSender<Declared>,
+    /// When a message from another node server last arrived (see
+    /// [`NodeService::unheard`]).
+    last_heard: Option<Time>,
 }
 
 impl Shared {
@@ -338,6 +341,7 @@ impl NodeService {
             spinner: spinner.clone(),
             detector: None,
             declared: declared_tx,
+            last_heard: None,
         }));
         let stop = Rc::new(Notify::new());
         tokio::task::spawn_local(accept_loop(listener, shared.clone(), stop.clone()));
@@ -403,6 +407,13 @@ impl NodeService {
             s.detect(now);
             s.flush();
         }
+    }
+
+    /// How long this server has heard from no other node server (`None`: never heard
+    /// from one). One the network cut off hears nobody: see the launcher's `Tribunal`.
+    pub fn unheard(&self) -> Option<Duration> {
+        let s = self.shared.borrow();
+        s.last_heard.map(|t| s.now().saturating_sub(t))
     }
 
     /// The launcher says node server `node` is lost (it killed it after a report of
@@ -667,6 +678,9 @@ fn apply_fabric_event(s: &mut Shared, ev: FabricEvent) {
     match ev {
         FabricEvent::Message { from, payload } => match frame::decode_body::<PeerMsg>(&payload) {
             Ok(msg) => {
+                if from != s.engine.node() {
+                    s.last_heard = Some(now);
+                }
                 if let Some(d) = s.detector.as_mut() {
                     d.heard(from, now);
                     match &msg {

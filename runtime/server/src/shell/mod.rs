@@ -455,6 +455,16 @@ async fn serve(
             ev = from_launcher.recv() => match ev.unwrap_or(FromLauncher::Closed(None)) {
                 FromLauncher::Msg(LauncherMsg::Shutdown) => return End::Shutdown,
                 FromLauncher::Msg(LauncherMsg::PeerLost { node }) => svc.peer_lost(node),
+                FromLauncher::Msg(LauncherMsg::Probe) => {
+                    let silent_ms = svc
+                        .unheard()
+                        .map_or(u64::MAX, |d| d.as_millis().try_into().unwrap_or(u64::MAX));
+                    if let Some(w) = link.as_mut() {
+                        if control::send(w, &DaemonMsg::Heard { silent_ms }).await.is_err() {
+                            *link = None;
+                        }
+                    }
+                }
                 FromLauncher::Msg(other) => {
                     tracing::warn!(?other, "ignoring an unexpected control message");
                 }
