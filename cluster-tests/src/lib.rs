@@ -427,18 +427,19 @@ pub fn run_testprog_with(
 /// `--enable-recovery`, and `options`) with both gathering algorithms; see
 /// [`survivors_agree_by`].
 pub fn survivors_agree(servers: u32, scenario: &str, options: &[&str]) -> Vec<(&'static str, Job)> {
-    survivors_agree_by(servers, |allgather| {
+    survivors_agree_by(servers, 1, |allgather| {
         let mut all = vec!["--allgather", allgather];
         all.extend_from_slice(options);
         run_testprog_with(servers, servers, scenario, true, &all)
     })
 }
 
-/// A job of one rank per node server in which one rank's server is lost: `run` runs it
-/// with the given `--allgather` algorithm, for both. Every survivor reports the same
-/// result, and the job ends with the lost rank's status (killed with its server).
+/// A job of one rank per node server in which `lost` ranks' servers are lost: `run`
+/// runs it with the given `--allgather` algorithm, for both. Every survivor reports the
+/// same result, and the job ends with a lost rank's status (killed with its server).
 pub fn survivors_agree_by(
     servers: u32,
+    lost: u32,
     run: impl Fn(&'static str) -> Job,
 ) -> Vec<(&'static str, Job)> {
     ["tree", "dissemination"]
@@ -448,7 +449,7 @@ pub fn survivors_agree_by(
             let r = job.results();
             assert_eq!(
                 r.len(),
-                servers as usize - 1,
+                (servers - lost) as usize,
                 "{allgather}: every survivor reports\nstdout:\n{}\nstderr:\n{}",
                 job.stdout,
                 job.stderr

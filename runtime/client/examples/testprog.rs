@@ -68,6 +68,7 @@ fn main() {
         "construct-after-loss" => construct_after_loss(),
         "frozen-server" => frozen_server(),
         "cut-off" => cut_off(),
+        "two-cut-off" => two_cut_off(),
         "idle-cpu" => idle_cpu(),
         "fd-limits" => fd_limits(),
         other => Err(format!("unknown scenario {other:?}")),
@@ -2232,20 +2233,23 @@ fn lost_interior() -> R {
         ..ctx()
     };
     let g = e2s(c.group_construct(GID, &all(&c), opts), "construct")?;
-    partial_without(c, &g, x)
+    partial_without(c, &g, &[x])
 }
 
-/// A survivor's check of an optional construct that lost rank `x`: partial success
-/// without it; prints `RESULT` for the harness to compare across survivors.
-fn partial_without(c: Client, g: &GroupResult, x: u32) -> R {
+/// A survivor's check of an optional construct that lost ranks `lost`: partial
+/// success without them; prints `RESULT` for the harness to compare across survivors.
+fn partial_without(c: Client, g: &GroupResult, lost: &[u32]) -> R {
     check!(
         g.status == ConstructStatus::PartialSuccess,
         "status {:?}",
         g.status
     );
-    check!(g.failed == vec![p(&c, x)], "failed {}", ranks(&g.failed));
+    let mut expected: Vec<ProcId> = lost.iter().map(|&x| p(&c, x)).collect();
+    expected.sort();
+    check!(g.failed == expected, "failed {}", ranks(&g.failed));
     println!(
-        "RESULT lost={x} members={} ctx={:?}",
+        "RESULT lost={} members={} ctx={:?}",
+        ranks(&expected),
         ranks(&g.members),
         g.context_id
     );
@@ -2283,19 +2287,23 @@ fn construct_after_loss() -> R {
         ..ctx()
     };
     let g = e2s(c.group_construct(GID, &all(&c), opts), "construct")?;
-    partial_without(c, &g, x)
+    partial_without(c, &g, &[x])
 }
 
 /// Run with one rank per node server, `--enable-recovery` and a short `--peer-timeout`.
-/// Every rank fences, then one rank (not on the construct's root server) stops its
-/// node server with SIGSTOP: the server closes no connection, so only the failure
-/// detector can find it. The others construct at once, optional, over every rank and
-/// with no timeout: partial success without the frozen server's rank once it is
-/// declared lost (without the detector they would wait for ever).
+/// Every rank fences, then the node server after the construct's root is stopped with
+/// SIGSTOP: it closes no connection, so only the failure detector can find it. The
+/// others construct at once, optional, over every rank and with no timeout: partial
+/// success without the frozen server's rank once it is declared lost (without the
+/// detector they would wait for ever).
 fn frozen_server() -> R {
-    silent_server("frozen", |_| {
-        // SAFETY: plain syscalls; the parent is this rank's node server.
-        unsafe { libc::kill(libc::getppid(), libc::SIGSTOP) };
+    silent_servers("frozen", 1, |_, pid| {
+        // SAFETY: kill(2) on a node server of this job.
+        check!(
+            unsafe { libc::kill(pid as libc::pid_t, libc::SIGSTOP) } == 0,
+            "SIGSTOP to {pid}: {}",
+            std::io::Error::last_os_error()
+        );
         Ok(())
     })
 }
@@ -2306,49 +2314,69 @@ fn frozen_server() -> R {
 /// preference 11): its connections stall without breaking, and it hears nobody
 /// either, so it reports its own watched server silent too.
 fn cut_off() -> R {
-    silent_server("cut-off", |x| {
-        // cohort run's address for node x (one rank per node): 127.0.1.(x+1).
-        let addr = format!("127.0.1.{}", x + 1);
-        for (pref, dir) in [("10", "to"), ("11", "from")] {
-            let st = std::process::Command::new("ip")
-                .args(["rule", "add", "pref", pref, dir, &addr, "blackhole"])
-                .status()
-                .map_err(|e| format!("cannot run ip: {e}"))?;
-            check!(st.success(), "ip rule add {dir} {addr}: {st}");
-        }
-        Ok(())
-    })
+    silent_servers("cut-off", 1, blackhole)
 }
 
-/// Every rank fences (and x waits until every other rank is past it); the rank x after
-/// the construct's root silences its node server with `silence(x)` and waits to be
-/// killed with it; the others construct at once
-/// (optional, over every rank, no timeout) and must get partial success without it.
-fn silent_server(gid: &str, silence: impl FnOnce(u32) -> R) -> R {
+/// As `cut-off`, with the two node servers after the construct's root cut off: each
+/// hears nobody, and the outer one reports the inner one.
+fn two_cut_off() -> R {
+    silent_servers("two-cut-off", 2, blackhole)
+}
+
+/// Drops every packet to and from node `x`'s fabric address, cohort run's
+/// 127.0.1.(x+1) (see `cut-off`).
+fn blackhole(x: u32, _pid: u32) -> R {
+    let addr = format!("127.0.1.{}", x + 1);
+    for (pref, dir) in [("10", "to"), ("11", "from")] {
+        let st = std::process::Command::new("ip")
+            .args(["rule", "add", "pref", pref, dir, &addr, "blackhole"])
+            .status()
+            .map_err(|e| format!("cannot run ip: {e}"))?;
+        check!(st.success(), "ip rule add {dir} {addr}: {st}");
+    }
+    Ok(())
+}
+
+/// One rank per node server. Every rank fences and posts its node server's pid (its
+/// parent). The rank on the construct's root server reads them all, so every rank is
+/// past the fence (a fence returning at one rank does not mean its outcome reached
+/// every server yet), then silences the `count` servers after the root with
+/// `silence(node, pid)`. Their ranks wait to be killed with them; the others
+/// construct (optional, over every rank, no timeout) and must get partial success
+/// without them.
+fn silent_servers(gid: &str, count: u32, silence: impl Fn(u32, u32) -> R) -> R {
     let c = init()?;
     let n = c.size();
     let root = cohort_topology::rendezvous(gid, n as usize) as u32;
-    let x = (root + 1) % n;
+    let silenced: Vec<u32> = (1..=count).map(|k| (root + k) % n).collect();
     let fence = FenceOpts {
         collect: false,
         timeout_ms: Some(60_000),
     };
     e2s(c.fence(&[], fence), "fence")?;
-    // Everyone is past the fence before x's server goes silent: a fence returning at
-    // x does not mean its outcome reached every other server yet.
-    if c.rank() != x {
-        e2s(c.put(Scope::Remote, "past-fence", "yes"), "put")?;
-        e2s(c.commit(), "commit")?;
-    } else {
-        for r in (0..n).filter(|&r| r != x) {
-            e2s(
-                c.get(&p(&c, r), "past-fence", Some(Duration::from_secs(60))),
-                "get",
-            )?;
+    // SAFETY: getppid has no preconditions; the parent is this rank's node server.
+    let server = unsafe { libc::getppid() };
+    e2s(
+        c.put(Scope::Remote, "server-pid", server.to_string()),
+        "put",
+    )?;
+    e2s(c.commit(), "commit")?;
+    if c.rank() == root {
+        let mut pids = Vec::new();
+        for r in (0..n).filter(|r| *r != root) {
+            let v = c.get(&p(&c, r), "server-pid", Some(Duration::from_secs(60)));
+            pids.push(match e2s(v, "get")? {
+                Value::Str(s) => s.parse().map_err(|e| format!("pid {s:?}: {e}"))?,
+                other => return Err(format!("server-pid of rank {r}: {other:?}")),
+            });
+        }
+        // Every rank is past the fence now.
+        for &x in &silenced {
+            let at = if x < root { x } else { x - 1 };
+            silence(x, pids[at as usize])?;
         }
     }
-    if c.rank() == x {
-        silence(x)?;
+    if silenced.contains(&c.rank()) {
         // Killed with its node server once that is declared lost.
         std::thread::sleep(Duration::from_secs(60));
         return Err("outlived its silent node server".into());
@@ -2360,7 +2388,7 @@ fn silent_server(gid: &str, silence: impl FnOnce(u32) -> R) -> R {
         ..Default::default()
     };
     let g = e2s(c.group_construct(gid, &all(&c), opts), "construct")?;
-    partial_without(c, &g, x)
+    partial_without(c, &g, &silenced)
 }
 
 /// Polling is bounded: a call blocked on its node server polls for its spin budget

@@ -83,7 +83,11 @@ pub struct Detector {
     me: NodeId,
     nodes: u32,
     cfg: DetectorConfig,
+    /// Lost for good: declared by this detector, or by the owner's verdict.
     lost: BTreeSet<NodeId>,
+    /// Reported lost by the fabric or another server, without a verdict yet: they get
+    /// no heartbeat, but a watched one stays watched (see [`Detector::unreachable`]).
+    unreachable: BTreeSet<NodeId>,
     /// The server watched, and when it was last heard from (or watching it began).
     watched: Option<(NodeId, Time)>,
     next_beat: Time,
@@ -102,6 +106,7 @@ impl Detector {
             nodes,
             cfg,
             lost: BTreeSet::new(),
+            unreachable: BTreeSet::new(),
             watched: None,
             next_beat: now,
             due: now,
@@ -119,7 +124,7 @@ impl Detector {
     pub fn successor(&self) -> Option<NodeId> {
         (1..self.nodes)
             .map(|k| (self.me + k) % self.nodes)
-            .find(|n| !self.lost.contains(n))
+            .find(|n| !self.lost.contains(n) && !self.unreachable.contains(n))
     }
 
     fn predecessor(&self) -> Option<NodeId> {
@@ -152,6 +157,24 @@ impl Detector {
             .map(|k| (self.me + k) % self.nodes)
             .find(|n| *n == node || !self.lost.contains(n));
         if successor_before == Some(node) {
+            self.next_beat = now;
+        }
+    }
+
+    /// The owner heard that `node` is lost from its fabric (a connection broke, or
+    /// could not be made) or from another server, with no verdict yet. It gets no more
+    /// heartbeats (the next server gets one at once if it was the successor), but a
+    /// watched one stays watched until this detector declares it or the verdict comes
+    /// ([`Detector::lost`]): a crashed server is reaped meanwhile, but one that the
+    /// network cut off from some servers still runs, and only a declaration gets it
+    /// ended. (Dropping the watch let a server cut off go on alone: its watcher's
+    /// fabric had failed to connect to it, and nobody ever declared it.)
+    pub fn unreachable(&mut self, node: NodeId, now: Time) {
+        if node == self.me || node >= self.nodes || self.lost.contains(&node) {
+            return;
+        }
+        let successor_before = self.successor();
+        if self.unreachable.insert(node) && successor_before == Some(node) {
             self.next_beat = now;
         }
     }
@@ -321,6 +344,27 @@ mod tests {
             declared,
             vec![(1900, Detection::Declare { node: 0, silent })]
         );
+    }
+
+    #[test]
+    fn a_server_reported_unreachable_is_still_watched_but_gets_no_heartbeat() {
+        let mut d = Detector::new(2, 4, CFG, ms(0));
+        assert_eq!(run(&mut d, 0, 0), vec![]);
+        // The predecessor (1) and the successor (3) are reported lost by the fabric.
+        d.unreachable(1, ms(50));
+        d.unreachable(3, ms(50));
+        assert_eq!((d.watched(), d.successor()), (Some(1), Some(0)));
+        assert_eq!(tick(&mut d, ms(50)), vec![Detection::Beat { to: 0 }]);
+        // Node 1 stays watched and is declared after the timeout from its last word.
+        let silent = ms(1000);
+        assert_eq!(
+            run(&mut d, 100, 1000),
+            vec![(1000, Detection::Declare { node: 1, silent })]
+        );
+        assert_eq!(d.watched(), Some(0));
+        // A verdict about an unreachable server moves nothing more.
+        d.lost(3, ms(1100));
+        assert_eq!((d.watched(), d.successor()), (Some(0), Some(0)));
     }
 
     #[test]

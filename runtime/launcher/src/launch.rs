@@ -364,7 +364,14 @@ impl Launcher {
                     crate::say(format_args!("{msg}"));
                     None
                 }
-                Step::End(verdict) => Some(verdict),
+                Step::End(verdict) => {
+                    // Its ranks were the last ones: say why before the job's verdict.
+                    crate::say(format_args!(
+                        "node server {} {reason}; its ranks are lost",
+                        self.monitor.node_name(node)
+                    ));
+                    Some(verdict)
+                }
             };
         }
         Some(if self.started {
@@ -531,6 +538,11 @@ impl Launcher {
                         let _ = control::send(w, &LauncherMsg::Probe).await;
                     }
                 }
+                Judgement::Moot { accusation: a } => tracing::debug!(
+                    by = a.by,
+                    silent = a.silent,
+                    "report of silence about a node server gone or condemned already"
+                ),
                 Judgement::Dropped { accusation: a, why } => tracing::warn!(
                     by = a.by,
                     silent = a.silent,

@@ -343,6 +343,9 @@ pub enum Judgement {
     },
     /// Not acted upon, and why.
     Dropped { accusation: Accusation, why: String },
+    /// Not acted upon: the accused is gone or condemned already (a crashed server's
+    /// watcher reports it too, a timeout after the crash).
+    Moot { accusation: Accusation },
 }
 
 impl Tribunal {
@@ -401,7 +404,9 @@ impl Tribunal {
             } else if self.condemned.contains(&a.by) {
                 out.push(drop("its sender was condemned"));
             } else if self.condemned.contains(&a.silent) || !running(a.silent) {
-                out.push(drop("the node server it names is gone already"));
+                out.push(Judgement::Moot {
+                    accusation: a.clone(),
+                });
             } else if let Some(&(_, silent)) = self.answers.iter().find(|(n, _)| *n == a.silent) {
                 if silent >= self.cut_off {
                     self.condemned.push(a.silent);
@@ -659,11 +664,12 @@ mod tests {
             !out.iter().any(|j| matches!(j, Judgement::Condemn { .. })),
             "{out:?}"
         );
-        assert_eq!(
-            out.iter()
-                .filter(|j| matches!(j, Judgement::Dropped { .. }))
-                .count(),
-            2
+        assert!(
+            matches!(
+                &out[1..],
+                [Judgement::Moot { .. }, Judgement::Dropped { .. }]
+            ),
+            "{out:?}"
         );
     }
 

@@ -401,7 +401,7 @@ impl NodeService {
             let nodes = s.engine.job().num_nodes;
             let mut detector = Detector::new(self.node, nodes, cfg, now);
             for node in s.engine.lost_nodes() {
-                detector.lost(node, now);
+                detector.unreachable(node, now);
             }
             s.detector = Some(detector);
             s.detect(now);
@@ -685,7 +685,7 @@ fn apply_fabric_event(s: &mut Shared, ev: FabricEvent) {
                     d.heard(from, now);
                     match &msg {
                         PeerMsg::Heartbeat => return,
-                        PeerMsg::NodeLost { node } => d.lost(*node, now),
+                        PeerMsg::NodeLost { node } => d.unreachable(*node, now),
                         _ => {}
                     }
                 }
@@ -698,7 +698,7 @@ fn apply_fabric_event(s: &mut Shared, ev: FabricEvent) {
         FabricEvent::PeerLost { peer, reason } => {
             tracing::error!(peer, %reason, "peer node server lost");
             if let Some(d) = s.detector.as_mut() {
-                d.lost(peer, now);
+                d.unreachable(peer, now);
             }
             s.engine.on_peer_lost(peer, now);
         }
