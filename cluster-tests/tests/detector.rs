@@ -58,9 +58,9 @@ fn a_frozen_node_server_ends_the_job_without_recovery() {
 /// its own watcher reports it. The launcher asks both accused servers: the one cut off
 /// answers that it heard from nobody, the other that it heard from its neighbour a
 /// moment ago. So the one cut off alone is killed, and the three others agree on a
-/// group without its rank. Run in a
-/// network namespace of its own (`unshare --net`, root only), where the rank cuts its
-/// server off with `ip rule … blackhole`.
+/// group without its rank. Run in a network namespace of its own (`unshare --net`,
+/// root only), where the construct's root rank cuts the server off with
+/// `ip rule … blackhole`.
 #[test]
 fn a_node_server_cut_off_by_the_network_is_the_only_one_lost() {
     if !root() {
@@ -68,11 +68,7 @@ fn a_node_server_cut_off_by_the_network_is_the_only_one_lost() {
     }
     let cut = silenced("cut-off", 4);
     for (allgather, job) in survivors_agree_by(4, 1, |alg| in_own_netns(4, "cut-off", alg)) {
-        let lost: Vec<&str> = job
-            .stderr
-            .lines()
-            .filter(|l| l.contains("; killed"))
-            .collect();
+        let lost = killed(&job);
         assert!(
             lost.len() == 1
                 && lost[0].contains(&format!("node server node{cut} (pid "))
@@ -98,11 +94,7 @@ fn two_neighbouring_node_servers_cut_off_are_lost_and_nobody_else() {
     let first = silenced("two-cut-off", 5);
     let cut = [first, (first + 1) % 5];
     for (allgather, job) in survivors_agree_by(5, 2, |alg| in_own_netns(5, "two-cut-off", alg)) {
-        let lost: Vec<&str> = job
-            .stderr
-            .lines()
-            .filter(|l| l.contains("; killed"))
-            .collect();
+        let lost = killed(&job);
         let named = |x: usize| {
             lost.iter()
                 .any(|l| l.contains(&format!("node server node{x} (pid ")))
@@ -115,6 +107,14 @@ fn two_neighbouring_node_servers_cut_off_are_lost_and_nobody_else() {
             job.stderr
         );
     }
+}
+
+/// The launcher's lines about node servers it killed.
+fn killed(job: &Job) -> Vec<&str> {
+    job.stderr
+        .lines()
+        .filter(|l| l.contains("; killed"))
+        .collect()
 }
 
 /// Whether this test runs as root (a network namespace of its own needs it); says so

@@ -149,18 +149,10 @@ impl Liveness {
     /// broken connections is still one loss, and a later incarnation is a fresh peer,
     /// not a restart of a live one.
     pub fn unreachable(&mut self, peer: NodeId, err: FabricError) -> Verdict {
-        let mut verdict = Verdict {
+        Verdict {
             lost: Some((peer, err)),
-            condemned: Vec::new(),
-        };
-        match self.current.remove(&peer) {
-            Some(cur) => {
-                verdict.condemned = self.take_conns(peer, cur.id);
-                self.bury(peer, cur.id);
-            }
-            None => *self.losses.entry(peer).or_default() += 1,
+            condemned: self.bury_current(peer),
         }
-        verdict
     }
 
     /// The owner declared `peer` lost with no connection broken (its failure detector,
@@ -169,15 +161,26 @@ impl Liveness {
     /// connections that finish their handshake later are condemned; a restarted peer
     /// is a new incarnation.
     pub fn declared_lost(&mut self, peer: NodeId) -> Verdict {
-        let mut verdict = Verdict::default();
+        Verdict {
+            lost: None,
+            condemned: self.bury_current(peer),
+        }
+    }
+
+    /// Buries `peer`'s current incarnation, if any, and returns its connections; with
+    /// none, only the loss count moves (so a connect attempt begun before stays quiet).
+    fn bury_current(&mut self, peer: NodeId) -> Vec<ConnId> {
         match self.current.remove(&peer) {
             Some(cur) => {
-                verdict.condemned = self.take_conns(peer, cur.id);
+                let conns = self.take_conns(peer, cur.id);
                 self.bury(peer, cur.id);
+                conns
             }
-            None => *self.losses.entry(peer).or_default() += 1,
+            None => {
+                *self.losses.entry(peer).or_default() += 1;
+                Vec::new()
+            }
         }
-        verdict
     }
 
     /// `inc` of `peer` was reported lost.
