@@ -194,8 +194,8 @@ impl Shared {
         }
     }
 
-    /// Runs the failure detector's timer: heartbeats out, silent servers declared lost
-    /// (as if the fabric had reported them, and to the owner of [`NodeService`]).
+    /// Runs the failure detector's timer: heartbeats out, silent servers reported to the
+    /// owner of [`NodeService`] (for the launcher to judge; see [`Declared`]).
     fn detect(&mut self, now: Time) {
         let Some(detector) = self.detector.as_mut() else {
             return;
