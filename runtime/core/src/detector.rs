@@ -179,6 +179,25 @@ impl Detector {
         }
     }
 
+    /// The owner's judge dropped this detector's declaration of `node` (it talks to
+    /// others: only the link between the two is broken, or this server is cut off).
+    /// Watched again from `now` if it is still the nearest server back that is not
+    /// lost, so that it stays watched by someone. (Declared again after another
+    /// silent timeout, so a broken link shows once a timeout.)
+    pub fn watch_again(&mut self, node: NodeId, now: Time) {
+        if node == self.me || node >= self.nodes || !self.lost.remove(&node) {
+            return;
+        }
+        let back = self.predecessor();
+        if back == Some(node) {
+            self.watched = Some((node, now));
+        } else {
+            // A verdict took a server between (or the judge answered late): keep the
+            // watch where it is, and the server out of it.
+            self.lost.insert(node);
+        }
+    }
+
     /// When [`Detector::on_timer`] must run next.
     pub fn deadline(&self) -> Option<Time> {
         let watch = self.watched.map(|(_, heard)| heard + self.cfg.timeout);
@@ -365,6 +384,36 @@ mod tests {
         // A verdict about an unreachable server moves nothing more.
         d.lost(3, ms(1100));
         assert_eq!((d.watched(), d.successor()), (Some(0), Some(0)));
+    }
+
+    #[test]
+    fn a_declaration_the_judge_dropped_watches_the_server_again() {
+        let mut d = Detector::new(2, 4, CFG, ms(0));
+        let silent = ms(1000);
+        assert_eq!(
+            run(&mut d, 0, 1000),
+            vec![(1000, Detection::Declare { node: 1, silent })]
+        );
+        assert_eq!(
+            run(&mut d, 1100, 2000),
+            vec![(2000, Detection::Declare { node: 0, silent })]
+        );
+        assert_eq!(d.watched(), Some(3));
+        d.watch_again(1, ms(2050));
+        assert_eq!(d.watched(), Some(1));
+        // Not a server further back than the one watched: that one watches it.
+        d.watch_again(0, ms(2060));
+        assert_eq!(d.watched(), Some(1));
+        // Nor one it never declared.
+        d.watch_again(3, ms(2070));
+        assert_eq!(d.watched(), Some(1));
+        // Node 1's heartbeats still do not arrive (the link is broken): declared again
+        // a timeout later.
+        let again = Detection::Declare {
+            node: 1,
+            silent: ms(1050),
+        };
+        assert_eq!(run(&mut d, 2100, 3100), vec![(3100, again)]);
     }
 
     #[test]

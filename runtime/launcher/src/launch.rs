@@ -543,6 +543,23 @@ impl Launcher {
                     silent = a.silent,
                     "report of silence about a node server gone or condemned already"
                 ),
+                Judgement::Acquit {
+                    accusation: a,
+                    answer,
+                } => {
+                    tracing::warn!(
+                        by = a.by,
+                        silent = a.silent,
+                        heard_ms = answer.as_millis() as u64,
+                        "not acting on a report of silence: the node server it names heard \
+                         from another a moment before (the sender, or the link between them, \
+                         is cut off); the sender keeps watching it"
+                    );
+                    if let Some(w) = self.daemons[a.by as usize].writer.as_mut() {
+                        let again = LauncherMsg::KeepWatching { node: a.silent };
+                        let _ = control::send(w, &again).await;
+                    }
+                }
                 Judgement::Dropped { accusation: a, why } => tracing::warn!(
                     by = a.by,
                     silent = a.silent,

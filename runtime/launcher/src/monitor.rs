@@ -343,6 +343,14 @@ pub enum Judgement {
     },
     /// Not acted upon, and why.
     Dropped { accusation: Accusation, why: String },
+    /// Not acted upon: the accused heard from another server `answer` before, so it
+    /// talks to the job; its accuser is cut off, or only the link between the two is
+    /// broken. The accuser must keep watching it (it moved its watch on when it
+    /// reported), or nobody would.
+    Acquit {
+        accusation: Accusation,
+        answer: Duration,
+    },
     /// Not acted upon: the accused is gone or condemned already (a crashed server's
     /// watcher reports it too, a timeout after the crash).
     Moot { accusation: Accusation },
@@ -415,11 +423,10 @@ impl Tribunal {
                         answer: Some(silent),
                     });
                 } else {
-                    out.push(drop(&format!(
-                        "the node server it names heard from another {} ms before; the \
-                         sender may be the one cut off",
-                        silent.as_millis()
-                    )));
+                    out.push(Judgement::Acquit {
+                        accusation: a.clone(),
+                        answer: silent,
+                    });
                 }
             } else if self.asked.iter().any(|(n, d)| *n == a.silent && *d <= now) {
                 self.condemned.push(a.silent);
@@ -622,6 +629,20 @@ mod tests {
         ] {
             assert_eq!(run(&steps).0, [2]);
         }
+    }
+
+    /// An accused server that heard from another recently talks to the job: acquitted,
+    /// so that its accuser watches it again.
+    #[test]
+    fn an_accused_server_that_hears_others_is_acquitted() {
+        let (condemned, out) = run(&[Accuse(0, 1), Heard(1, 100)]);
+        assert!(condemned.is_empty());
+        assert!(
+            matches!(&out[1], Judgement::Acquit { accusation, answer }
+                if accusation.by == 0 && accusation.silent == 1
+                    && *answer == Duration::from_millis(100)),
+            "{out:?}"
+        );
     }
 
     #[test]

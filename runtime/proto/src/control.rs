@@ -73,6 +73,9 @@ pub enum LauncherMsg {
     /// Node server `node` is lost: the launcher killed it after a report of its
     /// silence. Route around it, as if the fabric had reported it.
     PeerLost { node: NodeId },
+    /// A report of this node server about `node` was dropped: `node` talks to the job.
+    /// Watch it again (the watch moved on with the report), so that it stays watched.
+    KeepWatching { node: NodeId },
     /// This node server was reported silent: how long has it heard from no other?
     /// (Answered with [`DaemonMsg::Heard`]; a frozen server does not answer, one the
     /// network cut off answers with a long silence.)

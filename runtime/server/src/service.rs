@@ -416,6 +416,16 @@ impl NodeService {
         s.last_heard.map(|t| s.now().saturating_sub(t))
     }
 
+    /// The launcher dropped this server's report of `node`: watch it again.
+    pub fn keep_watching(&self, node: NodeId) {
+        let mut s = self.shared.borrow_mut();
+        let now = s.now();
+        if let Some(d) = s.detector.as_mut() {
+            d.watch_again(node, now);
+        }
+        s.flush();
+    }
+
     /// The launcher says node server `node` is lost (it killed it after a report of
     /// its silence): as if the fabric had reported it, and its connections are
     /// dropped.

@@ -455,6 +455,7 @@ async fn serve(
             ev = from_launcher.recv() => match ev.unwrap_or(FromLauncher::Closed(None)) {
                 FromLauncher::Msg(LauncherMsg::Shutdown) => return End::Shutdown,
                 FromLauncher::Msg(LauncherMsg::PeerLost { node }) => svc.peer_lost(node),
+                FromLauncher::Msg(LauncherMsg::KeepWatching { node }) => svc.keep_watching(node),
                 FromLauncher::Msg(LauncherMsg::Probe) => {
                     let silent_ms = svc
                         .unheard()
