@@ -2362,18 +2362,18 @@ fn silent_servers(gid: &str, count: u32, silence: impl Fn(u32, u32) -> R) -> R {
     )?;
     e2s(c.commit(), "commit")?;
     if c.rank() == root {
-        let mut pids = Vec::new();
+        // Node-server pids by rank (one rank per node server).
+        let mut pids = vec![server as u32; n as usize];
         for r in (0..n).filter(|r| *r != root) {
             let v = c.get(&p(&c, r), "server-pid", Some(Duration::from_secs(60)));
-            pids.push(match e2s(v, "get")? {
+            pids[r as usize] = match e2s(v, "get")? {
                 Value::Str(s) => s.parse().map_err(|e| format!("pid {s:?}: {e}"))?,
                 other => return Err(format!("server-pid of rank {r}: {other:?}")),
-            });
+            };
         }
         // Every rank is past the fence now.
         for &x in &silenced {
-            let at = if x < root { x } else { x - 1 };
-            silence(x, pids[at as usize])?;
+            silence(x, pids[x as usize])?;
         }
     }
     if silenced.contains(&c.rank()) {

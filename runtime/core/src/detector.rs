@@ -16,7 +16,7 @@
 //! that the network cut off hears nobody and declares its own watched server too. In
 //! `cohortd` the launcher judges the accusations, kills the server it condemns and
 //! tells every other server, which then routes around it as if the fabric had reported
-//! it (`cohort_launcher::monitor::judge`). Each server is watched by exactly
+//! it (`cohort_launcher::monitor::Tribunal`). Each server is watched by exactly
 //! one live server and sends one heartbeat per period: the cost is the same whatever
 //! the job's size (an all-to-all heartbeat would be quadratic). Servers that fail
 //! together and are neighbours in the ring are found one after the other, one
@@ -147,15 +147,14 @@ impl Detector {
     /// wait a whole period to hear from its new predecessor; if it was the watched
     /// server, the next one back is watched from now.
     pub fn lost(&mut self, node: NodeId, now: Time) {
-        if node == self.me || node >= self.nodes || !self.lost.insert(node) {
+        if node == self.me || node >= self.nodes || self.lost.contains(&node) {
             return;
         }
+        let successor_before = self.successor();
+        self.lost.insert(node);
         if self.watched() == Some(node) {
             self.watched = self.predecessor().map(|p| (p, now));
         }
-        let successor_before = (1..self.nodes)
-            .map(|k| (self.me + k) % self.nodes)
-            .find(|n| *n == node || !self.lost.contains(n));
         if successor_before == Some(node) {
             self.next_beat = now;
         }

@@ -495,12 +495,12 @@ impl Engine {
         self.acks.len() + self.invites.len() + self.invite_homes.len()
     }
 
-    /// The earliest time [`Engine::on_timer`] has work to do.
     /// The node servers this one knows are lost.
     pub fn lost_nodes(&self) -> impl Iterator<Item = NodeId> + '_ {
         self.lost_nodes.iter().copied()
     }
 
+    /// The earliest time [`Engine::on_timer`] has work to do.
     pub fn next_deadline(&self) -> Option<Time> {
         let colls = self.colls.values().flat_map(|c| {
             c.waiters

@@ -311,7 +311,7 @@ pub struct Accusation {
 /// from no other server (`Probe` / `Heard`), and accusations are decided in arrival
 /// order: dropped if the accuser was condemned meanwhile or the accused is gone;
 /// condemned if the answer is at least half the peer timeout, or none came within the
-/// probe timeout; dropped otherwise. Deciding in order also settles two servers cut
+/// probe timeout; acquitted otherwise (the accuser then watches the accused again). Deciding in order also settles two servers cut
 /// apart, which accuse each other: the first accused is condemned, and its accusation
 /// then comes from a condemned server.
 ///
