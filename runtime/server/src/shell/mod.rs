@@ -430,11 +430,7 @@ async fn serve(
     exits: &mut mpsc::UnboundedReceiver<RankExit>,
     signals: &mut TerminatingSignals,
 ) -> End {
-    if let Some(w) = link.as_mut() {
-        if control::send(w, &DaemonMsg::Launched).await.is_err() {
-            *link = None;
-        }
-    }
+    tell(link, &DaemonMsg::Launched).await;
     let mut declared = svc.declarations();
     loop {
         if link.is_none() {
@@ -442,15 +438,11 @@ async fn serve(
         }
         tokio::select! {
             Some(d) = async { declared.as_mut()?.recv().await } => {
-                if let Some(w) = link.as_mut() {
-                    let msg = DaemonMsg::PeerSilent {
-                        node: d.node,
-                        silent_ms: d.silent.as_millis() as u64,
-                    };
-                    if control::send(w, &msg).await.is_err() {
-                        *link = None;
-                    }
-                }
+                let msg = DaemonMsg::PeerSilent {
+                    node: d.node,
+                    silent_ms: d.silent.as_millis() as u64,
+                };
+                tell(link, &msg).await;
             }
             ev = from_launcher.recv() => match ev.unwrap_or(FromLauncher::Closed(None)) {
                 FromLauncher::Msg(LauncherMsg::Shutdown) => return End::Shutdown,
@@ -460,11 +452,7 @@ async fn serve(
                     let silent_ms = svc
                         .unheard()
                         .map_or(u64::MAX, |d| d.as_millis().try_into().unwrap_or(u64::MAX));
-                    if let Some(w) = link.as_mut() {
-                        if control::send(w, &DaemonMsg::Heard { silent_ms }).await.is_err() {
-                            *link = None;
-                        }
-                    }
+                    tell(link, &DaemonMsg::Heard { silent_ms }).await;
                 }
                 FromLauncher::Msg(other) => {
                     tracing::warn!(?other, "ignoring an unexpected control message");
@@ -514,12 +502,18 @@ async fn handle_exit(
     tracing::debug!(rank = exit.rank, status = ?exit.status, "rank exited");
     ranks.exited(exit.rank);
     svc.proc_exited(exit.rank);
+    let msg = DaemonMsg::RankExited {
+        rank: exit.rank,
+        status: exit.status,
+    };
+    tell(link, &msg).await;
+}
+
+/// Sends `msg` to the launcher while the control connection works; `link` becomes
+/// `None` when writing to it fails.
+async fn tell(link: &mut Option<OwnedWriteHalf>, msg: &DaemonMsg) {
     if let Some(w) = link.as_mut() {
-        let msg = DaemonMsg::RankExited {
-            rank: exit.rank,
-            status: exit.status,
-        };
-        if control::send(w, &msg).await.is_err() {
+        if control::send(w, msg).await.is_err() {
             *link = None;
         }
     }
