@@ -247,7 +247,7 @@ impl Node {
     async fn recv(&mut self) -> Res<Bytes> {
         match self.events.recv().await {
             Some(FabricEvent::Message { payload, .. }) => Ok(payload),
-            Some(FabricEvent::PeerLost { peer, reason }) => {
+            Some(FabricEvent::PeerLost { peer, reason, .. }) => {
                 Err(format!("fabric peer {peer} lost: {reason}").into())
             }
             None => Err("fabric event stream ended".into()),

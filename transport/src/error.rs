@@ -95,6 +95,36 @@ pub enum FabricError {
     UnknownBackend { name: String },
 }
 
+impl FabricError {
+    /// Whether this failure only says the peer could not be reached: it did not
+    /// answer in time (a connection or a handshake timed out, data went unacknowledged
+    /// past `FabricConfig::stall_timeout`, RDMA retries ran out) or there is no route
+    /// to it. Its process may still run, cut off from this node only. Every other
+    /// failure says the process is gone (connection refused, reset or closed without a
+    /// goodbye) or rejects us.
+    pub fn is_unreachable(&self) -> bool {
+        match self {
+            FabricError::ConnectTimeout { .. } => true,
+            FabricError::Connect { source, .. } | FabricError::Io { source, .. } => {
+                source.kind() == std::io::ErrorKind::TimedOut
+                    || matches!(
+                        source.raw_os_error(),
+                        Some(
+                            libc::ETIMEDOUT
+                                | libc::EHOSTUNREACH
+                                | libc::ENETUNREACH
+                                | libc::ENETDOWN
+                                | libc::EHOSTDOWN
+                                // What `connect` gives for a blackhole route.
+                                | libc::EINVAL
+                        )
+                    )
+            }
+            _ => false,
+        }
+    }
+}
+
 fn describe_limit(limit: Option<u64>) -> String {
     match limit {
         Some(bytes) => format!("{bytes} bytes ({} KiB)", bytes / 1024),

@@ -95,7 +95,16 @@ pub enum FabricEvent {
     /// `peer` is unreachable: an established connection broke without a goodbye, or an
     /// attempt to connect failed or was refused (the payloads queued for it were
     /// dropped). `reason` names the peer and the cause.
-    PeerLost { peer: NodeId, reason: String },
+    ///
+    /// `unreachable`: the failure only says the peer could not be reached (see
+    /// [`FabricError::is_unreachable`]); its process may still run, cut off from this
+    /// node alone, so the owner may want a second opinion before routing around it.
+    /// Otherwise the peer's process is gone or rejects us.
+    PeerLost {
+        peer: NodeId,
+        reason: String,
+        unreachable: bool,
+    },
 }
 
 /// Everything a backend needs to start.
@@ -120,6 +129,13 @@ pub struct FabricConfig {
     /// keeps polling for its budget (spawn [`Spinner::run`] on the fabric's runtime).
     /// `None`: the runtime sleeps in the kernel between messages.
     pub spinner: Option<std::sync::Arc<Spinner>>,
+    /// TCP backend: data sent on a connection and not acknowledged by the peer's
+    /// kernel for this long breaks the connection (`TCP_USER_TIMEOUT`), reported as an
+    /// `unreachable` loss, where TCP would retransmit for many minutes. `None`: the
+    /// kernel's default. (A peer whose process is frozen still has its data
+    /// acknowledged: the owner's failure detector finds those.) The verbs backend's
+    /// queue pairs give up after their own retries (a few seconds).
+    pub stall_timeout: Option<Duration>,
     /// Spawn the connection tasks on the current `tokio::task::LocalSet` rather than on
     /// the runtime. For a consumer that runs in that `LocalSet` (as `cohortd`'s engine
     /// does): a task of the runtime waking it wakes the whole `LocalSet`, which Tokio's
@@ -141,6 +157,7 @@ impl FabricConfig {
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             verbs: VerbsOptions::default(),
             spinner: None,
+            stall_timeout: None,
             local_tasks: false,
         }
     }
@@ -157,6 +174,7 @@ impl std::fmt::Debug for FabricConfig {
             .field("connect_timeout", &self.connect_timeout)
             .field("verbs", &self.verbs)
             .field("spinner", &self.spinner)
+            .field("stall_timeout", &self.stall_timeout)
             .field("local_tasks", &self.local_tasks)
             .finish()
     }

@@ -235,6 +235,7 @@ impl Links {
                 self.emit(FabricEvent::PeerLost {
                     peer,
                     reason: err.to_string(),
+                    unreachable: err.is_unreachable(),
                 });
             }
             self.retire(peer);

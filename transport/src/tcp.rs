@@ -72,6 +72,8 @@ struct Shared {
     secret: Vec<u8>,
     decoder: FrameDecoder,
     connect_timeout: Duration,
+    /// `FabricConfig::stall_timeout`.
+    stall_timeout: Option<Duration>,
     incarnation: u64,
     spawner: Spawner,
     closing: watch::Sender<bool>,
@@ -114,6 +116,7 @@ impl TcpFabric {
             secret: cfg.secret,
             decoder: FrameDecoder::new(cfg.max_frame),
             connect_timeout: cfg.connect_timeout,
+            stall_timeout: cfg.stall_timeout,
             incarnation: new_incarnation(),
             spawner: Spawner::current(cfg.local_tasks),
             closing: watch::channel(false).0,
@@ -367,6 +370,7 @@ impl Shared {
             incarnation: self.incarnation,
             wire_version: WIRE_VERSION,
             source_ip: self.source_ip,
+            stall_timeout: self.stall_timeout,
         }
     }
 
@@ -408,6 +412,9 @@ async fn run_inbound(shared: Arc<Shared>, mut stream: TcpStream, remote: SocketA
     let span = tracing::debug_span!("fabric_in", node = shared.me, %remote);
     async move {
         let _ = stream.set_nodelay(true);
+        if let Err(e) = handshake::set_stall_timeout(&stream, shared.stall_timeout) {
+            warn!(error = %e, "cannot set TCP_USER_TIMEOUT on a fabric connection");
+        }
         let hello = match timeout(HELLO_TIMEOUT, read_hello(&mut stream)).await {
             Ok(Ok(hello)) => hello,
             Ok(Err(e)) => {

@@ -896,9 +896,14 @@ impl Waiter {
 
 fn completion_error(peer: NodeId, c: &Completion) -> FabricError {
     let status = WorkCompletionStatus::from(c.status);
+    // Retries ran out: the peer's port stopped answering (see `FabricError::is_unreachable`).
+    let kind = match status {
+        WorkCompletionStatus::RetryCounterExceededError => io::ErrorKind::TimedOut,
+        _ => io::ErrorKind::Other,
+    };
     FabricError::Io {
         peer,
-        source: io::Error::other(format!("RDMA work completion failed: {status:?}")),
+        source: io::Error::new(kind, format!("RDMA work completion failed: {status:?}")),
     }
 }
 
@@ -1296,6 +1301,9 @@ impl Shared {
             incarnation: self.incarnation,
             wire_version: VERBS_WIRE_VERSION,
             source_ip: self.source_ip,
+            // Payloads go over the queue pairs, whose own retries find a peer that
+            // stopped answering.
+            stall_timeout: None,
         }
     }
 

@@ -197,6 +197,7 @@ conformance!(
     a_send_after_a_loss_does_not_queue_behind_a_stalled_attempt,
     connect_failure_and_local_errors,
     killed_peer_process_is_reported_lost,
+    a_peer_that_never_answers_is_reported_unreachable,
     many_peers_at_once,
     local_tasks_serve_a_consumer_in_a_local_set,
     request_reply_keeps_posting_directly;
@@ -362,8 +363,18 @@ async fn next_message(rx: &mut Events) -> (u32, Bytes) {
 }
 
 async fn next_loss(rx: &mut Events) -> (u32, String) {
+    let (peer, reason, _) = next_loss_kind(rx).await;
+    (peer, reason)
+}
+
+/// The next loss, and whether it was reported as `unreachable`.
+async fn next_loss_kind(rx: &mut Events) -> (u32, String, bool) {
     match next_event(rx).await {
-        FabricEvent::PeerLost { peer, reason } => (peer, reason),
+        FabricEvent::PeerLost {
+            peer,
+            reason,
+            unreachable,
+        } => (peer, reason, unreachable),
         other => panic!("expected a peer loss, got {other:?}"),
     }
 }
@@ -741,9 +752,10 @@ async fn wrong_secret_is_refused(bk: Backend) {
 
         for attempt in 0..2 {
             a.send(1, Bytes::from_static(b"let me in")).unwrap();
-            let (peer, reason) = next_loss(&mut a_rx).await;
+            let (peer, reason, unreachable) = next_loss_kind(&mut a_rx).await;
             assert_eq!(peer, 1);
             assert!(reason.contains("node 1"), "attempt {attempt}: {reason}");
+            assert!(!unreachable, "a refusal is an answer: {reason}");
             assert!(reason.contains("refused"), "attempt {attempt}: {reason}");
             assert!(reason.contains("secret"), "attempt {attempt}: {reason}");
             assert!(!reason.contains("right-secret") && !reason.contains("wrong-secret"));
@@ -1103,6 +1115,37 @@ async fn connect_failure_and_local_errors(b: Backend) {
     .await
 }
 
+/// 5e. A peer that never answers (its kernel accepts the connection, nothing reads
+/// it: a frozen or wedged process) is reported lost within the connect timeout, as
+/// unreachable: its process may still run. (Set apart from losses that prove the
+/// process gone, which the node server acts on at once; see `FabricEvent::PeerLost`.)
+async fn a_peer_that_never_answers_is_reported_unreachable(b: Backend) {
+    within(async {
+        let mut cfg = config(b, 0, "127.0.9.5", SECRET);
+        cfg.connect_timeout = Duration::from_millis(500);
+        let (a, mut a_rx) = b.bind(cfg).await;
+        // Listening, never accepting: the kernel completes the handshake, no hello reply.
+        let mute = std::net::TcpListener::bind(format!("{}:0", b.ip("127.0.9.6"))).unwrap();
+        let mute_addr = mute.local_addr().unwrap().to_string();
+        a.set_peers(vec![a.local_addr(), mute_addr.clone()]);
+        a.send(1, Bytes::from_static(b"anyone there?")).unwrap();
+        let (peer, reason, unreachable) = timeout(LOSS_BOUND, next_loss_kind(&mut a_rx))
+            .await
+            .expect("a peer that never answers was not reported within the bound");
+        assert_eq!(peer, 1);
+        assert!(reason.contains(&mute_addr), "{reason}");
+        assert!(reason.contains("timed out"), "{reason}");
+        assert!(
+            unreachable,
+            "no answer is reported as unreachable: {reason}"
+        );
+        assert_quiet(&mut a_rx).await;
+        drop(mute);
+        a.shutdown().await;
+    })
+    .await
+}
+
 /// 5c. A peer *process* killed with SIGKILL (no chance to close anything) is reported
 /// lost, once, within the bound. The peer is this test binary re-executed as
 /// [`peer_process_helper`].
@@ -1153,11 +1196,15 @@ async fn killed_peer_process_is_reported_lost(b: Backend) {
         child.start_kill().unwrap(); // SIGKILL
         let status = child.wait().await.unwrap();
         assert!(!status.success());
-        let (peer, reason) = timeout(LOSS_BOUND, next_loss(&mut a_rx))
+        let (peer, reason, unreachable) = timeout(LOSS_BOUND, next_loss_kind(&mut a_rx))
             .await
             .expect("the killed process was not reported lost within the bound");
         assert_eq!(peer, 1);
         assert!(reason.contains("node 1"), "{reason}");
+        assert!(
+            !unreachable,
+            "a dead process is gone, not unreachable: {reason}"
+        );
         assert_quiet(&mut a_rx).await;
         a.shutdown().await;
     })

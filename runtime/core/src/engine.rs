@@ -1237,7 +1237,7 @@ impl Engine {
                 }
             }
             // The node server's failure detector takes these (`crate::detector`).
-            PeerMsg::Heartbeat => {}
+            PeerMsg::Heartbeat | PeerMsg::Ping { .. } | PeerMsg::Pong { .. } => {}
         }
     }
 

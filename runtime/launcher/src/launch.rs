@@ -29,8 +29,8 @@ use crate::control::{self, Registration};
 use crate::daemon::{self, DaemonLaunch};
 use crate::jobdir::JobDir;
 use crate::monitor::{
-    describe_status, signal_name, Accusation, JobMonitor, Judgement, Step, Tribunal, Verdict,
-    FAILURE_EXIT,
+    describe_status, signal_name, Accusation, JobMonitor, Judgement, LinkReport, Severance, Step,
+    Tribunal, Verdict, FAILURE_EXIT,
 };
 use crate::reaper;
 use crate::topo::{plan_job, JobPlacement};
@@ -339,6 +339,17 @@ impl Launcher {
                 self.tribunal.heard(node, Duration::from_millis(silent_ms));
                 self.judge(Vec::new()).await
             }
+            Event::Msg {
+                node,
+                msg: DaemonMsg::Unreachable { node: lost, reason },
+            } => self.on_unreachable(node, lost, reason).await,
+            Event::Msg {
+                node,
+                msg: DaemonMsg::Reached { token, nodes },
+            } => {
+                self.tribunal.reached(node, token, nodes);
+                self.judge(Vec::new()).await
+            }
             Event::Msg { node, msg } => self.on_message(node, msg),
             Event::ControlClosed { node, error } => {
                 let reason = match error {
@@ -484,7 +495,10 @@ impl Launcher {
                 reason: format!("reported a fatal error: {}", printable(&reason)),
             }),
             // Judged in `handle` (their judgements need the control connections).
-            DaemonMsg::PeerSilent { .. } | DaemonMsg::Heard { .. } => None,
+            DaemonMsg::PeerSilent { .. }
+            | DaemonMsg::Heard { .. }
+            | DaemonMsg::Unreachable { .. }
+            | DaemonMsg::Reached { .. } => None,
         }
     }
 
@@ -513,6 +527,31 @@ impl Launcher {
         let mut out = Vec::new();
         self.tribunal
             .accuse(accusation, std::time::Instant::now(), &mut out);
+        self.judge(out).await
+    }
+
+    /// Node server `by`'s fabric could not reach `lost`: the tribunal surveys both and
+    /// ends one (see [`Tribunal`]).
+    async fn on_unreachable(
+        &mut self,
+        by: NodeId,
+        lost: NodeId,
+        reason: String,
+    ) -> Option<Verdict> {
+        if lost == by || lost as usize >= self.daemons.len() {
+            tracing::warn!(
+                by,
+                lost,
+                "ignoring a report of an unreachable node server that is not a peer"
+            );
+            return None;
+        }
+        let reason = printable(&reason);
+        tracing::warn!(by, lost, %reason, "node server reported another unreachable");
+        let report = LinkReport { by, lost, reason };
+        let mut out = Vec::new();
+        self.tribunal
+            .unreachable(report, std::time::Instant::now(), &mut out);
         self.judge(out).await
     }
 
@@ -569,44 +608,104 @@ impl Launcher {
                     accusation: a,
                     answer,
                 } => {
-                    if let Some(v) = self.condemn(&a, answer).await {
+                    let why = match answer {
+                        None => "did not answer (frozen, or its host is gone)".to_string(),
+                        Some(d) => format!(
+                            "had heard from no other node server for {:.1} s (cut off)",
+                            d.as_secs_f64()
+                        ),
+                    };
+                    let reason = format!(
+                        "sent nothing for {:.1} s: {} declared it lost and it {why}",
+                        a.silent_ms as f64 / 1000.0,
+                        self.monitor.node_name(a.by)
+                    );
+                    if let Some(v) = self.condemn(a.silent, reason).await {
                         verdict.get_or_insert(v);
                     }
                 }
+                Judgement::Survey {
+                    node,
+                    token,
+                    except,
+                    within,
+                } => {
+                    if let Some(w) = self.daemons[node as usize].writer.as_mut() {
+                        let survey = LauncherMsg::Survey {
+                            token,
+                            except,
+                            within_ms: within.as_millis() as u64,
+                        };
+                        // Unsent, it goes unanswered: that server goes.
+                        let _ = control::send(w, &survey).await;
+                    }
+                }
+                Judgement::Sever { report, node, why } => {
+                    let reason = self.severance(&report, node, &why);
+                    if let Some(v) = self.condemn(node, reason).await {
+                        verdict.get_or_insert(v);
+                    }
+                }
+                Judgement::Gone { report } => {
+                    tracing::debug!(
+                        by = report.by,
+                        lost = report.lost,
+                        "a node server reported unreachable is gone; telling its reporter"
+                    );
+                    if let Some(w) = self.daemons[report.by as usize].writer.as_mut() {
+                        let lost = LauncherMsg::PeerLost { node: report.lost };
+                        let _ = control::send(w, &lost).await;
+                    }
+                }
+                Judgement::Ignored { report, why } => tracing::warn!(
+                    by = report.by,
+                    lost = report.lost,
+                    "not acting on a report of an unreachable node server: {why}"
+                ),
             }
         }
         verdict
     }
 
-    /// Kills the node server `a` names and tells the others it is lost.
-    async fn condemn(&mut self, a: &Accusation, answer: Option<Duration>) -> Option<Verdict> {
-        let pid = self.daemons[a.silent as usize].pid;
-        tracing::warn!(node = a.silent, pid, "killing a node server declared lost");
+    /// Why node server `node` goes for the broken link `r` names, for the job's output.
+    fn severance(&self, r: &LinkReport, node: NodeId, why: &Severance) -> String {
+        let other = if node == r.lost { r.by } else { r.lost };
+        let (name, other_name) = (self.monitor.node_name(node), self.monitor.node_name(other));
+        let why = match why {
+            Severance::NoAnswer => "it did not answer (frozen, or its host is gone)".to_string(),
+            Severance::ReachedFewer { mine, theirs } => {
+                format!("it reached {mine} other node server(s), {other_name} reached {theirs}")
+            }
+            Severance::Tie { each } => format!(
+                "each reached {each} other node server(s), and {name} has the higher node id"
+            ),
+        };
+        let link = if node == r.lost {
+            format!("is unreachable from {other_name} ({})", r.reason)
+        } else {
+            format!("cannot reach {other_name} ({})", r.reason)
+        };
+        format!("{link}: the job cannot use both it and {other_name}, and {why}")
+    }
+
+    /// Kills node server `node` (`reason`: why, for the job's output) and tells the
+    /// others it is lost.
+    async fn condemn(&mut self, node: NodeId, reason: String) -> Option<Verdict> {
+        let pid = self.daemons[node as usize].pid;
+        tracing::warn!(node, pid, "killing a node server declared lost");
         reaper::signal_group(pid, libc::SIGKILL);
-        let lost = LauncherMsg::PeerLost { node: a.silent };
-        for (node, d) in self.daemons.iter_mut().enumerate() {
-            if node as NodeId == a.silent || !d.running {
+        let lost = LauncherMsg::PeerLost { node };
+        for (other, d) in self.daemons.iter_mut().enumerate() {
+            if other as NodeId == node || !d.running {
                 continue;
             }
             if let Some(w) = d.writer.as_mut() {
                 if let Err(e) = control::send(w, &lost).await {
-                    tracing::warn!(node, error = %e, "could not tell a node server of a loss");
+                    tracing::warn!(node = other, error = %e, "could not tell a node server of a loss");
                 }
             }
         }
-        let why = match answer {
-            None => "did not answer (frozen, or its host is gone)".to_string(),
-            Some(d) => format!(
-                "had heard from no other node server for {:.1} s (cut off)",
-                d.as_secs_f64()
-            ),
-        };
-        let reason = format!(
-            "(pid {pid}) sent nothing for {:.1} s: {} declared it lost and it {why}; killed",
-            a.silent_ms as f64 / 1000.0,
-            self.monitor.node_name(a.by)
-        );
-        self.daemon_failed(a.silent, reason)
+        self.daemon_failed(node, format!("(pid {pid}) {reason}; killed"))
     }
 
     fn missing_registrations(&self, limit: Duration) -> String {

@@ -300,6 +300,27 @@ pub struct Accusation {
     pub silent_ms: u64,
 }
 
+/// A node server's report that its fabric could not reach another (data went
+/// unanswered for a peer timeout, or there is no route): both may still run.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LinkReport {
+    pub by: NodeId,
+    pub lost: NodeId,
+    pub reason: String,
+}
+
+/// Why [`Judgement::Sever`] ends the node server it names rather than the other end.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Severance {
+    /// It did not answer the survey in time (frozen, or its host is gone).
+    NoAnswer,
+    /// It reached `mine` other node servers, the other end `theirs`, more.
+    ReachedFewer { mine: usize, theirs: usize },
+    /// Both reached `each` other node servers: the higher node id goes (so the node
+    /// server of rank 0 outlives a split in two).
+    Tie { each: usize },
+}
+
 /// Judges reports of silent node servers ([`Accusation`]s) by asking the accused.
 ///
 /// A frozen server, or one whose host died, does not answer; a server the network cut
@@ -315,8 +336,18 @@ pub struct Accusation {
 /// apart, which accuse each other: the first accused is condemned, and its accusation
 /// then comes from a condemned server.
 ///
-/// Sans-IO: the launcher feeds it accusations, answers and the time, and carries out
-/// the [`Judgement`]s.
+/// Reports of unreachable servers ([`LinkReport`]s) are another matter: the reporter's
+/// fabric dropped what it had queued for the other server, so the job cannot go on
+/// with both, even if the link works again. Both are surveyed (each pings every other
+/// server, [`Judgement::Survey`]), and one goes ([`Judgement::Sever`]): one that does
+/// not answer; else the one that reached fewer other servers (a server cut off from
+/// everyone reports every server it sends to, and reaches none); else the higher node
+/// id. Reports whose sender or subject was condemned meanwhile are dropped, and one
+/// whose subject is gone ([`Judgement::Gone`]) only needs telling its sender (its
+/// fabric reported no loss it acts upon).
+///
+/// Sans-IO: the launcher feeds it accusations, reports, answers and the time, and
+/// carries out the [`Judgement`]s.
 #[derive(Debug)]
 pub struct Tribunal {
     /// Half the peer timeout: an accused server silent that long is cut off.
@@ -329,6 +360,24 @@ pub struct Tribunal {
     /// Answers: the accused server and how long it had heard from no other.
     answers: Vec<(NodeId, Duration)>,
     condemned: Vec<NodeId>,
+    /// How long a surveyed server pings, and how long it then has to answer.
+    survey_window: Duration,
+    survey_slack: Duration,
+    /// Reports of unreachable servers, in arrival order.
+    cases: VecDeque<Case>,
+    next_token: u64,
+}
+
+/// A [`LinkReport`] being judged.
+#[derive(Debug)]
+struct Case {
+    report: LinkReport,
+    token: u64,
+    /// When the survey is over, answered or not.
+    until: Instant,
+    /// The survey's answers: of the reporter, and of the server it reported.
+    by_reached: Option<Vec<NodeId>>,
+    lost_reached: Option<Vec<NodeId>>,
 }
 
 /// What the launcher must do for the [`Tribunal`].
@@ -354,6 +403,26 @@ pub enum Judgement {
     /// Not acted upon: the accused is gone or condemned already (a crashed server's
     /// watcher reports it too, a timeout after the crash).
     Moot { accusation: Accusation },
+    /// Ask node server `node` which others it reaches: ping every other one but
+    /// `except` for `within`, then answer `token` (see [`Tribunal::reached`]).
+    Survey {
+        node: NodeId,
+        token: u64,
+        except: NodeId,
+        within: Duration,
+    },
+    /// End node server `node`, one end of the broken link `report` names, and tell
+    /// every other one it is lost.
+    Sever {
+        report: LinkReport,
+        node: NodeId,
+        why: Severance,
+    },
+    /// The server `report` names is gone: tell its sender it is lost (its fabric
+    /// reported no loss that it acts upon).
+    Gone { report: LinkReport },
+    /// A report not acted upon, and why.
+    Ignored { report: LinkReport, why: String },
 }
 
 impl Tribunal {
@@ -367,6 +436,52 @@ impl Tribunal {
             asked: Vec::new(),
             answers: Vec::new(),
             condemned: Vec::new(),
+            survey_window: period * 2,
+            survey_slack: period * 2,
+            cases: VecDeque::new(),
+            next_token: 1,
+        }
+    }
+
+    /// A server's fabric could not reach another (see [`Tribunal`]). Surveys start at
+    /// once, unless the same link, reported from either end, is being judged already.
+    pub fn unreachable(&mut self, report: LinkReport, now: Instant, out: &mut Vec<Judgement>) {
+        let pair = |r: &LinkReport| (r.by.min(r.lost), r.by.max(r.lost));
+        if self.cases.iter().any(|c| pair(&c.report) == pair(&report)) {
+            out.push(Judgement::Ignored {
+                report,
+                why: "that link is being judged already".into(),
+            });
+            return;
+        }
+        let token = self.next_token;
+        self.next_token += 1;
+        for (node, except) in [(report.by, report.lost), (report.lost, report.by)] {
+            out.push(Judgement::Survey {
+                node,
+                token,
+                except,
+                within: self.survey_window,
+            });
+        }
+        self.cases.push_back(Case {
+            report,
+            token,
+            until: now + self.survey_window + self.survey_slack,
+            by_reached: None,
+            lost_reached: None,
+        });
+    }
+
+    /// Node server `node` answered survey `token`: it reached `nodes`.
+    pub fn reached(&mut self, node: NodeId, token: u64, nodes: Vec<NodeId>) {
+        let Some(c) = self.cases.iter_mut().find(|c| c.token == token) else {
+            return;
+        };
+        if node == c.report.by {
+            c.by_reached = Some(nodes);
+        } else if node == c.report.lost {
+            c.lost_reached = Some(nodes);
         }
     }
 
@@ -391,7 +506,8 @@ impl Tribunal {
 
     /// When [`Tribunal::decide`] must run next at the latest.
     pub fn deadline(&self) -> Option<Instant> {
-        self.asked.iter().map(|(_, d)| *d).min()
+        let cases = self.cases.iter().map(|c| c.until);
+        self.asked.iter().map(|(_, d)| *d).chain(cases).min()
     }
 
     /// Decides the accusations that can be, in arrival order; `running` says whether a
@@ -443,6 +559,63 @@ impl Tribunal {
                 self.answers.retain(|(n, _)| *n != a.silent);
                 self.asked.retain(|(n, _)| *n != a.silent);
             }
+        }
+        self.decide_cases(now, running, out);
+    }
+
+    /// The [`LinkReport`]s that can be decided, in arrival order.
+    fn decide_cases(
+        &mut self,
+        now: Instant,
+        running: impl Fn(NodeId) -> bool,
+        out: &mut Vec<Judgement>,
+    ) {
+        while let Some(c) = self.cases.front() {
+            let r = c.report.clone();
+            let ignore = |why: &str| Judgement::Ignored {
+                report: r.clone(),
+                why: why.to_string(),
+            };
+            let answered = c.by_reached.is_some() && c.lost_reached.is_some();
+            let over = answered || c.until <= now;
+            let judgement = if r.by == r.lost {
+                ignore("it names its sender")
+            } else if self.condemned.contains(&r.by) {
+                ignore("its sender was condemned")
+            } else if self.condemned.contains(&r.lost) {
+                ignore("the server it names was condemned already")
+            } else if !running(r.lost) {
+                Judgement::Gone { report: r.clone() }
+            } else if !running(r.by) {
+                ignore("its sender is gone")
+            } else if !over {
+                return; // waiting for the survey
+            } else {
+                let (node, why) = match (&c.by_reached, &c.lost_reached) {
+                    (_, None) => (r.lost, Severance::NoAnswer),
+                    (None, _) => (r.by, Severance::NoAnswer),
+                    (Some(by), Some(lost)) => {
+                        let count =
+                            |v: &[NodeId], not: NodeId| v.iter().filter(|&&n| n != not).count();
+                        let (b, l) = (count(by, r.lost), count(lost, r.by));
+                        if b < l {
+                            (r.by, Severance::ReachedFewer { mine: b, theirs: l })
+                        } else if l < b {
+                            (r.lost, Severance::ReachedFewer { mine: l, theirs: b })
+                        } else {
+                            (r.by.max(r.lost), Severance::Tie { each: b })
+                        }
+                    }
+                };
+                self.condemned.push(node);
+                Judgement::Sever {
+                    report: r.clone(),
+                    node,
+                    why,
+                }
+            };
+            out.push(judgement);
+            self.cases.pop_front();
         }
     }
 }
@@ -710,5 +883,193 @@ mod tests {
             .filter(|j| matches!(j, Judgement::Probe { .. }))
             .count();
         assert_eq!(probes, 2);
+    }
+    fn link(by: NodeId, lost: NodeId) -> LinkReport {
+        LinkReport {
+            by,
+            lost,
+            reason: "timed out".into(),
+        }
+    }
+
+    /// Reports `link(by, lost)`, then feeds the survey answers (`None`: no answer) at
+    /// `at_ms`, and returns every judgement.
+    fn judge_link(
+        reports: &[(NodeId, NodeId)],
+        answers: &[(NodeId, Option<Vec<NodeId>>)],
+        at_ms: u64,
+        running: impl Fn(NodeId) -> bool + Copy,
+    ) -> Vec<Judgement> {
+        let t0 = Instant::now();
+        let mut t = Tribunal::new(T, P);
+        let mut out = Vec::new();
+        for &(by, lost) in reports {
+            t.unreachable(link(by, lost), t0, &mut out);
+        }
+        t.decide(t0, running, &mut out);
+        let token = out
+            .iter()
+            .find_map(|j| match j {
+                Judgement::Survey { token, .. } => Some(*token),
+                _ => None,
+            })
+            .expect("a survey");
+        for (node, reached) in answers {
+            if let Some(r) = reached {
+                t.reached(*node, token, r.clone());
+            }
+        }
+        t.decide(t0 + Duration::from_millis(at_ms), running, &mut out);
+        out
+    }
+
+    fn severed(out: &[Judgement]) -> Vec<(NodeId, Severance)> {
+        out.iter()
+            .filter_map(|j| match j {
+                Judgement::Sever { node, why, .. } => Some((*node, why.clone())),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// Both ends of a link reported broken are surveyed, once, whichever end reports
+    /// it and however often.
+    #[test]
+    fn a_broken_link_surveys_both_ends_once() {
+        let t0 = Instant::now();
+        let mut t = Tribunal::new(T, P);
+        let mut out = Vec::new();
+        t.unreachable(link(0, 3), t0, &mut out);
+        t.unreachable(link(3, 0), t0, &mut out);
+        t.unreachable(link(0, 3), t0, &mut out);
+        let surveys: Vec<(NodeId, NodeId)> = out
+            .iter()
+            .filter_map(|j| match j {
+                Judgement::Survey {
+                    node,
+                    except,
+                    within,
+                    ..
+                } => {
+                    assert_eq!(*within, P * 2);
+                    Some((*node, *except))
+                }
+                _ => None,
+            })
+            .collect();
+        assert_eq!(surveys, [(0, 3), (3, 0)]);
+        let ignored = out
+            .iter()
+            .filter(|j| matches!(j, Judgement::Ignored { .. }))
+            .count();
+        assert_eq!(ignored, 2, "{out:?}");
+        assert_eq!(t.deadline(), Some(t0 + P * 4));
+    }
+
+    /// Two servers cut apart that reach as many others: the higher node id goes,
+    /// whichever end reported the link.
+    #[test]
+    fn of_two_servers_cut_apart_the_higher_node_id_goes() {
+        for report in [(1, 2), (2, 1)] {
+            let out = judge_link(
+                &[report],
+                &[(1, Some(vec![0, 3])), (2, Some(vec![3, 0]))],
+                0,
+                |_| true,
+            );
+            assert_eq!(
+                severed(&out),
+                [(2, Severance::Tie { each: 2 })],
+                "{report:?}"
+            );
+        }
+    }
+
+    /// A server cut off from every other reports the servers it sends to: it goes, not
+    /// the server it reports, because it reaches none.
+    #[test]
+    fn a_server_cut_off_from_all_goes_whichever_end_reports() {
+        for report in [(0, 2), (2, 0)] {
+            let out = judge_link(
+                &[report],
+                &[(0, Some(vec![])), (2, Some(vec![1, 3]))],
+                0,
+                |_| true,
+            );
+            assert_eq!(
+                severed(&out),
+                [(0, Severance::ReachedFewer { mine: 0, theirs: 2 })],
+                "{report:?}"
+            );
+        }
+    }
+
+    /// The other end of a link counts for nobody (a stale answer naming it).
+    #[test]
+    fn the_other_end_does_not_count_as_reached() {
+        let out = judge_link(
+            &[(1, 2)],
+            &[(1, Some(vec![0, 2])), (2, Some(vec![0, 3]))],
+            0,
+            |_| true,
+        );
+        assert_eq!(
+            severed(&out),
+            [(1, Severance::ReachedFewer { mine: 1, theirs: 2 })]
+        );
+    }
+
+    /// An end that does not answer the survey goes, once the survey is over, not
+    /// before.
+    #[test]
+    fn an_end_that_does_not_answer_the_survey_goes() {
+        let answers = [(1, Some(vec![0])), (2, None)];
+        let early = judge_link(&[(1, 2)], &answers, 999, |_| true);
+        assert!(severed(&early).is_empty(), "{early:?}");
+        let out = judge_link(&[(1, 2)], &answers, 1000, |_| true);
+        assert_eq!(severed(&out), [(2, Severance::NoAnswer)]);
+        let out = judge_link(&[(1, 2)], &[(1, None), (2, Some(vec![0]))], 1000, |_| true);
+        assert_eq!(severed(&out), [(1, Severance::NoAnswer)]);
+    }
+
+    /// A report of a server that is gone only tells its sender; one of a server
+    /// condemned already, or from one, is not acted upon.
+    #[test]
+    fn reports_about_servers_gone_or_condemned_end_nobody() {
+        let out = judge_link(&[(1, 2)], &[], 0, |n| n != 2);
+        assert!(
+            matches!(&out[2..], [Judgement::Gone { report }] if report.lost == 2),
+            "{out:?}"
+        );
+        // 2 cut off from all: condemned on 1's report; 2's report of 3 then comes
+        // from a condemned server, and 4's of 2 names one.
+        let t0 = Instant::now();
+        let mut t = Tribunal::new(T, P);
+        let mut out = Vec::new();
+        t.unreachable(link(1, 2), t0, &mut out);
+        t.unreachable(link(2, 3), t0, &mut out);
+        t.unreachable(link(4, 2), t0, &mut out);
+        t.reached(1, 1, vec![0, 3, 4]);
+        t.reached(2, 1, vec![]);
+        t.decide(t0 + P * 4, |_| true, &mut out);
+        assert_eq!(
+            severed(&out),
+            [(2, Severance::ReachedFewer { mine: 0, theirs: 3 })]
+        );
+        let ignored: Vec<&str> = out
+            .iter()
+            .filter_map(|j| match j {
+                Judgement::Ignored { why, .. } => Some(why.as_str()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(
+            ignored,
+            [
+                "its sender was condemned",
+                "the server it names was condemned already"
+            ]
+        );
+        assert!(t.deadline().is_none());
     }
 }

@@ -61,6 +61,21 @@ pub enum DaemonMsg {
     Heard {
         silent_ms: u64,
     },
+    /// This node server's fabric could not reach node server `node` (`reason`): data
+    /// went unanswered, or there is no route to it. `node` may still run, cut off from
+    /// this server only, so this server goes on as if it lived until the launcher's
+    /// verdict ([`LauncherMsg::PeerLost`]): the launcher asks both
+    /// ([`LauncherMsg::Survey`]) and ends one of them, as the job cannot use both.
+    Unreachable {
+        node: NodeId,
+        reason: String,
+    },
+    /// The answer to [`LauncherMsg::Survey`] `token`: the node servers that answered
+    /// this one's pings in time.
+    Reached {
+        token: u64,
+        nodes: Vec<NodeId>,
+    },
 }
 
 /// Launcher → node server.
@@ -80,4 +95,12 @@ pub enum LauncherMsg {
     /// (Answered with [`DaemonMsg::Heard`]; a frozen server does not answer, one the
     /// network cut off answers with a long silence.)
     Probe,
+    /// Which node servers can this one reach? Ping every other one not lost but
+    /// `except` over the fabric and answer [`DaemonMsg::Reached`] `token` once all
+    /// answered or `within_ms` passed.
+    Survey {
+        token: u64,
+        except: NodeId,
+        within_ms: u64,
+    },
 }

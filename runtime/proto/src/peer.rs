@@ -239,4 +239,10 @@ pub enum PeerMsg {
     /// node servers (`cohort_core::detector`). Handled by the node server, not the
     /// engine.
     Heartbeat,
+    /// Can you hear me? (the launcher's survey of who reaches whom, after one node
+    /// server found another unreachable). Answered with `Pong` by the node server, not
+    /// the engine.
+    Ping { token: u64 },
+    /// The answer to `Ping`.
+    Pong { token: u64 },
 }

@@ -74,13 +74,28 @@ pub struct ServiceConfig {
     pub detector: Option<DetectorConfig>,
 }
 
-/// A node server this one's failure detector declared lost because it fell silent:
-/// an accusation for the launcher to judge, not yet a loss (see
-/// [`NodeService::peer_lost`]).
+/// What this node server tells the launcher about its peers (see
+/// [`NodeService::reports`]). The first two are accusations for the launcher to
+/// judge, not yet losses: this server goes on as if the peer lived until the verdict
+/// ([`NodeService::peer_lost`]), as it may be the one cut off.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Declared {
-    pub node: NodeId,
-    pub silent: Duration,
+pub enum Report {
+    /// The failure detector declared `node` lost: nothing came from it for `silent`.
+    Silent { node: NodeId, silent: Duration },
+    /// The fabric could not reach `node` (`FabricEvent::PeerLost` with `unreachable`).
+    Unreachable { node: NodeId, reason: String },
+    /// The answer to survey `token` ([`NodeService::survey`]): the servers that
+    /// answered its pings in time.
+    Reached { token: u64, nodes: Vec<NodeId> },
+}
+
+/// A survey of which node servers this one reaches (see [`NodeService::survey`]).
+#[derive(Debug)]
+struct Survey {
+    token: u64,
+    deadline: Time,
+    waiting: Vec<NodeId>,
+    reached: Vec<NodeId>,
 }
 
 /// Handle to a running node service.
@@ -94,7 +109,7 @@ pub struct NodeService {
     node: NodeId,
     stop: Rc<Notify>,
     detector: Option<DetectorConfig>,
-    declared: RefCell<Option<tokio::sync::mpsc::UnboundedReceiver<Declared>>>,
+    reports: RefCell<Option<tokio::sync::mpsc::UnboundedReceiver<Report>>>,
 }
 
 struct ClientConn {
@@ -126,8 +141,13 @@ struct Shared {
     spinner: Arc<Spinner>,
     /// The failure detector, once the peers are known (see [`NodeService::start`]).
     detector: Option<Detector>,
-    /// Where this server's declarations go (see [`NodeService::declarations`]).
-    declared: tokio::sync::mpsc::UnboundedSender<Declared>,
+    /// Where this server's reports go (see [`NodeService::reports`]).
+    reports: tokio::sync::mpsc::UnboundedSender<Report>,
+    /// Peers the fabric found unreachable, reported to the launcher and awaiting its
+    /// verdict (reported once each).
+    unreachable: HashSet<NodeId>,
+    /// Surveys in progress.
+    surveys: Vec<Survey>,
     /// When a message from another node server last arrived (see
     /// [`NodeService::unheard`]).
     last_heard: Option<Time>,
@@ -181,13 +201,14 @@ impl Shared {
         for (client, bytes) in out {
             self.send_client_bytes(client, Bytes::from(bytes));
         }
-        let next = match (
+        let next = [
             self.engine.next_deadline(),
             self.detector.as_ref().and_then(Detector::deadline),
-        ) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        };
+            self.surveys.iter().map(|s| s.deadline).min(),
+        ]
+        .into_iter()
+        .flatten()
+        .min();
         if next.is_some() && (self.armed.is_none() || next < self.armed) {
             self.armed = next;
             self.timer.notify_one();
@@ -195,8 +216,19 @@ impl Shared {
     }
 
     /// Runs the failure detector's timer: heartbeats out, silent servers reported to the
-    /// owner of [`NodeService`] (for the launcher to judge; see [`Declared`]).
+    /// owner of [`NodeService`] (for the launcher to judge; see [`Report`]); surveys
+    /// whose time is up answered.
     fn detect(&mut self, now: Time) {
+        let due: Vec<Survey> = {
+            let (due, open) = std::mem::take(&mut self.surveys)
+                .into_iter()
+                .partition(|s| s.deadline <= now);
+            self.surveys = open;
+            due
+        };
+        for survey in due {
+            self.answer_survey(survey);
+        }
         let Some(detector) = self.detector.as_mut() else {
             return;
         };
@@ -217,9 +249,63 @@ impl Shared {
                          the launcher",
                         silent.as_secs_f64()
                     );
-                    let _ = self.declared.send(Declared { node, silent });
+                    let _ = self.reports.send(Report::Silent { node, silent });
                 }
             }
+        }
+    }
+
+    fn answer_survey(&mut self, survey: Survey) {
+        tracing::info!(
+            token = survey.token,
+            reached = ?survey.reached,
+            unanswered = ?survey.waiting,
+            "survey of the node servers this one reaches: done"
+        );
+        let _ = self.reports.send(Report::Reached {
+            token: survey.token,
+            nodes: survey.reached,
+        });
+    }
+
+    /// A `Pong` for survey `token` from `from`.
+    fn pong(&mut self, from: NodeId, token: u64) {
+        let Some(i) = self.surveys.iter().position(|s| s.token == token) else {
+            return;
+        };
+        let survey = &mut self.surveys[i];
+        if let Some(w) = survey.waiting.iter().position(|&n| n == from) {
+            survey.waiting.swap_remove(w);
+            survey.reached.push(from);
+        }
+        if survey.waiting.is_empty() {
+            let survey = self.surveys.swap_remove(i);
+            self.answer_survey(survey);
+        }
+    }
+
+    /// The fabric found `peer` unreachable: with a launcher to judge (the failure
+    /// detector runs), it is reported there and this server waits for the verdict
+    /// (it may be the one cut off, and the engine propagates a loss to everyone, for
+    /// good); without one, it is a loss at once.
+    fn on_unreachable(&mut self, peer: NodeId, reason: String, now: Time) {
+        let Some(d) = self.detector.as_mut() else {
+            self.engine.on_peer_lost(peer, now);
+            return;
+        };
+        // No heartbeats into it meanwhile: each would be another failed connection.
+        d.unreachable(peer, now);
+        if self.unreachable.insert(peer) {
+            tracing::error!(
+                peer,
+                %reason,
+                "peer node server {peer} unreachable; reported to the launcher"
+            );
+            let _ = self
+                .reports
+                .send(Report::Unreachable { node: peer, reason });
+        } else {
+            tracing::debug!(peer, %reason, "peer node server still unreachable");
         }
     }
 
@@ -281,6 +367,10 @@ impl NodeService {
         let mut fabric_cfg = FabricConfig::new(cfg.node, cfg.fabric_listen, cfg.job_secret.clone());
         fabric_cfg.verbs = cfg.verbs.clone();
         fabric_cfg.spinner = Some(spinner.clone());
+        // With the failure detector, a connection whose data goes unanswered for a peer
+        // timeout breaks, and is reported to the launcher as unreachable (see
+        // `Shared::on_unreachable`): TCP would retransmit for many minutes.
+        fabric_cfg.stall_timeout = cfg.detector.map(|d| d.timeout);
         // Everything here runs in one LocalSet (see the module docs).
         fabric_cfg.local_tasks = true;
         // Fabric events are handled by the fabric's reading task itself, through this
@@ -324,7 +414,7 @@ impl NodeService {
         };
         // SAFETY: getuid cannot fail and has no preconditions.
         let owner_uid = unsafe { libc::getuid() };
-        let (declared_tx, declared_rx) = tokio::sync::mpsc::unbounded_channel();
+        let (reports_tx, reports_rx) = tokio::sync::mpsc::unbounded_channel();
         let shared = Rc::new(RefCell::new(Shared {
             engine,
             fabric: fabric.clone(),
@@ -340,7 +430,9 @@ impl NodeService {
             fence_shm,
             spinner: spinner.clone(),
             detector: None,
-            declared: declared_tx,
+            reports: reports_tx,
+            unreachable: HashSet::new(),
+            surveys: Vec::new(),
             last_heard: None,
         }));
         let stop = Rc::new(Notify::new());
@@ -364,14 +456,48 @@ impl NodeService {
             node: cfg.node,
             stop,
             detector: cfg.detector,
-            declared: RefCell::new(Some(declared_rx)),
+            reports: RefCell::new(Some(reports_rx)),
         })
     }
 
-    /// The node servers this one declares lost for their silence, as it declares them
-    /// (once; `None` the second time).
-    pub fn declarations(&self) -> Option<tokio::sync::mpsc::UnboundedReceiver<Declared>> {
-        self.declared.borrow_mut().take()
+    /// What this server tells the launcher about its peers, as it happens (once;
+    /// `None` the second time).
+    pub fn reports(&self) -> Option<tokio::sync::mpsc::UnboundedReceiver<Report>> {
+        self.reports.borrow_mut().take()
+    }
+
+    /// The launcher asks which node servers this one reaches (after one found another
+    /// unreachable): every other one not lost but `except` is pinged over the fabric,
+    /// and [`Report::Reached`] `token` answers once all answered or `within` passed.
+    pub fn survey(&self, token: u64, except: NodeId, within: Duration) {
+        let mut s = self.shared.borrow_mut();
+        let now = s.now();
+        let lost: HashSet<NodeId> = s.engine.lost_nodes().collect();
+        let waiting: Vec<NodeId> = (0..s.engine.job().num_nodes)
+            .filter(|&n| n != self.node && n != except && !lost.contains(&n))
+            .filter(|n| !s.unreachable.contains(n))
+            .collect();
+        tracing::info!(
+            token,
+            ?waiting,
+            "surveying the node servers this one reaches"
+        );
+        let ping = Bytes::from(frame::encode_body(&PeerMsg::Ping { token }));
+        for &n in &waiting {
+            s.send_peer(n, ping.clone());
+        }
+        let survey = Survey {
+            token,
+            deadline: now + within,
+            waiting,
+            reached: Vec::new(),
+        };
+        if survey.waiting.is_empty() {
+            s.answer_survey(survey);
+        } else {
+            s.surveys.push(survey);
+        }
+        s.flush();
     }
 
     pub fn fabric_addr(&self) -> String {
@@ -699,13 +825,25 @@ fn apply_fabric_event(s: &mut Shared, ev: FabricEvent) {
                         _ => {}
                     }
                 }
-                s.engine.on_peer(from, msg, now)
+                match msg {
+                    PeerMsg::Ping { token } => {
+                        let pong = PeerMsg::Pong { token };
+                        s.send_peer(from, Bytes::from(frame::encode_body(&pong)));
+                    }
+                    PeerMsg::Pong { token } => s.pong(from, token),
+                    msg => s.engine.on_peer(from, msg, now),
+                }
             }
             Err(e) => {
                 tracing::error!(peer = from, error = %e, "dropping a malformed fabric message")
             }
         },
-        FabricEvent::PeerLost { peer, reason } => {
+        FabricEvent::PeerLost {
+            peer,
+            reason,
+            unreachable: true,
+        } => s.on_unreachable(peer, reason, now),
+        FabricEvent::PeerLost { peer, reason, .. } => {
             tracing::error!(peer, %reason, "peer node server lost");
             if let Some(d) = s.detector.as_mut() {
                 d.unreachable(peer, now);

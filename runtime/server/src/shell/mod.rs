@@ -25,7 +25,7 @@ use clap::Parser;
 use cohort_proto::control::{DaemonMsg, LauncherMsg};
 use cohort_proto::env::{self, from_hex, to_hex};
 use cohort_proto::JobMap;
-use cohort_server::{NodeService, ServiceConfig};
+use cohort_server::{NodeService, Report, ServiceConfig};
 use cohort_topology::placement::job_map;
 use cohort_topology::{hostlist, Locality, NicInfo, NicKind, SwitchMap};
 use cohort_transport::{VerbsOptions, DEVICE_ENV};
@@ -431,16 +431,20 @@ async fn serve(
     signals: &mut TerminatingSignals,
 ) -> End {
     tell(link, &DaemonMsg::Launched).await;
-    let mut declared = svc.declarations();
+    let mut reports = svc.reports();
     loop {
         if link.is_none() {
             return End::LauncherLost("cannot write to the control connection".into());
         }
         tokio::select! {
-            Some(d) = async { declared.as_mut()?.recv().await } => {
-                let msg = DaemonMsg::PeerSilent {
-                    node: d.node,
-                    silent_ms: d.silent.as_millis() as u64,
+            Some(r) = async { reports.as_mut()?.recv().await } => {
+                let msg = match r {
+                    Report::Silent { node, silent } => DaemonMsg::PeerSilent {
+                        node,
+                        silent_ms: silent.as_millis() as u64,
+                    },
+                    Report::Unreachable { node, reason } => DaemonMsg::Unreachable { node, reason },
+                    Report::Reached { token, nodes } => DaemonMsg::Reached { token, nodes },
                 };
                 tell(link, &msg).await;
             }
@@ -448,6 +452,9 @@ async fn serve(
                 FromLauncher::Msg(LauncherMsg::Shutdown) => return End::Shutdown,
                 FromLauncher::Msg(LauncherMsg::PeerLost { node }) => svc.peer_lost(node),
                 FromLauncher::Msg(LauncherMsg::KeepWatching { node }) => svc.keep_watching(node),
+                FromLauncher::Msg(LauncherMsg::Survey { token, except, within_ms }) => {
+                    svc.survey(token, except, Duration::from_millis(within_ms));
+                }
                 FromLauncher::Msg(LauncherMsg::Probe) => {
                     let silent_ms = svc
                         .unheard()
