@@ -69,6 +69,7 @@ fn main() {
         "frozen-server" => frozen_server(),
         "cut-off" => cut_off(),
         "two-cut-off" => two_cut_off(),
+        "cut-apart" => partial_cut(),
         "idle-cpu" => idle_cpu(),
         "fd-limits" => fd_limits(),
         other => Err(format!("unknown scenario {other:?}")),
@@ -2297,7 +2298,7 @@ fn construct_after_loss() -> R {
 /// success without the frozen server's rank once it is declared lost (without the
 /// detector they would wait for ever).
 fn frozen_server() -> R {
-    silent_servers("frozen", 1, |_, pid| {
+    silent_servers("frozen", 1, |_, _, pid| {
         // SAFETY: kill(2) on a node server of this job.
         check!(
             unsafe { libc::kill(pid as libc::pid_t, libc::SIGSTOP) } == 0,
@@ -2314,25 +2315,51 @@ fn frozen_server() -> R {
 /// preference 11): its connections stall without breaking, and it hears nobody
 /// either, so it reports its own watched server silent too.
 fn cut_off() -> R {
-    silent_servers("cut-off", 1, blackhole)
+    silent_servers("cut-off", 1, |_, x, _| blackhole(x))
 }
 
 /// As `cut-off`, with the two node servers after the construct's root cut off: each
 /// hears nobody, and the outer one reports the inner one.
 fn two_cut_off() -> R {
-    silent_servers("two-cut-off", 2, blackhole)
+    silent_servers("two-cut-off", 2, |_, x, _| blackhole(x))
 }
 
 /// Drops every packet to and from node `x`'s fabric address, cohort run's
 /// 127.0.1.(x+1) (see `cut-off`).
-fn blackhole(x: u32, _pid: u32) -> R {
+fn blackhole(x: u32) -> R {
     let addr = format!("127.0.1.{}", x + 1);
-    for (pref, dir) in [("10", "to"), ("11", "from")] {
+    ip_rules(&[("10", &["to", &addr]), ("11", &["from", &addr])])
+}
+
+/// As `cut-off`, but only the packets between node x and the construct's root server
+/// are dropped (a partial partition): both still reach every other server, and x's
+/// watcher still hears it. Their connections stall and break after the peer timeout,
+/// the launcher surveys both, and x goes: it has the higher node id (the group id is
+/// chosen so) and reaches as many servers as the root's.
+fn partial_cut() -> R {
+    silent_servers("cut-apart", 1, |root, x, _| {
+        check!(
+            x > root,
+            "the group id's root server is the last one: pick another id"
+        );
+        let (a, b) = (format!("127.0.1.{}", root + 1), format!("127.0.1.{}", x + 1));
+        ip_rules(&[
+            ("10", &["from", &a, "to", &b]),
+            ("11", &["from", &b, "to", &a]),
+        ])
+    })
+}
+
+/// `ip rule add pref PREF SELECTOR… blackhole` for each rule.
+fn ip_rules(rules: &[(&str, &[&str])]) -> R {
+    for (pref, selector) in rules {
         let st = std::process::Command::new("ip")
-            .args(["rule", "add", "pref", pref, dir, &addr, "blackhole"])
+            .args(["rule", "add", "pref", pref])
+            .args(*selector)
+            .arg("blackhole")
             .status()
             .map_err(|e| format!("cannot run ip: {e}"))?;
-        check!(st.success(), "ip rule add {dir} {addr}: {st}");
+        check!(st.success(), "ip rule add {}: {st}", selector.join(" "));
     }
     Ok(())
 }
@@ -2341,10 +2368,10 @@ fn blackhole(x: u32, _pid: u32) -> R {
 /// parent). The rank on the construct's root server reads them all, so every rank is
 /// past the fence (a fence returning at one rank does not mean its outcome reached
 /// every server yet), then silences the `count` servers after the root with
-/// `silence(node, pid)`. Their ranks wait to be killed with them; the others
+/// `silence(root, node, pid)`. Their ranks wait to be killed with them; the others
 /// construct (optional, over every rank, no timeout) and must get partial success
 /// without them.
-fn silent_servers(gid: &str, count: u32, silence: impl Fn(u32, u32) -> R) -> R {
+fn silent_servers(gid: &str, count: u32, silence: impl Fn(u32, u32, u32) -> R) -> R {
     let c = init()?;
     let n = c.size();
     let root = cohort_topology::rendezvous(gid, n as usize) as u32;
@@ -2373,7 +2400,7 @@ fn silent_servers(gid: &str, count: u32, silence: impl Fn(u32, u32) -> R) -> R {
         }
         // Every rank is past the fence now.
         for &x in &silenced {
-            silence(x, pids[x as usize])?;
+            silence(root, x, pids[x as usize])?;
         }
     }
     if silenced.contains(&c.rank()) {

@@ -677,7 +677,7 @@ impl Launcher {
                 format!("it reached {mine} other node server(s), {other_name} reached {theirs}")
             }
             Severance::Tie { each } => format!(
-                "each reached {each} other node server(s), and {name} has the higher node id"
+                "each reached {each} other node server(s) and {name} has the higher node id"
             ),
         };
         let link = if node == r.lost {
