@@ -2324,10 +2324,24 @@ fn two_cut_off() -> R {
     silent_servers("two-cut-off", 2, |_, x, _| blackhole(x))
 }
 
-/// Drops every packet to and from node `x`'s fabric address, cohort run's
-/// 127.0.1.(x+1) (see `cut-off`).
+/// Node `x`'s fabric address: entry x of COHORT_TEST_NODE_ADDRS (comma-separated, as
+/// given to `cohort run --node-addrs`), else cohort run's default 127.0.1.(x+1).
+fn node_addr(x: u32) -> String {
+    match std::env::var("COHORT_TEST_NODE_ADDRS") {
+        Ok(list) => list
+            .split(',')
+            .nth(x as usize)
+            .unwrap_or_default()
+            .trim()
+            .to_string(),
+        Err(_) => format!("127.0.1.{}", x + 1),
+    }
+}
+
+/// Drops every packet to and from node `x`'s fabric address ([`node_addr`]; see
+/// `cut-off`).
 fn blackhole(x: u32) -> R {
-    let addr = format!("127.0.1.{}", x + 1);
+    let addr = node_addr(x);
     ip_rules(&[("10", &["to", &addr]), ("11", &["from", &addr])])
 }
 
@@ -2342,7 +2356,7 @@ fn partial_cut() -> R {
             x > root,
             "the group id's root server is the last one: pick another id"
         );
-        let (a, b) = (format!("127.0.1.{}", root + 1), format!("127.0.1.{}", x + 1));
+        let (a, b) = (node_addr(root), node_addr(x));
         ip_rules(&[
             ("10", &["from", &a, "to", &b]),
             ("11", &["from", &b, "to", &a]),
