@@ -36,6 +36,40 @@ fn a_frozen_node_server_is_declared_lost_and_the_job_goes_on() {
     }
 }
 
+/// Two neighbouring node servers frozen at once (five servers; their rack lost power):
+/// the outer one's watcher reports it, and it does not answer the launcher. The inner
+/// one's watcher is the outer one, so the ring would find it a timeout later; instead
+/// the launcher, having found one server that does not answer, asks every other, and
+/// the inner one goes too for not answering. Nobody else does, and the three others
+/// agree on a group without their ranks.
+#[test]
+fn two_neighbouring_frozen_node_servers_are_found_together() {
+    let inner = silenced("two-frozen", 5);
+    let outer = (inner + 1) % 5;
+    let jobs = survivors_agree_by(5, 2, |alg| {
+        let mut options = vec!["--allgather", alg];
+        options.extend_from_slice(&DETECTOR);
+        run_testprog_with(5, 5, "two-frozen", true, &options)
+    });
+    for (allgather, job) in jobs {
+        let lost = killed(&job);
+        let says = |x: usize, what: &str| {
+            lost.iter()
+                .any(|l| l.contains(&format!("node server node{x} (pid ")) && l.contains(what))
+        };
+        assert!(
+            lost.len() == 2
+                && says(outer, "declared it lost and it did not answer (frozen")
+                && says(
+                    inner,
+                    &format!("when asked after node{outer} was found silent"),
+                ),
+            "{allgather}: node{outer} is reported and node{inner} found by the sweep:\n{}",
+            job.stderr
+        );
+    }
+}
+
 /// Without `--enable-recovery`, a node server declared lost for its silence ends the
 /// job like one that crashed: status 1, and the launcher names it.
 #[test]

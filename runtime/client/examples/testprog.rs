@@ -67,6 +67,7 @@ fn main() {
         "lost-interior" => lost_interior(),
         "construct-after-loss" => construct_after_loss(),
         "frozen-server" => frozen_server(),
+        "two-frozen" => two_frozen(),
         "cut-off" => cut_off(),
         "two-cut-off" => two_cut_off(),
         "cut-apart" => partial_cut(),
@@ -2298,15 +2299,24 @@ fn construct_after_loss() -> R {
 /// success without the frozen server's rank once it is declared lost (without the
 /// detector they would wait for ever).
 fn frozen_server() -> R {
-    silent_servers("frozen", 1, |_, _, pid| {
-        // SAFETY: kill(2) on a node server of this job.
-        check!(
-            unsafe { libc::kill(pid as libc::pid_t, libc::SIGSTOP) } == 0,
-            "SIGSTOP to {pid}: {}",
-            std::io::Error::last_os_error()
-        );
-        Ok(())
-    })
+    silent_servers("frozen", 1, |_, _, pid| freeze(pid))
+}
+
+/// As `frozen-server`, with the two node servers after the construct's root frozen
+/// at once (their rack lost power): the outer one's watcher reports it, and the inner
+/// one, whose watcher is the outer one, is found by the launcher asking every server.
+fn two_frozen() -> R {
+    silent_servers("two-frozen", 2, |_, _, pid| freeze(pid))
+}
+
+fn freeze(pid: u32) -> R {
+    // SAFETY: kill(2) on a node server of this job.
+    check!(
+        unsafe { libc::kill(pid as libc::pid_t, libc::SIGSTOP) } == 0,
+        "SIGSTOP to {pid}: {}",
+        std::io::Error::last_os_error()
+    );
+    Ok(())
 }
 
 /// As `frozen-server`, but the node server stays up and the network drops every

@@ -19,8 +19,9 @@
 //! it (`cohort_launcher::monitor::Tribunal`). Each server is watched by exactly
 //! one live server and sends one heartbeat per period: the cost is the same whatever
 //! the job's size (an all-to-all heartbeat would be quadratic). Servers that fail
-//! together and are neighbours in the ring are found one after the other, one
-//! `timeout` each. This is the ring detector of ULFM and PRRTE.
+//! together and are neighbours in the ring would be found one after the other, one
+//! `timeout` each; the launcher asks every server when it finds one that does not
+//! answer, which finds the others at once. This is the ring detector of ULFM and PRRTE.
 //!
 //! A watcher that was not run for a while cannot tell the silence of the watched
 //! server from its own: the heartbeats may be sitting in its socket. When its timer

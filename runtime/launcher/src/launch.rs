@@ -182,7 +182,7 @@ impl Launcher {
             detector,
             tribunal: {
                 let d = detector.unwrap_or(cohort_core::DetectorConfig::DEFAULT);
-                Tribunal::new(d.timeout, d.period)
+                Tribunal::new(d.timeout, d.period, args.nodes as NodeId)
             },
             args,
             cohortd,
@@ -655,6 +655,16 @@ impl Launcher {
                     if let Some(w) = self.daemons[report.by as usize].writer.as_mut() {
                         let lost = LauncherMsg::PeerLost { node: report.lost };
                         let _ = control::send(w, &lost).await;
+                    }
+                }
+                Judgement::Unanswered { node, after } => {
+                    let reason = format!(
+                        "did not answer (frozen, or its host is gone) when asked after {} was \
+                         found silent",
+                        self.monitor.node_name(after)
+                    );
+                    if let Some(v) = self.condemn(node, reason).await {
+                        verdict.get_or_insert(v);
                     }
                 }
                 Judgement::Ignored { report, why } => tracing::warn!(

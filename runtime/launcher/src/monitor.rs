@@ -336,6 +336,12 @@ pub enum Severance {
 /// apart, which accuse each other: the first accused is condemned, and its accusation
 /// then comes from a condemned server.
 ///
+/// A server condemned for not answering may have failed with others (a rack's power,
+/// a switch), and the watcher of the next may be among them: the ring alone would find
+/// them one timeout after the other. So every other server is asked at once, and one
+/// that does not answer within half a timeout is condemned too
+/// ([`Judgement::Unanswered`]).
+///
 /// Reports of unreachable servers ([`LinkReport`]s) are another matter: the reporter's
 /// fabric dropped what it had queued for the other server, so the job cannot go on
 /// with both, even if the link works again. Both are surveyed (each pings every other
@@ -366,6 +372,13 @@ pub struct Tribunal {
     /// Reports of unreachable servers, in arrival order.
     cases: VecDeque<Case>,
     next_token: u64,
+    /// How many node servers the job has.
+    nodes: NodeId,
+    /// How long a server asked in a sweep has to answer.
+    sweep_timeout: Duration,
+    /// Servers asked in a sweep and not answered yet: each with when it is too late,
+    /// and the server whose silence started the sweep.
+    swept: Vec<(NodeId, Instant, NodeId)>,
 }
 
 /// A [`LinkReport`] being judged.
@@ -423,12 +436,15 @@ pub enum Judgement {
     Gone { report: LinkReport },
     /// A report not acted upon, and why.
     Ignored { report: LinkReport, why: String },
+    /// Condemn `node`: it did not answer the sweep made after `after` was condemned
+    /// for not answering (servers that fail together: a rack's power, a switch).
+    Unanswered { node: NodeId, after: NodeId },
 }
 
 impl Tribunal {
-    /// For a detector with `timeout` and `period`: an accused server has two periods to
-    /// answer.
-    pub fn new(timeout: Duration, period: Duration) -> Tribunal {
+    /// For a detector with `timeout` and `period` in a job of `nodes` node servers: an
+    /// accused server has two periods to answer.
+    pub fn new(timeout: Duration, period: Duration, nodes: NodeId) -> Tribunal {
         Tribunal {
             cut_off: timeout / 2,
             probe_timeout: period * 2,
@@ -440,6 +456,32 @@ impl Tribunal {
             survey_slack: period * 2,
             cases: VecDeque::new(),
             next_token: 1,
+            nodes,
+            sweep_timeout: (timeout / 2).max(period * 2),
+            swept: Vec::new(),
+        }
+    }
+
+    /// `after` was condemned for not answering: it may have failed with others (its
+    /// rack's power, its switch), whose watchers may be among them, so that the ring
+    /// would find them one timeout after the other. Every other server still running
+    /// is asked at once; one that does not answer within half a timeout is condemned
+    /// too ([`Judgement::Unanswered`]).
+    fn sweep(
+        &mut self,
+        after: NodeId,
+        now: Instant,
+        running: &impl Fn(NodeId) -> bool,
+        out: &mut Vec<Judgement>,
+    ) {
+        for node in 0..self.nodes {
+            let asked = self.asked.iter().any(|(n, _)| *n == node)
+                || self.swept.iter().any(|(n, _, _)| *n == node);
+            if node == after || asked || self.condemned.contains(&node) || !running(node) {
+                continue;
+            }
+            self.swept.push((node, now + self.sweep_timeout, after));
+            out.push(Judgement::Probe { node });
         }
     }
 
@@ -498,6 +540,7 @@ impl Tribunal {
 
     /// Node server `node` answered a probe: it has heard from no other for `silent`.
     pub fn heard(&mut self, node: NodeId, silent: Duration) {
+        self.swept.retain(|(n, _, _)| *n != node);
         if let Some(i) = self.asked.iter().position(|(n, _)| *n == node) {
             self.asked.swap_remove(i);
             self.answers.push((node, silent));
@@ -507,7 +550,13 @@ impl Tribunal {
     /// When [`Tribunal::decide`] must run next at the latest.
     pub fn deadline(&self) -> Option<Instant> {
         let cases = self.cases.iter().map(|c| c.until);
-        self.asked.iter().map(|(_, d)| *d).chain(cases).min()
+        let swept = self.swept.iter().map(|(_, d, _)| *d);
+        self.asked
+            .iter()
+            .map(|(_, d)| *d)
+            .chain(cases)
+            .chain(swept)
+            .min()
     }
 
     /// Decides the accusations that can be, in arrival order; `running` says whether a
@@ -550,8 +599,9 @@ impl Tribunal {
                     accusation: a.clone(),
                     answer: None,
                 });
+                self.sweep(a.silent, now, &running, out);
             } else {
-                return; // waiting for the answer
+                break; // waiting for the answer
             }
             self.queue.pop_front();
             if !self.queue.iter().any(|q| q.silent == a.silent) {
@@ -560,14 +610,25 @@ impl Tribunal {
                 self.asked.retain(|(n, _)| *n != a.silent);
             }
         }
-        self.decide_cases(now, running, out);
+        self.decide_cases(now, &running, out);
+        let (late, waiting): (Vec<_>, Vec<_>) = std::mem::take(&mut self.swept)
+            .into_iter()
+            .partition(|(_, d, _)| *d <= now);
+        self.swept = waiting;
+        for (node, _, after) in late {
+            if !self.condemned.contains(&node) && running(node) {
+                self.condemned.push(node);
+                // No sweep after it: every server was asked in this one.
+                out.push(Judgement::Unanswered { node, after });
+            }
+        }
     }
 
     /// The [`LinkReport`]s that can be decided, in arrival order.
     fn decide_cases(
         &mut self,
         now: Instant,
-        running: impl Fn(NodeId) -> bool,
+        running: &impl Fn(NodeId) -> bool,
         out: &mut Vec<Judgement>,
     ) {
         while let Some(c) = self.cases.front() {
@@ -615,6 +676,15 @@ impl Tribunal {
                 }
             };
             out.push(judgement);
+            if let Some(Judgement::Sever {
+                node,
+                why: Severance::NoAnswer,
+                ..
+            }) = out.last()
+            {
+                let node = *node;
+                self.sweep(node, now, running, out);
+            }
             self.cases.pop_front();
         }
     }
@@ -749,7 +819,7 @@ mod tests {
     fn run(steps: &[Do]) -> (Vec<NodeId>, Vec<Judgement>) {
         let t0 = Instant::now();
         let mut now = t0;
-        let mut t = Tribunal::new(T, P);
+        let mut t = Tribunal::new(T, P, 5);
         let mut out = Vec::new();
         for step in steps {
             match *step {
@@ -848,7 +918,7 @@ mod tests {
 
     #[test]
     fn accusations_of_servers_gone_or_of_oneself_are_dropped() {
-        let mut t = Tribunal::new(T, P);
+        let mut t = Tribunal::new(T, P, 5);
         let mut out = Vec::new();
         let now = Instant::now();
         t.accuse(accuse(3, 2), now, &mut out);
@@ -901,7 +971,7 @@ mod tests {
         running: impl Fn(NodeId) -> bool + Copy,
     ) -> Vec<Judgement> {
         let t0 = Instant::now();
-        let mut t = Tribunal::new(T, P);
+        let mut t = Tribunal::new(T, P, 5);
         let mut out = Vec::new();
         for &(by, lost) in reports {
             t.unreachable(link(by, lost), t0, &mut out);
@@ -937,7 +1007,7 @@ mod tests {
     #[test]
     fn a_broken_link_surveys_both_ends_once() {
         let t0 = Instant::now();
-        let mut t = Tribunal::new(T, P);
+        let mut t = Tribunal::new(T, P, 5);
         let mut out = Vec::new();
         t.unreachable(link(0, 3), t0, &mut out);
         t.unreachable(link(3, 0), t0, &mut out);
@@ -1044,7 +1114,7 @@ mod tests {
         // 2 cut off from all: condemned on 1's report; 2's report of 3 then comes
         // from a condemned server, and 4's of 2 names one.
         let t0 = Instant::now();
-        let mut t = Tribunal::new(T, P);
+        let mut t = Tribunal::new(T, P, 5);
         let mut out = Vec::new();
         t.unreachable(link(1, 2), t0, &mut out);
         t.unreachable(link(2, 3), t0, &mut out);
@@ -1071,5 +1141,59 @@ mod tests {
             ]
         );
         assert!(t.deadline().is_none());
+    }
+    /// Servers that fail together (a rack's power): the first found for not answering
+    /// makes the launcher ask every other server at once; one that does not answer
+    /// within half a timeout goes too, without waiting for its watcher (which may be
+    /// among them), and nobody who answers does.
+    #[test]
+    fn servers_that_fail_together_are_found_by_one_sweep() {
+        let t0 = Instant::now();
+        let mut t = Tribunal::new(T, P, 5);
+        let mut out = Vec::new();
+        t.accuse(accuse(3, 2), t0, &mut out);
+        let condemned_at = t0 + P * 2;
+        t.decide(condemned_at, |_| true, &mut out);
+        let probed: Vec<NodeId> = out
+            .iter()
+            .filter_map(|j| match j {
+                Judgement::Probe { node } => Some(*node),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(probed, [2, 0, 1, 3, 4], "{out:?}");
+        for node in [0, 3, 4] {
+            t.heard(node, Duration::from_millis(10));
+        }
+        let due = condemned_at + T / 2;
+        assert_eq!(t.deadline(), Some(due));
+        let mut late = Vec::new();
+        t.decide(due - Duration::from_millis(1), |_| true, &mut late);
+        assert!(late.is_empty(), "{late:?}");
+        t.decide(due, |_| true, &mut late);
+        assert_eq!(late, [Judgement::Unanswered { node: 1, after: 2 }]);
+        assert_eq!(t.deadline(), None, "no second sweep");
+    }
+
+    /// A server condemned with an answer (cut off) starts no sweep; one severed for not
+    /// answering a survey does.
+    #[test]
+    fn only_servers_that_do_not_answer_start_a_sweep() {
+        let (_, out) = run(&[Accuse(3, 2), Heard(2, 3000)]);
+        let probes = out
+            .iter()
+            .filter(|j| matches!(j, Judgement::Probe { .. }))
+            .count();
+        assert_eq!(probes, 1, "{out:?}");
+        let out = judge_link(&[(1, 2)], &[(1, Some(vec![0]))], 1000, |_| true);
+        let probed: Vec<NodeId> = out
+            .iter()
+            .filter_map(|j| match j {
+                Judgement::Probe { node } => Some(*node),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(severed(&out), [(2, Severance::NoAnswer)]);
+        assert_eq!(probed, [0, 1, 3, 4], "{out:?}");
     }
 }
