@@ -473,6 +473,59 @@ fn sigterm_to_the_launcher_cleans_up() {
     s.assert_job_dir_removed();
 }
 
+/// The launcher is a peer of its node servers too. Frozen (SIGSTOP: its connections
+/// stay open, as when its host dies or the network cuts it off) it sends no more
+/// heartbeats, and each node server stops its ranks and exits within the peer timeout
+/// instead of running on alone for ever. Thawed, the launcher finds its node servers
+/// gone, ends the job with status 1 and removes its files.
+#[test]
+fn a_frozen_launcher_ends_its_node_servers_and_their_ranks() {
+    let s = scratch("frozenlauncher");
+    let script = format!("{RECORD}; sleep 300; echo never");
+    let job = CohortRun::spawn(s.cohort(&[
+        "run",
+        "--nodes",
+        "2",
+        "-n",
+        "4",
+        "--heartbeat",
+        "0.25",
+        "--peer-timeout",
+        "3",
+        "sh",
+        "-c",
+        &script,
+    ]));
+    assert!(
+        wait_for_pid_files(&s.files, 4, DEADLINE),
+        "ranks did not start"
+    );
+    // Every node server, rank and rank child (2 + 4 + 4).
+    let pids = wait_for_descendants(job.pid(), 10);
+    job.signal(libc::SIGSTOP);
+    let ended = wait_until(DEADLINE, || pids.iter().all(|&p| !is_alive(p)));
+    let left: Vec<u32> = pids.iter().copied().filter(|&p| is_alive(p)).collect();
+    job.signal(libc::SIGCONT);
+    let out = job.wait(DEADLINE);
+    assert!(
+        ended,
+        "processes outlived their frozen launcher: {left:?}\n{}",
+        describe(&out)
+    );
+    assert_eq!(code(&out), Some(1), "{}", describe(&out));
+    let stderr = text(&out.stderr);
+    assert_eq!(
+        stderr
+            .matches("lost the launcher (no message from the launcher for 3.0 s)")
+            .count(),
+        2,
+        "each node server says why it stopped:\n{}",
+        describe(&out)
+    );
+    assert!(!text(&out.stdout).contains("never"), "{}", describe(&out));
+    s.assert_job_dir_removed();
+}
+
 #[test]
 fn a_lost_node_server_terminates_the_job() {
     let s = scratch("lostnode");

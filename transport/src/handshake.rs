@@ -26,33 +26,8 @@ pub(crate) struct Identity<'a> {
     pub wire_version: u32,
     /// Source IP of outbound connections (`None`: let the kernel choose).
     pub source_ip: Option<IpAddr>,
-    /// `TCP_USER_TIMEOUT` for the connection (see [`set_stall_timeout`]).
+    /// `TCP_USER_TIMEOUT` for the connection (see `FabricConfig::stall_timeout`).
     pub stall_timeout: Option<Duration>,
-}
-
-/// Sets `TCP_USER_TIMEOUT` on `stream` (see `FabricConfig::stall_timeout`); `None`
-/// leaves the kernel's default.
-pub(crate) fn set_stall_timeout(stream: &TcpStream, t: Option<Duration>) -> io::Result<()> {
-    use std::os::fd::AsRawFd;
-    let Some(t) = t else {
-        return Ok(());
-    };
-    let ms = libc::c_uint::try_from(t.as_millis()).unwrap_or(libc::c_uint::MAX);
-    // SAFETY: setsockopt on the socket `stream` owns, with a c_uint value of that size.
-    let r = unsafe {
-        libc::setsockopt(
-            stream.as_raw_fd(),
-            libc::IPPROTO_TCP,
-            libc::TCP_USER_TIMEOUT,
-            (&ms as *const libc::c_uint).cast(),
-            std::mem::size_of::<libc::c_uint>() as libc::socklen_t,
-        )
-    };
-    if r == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
-    }
 }
 
 /// The secret a fabric is bound with must fit in a hello: the error `bind` returns
@@ -140,7 +115,7 @@ pub(crate) async fn connect(
             })?;
         let io_err = |source| FabricError::Io { peer, source };
         stream.set_nodelay(true).map_err(io_err)?;
-        set_stall_timeout(&stream, id.stall_timeout).map_err(io_err)?;
+        cohort_os::set_tcp_user_timeout(&stream, id.stall_timeout).map_err(io_err)?;
         let hello = Hello {
             wire_version: id.wire_version,
             proto_version: cohort_proto::PROTOCOL_VERSION,

@@ -412,7 +412,7 @@ async fn run_inbound(shared: Arc<Shared>, mut stream: TcpStream, remote: SocketA
     let span = tracing::debug_span!("fabric_in", node = shared.me, %remote);
     async move {
         let _ = stream.set_nodelay(true);
-        if let Err(e) = handshake::set_stall_timeout(&stream, shared.stall_timeout) {
+        if let Err(e) = cohort_os::set_tcp_user_timeout(&stream, shared.stall_timeout) {
             warn!(error = %e, "cannot set TCP_USER_TIMEOUT on a fabric connection");
         }
         let hello = match timeout(HELLO_TIMEOUT, read_hello(&mut stream)).await {

@@ -221,6 +221,7 @@ impl Launcher {
             listener,
             self.job_secret.clone(),
             self.args.nodes,
+            self.detector.map(|d| d.timeout),
             self.tx.clone(),
         )));
         let job = self.monitor.job().clone();
@@ -296,9 +297,19 @@ impl Launcher {
         // An absurdly large --timeout is no timeout rather than an overflow.
         let job_deadline = timeout.and_then(|s| Instant::now().checked_add(Duration::from_secs(s)));
         let never = Instant::now() + Duration::from_secs(86_400);
+        // With the failure detector, node servers hear from the launcher every
+        // heartbeat period once the job started (`LauncherMsg::Heartbeat`).
+        let period = self.detector.map(|d| d.period);
+        let mut next_beat = Instant::now();
         loop {
             let judge_at = self.tribunal.deadline().map(Instant::from_std);
+            let beat = period.filter(|_| self.started);
             let event = tokio::select! {
+                _ = sleep_until(next_beat), if beat.is_some() => {
+                    next_beat = Instant::now() + beat.unwrap_or_default();
+                    self.heartbeat().await;
+                    continue;
+                }
                 ev = self.rx.recv() => ev.expect("the launcher holds a sender"),
                 sig = signals.recv() => return Verdict::Interrupted { signal: sig },
                 _ = sleep_until(startup_deadline), if !self.started => {
@@ -317,6 +328,16 @@ impl Launcher {
             };
             if let Some(verdict) = self.handle(event).await {
                 return verdict;
+            }
+        }
+    }
+
+    /// Sends every running node server a heartbeat.
+    async fn heartbeat(&mut self) {
+        for d in self.daemons.iter_mut().filter(|d| d.running) {
+            if let Some(w) = d.writer.as_mut() {
+                // A broken connection shows up on its reading side.
+                let _ = control::send(w, &LauncherMsg::Heartbeat).await;
             }
         }
     }
@@ -893,11 +914,14 @@ fn topology_file(given: Option<&Path>, job: &JobMap) -> Result<Option<PathBuf>, 
     Ok(Some(path))
 }
 
-/// Accepts control connections and forwards every authenticated registration.
+/// Accepts control connections and forwards every authenticated registration. With
+/// `stall` (the failure detector's timeout), a connection whose data goes unanswered
+/// that long breaks (`TCP_USER_TIMEOUT`): the node server's host is gone or cut off.
 async fn accept_loop(
     listener: TcpListener,
     secret: Vec<u8>,
     num_nodes: u32,
+    stall: Option<Duration>,
     tx: mpsc::UnboundedSender<Event>,
 ) {
     loop {
@@ -909,6 +933,9 @@ async fn accept_loop(
                 continue;
             }
         };
+        if let Err(e) = cohort_os::set_tcp_user_timeout(&stream, stall) {
+            tracing::warn!(%peer, error = %e, "cannot set TCP_USER_TIMEOUT on a control connection");
+        }
         let secret = secret.clone();
         let tx = tx.clone();
         tokio::spawn(async move {

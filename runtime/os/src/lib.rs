@@ -1,8 +1,37 @@
 //! OS plumbing shared by the launcher (`cohort`) and the node server (`cohortd`):
 //! the parent-death hook for the processes they spawn, the terminating-signal
-//! listener, and log setup.
+//! listener, log setup, and `TCP_USER_TIMEOUT` (also for the fabric).
 
 use tracing_subscriber::EnvFilter;
+
+/// Sets `TCP_USER_TIMEOUT` on the TCP socket `sock`: data sent and not acknowledged
+/// by the peer's kernel for `t` breaks the connection (`ETIMEDOUT`), where TCP would
+/// retransmit for many minutes to a host that is gone or cut off. `None` leaves the
+/// kernel's default. (A peer whose process is frozen still has its data acknowledged.)
+pub fn set_tcp_user_timeout(
+    sock: &impl std::os::fd::AsRawFd,
+    t: Option<std::time::Duration>,
+) -> std::io::Result<()> {
+    let Some(t) = t else {
+        return Ok(());
+    };
+    let ms = libc::c_uint::try_from(t.as_millis()).unwrap_or(libc::c_uint::MAX);
+    // SAFETY: setsockopt on a socket the caller owns, with a c_uint value of that size.
+    let r = unsafe {
+        libc::setsockopt(
+            sock.as_raw_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_USER_TIMEOUT,
+            (&ms as *const libc::c_uint).cast(),
+            std::mem::size_of::<libc::c_uint>() as libc::socklen_t,
+        )
+    };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
 
 /// Returns a `pre_exec` hook that delivers `signal` to the child when its parent
 /// thread dies, and refuses to exec if the parent is already gone (`who` names the

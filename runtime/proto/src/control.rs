@@ -103,4 +103,9 @@ pub enum LauncherMsg {
         except: NodeId,
         within_ms: u64,
     },
+    /// "Still here", every heartbeat period once the job started, when the failure
+    /// detector runs: a node server that hears nothing from the launcher for a peer
+    /// timeout (its host died, it froze, the network cut it off) stops its ranks and
+    /// exits rather than run on alone.
+    Heartbeat,
 }

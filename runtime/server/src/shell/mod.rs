@@ -243,6 +243,7 @@ async fn run(
         &mut from_launcher,
         &mut exits,
         &mut signals,
+        args.detector().map(|d| d.timeout),
     )
     .await;
     match &end {
@@ -390,18 +391,21 @@ async fn await_start(
         ));
         End::LauncherLost(e)
     })?;
-    let peers = tokio::select! {
-        ev = from_launcher.recv() => match ev.unwrap_or(FromLauncher::Closed(None)) {
-            FromLauncher::Msg(LauncherMsg::Start { peers }) => peers,
-            FromLauncher::Msg(LauncherMsg::Shutdown) => return Err(End::Shutdown),
-            FromLauncher::Msg(other) => {
-                return Err(End::Fatal(format!("the launcher sent {other:?} before Start")));
-            }
-            FromLauncher::Closed(e) => {
-                return Err(End::LauncherLost(e.unwrap_or_else(|| "connection closed".into())));
-            }
-        },
-        sig = signals.recv() => return Err(End::Signal(sig)),
+    let peers = loop {
+        tokio::select! {
+            ev = from_launcher.recv() => match ev.unwrap_or(FromLauncher::Closed(None)) {
+                FromLauncher::Msg(LauncherMsg::Start { peers }) => break peers,
+                FromLauncher::Msg(LauncherMsg::Heartbeat) => continue,
+                FromLauncher::Msg(LauncherMsg::Shutdown) => return Err(End::Shutdown),
+                FromLauncher::Msg(other) => {
+                    return Err(End::Fatal(format!("the launcher sent {other:?} before Start")));
+                }
+                FromLauncher::Closed(e) => {
+                    return Err(End::LauncherLost(e.unwrap_or_else(|| "connection closed".into())));
+                }
+            },
+            sig = signals.recv() => return Err(End::Signal(sig)),
+        }
     };
     if peers.len() != args.nodes as usize {
         let reason = format!(
@@ -421,7 +425,9 @@ async fn await_start(
 }
 
 /// Runs the job on this node: reports rank exits until the launcher, a signal or a
-/// broken control connection ends it. `link` is `None` afterwards if it broke.
+/// broken control connection ends it. `link` is `None` afterwards if it broke. With
+/// `launcher_timeout` (the failure detector runs, and the launcher sends heartbeats),
+/// a launcher silent that long is lost too.
 async fn serve(
     svc: &NodeService,
     ranks: &mut Ranks,
@@ -429,14 +435,24 @@ async fn serve(
     from_launcher: &mut mpsc::UnboundedReceiver<FromLauncher>,
     exits: &mut mpsc::UnboundedReceiver<RankExit>,
     signals: &mut TerminatingSignals,
+    launcher_timeout: Option<Duration>,
 ) -> End {
     tell(link, &DaemonMsg::Launched).await;
     let mut reports = svc.reports();
+    let mut heard = tokio::time::Instant::now();
     loop {
         if link.is_none() {
             return End::LauncherLost("cannot write to the control connection".into());
         }
+        let silence_ends = launcher_timeout.map(|t| heard + t);
         tokio::select! {
+            _ = tokio::time::sleep_until(silence_ends.unwrap_or(heard)), if silence_ends.is_some() => {
+                let t = launcher_timeout.unwrap_or_default();
+                return End::LauncherLost(format!(
+                    "no message from the launcher for {:.1} s",
+                    t.as_secs_f64()
+                ));
+            }
             Some(r) = async { reports.as_mut()?.recv().await } => {
                 let msg = match r {
                     Report::Silent { node, silent } => DaemonMsg::PeerSilent {
@@ -448,26 +464,34 @@ async fn serve(
                 };
                 tell(link, &msg).await;
             }
-            ev = from_launcher.recv() => match ev.unwrap_or(FromLauncher::Closed(None)) {
-                FromLauncher::Msg(LauncherMsg::Shutdown) => return End::Shutdown,
-                FromLauncher::Msg(LauncherMsg::PeerLost { node }) => svc.peer_lost(node),
-                FromLauncher::Msg(LauncherMsg::KeepWatching { node }) => svc.keep_watching(node),
-                FromLauncher::Msg(LauncherMsg::Survey { token, except, within_ms }) => {
-                    svc.survey(token, except, Duration::from_millis(within_ms));
+            ev = from_launcher.recv() => {
+                let ev = ev.unwrap_or(FromLauncher::Closed(None));
+                if matches!(ev, FromLauncher::Msg(_)) {
+                    // Any message counts as a heartbeat.
+                    heard = tokio::time::Instant::now();
                 }
-                FromLauncher::Msg(LauncherMsg::Probe) => {
-                    let silent_ms = svc
-                        .unheard()
-                        .map_or(u64::MAX, |d| d.as_millis().try_into().unwrap_or(u64::MAX));
-                    tell(link, &DaemonMsg::Heard { silent_ms }).await;
+                match ev {
+                    FromLauncher::Msg(LauncherMsg::Heartbeat) => {}
+                    FromLauncher::Msg(LauncherMsg::Shutdown) => return End::Shutdown,
+                    FromLauncher::Msg(LauncherMsg::PeerLost { node }) => svc.peer_lost(node),
+                    FromLauncher::Msg(LauncherMsg::KeepWatching { node }) => svc.keep_watching(node),
+                    FromLauncher::Msg(LauncherMsg::Survey { token, except, within_ms }) => {
+                        svc.survey(token, except, Duration::from_millis(within_ms));
+                    }
+                    FromLauncher::Msg(LauncherMsg::Probe) => {
+                        let silent_ms = svc
+                            .unheard()
+                            .map_or(u64::MAX, |d| d.as_millis().try_into().unwrap_or(u64::MAX));
+                        tell(link, &DaemonMsg::Heard { silent_ms }).await;
+                    }
+                    FromLauncher::Msg(other) => {
+                        tracing::warn!(?other, "ignoring an unexpected control message");
+                    }
+                    FromLauncher::Closed(e) => {
+                        return End::LauncherLost(e.unwrap_or_else(|| "connection closed".into()));
+                    }
                 }
-                FromLauncher::Msg(other) => {
-                    tracing::warn!(?other, "ignoring an unexpected control message");
-                }
-                FromLauncher::Closed(e) => {
-                    return End::LauncherLost(e.unwrap_or_else(|| "connection closed".into()));
-                }
-            },
+            }
             Some(exit) = exits.recv() => handle_exit(svc, ranks, link, exit).await,
             sig = signals.recv() => return End::Signal(sig),
         }
@@ -572,6 +596,11 @@ async fn connect(
         .map_err(|_| format!("no answer within {CONNECT_TIMEOUT:?}"))?
         .map_err(|e| e.to_string())?;
     let _ = stream.set_nodelay(true);
+    // With the failure detector, a launcher gone or cut off breaks the connection
+    // once our data to it goes unanswered for a peer timeout.
+    if let Err(e) = cohort_os::set_tcp_user_timeout(&stream, args.detector().map(|d| d.timeout)) {
+        tracing::warn!(error = %e, "cannot set TCP_USER_TIMEOUT on the control connection");
+    }
     let (reader, mut writer) = stream.into_split();
     let register = DaemonMsg::Register {
         node: args.node,
