@@ -60,6 +60,13 @@ pub enum FabricError {
         source: std::io::Error,
     },
 
+    /// An RDMA work request with the peer failed (its retries ran out, or the queue
+    /// pair broke: a port, cable or device failure). The fabric between the two failed;
+    /// that does not prove the peer's process gone (the control connection's end
+    /// does).
+    #[error("RDMA work with node {peer} failed: {status}")]
+    Rdma { peer: NodeId, status: String },
+
     /// The peer closed an established connection without saying goodbye.
     #[error("node {peer} closed the connection without a goodbye")]
     PeerClosed { peer: NodeId },
@@ -98,13 +105,13 @@ pub enum FabricError {
 impl FabricError {
     /// Whether this failure only says the peer could not be reached: it did not
     /// answer in time (a connection or a handshake timed out, data went unacknowledged
-    /// past `FabricConfig::stall_timeout`, RDMA retries ran out) or there is no route
-    /// to it. Its process may still run, cut off from this node only. Every other
-    /// failure says the process is gone (connection refused, reset or closed without a
-    /// goodbye) or rejects us.
+    /// past `FabricConfig::stall_timeout`), there is no route to it or no local
+    /// address to reach it from, or RDMA work with it failed. Its process may still
+    /// run, cut off from this node only. Every other failure says the process is gone
+    /// (connection refused, reset or closed without a goodbye) or rejects us.
     pub fn is_unreachable(&self) -> bool {
         match self {
-            FabricError::ConnectTimeout { .. } => true,
+            FabricError::ConnectTimeout { .. } | FabricError::Rdma { .. } => true,
             FabricError::Connect { source, .. } | FabricError::Io { source, .. } => {
                 source.kind() == std::io::ErrorKind::TimedOut
                     || matches!(
@@ -115,6 +122,7 @@ impl FabricError {
                                 | libc::ENETUNREACH
                                 | libc::ENETDOWN
                                 | libc::EHOSTDOWN
+                                | libc::EADDRNOTAVAIL
                                 // What `connect` gives for a blackhole route.
                                 | libc::EINVAL
                         )
@@ -129,5 +137,81 @@ fn describe_limit(limit: Option<u64>) -> String {
     match limit {
         Some(bytes) => format!("{bytes} bytes ({} KiB)", bytes / 1024),
         None => "unlimited".into(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn io(errno: i32) -> std::io::Error {
+        std::io::Error::from_raw_os_error(errno)
+    }
+
+    /// Failures that only say the peer could not be reached are told apart from those
+    /// that prove its process gone or rejecting us.
+    #[test]
+    fn unreachable_failures_are_told_apart_from_a_gone_peer() {
+        let reached_not = [
+            FabricError::ConnectTimeout {
+                peer: 1,
+                addr: "a".into(),
+                after: Duration::from_secs(1),
+            },
+            FabricError::Io {
+                peer: 1,
+                source: io(libc::ETIMEDOUT),
+            },
+            FabricError::Io {
+                peer: 1,
+                source: std::io::Error::new(std::io::ErrorKind::TimedOut, "stalled"),
+            },
+            FabricError::Connect {
+                peer: 1,
+                addr: "a".into(),
+                source: io(libc::EHOSTUNREACH),
+            },
+            FabricError::Connect {
+                peer: 1,
+                addr: "a".into(),
+                source: io(libc::EINVAL),
+            },
+            FabricError::Rdma {
+                peer: 1,
+                status: "RetryCounterExceededError".into(),
+            },
+        ];
+        for e in &reached_not {
+            assert!(e.is_unreachable(), "{e}");
+        }
+        let gone = [
+            FabricError::Connect {
+                peer: 1,
+                addr: "a".into(),
+                source: io(libc::ECONNREFUSED),
+            },
+            FabricError::Io {
+                peer: 1,
+                source: io(libc::ECONNRESET),
+            },
+            FabricError::Io {
+                peer: 1,
+                source: io(libc::EPIPE),
+            },
+            FabricError::PeerClosed { peer: 1 },
+            FabricError::Restarted { peer: 1 },
+            FabricError::Refused {
+                peer: 1,
+                addr: "a".into(),
+                reason: "wrong secret".into(),
+            },
+            FabricError::Protocol {
+                peer: 1,
+                reason: "oversized".into(),
+            },
+        ];
+        for e in &gone {
+            assert!(!e.is_unreachable(), "{e}");
+        }
     }
 }

@@ -896,14 +896,9 @@ impl Waiter {
 
 fn completion_error(peer: NodeId, c: &Completion) -> FabricError {
     let status = WorkCompletionStatus::from(c.status);
-    // Retries ran out: the peer's port stopped answering (see `FabricError::is_unreachable`).
-    let kind = match status {
-        WorkCompletionStatus::RetryCounterExceededError => io::ErrorKind::TimedOut,
-        _ => io::ErrorKind::Other,
-    };
-    FabricError::Io {
+    FabricError::Rdma {
         peer,
-        source: io::Error::new(kind, format!("RDMA work completion failed: {status:?}")),
+        status: format!("{status:?}"),
     }
 }
 

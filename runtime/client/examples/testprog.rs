@@ -2349,9 +2349,20 @@ fn node_addr(x: u32) -> String {
 }
 
 /// Drops every packet to and from node `x`'s fabric address ([`node_addr`]; see
-/// `cut-off`).
+/// `cut-off`), with `ip rule … blackhole`, or with the shell command
+/// COHORT_TEST_CUT_CMD given that address as `$ADDR` (policy routing does not stop
+/// soft-RoCE traffic between addresses of one host, for one).
 fn blackhole(x: u32) -> R {
     let addr = node_addr(x);
+    if let Ok(cmd) = std::env::var("COHORT_TEST_CUT_CMD") {
+        let st = std::process::Command::new("sh")
+            .args(["-c", &cmd])
+            .env("ADDR", &addr)
+            .status()
+            .map_err(|e| format!("cannot run sh: {e}"))?;
+        check!(st.success(), "{cmd} (ADDR={addr}): {st}");
+        return Ok(());
+    }
     ip_rules(&[("10", &["to", &addr]), ("11", &["from", &addr])])
 }
 

@@ -362,7 +362,7 @@ impl Launcher {
             }
             Event::Msg {
                 node,
-                msg: DaemonMsg::Unreachable { node: lost, reason },
+                msg: DaemonMsg::FabricLost { node: lost, reason },
             } => self.on_unreachable(node, lost, reason).await,
             Event::Msg {
                 node,
@@ -377,10 +377,13 @@ impl Launcher {
                     Some(e) => format!("broke its control connection ({e})"),
                     None => "closed its control connection".to_string(),
                 };
+                // Without the launcher it stops (or is gone already).
+                self.announce_lost(node).await;
                 self.daemon_failed(node, reason)
             }
             Event::DaemonExited { node, how } => {
                 self.daemons[node as usize].running = false;
+                self.announce_lost(node).await;
                 let pid = self.daemons[node as usize].pid;
                 self.daemon_failed(node, format!("(pid {pid}) {how} unexpectedly"))
             }
@@ -518,7 +521,7 @@ impl Launcher {
             // Judged in `handle` (their judgements need the control connections).
             DaemonMsg::PeerSilent { .. }
             | DaemonMsg::Heard { .. }
-            | DaemonMsg::Unreachable { .. }
+            | DaemonMsg::FabricLost { .. }
             | DaemonMsg::Reached { .. } => None,
         }
     }
@@ -551,8 +554,8 @@ impl Launcher {
         self.judge(out).await
     }
 
-    /// Node server `by`'s fabric could not reach `lost`: the tribunal surveys both and
-    /// ends one (see [`Tribunal`]).
+    /// Node server `by`'s fabric lost `lost`: unless `lost` is gone, the tribunal
+    /// surveys both and ends one (see [`Tribunal`]).
     async fn on_unreachable(
         &mut self,
         by: NodeId,
@@ -563,12 +566,12 @@ impl Launcher {
             tracing::warn!(
                 by,
                 lost,
-                "ignoring a report of an unreachable node server that is not a peer"
+                "ignoring a report of a lost node server that is not a peer"
             );
             return None;
         }
         let reason = printable(&reason);
-        tracing::warn!(by, lost, %reason, "node server reported another unreachable");
+        tracing::warn!(by, lost, %reason, "node server's fabric lost another");
         let report = LinkReport { by, lost, reason };
         let mut out = Vec::new();
         self.tribunal
@@ -691,7 +694,7 @@ impl Launcher {
                 Judgement::Ignored { report, why } => tracing::warn!(
                     by = report.by,
                     lost = report.lost,
-                    "not acting on a report of an unreachable node server: {why}"
+                    "not acting on a report of a lost node server: {why}"
                 ),
             }
         }
@@ -712,9 +715,9 @@ impl Launcher {
             ),
         };
         let link = if node == r.lost {
-            format!("is unreachable from {other_name} ({})", r.reason)
+            format!("was lost by {other_name}'s fabric ({})", r.reason)
         } else {
-            format!("cannot reach {other_name} ({})", r.reason)
+            format!("lost {other_name} on the fabric ({})", r.reason)
         };
         format!("{link}: the job cannot use both it and {other_name}, and {why}")
     }
@@ -725,6 +728,18 @@ impl Launcher {
         let pid = self.daemons[node as usize].pid;
         tracing::warn!(node, pid, "killing a node server declared lost");
         reaper::signal_group(pid, libc::SIGKILL);
+        self.announce_lost(node).await;
+        self.daemon_failed(node, format!("(pid {pid}) {reason}; killed"))
+    }
+
+    /// Tells every other running node server that `node` is lost, once the job
+    /// started: they route around it and drop their connections to it. With the
+    /// failure detector on, this is how they learn of every loss (they report what
+    /// their fabric finds, and act on the verdicts only), so they all see the same.
+    async fn announce_lost(&mut self, node: NodeId) {
+        if !self.started || self.detector.is_none() || !self.tribunal.lost(node) {
+            return;
+        }
         let lost = LauncherMsg::PeerLost { node };
         for (other, d) in self.daemons.iter_mut().enumerate() {
             if other as NodeId == node || !d.running {
@@ -736,7 +751,6 @@ impl Launcher {
                 }
             }
         }
-        self.daemon_failed(node, format!("(pid {pid}) {reason}; killed"))
     }
 
     fn missing_registrations(&self, limit: Duration) -> String {

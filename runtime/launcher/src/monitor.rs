@@ -300,8 +300,9 @@ pub struct Accusation {
     pub silent_ms: u64,
 }
 
-/// A node server's report that its fabric could not reach another (data went
-/// unanswered for a peer timeout, or there is no route): both may still run.
+/// A node server's report that its fabric lost another: a connection broke (data went
+/// unanswered for a peer timeout, the other end closed it) or could not be made. Both
+/// may still run.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct LinkReport {
     pub by: NodeId,
@@ -342,9 +343,12 @@ pub enum Severance {
 /// that does not answer within half a timeout is condemned too
 /// ([`Judgement::Unanswered`]).
 ///
-/// Reports of unreachable servers ([`LinkReport`]s) are another matter: the reporter's
-/// fabric dropped what it had queued for the other server, so the job cannot go on
-/// with both, even if the link works again. Both are surveyed (each pings every other
+/// Reports of fabric losses ([`LinkReport`]s) are another matter. With the detector
+/// on, node servers act on no loss their fabric finds: they report it, and the
+/// launcher announces the losses (a server gone, or condemned), so that all see the
+/// same. A report about a server still running means the link between the two broke:
+/// the reporter's fabric dropped what it had queued for the other, so the job cannot
+/// go on with both, even if the link works again. Both are surveyed (each pings every other
 /// server, [`Judgement::Survey`]), and one goes ([`Judgement::Sever`]): one that does
 /// not answer; else the one that reached fewer other servers (a server cut off from
 /// everyone reports every server it sends to, and reaches none); else the higher node
@@ -379,6 +383,8 @@ pub struct Tribunal {
     /// Servers asked in a sweep and not answered yet: each with when it is too late,
     /// and the server whose silence started the sweep.
     swept: Vec<(NodeId, Instant, NodeId)>,
+    /// Servers whose loss was announced (see [`Tribunal::lost`]).
+    announced: Vec<NodeId>,
 }
 
 /// A [`LinkReport`] being judged.
@@ -459,6 +465,7 @@ impl Tribunal {
             nodes,
             sweep_timeout: (timeout / 2).max(period * 2),
             swept: Vec::new(),
+            announced: Vec::new(),
         }
     }
 
@@ -483,6 +490,19 @@ impl Tribunal {
             self.swept.push((node, now + self.sweep_timeout, after));
             out.push(Judgement::Probe { node });
         }
+    }
+
+    /// Node server `node` is lost (condemned here, or gone); `false` if it was known
+    /// already. Reports about it, or from it, are not acted upon any more.
+    pub fn lost(&mut self, node: NodeId) -> bool {
+        if self.announced.contains(&node) {
+            return false;
+        }
+        self.announced.push(node);
+        if !self.condemned.contains(&node) {
+            self.condemned.push(node);
+        }
+        true
     }
 
     /// A server's fabric could not reach another (see [`Tribunal`]). Surveys start at

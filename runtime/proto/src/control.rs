@@ -61,12 +61,13 @@ pub enum DaemonMsg {
     Heard {
         silent_ms: u64,
     },
-    /// This node server's fabric could not reach node server `node` (`reason`): data
-    /// went unanswered, or there is no route to it. `node` may still run, cut off from
-    /// this server only, so this server goes on as if it lived until the launcher's
-    /// verdict ([`LauncherMsg::PeerLost`]): the launcher asks both
-    /// ([`LauncherMsg::Survey`]) and ends one of them, as the job cannot use both.
-    Unreachable {
+    /// This node server's fabric lost node server `node` (`reason`: a connection broke
+    /// or could not be made). `node` may still run, cut off from this server only, so
+    /// this server goes on as if it lived until the launcher's verdict
+    /// ([`LauncherMsg::PeerLost`]). The launcher knows whether `node` is gone; if not,
+    /// it asks both ([`LauncherMsg::Survey`]) and ends one of them, as the job cannot
+    /// use both.
+    FabricLost {
         node: NodeId,
         reason: String,
     },

@@ -82,8 +82,8 @@ pub struct ServiceConfig {
 pub enum Report {
     /// The failure detector declared `node` lost: nothing came from it for `silent`.
     Silent { node: NodeId, silent: Duration },
-    /// The fabric could not reach `node` (`FabricEvent::PeerLost` with `unreachable`).
-    Unreachable { node: NodeId, reason: String },
+    /// The fabric lost `node` (`FabricEvent::PeerLost`; `reason` says how).
+    FabricLost { node: NodeId, reason: String },
     /// The answer to survey `token` ([`NodeService::survey`]): the servers that
     /// answered its pings in time.
     Reached { token: u64, nodes: Vec<NodeId> },
@@ -143,8 +143,8 @@ struct Shared {
     detector: Option<Detector>,
     /// Where this server's reports go (see [`NodeService::reports`]).
     reports: tokio::sync::mpsc::UnboundedSender<Report>,
-    /// Peers the fabric found unreachable, reported to the launcher and awaiting its
-    /// verdict (reported once each).
+    /// Peers the fabric lost, reported to the launcher and awaiting its verdict
+    /// (reported once each).
     unreachable: HashSet<NodeId>,
     /// Surveys in progress.
     surveys: Vec<Survey>,
@@ -284,12 +284,16 @@ impl Shared {
         }
     }
 
-    /// The fabric found `peer` unreachable: with a launcher to judge (the failure
-    /// detector runs), it is reported there and this server waits for the verdict
-    /// (it may be the one cut off, and the engine propagates a loss to everyone, for
-    /// good); without one, it is a loss at once.
-    fn on_unreachable(&mut self, peer: NodeId, reason: String, now: Time) {
+    /// The fabric lost `peer` (`unreachable`: it did not answer, rather than closed or
+    /// refused). Without the failure detector it is a loss at once. With it, the
+    /// launcher judges (and learns of deaths itself): this server reports the loss and
+    /// acts on the launcher's verdict only ([`NodeService::peer_lost`]), so that every
+    /// server sees the same losses. The engine would propagate a loss to everyone, for
+    /// good, while this server may be the one cut off, or may see a live server's
+    /// connections end (one that found this server unreachable drops them).
+    fn on_fabric_loss(&mut self, peer: NodeId, reason: String, unreachable: bool, now: Time) {
         let Some(d) = self.detector.as_mut() else {
+            tracing::error!(peer, %reason, "peer node server lost");
             self.engine.on_peer_lost(peer, now);
             return;
         };
@@ -299,13 +303,12 @@ impl Shared {
             tracing::error!(
                 peer,
                 %reason,
-                "peer node server {peer} unreachable; reported to the launcher"
+                unreachable,
+                "lost peer node server {peer}; reported to the launcher"
             );
-            let _ = self
-                .reports
-                .send(Report::Unreachable { node: peer, reason });
+            let _ = self.reports.send(Report::FabricLost { node: peer, reason });
         } else {
-            tracing::debug!(peer, %reason, "peer node server still unreachable");
+            tracing::debug!(peer, %reason, "peer node server lost again");
         }
     }
 
@@ -841,15 +844,8 @@ fn apply_fabric_event(s: &mut Shared, ev: FabricEvent) {
         FabricEvent::PeerLost {
             peer,
             reason,
-            unreachable: true,
-        } => s.on_unreachable(peer, reason, now),
-        FabricEvent::PeerLost { peer, reason, .. } => {
-            tracing::error!(peer, %reason, "peer node server lost");
-            if let Some(d) = s.detector.as_mut() {
-                d.unreachable(peer, now);
-            }
-            s.engine.on_peer_lost(peer, now);
-        }
+            unreachable,
+        } => s.on_fabric_loss(peer, reason, unreachable, now),
     }
     s.flush();
 }

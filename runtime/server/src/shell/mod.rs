@@ -459,7 +459,7 @@ async fn serve(
                         node,
                         silent_ms: silent.as_millis() as u64,
                     },
-                    Report::Unreachable { node, reason } => DaemonMsg::Unreachable { node, reason },
+                    Report::FabricLost { node, reason } => DaemonMsg::FabricLost { node, reason },
                     Report::Reached { token, nodes } => DaemonMsg::Reached { token, nodes },
                 };
                 tell(link, &msg).await;
