@@ -3,8 +3,9 @@
 # then boots one soft-RoCE guest (deploy/rxe/rxe-run.sh) and runs in it the verbs half of
 # the fabric conformance suite (completion channel, adaptive polling, busy polling) and
 # the backend-selection tests, on real RC queue pairs over rxe0, an ibv_devices /
-# ib_send_lat smoke check, group constructs and fences across 3 node servers on verbs,
-# and a short smoke run of the transport benchmarks (with their perftest references).
+# ib_send_lat smoke check, group constructs and fences across 3 node servers on verbs
+# (one frozen), a short smoke run of the transport benchmarks (with their perftest
+# references), and a node server cut off on verbs.
 # Exits non-zero if any fails. `make test` runs it after the cargo tests.
 #
 #   deploy/rxe/ci.sh            (from anywhere; honours CARGO_TARGET_DIR and CARGO)
@@ -68,7 +69,9 @@ echo '### group construct, add-members and fence across 3 node servers on verbs'
 deploy/rxe/examples/groups-on-verbs.sh '$target'
 echo '### transport benchmarks on verbs (smoke run of the bench path: debug build, few iterations; not a measurement)'
 '$target/cohort-bench' transport-latency --fabric verbs -i 10 -x 2 --runs 1 --max-size 1048576
-'$target/cohort-bench' transport-bw --fabric verbs -i 20 -x 2 --window 8 --runs 1 --min-size 65536 --max-size 1048576"
+'$target/cohort-bench' transport-bw --fabric verbs -i 20 -x 2 --window 8 --runs 1 --min-size 65536 --max-size 1048576
+echo '### a node server cut off on verbs (last: it removes a guest address)'
+deploy/rxe/examples/cut-off-on-verbs.sh '$target'"
 status=0
 COHORT_RXE_TIMEOUT=${COHORT_RXE_TIMEOUT:-600} "$repo/deploy/rxe/rxe-run.sh" "$repo" "$job" || status=$?
 echo "rxe CI job: status $status after $(($(date +%s) - started)) s"
