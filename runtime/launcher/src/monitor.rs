@@ -968,12 +968,9 @@ mod tests {
             Heard(2, 3000),
         ]);
         assert_eq!(condemned, [2]);
-        let probes = out
-            .iter()
-            .filter(|j| matches!(j, Judgement::Probe { .. }))
-            .count();
-        assert_eq!(probes, 2);
+        assert_eq!(probed(&out), [2, 2]);
     }
+
     fn link(by: NodeId, lost: NodeId) -> LinkReport {
         LinkReport {
             by,
@@ -1011,6 +1008,16 @@ mod tests {
         }
         t.decide(t0 + Duration::from_millis(at_ms), running, &mut out);
         out
+    }
+
+    /// The servers probed, in order.
+    fn probed(out: &[Judgement]) -> Vec<NodeId> {
+        out.iter()
+            .filter_map(|j| match j {
+                Judgement::Probe { node } => Some(*node),
+                _ => None,
+            })
+            .collect()
     }
 
     fn severed(out: &[Judgement]) -> Vec<(NodeId, Severance)> {
@@ -1174,13 +1181,7 @@ mod tests {
         t.accuse(accuse(3, 2), t0, &mut out);
         let condemned_at = t0 + P * 2;
         t.decide(condemned_at, |_| true, &mut out);
-        let probed: Vec<NodeId> = out
-            .iter()
-            .filter_map(|j| match j {
-                Judgement::Probe { node } => Some(*node),
-                _ => None,
-            })
-            .collect();
+        let probed = probed(&out);
         assert_eq!(probed, [2, 0, 1, 3, 4], "{out:?}");
         for node in [0, 3, 4] {
             t.heard(node, Duration::from_millis(10));
@@ -1200,19 +1201,9 @@ mod tests {
     #[test]
     fn only_servers_that_do_not_answer_start_a_sweep() {
         let (_, out) = run(&[Accuse(3, 2), Heard(2, 3000)]);
-        let probes = out
-            .iter()
-            .filter(|j| matches!(j, Judgement::Probe { .. }))
-            .count();
-        assert_eq!(probes, 1, "{out:?}");
+        assert_eq!(probed(&out), [2], "{out:?}");
         let out = judge_link(&[(1, 2)], &[(1, Some(vec![0]))], 1000, |_| true);
-        let probed: Vec<NodeId> = out
-            .iter()
-            .filter_map(|j| match j {
-                Judgement::Probe { node } => Some(*node),
-                _ => None,
-            })
-            .collect();
+        let probed = probed(&out);
         assert_eq!(severed(&out), [(2, Severance::NoAnswer)]);
         assert_eq!(probed, [0, 1, 3, 4], "{out:?}");
     }
