@@ -379,13 +379,18 @@ impl Launcher {
                 };
                 // Without the launcher it stops (or is gone already).
                 self.announce_lost(node).await;
-                self.daemon_failed(node, reason)
+                let verdict = self.daemon_failed(node, reason);
+                // Reports about it are settled now.
+                let judged = self.judge(Vec::new()).await;
+                verdict.or(judged)
             }
             Event::DaemonExited { node, how } => {
                 self.daemons[node as usize].running = false;
                 self.announce_lost(node).await;
                 let pid = self.daemons[node as usize].pid;
-                self.daemon_failed(node, format!("(pid {pid}) {how} unexpectedly"))
+                let verdict = self.daemon_failed(node, format!("(pid {pid}) {how} unexpectedly"));
+                let judged = self.judge(Vec::new()).await;
+                verdict.or(judged)
             }
         }
     }
@@ -668,17 +673,6 @@ impl Launcher {
                     let reason = self.severance(&report, node, &why);
                     if let Some(v) = self.condemn(node, reason).await {
                         verdict.get_or_insert(v);
-                    }
-                }
-                Judgement::Gone { report } => {
-                    tracing::debug!(
-                        by = report.by,
-                        lost = report.lost,
-                        "a node server reported unreachable is gone; telling its reporter"
-                    );
-                    if let Some(w) = self.daemons[report.by as usize].writer.as_mut() {
-                        let lost = LauncherMsg::PeerLost { node: report.lost };
-                        let _ = control::send(w, &lost).await;
                     }
                 }
                 Judgement::Unanswered { node, after } => {

@@ -352,9 +352,8 @@ pub enum Severance {
 /// server, [`Judgement::Survey`]), and one goes ([`Judgement::Sever`]): one that does
 /// not answer; else the one that reached fewer other servers (a server cut off from
 /// everyone reports every server it sends to, and reaches none); else the higher node
-/// id. Reports whose sender or subject was condemned meanwhile are dropped, and one
-/// whose subject is gone ([`Judgement::Gone`]) only needs telling its sender (its
-/// fabric reported no loss it acts upon).
+/// id. Reports whose sender or subject was condemned or is gone meanwhile are dropped
+/// (the launcher announces every server gone).
 ///
 /// Sans-IO: the launcher feeds it accusations, reports, answers and the time, and
 /// carries out the [`Judgement`]s.
@@ -373,8 +372,10 @@ pub struct Tribunal {
     /// How long a surveyed server pings, and how long it then has to answer.
     survey_window: Duration,
     survey_slack: Duration,
-    /// Reports of unreachable servers, in arrival order.
+    /// Reports of fabric losses being judged, in arrival order (no two share a server).
     cases: VecDeque<Case>,
+    /// Reports waiting for a case that shares a server with them.
+    held: VecDeque<LinkReport>,
     next_token: u64,
     /// How many node servers the job has.
     nodes: NodeId,
@@ -437,9 +438,6 @@ pub enum Judgement {
         node: NodeId,
         why: Severance,
     },
-    /// The server `report` names is gone: tell its sender it is lost (its fabric
-    /// reported no loss that it acts upon).
-    Gone { report: LinkReport },
     /// A report not acted upon, and why.
     Ignored { report: LinkReport, why: String },
     /// Condemn `node`: it did not answer the sweep made after `after` was condemned
@@ -461,6 +459,7 @@ impl Tribunal {
             survey_window: period * 2,
             survey_slack: period * 2,
             cases: VecDeque::new(),
+            held: VecDeque::new(),
             next_token: 1,
             nodes,
             sweep_timeout: (timeout / 2).max(period * 2),
@@ -508,31 +507,61 @@ impl Tribunal {
     /// A server's fabric could not reach another (see [`Tribunal`]). Surveys start at
     /// once, unless the same link, reported from either end, is being judged already.
     pub fn unreachable(&mut self, report: LinkReport, now: Instant, out: &mut Vec<Judgement>) {
+        self.held.push_back(report);
+        self.open_cases(now, out);
+    }
+
+    /// Starts a case, with its surveys, for each held report that shares no server
+    /// with a case being judged: a server that crashed, or that the network cut off,
+    /// is reported by (or reports) many, and is surveyed once, not once per report.
+    /// Reports about a link being judged, or from or about a condemned server, are
+    /// not acted upon.
+    fn open_cases(&mut self, now: Instant, out: &mut Vec<Judgement>) {
         let pair = |r: &LinkReport| (r.by.min(r.lost), r.by.max(r.lost));
-        if self.cases.iter().any(|c| pair(&c.report) == pair(&report)) {
-            out.push(Judgement::Ignored {
+        let shares = |a: &LinkReport, b: &LinkReport| {
+            a.by == b.by || a.by == b.lost || a.lost == b.by || a.lost == b.lost
+        };
+        let mut waiting = VecDeque::new();
+        while let Some(report) = self.held.pop_front() {
+            let why = if self.condemned.contains(&report.by) {
+                Some("its sender was condemned")
+            } else if self.condemned.contains(&report.lost) {
+                Some("the server it names was condemned already")
+            } else if self.cases.iter().any(|c| pair(&c.report) == pair(&report)) {
+                Some("that link is being judged already")
+            } else {
+                None
+            };
+            if let Some(why) = why {
+                out.push(Judgement::Ignored {
+                    report,
+                    why: why.into(),
+                });
+                continue;
+            }
+            if self.cases.iter().any(|c| shares(&c.report, &report)) {
+                waiting.push_back(report);
+                continue;
+            }
+            let token = self.next_token;
+            self.next_token += 1;
+            for (node, except) in [(report.by, report.lost), (report.lost, report.by)] {
+                out.push(Judgement::Survey {
+                    node,
+                    token,
+                    except,
+                    within: self.survey_window,
+                });
+            }
+            self.cases.push_back(Case {
                 report,
-                why: "that link is being judged already".into(),
-            });
-            return;
-        }
-        let token = self.next_token;
-        self.next_token += 1;
-        for (node, except) in [(report.by, report.lost), (report.lost, report.by)] {
-            out.push(Judgement::Survey {
-                node,
                 token,
-                except,
-                within: self.survey_window,
+                until: now + self.survey_window + self.survey_slack,
+                by_reached: None,
+                lost_reached: None,
             });
         }
-        self.cases.push_back(Case {
-            report,
-            token,
-            until: now + self.survey_window + self.survey_slack,
-            by_reached: None,
-            lost_reached: None,
-        });
+        self.held = waiting;
     }
 
     /// Node server `node` answered survey `token`: it reached `nodes`.
@@ -666,7 +695,7 @@ impl Tribunal {
             } else if self.condemned.contains(&r.lost) {
                 ignore("the server it names was condemned already")
             } else if !running(r.lost) {
-                Judgement::Gone { report: r.clone() }
+                ignore("the server it names is gone (its loss is announced)")
             } else if !running(r.by) {
                 ignore("its sender is gone")
             } else if !over {
@@ -707,6 +736,7 @@ impl Tribunal {
             }
             self.cases.pop_front();
         }
+        self.open_cases(now, out);
     }
 }
 
@@ -1129,13 +1159,14 @@ mod tests {
         assert_eq!(severed(&out), [(1, Severance::NoAnswer)]);
     }
 
-    /// A report of a server that is gone only tells its sender; one of a server
-    /// condemned already, or from one, is not acted upon.
+    /// A report of a server that is gone, or condemned already, or from one, is not
+    /// acted upon.
     #[test]
     fn reports_about_servers_gone_or_condemned_end_nobody() {
         let out = judge_link(&[(1, 2)], &[], 0, |n| n != 2);
         assert!(
-            matches!(&out[2..], [Judgement::Gone { report }] if report.lost == 2),
+            matches!(&out[2..], [Judgement::Ignored { report, why }]
+                if report.lost == 2 && why.contains("is gone")),
             "{out:?}"
         );
         // 2 cut off from all: condemned on 1's report; 2's report of 3 then comes
@@ -1206,5 +1237,58 @@ mod tests {
         let probed = probed(&out);
         assert_eq!(severed(&out), [(2, Severance::NoAnswer)]);
         assert_eq!(probed, [0, 1, 3, 4], "{out:?}");
+    }
+    fn surveyed(out: &[Judgement]) -> Vec<(NodeId, u64)> {
+        out.iter()
+            .filter_map(|j| match j {
+                Judgement::Survey { node, token, .. } => Some((*node, *token)),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// A server reported by many (crashed, or cut off) is surveyed once, not once per
+    /// report; the reports held meanwhile are dropped once it is condemned.
+    #[test]
+    fn reports_sharing_a_server_are_surveyed_one_at_a_time() {
+        let t0 = Instant::now();
+        let mut t = Tribunal::new(T, P, 5);
+        let mut out = Vec::new();
+        for by in [0, 1, 3] {
+            t.unreachable(link(by, 2), t0, &mut out);
+        }
+        assert_eq!(surveyed(&out), [(0, 1), (2, 1)], "{out:?}");
+        t.reached(0, 1, vec![1, 3, 4]);
+        t.decide(t0 + P * 4, |_| true, &mut out);
+        assert_eq!(severed(&out), [(2, Severance::NoAnswer)]);
+        let ignored = out
+            .iter()
+            .filter(|j| {
+                matches!(j, Judgement::Ignored { report, why }
+                    if report.lost == 2 && why == "the server it names was condemned already")
+            })
+            .count();
+        assert_eq!(ignored, 2, "{out:?}");
+        assert_eq!(surveyed(&out).len(), 2, "no second survey: {out:?}");
+    }
+
+    /// A held report is judged once the case it waited for is decided without ending
+    /// either of its servers.
+    #[test]
+    fn a_held_report_is_surveyed_after_the_case_before_it() {
+        let t0 = Instant::now();
+        let mut t = Tribunal::new(T, P, 5);
+        let mut out = Vec::new();
+        t.unreachable(link(0, 1), t0, &mut out);
+        t.unreachable(link(1, 2), t0, &mut out);
+        assert_eq!(surveyed(&out), [(0, 1), (1, 1)]);
+        t.reached(0, 1, vec![]);
+        t.reached(1, 1, vec![2, 3]);
+        t.decide(t0, |_| true, &mut out);
+        assert_eq!(
+            severed(&out),
+            [(0, Severance::ReachedFewer { mine: 0, theirs: 2 })]
+        );
+        assert_eq!(surveyed(&out), [(0, 1), (1, 1), (1, 2), (2, 2)], "{out:?}");
     }
 }
