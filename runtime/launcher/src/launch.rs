@@ -363,7 +363,7 @@ impl Launcher {
             Event::Msg {
                 node,
                 msg: DaemonMsg::FabricLost { node: lost, reason },
-            } => self.on_unreachable(node, lost, reason).await,
+            } => self.on_fabric_lost(node, lost, reason).await,
             Event::Msg {
                 node,
                 msg: DaemonMsg::Reached { token, nodes },
@@ -561,7 +561,7 @@ impl Launcher {
 
     /// Node server `by`'s fabric lost `lost`: unless `lost` is gone, the tribunal
     /// surveys both and ends one (see [`Tribunal`]).
-    async fn on_unreachable(
+    async fn on_fabric_lost(
         &mut self,
         by: NodeId,
         lost: NodeId,
