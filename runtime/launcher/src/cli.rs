@@ -257,8 +257,11 @@ pub struct RunArgs {
 
     /// Seconds a node server may send nothing before the one watching it declares it
     /// lost: its host died, it froze, or the network cut it off. It is then treated as
-    /// crashed (killed, and its ranks with it). 0 never declares one (only node servers
-    /// whose connections break are lost). At least 3 heartbeats (default: 10)
+    /// crashed (killed, and its ranks with it). Also how long a fabric connection's data
+    /// may go unanswered (then one of its two ends is ended, if both still run), and how
+    /// long a node server waits for a word from this launcher before it stops. 0 turns
+    /// all this off (only node servers whose connections break are lost, each server
+    /// deciding alone). At least 3 heartbeats (default: 10)
     #[arg(long, value_name = "SECS", value_parser = parse_secs, help_heading = "Fault-tolerance options")]
     pub peer_timeout: Option<Duration>,
 
