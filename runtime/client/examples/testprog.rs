@@ -2260,7 +2260,7 @@ fn partial_without(c: Client, g: &GroupResult, lost: &[u32]) -> R {
 
 /// Run with one rank per node server and `--enable-recovery`. Every rank fences (so
 /// the servers have talked to each other), then one rank (not on the construct's root
-/// server) SIGKILLs its own node server, and the others construct only after the loss,
+/// server), once every other rank is past the fence, SIGKILLs its own node server, and the others construct only after the loss,
 /// optional, over every rank: partial success without the lost rank. With the
 /// dissemination allgather every survivor sets up its rounds knowing a server of them
 /// is lost, so it sends straight to the root instead of waiting for that server's
@@ -2276,7 +2276,16 @@ fn construct_after_loss() -> R {
         timeout_ms: Some(60_000),
     };
     e2s(c.fence(&[], fence), "fence")?;
+    // A fence returning at one rank does not mean its outcome reached every server
+    // yet: x kills its server only once every other rank says it is past the fence
+    // (x's server may be the fence's root).
+    e2s(c.put(Scope::Remote, "past-fence", "yes".to_string()), "put")?;
+    e2s(c.commit(), "commit")?;
     if c.rank() == x {
+        for r in (0..n).filter(|&r| r != x) {
+            let v = c.get(&p(&c, r), "past-fence", Some(Duration::from_secs(60)));
+            e2s(v, "get past-fence")?;
+        }
         // SAFETY: plain syscalls; the parent is this rank's node server.
         unsafe { libc::kill(libc::getppid(), libc::SIGKILL) };
         std::thread::sleep(Duration::from_secs(60));

@@ -362,8 +362,13 @@ impl Launcher {
             }
             Event::Msg {
                 node,
-                msg: DaemonMsg::FabricLost { node: lost, reason },
-            } => self.on_fabric_lost(node, lost, reason).await,
+                msg:
+                    DaemonMsg::FabricLost {
+                        node: lost,
+                        reason,
+                        unreachable,
+                    },
+            } => self.on_fabric_lost(node, lost, reason, unreachable).await,
             Event::Msg {
                 node,
                 msg: DaemonMsg::Reached { token, nodes },
@@ -378,7 +383,7 @@ impl Launcher {
                     None => "closed its control connection".to_string(),
                 };
                 // Without the launcher it stops (or is gone already).
-                self.announce_lost(node).await;
+                self.announce_lost(node, true).await;
                 let verdict = self.daemon_failed(node, reason);
                 // Reports about it are settled now.
                 let judged = self.judge(Vec::new()).await;
@@ -386,7 +391,7 @@ impl Launcher {
             }
             Event::DaemonExited { node, how } => {
                 self.daemons[node as usize].running = false;
-                self.announce_lost(node).await;
+                self.announce_lost(node, true).await;
                 let pid = self.daemons[node as usize].pid;
                 let verdict = self.daemon_failed(node, format!("(pid {pid}) {how} unexpectedly"));
                 let judged = self.judge(Vec::new()).await;
@@ -566,6 +571,7 @@ impl Launcher {
         by: NodeId,
         lost: NodeId,
         reason: String,
+        unreachable: bool,
     ) -> Option<Verdict> {
         if lost == by || lost as usize >= self.daemons.len() {
             tracing::warn!(
@@ -576,8 +582,13 @@ impl Launcher {
             return None;
         }
         let reason = printable(&reason);
-        tracing::warn!(by, lost, %reason, "node server's fabric lost another");
-        let report = LinkReport { by, lost, reason };
+        tracing::warn!(by, lost, %reason, unreachable, "node server's fabric lost another");
+        let report = LinkReport {
+            by,
+            lost,
+            reason,
+            unreachable,
+        };
         let mut out = Vec::new();
         self.tribunal
             .unreachable(report, std::time::Instant::now(), &mut out);
@@ -707,6 +718,9 @@ impl Launcher {
             Severance::Tie { each } => format!(
                 "each reached {each} other node server(s) and {name} has the higher node id"
             ),
+            Severance::RoutedAround => {
+                "it still ran, and every node server routes around it already".to_string()
+            }
         };
         let link = if node == r.lost {
             format!("was lost by {other_name}'s fabric ({})", r.reason)
@@ -722,19 +736,26 @@ impl Launcher {
         let pid = self.daemons[node as usize].pid;
         tracing::warn!(node, pid, "killing a node server declared lost");
         reaper::signal_group(pid, libc::SIGKILL);
-        self.announce_lost(node).await;
+        self.announce_lost(node, false).await;
         self.daemon_failed(node, format!("(pid {pid}) {reason}; killed"))
     }
 
-    /// Tells every other running node server that `node` is lost, once the job
-    /// started: they route around it and drop their connections to it. With the
-    /// failure detector on, this is how they learn of every loss (they report what
-    /// their fabric finds, and act on the verdicts only), so they all see the same.
-    async fn announce_lost(&mut self, node: NodeId) {
+    /// Tells every other running node server, once the job started and with the
+    /// failure detector on, that `node` is lost: `gone` (its process ended, or its
+    /// control connection closed), or condemned here. They route around it and drop
+    /// their connections to it: at once if condemned (what it sends until it dies must
+    /// not count), after their fabric reported it if gone (so that what it sent
+    /// before still counts). A server that awaits a verdict about it (its fabric only
+    /// found it unreachable) needs this; the others learn of it this way at the latest.
+    async fn announce_lost(&mut self, node: NodeId, gone: bool) {
         if !self.started || self.detector.is_none() || !self.tribunal.lost(node) {
             return;
         }
-        let lost = LauncherMsg::PeerLost { node };
+        let lost = if gone {
+            LauncherMsg::PeerGone { node }
+        } else {
+            LauncherMsg::PeerLost { node }
+        };
         for (other, d) in self.daemons.iter_mut().enumerate() {
             if other as NodeId == node || !d.running {
                 continue;

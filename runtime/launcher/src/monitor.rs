@@ -308,6 +308,10 @@ pub struct LinkReport {
     pub by: NodeId,
     pub lost: NodeId,
     pub reason: String,
+    /// The fabric only found `lost` unreachable, and `by` awaits the verdict. If not,
+    /// `lost` closed or reset its connections: `by` acted on the loss already, and
+    /// every server routes around `lost`.
+    pub unreachable: bool,
 }
 
 /// Why [`Judgement::Sever`] ends the node server it names rather than the other end.
@@ -320,6 +324,10 @@ pub enum Severance {
     /// Both reached `each` other node servers: the higher node id goes (so the node
     /// server of rank 0 outlives a split in two).
     Tie { each: usize },
+    /// Its connections to the reporter ended while it still ran (it dropped them, or
+    /// closed one on a malformed frame): the reporter acted on the loss, and every
+    /// server routes around it already.
+    RoutedAround,
 }
 
 /// Judges reports of silent node servers ([`Accusation`]s) by asking the accused.
@@ -343,14 +351,17 @@ pub enum Severance {
 /// that does not answer within half a timeout is condemned too
 /// ([`Judgement::Unanswered`]).
 ///
-/// Reports of fabric losses ([`LinkReport`]s) are another matter. With the detector
-/// on, node servers act on no loss their fabric finds: they report it, and the
-/// launcher announces the losses (a server gone, or condemned), so that all see the
-/// same. A report about a server still running means the link between the two broke:
-/// the reporter's fabric dropped what it had queued for the other, so the job cannot
-/// go on with both, even if the link works again. Both are surveyed (each pings every other
-/// server, [`Judgement::Survey`]), and one goes ([`Judgement::Sever`]): one that does
-/// not answer; else the one that reached fewer other servers (a server cut off from
+/// Reports of fabric losses ([`LinkReport`]s) are another matter; with the detector
+/// on, node servers report every loss their fabric finds, so that all end up seeing
+/// the same losses. A closed connection was acted upon by its reporter already (every
+/// server routes around the server it names), so that server goes if it still runs,
+/// a little later (its process most likely ended, which the launcher sees meanwhile):
+/// [`Severance::RoutedAround`]. An `unreachable` one was not: if the server it names
+/// still runs, the link between the two broke, and the reporter's fabric dropped what
+/// it had queued for the other, so the job cannot go on with both, even if the link
+/// works again. Both are surveyed (each pings every other server,
+/// [`Judgement::Survey`]), and one goes ([`Judgement::Sever`]): one that does not
+/// answer; else the one that reached fewer other servers (a server cut off from
 /// everyone reports every server it sends to, and reaches none); else the higher node
 /// id. Reports whose sender or subject was condemned or is gone meanwhile are dropped
 /// (the launcher announces every server gone).
@@ -376,6 +387,9 @@ pub struct Tribunal {
     cases: VecDeque<Case>,
     /// Reports waiting for a case that shares a server with them.
     held: VecDeque<LinkReport>,
+    /// Reports of closed connections (not `unreachable`), each with when it is
+    /// decided: a server whose process ended is gone by then.
+    closes: Vec<(LinkReport, Instant)>,
     next_token: u64,
     /// How many node servers the job has.
     nodes: NodeId,
@@ -460,6 +474,7 @@ impl Tribunal {
             survey_slack: period * 2,
             cases: VecDeque::new(),
             held: VecDeque::new(),
+            closes: Vec::new(),
             next_token: 1,
             nodes,
             sweep_timeout: (timeout / 2).max(period * 2),
@@ -507,8 +522,13 @@ impl Tribunal {
     /// A server's fabric could not reach another (see [`Tribunal`]). Surveys start at
     /// once, unless the same link, reported from either end, is being judged already.
     pub fn unreachable(&mut self, report: LinkReport, now: Instant, out: &mut Vec<Judgement>) {
-        self.held.push_back(report);
-        self.open_cases(now, out);
+        if report.unreachable {
+            self.held.push_back(report);
+            self.open_cases(now, out);
+        } else {
+            // Its process most likely ended: give the launcher time to see that.
+            self.closes.push((report, now + self.survey_slack));
+        }
     }
 
     /// Starts a case, with its surveys, for each held report that shares no server
@@ -600,11 +620,13 @@ impl Tribunal {
     pub fn deadline(&self) -> Option<Instant> {
         let cases = self.cases.iter().map(|c| c.until);
         let swept = self.swept.iter().map(|(_, d, _)| *d);
+        let closes = self.closes.iter().map(|(_, d)| *d);
         self.asked
             .iter()
             .map(|(_, d)| *d)
             .chain(cases)
             .chain(swept)
+            .chain(closes)
             .min()
     }
 
@@ -659,6 +681,7 @@ impl Tribunal {
                 self.asked.retain(|(n, _)| *n != a.silent);
             }
         }
+        self.decide_closes(now, &running, out);
         self.decide_cases(now, &running, out);
         let (late, waiting): (Vec<_>, Vec<_>) = std::mem::take(&mut self.swept)
             .into_iter()
@@ -669,6 +692,37 @@ impl Tribunal {
                 self.condemned.push(node);
                 // No sweep after it: every server was asked in this one.
                 out.push(Judgement::Unanswered { node, after });
+            }
+        }
+    }
+
+    /// Reports of closed connections that are due: a server gone or condemned
+    /// meanwhile is left be; one that still runs goes (every server routes around it
+    /// already), whatever became of the reporter (whose loss the reported server may
+    /// have spread in turn).
+    fn decide_closes(
+        &mut self,
+        now: Instant,
+        running: &impl Fn(NodeId) -> bool,
+        out: &mut Vec<Judgement>,
+    ) {
+        let (due, later): (Vec<_>, Vec<_>) = std::mem::take(&mut self.closes)
+            .into_iter()
+            .partition(|(_, d)| *d <= now);
+        self.closes = later;
+        for (report, _) in due {
+            if self.condemned.contains(&report.lost) || !running(report.lost) {
+                out.push(Judgement::Ignored {
+                    report,
+                    why: "the server it names is gone or condemned".into(),
+                });
+            } else {
+                self.condemned.push(report.lost);
+                out.push(Judgement::Sever {
+                    node: report.lost,
+                    report,
+                    why: Severance::RoutedAround,
+                });
             }
         }
     }
@@ -1006,6 +1060,7 @@ mod tests {
             by,
             lost,
             reason: "timed out".into(),
+            unreachable: true,
         }
     }
 
@@ -1290,5 +1345,44 @@ mod tests {
             [(0, Severance::ReachedFewer { mine: 0, theirs: 2 })]
         );
         assert_eq!(surveyed(&out), [(0, 1), (1, 1), (1, 2), (2, 2)], "{out:?}");
+    }
+    fn closed(by: NodeId, lost: NodeId) -> LinkReport {
+        LinkReport {
+            by,
+            lost,
+            reason: "closed the connection without a goodbye".into(),
+            unreachable: false,
+        }
+    }
+
+    /// A closed connection was acted upon by its reporter (every server routes around
+    /// the server it names): that server goes if it still runs two heartbeats later,
+    /// with no survey, even if the reporter was condemned meanwhile (the other end
+    /// may have spread the reporter's loss in turn); one gone by then is left be.
+    #[test]
+    fn a_closed_connection_ends_the_server_it_names_if_it_still_runs() {
+        let t0 = Instant::now();
+        let mut t = Tribunal::new(T, P, 5);
+        let mut out = Vec::new();
+        t.unreachable(closed(1, 2), t0, &mut out);
+        t.unreachable(closed(2, 1), t0, &mut out);
+        t.unreachable(closed(3, 4), t0, &mut out);
+        assert!(surveyed(&out).is_empty(), "{out:?}");
+        t.decide(t0 + P, |_| true, &mut out);
+        assert!(
+            severed(&out).is_empty(),
+            "not before two heartbeats: {out:?}"
+        );
+        assert_eq!(t.deadline(), Some(t0 + P * 2));
+        t.decide(t0 + P * 2, |n| n != 4, &mut out);
+        assert_eq!(
+            severed(&out),
+            [(2, Severance::RoutedAround), (1, Severance::RoutedAround)]
+        );
+        assert!(
+            matches!(out.last(), Some(Judgement::Ignored { report, .. }) if report.lost == 4),
+            "a gone server is left be: {out:?}"
+        );
+        assert_eq!(t.deadline(), None);
     }
 }

@@ -62,14 +62,21 @@ pub enum DaemonMsg {
         silent_ms: u64,
     },
     /// This node server's fabric lost node server `node` (`reason`: a connection broke
-    /// or could not be made). `node` may still run, cut off from this server only, so
-    /// this server goes on as if it lived until the launcher's verdict
-    /// ([`LauncherMsg::PeerLost`]). The launcher knows whether `node` is gone; if not,
-    /// it asks both ([`LauncherMsg::Survey`]) and ends one of them, as the job cannot
-    /// use both.
+    /// or could not be made).
+    ///
+    /// `unreachable` (it did not answer, or there is no route): `node` may still run,
+    /// cut off from this server only, so this server goes on as if it lived until the
+    /// launcher's verdict ([`LauncherMsg::PeerLost`]). Unless `node` is gone, the
+    /// launcher asks both ([`LauncherMsg::Survey`]) and ends one of them, as the job
+    /// cannot use both.
+    ///
+    /// Otherwise (it closed or reset its connections) this server acted on the loss
+    /// already, and every server routes around `node`: if it still runs, the launcher
+    /// ends it.
     FabricLost {
         node: NodeId,
         reason: String,
+        unreachable: bool,
     },
     /// The answer to [`LauncherMsg::Survey`] `token`: the node servers that answered
     /// this one's pings in time.
@@ -92,6 +99,10 @@ pub enum LauncherMsg {
     /// A report of this node server about `node` was dropped: `node` talks to the job.
     /// Watch it again (the watch moved on with the report), so that it stays watched.
     KeepWatching { node: NodeId },
+    /// Node server `node`'s process ended (or its control connection closed, so it
+    /// ends): route around it once its fabric reported it, so that what it sent before
+    /// still counts, or after a heartbeat period at the latest.
+    PeerGone { node: NodeId },
     /// This node server was reported silent: how long has it heard from no other?
     /// (Answered with [`DaemonMsg::Heard`]; a frozen server does not answer, one the
     /// network cut off answers with a long silence.)

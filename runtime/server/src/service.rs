@@ -82,8 +82,14 @@ pub struct ServiceConfig {
 pub enum Report {
     /// The failure detector declared `node` lost: nothing came from it for `silent`.
     Silent { node: NodeId, silent: Duration },
-    /// The fabric lost `node` (`FabricEvent::PeerLost`; `reason` says how).
-    FabricLost { node: NodeId, reason: String },
+    /// The fabric lost `node` (`FabricEvent::PeerLost`; `reason` says how). Not
+    /// `unreachable`: acted upon here already (its process is gone, or it dropped
+    /// its connections to this server).
+    FabricLost {
+        node: NodeId,
+        reason: String,
+        unreachable: bool,
+    },
     /// The answer to survey `token` ([`NodeService::survey`]): the servers that
     /// answered its pings in time.
     Reached { token: u64, nodes: Vec<NodeId> },
@@ -148,6 +154,9 @@ struct Shared {
     unreachable: HashSet<NodeId>,
     /// Surveys in progress.
     surveys: Vec<Survey>,
+    /// Servers the launcher says are gone, and when to treat them as lost if the
+    /// fabric has not reported them by then (see [`NodeService::peer_gone`]).
+    gone: Vec<(NodeId, Time)>,
     /// When a message from another node server last arrived (see
     /// [`NodeService::unheard`]).
     last_heard: Option<Time>,
@@ -205,6 +214,7 @@ impl Shared {
             self.engine.next_deadline(),
             self.detector.as_ref().and_then(Detector::deadline),
             self.surveys.iter().map(|s| s.deadline).min(),
+            self.gone.iter().map(|&(_, t)| t).min(),
         ]
         .into_iter()
         .flatten()
@@ -228,6 +238,15 @@ impl Shared {
         };
         for survey in due {
             self.answer_survey(survey);
+        }
+        let (due, later): (Vec<_>, Vec<_>) = std::mem::take(&mut self.gone)
+            .into_iter()
+            .partition(|&(_, t)| t <= now);
+        self.gone = later;
+        for (node, _) in due {
+            if !self.engine.lost_nodes().any(|n| n == node) {
+                self.lose(node, "gone, by the launcher's word", now);
+            }
         }
         let Some(detector) = self.detector.as_mut() else {
             return;
@@ -284,13 +303,14 @@ impl Shared {
         }
     }
 
-    /// The fabric lost `peer` (`unreachable`: it did not answer, rather than closed or
-    /// refused). Without the failure detector it is a loss at once. With it, the
-    /// launcher judges (and learns of deaths itself): this server reports the loss and
-    /// acts on the launcher's verdict only ([`NodeService::peer_lost`]), so that every
-    /// server sees the same losses. The engine would propagate a loss to everyone, for
-    /// good, while this server may be the one cut off, or may see a live server's
-    /// connections end (one that found this server unreachable drops them).
+    /// The fabric lost `peer`. Without the failure detector it is a loss at once, as
+    /// is a loss that proves the process gone or that it dropped its connections
+    /// here (the fabric delivered what it sent before): the engine routes around it
+    /// and tells every other server, and the launcher is told too, so that it ends
+    /// the server if it still runs (every server routes around it now). An
+    /// `unreachable` loss is only reported: the launcher judges (this server may be
+    /// the one cut off, and the engine would make the loss everyone's, for good), and
+    /// this server acts on its verdict ([`NodeService::peer_lost`]).
     fn on_fabric_loss(&mut self, peer: NodeId, reason: String, unreachable: bool, now: Time) {
         let Some(d) = self.detector.as_mut() else {
             tracing::error!(peer, %reason, "peer node server lost");
@@ -299,17 +319,37 @@ impl Shared {
         };
         // No heartbeats into it meanwhile: each would be another failed connection.
         d.unreachable(peer, now);
-        if self.unreachable.insert(peer) {
+        if !unreachable {
+            tracing::error!(peer, %reason, "peer node server lost");
+            self.engine.on_peer_lost(peer, now);
+        } else if self.unreachable.insert(peer) {
             tracing::error!(
                 peer,
                 %reason,
-                unreachable,
-                "lost peer node server {peer}; reported to the launcher"
+                "peer node server {peer} unreachable; reported to the launcher"
             );
-            let _ = self.reports.send(Report::FabricLost { node: peer, reason });
         } else {
-            tracing::debug!(peer, %reason, "peer node server lost again");
+            tracing::debug!(peer, %reason, "peer node server still unreachable");
+            return;
         }
+        let _ = self.reports.send(Report::FabricLost {
+            node: peer,
+            reason,
+            unreachable,
+        });
+    }
+
+    /// Node server `node` is lost by the launcher's word (`why`): its connections are
+    /// dropped (they may never break: a network that drops its packets closes
+    /// nothing), so nothing more is read from it or queued for it, and the engine
+    /// routes around it.
+    fn lose(&mut self, node: NodeId, why: &str, now: Time) {
+        tracing::error!(peer = node, "peer node server lost: {why}");
+        self.fabric.declare_lost(node);
+        if let Some(d) = self.detector.as_mut() {
+            d.lost(node, now);
+        }
+        self.engine.on_peer_lost(node, now);
     }
 
     /// Sends an encoded peer message (held until the peer table is known).
@@ -436,6 +476,7 @@ impl NodeService {
             reports: reports_tx,
             unreachable: HashSet::new(),
             surveys: Vec::new(),
+            gone: Vec::new(),
             last_heard: None,
         }));
         let stop = Rc::new(Notify::new());
@@ -555,23 +596,33 @@ impl NodeService {
         s.flush();
     }
 
-    /// The launcher says node server `node` is lost (it killed it after a report of
-    /// its silence): as if the fabric had reported it, and its connections are
-    /// dropped.
+    /// The launcher says node server `node` is lost: it killed it (found silent, or
+    /// one end of a broken link). Its connections are dropped at once: what it sends
+    /// until it dies must not count.
     pub fn peer_lost(&self, node: NodeId) {
         let mut s = self.shared.borrow_mut();
         let now = s.now();
-        tracing::error!(
-            peer = node,
-            "peer node server lost: the launcher declared it"
-        );
-        // Its connections may never break (a network that drops its packets closes
-        // nothing): drop them, so nothing more is read from it or queued for it.
-        s.fabric.declare_lost(node);
-        if let Some(d) = s.detector.as_mut() {
-            d.lost(node, now);
+        s.lose(node, "the launcher declared it", now);
+        s.flush();
+    }
+
+    /// The launcher says node server `node`'s process ended (or its control connection
+    /// closed, so it ends). If this server awaits a verdict about it, it is lost now.
+    /// Otherwise its fabric should report it within `grace` (its kernel closed its
+    /// connections), after everything it sent before: waiting for that keeps its last
+    /// messages, which dropping its connections now would lose. If not reported by
+    /// then (no connection to it, or its host is gone), it is lost then.
+    pub fn peer_gone(&self, node: NodeId, grace: Duration) {
+        let mut s = self.shared.borrow_mut();
+        let now = s.now();
+        if s.engine.lost_nodes().any(|n| n == node) {
+            return;
         }
-        s.engine.on_peer_lost(node, now);
+        if s.unreachable.contains(&node) {
+            s.lose(node, "gone, by the launcher's word", now);
+        } else {
+            s.gone.push((node, now + grace));
+        }
         s.flush();
     }
 

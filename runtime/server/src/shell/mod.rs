@@ -244,6 +244,7 @@ async fn run(
         &mut exits,
         &mut signals,
         args.detector().map(|d| d.timeout),
+        args.detector().map(|d| d.period),
     )
     .await;
     match &end {
@@ -436,6 +437,7 @@ async fn serve(
     exits: &mut mpsc::UnboundedReceiver<RankExit>,
     signals: &mut TerminatingSignals,
     launcher_timeout: Option<Duration>,
+    launcher_period: Option<Duration>,
 ) -> End {
     tell(link, &DaemonMsg::Launched).await;
     let mut reports = svc.reports();
@@ -459,7 +461,15 @@ async fn serve(
                         node,
                         silent_ms: silent.as_millis() as u64,
                     },
-                    Report::FabricLost { node, reason } => DaemonMsg::FabricLost { node, reason },
+                    Report::FabricLost {
+                        node,
+                        reason,
+                        unreachable,
+                    } => DaemonMsg::FabricLost {
+                        node,
+                        reason,
+                        unreachable,
+                    },
                     Report::Reached { token, nodes } => DaemonMsg::Reached { token, nodes },
                 };
                 tell(link, &msg).await;
@@ -474,6 +484,12 @@ async fn serve(
                     FromLauncher::Msg(LauncherMsg::Heartbeat) => {}
                     FromLauncher::Msg(LauncherMsg::Shutdown) => return End::Shutdown,
                     FromLauncher::Msg(LauncherMsg::PeerLost { node }) => svc.peer_lost(node),
+                    FromLauncher::Msg(LauncherMsg::PeerGone { node }) => {
+                        // A heartbeat period (the launcher sends this only with the
+                        // detector on).
+                        let grace = launcher_period.unwrap_or(Duration::from_secs(1));
+                        svc.peer_gone(node, grace);
+                    }
                     FromLauncher::Msg(LauncherMsg::KeepWatching { node }) => svc.keep_watching(node),
                     FromLauncher::Msg(LauncherMsg::Survey { token, except, within_ms }) => {
                         svc.survey(token, except, Duration::from_millis(within_ms));
