@@ -22,6 +22,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::Parser;
+use cohort_core::DetectorConfig;
 use cohort_proto::control::{DaemonMsg, LauncherMsg};
 use cohort_proto::env::{self, from_hex, to_hex};
 use cohort_proto::JobMap;
@@ -243,8 +244,7 @@ async fn run(
         &mut from_launcher,
         &mut exits,
         &mut signals,
-        args.detector().map(|d| d.timeout),
-        args.detector().map(|d| d.period),
+        args.detector(),
     )
     .await;
     match &end {
@@ -427,8 +427,8 @@ async fn await_start(
 
 /// Runs the job on this node: reports rank exits until the launcher, a signal or a
 /// broken control connection ends it. `link` is `None` afterwards if it broke. With
-/// `launcher_timeout` (the failure detector runs, and the launcher sends heartbeats),
-/// a launcher silent that long is lost too.
+/// the failure `detector` (the launcher then sends heartbeats), a launcher silent for
+/// its timeout is lost too.
 async fn serve(
     svc: &NodeService,
     ranks: &mut Ranks,
@@ -436,9 +436,9 @@ async fn serve(
     from_launcher: &mut mpsc::UnboundedReceiver<FromLauncher>,
     exits: &mut mpsc::UnboundedReceiver<RankExit>,
     signals: &mut TerminatingSignals,
-    launcher_timeout: Option<Duration>,
-    launcher_period: Option<Duration>,
+    detector: Option<DetectorConfig>,
 ) -> End {
+    let launcher_timeout = detector.map(|d| d.timeout);
     tell(link, &DaemonMsg::Launched).await;
     let mut reports = svc.reports();
     let mut heard = tokio::time::Instant::now();
@@ -487,7 +487,7 @@ async fn serve(
                     FromLauncher::Msg(LauncherMsg::PeerGone { node }) => {
                         // A heartbeat period (the launcher sends this only with the
                         // detector on).
-                        let grace = launcher_period.unwrap_or(Duration::from_secs(1));
+                        let grace = detector.map_or(Duration::from_secs(1), |d| d.period);
                         svc.peer_gone(node, grace);
                     }
                     FromLauncher::Msg(LauncherMsg::KeepWatching { node }) => svc.keep_watching(node),
