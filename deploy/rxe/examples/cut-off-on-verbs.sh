@@ -4,8 +4,9 @@
 # with it the GID) of the next node server from dummy0, so that server's queue pairs
 # fail while its process and every other server run on. The fabric reports the failure
 # to the launcher instead of acting on it; the launcher has both ends of the broken
-# link ping every other server, and ends the one that reached none. The three others
-# must agree on a group without its rank. Run inside a soft-RoCE guest
+# link ping every other server, and ends the one that reached none (or ends it because
+# the others saw its connections close). The three others must agree on a group
+# without its rank. Run inside a soft-RoCE guest
 # (deploy/rxe/rxe-run.sh) as the last step: it changes the guest's addresses.
 # Usage: cut-off-on-verbs.sh TARGET_DIR
 set -euo pipefail
@@ -25,8 +26,9 @@ set -e
 results=$(grep -c '^RESULT' <<<"$out" || true)
 agree=$(grep '^RESULT' <<<"$out" | sort -u | wc -l || true)
 killed=$(grep -c '; killed' <<<"$out" || true)
-# Found by the survey (it reached nobody) or, if slower, by its watcher (cut off).
-why=$(grep '; killed' <<<"$out" | grep -c 'it reached 0 other node server(s)\|(cut off); killed' || true)
+# Found by the survey (it reached nobody), or ended because the others saw its
+# connections close and route around it, or, if slower, by its watcher (cut off).
+why=$(grep '; killed' <<<"$out" | grep -c 'it reached 0 other node server(s)\|routes around it already\|(cut off); killed' || true)
 echo "cut-off on verbs: status $status, $results survivors reported, $agree distinct result(s), $killed killed, $why as cut off"
 if [[ $status -ne 137 || $results -ne 3 || $agree -ne 1 || $killed -ne 1 || $why -ne 1 ]]; then
     echo "$out" >&2
