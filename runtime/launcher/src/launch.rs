@@ -544,12 +544,7 @@ impl Launcher {
         silent: NodeId,
         silent_ms: u64,
     ) -> Option<Verdict> {
-        if silent == by || silent as usize >= self.daemons.len() {
-            tracing::warn!(
-                by,
-                silent,
-                "ignoring a report of a silent node server that is not a peer"
-            );
+        if !self.names_a_peer(by, silent, "silent") {
             return None;
         }
         tracing::warn!(by, silent, silent_ms, "node server reported silent");
@@ -564,6 +559,20 @@ impl Launcher {
         self.judge(out).await
     }
 
+    /// Whether node server `by`'s report of a `what` node server names another node
+    /// server of the job (a report that does not is logged and ignored).
+    fn names_a_peer(&self, by: NodeId, other: NodeId, what: &str) -> bool {
+        let peer = other != by && (other as usize) < self.daemons.len();
+        if !peer {
+            tracing::warn!(
+                by,
+                other,
+                "ignoring a report of a {what} node server that is not a peer"
+            );
+        }
+        peer
+    }
+
     /// Node server `by`'s fabric lost `lost`: unless `lost` is gone, the tribunal
     /// surveys both and ends one (see [`Tribunal`]).
     async fn on_fabric_lost(
@@ -573,12 +582,7 @@ impl Launcher {
         reason: String,
         unreachable: bool,
     ) -> Option<Verdict> {
-        if lost == by || lost as usize >= self.daemons.len() {
-            tracing::warn!(
-                by,
-                lost,
-                "ignoring a report of a lost node server that is not a peer"
-            );
+        if !self.names_a_peer(by, lost, "lost") {
             return None;
         }
         let reason = printable(&reason);

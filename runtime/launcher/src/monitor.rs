@@ -1072,9 +1072,7 @@ mod tests {
         at_ms: u64,
         running: impl Fn(NodeId) -> bool + Copy,
     ) -> Vec<Judgement> {
-        let t0 = Instant::now();
-        let mut t = Tribunal::new(T, P, 5);
-        let mut out = Vec::new();
+        let (t0, mut t, mut out) = tribunal();
         for &(by, lost) in reports {
             t.unreachable(link(by, lost), t0, &mut out);
         }
@@ -1097,30 +1095,34 @@ mod tests {
 
     /// The servers probed, in order.
     fn probed(out: &[Judgement]) -> Vec<NodeId> {
-        out.iter()
-            .filter_map(|j| match j {
-                Judgement::Probe { node } => Some(*node),
-                _ => None,
-            })
-            .collect()
+        pick(out, |j| match j {
+            Judgement::Probe { node } => Some(*node),
+            _ => None,
+        })
+    }
+
+    /// What `f` picks from the judgements, in order.
+    fn pick<T>(out: &[Judgement], f: impl FnMut(&Judgement) -> Option<T>) -> Vec<T> {
+        out.iter().filter_map(f).collect()
     }
 
     fn severed(out: &[Judgement]) -> Vec<(NodeId, Severance)> {
-        out.iter()
-            .filter_map(|j| match j {
-                Judgement::Sever { node, why, .. } => Some((*node, why.clone())),
-                _ => None,
-            })
-            .collect()
+        pick(out, |j| match j {
+            Judgement::Sever { node, why, .. } => Some((*node, why.clone())),
+            _ => None,
+        })
+    }
+
+    /// A fresh tribunal for 5 servers, the time it starts, and an empty judgement list.
+    fn tribunal() -> (Instant, Tribunal, Vec<Judgement>) {
+        (Instant::now(), Tribunal::new(T, P, 5), Vec::new())
     }
 
     /// Both ends of a link reported broken are surveyed, once, whichever end reports
     /// it and however often.
     #[test]
     fn a_broken_link_surveys_both_ends_once() {
-        let t0 = Instant::now();
-        let mut t = Tribunal::new(T, P, 5);
-        let mut out = Vec::new();
+        let (t0, mut t, mut out) = tribunal();
         t.unreachable(link(0, 3), t0, &mut out);
         t.unreachable(link(3, 0), t0, &mut out);
         t.unreachable(link(0, 3), t0, &mut out);
@@ -1226,9 +1228,7 @@ mod tests {
         );
         // 2 cut off from all: condemned on 1's report; 2's report of 3 then comes
         // from a condemned server, and 4's of 2 names one.
-        let t0 = Instant::now();
-        let mut t = Tribunal::new(T, P, 5);
-        let mut out = Vec::new();
+        let (t0, mut t, mut out) = tribunal();
         t.unreachable(link(1, 2), t0, &mut out);
         t.unreachable(link(2, 3), t0, &mut out);
         t.unreachable(link(4, 2), t0, &mut out);
@@ -1261,9 +1261,7 @@ mod tests {
     /// among them), and nobody who answers does.
     #[test]
     fn servers_that_fail_together_are_found_by_one_sweep() {
-        let t0 = Instant::now();
-        let mut t = Tribunal::new(T, P, 5);
-        let mut out = Vec::new();
+        let (t0, mut t, mut out) = tribunal();
         t.accuse(accuse(3, 2), t0, &mut out);
         let condemned_at = t0 + P * 2;
         t.decide(condemned_at, |_| true, &mut out);
@@ -1294,21 +1292,17 @@ mod tests {
         assert_eq!(probed, [0, 1, 3, 4], "{out:?}");
     }
     fn surveyed(out: &[Judgement]) -> Vec<(NodeId, u64)> {
-        out.iter()
-            .filter_map(|j| match j {
-                Judgement::Survey { node, token, .. } => Some((*node, *token)),
-                _ => None,
-            })
-            .collect()
+        pick(out, |j| match j {
+            Judgement::Survey { node, token, .. } => Some((*node, *token)),
+            _ => None,
+        })
     }
 
     /// A server reported by many (crashed, or cut off) is surveyed once, not once per
     /// report; the reports held meanwhile are dropped once it is condemned.
     #[test]
     fn reports_sharing_a_server_are_surveyed_one_at_a_time() {
-        let t0 = Instant::now();
-        let mut t = Tribunal::new(T, P, 5);
-        let mut out = Vec::new();
+        let (t0, mut t, mut out) = tribunal();
         for by in [0, 1, 3] {
             t.unreachable(link(by, 2), t0, &mut out);
         }
@@ -1331,9 +1325,7 @@ mod tests {
     /// either of its servers.
     #[test]
     fn a_held_report_is_surveyed_after_the_case_before_it() {
-        let t0 = Instant::now();
-        let mut t = Tribunal::new(T, P, 5);
-        let mut out = Vec::new();
+        let (t0, mut t, mut out) = tribunal();
         t.unreachable(link(0, 1), t0, &mut out);
         t.unreachable(link(1, 2), t0, &mut out);
         assert_eq!(surveyed(&out), [(0, 1), (1, 1)]);
@@ -1361,9 +1353,7 @@ mod tests {
     /// may have spread the reporter's loss in turn); one gone by then is left be.
     #[test]
     fn a_closed_connection_ends_the_server_it_names_if_it_still_runs() {
-        let t0 = Instant::now();
-        let mut t = Tribunal::new(T, P, 5);
-        let mut out = Vec::new();
+        let (t0, mut t, mut out) = tribunal();
         t.unreachable(closed(1, 2), t0, &mut out);
         t.unreachable(closed(2, 1), t0, &mut out);
         t.unreachable(closed(3, 4), t0, &mut out);
