@@ -18,4 +18,13 @@ pub mod engine;
 pub mod kv;
 
 pub use detector::{Detection, Detector, DetectorConfig};
+
+/// Removes from `items` those that `pick` selects and returns them, both in their
+/// order (what `Vec::extract_if` does from Rust 1.87, above this workspace's
+/// `rust-version`).
+pub fn take_where<T>(items: &mut Vec<T>, pick: impl FnMut(&T) -> bool) -> Vec<T> {
+    let (taken, kept) = std::mem::take(items).into_iter().partition(pick);
+    *items = kept;
+    taken
+}
 pub use engine::{Action, ClientId, Engine, EngineConfig, Group, Time};

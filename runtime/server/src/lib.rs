@@ -5,4 +5,4 @@
 mod inbox;
 pub mod service;
 
-pub use service::{NodeService, Report, ServiceConfig};
+pub use service::{NodeService, ServiceConfig};

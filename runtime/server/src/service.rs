@@ -20,8 +20,9 @@ use std::time::{Duration, Instant};
 use crate::inbox;
 use bytes::Bytes;
 use cohort_core::{
-    Action, ClientId, Detection, Detector, DetectorConfig, Engine, EngineConfig, Time,
+    take_where, Action, ClientId, Detection, Detector, DetectorConfig, Engine, EngineConfig, Time,
 };
+use cohort_proto::control::DaemonMsg;
 use cohort_proto::frame::{self, MAX_CLIENT_FRAME};
 use cohort_proto::msg::{ClientFrame, ClientFrameEncoder, Hello, ServerFrame, Welcome};
 use cohort_proto::peer::PeerMsg;
@@ -74,27 +75,6 @@ pub struct ServiceConfig {
     pub detector: Option<DetectorConfig>,
 }
 
-/// What this node server tells the launcher about its peers (see
-/// [`NodeService::reports`]). The first two are accusations for the launcher to
-/// judge, not yet losses: this server goes on as if the peer lived until the verdict
-/// ([`NodeService::peer_lost`]), as it may be the one cut off.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Report {
-    /// The failure detector declared `node` lost: nothing came from it for `silent`.
-    Silent { node: NodeId, silent: Duration },
-    /// The fabric lost `node` (`FabricEvent::PeerLost`; `reason` says how). Not
-    /// `unreachable`: acted upon here already (its process is gone, or it dropped
-    /// its connections to this server).
-    FabricLost {
-        node: NodeId,
-        reason: String,
-        unreachable: bool,
-    },
-    /// The answer to survey `token` ([`NodeService::survey`]): the servers that
-    /// answered its pings in time.
-    Reached { token: u64, nodes: Vec<NodeId> },
-}
-
 /// A survey of which node servers this one reaches (see [`NodeService::survey`]).
 #[derive(Debug)]
 struct Survey {
@@ -115,7 +95,7 @@ pub struct NodeService {
     node: NodeId,
     stop: Rc<Notify>,
     detector: Option<DetectorConfig>,
-    reports: RefCell<Option<tokio::sync::mpsc::UnboundedReceiver<Report>>>,
+    reports: RefCell<Option<tokio::sync::mpsc::UnboundedReceiver<DaemonMsg>>>,
 }
 
 struct ClientConn {
@@ -147,10 +127,10 @@ struct Shared {
     spinner: Arc<Spinner>,
     /// The failure detector, once the peers are known (see [`NodeService::start`]).
     detector: Option<Detector>,
-    /// Where this server's reports go (see [`NodeService::reports`]).
-    reports: tokio::sync::mpsc::UnboundedSender<Report>,
-    /// Peers the fabric lost, reported to the launcher and awaiting its verdict
-    /// (reported once each).
+    /// Where this server's reports to the launcher go (see [`NodeService::reports`]).
+    reports: tokio::sync::mpsc::UnboundedSender<DaemonMsg>,
+    /// Peers the fabric found unreachable, reported to the launcher and awaiting its
+    /// verdict (reported once each).
     unreachable: HashSet<NodeId>,
     /// Surveys in progress.
     surveys: Vec<Survey>,
@@ -226,24 +206,13 @@ impl Shared {
     }
 
     /// Runs the failure detector's timer: heartbeats out, silent servers reported to the
-    /// owner of [`NodeService`] (for the launcher to judge; see [`Report`]); surveys
-    /// whose time is up answered.
+    /// owner of [`NodeService`] (for the launcher to judge; see
+    /// [`NodeService::reports`]); surveys whose time is up answered.
     fn detect(&mut self, now: Time) {
-        let due: Vec<Survey> = {
-            let (due, open) = std::mem::take(&mut self.surveys)
-                .into_iter()
-                .partition(|s| s.deadline <= now);
-            self.surveys = open;
-            due
-        };
-        for survey in due {
+        for survey in take_where(&mut self.surveys, |s| s.deadline <= now) {
             self.answer_survey(survey);
         }
-        let (due, later): (Vec<_>, Vec<_>) = std::mem::take(&mut self.gone)
-            .into_iter()
-            .partition(|&(_, t)| t <= now);
-        self.gone = later;
-        for (node, _) in due {
+        for (node, _) in take_where(&mut self.gone, |&(_, t)| t <= now) {
             if !self.engine.lost_nodes().any(|n| n == node) {
                 self.lose(node, "gone, by the launcher's word", now);
             }
@@ -268,7 +237,10 @@ impl Shared {
                          the launcher",
                         silent.as_secs_f64()
                     );
-                    let _ = self.reports.send(Report::Silent { node, silent });
+                    let _ = self.reports.send(DaemonMsg::PeerSilent {
+                        node,
+                        silent_ms: silent.as_millis() as u64,
+                    });
                 }
             }
         }
@@ -281,7 +253,7 @@ impl Shared {
             unanswered = ?survey.waiting,
             "survey of the node servers this one reaches: done"
         );
-        let _ = self.reports.send(Report::Reached {
+        let _ = self.reports.send(DaemonMsg::Reached {
             token: survey.token,
             nodes: survey.reached,
         });
@@ -332,7 +304,7 @@ impl Shared {
             tracing::debug!(peer, %reason, "peer node server still unreachable");
             return;
         }
-        let _ = self.reports.send(Report::FabricLost {
+        let _ = self.reports.send(DaemonMsg::FabricLost {
             node: peer,
             reason,
             unreachable,
@@ -412,7 +384,7 @@ impl NodeService {
         fabric_cfg.spinner = Some(spinner.clone());
         // With the failure detector, a connection whose data goes unanswered for a peer
         // timeout breaks, and is reported to the launcher as unreachable (see
-        // `Shared::on_unreachable`): TCP would retransmit for many minutes.
+        // `Shared::on_fabric_loss`): TCP would retransmit for many minutes.
         fabric_cfg.stall_timeout = cfg.detector.map(|d| d.timeout);
         // Everything here runs in one LocalSet (see the module docs).
         fabric_cfg.local_tasks = true;
@@ -505,14 +477,16 @@ impl NodeService {
     }
 
     /// What this server tells the launcher about its peers, as it happens (once;
-    /// `None` the second time).
-    pub fn reports(&self) -> Option<tokio::sync::mpsc::UnboundedReceiver<Report>> {
+    /// `None` the second time): `PeerSilent` and `FabricLost` are accusations for the
+    /// launcher to judge, not yet losses (this server may be the one cut off), and
+    /// `Reached` answers a survey ([`NodeService::survey`]).
+    pub fn reports(&self) -> Option<tokio::sync::mpsc::UnboundedReceiver<DaemonMsg>> {
         self.reports.borrow_mut().take()
     }
 
     /// The launcher asks which node servers this one reaches (after one found another
     /// unreachable): every other one not lost but `except` is pinged over the fabric,
-    /// and [`Report::Reached`] `token` answers once all answered or `within` passed.
+    /// and `DaemonMsg::Reached` `token` answers once all answered or `within` passed.
     pub fn survey(&self, token: u64, except: NodeId, within: Duration) {
         let mut s = self.shared.borrow_mut();
         let now = s.now();

@@ -26,7 +26,7 @@ use cohort_core::DetectorConfig;
 use cohort_proto::control::{DaemonMsg, LauncherMsg};
 use cohort_proto::env::{self, from_hex, to_hex};
 use cohort_proto::JobMap;
-use cohort_server::{NodeService, Report, ServiceConfig};
+use cohort_server::{NodeService, ServiceConfig};
 use cohort_topology::placement::job_map;
 use cohort_topology::{hostlist, Locality, NicInfo, NicKind, SwitchMap};
 use cohort_transport::{VerbsOptions, DEVICE_ENV};
@@ -455,25 +455,7 @@ async fn serve(
                     t.as_secs_f64()
                 ));
             }
-            Some(r) = async { reports.as_mut()?.recv().await } => {
-                let msg = match r {
-                    Report::Silent { node, silent } => DaemonMsg::PeerSilent {
-                        node,
-                        silent_ms: silent.as_millis() as u64,
-                    },
-                    Report::FabricLost {
-                        node,
-                        reason,
-                        unreachable,
-                    } => DaemonMsg::FabricLost {
-                        node,
-                        reason,
-                        unreachable,
-                    },
-                    Report::Reached { token, nodes } => DaemonMsg::Reached { token, nodes },
-                };
-                tell(link, &msg).await;
-            }
+            Some(msg) = async { reports.as_mut()?.recv().await } => tell(link, &msg).await,
             ev = from_launcher.recv() => {
                 let ev = ev.unwrap_or(FromLauncher::Closed(None));
                 if matches!(ev, FromLauncher::Msg(_)) {
@@ -487,7 +469,7 @@ async fn serve(
                     FromLauncher::Msg(LauncherMsg::PeerGone { node }) => {
                         // A heartbeat period (the launcher sends this only with the
                         // detector on).
-                        let grace = detector.map_or(Duration::from_secs(1), |d| d.period);
+                        let grace = detector.unwrap_or(DetectorConfig::DEFAULT).period;
                         svc.peer_gone(node, grace);
                     }
                     FromLauncher::Msg(LauncherMsg::KeepWatching { node }) => svc.keep_watching(node),
