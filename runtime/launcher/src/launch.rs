@@ -332,14 +332,40 @@ impl Launcher {
         }
     }
 
-    /// Sends every running node server a heartbeat.
+    /// Sends every running node server a heartbeat. (A broken connection shows up on
+    /// its reading side.)
     async fn heartbeat(&mut self) {
-        for d in self.daemons.iter_mut().filter(|d| d.running) {
+        self.tell_running(&LauncherMsg::Heartbeat, None).await;
+    }
+
+    /// Sends `msg` to node server `node`, if it registered.
+    async fn tell(&mut self, node: NodeId, msg: &LauncherMsg) -> std::io::Result<()> {
+        match self.daemons[node as usize].writer.as_mut() {
+            Some(w) => control::send(w, msg).await,
+            None => Ok(()),
+        }
+    }
+
+    /// Sends `msg` to every running node server but `except`; returns those it could
+    /// not be sent to, and why.
+    async fn tell_running(
+        &mut self,
+        msg: &LauncherMsg,
+        except: Option<NodeId>,
+    ) -> Vec<(NodeId, std::io::Error)> {
+        let mut failed = Vec::new();
+        for (node, d) in self.daemons.iter_mut().enumerate() {
+            let node = node as NodeId;
+            if Some(node) == except || !d.running {
+                continue;
+            }
             if let Some(w) = d.writer.as_mut() {
-                // A broken connection shows up on its reading side.
-                let _ = control::send(w, &LauncherMsg::Heartbeat).await;
+                if let Err(e) = control::send(w, msg).await {
+                    failed.push((node, e));
+                }
             }
         }
+        failed
     }
 
     async fn handle(&mut self, event: Event) -> Option<Verdict> {
@@ -383,21 +409,24 @@ impl Launcher {
                     None => "closed its control connection".to_string(),
                 };
                 // Without the launcher it stops (or is gone already).
-                self.announce_lost(node, true).await;
-                let verdict = self.daemon_failed(node, reason);
-                // Reports about it are settled now.
-                let judged = self.judge(Vec::new()).await;
-                verdict.or(judged)
+                self.daemon_gone(node, reason).await
             }
             Event::DaemonExited { node, how } => {
                 self.daemons[node as usize].running = false;
-                self.announce_lost(node, true).await;
                 let pid = self.daemons[node as usize].pid;
-                let verdict = self.daemon_failed(node, format!("(pid {pid}) {how} unexpectedly"));
-                let judged = self.judge(Vec::new()).await;
-                verdict.or(judged)
+                self.daemon_gone(node, format!("(pid {pid}) {how} unexpectedly"))
+                    .await
             }
         }
+    }
+
+    /// Node server `node` is gone (`reason`): announced to the others, then failed
+    /// (see [`Launcher::daemon_failed`]); the reports about it are settled now.
+    async fn daemon_gone(&mut self, node: NodeId, reason: String) -> Option<Verdict> {
+        self.announce_lost(node, true).await;
+        let verdict = self.daemon_failed(node, reason);
+        let judged = self.judge(Vec::new()).await;
+        verdict.or(judged)
     }
 
     fn daemon_failed(&mut self, node: NodeId, reason: String) -> Option<Verdict> {
@@ -573,8 +602,9 @@ impl Launcher {
         peer
     }
 
-    /// Node server `by`'s fabric lost `lost`: unless `lost` is gone, the tribunal
-    /// surveys both and ends one (see [`Tribunal`]).
+    /// Node server `by`'s fabric lost `lost`: if `lost` still runs, the tribunal ends
+    /// it (a closed connection) or one of the two (`unreachable`: after a survey of
+    /// both; see [`Tribunal`]).
     async fn on_fabric_lost(
         &mut self,
         by: NodeId,
@@ -595,7 +625,7 @@ impl Launcher {
         };
         let mut out = Vec::new();
         self.tribunal
-            .unreachable(report, std::time::Instant::now(), &mut out);
+            .fabric_lost(report, std::time::Instant::now(), &mut out);
         self.judge(out).await
     }
 
@@ -616,10 +646,8 @@ impl Launcher {
         for j in out {
             match j {
                 Judgement::Probe { node } => {
-                    if let Some(w) = self.daemons[node as usize].writer.as_mut() {
-                        // Unsent, it goes unanswered: the accused is condemned.
-                        let _ = control::send(w, &LauncherMsg::Probe).await;
-                    }
+                    // Unsent, it goes unanswered: the accused is condemned.
+                    let _ = self.tell(node, &LauncherMsg::Probe).await;
                 }
                 Judgement::Moot { accusation: a } => tracing::debug!(
                     by = a.by,
@@ -638,10 +666,8 @@ impl Launcher {
                          from another a moment before (the sender, or the link between them, \
                          is cut off); the sender keeps watching it"
                     );
-                    if let Some(w) = self.daemons[a.by as usize].writer.as_mut() {
-                        let again = LauncherMsg::KeepWatching { node: a.silent };
-                        let _ = control::send(w, &again).await;
-                    }
+                    let again = LauncherMsg::KeepWatching { node: a.silent };
+                    let _ = self.tell(a.by, &again).await;
                 }
                 Judgement::Dropped { accusation: a, why } => tracing::warn!(
                     by = a.by,
@@ -674,15 +700,13 @@ impl Launcher {
                     except,
                     within,
                 } => {
-                    if let Some(w) = self.daemons[node as usize].writer.as_mut() {
-                        let survey = LauncherMsg::Survey {
-                            token,
-                            except,
-                            within_ms: within.as_millis() as u64,
-                        };
-                        // Unsent, it goes unanswered: that server goes.
-                        let _ = control::send(w, &survey).await;
-                    }
+                    let survey = LauncherMsg::Survey {
+                        token,
+                        except,
+                        within_ms: within.as_millis() as u64,
+                    };
+                    // Unsent, it goes unanswered: that server goes.
+                    let _ = self.tell(node, &survey).await;
                 }
                 Judgement::Sever { report, node, why } => {
                     let reason = self.severance(&report, node, &why);
@@ -760,15 +784,8 @@ impl Launcher {
         } else {
             LauncherMsg::PeerLost { node }
         };
-        for (other, d) in self.daemons.iter_mut().enumerate() {
-            if other as NodeId == node || !d.running {
-                continue;
-            }
-            if let Some(w) = d.writer.as_mut() {
-                if let Err(e) = control::send(w, &lost).await {
-                    tracing::warn!(node = other, error = %e, "could not tell a node server of a loss");
-                }
-            }
+        for (other, e) in self.tell_running(&lost, Some(node)).await {
+            tracing::warn!(node = other, error = %e, "could not tell a node server of a loss");
         }
     }
 

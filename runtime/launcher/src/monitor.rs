@@ -4,6 +4,7 @@
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
+use cohort_core::take_where;
 use cohort_proto::control::ExitStatus;
 use cohort_proto::{JobMap, NodeId, Rank};
 
@@ -519,9 +520,10 @@ impl Tribunal {
         true
     }
 
-    /// A server's fabric could not reach another (see [`Tribunal`]). Surveys start at
-    /// once, unless the same link, reported from either end, is being judged already.
-    pub fn unreachable(&mut self, report: LinkReport, now: Instant, out: &mut Vec<Judgement>) {
+    /// A server's fabric lost another (see [`Tribunal`]). For an `unreachable` report,
+    /// surveys start at once unless a case shares a server with it; a closed
+    /// connection is decided two heartbeats later.
+    pub fn fabric_lost(&mut self, report: LinkReport, now: Instant, out: &mut Vec<Judgement>) {
         if report.unreachable {
             self.held.push_back(report);
             self.open_cases(now, out);
@@ -683,11 +685,7 @@ impl Tribunal {
         }
         self.decide_closes(now, &running, out);
         self.decide_cases(now, &running, out);
-        let (late, waiting): (Vec<_>, Vec<_>) = std::mem::take(&mut self.swept)
-            .into_iter()
-            .partition(|(_, d, _)| *d <= now);
-        self.swept = waiting;
-        for (node, _, after) in late {
+        for (node, _, after) in take_where(&mut self.swept, |(_, d, _)| *d <= now) {
             if !self.condemned.contains(&node) && running(node) {
                 self.condemned.push(node);
                 // No sweep after it: every server was asked in this one.
@@ -706,11 +704,7 @@ impl Tribunal {
         running: &impl Fn(NodeId) -> bool,
         out: &mut Vec<Judgement>,
     ) {
-        let (due, later): (Vec<_>, Vec<_>) = std::mem::take(&mut self.closes)
-            .into_iter()
-            .partition(|(_, d)| *d <= now);
-        self.closes = later;
-        for (report, _) in due {
+        for (report, _) in take_where(&mut self.closes, |(_, d)| *d <= now) {
             if self.condemned.contains(&report.lost) || !running(report.lost) {
                 out.push(Judgement::Ignored {
                     report,
@@ -742,9 +736,8 @@ impl Tribunal {
             };
             let answered = c.by_reached.is_some() && c.lost_reached.is_some();
             let over = answered || c.until <= now;
-            let judgement = if r.by == r.lost {
-                ignore("it names its sender")
-            } else if self.condemned.contains(&r.by) {
+            let mut no_answer = None;
+            let judgement = if self.condemned.contains(&r.by) {
                 ignore("its sender was condemned")
             } else if self.condemned.contains(&r.lost) {
                 ignore("the server it names was condemned already")
@@ -772,6 +765,9 @@ impl Tribunal {
                     }
                 };
                 self.condemned.push(node);
+                if why == Severance::NoAnswer {
+                    no_answer = Some(node);
+                }
                 Judgement::Sever {
                     report: r.clone(),
                     node,
@@ -779,13 +775,7 @@ impl Tribunal {
                 }
             };
             out.push(judgement);
-            if let Some(Judgement::Sever {
-                node,
-                why: Severance::NoAnswer,
-                ..
-            }) = out.last()
-            {
-                let node = *node;
+            if let Some(node) = no_answer {
                 self.sweep(node, now, running, out);
             }
             self.cases.pop_front();
@@ -1074,7 +1064,7 @@ mod tests {
     ) -> Vec<Judgement> {
         let (t0, mut t, mut out) = tribunal();
         for &(by, lost) in reports {
-            t.unreachable(link(by, lost), t0, &mut out);
+            t.fabric_lost(link(by, lost), t0, &mut out);
         }
         t.decide(t0, running, &mut out);
         let token = out
@@ -1123,9 +1113,9 @@ mod tests {
     #[test]
     fn a_broken_link_surveys_both_ends_once() {
         let (t0, mut t, mut out) = tribunal();
-        t.unreachable(link(0, 3), t0, &mut out);
-        t.unreachable(link(3, 0), t0, &mut out);
-        t.unreachable(link(0, 3), t0, &mut out);
+        t.fabric_lost(link(0, 3), t0, &mut out);
+        t.fabric_lost(link(3, 0), t0, &mut out);
+        t.fabric_lost(link(0, 3), t0, &mut out);
         let surveys: Vec<(NodeId, NodeId)> = out
             .iter()
             .filter_map(|j| match j {
@@ -1229,9 +1219,9 @@ mod tests {
         // 2 cut off from all: condemned on 1's report; 2's report of 3 then comes
         // from a condemned server, and 4's of 2 names one.
         let (t0, mut t, mut out) = tribunal();
-        t.unreachable(link(1, 2), t0, &mut out);
-        t.unreachable(link(2, 3), t0, &mut out);
-        t.unreachable(link(4, 2), t0, &mut out);
+        t.fabric_lost(link(1, 2), t0, &mut out);
+        t.fabric_lost(link(2, 3), t0, &mut out);
+        t.fabric_lost(link(4, 2), t0, &mut out);
         t.reached(1, 1, vec![0, 3, 4]);
         t.reached(2, 1, vec![]);
         t.decide(t0 + P * 4, |_| true, &mut out);
@@ -1304,7 +1294,7 @@ mod tests {
     fn reports_sharing_a_server_are_surveyed_one_at_a_time() {
         let (t0, mut t, mut out) = tribunal();
         for by in [0, 1, 3] {
-            t.unreachable(link(by, 2), t0, &mut out);
+            t.fabric_lost(link(by, 2), t0, &mut out);
         }
         assert_eq!(surveyed(&out), [(0, 1), (2, 1)], "{out:?}");
         t.reached(0, 1, vec![1, 3, 4]);
@@ -1326,8 +1316,8 @@ mod tests {
     #[test]
     fn a_held_report_is_surveyed_after_the_case_before_it() {
         let (t0, mut t, mut out) = tribunal();
-        t.unreachable(link(0, 1), t0, &mut out);
-        t.unreachable(link(1, 2), t0, &mut out);
+        t.fabric_lost(link(0, 1), t0, &mut out);
+        t.fabric_lost(link(1, 2), t0, &mut out);
         assert_eq!(surveyed(&out), [(0, 1), (1, 1)]);
         t.reached(0, 1, vec![]);
         t.reached(1, 1, vec![2, 3]);
@@ -1354,9 +1344,9 @@ mod tests {
     #[test]
     fn a_closed_connection_ends_the_server_it_names_if_it_still_runs() {
         let (t0, mut t, mut out) = tribunal();
-        t.unreachable(closed(1, 2), t0, &mut out);
-        t.unreachable(closed(2, 1), t0, &mut out);
-        t.unreachable(closed(3, 4), t0, &mut out);
+        t.fabric_lost(closed(1, 2), t0, &mut out);
+        t.fabric_lost(closed(2, 1), t0, &mut out);
+        t.fabric_lost(closed(3, 4), t0, &mut out);
         assert!(surveyed(&out).is_empty(), "{out:?}");
         t.decide(t0 + P, |_| true, &mut out);
         assert!(
