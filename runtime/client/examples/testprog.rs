@@ -2259,9 +2259,10 @@ fn partial_without(c: Client, g: &GroupResult, lost: &[u32]) -> R {
 }
 
 /// Run with one rank per node server and `--enable-recovery`. Every rank fences (so
-/// the servers have talked to each other), then one rank (not on the construct's root
-/// server), once every other rank is past the fence, SIGKILLs its own node server, and the others construct only after the loss,
-/// optional, over every rank: partial success without the lost rank. With the
+/// the servers have talked to each other); once every rank is past the fence, one rank
+/// (not on the construct's root server) SIGKILLs its own node server, and the others
+/// construct only after the loss, optional, over every rank: partial success without
+/// the lost rank. With the
 /// dissemination allgather every survivor sets up its rounds knowing a server of them
 /// is lost, so it sends straight to the root instead of waiting for that server's
 /// rounds (which used to hang until the 60 s timeout).
@@ -2271,23 +2272,10 @@ fn construct_after_loss() -> R {
     let n = c.size();
     let root = cohort_topology::rendezvous(GID, n as usize) as u32;
     let x = (root + 1) % n;
-    let fence = FenceOpts {
-        collect: false,
-        timeout_ms: Some(60_000),
-    };
-    e2s(c.fence(&[], fence), "fence")?;
-    // A fence returning at one rank does not mean its outcome reached every server
-    // yet: x kills its server only once every other rank says it is past the fence
-    // (x's server may be the fence's root).
-    e2s(c.put(Scope::Remote, "past-fence", "yes".to_string()), "put")?;
-    e2s(c.commit(), "commit")?;
-    if c.rank() == x {
-        for r in (0..n).filter(|&r| r != x) {
-            let v = c.get(&p(&c, r), "past-fence", Some(Duration::from_secs(60)));
-            e2s(v, "get past-fence")?;
-        }
-        // SAFETY: plain syscalls; the parent is this rank's node server.
-        unsafe { libc::kill(libc::getppid(), libc::SIGKILL) };
+    // x's server may be the fence's root.
+    if let Some(pids) = server_pids_past_fence(&c, x)? {
+        // SAFETY: kill(2) on this rank's own node server.
+        unsafe { libc::kill(pids[x as usize] as libc::pid_t, libc::SIGKILL) };
         std::thread::sleep(Duration::from_secs(60));
         return Err("outlived its node server".into());
     }
@@ -2408,18 +2396,12 @@ fn ip_rules(rules: &[(&str, &[&str])]) -> R {
     Ok(())
 }
 
-/// One rank per node server. Every rank fences and posts its node server's pid (its
-/// parent). The rank on the construct's root server reads them all, so every rank is
-/// past the fence (a fence returning at one rank does not mean its outcome reached
-/// every server yet), then silences the `count` servers after the root with
-/// `silence(root, node, pid)`. Their ranks wait to be killed with them; the others
-/// construct (optional, over every rank, no timeout) and must get partial success
-/// without them.
-fn silent_servers(gid: &str, count: u32, silence: impl Fn(u32, u32, u32) -> R) -> R {
-    let c = init()?;
-    let n = c.size();
-    let root = cohort_topology::rendezvous(gid, n as usize) as u32;
-    let silenced: Vec<u32> = (1..=count).map(|k| (root + k) % n).collect();
+/// One rank per node server: every rank fences and posts its node server's pid (its
+/// parent); rank `reader` reads them all, by rank (`None` at the others). A fence
+/// returning at one rank does not mean its outcome reached every server yet, but each
+/// pid is posted after its rank's fence returned: once `reader` has them all, every
+/// rank is past the fence.
+fn server_pids_past_fence(c: &Client, reader: u32) -> Result<Option<Vec<u32>>, String> {
     let fence = FenceOpts {
         collect: false,
         timeout_ms: Some(60_000),
@@ -2432,17 +2414,31 @@ fn silent_servers(gid: &str, count: u32, silence: impl Fn(u32, u32, u32) -> R) -
         "put",
     )?;
     e2s(c.commit(), "commit")?;
-    if c.rank() == root {
-        // Node-server pids by rank (one rank per node server).
-        let mut pids = vec![server as u32; n as usize];
-        for r in (0..n).filter(|r| *r != root) {
-            let v = c.get(&p(&c, r), "server-pid", Some(Duration::from_secs(60)));
-            pids[r as usize] = match e2s(v, "get")? {
-                Value::Str(s) => s.parse().map_err(|e| format!("pid {s:?}: {e}"))?,
-                other => return Err(format!("server-pid of rank {r}: {other:?}")),
-            };
-        }
-        // Every rank is past the fence now.
+    if c.rank() != reader {
+        return Ok(None);
+    }
+    let mut pids = vec![server as u32; c.size() as usize];
+    for r in (0..c.size()).filter(|&r| r != reader) {
+        let v = c.get(&p(c, r), "server-pid", Some(Duration::from_secs(60)));
+        pids[r as usize] = match e2s(v, "get")? {
+            Value::Str(s) => s.parse().map_err(|e| format!("pid {s:?}: {e}"))?,
+            other => return Err(format!("server-pid of rank {r}: {other:?}")),
+        };
+    }
+    Ok(Some(pids))
+}
+
+/// One rank per node server. Once every rank is past a fence
+/// ([`server_pids_past_fence`]), the rank on the construct's root server silences the
+/// `count` servers after the root with `silence(root, node, pid)`. Their ranks wait to be killed with them; the others
+/// construct (optional, over every rank, no timeout) and must get partial success
+/// without them.
+fn silent_servers(gid: &str, count: u32, silence: impl Fn(u32, u32, u32) -> R) -> R {
+    let c = init()?;
+    let n = c.size();
+    let root = cohort_topology::rendezvous(gid, n as usize) as u32;
+    let silenced: Vec<u32> = (1..=count).map(|k| (root + k) % n).collect();
+    if let Some(pids) = server_pids_past_fence(&c, root)? {
         for &x in &silenced {
             silence(root, x, pids[x as usize])?;
         }
