@@ -98,6 +98,9 @@ pub(crate) struct Inner {
     shm_floors: Mutex<Vec<u64>>,
     registry: Arc<EventRegistry>,
     events: crossbeam_channel::Sender<EventMsg>,
+    /// The last failure view (local or global) this process got of each group: what
+    /// a later view reports beyond it is new ([`FailedMembers::new`]).
+    failure_views: Mutex<std::collections::HashMap<String, Vec<ProcId>>>,
 }
 
 impl Drop for Inner {
@@ -171,6 +174,7 @@ fn unexpected(op: &str, r: &Response) -> CohortError {
         Response::Value(_) => "a value",
         Response::Group(_) => "a group result",
         Response::GroupNames(_) => "group names",
+        Response::Procs(_) => "a process list",
     };
     CohortError::Protocol(format!("the node server answered {op} with {kind}"))
 }
@@ -216,6 +220,39 @@ fn expect_names(r: Response) -> Result<Vec<String>> {
     match r {
         Response::GroupNames(n) => Ok(n),
         other => Err(unexpected("group names query", &other)),
+    }
+}
+
+fn expect_procs(op: &str, r: Response) -> Result<Vec<ProcId>> {
+    match r {
+        Response::Procs(p) => Ok(p),
+        other => Err(unexpected(op, &other)),
+    }
+}
+
+/// A group's failed members as a failure view reports them (the "validate" calls of
+/// the MPI fault-tolerance proposal, `spec/mpi3-ft-validate-local-global.txt`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct FailedMembers {
+    /// Every failed member in this view, in canonical order (namespace, then rank).
+    pub failed: Vec<ProcId>,
+    /// Those of `failed` that were not in this process's previous view of the group,
+    /// local or global (MPI_RANK_STATE_MOD_NEW); all of them the first time.
+    pub new: Vec<ProcId>,
+}
+
+impl Inner {
+    /// Records `failed` as the latest view of group `id` and says what is new in it.
+    fn record_view(&self, id: &str, failed: Vec<ProcId>) -> FailedMembers {
+        let mut views = lock(&self.failure_views);
+        let before = views.get(id).map(Vec::as_slice).unwrap_or_default();
+        let new = failed
+            .iter()
+            .filter(|p| before.binary_search(p).is_err())
+            .cloned()
+            .collect();
+        views.insert(id.to_string(), failed.clone());
+        FailedMembers { failed, new }
     }
 }
 
@@ -293,6 +330,7 @@ impl Client {
             shm_floors: Mutex::new(Vec::new()),
             registry: Arc::clone(&registry),
             events: events_tx,
+            failure_views: Mutex::new(std::collections::HashMap::new()),
         });
         let weak = Arc::downgrade(&inner);
         std::thread::Builder::new()
@@ -847,6 +885,57 @@ impl Client {
     ) -> impl Future<Output = Result<GroupResult>> + Send + 'static {
         let reply = self.group_call_async(id, |id| Request::QueryGroup { id });
         async move { expect_group("group query", reply.await?) }
+    }
+
+    /// The local failure view of group `id` ("L"; MPI_Comm_validate_local): the
+    /// members this process's node server knows to have failed — terminated, or hosted
+    /// by a node server that was lost. A local call: no other process takes part, and
+    /// two members may see different sets at the same moment. Members that left the
+    /// group are not members, failed or not. The caller must be a member.
+    pub fn group_failed_local(&self, id: &str) -> Result<FailedMembers> {
+        validate_group_id(id)?;
+        let req = Request::FailedLocal { id: id.to_string() };
+        let failed = expect_procs("local failure view", self.call(req, false, None)?)?;
+        Ok(self.inner.record_view(id, failed))
+    }
+
+    /// The global failure view of group `id` ("G"; MPI_Comm_validate_global): a
+    /// collective among the members still alive, which every one of them must call.
+    /// Each gets the same set: the union of every caller's local view and of the
+    /// members that terminated before calling (those that left are not waited for).
+    /// This process's local view becomes that set. Fails with `PeerLost` if the node
+    /// server deciding it is lost meanwhile (call again: the next call is decided
+    /// elsewhere most of the time), and with `Timeout` naming the members that did
+    /// not call within `timeout`.
+    pub fn group_failed_global(
+        &self,
+        id: &str,
+        timeout: Option<Duration>,
+    ) -> Result<FailedMembers> {
+        validate_group_id(id)?;
+        let timeout_ms = timeout.map(duration_ms);
+        let req = Request::FailedGlobal {
+            id: id.to_string(),
+            timeout_ms,
+        };
+        let failed = expect_procs("global failure view", self.call(req, false, timeout_ms)?)?;
+        Ok(self.inner.record_view(id, failed))
+    }
+
+    /// Async form of [`group_failed_global`](Self::group_failed_global).
+    pub fn group_failed_global_async(
+        &self,
+        id: &str,
+        timeout: Option<Duration>,
+    ) -> impl Future<Output = Result<FailedMembers>> + Send + 'static {
+        let timeout_ms = timeout.map(duration_ms);
+        let reply = self.group_call_async(id, |id| Request::FailedGlobal { id, timeout_ms });
+        let inner = Arc::clone(&self.inner);
+        let id = id.to_string();
+        async move {
+            let failed = expect_procs("global failure view", reply.await?)?;
+            Ok(inner.record_view(&id, failed))
+        }
     }
 
     /// Names of the groups this process belongs to (PMIX_GROUP_NAMES).

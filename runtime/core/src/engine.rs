@@ -70,6 +70,18 @@ const KEPT_OUTCOMES: usize = 8;
 /// ends (a few per peer; more means a confused peer).
 const MAX_EARLY_MSGS: usize = 256;
 
+/// A global failure view's contribution carries its server's local view in its group
+/// info under this key.
+const FAILED_VIEW_KEY: &str = "cohort.failed";
+
+/// The local failure view `c` carried (none when it carried none).
+fn failed_view_of(c: &Contribution) -> &[ProcId] {
+    match info_get(&c.group_info, FAILED_VIEW_KEY) {
+        Some(Value::Procs(procs)) => procs,
+        _ => &[],
+    }
+}
+
 /// Something the driver must do.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Action {
@@ -357,6 +369,8 @@ pub struct Engine {
     /// next attempt once it ends.
     parked: Vec<(CollKey, CollSpec, Contribution, Waiter)>,
     fence_seq: HashMap<(ProcId, String), u64>,
+    /// Each member's next global failure view of a group, by group id (the key's seq).
+    agree_seq: HashMap<(ProcId, String), u64>,
 
     groups: HashMap<String, Group>,
     retired: HashMap<String, Group>,
@@ -427,6 +441,7 @@ impl Engine {
             early_msgs: HashMap::default(),
             parked: Vec::new(),
             fence_seq: HashMap::default(),
+            agree_seq: HashMap::default(),
             groups: HashMap::default(),
             retired: HashMap::default(),
             departed: HashMap::default(),
@@ -669,6 +684,14 @@ impl Engine {
                 names.sort();
                 self.reply(client, id, Ok(Response::GroupNames(names)));
             }
+            Request::FailedLocal { id: gid } => {
+                let r = self.failed_members(&gid, &proc).map(Response::Procs);
+                self.reply(client, id, r);
+            }
+            Request::FailedGlobal {
+                id: gid,
+                timeout_ms,
+            } => self.agree(client, id, proc, gid, timeout_ms, now),
             Request::Finalize => {
                 self.finalized.insert(proc);
                 self.reply(client, id, Ok(Response::Done));
@@ -2023,6 +2046,56 @@ impl Engine {
         self.contribute(key, spec, contrib, waiter, now);
     }
 
+    /// The members of group `gid` (which `proc` belongs to) known here to have failed:
+    /// the local failure view. Members that left are not members any more.
+    fn failed_members(&self, gid: &str, proc: &ProcId) -> Result<Vec<ProcId>, CohortError> {
+        let group = self.member_group(gid, proc)?;
+        Ok(group
+            .members
+            .iter()
+            .filter(|p| self.terminated.contains(*p))
+            .cloned()
+            .collect())
+    }
+
+    /// The global failure view of group `gid`: `proc` contributes its local view, and
+    /// the root answers every surviving member with the union of the views and of the
+    /// members it knows terminated (see [`CollSpec::Agree`]).
+    fn agree(
+        &mut self,
+        client: ClientId,
+        req: ReqId,
+        proc: ProcId,
+        gid: String,
+        timeout_ms: Option<u64>,
+        now: Time,
+    ) {
+        let (members, local) = match self.member_group(&gid, &proc) {
+            Ok(g) => (g.original.clone(), self.failed_members(&gid, &proc)),
+            Err(e) => return self.reply(client, req, Err(e)),
+        };
+        let local = local.unwrap_or_default();
+        let seq = self
+            .agree_seq
+            .entry((proc.clone(), gid.clone()))
+            .or_insert(0);
+        let key = CollKey {
+            kind: CollKind::Agree,
+            id: gid,
+            seq: *seq,
+        };
+        *seq += 1;
+        let contrib = Contribution {
+            proc: proc.clone(),
+            data: Posted::default(),
+            group_info: vec![(FAILED_VIEW_KEY.into(), Value::Procs(local))],
+            add_members: Vec::new(),
+            flags: ContribFlags::default(),
+        };
+        let waiter = waiter(client, req, proc, timeout_ms, now);
+        self.contribute(key, CollSpec::Agree { members }, contrib, waiter, now);
+    }
+
     fn member_group(&self, gid: &str, proc: &ProcId) -> Result<&Group, CohortError> {
         validate_group_id(gid)?;
         let g = self
@@ -2155,6 +2228,20 @@ impl Engine {
                 }
             }
             (CollSpec::Destruct { .. }, CollSpec::Destruct { .. }) => Ok(()),
+            (CollSpec::Agree { members }, CollSpec::Agree { members: m }) => {
+                if Arc::ptr_eq(members, &m) || **members == *m {
+                    Ok(())
+                } else {
+                    Err(CohortError::Mismatch {
+                        op: op_name(key),
+                        reason: format!(
+                            "one member knows the group as {}, another as {}",
+                            fmt_procs(members),
+                            fmt_procs(&m)
+                        ),
+                    })
+                }
+            }
             (CollSpec::Bootstrap { leaders }, CollSpec::Bootstrap { leaders: n })
                 if *leaders == n =>
             {
@@ -2212,7 +2299,7 @@ impl Engine {
         nodes.sort_unstable();
         nodes.dedup();
         let root = match key.kind {
-            CollKind::Fence => {
+            CollKind::Fence | CollKind::Agree => {
                 // As `rendezvous(&format!("{}#{}", key.id, key.seq), …)`, unformatted.
                 let salt = StableHash::default()
                     .bytes(key.id.as_bytes())
@@ -2246,7 +2333,8 @@ impl Engine {
     /// between two servers that each take the other for the root, for ever). Honest
     /// servers never send one. The whole job's list is recognised by its allocation,
     /// a list this server holds for `key` by equality; any other list is checked once,
-    /// when this server first learns of the fence.
+    /// when this server first learns of the fence. The same holds for a global failure
+    /// view and its group's membership.
     fn spec_contradicts_key(&self, key: &CollKey, spec: &CollSpec) -> bool {
         match (key.kind, spec) {
             (CollKind::Fence, CollSpec::Fence { procs, .. }) => {
@@ -2264,6 +2352,18 @@ impl Engine {
             // outcome on as the root of a tree of its own.
             (CollKind::Invite, _) => true,
             (CollKind::Fence, _) | (_, CollSpec::Fence { .. }) => true,
+            // An agreement's root follows from the group's membership: a list other
+            // than the group's (as this server knows it, or as the operation started
+            // here) would route it elsewhere. A server that has not installed the group
+            // yet takes the list it is given.
+            (CollKind::Agree, CollSpec::Agree { members }) => {
+                let known = match self.colls.get(key).and_then(|c| c.spec.as_ref()) {
+                    Some(CollSpec::Agree { members }) => Some(members),
+                    _ => self.groups.get(&key.id).map(|g| &g.original),
+                };
+                known.is_some_and(|known| !Arc::ptr_eq(known, members) && known != members)
+            }
+            (CollKind::Agree, _) | (_, CollSpec::Agree { .. }) => true,
             _ => false,
         }
     }
@@ -2273,7 +2373,7 @@ impl Engine {
         match key.kind {
             CollKind::Construct | CollKind::Destruct => Some(self.rendezvous_node(&key.id)),
             CollKind::Invite => self.invite_home(&key.id),
-            CollKind::Fence => self
+            CollKind::Fence | CollKind::Agree => self
                 .colls
                 .get(key)
                 .and_then(|c| c.tree.as_ref())
@@ -2324,6 +2424,8 @@ impl Engine {
             CollSpec::Destruct {
                 notify_termination, ..
             } => !notify_termination,
+            // Failed members are what it is about.
+            CollSpec::Agree { .. } => false,
         }
     }
 
@@ -2743,7 +2845,8 @@ impl Engine {
     }
 
     fn has_departed(&self, gid: &str, kind: CollKind, p: &ProcId) -> bool {
-        kind == CollKind::Destruct && self.departed.get(gid).is_some_and(|d| d.contains(p))
+        matches!(kind, CollKind::Destruct | CollKind::Agree)
+            && self.departed.get(gid).is_some_and(|d| d.contains(p))
     }
 
     fn evaluate_root(&self, key: &CollKey) -> Option<Decision> {
@@ -2786,7 +2889,7 @@ impl Engine {
             }
             let pending = |p: &ProcId| self.standing(key, coll, p) == Standing::Pending;
             let any_pending = match spec {
-                CollSpec::Fence { .. } | CollSpec::Destruct { .. } => {
+                CollSpec::Fence { .. } | CollSpec::Destruct { .. } | CollSpec::Agree { .. } => {
                     expected_of(spec).iter().any(pending)
                 }
                 _ => Self::all_expected(coll, spec).iter().any(pending),
@@ -2925,6 +3028,27 @@ impl Engine {
             CollSpec::Destruct { .. } => {
                 self.live_roots.remove(&key.id);
                 CollOutcome::Destruct
+            }
+            CollSpec::Agree { members } => {
+                // Members that did not take part (they terminated; those that left
+                // are excused), those known here to have terminated since they took
+                // part, and every participant's local view.
+                let mut failed: BTreeSet<ProcId> = members
+                    .iter()
+                    .filter(|p| {
+                        self.terminated.contains(*p)
+                            || (!coll.contribs.contains_key(*p)
+                                && !coll.excused.contains(*p)
+                                && !self.has_departed(&key.id, key.kind, p))
+                    })
+                    .cloned()
+                    .collect();
+                for c in coll.contribs.values() {
+                    failed.extend(failed_view_of(c).iter().cloned());
+                }
+                CollOutcome::Agree {
+                    failed: failed.into_iter().collect(),
+                }
             }
         }
     }
@@ -3263,6 +3387,11 @@ impl Engine {
                     for f in dead {
                         self.member_failed_event(&group, &f);
                     }
+                }
+            }
+            CollOutcome::Agree { failed } => {
+                for w in waiters {
+                    self.reply(w.client, w.req, Ok(Response::Procs(failed.clone())));
                 }
             }
             CollOutcome::Destruct => {
@@ -3614,6 +3743,7 @@ fn expected_of(spec: &CollSpec) -> &[ProcId] {
         CollSpec::Construct { leaders } => leaders,
         CollSpec::Bootstrap { .. } => &[],
         CollSpec::Destruct { members, .. } => members,
+        CollSpec::Agree { members } => members,
     }
 }
 
@@ -3687,6 +3817,7 @@ fn op_name(key: &CollKey) -> String {
         CollKind::Construct => format!("group construct {:?}", key.id),
         CollKind::Destruct => format!("group destruct {:?}", key.id),
         CollKind::Invite => format!("group invite {:?}", key.id),
+        CollKind::Agree => format!("global failure view #{} of group {:?}", key.seq, key.id),
     }
 }
 

@@ -5,7 +5,8 @@
 //! picked at random) and asserts that the outcome is the one oldest-first delivery
 //! gives: the same reply to every request (the same group, context id, data or
 //! error), the same events at every rank, every operation ended on every live server,
-//! and no message storm.
+//! and no message storm. With faults injected, outcomes may differ from that run, but
+//! the members of a group that get its global failure view all get the same one.
 
 mod scenarios;
 
@@ -39,6 +40,8 @@ struct Seen {
     /// Constructs that failed at a rank on a live server although other ranks got the
     /// group with it as a member (its root server alive).
     left_out: Vec<String>,
+    /// Global failure views of one group that differ between the ranks that got one.
+    split_views: Vec<String>,
 }
 
 /// Cluster sizes explored: the scenarios' own (a root and two leaves) and one whose
@@ -67,6 +70,8 @@ fn run_with(
     c.clock_jumps = faults.clock_jumps;
     let calls = std::rc::Rc::new(std::cell::RefCell::new(Vec::new()));
     let keep = calls.clone();
+    let views = std::rc::Rc::new(std::cell::RefCell::new(Vec::new()));
+    let keep_views = views.clone();
     c.tamper_request = Some(Box::new(move |seq, rank, req: Request| {
         // Request ids are handed out in order from 1, one per request. A commit is
         // not answered.
@@ -75,6 +80,9 @@ fn run_with(
             Request::Construct { id, .. } => Some(id.clone()),
             _ => None,
         };
+        if let Request::FailedGlobal { id, .. } = &req {
+            keep_views.borrow_mut().push((rank, seq + 1, id.clone()));
+        }
         keep.borrow_mut().push((rank, seq + 1, answered, construct));
         req
     }));
@@ -127,6 +135,24 @@ fn run_with(
             ));
         }
     }
+    // Every scenario asks for a group's global failure view once per member: the
+    // members that get one get the same.
+    let mut agreed: BTreeMap<String, (u32, Response)> = BTreeMap::new();
+    let mut split_views = Vec::new();
+    for (rank, req, gid) in views.borrow().iter() {
+        let Some(Ok(view)) = c.reply(*rank, *req) else {
+            continue;
+        };
+        match agreed.get(gid) {
+            Some((first, seen)) if *seen != view => split_views.push(format!(
+                "group {gid:?}: rank {first} got the view {seen:?}, rank {rank} {view:?}"
+            )),
+            Some(_) => {}
+            None => {
+                agreed.insert(gid.clone(), (*rank, view));
+            }
+        }
+    }
     let events = everyone(&c)
         .map(|r| {
             let mut e: Vec<String> = c.events(r).iter().map(|e| format!("{e:?}")).collect();
@@ -156,6 +182,7 @@ fn run_with(
             left,
             unanswered,
             left_out,
+            split_views,
         },
         groups,
     )
@@ -297,7 +324,7 @@ fn broken_invariants(
             seen.unanswered
         ));
     }
-    for l in &seen.left_out {
+    for l in seen.left_out.iter().chain(&seen.split_views) {
         failures.push(format!("{case}: {l}"));
     }
     if !seen.left.is_empty() {

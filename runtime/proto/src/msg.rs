@@ -191,6 +191,17 @@ pub enum Request {
     },
     /// Names of the groups the caller belongs to (PMIX_GROUP_NAMES).
     QueryGroupNames,
+    /// The members of group `id` that the caller's node server knows to have failed
+    /// (the local failure view, "L"). Answered at once with [`Response::Procs`].
+    FailedLocal {
+        id: String,
+    },
+    /// The members of group `id` that failed, agreed by every surviving member (the
+    /// global failure view, "G"): a collective among the members still alive.
+    FailedGlobal {
+        id: String,
+        timeout_ms: Option<u64>,
+    },
     Finalize,
 }
 
@@ -210,6 +221,8 @@ impl Request {
             Request::Notify { .. } => "notify",
             Request::QueryGroup { .. } => "group query",
             Request::QueryGroupNames => "group names query",
+            Request::FailedLocal { .. } => "local failure view",
+            Request::FailedGlobal { .. } => "global failure view",
             Request::Finalize => "finalize",
         }
     }
@@ -224,6 +237,8 @@ pub enum Response {
     /// (encoded as the bare `GroupResult`).
     Group(std::sync::Arc<GroupResult>),
     GroupNames(Vec<String>),
+    /// A list of processes in canonical order (the failure views).
+    Procs(#[serde(with = "crate::procset")] Vec<ProcId>),
 }
 
 /// Frames a client sends after its hello.

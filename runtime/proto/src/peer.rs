@@ -19,6 +19,9 @@ pub enum CollKind {
     Destruct,
     /// Invite/join construct, tracked at the (current) leader's node server.
     Invite,
+    /// Agreement of a group's surviving members on its failed members (the global
+    /// failure view). Keyed like a fence: group id plus a per-member call count.
+    Agree,
 }
 
 /// Identifies one collective instance across node servers. Fences are keyed by their
@@ -52,6 +55,13 @@ pub enum CollSpec {
         #[serde(with = "crate::procset::shared")]
         members: Arc<[ProcId]>,
         notify_termination: bool,
+    },
+    /// The global failure view of a group: every member of `members` that is alive
+    /// takes part; members that terminated or left are not waited for.
+    Agree {
+        /// The group's membership at construct time (the same list on every server).
+        #[serde(with = "crate::procset::shared")]
+        members: Arc<[ProcId]>,
     },
 }
 
@@ -98,6 +108,11 @@ pub enum CollOutcome {
         designated_leaders: Vec<ProcId>,
     },
     Destruct,
+    /// The failed members every survivor agrees on (canonical order).
+    Agree {
+        #[serde(with = "crate::procset")]
+        failed: Vec<ProcId>,
+    },
     Failed(CohortError),
 }
 

@@ -149,7 +149,7 @@ pub fn fences_and_data(c: &mut Cluster) {
 }
 
 /// Collective construct with add-members, group info and a context id; a group fence,
-/// a get by group rank; leave; destruct.
+/// a get by group rank; leave; the global failure view; destruct.
 pub fn collective_group(c: &mut Cluster) {
     let leaders: Vec<u32> = (0..4).collect();
     let adds = vec![proc(c, 4), proc(c, 5)];
@@ -181,6 +181,16 @@ pub fn collective_group(c: &mut Cluster) {
     }
     get(c, 4, ProcId::new("g", 2), "addr");
     c.request(3, Request::Leave { id: "g".into() });
+    // The members left agree on the failed ones (none, unless a loss is injected).
+    for r in [0, 1, 2, 4, 5] {
+        c.request(
+            r,
+            Request::FailedGlobal {
+                id: "g".into(),
+                timeout_ms: Some(5_000),
+            },
+        );
+    }
     for r in [0, 1, 2, 4, 5] {
         c.request(
             r,

@@ -1,0 +1,235 @@
+//! The local and global failure views of a group, on in-memory clusters.
+//!
+//! `spec/mpi3-ft-validate-local-global.txt`: "L" is the set of failed processes that
+//! one process knows of (a local call; members may differ), "G" the set every active
+//! process agrees on ("G = union of all L at logical time T", obtained by a collective),
+//! after which each process's L is G.
+
+use std::time::Duration;
+
+use cohort_core::cluster::Cluster;
+use cohort_proto::msg::{ConstructOpts, Request, Response};
+use cohort_proto::{CohortError, ProcId};
+use cohort_topology::{rendezvous, TreeShape};
+
+fn local(c: &mut Cluster, rank: u32, id: &str) -> Result<Response, CohortError> {
+    let q = c.request(rank, Request::FailedLocal { id: id.into() });
+    c.reply(rank, q)
+        .expect("the local view is answered at once")
+}
+
+fn global(c: &mut Cluster, rank: u32, id: &str, timeout_ms: Option<u64>) -> u64 {
+    c.request(
+        rank,
+        Request::FailedGlobal {
+            id: id.into(),
+            timeout_ms,
+        },
+    )
+}
+
+fn procs(c: &Cluster, ranks: &[u32]) -> Response {
+    Response::Procs(ranks.iter().map(|&r| c.proc(r)).collect())
+}
+
+/// 6 ranks on 3 servers (ranks 0-1, 2-3, 4-5), all in group `id`.
+fn group_of_six(id: &str) -> Cluster {
+    let mut c = Cluster::new(6, 3, TreeShape::KAry(2));
+    c.connect_all();
+    let opts = ConstructOpts {
+        notify_termination: true,
+        ..Default::default()
+    };
+    let reqs: Vec<u64> = (0..6)
+        .map(|r| c.construct(r, id, &[0, 1, 2, 3, 4, 5], opts.clone()))
+        .collect();
+    for (r, q) in reqs.into_iter().enumerate() {
+        c.group(r as u32, q);
+    }
+    c
+}
+
+#[test]
+fn the_local_view_names_the_failed_members_known_here_and_not_those_that_left() {
+    let mut c = group_of_six("g");
+    assert_eq!(local(&mut c, 0, "g"), Ok(procs(&c, &[])));
+    let q = c.request(5, Request::Leave { id: "g".into() });
+    assert_eq!(c.reply(5, q), Some(Ok(Response::Done)));
+    c.exit(3);
+    c.exit(5);
+    for r in [0, 1, 2, 4] {
+        assert_eq!(local(&mut c, r, "g"), Ok(procs(&c, &[3])), "rank {r}");
+    }
+    // A lost server's processes are failed too.
+    c.kill_node(2);
+    assert_eq!(local(&mut c, 0, "g"), Ok(procs(&c, &[3, 4])));
+}
+
+#[test]
+fn a_view_of_a_group_the_caller_is_not_in_is_an_error_naming_it() {
+    let mut c = Cluster::new(4, 2, TreeShape::KAry(2));
+    c.connect_all();
+    let reqs: Vec<u64> = (0..3)
+        .map(|r| c.construct(r, "three", &[0, 1, 2], ConstructOpts::default()))
+        .collect();
+    c.group(0, reqs[0]);
+    let proc3 = c.proc(3);
+    match local(&mut c, 3, "three") {
+        Err(CohortError::NotAMember { id, proc }) => {
+            assert_eq!((id, proc), ("three".into(), proc3))
+        }
+        other => panic!("{other:?}"),
+    }
+    let q = global(&mut c, 3, "three", None);
+    assert!(
+        matches!(c.error(3, q), CohortError::NotAMember { ref id, .. } if id == "three"),
+        "{:?}",
+        c.reply(3, q)
+    );
+    assert!(matches!(
+        local(&mut c, 0, "nope"),
+        Err(CohortError::GroupNotFound { ref id }) if id == "nope"
+    ));
+}
+
+#[test]
+fn every_survivor_gets_the_same_global_view_once_all_of_them_called() {
+    let mut c = group_of_six("g");
+    let q = c.request(1, Request::Leave { id: "g".into() });
+    assert_eq!(c.reply(1, q), Some(Ok(Response::Done)));
+    c.exit(2);
+    c.kill_node(2); // ranks 4 and 5
+    let survivors = [0, 3];
+    let q0 = global(&mut c, 0, "g", None);
+    assert_eq!(c.reply(0, q0), None, "rank 3 has not called yet");
+    let q3 = global(&mut c, 3, "g", None);
+    for (r, q) in [(0, q0), (3, q3)] {
+        assert_eq!(c.reply(r, q), Some(Ok(procs(&c, &[2, 4, 5]))), "rank {r}");
+    }
+    // A second agreement is a new collective: with nothing new, the same answer.
+    let qs: Vec<(u32, u64)> = survivors
+        .iter()
+        .map(|&r| (r, global(&mut c, r, "g", None)))
+        .collect();
+    for (r, q) in qs {
+        assert_eq!(c.reply(r, q), Some(Ok(procs(&c, &[2, 4, 5]))), "rank {r}");
+    }
+}
+
+#[test]
+fn a_member_dying_before_it_calls_is_not_waited_for_and_is_in_the_view() {
+    let mut c = group_of_six("g");
+    let qs: Vec<(u32, u64)> = [0, 1, 2, 3, 4]
+        .iter()
+        .map(|&r| (r, global(&mut c, r, "g", None)))
+        .collect();
+    assert_eq!(
+        c.reply(0, qs[0].1),
+        None,
+        "rank 5 is alive and has not called"
+    );
+    c.exit(5);
+    for (r, q) in qs {
+        assert_eq!(c.reply(r, q), Some(Ok(procs(&c, &[5]))), "rank {r}");
+    }
+}
+
+/// A member that took part and then died, whose death the deciding server has not
+/// heard of when it decides, is still in every view: another member's server knew of
+/// it, and G is the union of the local views.
+#[test]
+fn a_failure_the_deciding_server_has_not_heard_of_reaches_every_view() {
+    let mut c = group_of_six("g");
+    let root = rendezvous("g#0", 3) as u32;
+    let (x, y) = ((root + 1) % 3, (root + 2) % 3);
+    let ranks = |n: u32| [n * 2, n * 2 + 1];
+    let mut qs: Vec<(u32, u64)> = ranks(x)
+        .iter()
+        .map(|&r| (r, global(&mut c, r, "g", None)))
+        .collect();
+    // x's contributions reached the root; the death of x's first rank will not.
+    c.hold(x, root);
+    let dead = ranks(x)[0];
+    c.exit(dead);
+    qs.retain(|&(r, _)| r != dead);
+    for r in ranks(y) {
+        assert_eq!(local(&mut c, r, "g"), Ok(procs(&c, &[dead])), "rank {r}");
+    }
+    for r in ranks(root) {
+        assert_eq!(
+            local(&mut c, r, "g"),
+            Ok(procs(&c, &[])),
+            "rank {r}: held back"
+        );
+    }
+    for r in ranks(y).into_iter().chain(ranks(root)) {
+        qs.push((r, global(&mut c, r, "g", None)));
+    }
+    for &(r, q) in &qs {
+        assert_eq!(c.reply(r, q), Some(Ok(procs(&c, &[dead]))), "rank {r}");
+    }
+    c.release(x, root);
+    // Once the held news arrives, the root's members see it locally too.
+    for r in ranks(root) {
+        assert_eq!(local(&mut c, r, "g"), Ok(procs(&c, &[dead])), "rank {r}");
+    }
+}
+
+#[test]
+fn a_live_member_that_never_calls_times_the_agreement_out_naming_it() {
+    let mut c = group_of_six("g");
+    let qs: Vec<(u32, u64)> = (0..5)
+        .map(|r| (r, global(&mut c, r, "g", Some(500))))
+        .collect();
+    c.advance(Duration::from_millis(600));
+    let five: ProcId = c.proc(5);
+    for (r, q) in qs {
+        match c.error(r, q) {
+            CohortError::Timeout { missing, .. } => {
+                assert_eq!(missing, vec![five.clone()], "rank {r}")
+            }
+            other => panic!("rank {r}: {other:?}"),
+        }
+    }
+}
+
+/// The server deciding an agreement is lost before it answered: every caller gets
+/// `PeerLost` naming it, and calling again completes (elsewhere) with its members in
+/// the view.
+#[test]
+fn losing_the_deciding_server_fails_the_agreement_and_a_new_call_completes() {
+    let mut c = group_of_six("g");
+    let root = rendezvous("g#0", 3) as u32;
+    let callers: Vec<u32> = (0..6).filter(|r| r / 2 != root).collect();
+    let qs: Vec<(u32, u64)> = callers
+        .iter()
+        .map(|&r| (r, global(&mut c, r, "g", None)))
+        .collect();
+    c.kill_node(root);
+    for (r, q) in qs {
+        match c.error(r, q) {
+            CohortError::PeerLost { node, .. } => assert_eq!(node, root, "rank {r}"),
+            other => panic!("rank {r}: {other:?}"),
+        }
+    }
+    // Each new call is decided by the server its sequence number picks; one that picks
+    // the lost server fails at once for every caller alike.
+    let dead = procs(&c, &[root * 2, root * 2 + 1]);
+    for attempt in 1..=20 {
+        let qs: Vec<(u32, u64)> = callers
+            .iter()
+            .map(|&r| (r, global(&mut c, r, "g", None)))
+            .collect();
+        let answers: Vec<_> = qs.iter().map(|&(r, q)| c.reply(r, q)).collect();
+        assert!(
+            answers.iter().all(|a| a == &answers[0]),
+            "attempt {attempt}: {answers:?}"
+        );
+        match &answers[0] {
+            Some(Ok(view)) => return assert_eq!(view, &dead),
+            Some(Err(CohortError::PeerLost { node, .. })) => assert_eq!(*node, root),
+            other => panic!("attempt {attempt}: {other:?}"),
+        }
+    }
+    panic!("20 agreements in a row were decided by the lost server");
+}
