@@ -71,6 +71,7 @@ fn main() {
         "cut-off" => cut_off(),
         "two-cut-off" => two_cut_off(),
         "cut-apart" => partial_cut(),
+        "failure-views" => failure_views(),
         "idle-cpu" => idle_cpu(),
         "fd-limits" => fd_limits(),
         other => Err(format!("unknown scenario {other:?}")),
@@ -2456,6 +2457,73 @@ fn silent_servers(gid: &str, count: u32, silence: impl Fn(u32, u32, u32) -> R) -
     };
     let g = e2s(c.group_construct(gid, &all(&c), opts), "construct")?;
     partial_without(c, &g, &silenced)
+}
+
+/// The failure views of a group (spec/mpi3-ft-validate-local-global.txt), 6 ranks.
+/// All construct "fv"; rank 3 leaves (and ends normally), rank 5 aborts. The others
+/// ask for the global view: {5}, all of it new; their local view is then {5}, nothing
+/// new. With more than one node server, rank 4 then kills its node server (SIGKILL)
+/// once the others are past a fence: the survivors' next global view is {4, 5}, 4 new
+/// (a call decided by the lost server fails with PeerLost and is made again). Each
+/// survivor prints `RESULT view1=… view2=…`.
+fn failure_views() -> R {
+    const ID: &str = "fv";
+    let c = init()?;
+    let me = c.rank();
+    check!(c.size() == 6, "run with -n 6, not {}", c.size());
+    let g = e2s(c.group_construct(ID, &all(&c), ctx()), "construct")?;
+    check!(g.members == all(&c), "members {}", ranks(&g.members));
+    match me {
+        5 => std::process::abort(),
+        3 => {
+            e2s(c.group_leave(ID), "leave")?;
+            return e2s(c.finalize(), "finalize");
+        }
+        _ => {}
+    }
+    let timeout = Some(Duration::from_secs(60));
+    let view = |c: &Client| e2s(c.group_failed_global(ID, timeout), "global view");
+    let v1 = view(&c)?;
+    check!(v1.failed == vec![p(&c, 5)], "view 1: {}", ranks(&v1.failed));
+    check!(v1.new == v1.failed, "view 1 new: {}", ranks(&v1.new));
+    let l = e2s(c.group_failed_local(ID), "local view")?;
+    check!(l.failed == v1.failed, "local view: {}", ranks(&l.failed));
+    check!(l.new.is_empty(), "local view new: {}", ranks(&l.new));
+    if c.job().num_nodes == 1 {
+        println!("RESULT view1={}", ranks(&v1.failed));
+        return e2s(c.finalize(), "finalize");
+    }
+    let survivors = [0, 1, 2, 4].map(|r| p(&c, r));
+    let fence = FenceOpts {
+        collect: false,
+        timeout_ms: Some(60_000),
+    };
+    e2s(c.fence(&survivors, fence), "fence")?;
+    let lost_node = c.job().node_of(&p(&c, 4)).ok_or("rank 4 has no node")?;
+    if me == 4 {
+        // SAFETY: getppid has no preconditions; kill(2) on this rank's own server.
+        unsafe { libc::kill(libc::getppid(), libc::SIGKILL) };
+        std::thread::sleep(Duration::from_secs(60));
+        return Err("outlived its node server".into());
+    }
+    let mut tries = 0;
+    let v2 = loop {
+        tries += 1;
+        match c.group_failed_global(ID, timeout) {
+            Err(CohortError::PeerLost { node, .. }) if node == lost_node && tries < 20 => {}
+            other => break e2s(other, "global view 2")?,
+        }
+    };
+    eprintln!("rank {me}: the second global view took {tries} call(s)");
+    let expected = vec![p(&c, 4), p(&c, 5)];
+    check!(v2.failed == expected, "view 2: {}", ranks(&v2.failed));
+    check!(v2.new == vec![p(&c, 4)], "view 2 new: {}", ranks(&v2.new));
+    println!(
+        "RESULT view1={} view2={}",
+        ranks(&v1.failed),
+        ranks(&v2.failed)
+    );
+    e2s(c.finalize(), "finalize")
 }
 
 /// Polling is bounded: a call blocked on its node server polls for its spin budget

@@ -3036,11 +3036,9 @@ impl Engine {
                 let mut failed: BTreeSet<ProcId> = members
                     .iter()
                     .filter(|p| {
-                        self.terminated.contains(*p)
-                            || (!coll.contribs.contains_key(*p)
-                                && !coll.excused.contains(*p)
-                                && !self.has_departed(&key.id, key.kind, p))
+                        !coll.excused.contains(*p) && !self.has_departed(&key.id, key.kind, p)
                     })
+                    .filter(|p| self.terminated.contains(*p) || !coll.contribs.contains_key(*p))
                     .cloned()
                     .collect();
                 for c in coll.contribs.values() {

@@ -95,8 +95,10 @@ fn a_view_of_a_group_the_caller_is_not_in_is_an_error_naming_it() {
 #[test]
 fn every_survivor_gets_the_same_global_view_once_all_of_them_called() {
     let mut c = group_of_six("g");
+    // Rank 1 leaves, then ends: it is no member, failed or not.
     let q = c.request(1, Request::Leave { id: "g".into() });
     assert_eq!(c.reply(1, q), Some(Ok(Response::Done)));
+    c.exit(1);
     c.exit(2);
     c.kill_node(2); // ranks 4 and 5
     let survivors = [0, 3];
