@@ -20,12 +20,12 @@ demo: setup
 # the verbs job in a soft-RoCE guest (deploy/rxe/ci.sh: QEMU, installed on first use;
 # COHORT_SKIP_RXE=1 skips it, loudly).
 test: setup
-	$(CARGO) build --workspace --bins --examples
+	$(CARGO) build --workspace --lib --bins --examples
 	$(CARGO) test --workspace
 	deploy/rxe/ci.sh
 
 build: setup
-	$(CARGO) build --release --workspace --bins --examples
+	$(CARGO) build --release --workspace --lib --bins --examples
 
 # The benchmark tables quoted in the issues' closing notes.
 bench: build

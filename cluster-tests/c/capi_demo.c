@@ -1,0 +1,168 @@
+/*
+ * A rank program in C against include/cohort.h (run by cluster-tests/tests/capi.rs
+ * under `cohort run`): data exchange, a whole-job fence, a group with a context id,
+ * a get by group rank, a GROUP_LEFT event, the failure views, a typed error, and
+ * destruct. Any violation prints "FAIL rank R: …" and exits 1; success prints
+ * "RESULT members=N ctx=C failed=F" (equal on every rank that stays in the group).
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "cohort.h"
+
+static uint32_t me;
+
+#define CHECK(cond, ...)                                   \
+    do {                                                   \
+        if (!(cond)) {                                     \
+            fprintf(stderr, "FAIL rank %u: ", me);         \
+            fprintf(stderr, __VA_ARGS__);                  \
+            fprintf(stderr, " (last error: %s)\n", cohort_last_error()); \
+            exit(1);                                       \
+        }                                                  \
+    } while (0)
+
+#define OK(call) \
+    do { int rc_ = (call); CHECK(rc_ == COHORT_SUCCESS, "%s: %s", #call, cohort_status_name(rc_)); } while (0)
+
+static cohort_proc_t proc_of(const char *nspace, uint32_t rank) {
+    cohort_proc_t p;
+    memset(&p, 0, sizeof p);
+    snprintf(p.nspace, sizeof p.nspace, "%s", nspace);
+    p.rank = rank;
+    return p;
+}
+
+static volatile int left_events;
+static char left_group[COHORT_MAX_NSLEN + 1];
+static uint32_t left_rank = UINT32_MAX;
+
+static void on_left(int code, const cohort_proc_t *source, const cohort_proc_t *affected,
+                    size_t naffected, const char *group, void *cbdata) {
+    (void)source;
+    (void)cbdata;
+    if (code != COHORT_EVENT_GROUP_LEFT || naffected != 1 || group == NULL)
+        return;
+    snprintf(left_group, sizeof left_group, "%s", group);
+    left_rank = affected[0].rank;
+    __atomic_add_fetch(&left_events, 1, __ATOMIC_SEQ_CST);
+}
+
+int main(void) {
+    cohort_client_t *c = NULL;
+    int rc = cohort_init(&c);
+    if (rc != COHORT_SUCCESS) {
+        fprintf(stderr, "FAIL rank ?: cohort_init: %s: %s\n", cohort_status_name(rc),
+                cohort_last_error());
+        return 1;
+    }
+    me = cohort_rank(c);
+    uint32_t n = cohort_size(c);
+    const char *ns = cohort_nspace(c);
+    CHECK(n >= 3, "run with at least 3 ranks, not %u", n);
+
+    /* Data: each rank's endpoint, read by the next rank after a collecting fence. */
+    char ep[64];
+    snprintf(ep, sizeof ep, "ep-%u", me);
+    OK(cohort_put_string(c, COHORT_SCOPE_GLOBAL, "endpoint", ep));
+    OK(cohort_put_u64(c, COHORT_SCOPE_REMOTE, "answer", 40 + me));
+    unsigned char blob[3] = {1, 2, (unsigned char)me};
+    OK(cohort_put_bytes(c, COHORT_SCOPE_REMOTE, "blob", blob, sizeof blob));
+    OK(cohort_commit(c));
+    OK(cohort_fence(c, NULL, 0, 1, 60000));
+    uint32_t next = (me + 1) % n;
+    cohort_proc_t peer = proc_of(ns, next);
+    cohort_value_t v;
+    OK(cohort_get(c, &peer, "endpoint", 10000, &v));
+    char want[64];
+    snprintf(want, sizeof want, "ep-%u", next);
+    CHECK(v.type == COHORT_VALUE_STRING && strcmp(v.str, want) == 0, "endpoint of %u", next);
+    cohort_value_free(&v);
+    OK(cohort_get(c, &peer, "answer", 10000, &v));
+    CHECK(v.type == COHORT_VALUE_U64 && v.u64 == 40 + next, "answer of %u", next);
+    cohort_value_free(&v);
+    OK(cohort_get(c, &peer, "blob", 10000, &v));
+    CHECK(v.type == COHORT_VALUE_BYTES && v.len == 3 && ((unsigned char *)v.bytes)[2] == next,
+          "blob of %u", next);
+    cohort_value_free(&v);
+
+    /* A typed error naming what is missing. */
+    rc = cohort_get(c, &peer, "no-such-key", 2000, &v);
+    CHECK(rc == COHORT_ERR_NOT_FOUND || rc == COHORT_ERR_TIMEOUT, "missing key: %s",
+          cohort_status_name(rc));
+    CHECK(strstr(cohort_last_error(), "no-such-key") != NULL || rc == COHORT_ERR_TIMEOUT,
+          "the error names the key");
+
+    /* Every rank joins "c-all", with a context id. */
+    int leaves = me == n - 1;
+    uint64_t handler = 0;
+    int codes[1] = {COHORT_EVENT_GROUP_LEFT};
+    if (!leaves)
+        OK(cohort_register_event_handler(c, codes, 1, on_left, NULL, &handler));
+    cohort_proc_t *all = calloc(n, sizeof *all);
+    for (uint32_t r = 0; r < n; r++)
+        all[n - 1 - r] = proc_of(ns, r); /* any order: the membership is canonical */
+    cohort_construct_opts_t opts;
+    memset(&opts, 0, sizeof opts);
+    opts.assign_context_id = 1;
+    opts.timeout_ms = 60000;
+    cohort_group_t g;
+    OK(cohort_group_construct(c, "c-all", all, n, &opts, &g));
+    CHECK(g.nmembers == n && g.has_context_id && !g.partial && g.nfailed == 0,
+          "group: %zu members, ctx %d", g.nmembers, g.has_context_id);
+    for (uint32_t r = 0; r < n; r++)
+        CHECK(g.members[r].rank == r && strcmp(g.members[r].nspace, ns) == 0, "member %u", r);
+    uint64_t ctx = g.context_id;
+    cohort_group_free(&g);
+    free(all);
+
+    /* A get addressed by group rank, no fence after the construct. */
+    cohort_proc_t by_group = proc_of("c-all", next);
+    OK(cohort_get(c, &by_group, "endpoint", 10000, &v));
+    CHECK(v.type == COHORT_VALUE_STRING && strcmp(v.str, want) == 0, "group rank %u", next);
+    cohort_value_free(&v);
+
+    if (leaves) {
+        OK(cohort_group_leave(c, "c-all"));
+        OK(cohort_finalize(c));
+        return 0;
+    }
+    /* The others hear of it (bounded wait, only against a hang). */
+    for (int i = 0; i < 30000 && __atomic_load_n(&left_events, __ATOMIC_SEQ_CST) == 0; i++) {
+        struct timespec ms = {0, 1000000};
+        nanosleep(&ms, NULL);
+    }
+    CHECK(left_events == 1 && left_rank == n - 1 && strcmp(left_group, "c-all") == 0,
+          "GROUP_LEFT: %d events, rank %u, group %s", left_events, left_rank, left_group);
+    OK(cohort_deregister_event_handler(c, handler));
+    CHECK(cohort_deregister_event_handler(c, handler) == COHORT_ERR_BAD_PARAM,
+          "a second deregistration is refused");
+
+    /* Nobody failed: both views are empty, and agreed by every remaining member. */
+    cohort_failed_t f;
+    OK(cohort_group_failed_local(c, "c-all", &f));
+    CHECK(f.nfailed == 0 && f.nfresh == 0, "local view: %zu failed", f.nfailed);
+    cohort_failed_free(&f);
+    OK(cohort_group_failed_global(c, "c-all", 60000, &f));
+    CHECK(f.nfailed == 0, "global view: %zu failed", f.nfailed);
+    size_t nfailed = f.nfailed;
+    cohort_failed_free(&f);
+
+    /* Typed errors name the group. */
+    rc = cohort_group_destruct(c, "no-such-group", 1000);
+    CHECK(rc == COHORT_ERR_GROUP_NOT_FOUND && strstr(cohort_last_error(), "no-such-group"),
+          "destruct of an unknown group: %s", cohort_status_name(rc));
+    rc = cohort_group_construct(c, "", NULL, 0, NULL, &g);
+    CHECK(rc == COHORT_ERR_INVALID_GROUP_ID, "empty id: %s", cohort_status_name(rc));
+    CHECK(cohort_put_string(c, 7, "k", "v") == COHORT_ERR_BAD_PARAM, "scope 7");
+    CHECK(cohort_fence(NULL, NULL, 0, 0, 0) == COHORT_ERR_BAD_PARAM, "NULL client");
+
+    OK(cohort_group_destruct(c, "c-all", 60000));
+    printf("RESULT members=%u ctx=%llu failed=%zu\n", n, (unsigned long long)ctx, nfailed);
+    fflush(stdout);
+    OK(cohort_finalize(c));
+    return 0;
+}

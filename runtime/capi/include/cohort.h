@@ -1,0 +1,192 @@
+/*
+ * cohort.h — C interface of the cohort client library (libcohort_c).
+ *
+ * A process started by `cohort run` calls cohort_init() to connect to its node
+ * server, then puts, commits, gets, fences and builds process groups (PMIx groups,
+ * collective method), as the Rust crate `cohort` does. Every call blocks until its
+ * answer. Link with -lcohort_c (shared or static library in cargo's target dir).
+ *
+ * Errors: every function returning int returns COHORT_SUCCESS (0) or a negative
+ * COHORT_ERR_* status; cohort_last_error() then gives the message of the calling
+ * thread's last failure, naming the group, process or node server involved.
+ *
+ * Memory: results handed out by the library (values, groups, process lists) are
+ * released with the matching cohort_*_free function. Strings passed in are
+ * NUL-terminated UTF-8.
+ */
+#ifndef COHORT_H
+#define COHORT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Longest namespace or group id, in bytes (PMIX_MAX_NSLEN). */
+#define COHORT_MAX_NSLEN 255
+/* All ranks of a namespace or group (PMIX_RANK_WILDCARD). */
+#define COHORT_RANK_WILDCARD UINT32_MAX
+
+/* Status codes. */
+#define COHORT_SUCCESS 0
+#define COHORT_ERR_BAD_PARAM -1         /* a NULL, non-UTF-8 or over-long argument */
+#define COHORT_ERR_INVALID_GROUP_ID -2
+#define COHORT_ERR_UNKNOWN_PROC -3
+#define COHORT_ERR_GROUP_NOT_FOUND -4
+#define COHORT_ERR_NOT_A_MEMBER -5
+#define COHORT_ERR_GROUP_ID_IN_USE -6
+#define COHORT_ERR_MISMATCH -7          /* callers disagree (leader list or count, …) */
+#define COHORT_ERR_NOT_LEADER -8
+#define COHORT_ERR_TIMEOUT -9
+#define COHORT_ERR_PROC_TERMINATED -10
+#define COHORT_ERR_NOT_FOUND -11
+#define COHORT_ERR_PEER_LOST -12        /* a node server was lost */
+#define COHORT_ERR_CONSTRUCT_ABORTED -13
+#define COHORT_ERR_BAD_REQUEST -14
+#define COHORT_ERR_SERVER_LOST -15      /* the connection to this node server */
+#define COHORT_ERR_AUTH_REFUSED -16
+#define COHORT_ERR_PROTOCOL -17
+#define COHORT_ERR_IO -18
+#define COHORT_ERR_NOT_SUPPORTED -19
+
+/* Scopes of put (PMIX_LOCAL, PMIX_REMOTE, PMIX_GLOBAL). */
+#define COHORT_SCOPE_LOCAL 0
+#define COHORT_SCOPE_REMOTE 1
+#define COHORT_SCOPE_GLOBAL 2
+
+/* Types of cohort_value_t. */
+#define COHORT_VALUE_BOOL 1
+#define COHORT_VALUE_U32 2
+#define COHORT_VALUE_U64 3
+#define COHORT_VALUE_I64 4
+#define COHORT_VALUE_F64 5
+#define COHORT_VALUE_STRING 6   /* str: NUL-terminated */
+#define COHORT_VALUE_BYTES 7    /* bytes, len */
+#define COHORT_VALUE_PROCS 8    /* procs, len */
+#define COHORT_VALUE_OTHER 9    /* a type this interface does not carry; str: its text */
+
+/* Event codes (the same values as the Rust crate's `cohort::codes`). */
+#define COHORT_EVENT_GROUP_INVITED -159
+#define COHORT_EVENT_GROUP_LEFT -160
+#define COHORT_EVENT_GROUP_INVITE_ACCEPTED -161
+#define COHORT_EVENT_GROUP_INVITE_DECLINED -162
+#define COHORT_EVENT_GROUP_INVITE_FAILED -163
+#define COHORT_EVENT_GROUP_MEMBERSHIP_UPDATE -164
+#define COHORT_EVENT_GROUP_CONSTRUCT_ABORT -165
+#define COHORT_EVENT_GROUP_CONSTRUCT_COMPLETE -166
+#define COHORT_EVENT_GROUP_LEADER_SELECTED -167
+#define COHORT_EVENT_GROUP_LEADER_FAILED -168
+#define COHORT_EVENT_GROUP_CONTEXT_ID_ASSIGNED -169
+#define COHORT_EVENT_GROUP_MEMBER_FAILED -170
+#define COHORT_EVENT_PROC_TERMINATED -201
+#define COHORT_EVENT_LOST_CONNECTION -61
+
+typedef struct cohort_client cohort_client_t; /* opaque */
+
+typedef struct {
+    char nspace[COHORT_MAX_NSLEN + 1];
+    uint32_t rank;
+} cohort_proc_t;
+
+typedef struct {
+    int type;          /* COHORT_VALUE_* */
+    int boolean;
+    uint32_t u32;
+    uint64_t u64;
+    int64_t i64;
+    double f64;
+    char *str;
+    void *bytes;
+    cohort_proc_t *procs;
+    size_t len;
+} cohort_value_t;
+
+/* Options of a group construct (the PMIX_GROUP_* directives). Zero-initialize. */
+typedef struct {
+    int timeout_ms;          /* <= 0: none */
+    int optional;            /* PMIX_GROUP_OPTIONAL */
+    int leader;              /* PMIX_GROUP_LEADER */
+    int notify_termination;  /* PMIX_GROUP_NOTIFY_TERMINATION */
+    int assign_context_id;   /* PMIX_GROUP_ASSIGN_CONTEXT_ID */
+} cohort_construct_opts_t;
+
+/* What a construct returns to every member. */
+typedef struct {
+    cohort_proc_t *members;  /* canonical order: group rank = index */
+    size_t nmembers;
+    int has_context_id;
+    uint64_t context_id;
+    int partial;             /* optional participants terminated first */
+    cohort_proc_t *failed;   /* those participants */
+    size_t nfailed;
+} cohort_group_t;
+
+/* A group's failed members as a failure view reports them. */
+typedef struct {
+    cohort_proc_t *failed;   /* canonical order */
+    size_t nfailed;
+    cohort_proc_t *fresh;    /* those not in this process's previous view */
+    size_t nfresh;
+} cohort_failed_t;
+
+/* An event handler. `source` and `affected` live only during the call. */
+typedef void (*cohort_event_fn)(int code, const cohort_proc_t *source,
+                                const cohort_proc_t *affected, size_t naffected,
+                                const char *group, void *cbdata);
+
+/* Connects to the node server `cohort run` started this process under. */
+int cohort_init(cohort_client_t **client);
+/* Tells the node server this process is done and releases `client`. */
+int cohort_finalize(cohort_client_t *client);
+
+uint32_t cohort_rank(const cohort_client_t *client);
+uint32_t cohort_size(const cohort_client_t *client);
+/* This process's namespace; valid until cohort_finalize. */
+const char *cohort_nspace(const cohort_client_t *client);
+
+/* The calling thread's last error message ("" if none); valid until its next call. */
+const char *cohort_last_error(void);
+/* A fixed name for a status code ("COHORT_ERR_TIMEOUT", …). */
+const char *cohort_status_name(int status);
+
+int cohort_put_string(cohort_client_t *client, int scope, const char *key, const char *value);
+int cohort_put_u64(cohort_client_t *client, int scope, const char *key, uint64_t value);
+int cohort_put_bytes(cohort_client_t *client, int scope, const char *key, const void *data,
+                     size_t len);
+int cohort_commit(cohort_client_t *client);
+/* Reads `key` of `proc` (`{group, group-rank}` allowed); timeout_ms <= 0: none. */
+int cohort_get(cohort_client_t *client, const cohort_proc_t *proc, const char *key,
+               int timeout_ms, cohort_value_t *value);
+void cohort_value_free(cohort_value_t *value);
+
+/* Fence over `procs` (none: the whole job; `{group, COHORT_RANK_WILDCARD}`: a group). */
+int cohort_fence(cohort_client_t *client, const cohort_proc_t *procs, size_t nprocs,
+                 int collect, int timeout_ms);
+
+int cohort_group_construct(cohort_client_t *client, const char *id, const cohort_proc_t *procs,
+                           size_t nprocs, const cohort_construct_opts_t *opts,
+                           cohort_group_t *group);
+void cohort_group_free(cohort_group_t *group);
+int cohort_group_destruct(cohort_client_t *client, const char *id, int timeout_ms);
+int cohort_group_leave(cohort_client_t *client, const char *id);
+
+/* Failure views (spec/mpi3-ft-validate-local-global.txt): local, and agreed by all
+ * surviving members (a collective). */
+int cohort_group_failed_local(cohort_client_t *client, const char *id, cohort_failed_t *out);
+int cohort_group_failed_global(cohort_client_t *client, const char *id, int timeout_ms,
+                               cohort_failed_t *out);
+void cohort_failed_free(cohort_failed_t *failed);
+
+/* Calls `fn` on the client's event thread for events whose code is in `codes`
+ * (ncodes 0: every code); `*id` identifies the handler. */
+int cohort_register_event_handler(cohort_client_t *client, const int *codes, size_t ncodes,
+                                  cohort_event_fn fn, void *cbdata, uint64_t *id);
+int cohort_deregister_event_handler(cohort_client_t *client, uint64_t id);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* COHORT_H */

@@ -1,0 +1,952 @@
+//! C ABI of the cohort client library: `include/cohort.h` declares what this crate
+//! exports (`libcohort_c.so` / `libcohort_c.a`). Each function wraps the blocking form
+//! of the Rust call of the same name in [`cohort::Client`]; errors become negative
+//! status codes, and the calling thread's last error message (naming the group,
+//! process or node server involved) is kept for [`cohort_last_error`].
+//!
+//! The `#define`s of the header are checked against the constants here by this crate's
+//! tests; the structures' layout by `cluster-tests/tests/capi.rs`, which compiles a C
+//! program against the header and runs it under `cohort run`.
+
+// The types keep the names the header gives them.
+#![allow(non_camel_case_types)]
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::ffi::{c_char, c_int, c_void, CStr, CString};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use cohort::{
+    Client, CohortError, ConstructOpts, ConstructStatus, Event, FailedMembers, FenceOpts,
+    HandlerId, ProcId, Scope, Value,
+};
+
+pub const COHORT_MAX_NSLEN: usize = 255;
+
+pub const COHORT_SUCCESS: c_int = 0;
+pub const COHORT_ERR_BAD_PARAM: c_int = -1;
+pub const COHORT_ERR_INVALID_GROUP_ID: c_int = -2;
+pub const COHORT_ERR_UNKNOWN_PROC: c_int = -3;
+pub const COHORT_ERR_GROUP_NOT_FOUND: c_int = -4;
+pub const COHORT_ERR_NOT_A_MEMBER: c_int = -5;
+pub const COHORT_ERR_GROUP_ID_IN_USE: c_int = -6;
+pub const COHORT_ERR_MISMATCH: c_int = -7;
+pub const COHORT_ERR_NOT_LEADER: c_int = -8;
+pub const COHORT_ERR_TIMEOUT: c_int = -9;
+pub const COHORT_ERR_PROC_TERMINATED: c_int = -10;
+pub const COHORT_ERR_NOT_FOUND: c_int = -11;
+pub const COHORT_ERR_PEER_LOST: c_int = -12;
+pub const COHORT_ERR_CONSTRUCT_ABORTED: c_int = -13;
+pub const COHORT_ERR_BAD_REQUEST: c_int = -14;
+pub const COHORT_ERR_SERVER_LOST: c_int = -15;
+pub const COHORT_ERR_AUTH_REFUSED: c_int = -16;
+pub const COHORT_ERR_PROTOCOL: c_int = -17;
+pub const COHORT_ERR_IO: c_int = -18;
+pub const COHORT_ERR_NOT_SUPPORTED: c_int = -19;
+
+pub const COHORT_SCOPE_LOCAL: c_int = 0;
+pub const COHORT_SCOPE_REMOTE: c_int = 1;
+pub const COHORT_SCOPE_GLOBAL: c_int = 2;
+
+pub const COHORT_VALUE_BOOL: c_int = 1;
+pub const COHORT_VALUE_U32: c_int = 2;
+pub const COHORT_VALUE_U64: c_int = 3;
+pub const COHORT_VALUE_I64: c_int = 4;
+pub const COHORT_VALUE_F64: c_int = 5;
+pub const COHORT_VALUE_STRING: c_int = 6;
+pub const COHORT_VALUE_BYTES: c_int = 7;
+pub const COHORT_VALUE_PROCS: c_int = 8;
+pub const COHORT_VALUE_OTHER: c_int = 9;
+
+/// The opaque client handle.
+pub struct cohort_client {
+    client: Client,
+    nspace: CString,
+    handlers: Mutex<(u64, HashMap<u64, HandlerId>)>,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct cohort_proc_t {
+    pub nspace: [c_char; COHORT_MAX_NSLEN + 1],
+    pub rank: u32,
+}
+
+#[repr(C)]
+pub struct cohort_value_t {
+    pub type_: c_int,
+    pub boolean: c_int,
+    pub u32_: u32,
+    pub u64_: u64,
+    pub i64_: i64,
+    pub f64_: f64,
+    pub str_: *mut c_char,
+    pub bytes: *mut c_void,
+    pub procs: *mut cohort_proc_t,
+    pub len: usize,
+}
+
+#[repr(C)]
+pub struct cohort_construct_opts_t {
+    pub timeout_ms: c_int,
+    pub optional: c_int,
+    pub leader: c_int,
+    pub notify_termination: c_int,
+    pub assign_context_id: c_int,
+}
+
+#[repr(C)]
+pub struct cohort_group_t {
+    pub members: *mut cohort_proc_t,
+    pub nmembers: usize,
+    pub has_context_id: c_int,
+    pub context_id: u64,
+    pub partial: c_int,
+    pub failed: *mut cohort_proc_t,
+    pub nfailed: usize,
+}
+
+#[repr(C)]
+pub struct cohort_failed_t {
+    pub failed: *mut cohort_proc_t,
+    pub nfailed: usize,
+    pub fresh: *mut cohort_proc_t,
+    pub nfresh: usize,
+}
+
+pub type cohort_event_fn = Option<
+    unsafe extern "C" fn(
+        code: c_int,
+        source: *const cohort_proc_t,
+        affected: *const cohort_proc_t,
+        naffected: usize,
+        group: *const c_char,
+        cbdata: *mut c_void,
+    ),
+>;
+
+thread_local! {
+    static LAST_ERROR: RefCell<CString> = RefCell::new(CString::default());
+}
+
+fn set_error(message: String) {
+    let message = CString::new(message.replace('\0', " ")).unwrap_or_default();
+    LAST_ERROR.with(|e| *e.borrow_mut() = message);
+}
+
+/// A bad argument: its status, with `what` as the message.
+fn bad_param(what: impl Into<String>) -> c_int {
+    set_error(what.into());
+    COHORT_ERR_BAD_PARAM
+}
+
+/// The status of `e`, which becomes the thread's last error.
+fn fail(e: CohortError) -> c_int {
+    let status = status_of(&e);
+    set_error(e.to_string());
+    status
+}
+
+fn status_of(e: &CohortError) -> c_int {
+    use CohortError::*;
+    match e {
+        InvalidGroupId { .. } => COHORT_ERR_INVALID_GROUP_ID,
+        UnknownProc { .. } => COHORT_ERR_UNKNOWN_PROC,
+        GroupNotFound { .. } => COHORT_ERR_GROUP_NOT_FOUND,
+        NotAMember { .. } => COHORT_ERR_NOT_A_MEMBER,
+        GroupIdInUse { .. } => COHORT_ERR_GROUP_ID_IN_USE,
+        LeaderMismatch { .. } | LeaderCountMismatch { .. } | Mismatch { .. } => COHORT_ERR_MISMATCH,
+        NotLeader { .. } => COHORT_ERR_NOT_LEADER,
+        Timeout { .. } => COHORT_ERR_TIMEOUT,
+        ProcTerminated { .. } => COHORT_ERR_PROC_TERMINATED,
+        NotFound { .. } => COHORT_ERR_NOT_FOUND,
+        PeerLost { .. } => COHORT_ERR_PEER_LOST,
+        ConstructAborted { .. } => COHORT_ERR_CONSTRUCT_ABORTED,
+        BadRequest(_) => COHORT_ERR_BAD_REQUEST,
+        ServerLost(_) => COHORT_ERR_SERVER_LOST,
+        AuthRefused(_) => COHORT_ERR_AUTH_REFUSED,
+        Protocol(_) => COHORT_ERR_PROTOCOL,
+        Io(_) => COHORT_ERR_IO,
+        NotSupported(_) => COHORT_ERR_NOT_SUPPORTED,
+        #[allow(unreachable_patterns)]
+        _ => COHORT_ERR_PROTOCOL,
+    }
+}
+
+/// Runs `f` and turns its result into a status.
+fn status(f: impl FnOnce() -> Result<(), c_int>) -> c_int {
+    match f() {
+        Ok(()) => COHORT_SUCCESS,
+        Err(s) => s,
+    }
+}
+
+/// `s` as a `&str`, naming `what` when it is NULL or not UTF-8.
+///
+/// # Safety
+/// `s` is NULL or a NUL-terminated string that outlives the call.
+unsafe fn text<'a>(s: *const c_char, what: &str) -> Result<&'a str, c_int> {
+    if s.is_null() {
+        return Err(bad_param(format!("{what} is NULL")));
+    }
+    CStr::from_ptr(s)
+        .to_str()
+        .map_err(|_| bad_param(format!("{what} is not UTF-8")))
+}
+
+/// # Safety
+/// `client` is NULL or a handle from [`cohort_init`] not yet finalized.
+unsafe fn handle<'a>(client: *const cohort_client) -> Result<&'a cohort_client, c_int> {
+    client
+        .as_ref()
+        .ok_or_else(|| bad_param("the client handle is NULL"))
+}
+
+/// # Safety
+/// `procs` is NULL with `n` 0, or points to `n` processes.
+unsafe fn procs_in(procs: *const cohort_proc_t, n: usize) -> Result<Vec<ProcId>, c_int> {
+    if n == 0 {
+        return Ok(Vec::new());
+    }
+    if procs.is_null() {
+        return Err(bad_param(format!("a list of {n} processes is NULL")));
+    }
+    std::slice::from_raw_parts(procs, n)
+        .iter()
+        .map(proc_in)
+        .collect()
+}
+
+fn proc_in(p: &cohort_proc_t) -> Result<ProcId, c_int> {
+    let bytes: Vec<u8> = p
+        .nspace
+        .iter()
+        .take_while(|&&c| c != 0)
+        .map(|&c| c as u8)
+        .collect();
+    if bytes.len() > COHORT_MAX_NSLEN {
+        return Err(bad_param("a process's nspace is not NUL-terminated"));
+    }
+    let nspace = String::from_utf8(bytes).map_err(|_| bad_param("a nspace is not UTF-8"))?;
+    Ok(ProcId::new(nspace, p.rank))
+}
+
+fn proc_out(p: &ProcId) -> cohort_proc_t {
+    let mut out = cohort_proc_t {
+        nspace: [0; COHORT_MAX_NSLEN + 1],
+        rank: p.rank,
+    };
+    for (d, &b) in out
+        .nspace
+        .iter_mut()
+        .zip(p.nspace.as_bytes().iter().take(COHORT_MAX_NSLEN))
+    {
+        *d = b as c_char;
+    }
+    out
+}
+
+/// A list handed to C: `(pointer, length)`, released by [`free_procs`].
+fn procs_out(procs: &[ProcId]) -> (*mut cohort_proc_t, usize) {
+    if procs.is_empty() {
+        return (std::ptr::null_mut(), 0);
+    }
+    let list: Box<[cohort_proc_t]> = procs.iter().map(proc_out).collect();
+    let n = list.len();
+    (Box::into_raw(list).cast(), n)
+}
+
+/// # Safety
+/// `(p, n)` came from [`procs_out`] and was not released.
+unsafe fn free_procs(p: *mut cohort_proc_t, n: usize) {
+    if !p.is_null() {
+        drop(Box::from_raw(std::ptr::slice_from_raw_parts_mut(p, n)));
+    }
+}
+
+fn timeout(ms: c_int) -> Option<Duration> {
+    (ms > 0).then(|| Duration::from_millis(ms as u64))
+}
+
+fn scope(s: c_int) -> Result<Scope, c_int> {
+    match s {
+        COHORT_SCOPE_LOCAL => Ok(Scope::Local),
+        COHORT_SCOPE_REMOTE => Ok(Scope::Remote),
+        COHORT_SCOPE_GLOBAL => Ok(Scope::Global),
+        other => Err(bad_param(format!("unknown scope {other}"))),
+    }
+}
+
+/// Connects to the node server this process was started under.
+///
+/// # Safety
+/// `client` points to writable storage for a handle.
+#[no_mangle]
+pub unsafe extern "C" fn cohort_init(client: *mut *mut cohort_client) -> c_int {
+    if client.is_null() {
+        return bad_param("cohort_init: the handle's address is NULL");
+    }
+    match Client::init() {
+        Ok(c) => {
+            let nspace = CString::new(c.nspace()).unwrap_or_default();
+            *client = Box::into_raw(Box::new(cohort_client {
+                client: c,
+                nspace,
+                handlers: Mutex::new((0, HashMap::new())),
+            }));
+            COHORT_SUCCESS
+        }
+        Err(e) => fail(e),
+    }
+}
+
+/// Finalizes and releases `client`.
+///
+/// # Safety
+/// `client` is a handle from [`cohort_init`], not used afterwards.
+#[no_mangle]
+pub unsafe extern "C" fn cohort_finalize(client: *mut cohort_client) -> c_int {
+    if client.is_null() {
+        return bad_param("the client handle is NULL");
+    }
+    let c = Box::from_raw(client);
+    match c.client.finalize() {
+        Ok(()) => COHORT_SUCCESS,
+        Err(e) => fail(e),
+    }
+}
+
+/// # Safety
+/// `client` is a live handle.
+#[no_mangle]
+pub unsafe extern "C" fn cohort_rank(client: *const cohort_client) -> u32 {
+    client.as_ref().map_or(u32::MAX, |c| c.client.rank())
+}
+
+/// # Safety
+/// `client` is a live handle.
+#[no_mangle]
+pub unsafe extern "C" fn cohort_size(client: *const cohort_client) -> u32 {
+    client.as_ref().map_or(0, |c| c.client.size())
+}
+
+/// # Safety
+/// `client` is a live handle.
+#[no_mangle]
+pub unsafe extern "C" fn cohort_nspace(client: *const cohort_client) -> *const c_char {
+    client
+        .as_ref()
+        .map_or(std::ptr::null(), |c| c.nspace.as_ptr())
+}
+
+/// The calling thread's last error message.
+#[no_mangle]
+pub extern "C" fn cohort_last_error() -> *const c_char {
+    LAST_ERROR.with(|e| e.borrow().as_ptr())
+}
+
+/// The name of a status code.
+#[no_mangle]
+pub extern "C" fn cohort_status_name(status: c_int) -> *const c_char {
+    let name: &'static CStr = match status {
+        COHORT_SUCCESS => c"COHORT_SUCCESS",
+        COHORT_ERR_BAD_PARAM => c"COHORT_ERR_BAD_PARAM",
+        COHORT_ERR_INVALID_GROUP_ID => c"COHORT_ERR_INVALID_GROUP_ID",
+        COHORT_ERR_UNKNOWN_PROC => c"COHORT_ERR_UNKNOWN_PROC",
+        COHORT_ERR_GROUP_NOT_FOUND => c"COHORT_ERR_GROUP_NOT_FOUND",
+        COHORT_ERR_NOT_A_MEMBER => c"COHORT_ERR_NOT_A_MEMBER",
+        COHORT_ERR_GROUP_ID_IN_USE => c"COHORT_ERR_GROUP_ID_IN_USE",
+        COHORT_ERR_MISMATCH => c"COHORT_ERR_MISMATCH",
+        COHORT_ERR_NOT_LEADER => c"COHORT_ERR_NOT_LEADER",
+        COHORT_ERR_TIMEOUT => c"COHORT_ERR_TIMEOUT",
+        COHORT_ERR_PROC_TERMINATED => c"COHORT_ERR_PROC_TERMINATED",
+        COHORT_ERR_NOT_FOUND => c"COHORT_ERR_NOT_FOUND",
+        COHORT_ERR_PEER_LOST => c"COHORT_ERR_PEER_LOST",
+        COHORT_ERR_CONSTRUCT_ABORTED => c"COHORT_ERR_CONSTRUCT_ABORTED",
+        COHORT_ERR_BAD_REQUEST => c"COHORT_ERR_BAD_REQUEST",
+        COHORT_ERR_SERVER_LOST => c"COHORT_ERR_SERVER_LOST",
+        COHORT_ERR_AUTH_REFUSED => c"COHORT_ERR_AUTH_REFUSED",
+        COHORT_ERR_PROTOCOL => c"COHORT_ERR_PROTOCOL",
+        COHORT_ERR_IO => c"COHORT_ERR_IO",
+        COHORT_ERR_NOT_SUPPORTED => c"COHORT_ERR_NOT_SUPPORTED",
+        _ => c"COHORT_ERR_UNKNOWN",
+    };
+    name.as_ptr()
+}
+
+/// # Safety
+/// `client` is a live handle, `key` a string.
+unsafe fn put(client: *mut cohort_client, scope_: c_int, key: *const c_char, v: Value) -> c_int {
+    status(|| {
+        let c = handle(client)?;
+        let key = text(key, "the key")?;
+        c.client.put(scope(scope_)?, key, v).map_err(fail)
+    })
+}
+
+/// # Safety
+/// `client` is a live handle; `key` and `value` are strings.
+#[no_mangle]
+pub unsafe extern "C" fn cohort_put_string(
+    client: *mut cohort_client,
+    scope: c_int,
+    key: *const c_char,
+    value: *const c_char,
+) -> c_int {
+    match text(value, "the value") {
+        Ok(v) => put(client, scope, key, Value::Str(v.to_string())),
+        Err(s) => s,
+    }
+}
+
+/// # Safety
+/// `client` is a live handle; `key` a string.
+#[no_mangle]
+pub unsafe extern "C" fn cohort_put_u64(
+    client: *mut cohort_client,
+    scope: c_int,
+    key: *const c_char,
+    value: u64,
+) -> c_int {
+    put(client, scope, key, Value::U64(value))
+}
+
+/// # Safety
+/// `client` is a live handle; `key` a string; `data` points to `len` bytes (or `len`
+/// is 0).
+#[no_mangle]
+pub unsafe extern "C" fn cohort_put_bytes(
+    client: *mut cohort_client,
+    scope: c_int,
+    key: *const c_char,
+    data: *const c_void,
+    len: usize,
+) -> c_int {
+    if data.is_null() && len > 0 {
+        return bad_param("the data is NULL");
+    }
+    let bytes = if len == 0 {
+        Vec::new()
+    } else {
+        std::slice::from_raw_parts(data.cast::<u8>(), len).to_vec()
+    };
+    put(client, scope, key, Value::from(bytes))
+}
+
+/// # Safety
+/// `client` is a live handle.
+#[no_mangle]
+pub unsafe extern "C" fn cohort_commit(client: *mut cohort_client) -> c_int {
+    status(|| handle(client)?.client.commit().map_err(fail))
+}
+
+fn value_out(v: Value) -> cohort_value_t {
+    let mut out = cohort_value_t {
+        type_: COHORT_VALUE_OTHER,
+        boolean: 0,
+        u32_: 0,
+        u64_: 0,
+        i64_: 0,
+        f64_: 0.0,
+        str_: std::ptr::null_mut(),
+        bytes: std::ptr::null_mut(),
+        procs: std::ptr::null_mut(),
+        len: 0,
+    };
+    let string = |s: String| {
+        CString::new(s.replace('\0', " "))
+            .unwrap_or_default()
+            .into_raw()
+    };
+    match v {
+        Value::Bool(b) => (out.type_, out.boolean) = (COHORT_VALUE_BOOL, b.into()),
+        Value::U32(x) => (out.type_, out.u32_) = (COHORT_VALUE_U32, x),
+        Value::U64(x) => (out.type_, out.u64_) = (COHORT_VALUE_U64, x),
+        Value::I64(x) => (out.type_, out.i64_) = (COHORT_VALUE_I64, x),
+        Value::F64(x) => (out.type_, out.f64_) = (COHORT_VALUE_F64, x),
+        Value::Str(s) => (out.type_, out.str_) = (COHORT_VALUE_STRING, string(s)),
+        Value::Bytes(b) => {
+            let bytes: Box<[u8]> = b.to_vec().into_boxed_slice();
+            out.type_ = COHORT_VALUE_BYTES;
+            out.len = bytes.len();
+            out.bytes = if bytes.is_empty() {
+                std::ptr::null_mut()
+            } else {
+                Box::into_raw(bytes).cast()
+            };
+        }
+        Value::Procs(p) => {
+            out.type_ = COHORT_VALUE_PROCS;
+            (out.procs, out.len) = procs_out(&p);
+        }
+        #[allow(unreachable_patterns)]
+        other => out.str_ = string(format!("{other:?}")),
+    }
+    out
+}
+
+/// # Safety
+/// `client` is a live handle; `proc` a process; `key` a string; `value` writable.
+#[no_mangle]
+pub unsafe extern "C" fn cohort_get(
+    client: *mut cohort_client,
+    proc: *const cohort_proc_t,
+    key: *const c_char,
+    timeout_ms: c_int,
+    value: *mut cohort_value_t,
+) -> c_int {
+    status(|| {
+        let c = handle(client)?;
+        let p = proc_in(
+            proc.as_ref()
+                .ok_or_else(|| bad_param("the process is NULL"))?,
+        )?;
+        let key = text(key, "the key")?;
+        if value.is_null() {
+            return Err(bad_param("the value's address is NULL"));
+        }
+        let v = c.client.get(&p, key, timeout(timeout_ms)).map_err(fail)?;
+        value.write(value_out(v));
+        Ok(())
+    })
+}
+
+/// # Safety
+/// `value` is NULL or was filled by [`cohort_get`] and not released.
+#[no_mangle]
+pub unsafe extern "C" fn cohort_value_free(value: *mut cohort_value_t) {
+    let Some(v) = value.as_mut() else { return };
+    if !v.str_.is_null() {
+        drop(CString::from_raw(v.str_));
+    }
+    match v.type_ {
+        COHORT_VALUE_BYTES if !v.bytes.is_null() => drop(Box::from_raw(
+            std::ptr::slice_from_raw_parts_mut(v.bytes.cast::<u8>(), v.len),
+        )),
+        COHORT_VALUE_PROCS => free_procs(v.procs, v.len),
+        _ => {}
+    }
+    v.str_ = std::ptr::null_mut();
+    v.bytes = std::ptr::null_mut();
+    v.procs = std::ptr::null_mut();
+    v.len = 0;
+}
+
+/// # Safety
+/// `client` is a live handle; `procs` points to `nprocs` processes.
+#[no_mangle]
+pub unsafe extern "C" fn cohort_fence(
+    client: *mut cohort_client,
+    procs: *const cohort_proc_t,
+    nprocs: usize,
+    collect: c_int,
+    timeout_ms: c_int,
+) -> c_int {
+    status(|| {
+        let c = handle(client)?;
+        let procs = procs_in(procs, nprocs)?;
+        let opts = FenceOpts {
+            collect: collect != 0,
+            timeout_ms: (timeout_ms > 0).then_some(timeout_ms as u64),
+        };
+        c.client.fence(&procs, opts).map_err(fail)
+    })
+}
+
+/// # Safety
+/// `client` is a live handle; `id` a string; `procs` points to `nprocs` processes;
+/// `opts` is NULL or options; `group` writable.
+#[no_mangle]
+pub unsafe extern "C" fn cohort_group_construct(
+    client: *mut cohort_client,
+    id: *const c_char,
+    procs: *const cohort_proc_t,
+    nprocs: usize,
+    opts: *const cohort_construct_opts_t,
+    group: *mut cohort_group_t,
+) -> c_int {
+    status(|| {
+        let c = handle(client)?;
+        let id = text(id, "the group id")?;
+        let procs = procs_in(procs, nprocs)?;
+        if group.is_null() {
+            return Err(bad_param("the group's address is NULL"));
+        }
+        let opts = opts
+            .as_ref()
+            .map_or_else(ConstructOpts::default, |o| ConstructOpts {
+                timeout_ms: (o.timeout_ms > 0).then_some(o.timeout_ms as u64),
+                optional: o.optional != 0,
+                leader: o.leader != 0,
+                notify_termination: o.notify_termination != 0,
+                assign_context_id: o.assign_context_id != 0,
+                ..Default::default()
+            });
+        let g = c.client.group_construct(id, &procs, opts).map_err(fail)?;
+        let (members, nmembers) = procs_out(&g.members);
+        let (failed, nfailed) = procs_out(&g.failed);
+        group.write(cohort_group_t {
+            members,
+            nmembers,
+            has_context_id: g.context_id.is_some().into(),
+            context_id: g.context_id.unwrap_or(0),
+            partial: (g.status == ConstructStatus::PartialSuccess).into(),
+            failed,
+            nfailed,
+        });
+        Ok(())
+    })
+}
+
+/// # Safety
+/// `group` is NULL or was filled by [`cohort_group_construct`] and not released.
+#[no_mangle]
+pub unsafe extern "C" fn cohort_group_free(group: *mut cohort_group_t) {
+    let Some(g) = group.as_mut() else { return };
+    free_procs(g.members, g.nmembers);
+    free_procs(g.failed, g.nfailed);
+    (g.members, g.nmembers, g.failed, g.nfailed) =
+        (std::ptr::null_mut(), 0, std::ptr::null_mut(), 0);
+}
+
+/// # Safety
+/// `client` is a live handle; `id` a string.
+#[no_mangle]
+pub unsafe extern "C" fn cohort_group_destruct(
+    client: *mut cohort_client,
+    id: *const c_char,
+    timeout_ms: c_int,
+) -> c_int {
+    status(|| {
+        let c = handle(client)?;
+        let id = text(id, "the group id")?;
+        c.client
+            .group_destruct(id, timeout(timeout_ms))
+            .map_err(fail)
+    })
+}
+
+/// # Safety
+/// `client` is a live handle; `id` a string.
+#[no_mangle]
+pub unsafe extern "C" fn cohort_group_leave(
+    client: *mut cohort_client,
+    id: *const c_char,
+) -> c_int {
+    status(|| {
+        let c = handle(client)?;
+        c.client
+            .group_leave(text(id, "the group id")?)
+            .map_err(fail)
+    })
+}
+
+/// # Safety
+/// `out` is writable.
+unsafe fn failed_out(view: FailedMembers, out: *mut cohort_failed_t) {
+    let (failed, nfailed) = procs_out(&view.failed);
+    let (fresh, nfresh) = procs_out(&view.new);
+    out.write(cohort_failed_t {
+        failed,
+        nfailed,
+        fresh,
+        nfresh,
+    });
+}
+
+/// # Safety
+/// `client` is a live handle; `id` a string; `out` writable.
+#[no_mangle]
+pub unsafe extern "C" fn cohort_group_failed_local(
+    client: *mut cohort_client,
+    id: *const c_char,
+    out: *mut cohort_failed_t,
+) -> c_int {
+    status(|| {
+        let c = handle(client)?;
+        let id = text(id, "the group id")?;
+        if out.is_null() {
+            return Err(bad_param("the result's address is NULL"));
+        }
+        failed_out(c.client.group_failed_local(id).map_err(fail)?, out);
+        Ok(())
+    })
+}
+
+/// # Safety
+/// `client` is a live handle; `id` a string; `out` writable.
+#[no_mangle]
+pub unsafe extern "C" fn cohort_group_failed_global(
+    client: *mut cohort_client,
+    id: *const c_char,
+    timeout_ms: c_int,
+    out: *mut cohort_failed_t,
+) -> c_int {
+    status(|| {
+        let c = handle(client)?;
+        let id = text(id, "the group id")?;
+        if out.is_null() {
+            return Err(bad_param("the result's address is NULL"));
+        }
+        let view = c
+            .client
+            .group_failed_global(id, timeout(timeout_ms))
+            .map_err(fail)?;
+        failed_out(view, out);
+        Ok(())
+    })
+}
+
+/// # Safety
+/// `failed` is NULL or was filled by a failure view and not released.
+#[no_mangle]
+pub unsafe extern "C" fn cohort_failed_free(failed: *mut cohort_failed_t) {
+    let Some(f) = failed.as_mut() else { return };
+    free_procs(f.failed, f.nfailed);
+    free_procs(f.fresh, f.nfresh);
+    (f.failed, f.nfailed, f.fresh, f.nfresh) = (std::ptr::null_mut(), 0, std::ptr::null_mut(), 0);
+}
+
+/// The C side's callback data, sent to the event thread.
+struct CbData(*mut c_void);
+// SAFETY: the caller of `cohort_register_event_handler` hands `cbdata` to the event
+// thread by registering it (the header says where the handler runs).
+unsafe impl Send for CbData {}
+unsafe impl Sync for CbData {}
+
+/// # Safety
+/// `client` is a live handle; `codes` points to `ncodes` codes; `id` writable; `cb`
+/// may be called on the client's event thread with `cbdata` until deregistered.
+#[no_mangle]
+pub unsafe extern "C" fn cohort_register_event_handler(
+    client: *mut cohort_client,
+    codes: *const c_int,
+    ncodes: usize,
+    cb: cohort_event_fn,
+    cbdata: *mut c_void,
+    id: *mut u64,
+) -> c_int {
+    status(|| {
+        let c = handle(client)?;
+        let Some(cb) = cb else {
+            return Err(bad_param("the handler is NULL"));
+        };
+        if id.is_null() || (codes.is_null() && ncodes > 0) {
+            return Err(bad_param("the codes or the id's address is NULL"));
+        }
+        let codes: Option<Vec<i32>> =
+            (ncodes > 0).then(|| std::slice::from_raw_parts(codes, ncodes).to_vec());
+        let data = CbData(cbdata);
+        let handler = move |_: &Client, e: &Event| {
+            let source = proc_out(&e.source);
+            let affected: Vec<cohort_proc_t> = e.affected.iter().map(proc_out).collect();
+            let group = cohort::info_get(&e.info, cohort::keys::GROUP_ID)
+                .and_then(|v| v.as_str())
+                .and_then(|g| CString::new(g).ok());
+            let data = &data;
+            // SAFETY: the registrant promised `cb` accepts these for the call's length.
+            unsafe {
+                cb(
+                    e.code,
+                    &source,
+                    affected.as_ptr(),
+                    affected.len(),
+                    group.as_ref().map_or(std::ptr::null(), |g| g.as_ptr()),
+                    data.0,
+                )
+            };
+        };
+        let hid = c.client.register_event_handler(codes.as_deref(), handler);
+        let mut h = c.handlers.lock().unwrap_or_else(|p| p.into_inner());
+        h.0 += 1;
+        let n = h.0;
+        h.1.insert(n, hid);
+        id.write(n);
+        Ok(())
+    })
+}
+
+/// # Safety
+/// `client` is a live handle.
+#[no_mangle]
+pub unsafe extern "C" fn cohort_deregister_event_handler(
+    client: *mut cohort_client,
+    id: u64,
+) -> c_int {
+    status(|| {
+        let c = handle(client)?;
+        let hid = c
+            .handlers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .1
+            .remove(&id)
+            .ok_or_else(|| bad_param(format!("no event handler {id}")))?;
+        c.client.deregister_event_handler(hid);
+        Ok(())
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every `#define` of the header that has a constant here has its value.
+    #[test]
+    fn the_header_defines_the_values_of_this_crate() {
+        let header = include_str!("../include/cohort.h");
+        let defined: HashMap<&str, i64> = header
+            .lines()
+            .filter_map(|l| {
+                let mut w = l.strip_prefix("#define ")?.split_whitespace();
+                Some((w.next()?, w.next()?.parse().ok()?))
+            })
+            .collect();
+        let ours: &[(&str, i64)] = &[
+            ("COHORT_MAX_NSLEN", COHORT_MAX_NSLEN as i64),
+            ("COHORT_SUCCESS", COHORT_SUCCESS.into()),
+            ("COHORT_ERR_BAD_PARAM", COHORT_ERR_BAD_PARAM.into()),
+            (
+                "COHORT_ERR_INVALID_GROUP_ID",
+                COHORT_ERR_INVALID_GROUP_ID.into(),
+            ),
+            ("COHORT_ERR_UNKNOWN_PROC", COHORT_ERR_UNKNOWN_PROC.into()),
+            (
+                "COHORT_ERR_GROUP_NOT_FOUND",
+                COHORT_ERR_GROUP_NOT_FOUND.into(),
+            ),
+            ("COHORT_ERR_NOT_A_MEMBER", COHORT_ERR_NOT_A_MEMBER.into()),
+            (
+                "COHORT_ERR_GROUP_ID_IN_USE",
+                COHORT_ERR_GROUP_ID_IN_USE.into(),
+            ),
+            ("COHORT_ERR_MISMATCH", COHORT_ERR_MISMATCH.into()),
+            ("COHORT_ERR_NOT_LEADER", COHORT_ERR_NOT_LEADER.into()),
+            ("COHORT_ERR_TIMEOUT", COHORT_ERR_TIMEOUT.into()),
+            (
+                "COHORT_ERR_PROC_TERMINATED",
+                COHORT_ERR_PROC_TERMINATED.into(),
+            ),
+            ("COHORT_ERR_NOT_FOUND", COHORT_ERR_NOT_FOUND.into()),
+            ("COHORT_ERR_PEER_LOST", COHORT_ERR_PEER_LOST.into()),
+            (
+                "COHORT_ERR_CONSTRUCT_ABORTED",
+                COHORT_ERR_CONSTRUCT_ABORTED.into(),
+            ),
+            ("COHORT_ERR_BAD_REQUEST", COHORT_ERR_BAD_REQUEST.into()),
+            ("COHORT_ERR_SERVER_LOST", COHORT_ERR_SERVER_LOST.into()),
+            ("COHORT_ERR_AUTH_REFUSED", COHORT_ERR_AUTH_REFUSED.into()),
+            ("COHORT_ERR_PROTOCOL", COHORT_ERR_PROTOCOL.into()),
+            ("COHORT_ERR_IO", COHORT_ERR_IO.into()),
+            ("COHORT_ERR_NOT_SUPPORTED", COHORT_ERR_NOT_SUPPORTED.into()),
+            ("COHORT_SCOPE_LOCAL", COHORT_SCOPE_LOCAL.into()),
+            ("COHORT_SCOPE_REMOTE", COHORT_SCOPE_REMOTE.into()),
+            ("COHORT_SCOPE_GLOBAL", COHORT_SCOPE_GLOBAL.into()),
+            ("COHORT_VALUE_BOOL", COHORT_VALUE_BOOL.into()),
+            ("COHORT_VALUE_U32", COHORT_VALUE_U32.into()),
+            ("COHORT_VALUE_U64", COHORT_VALUE_U64.into()),
+            ("COHORT_VALUE_I64", COHORT_VALUE_I64.into()),
+            ("COHORT_VALUE_F64", COHORT_VALUE_F64.into()),
+            ("COHORT_VALUE_STRING", COHORT_VALUE_STRING.into()),
+            ("COHORT_VALUE_BYTES", COHORT_VALUE_BYTES.into()),
+            ("COHORT_VALUE_PROCS", COHORT_VALUE_PROCS.into()),
+            ("COHORT_VALUE_OTHER", COHORT_VALUE_OTHER.into()),
+        ];
+        for (name, value) in ours {
+            assert_eq!(defined.get(name), Some(value), "{name}");
+        }
+        use cohort::codes;
+        let events: &[(&str, i32)] = &[
+            ("GROUP_INVITED", codes::GROUP_INVITED),
+            ("GROUP_LEFT", codes::GROUP_LEFT),
+            ("GROUP_INVITE_ACCEPTED", codes::GROUP_INVITE_ACCEPTED),
+            ("GROUP_INVITE_DECLINED", codes::GROUP_INVITE_DECLINED),
+            ("GROUP_INVITE_FAILED", codes::GROUP_INVITE_FAILED),
+            ("GROUP_MEMBERSHIP_UPDATE", codes::GROUP_MEMBERSHIP_UPDATE),
+            ("GROUP_CONSTRUCT_ABORT", codes::GROUP_CONSTRUCT_ABORT),
+            ("GROUP_CONSTRUCT_COMPLETE", codes::GROUP_CONSTRUCT_COMPLETE),
+            ("GROUP_LEADER_SELECTED", codes::GROUP_LEADER_SELECTED),
+            ("GROUP_LEADER_FAILED", codes::GROUP_LEADER_FAILED),
+            (
+                "GROUP_CONTEXT_ID_ASSIGNED",
+                codes::GROUP_CONTEXT_ID_ASSIGNED,
+            ),
+            ("GROUP_MEMBER_FAILED", codes::GROUP_MEMBER_FAILED),
+            ("PROC_TERMINATED", codes::PROC_TERMINATED),
+            ("LOST_CONNECTION", codes::LOST_CONNECTION),
+        ];
+        for (name, value) in events {
+            let name = format!("COHORT_EVENT_{name}");
+            assert_eq!(
+                defined.get(name.as_str()),
+                Some(&i64::from(*value)),
+                "{name}"
+            );
+        }
+        // Every status the header names has a name here.
+        for (name, value) in defined.iter().filter(|(n, _)| n.starts_with("COHORT_ERR_")) {
+            let named = unsafe { CStr::from_ptr(cohort_status_name(*value as c_int)) };
+            assert_eq!(named.to_str().unwrap(), *name);
+        }
+    }
+
+    #[test]
+    fn every_error_maps_to_the_status_its_kind_names() {
+        let p = ProcId::new("job", 1);
+        let cases = [
+            (
+                CohortError::GroupNotFound { id: "g".into() },
+                COHORT_ERR_GROUP_NOT_FOUND,
+            ),
+            (
+                CohortError::Timeout {
+                    op: "fence".into(),
+                    timeout_ms: 5,
+                    missing: vec![p.clone()],
+                },
+                COHORT_ERR_TIMEOUT,
+            ),
+            (
+                CohortError::ProcTerminated {
+                    op: "fence".into(),
+                    procs: vec![p.clone()],
+                },
+                COHORT_ERR_PROC_TERMINATED,
+            ),
+            (
+                CohortError::NotAMember {
+                    id: "g".into(),
+                    proc: p,
+                },
+                COHORT_ERR_NOT_A_MEMBER,
+            ),
+        ];
+        for (e, s) in cases {
+            let message = e.to_string();
+            assert_eq!(fail(e), s);
+            let last = unsafe { CStr::from_ptr(cohort_last_error()) };
+            assert_eq!(last.to_str().unwrap(), message);
+        }
+    }
+
+    #[test]
+    fn processes_cross_the_boundary_unchanged_and_long_names_are_refused() {
+        let p = ProcId::new("job.7", 3);
+        let c = proc_out(&p);
+        assert_eq!(proc_in(&c).unwrap(), p);
+        let (list, n) = procs_out(&[p.clone(), ProcId::new("other", 0)]);
+        let back = unsafe { procs_in(list, n) }.unwrap();
+        unsafe { free_procs(list, n) };
+        assert_eq!(back, vec![p, ProcId::new("other", 0)]);
+        let unterminated = cohort_proc_t {
+            nspace: [b'x' as c_char; COHORT_MAX_NSLEN + 1],
+            rank: 0,
+        };
+        assert_eq!(proc_in(&unterminated), Err(COHORT_ERR_BAD_PARAM));
+        assert_eq!(
+            unsafe { procs_in(std::ptr::null(), 2) },
+            Err(COHORT_ERR_BAD_PARAM)
+        );
+    }
+}
