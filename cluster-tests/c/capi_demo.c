@@ -36,6 +36,80 @@ static cohort_proc_t proc_of(const char *nspace, uint32_t rank) {
     return p;
 }
 
+/* What a non-blocking call left for the thread waiting on it. */
+struct wait {
+    volatile int done;
+    int status;
+    size_t nmembers;
+    uint64_t ctx;
+    char text[64];
+};
+
+static void wait_for(struct wait *w, const char *what) {
+    for (int i = 0; i < 60000 && !__atomic_load_n(&w->done, __ATOMIC_SEQ_CST); i++) {
+        struct timespec ms = {0, 1000000};
+        nanosleep(&ms, NULL);
+    }
+    CHECK(w->done, "%s never completed", what);
+    CHECK(w->status == COHORT_SUCCESS, "%s: %s", what, cohort_status_name(w->status));
+}
+
+static void op_done(int status, void *cbdata) {
+    struct wait *w = cbdata;
+    w->status = status;
+    __atomic_store_n(&w->done, 1, __ATOMIC_SEQ_CST);
+}
+
+static void group_done(int status, const cohort_group_t *g, void *cbdata) {
+    struct wait *w = cbdata;
+    w->status = status;
+    if (g != NULL) {
+        w->nmembers = g->nmembers;
+        w->ctx = g->has_context_id ? g->context_id : 0;
+    }
+    __atomic_store_n(&w->done, 1, __ATOMIC_SEQ_CST);
+}
+
+static void value_done(int status, const cohort_value_t *v, void *cbdata) {
+    struct wait *w = cbdata;
+    w->status = status;
+    if (v != NULL && v->type == COHORT_VALUE_STRING)
+        snprintf(w->text, sizeof w->text, "%s", v->str);
+    __atomic_store_n(&w->done, 1, __ATOMIC_SEQ_CST);
+}
+
+/* Invitees accept from the GROUP_INVITED handler, with the non-blocking join. */
+static cohort_client_t *client_for_handlers;
+static struct wait joined;
+static volatile int invitations;
+
+static void on_invited(int code, const cohort_proc_t *source, const cohort_proc_t *affected,
+                       size_t naffected, const char *group, void *cbdata) {
+    (void)affected;
+    (void)naffected;
+    (void)cbdata;
+    if (code != COHORT_EVENT_GROUP_INVITED || group == NULL || strcmp(group, "c-inv") != 0)
+        return;
+    __atomic_add_fetch(&invitations, 1, __ATOMIC_SEQ_CST);
+    int rc = cohort_group_join_nb(client_for_handlers, group, source, 1, 60000, group_done,
+                                  &joined);
+    if (rc != COHORT_SUCCESS)
+        op_done(rc, &joined);
+}
+
+#define APP_EVENT 5001
+static volatile int app_events;
+
+static void on_app_event(int code, const cohort_proc_t *source, const cohort_proc_t *affected,
+                         size_t naffected, const char *group, void *cbdata) {
+    (void)affected;
+    (void)naffected;
+    (void)group;
+    (void)cbdata;
+    if (code == APP_EVENT && source->rank == 0)
+        __atomic_add_fetch(&app_events, 1, __ATOMIC_SEQ_CST);
+}
+
 static volatile int left_events;
 static char left_group[COHORT_MAX_NSLEN + 1];
 static uint32_t left_rank = UINT32_MAX;
@@ -95,6 +169,92 @@ int main(void) {
           cohort_status_name(rc));
     CHECK(strstr(cohort_last_error(), "no-such-key") != NULL || rc == COHORT_ERR_TIMEOUT,
           "the error names the key");
+
+    /* Bootstrap method, non-blocking: ranks 0 and 1 lead knowing only that there are
+     * two leaders; rank 0 names the others as add-members, who call with no procs. */
+    cohort_proc_t self = proc_of(ns, me);
+    cohort_proc_t *adds = calloc(n, sizeof *adds);
+    for (uint32_t r = 2; r < n; r++)
+        adds[r - 2] = proc_of(ns, r);
+    cohort_construct_opts_t bopts;
+    memset(&bopts, 0, sizeof bopts);
+    bopts.timeout_ms = 60000;
+    bopts.assign_context_id = 1;
+    if (me < 2)
+        bopts.bootstrap = 2;
+    if (me == 0) {
+        bopts.add_members = adds;
+        bopts.nadd_members = n - 2;
+    }
+    struct wait boot = {0};
+    OK(cohort_group_construct_nb(c, "c-boot", &self, me < 2 ? 1 : 0, &bopts, group_done, &boot));
+    wait_for(&boot, "bootstrap construct");
+    free(adds);
+    CHECK(boot.nmembers == n && boot.ctx != 0, "bootstrap group: %zu members", boot.nmembers);
+
+    /* A non-blocking fence over the group, then a non-blocking get by group rank. */
+    cohort_proc_t boot_all = proc_of("c-boot", COHORT_RANK_WILDCARD);
+    struct wait fence = {0};
+    OK(cohort_fence_nb(c, &boot_all, 1, 0, 60000, op_done, &fence));
+    wait_for(&fence, "group fence");
+    cohort_proc_t boot_next = proc_of("c-boot", next);
+    struct wait got = {0};
+    OK(cohort_get_nb(c, &boot_next, "endpoint", 10000, value_done, &got));
+    wait_for(&got, "get by group rank");
+    CHECK(strcmp(got.text, want) == 0, "get by group rank: %s", got.text);
+
+    /* An event to the group's members; a handler registered after it arrived still
+     * gets it (cached). */
+    if (me == 0)
+        OK(cohort_notify(c, APP_EVENT, COHORT_RANGE_GROUP, "c-boot", NULL, 0));
+    cohort_proc_t boot_all_again = boot_all;
+    struct wait fence2 = {0};
+    OK(cohort_fence_nb(c, &boot_all_again, 1, 0, 60000, op_done, &fence2));
+    wait_for(&fence2, "second group fence");
+    if (me != 0) {
+        int app_code[1] = {APP_EVENT};
+        uint64_t app_handler;
+        OK(cohort_register_event_handler(c, app_code, 1, on_app_event, NULL, &app_handler));
+        for (int i = 0; i < 30000 && __atomic_load_n(&app_events, __ATOMIC_SEQ_CST) == 0; i++) {
+            struct timespec ms = {0, 1000000};
+            nanosleep(&ms, NULL);
+        }
+        CHECK(app_events == 1, "the group event arrived %d times", app_events);
+        OK(cohort_deregister_event_handler(c, app_handler));
+    }
+    cohort_group_t q;
+    OK(cohort_group_query(c, "c-boot", &q));
+    CHECK(q.nmembers == n && q.has_context_id && q.context_id == boot.ctx, "query");
+    cohort_group_free(&q);
+    struct wait gone = {0};
+    OK(cohort_group_destruct_nb(c, "c-boot", 60000, op_done, &gone));
+    wait_for(&gone, "destruct");
+
+    /* Invite/join: rank 0 invites everyone else; each accepts from its handler. */
+    client_for_handlers = c;
+    if (me == 0) {
+        cohort_proc_t *invitees = calloc(n, sizeof *invitees);
+        for (uint32_t r = 1; r < n; r++)
+            invitees[r - 1] = proc_of(ns, r);
+        cohort_invite_opts_t iopts;
+        memset(&iopts, 0, sizeof iopts);
+        iopts.timeout_ms = 60000;
+        iopts.assign_context_id = 1;
+        cohort_group_t inv;
+        OK(cohort_group_invite(c, "c-inv", invitees, n - 1, &iopts, &inv));
+        CHECK(inv.nmembers == n && inv.has_context_id, "invite: %zu members", inv.nmembers);
+        cohort_group_free(&inv);
+        free(invitees);
+    } else {
+        int inv_code[1] = {COHORT_EVENT_GROUP_INVITED};
+        uint64_t inv_handler;
+        OK(cohort_register_event_handler(c, inv_code, 1, on_invited, NULL, &inv_handler));
+        wait_for(&joined, "join from the handler");
+        CHECK(invitations == 1 && joined.nmembers == n, "joined: %d invitations, %zu members",
+              invitations, joined.nmembers);
+        OK(cohort_deregister_event_handler(c, inv_handler));
+    }
+    OK(cohort_group_destruct(c, "c-inv", 60000));
 
     /* Every rank joins "c-all", with a context id. */
     int leaves = me == n - 1;

@@ -67,6 +67,13 @@ extern "C" {
 #define COHORT_VALUE_PROCS 8    /* procs, len */
 #define COHORT_VALUE_OTHER 9    /* a type this interface does not carry; str: its text */
 
+/* Ranges of cohort_notify (PMIX_RANGE_*). */
+#define COHORT_RANGE_LOCAL 0      /* every process on this node */
+#define COHORT_RANGE_NAMESPACE 1  /* target: a namespace (NULL: this process's) */
+#define COHORT_RANGE_SESSION 2
+#define COHORT_RANGE_GROUP 3      /* target: a group id */
+#define COHORT_RANGE_PROCS 4      /* procs, nprocs */
+
 /* Event codes (the same values as the Rust crate's `cohort::codes`). */
 #define COHORT_EVENT_GROUP_INVITED -159
 #define COHORT_EVENT_GROUP_LEFT -160
@@ -110,7 +117,20 @@ typedef struct {
     int leader;              /* PMIX_GROUP_LEADER */
     int notify_termination;  /* PMIX_GROUP_NOTIFY_TERMINATION */
     int assign_context_id;   /* PMIX_GROUP_ASSIGN_CONTEXT_ID */
+    uint32_t bootstrap;      /* PMIX_GROUP_BOOTSTRAP: the number of leaders (0: collective
+                                method); each leader then passes only itself */
+    const cohort_proc_t *add_members; /* PMIX_GROUP_ADD_MEMBERS (leaders only); they
+                                         call with no procs */
+    size_t nadd_members;
 } cohort_construct_opts_t;
+
+/* Options of an invite (the caller is the leader). Zero-initialize. Declined and
+ * failed invitees are dropped from the group. */
+typedef struct {
+    int timeout_ms;
+    int assign_context_id;
+    int notify_termination;
+} cohort_invite_opts_t;
 
 /* What a construct returns to every member. */
 typedef struct {
@@ -130,6 +150,13 @@ typedef struct {
     cohort_proc_t *fresh;    /* those not in this process's previous view */
     size_t nfresh;
 } cohort_failed_t;
+
+/* Completion callbacks of the non-blocking (_nb) calls: called once, on the library's
+ * completion thread; `group` and `value` (NULL on failure, and `group` after a
+ * declined join) live only during the call. Keep them short. */
+typedef void (*cohort_op_cb)(int status, void *cbdata);
+typedef void (*cohort_group_cb)(int status, const cohort_group_t *group, void *cbdata);
+typedef void (*cohort_value_cb)(int status, const cohort_value_t *value, void *cbdata);
 
 /* An event handler. `source` and `affected` live only during the call. */
 typedef void (*cohort_event_fn)(int code, const cohort_proc_t *source,
@@ -169,6 +196,16 @@ int cohort_group_construct(cohort_client_t *client, const char *id, const cohort
                            size_t nprocs, const cohort_construct_opts_t *opts,
                            cohort_group_t *group);
 void cohort_group_free(cohort_group_t *group);
+/* Invite/join method: the leader invites `procs` and returns when every invitee has
+ * answered; invitees get COHORT_EVENT_GROUP_INVITED (source: the leader; group: the
+ * id) and answer with cohort_group_join, or from inside the handler with
+ * cohort_group_join_nb. A declining join leaves `group` untouched (it may be NULL). */
+int cohort_group_invite(cohort_client_t *client, const char *id, const cohort_proc_t *procs,
+                        size_t nprocs, const cohort_invite_opts_t *opts, cohort_group_t *group);
+int cohort_group_join(cohort_client_t *client, const char *id, const cohort_proc_t *leader,
+                      int accept, int timeout_ms, cohort_group_t *group);
+/* Membership and context id of a group known to this process's node server. */
+int cohort_group_query(cohort_client_t *client, const char *id, cohort_group_t *group);
 int cohort_group_destruct(cohort_client_t *client, const char *id, int timeout_ms);
 int cohort_group_leave(cohort_client_t *client, const char *id);
 
@@ -184,6 +221,24 @@ void cohort_failed_free(cohort_failed_t *failed);
 int cohort_register_event_handler(cohort_client_t *client, const int *codes, size_t ncodes,
                                   cohort_event_fn fn, void *cbdata, uint64_t *id);
 int cohort_deregister_event_handler(cohort_client_t *client, uint64_t id);
+/* Raises event `code` to `range` (never delivered back to the caller). */
+int cohort_notify(cohort_client_t *client, int code, int range, const char *target,
+                  const cohort_proc_t *procs, size_t nprocs);
+
+/* Non-blocking forms (PMIx's _nb): the request starts at once; a non-zero return
+ * means it did not start and `cb` will not be called. */
+int cohort_fence_nb(cohort_client_t *client, const cohort_proc_t *procs, size_t nprocs,
+                    int collect, int timeout_ms, cohort_op_cb cb, void *cbdata);
+int cohort_get_nb(cohort_client_t *client, const cohort_proc_t *proc, const char *key,
+                  int timeout_ms, cohort_value_cb cb, void *cbdata);
+int cohort_group_construct_nb(cohort_client_t *client, const char *id,
+                              const cohort_proc_t *procs, size_t nprocs,
+                              const cohort_construct_opts_t *opts, cohort_group_cb cb,
+                              void *cbdata);
+int cohort_group_join_nb(cohort_client_t *client, const char *id, const cohort_proc_t *leader,
+                         int accept, int timeout_ms, cohort_group_cb cb, void *cbdata);
+int cohort_group_destruct_nb(cohort_client_t *client, const char *id, int timeout_ms,
+                             cohort_op_cb cb, void *cbdata);
 
 #ifdef __cplusplus
 }

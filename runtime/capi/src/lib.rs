@@ -17,9 +17,12 @@ use std::ffi::{c_char, c_int, c_void, CStr, CString};
 use std::sync::Mutex;
 use std::time::Duration;
 
+use std::future::Future;
+use std::sync::OnceLock;
+
 use cohort::{
     Client, CohortError, ConstructOpts, ConstructStatus, Event, FailedMembers, FenceOpts,
-    HandlerId, ProcId, Scope, Value,
+    GroupResult, HandlerId, InviteOpts, ProcId, Range, Scope, Value,
 };
 
 pub const COHORT_MAX_NSLEN: usize = 255;
@@ -59,6 +62,12 @@ pub const COHORT_VALUE_BYTES: c_int = 7;
 pub const COHORT_VALUE_PROCS: c_int = 8;
 pub const COHORT_VALUE_OTHER: c_int = 9;
 
+pub const COHORT_RANGE_LOCAL: c_int = 0;
+pub const COHORT_RANGE_NAMESPACE: c_int = 1;
+pub const COHORT_RANGE_SESSION: c_int = 2;
+pub const COHORT_RANGE_GROUP: c_int = 3;
+pub const COHORT_RANGE_PROCS: c_int = 4;
+
 /// The opaque client handle.
 pub struct cohort_client {
     client: Client,
@@ -94,7 +103,23 @@ pub struct cohort_construct_opts_t {
     pub leader: c_int,
     pub notify_termination: c_int,
     pub assign_context_id: c_int,
+    pub bootstrap: u32,
+    pub add_members: *const cohort_proc_t,
+    pub nadd_members: usize,
 }
+
+#[repr(C)]
+pub struct cohort_invite_opts_t {
+    pub timeout_ms: c_int,
+    pub assign_context_id: c_int,
+    pub notify_termination: c_int,
+}
+
+pub type cohort_op_cb = Option<unsafe extern "C" fn(status: c_int, cbdata: *mut c_void)>;
+pub type cohort_group_cb =
+    Option<unsafe extern "C" fn(status: c_int, group: *const cohort_group_t, cbdata: *mut c_void)>;
+pub type cohort_value_cb =
+    Option<unsafe extern "C" fn(status: c_int, value: *const cohort_value_t, cbdata: *mut c_void)>;
 
 #[repr(C)]
 pub struct cohort_group_t {
@@ -573,27 +598,372 @@ pub unsafe extern "C" fn cohort_group_construct(
         if group.is_null() {
             return Err(bad_param("the group's address is NULL"));
         }
+        let opts = construct_opts(opts)?;
+        let g = c.client.group_construct(id, &procs, opts).map_err(fail)?;
+        group.write(group_out(&g));
+        Ok(())
+    })
+}
+/// # Safety
+/// `opts` is NULL or options whose `add_members` points to `nadd_members` processes.
+unsafe fn construct_opts(opts: *const cohort_construct_opts_t) -> Result<ConstructOpts, c_int> {
+    let Some(o) = opts.as_ref() else {
+        return Ok(ConstructOpts::default());
+    };
+    Ok(ConstructOpts {
+        timeout_ms: (o.timeout_ms > 0).then_some(o.timeout_ms as u64),
+        optional: o.optional != 0,
+        leader: o.leader != 0,
+        notify_termination: o.notify_termination != 0,
+        assign_context_id: o.assign_context_id != 0,
+        bootstrap: (o.bootstrap > 0).then_some(o.bootstrap),
+        add_members: procs_in(o.add_members, o.nadd_members)?,
+        ..Default::default()
+    })
+}
+
+fn group_out(g: &GroupResult) -> cohort_group_t {
+    let (members, nmembers) = procs_out(&g.members);
+    let (failed, nfailed) = procs_out(&g.failed);
+    cohort_group_t {
+        members,
+        nmembers,
+        has_context_id: g.context_id.is_some().into(),
+        context_id: g.context_id.unwrap_or(0),
+        partial: (g.status == ConstructStatus::PartialSuccess).into(),
+        failed,
+        nfailed,
+    }
+}
+
+/// # Safety
+/// `client` is a live handle; `id` a string; `procs` points to `nprocs` processes;
+/// `opts` is NULL or options; `group` writable.
+#[no_mangle]
+pub unsafe extern "C" fn cohort_group_invite(
+    client: *mut cohort_client,
+    id: *const c_char,
+    procs: *const cohort_proc_t,
+    nprocs: usize,
+    opts: *const cohort_invite_opts_t,
+    group: *mut cohort_group_t,
+) -> c_int {
+    status(|| {
+        let c = handle(client)?;
+        let id = text(id, "the group id")?;
+        let procs = procs_in(procs, nprocs)?;
+        if group.is_null() {
+            return Err(bad_param("the group's address is NULL"));
+        }
         let opts = opts
             .as_ref()
-            .map_or_else(ConstructOpts::default, |o| ConstructOpts {
+            .map_or_else(InviteOpts::default, |o| InviteOpts {
                 timeout_ms: (o.timeout_ms > 0).then_some(o.timeout_ms as u64),
-                optional: o.optional != 0,
-                leader: o.leader != 0,
-                notify_termination: o.notify_termination != 0,
                 assign_context_id: o.assign_context_id != 0,
+                notify_termination: o.notify_termination != 0,
                 ..Default::default()
             });
-        let g = c.client.group_construct(id, &procs, opts).map_err(fail)?;
-        let (members, nmembers) = procs_out(&g.members);
-        let (failed, nfailed) = procs_out(&g.failed);
-        group.write(cohort_group_t {
-            members,
-            nmembers,
-            has_context_id: g.context_id.is_some().into(),
-            context_id: g.context_id.unwrap_or(0),
-            partial: (g.status == ConstructStatus::PartialSuccess).into(),
-            failed,
-            nfailed,
+        let g = c.client.group_invite(id, &procs, opts).map_err(fail)?;
+        group.write(group_out(&g));
+        Ok(())
+    })
+}
+
+/// # Safety
+/// `client` is a live handle; `id` a string; `leader` a process; `group` NULL or
+/// writable (left untouched on a decline).
+#[no_mangle]
+pub unsafe extern "C" fn cohort_group_join(
+    client: *mut cohort_client,
+    id: *const c_char,
+    leader: *const cohort_proc_t,
+    accept: c_int,
+    timeout_ms: c_int,
+    group: *mut cohort_group_t,
+) -> c_int {
+    status(|| {
+        let c = handle(client)?;
+        let id = text(id, "the group id")?;
+        let leader = proc_in(
+            leader
+                .as_ref()
+                .ok_or_else(|| bad_param("the leader is NULL"))?,
+        )?;
+        let joined = c
+            .client
+            .group_join(id, &leader, accept != 0, timeout(timeout_ms), Vec::new())
+            .map_err(fail)?;
+        if let (Some(g), false) = (joined, group.is_null()) {
+            group.write(group_out(&g));
+        }
+        Ok(())
+    })
+}
+
+/// # Safety
+/// `client` is a live handle; `id` a string; `group` writable.
+#[no_mangle]
+pub unsafe extern "C" fn cohort_group_query(
+    client: *mut cohort_client,
+    id: *const c_char,
+    group: *mut cohort_group_t,
+) -> c_int {
+    status(|| {
+        let c = handle(client)?;
+        let id = text(id, "the group id")?;
+        if group.is_null() {
+            return Err(bad_param("the group's address is NULL"));
+        }
+        let g = c.client.group_query(id).map_err(fail)?;
+        group.write(group_out(&g));
+        Ok(())
+    })
+}
+
+/// # Safety
+/// `client` is a live handle; `target` a string where `range` needs one; `procs`
+/// points to `nprocs` processes.
+#[no_mangle]
+pub unsafe extern "C" fn cohort_notify(
+    client: *mut cohort_client,
+    code: c_int,
+    range: c_int,
+    target: *const c_char,
+    procs: *const cohort_proc_t,
+    nprocs: usize,
+) -> c_int {
+    status(|| {
+        let c = handle(client)?;
+        let range = match range {
+            COHORT_RANGE_LOCAL => Range::Local,
+            COHORT_RANGE_NAMESPACE if target.is_null() => {
+                Range::Namespace(c.client.nspace().to_string())
+            }
+            COHORT_RANGE_NAMESPACE => Range::Namespace(text(target, "the namespace")?.into()),
+            COHORT_RANGE_SESSION => Range::Session,
+            COHORT_RANGE_GROUP => Range::Group(text(target, "the group id")?.into()),
+            COHORT_RANGE_PROCS => Range::Procs(procs_in(procs, nprocs)?),
+            other => return Err(bad_param(format!("unknown range {other}"))),
+        };
+        c.client.notify(code, range, Vec::new()).map_err(fail)
+    })
+}
+
+// ------------------------------------------------------------------ non-blocking
+
+/// The thread that drives the non-blocking calls and runs their callbacks.
+fn completions() -> &'static tokio::runtime::Handle {
+    static RT: OnceLock<tokio::runtime::Handle> = OnceLock::new();
+    RT.get_or_init(|| {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .expect("a current-thread runtime builds");
+        let handle = rt.handle().clone();
+        std::thread::Builder::new()
+            .name("cohort-c-completions".into())
+            .spawn(move || rt.block_on(std::future::pending::<()>()))
+            .expect("the completion thread starts");
+        handle
+    })
+}
+
+/// Runs `fut` on the completion thread, then `done` with its result there.
+fn complete<T: Send + 'static>(
+    fut: impl Future<Output = Result<T, CohortError>> + Send + 'static,
+    done: impl FnOnce(Result<T, c_int>) + Send + 'static,
+) {
+    completions().spawn(async move { done(fut.await.map_err(fail)) });
+}
+
+fn code_of<T>(r: &Result<T, c_int>) -> c_int {
+    match r {
+        Ok(_) => COHORT_SUCCESS,
+        Err(s) => *s,
+    }
+}
+
+/// # Safety
+/// `client` is a live handle; `procs` points to `nprocs` processes; `cb` is called once
+/// on the library's completion thread with `cbdata`.
+#[no_mangle]
+pub unsafe extern "C" fn cohort_fence_nb(
+    client: *mut cohort_client,
+    procs: *const cohort_proc_t,
+    nprocs: usize,
+    collect: c_int,
+    timeout_ms: c_int,
+    cb: cohort_op_cb,
+    cbdata: *mut c_void,
+) -> c_int {
+    status(|| {
+        let c = handle(client)?;
+        let cb = cb.ok_or_else(|| bad_param("the callback is NULL"))?;
+        let procs = procs_in(procs, nprocs)?;
+        let opts = FenceOpts {
+            collect: collect != 0,
+            timeout_ms: (timeout_ms > 0).then_some(timeout_ms as u64),
+        };
+        let data = CbData(cbdata);
+        complete(c.client.fence_async(&procs, opts), move |r| {
+            let data = data;
+            // SAFETY: the caller's callback, with its own data.
+            unsafe { cb(code_of(&r), data.0) }
+        });
+        Ok(())
+    })
+}
+
+type GroupCb = unsafe extern "C" fn(c_int, *const cohort_group_t, *mut c_void);
+
+/// Calls `cb` with a group result (or none) that lives for the call.
+///
+/// # Safety
+/// `cb` accepts a group pointer valid during the call.
+unsafe fn group_callback(cb: GroupCb, data: CbData, r: Result<Option<GroupResult>, c_int>) {
+    let status = code_of(&r);
+    let mut g = match &r {
+        Ok(Some(g)) => Some(group_out(g)),
+        _ => None,
+    };
+    let ptr = g
+        .as_ref()
+        .map_or(std::ptr::null(), |g| g as *const cohort_group_t);
+    cb(status, ptr, data.0);
+    if let Some(g) = g.as_mut() {
+        cohort_group_free(g);
+    }
+}
+
+/// # Safety
+/// As [`cohort_group_construct`]; `cb` is called once on the library's completion
+/// thread, with a group valid during the call.
+#[no_mangle]
+pub unsafe extern "C" fn cohort_group_construct_nb(
+    client: *mut cohort_client,
+    id: *const c_char,
+    procs: *const cohort_proc_t,
+    nprocs: usize,
+    opts: *const cohort_construct_opts_t,
+    cb: cohort_group_cb,
+    cbdata: *mut c_void,
+) -> c_int {
+    status(|| {
+        let c = handle(client)?;
+        let cb = cb.ok_or_else(|| bad_param("the callback is NULL"))?;
+        let id = text(id, "the group id")?;
+        let procs = procs_in(procs, nprocs)?;
+        let opts = construct_opts(opts)?;
+        let data = CbData(cbdata);
+        complete(c.client.group_construct_async(id, &procs, opts), move |r| {
+            // SAFETY: the caller's callback, with its own data.
+            unsafe { group_callback(cb, data, r.map(Some)) }
+        });
+        Ok(())
+    })
+}
+
+/// The non-blocking join, which an event handler may call (the blocking one must not
+/// be called from a handler: the answer would wait for the handler to return).
+///
+/// # Safety
+/// As [`cohort_group_join`]; `cb` is called once on the library's completion thread,
+/// with the group (NULL after a decline) valid during the call.
+#[no_mangle]
+pub unsafe extern "C" fn cohort_group_join_nb(
+    client: *mut cohort_client,
+    id: *const c_char,
+    leader: *const cohort_proc_t,
+    accept: c_int,
+    timeout_ms: c_int,
+    cb: cohort_group_cb,
+    cbdata: *mut c_void,
+) -> c_int {
+    status(|| {
+        let c = handle(client)?;
+        let cb = cb.ok_or_else(|| bad_param("the callback is NULL"))?;
+        let id = text(id, "the group id")?;
+        let leader = proc_in(
+            leader
+                .as_ref()
+                .ok_or_else(|| bad_param("the leader is NULL"))?,
+        )?;
+        let data = CbData(cbdata);
+        let fut =
+            c.client
+                .group_join_async(id, &leader, accept != 0, timeout(timeout_ms), Vec::new());
+        complete(fut, move |r| {
+            // SAFETY: the caller's callback, with its own data.
+            unsafe { group_callback(cb, data, r) }
+        });
+        Ok(())
+    })
+}
+
+/// # Safety
+/// `client` is a live handle; `id` a string; `cb` is called once on the library's
+/// completion thread.
+#[no_mangle]
+pub unsafe extern "C" fn cohort_group_destruct_nb(
+    client: *mut cohort_client,
+    id: *const c_char,
+    timeout_ms: c_int,
+    cb: cohort_op_cb,
+    cbdata: *mut c_void,
+) -> c_int {
+    status(|| {
+        let c = handle(client)?;
+        let cb = cb.ok_or_else(|| bad_param("the callback is NULL"))?;
+        let id = text(id, "the group id")?;
+        let data = CbData(cbdata);
+        complete(
+            c.client.group_destruct_async(id, timeout(timeout_ms)),
+            move |r| {
+                let data = data;
+                // SAFETY: the caller's callback, with its own data.
+                unsafe { cb(code_of(&r), data.0) }
+            },
+        );
+        Ok(())
+    })
+}
+
+/// # Safety
+/// As [`cohort_get`]; `cb` is called once on the library's completion thread, with the
+/// value (NULL on failure) valid during the call.
+#[no_mangle]
+pub unsafe extern "C" fn cohort_get_nb(
+    client: *mut cohort_client,
+    proc: *const cohort_proc_t,
+    key: *const c_char,
+    timeout_ms: c_int,
+    cb: cohort_value_cb,
+    cbdata: *mut c_void,
+) -> c_int {
+    status(|| {
+        let c = handle(client)?;
+        let cb = cb.ok_or_else(|| bad_param("the callback is NULL"))?;
+        let p = proc_in(
+            proc.as_ref()
+                .ok_or_else(|| bad_param("the process is NULL"))?,
+        )?;
+        let key = text(key, "the key")?;
+        let data = CbData(cbdata);
+        complete(c.client.get_async(&p, key, timeout(timeout_ms)), move |r| {
+            let data = data;
+            let status = code_of(&r);
+            let mut v = r.ok().map(value_out);
+            let ptr = v
+                .as_ref()
+                .map_or(std::ptr::null(), |v| v as *const cohort_value_t);
+            // SAFETY: the caller's callback, with its own data; the value lives
+            // until it returns.
+            unsafe {
+                cb(status, ptr, data.0);
+                if let Some(v) = v.as_mut() {
+                    cohort_value_free(v);
+                }
+            }
         });
         Ok(())
     })
@@ -852,6 +1222,11 @@ mod tests {
             ("COHORT_VALUE_BYTES", COHORT_VALUE_BYTES.into()),
             ("COHORT_VALUE_PROCS", COHORT_VALUE_PROCS.into()),
             ("COHORT_VALUE_OTHER", COHORT_VALUE_OTHER.into()),
+            ("COHORT_RANGE_LOCAL", COHORT_RANGE_LOCAL.into()),
+            ("COHORT_RANGE_NAMESPACE", COHORT_RANGE_NAMESPACE.into()),
+            ("COHORT_RANGE_SESSION", COHORT_RANGE_SESSION.into()),
+            ("COHORT_RANGE_GROUP", COHORT_RANGE_GROUP.into()),
+            ("COHORT_RANGE_PROCS", COHORT_RANGE_PROCS.into()),
         ];
         for (name, value) in ours {
             assert_eq!(defined.get(name), Some(value), "{name}");
