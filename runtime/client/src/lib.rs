@@ -904,9 +904,9 @@ impl Client {
     /// Each gets the same set: the union of every caller's local view and of the
     /// members that terminated before calling (those that left are not waited for).
     /// This process's local view becomes that set. Fails with `PeerLost` if the node
-    /// server deciding it is lost meanwhile (call again: the next call is decided
-    /// elsewhere most of the time), and with `Timeout` naming the members that did
-    /// not call within `timeout`.
+    /// server deciding it is lost meanwhile (call again: a call that a server known
+    /// to be lost would decide is skipped), and with `Timeout` naming the members that
+    /// did not call within `timeout`.
     pub fn group_failed_global(
         &self,
         id: &str,

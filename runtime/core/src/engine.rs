@@ -74,6 +74,16 @@ const MAX_EARLY_MSGS: usize = 256;
 /// info under this key.
 const FAILED_VIEW_KEY: &str = "cohort.failed";
 
+/// The root of fence or agreement `id`#`seq` among the sorted `nodes` of its
+/// participants: as `rendezvous(&format!("{id}#{seq}"), …)`, unformatted.
+fn salted_root(id: &str, seq: u64, nodes: &[NodeId]) -> Option<NodeId> {
+    let salt = StableHash::default()
+        .bytes(id.as_bytes())
+        .bytes(b"#")
+        .decimal(seq);
+    nodes.get(salt.pick(nodes.len().max(1))).copied()
+}
+
 /// The local failure view `c` carried (none when it carried none).
 fn failed_view_of(c: &Contribution) -> &[ProcId] {
     match info_get(&c.group_info, FAILED_VIEW_KEY) {
@@ -2075,16 +2085,28 @@ impl Engine {
             Err(e) => return self.reply(client, req, Err(e)),
         };
         let local = local.unwrap_or_default();
-        let seq = self
-            .agree_seq
-            .entry((proc.clone(), gid.clone()))
-            .or_insert(0);
+        let mut nodes: Vec<NodeId> = members.iter().filter_map(|p| self.job.node_of(p)).collect();
+        nodes.sort_unstable();
+        nodes.dedup();
+        let next = self.agree_seq.get(&(proc.clone(), gid.clone())).copied();
+        let mut seq = next.unwrap_or(0);
+        // A call decided by a server known lost here would fail: every server that
+        // knows of the loss skips it alike, and one that does not yet fails that call
+        // with `PeerLost`, after which its caller's next call is the one the others
+        // made. (Bounded: the caller's own server is among `nodes`.)
+        for _ in 0..64 {
+            let root = salted_root(&gid, seq, &nodes).unwrap_or(self.node);
+            if !self.lost_nodes.contains(&root) {
+                break;
+            }
+            seq += 1;
+        }
+        self.agree_seq.insert((proc.clone(), gid.clone()), seq + 1);
         let key = CollKey {
             kind: CollKind::Agree,
             id: gid,
-            seq: *seq,
+            seq,
         };
-        *seq += 1;
         let contrib = Contribution {
             proc: proc.clone(),
             data: Posted::default(),
@@ -2300,15 +2322,7 @@ impl Engine {
         nodes.dedup();
         let root = match key.kind {
             CollKind::Fence | CollKind::Agree => {
-                // As `rendezvous(&format!("{}#{}", key.id, key.seq), …)`, unformatted.
-                let salt = StableHash::default()
-                    .bytes(key.id.as_bytes())
-                    .bytes(b"#")
-                    .decimal(key.seq);
-                nodes
-                    .get(salt.pick(nodes.len().max(1)))
-                    .copied()
-                    .unwrap_or(self.node)
+                salted_root(&key.id, key.seq, &nodes).unwrap_or(self.node)
             }
             CollKind::Construct | CollKind::Destruct => self.rendezvous_node(&key.id),
             CollKind::Invite => self.invite_home(&key.id).unwrap_or(self.node),
