@@ -514,6 +514,7 @@ mod tests {
             "ice=2-4",
             "--pset",
             "evens=0,2,4",
+            "--pset=-odd name=1,3-4",
             "--",
             "sh",
             "-c",
@@ -529,8 +530,9 @@ mod tests {
         assert_eq!(apps[1].exports, [("ICE".into(), "yes=really".into())]);
         let job = a.job().unwrap();
         assert_eq!(job.app_sizes, [2, 3]);
-        assert_eq!(job.pset_names(), ["ocean", "ice", "evens"]);
+        assert_eq!(job.pset_names(), ["ocean", "ice", "evens", "-odd name"]);
         assert_eq!(job.psets_of(2).unwrap(), ["ice", "evens"]);
+        assert_eq!(job.psets_of(3).unwrap(), ["ice", "-odd name"]);
         // Mapping is over the whole rank list: block over 2 node servers.
         assert_eq!(job.rank_node, [0, 0, 0, 1, 1]);
 
