@@ -17,7 +17,9 @@ pub const MAX_PSET_NAME_LEN: usize = MAX_GROUP_ID_LEN;
 pub struct JobMap {
     pub nspace: crate::ids::Nspace,
     pub num_nodes: u32,
-    /// `rank_node[r]` is the node server hosting rank `r`.
+    /// `rank_node[r]` is the node server hosting rank `r`. On the wire as a few runs
+    /// or a round-robin rule when it is one (see [`node_map`]).
+    #[serde(with = "node_map")]
     pub rank_node: Vec<NodeId>,
     /// `node_names[n]` is the name of node `n`.
     pub node_names: Vec<String>,
@@ -199,6 +201,80 @@ impl<'de> Deserialize<'de> for RankSet {
         let runs = Vec::<(Rank, u32)>::deserialize(d)?;
         RankSet::check(&runs).map_err(serde::de::Error::custom)?;
         Ok(RankSet { runs })
+    }
+}
+
+/// Compact wire form of a rank → node list: block mappings are a run per node,
+/// round-robin mappings one rule, so a welcome costs bytes per node, not per rank;
+/// any other list goes as runs or as it is, whichever is smaller. Decoding is bounded
+/// by [`crate::procset::MAX_PROCS`] ranks.
+pub mod node_map {
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    use crate::ids::NodeId;
+    use crate::procset::MAX_PROCS;
+
+    #[derive(Serialize, Deserialize)]
+    enum Wire {
+        /// One node id per rank.
+        Each(Vec<NodeId>),
+        /// `(node, count)`: the next `count` ranks are on `node`.
+        Runs(Vec<(NodeId, u32)>),
+        /// `n` ranks dealt over `m` nodes: rank `r` on node `r % m`.
+        RoundRobin { n: u32, m: u32 },
+    }
+
+    pub fn serialize<S: Serializer>(list: &[NodeId], s: S) -> Result<S::Ok, S::Error> {
+        let n = list.len() as u32;
+        let m = list.iter().max().map_or(0, |&top| top.saturating_add(1));
+        let dealt = n > m
+            && m > 0
+            && list
+                .iter()
+                .enumerate()
+                .all(|(r, &node)| node == r as u32 % m);
+        if dealt {
+            return Wire::RoundRobin { n, m }.serialize(s);
+        }
+        let mut runs: Vec<(NodeId, u32)> = Vec::new();
+        for &node in list {
+            match runs.last_mut() {
+                Some((last, count)) if *last == node => *count += 1,
+                _ => runs.push((node, 1)),
+            }
+            if runs.len() * 2 > list.len() {
+                return Wire::Each(list.to_vec()).serialize(s);
+            }
+        }
+        Wire::Runs(runs).serialize(s)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<NodeId>, D::Error> {
+        use serde::de::Error;
+        let too_many = || D::Error::custom(format!("a job of more than {MAX_PROCS} ranks"));
+        match Wire::deserialize(d)? {
+            Wire::Each(list) => Ok(list),
+            Wire::Runs(runs) => {
+                let total: u64 = runs.iter().map(|&(_, c)| u64::from(c)).sum();
+                if total > MAX_PROCS {
+                    return Err(too_many());
+                }
+                let mut list = Vec::with_capacity(total as usize);
+                for (node, count) in runs {
+                    list.extend(std::iter::repeat_n(node, count as usize));
+                }
+                Ok(list)
+            }
+            Wire::RoundRobin { n, m } => {
+                if u64::from(n) > MAX_PROCS {
+                    return Err(too_many());
+                }
+                if m == 0 {
+                    return Err(D::Error::custom("ranks dealt over no nodes"));
+                }
+                Ok((0..n).map(|r| r % m).collect())
+            }
+        }
     }
 }
 
@@ -601,5 +677,47 @@ mod tests {
         let mut bad = m;
         bad.rank_node[7] = 4;
         assert!(bad.validate().is_err());
+    }
+    #[test]
+    fn rank_to_node_lists_travel_as_runs_or_a_round_robin_rule() {
+        use crate::frame;
+        #[derive(Debug, PartialEq, Serialize, Deserialize)]
+        struct Holder(#[serde(with = "node_map")] Vec<NodeId>);
+        let size = |v: Vec<NodeId>| {
+            let bytes = frame::encode_body(&Holder(v.clone()));
+            assert_eq!(frame::decode_body::<Holder>(&bytes).unwrap().0, v);
+            bytes.len()
+        };
+        let big = 1 << 16;
+        assert!(size(JobMap::block("j", big, 64).rank_node) < 64 * 8 + 32);
+        assert!(size(JobMap::round_robin("j", big, 64).rank_node) < 32);
+        // Anything else still comes back exactly, never much bigger than a list.
+        let scattered: Vec<NodeId> = (0..1000u32).map(|r| (r * 7919) % 13).collect();
+        assert!(size(scattered) <= 1000 * 4 + 32);
+        for v in [
+            vec![],
+            vec![0],
+            vec![2, 0],
+            vec![0, 1],
+            vec![0, 0, 1, 0],
+            vec![1, 1, 1],
+        ] {
+            size(v);
+        }
+        // Hostile forms are refused, not expanded.
+        #[derive(Serialize)]
+        enum Wire {
+            _Each(Vec<NodeId>),
+            Runs(Vec<(NodeId, u32)>),
+            RoundRobin { n: u32, m: u32 },
+        }
+        for w in [
+            Wire::Runs(vec![(0, u32::MAX), (1, u32::MAX)]),
+            Wire::RoundRobin { n: u32::MAX, m: 2 },
+            Wire::RoundRobin { n: 4, m: 0 },
+        ] {
+            let bytes = frame::encode_body(&w);
+            assert!(frame::decode_body::<Holder>(&bytes).is_err());
+        }
     }
 }
