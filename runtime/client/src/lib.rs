@@ -324,7 +324,8 @@ impl Client {
         &self.inner.proc_id.nspace
     }
 
-    /// The job's rank → node map, as the node server sent it.
+    /// The job's map as the node server sent it: rank → node, the application contexts
+    /// (MPMD) and the process sets.
     pub fn job(&self) -> &JobMap {
         &self.inner.welcome.job
     }

@@ -185,14 +185,8 @@ impl Launcher {
         let job_secret = random(32)?;
         let client_token = random(32)?;
         let nspace = format!("cohort.{}.{}", std::process::id(), to_hex(&random(2)?));
-        let job_dir =
-            JobDir::create().map_err(|e| format!("cannot create the job directory: {e}"))?;
-        let listener = TcpListener::bind("127.0.0.1:0")
-            .await
-            .map_err(|e| format!("cannot listen for node servers on 127.0.0.1: {e}"))?;
-        let control_addr = listener
-            .local_addr()
-            .map_err(|e| format!("control listener: {e}"))?;
+        // The job map before anything exists: a set named like the job's namespace is
+        // refused here.
         let mut job = job_map(args.map_by, nspace, plan.np, args.nodes);
         if plan.apps.len() > 1 {
             job.set_apps(plan.apps.iter().map(|a| a.np).collect())?;
@@ -201,6 +195,14 @@ impl Launcher {
             job.define_pset(name, members.clone())
                 .map_err(|e| format!("--pset: {e}"))?;
         }
+        let job_dir =
+            JobDir::create().map_err(|e| format!("cannot create the job directory: {e}"))?;
+        let listener = TcpListener::bind("127.0.0.1:0")
+            .await
+            .map_err(|e| format!("cannot listen for node servers on 127.0.0.1: {e}"))?;
+        let control_addr = listener
+            .local_addr()
+            .map_err(|e| format!("control listener: {e}"))?;
         let topology = topology_file(args.topology.as_deref(), &job)?;
         // Every node server runs on this host, so this host's cores decide.
         let placement = plan_job(args.bind_to, &job, &Discover { io: false }.run());
