@@ -196,6 +196,11 @@ pub(crate) fn handshake(
             ))
         }
     };
+    // Every lookup in the job map (apps, process sets) trusts it from here on.
+    welcome
+        .job
+        .validate()
+        .map_err(|e| CohortError::Protocol(format!("the node server sent a bad job map: {e}")))?;
     // Blocking reads (a caller waiting for its reply) give up after this slice and
     // look at their deadline again; every other read is non-blocking.
     stream.set_read_timeout(Some(READ_SLICE))?;

@@ -51,7 +51,8 @@ pub use cohort_proto::msg::{
 };
 pub use cohort_proto::value::{info_get, Bytes};
 pub use cohort_proto::{
-    CohortError, Event, EventCode, Info, JobMap, ProcId, Range, Scope, Value, RANK_WILDCARD,
+    CohortError, Event, EventCode, Info, JobMap, ProcId, Pset, Range, RankSet, Scope, Value,
+    RANK_WILDCARD,
 };
 pub use cohort_topology::{Binding, CpuSet};
 pub use conn::LOST_REASON_KEY;
@@ -361,7 +362,8 @@ impl Client {
         &self.inner.proc_id.nspace
     }
 
-    /// The job's rank → node map, as the node server sent it.
+    /// The job's map as the node server sent it: rank → node, the application contexts
+    /// (MPMD) and the process sets.
     pub fn job(&self) -> &JobMap {
         &self.inner.welcome.job
     }
@@ -947,6 +949,75 @@ impl Client {
     pub fn group_names_async(&self) -> impl Future<Output = Result<Vec<String>>> + Send + 'static {
         let reply = self.call_async(Request::QueryGroupNames, false);
         async move { expect_names(reply.await?) }
+    }
+
+    // ------------------------------------------------------------ process sets
+
+    /// Names of the process sets defined for this job, in the order they were defined
+    /// at launch (PMIX_QUERY_PSET_NAMES). Sets are immutable and every rank learns them
+    /// from its node server's welcome, so this is a local lookup.
+    pub fn pset_names(&self) -> Result<Vec<String>> {
+        Ok(self.job().pset_names())
+    }
+
+    /// Number of process sets defined for this job (PMIX_QUERY_NUM_PSETS).
+    pub fn pset_count(&self) -> Result<usize> {
+        Ok(self.job().psets.len())
+    }
+
+    /// Members of process set `name`, ascending (PMIX_QUERY_PSET_MEMBERSHIP); fails with
+    /// [`CohortError::PsetNotFound`] when the job has no set of that name.
+    pub fn pset_members(&self, name: &str) -> Result<Vec<ProcId>> {
+        self.job()
+            .pset_members(name)
+            .ok_or_else(|| CohortError::PsetNotFound {
+                name: name.to_string(),
+            })
+    }
+
+    /// Names of the process sets `proc` belongs to, in definition order (PMIX_PSET_NAMES,
+    /// as `PMIx_Get` returns it; also readable with [`get`](Self::get) under
+    /// [`keys::PSET_NAMES`]). Empty when it belongs to none; `UnknownProc` when `proc`
+    /// is not a rank of this job.
+    pub fn psets_of(&self, proc: &ProcId) -> Result<Vec<String>> {
+        let rank = self.job_rank(proc)?;
+        Ok(self.job().psets_of(rank).unwrap_or_default())
+    }
+
+    /// The application context (MPMD program, counted from 0 in command-line order)
+    /// `proc` runs (PMIX_APPNUM; also readable with [`get`](Self::get) under
+    /// [`keys::APPNUM`]). `UnknownProc` when `proc` is not a rank of this job.
+    pub fn appnum(&self, proc: &ProcId) -> Result<u32> {
+        let rank = self.job_rank(proc)?;
+        self.job()
+            .app_of(rank)
+            .ok_or_else(|| CohortError::UnknownProc {
+                proc: proc.clone(),
+                reason: "in no application context".into(),
+            })
+    }
+
+    /// Number of application contexts of this job (PMIX_JOB_NUM_APPS).
+    pub fn num_apps(&self) -> u32 {
+        self.job().num_apps()
+    }
+
+    /// `proc`'s rank when it is a (non-wildcard) rank of this job.
+    fn job_rank(&self, proc: &ProcId) -> Result<u32> {
+        if !self.job().contains(proc) {
+            let reason = if proc.nspace != *self.nspace() {
+                format!("not a process of this job ({})", self.nspace())
+            } else if proc.is_wildcard() {
+                "a wildcard names no single process".to_string()
+            } else {
+                format!("job {} has {} ranks", self.nspace(), self.size())
+            };
+            return Err(CohortError::UnknownProc {
+                proc: proc.clone(),
+                reason,
+            });
+        }
+        Ok(proc.rank)
     }
 
     /// Raises event `code` to `range` (never delivered back to this process).

@@ -394,6 +394,69 @@ fn welcome_error_fails_connect_with_the_servers_error() {
     server.join().expect("server");
 }
 
+/// A 6-rank MPMD job: apps of 2 and 4 ranks, sets "ocean" (app 0), "ice" (app 1) and
+/// "evens"; the client is rank 3.
+fn mpmd_welcome() -> Welcome {
+    let mut job = JobMap::block("job", 6, 2);
+    job.set_apps(vec![2, 4]).unwrap();
+    job.define_pset("ocean", RankSet::range(0..2)).unwrap();
+    job.define_pset("ice", RankSet::range(2..6)).unwrap();
+    job.define_pset("evens", RankSet::parse("0,2,4").unwrap())
+        .unwrap();
+    Welcome { job, ..welcome() }
+}
+
+#[test]
+fn psets_and_apps_are_local_lookups_in_the_job_map() {
+    // The server sees nothing after the welcome: every answer is local.
+    let (path, server) = serve(Ok(mpmd_welcome()), |s| assert!(s.recv().is_none()));
+    let client = Client::connect(&path, "job", 3, TOKEN).expect("connect");
+    let p = |r| ProcId::new("job", r);
+    assert_eq!(client.pset_names().unwrap(), ["ocean", "ice", "evens"]);
+    assert_eq!(client.pset_count().unwrap(), 3);
+    assert_eq!(client.pset_members("evens").unwrap(), [p(0), p(2), p(4)]);
+    assert_eq!(
+        client.pset_members("ice").unwrap(),
+        [p(2), p(3), p(4), p(5)]
+    );
+    let e = client.pset_members("land").unwrap_err();
+    assert_eq!(
+        e,
+        CohortError::PsetNotFound {
+            name: "land".into()
+        }
+    );
+    assert!(e.to_string().contains("\"land\""), "{e}");
+    assert_eq!(client.psets_of(&p(0)).unwrap(), ["ocean", "evens"]);
+    assert_eq!(client.psets_of(client.proc_id()).unwrap(), ["ice"]);
+    assert_eq!(client.psets_of(&p(4)).unwrap(), ["ice", "evens"]);
+    let apps: Vec<u32> = (0..6).map(|r| client.appnum(&p(r)).unwrap()).collect();
+    assert_eq!(apps, [0, 0, 1, 1, 1, 1]);
+    assert_eq!(client.num_apps(), 2);
+    for bad in [p(6), ProcId::new("other", 0), ProcId::wildcard("job")] {
+        assert!(
+            matches!(client.psets_of(&bad), Err(CohortError::UnknownProc { .. })),
+            "{bad}"
+        );
+        assert!(client.appnum(&bad).is_err(), "{bad}");
+    }
+    drop(client);
+    server.join().expect("server");
+}
+
+#[test]
+fn a_job_map_that_does_not_fit_the_job_is_refused_at_connect() {
+    let mut bad = mpmd_welcome();
+    bad.job.psets[2].members = RankSet::range(5..7);
+    let (path, server) = serve(Ok(bad), |_| {});
+    let got = Client::connect(&path, "job", 1, TOKEN).map(|_| ());
+    assert!(
+        matches!(got, Err(CohortError::Protocol(ref m)) if m.contains("rank 6")),
+        "{got:?}"
+    );
+    server.join().expect("server");
+}
+
 #[test]
 fn connect_to_a_missing_socket_is_server_lost() {
     let path = socket_path();

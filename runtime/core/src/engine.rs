@@ -1720,6 +1720,7 @@ impl Engine {
             "pmix.job.size" | "pmix.univ.size" => Some(Value::U32(self.job.size())),
             "pmix.num.nodes" => Some(Value::U32(self.job.num_nodes)),
             "pmix.nspace" => Some(Value::Str(self.job.nspace.to_string())),
+            keys::JOB_NUM_APPS => Some(Value::U32(self.job.num_apps())),
             _ => None,
         };
         if job_wide.is_some() || proc.is_wildcard() {
@@ -1737,6 +1738,16 @@ impl Engine {
                 .map(Value::Str),
             "pmix.lrank" => self.job.local_rank(proc.rank).map(Value::U32),
             "pmix.local.size" => Some(Value::U32(self.job.ranks_on(node).len() as u32)),
+            keys::APPNUM => self.job.app_of(proc.rank).map(Value::U32),
+            keys::APP_SIZE | keys::APP_RANK => {
+                let ranks = self.job.app_ranks(self.job.app_of(proc.rank)?)?;
+                Some(Value::U32(if key == keys::APP_SIZE {
+                    ranks.end - ranks.start
+                } else {
+                    proc.rank - ranks.start
+                }))
+            }
+            keys::PSET_NAMES => self.job.psets_of(proc.rank).map(Value::Strs),
             _ => None,
         }
     }

@@ -6,8 +6,9 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::builder::TypedValueParser as _;
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, CommandFactory, Parser, Subcommand};
 use cohort_core::DetectorConfig;
+use cohort_proto::RankSet;
 use cohort_topology::{BindTo, MapBy};
 
 const ABOUT: &str = "cohort — launcher of the cohort PMIx process-group runtime";
@@ -26,6 +27,9 @@ EXAMPLES
   Run 8 ranks over 2 node servers, prefixing every output line with [nspace,rank]:
       cohort run --nodes 2 -n 8 --tag-output ./app
 
+  Run an MPMD job: 4 ranks of ./ocean in process set ocean, 2 of ./ice in set ice:
+      cohort run -n 4 --pset ocean ./ocean : -n 2 --pset ice ./ice
+
   Show this host's packages, NUMA nodes, cores and network devices:
       cohort topo
 
@@ -40,8 +44,28 @@ loopback address), maps the N ranks onto them (block-wise, or round-robin with
 --map-by node), binds each rank to a core unless that would oversubscribe the cores
 (see --bind-to), forwards every rank's stdout and stderr, and exits with the job's
 status. When a rank fails (non-zero status or a signal) or a node server dies, the
-whole job is terminated unless --enable-recovery is given. Ctrl-C, SIGTERM and SIGHUP terminate the job; a
-second one kills the node servers at once.";
+whole job is terminated unless --enable-recovery is given. Ctrl-C, SIGTERM and SIGHUP
+terminate the job; a second one kills the node servers at once.
+
+MPMD: several programs form one job when their app contexts are separated by a
+standalone ':' argument, as with mpirun/prterun. Global options (--nodes, --map-by,
+--bind-to, --tag-output, --timeout, ...) come before the first app context's program;
+every app context has its own -n, and may have --pset NAME and -x VAR[=VAL]:
+
+  cohort run [GLOBAL OPTIONS] -n N1 [APP OPTIONS] PROG1 [ARGS] : -n N2 [APP OPTIONS] PROG2 [ARGS] ...
+
+Ranks are numbered consecutively across app contexts (the first app's ranks come
+first), and the mapping and binding policies apply to the whole list of ranks. Each
+rank learns its app context as PMIX_APPNUM (COHORT_APPNUM; counted from 0). -x given
+before the first program applies to every rank; -x in a later app context to its
+ranks only. A ':' is always a separator, never an argument of a program.
+
+Process sets (psets): --pset NAME in an app context labels that app's ranks;
+--pset NAME=RANKLIST among the global options defines a set over any ranks of the
+job (RANKLIST: ranks and ranges, like 0,2,4 or 0-3,8). A rank may be in several
+sets. Sets are fixed at launch; ranks query them with PMIX_QUERY_PSET_NAMES,
+PMIX_QUERY_PSET_MEMBERSHIP and PMIX_PSET_NAMES. Names are 1 to 255 bytes, unique,
+and must not look like a job namespace (cohort.PID.HEX).";
 
 const RUN_EXAMPLES: &str = "\
 EXAMPLES
@@ -59,6 +83,11 @@ EXAMPLES
   Export variables to every rank and stop the job after 10 minutes:
       cohort run -n 16 -x OMP_NUM_THREADS=4 -x LD_LIBRARY_PATH --timeout 600 ./solver in.dat
 
+  MPMD: 4 ranks of ./ocean (ranks 0-3, pset ocean) and 2 of ./ice (ranks 4-5, pset
+  ice), one more set io of ranks 0 and 4, ICE_STEPS set for the ice ranks only:
+      cohort run --nodes 2 --pset io=0,4 -n 4 --pset ocean ./ocean in.nc : \
+          -n 2 --pset ice -x ICE_STEPS=100 ./ice
+
   Keep the job running when a rank fails (the job still exits with the first failure):
       cohort run -n 4 --enable-recovery ./resilient
 
@@ -74,8 +103,8 @@ ENVIRONMENT
                          this file is used when it exists
 
   Every rank sees COHORT_RANK, COHORT_SIZE, COHORT_LOCAL_RANK, COHORT_NODE_ID,
-  COHORT_NODE_NAME, COHORT_NSPACE, COHORT_SERVER_URI, COHORT_TOKEN and
-  COHORT_BINDING (the CPUs it is bound to, like 0-1, or none).
+  COHORT_NODE_NAME, COHORT_NSPACE, COHORT_SERVER_URI, COHORT_TOKEN, COHORT_APPNUM
+  (its app context) and COHORT_BINDING (the CPUs it is bound to, like 0-1, or none).
 
 EXIT STATUS
   0 when every rank exits 0, else the status of the first rank that failed (128+N for
@@ -104,7 +133,9 @@ pub enum Command {
     #[command(
         about = "Launch a parallel job of N ranks under cohort node servers (like mpirun)",
         long_about = RUN_LONG_ABOUT,
-        override_usage = "cohort run [OPTIONS] -n <N> <PROGRAM> [ARGS]...",
+        override_usage = "cohort run [OPTIONS] -n <N> <PROGRAM> [ARGS]...\n       \
+            cohort run [OPTIONS] -n <N> [--pset NAME] [-x VAR[=VAL]] <PROGRAM> [ARGS]... \
+            : -n <N> [--pset NAME] [-x VAR[=VAL]] <PROGRAM> [ARGS]... [: ...]",
         after_help = RUN_EXAMPLES
     )]
     Run(Box<RunArgs>),
@@ -135,12 +166,13 @@ pub struct TopoArgs {
 /// Options of `cohort run`.
 #[derive(Clone, Debug, Args)]
 pub struct RunArgs {
-    /// Number of ranks to start (also --np; mpirun's -np is accepted too)
+    /// Number of ranks to start (also --np; mpirun's -np is accepted too); with
+    /// several app contexts, of the first one (each one after a ':' has its own -n)
     #[arg(
         short = 'n',
         long = "np",
         value_name = "N",
-        help_heading = "Mapping options",
+        help_heading = "Application context options",
         value_parser = clap::value_parser!(u32).range(1..)
     )]
     pub np: u32,
@@ -186,7 +218,8 @@ pub struct RunArgs {
     )]
     pub tag_output: bool,
 
-    /// Export VAR from cohort's environment to every rank, or set it to VAL (repeatable)
+    /// Export VAR from cohort's environment to every rank, or set it to VAL (repeatable;
+    /// in an app context after a ':', to that app's ranks only)
     #[arg(
         short = 'x',
         value_name = "VAR[=VAL]",
@@ -274,8 +307,61 @@ pub struct RunArgs {
     )]
     pub timeout: Option<u64>,
 
-    /// The program every rank runs, then its arguments (everything after PROGRAM is
-    /// passed to it untouched)
+    /// Process set: NAME labels this app context's ranks (PMIX_PSET_NAMES; give it in
+    /// each app context, PRRTE-style); NAME=RANKLIST, among the global options, defines
+    /// a set over any ranks of the job, e.g. evens=0,2,4 or io=0-3,8 (repeatable)
+    #[arg(
+        long = "pset",
+        value_name = "NAME[=RANKLIST]",
+        action = clap::ArgAction::Append,
+        help_heading = "Application context options"
+    )]
+    pub pset: Vec<String>,
+
+    /// The program the ranks of the (first) app context run, then its arguments
+    /// (everything after PROGRAM up to a standalone `:` is passed to it untouched)
+    #[arg(
+        value_names = ["PROGRAM", "ARGS"],
+        required = true,
+        num_args = 1..,
+        trailing_var_arg = true,
+        allow_hyphen_values = true
+    )]
+    pub command: Vec<OsString>,
+
+    /// The app contexts after the first one, one per `:` (see [`parse_cli`]).
+    #[arg(skip)]
+    pub more_apps: Vec<AppContext>,
+}
+
+/// An app context after a `:` (MPMD): its rank count, process sets, environment and
+/// program. The first app context's are in [`RunArgs`], among the global options.
+#[derive(Clone, Debug, Parser)]
+#[command(
+    name = "app context",
+    no_binary_name = true,
+    disable_help_flag = true,
+    disable_version_flag = true
+)]
+pub struct AppContext {
+    /// Number of ranks of this app context
+    #[arg(
+        short = 'n',
+        long = "np",
+        value_name = "N",
+        value_parser = clap::value_parser!(u32).range(1..)
+    )]
+    pub np: u32,
+
+    /// Process set labelling this app context's ranks (repeatable)
+    #[arg(long = "pset", value_name = "NAME", action = clap::ArgAction::Append)]
+    pub pset: Vec<String>,
+
+    /// Export VAR, or set it to VAL, for this app context's ranks only (repeatable)
+    #[arg(short = 'x', value_name = "VAR[=VAL]", action = clap::ArgAction::Append)]
+    pub export: Vec<String>,
+
+    /// The program this app context's ranks run, then its arguments
     #[arg(
         value_names = ["PROGRAM", "ARGS"],
         required = true,
@@ -286,7 +372,126 @@ pub struct RunArgs {
     pub command: Vec<OsString>,
 }
 
+/// One application context of a job, as the node servers start it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PlannedApp {
+    pub np: u32,
+    pub command: Vec<OsString>,
+    /// `-x` specs for this app's ranks only (the first app's `-x` are the job's).
+    pub export: Vec<String>,
+}
+
+/// The job the command line asks for: its application contexts in order (ranks
+/// numbered consecutively across them) and its process sets in the order given.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct JobPlan {
+    pub np: u32,
+    pub apps: Vec<PlannedApp>,
+    pub psets: Vec<(String, RankSet)>,
+}
+
+/// Whether `name` has the form of the namespaces `cohort run` gives jobs
+/// (`cohort.PID.HEX`), so a set of that name could collide with a job's namespace.
+fn looks_like_a_job_namespace(name: &str) -> bool {
+    let mut parts = name.split('.');
+    let (Some("cohort"), Some(pid), Some(hex), None) =
+        (parts.next(), parts.next(), parts.next(), parts.next())
+    else {
+        return false;
+    };
+    !pid.is_empty()
+        && pid.bytes().all(|b| b.is_ascii_digit())
+        && !hex.is_empty()
+        && hex.bytes().all(|b| b.is_ascii_hexdigit())
+}
+
 impl RunArgs {
+    /// The job's application contexts and process sets, checked: rank counts add up
+    /// (at most `u32::MAX - 1` ranks), set names are valid and given once, rank lists
+    /// name ranks of the job, and `NAME=RANKLIST` sets are among the global options.
+    pub fn plan(&self) -> Result<JobPlan, String> {
+        let mut apps = vec![PlannedApp {
+            np: self.np,
+            command: self.command.clone(),
+            export: Vec::new(),
+        }];
+        // Every --pset in command-line order, with the app context a plain NAME labels
+        // (`None`: NAME=RANKLIST, a set over ranks of the whole job).
+        let mut sets: Vec<(&str, Option<usize>)> = self
+            .pset
+            .iter()
+            .map(|s| (s.as_str(), (!s.contains('=')).then_some(0)))
+            .collect();
+        for (k, app) in self.more_apps.iter().enumerate() {
+            apps.push(PlannedApp {
+                np: app.np,
+                command: app.command.clone(),
+                export: app.export.clone(),
+            });
+            for s in &app.pset {
+                if s.contains('=') {
+                    return Err(format!(
+                        "--pset {s}: a set over a rank list names ranks of the whole job; \
+                         give it with the global options, before the first ':' (in app \
+                         context {}, --pset takes just a NAME)",
+                        k + 1
+                    ));
+                }
+                sets.push((s.as_str(), Some(k + 1)));
+            }
+        }
+        let mut np: u32 = 0;
+        let mut firsts = Vec::with_capacity(apps.len());
+        for app in &apps {
+            firsts.push(np);
+            np = np
+                .checked_add(app.np)
+                .filter(|&n| n < cohort_proto::RANK_WILDCARD)
+                .ok_or_else(|| {
+                    format!(
+                        "the app contexts add up to more than {} ranks",
+                        cohort_proto::RANK_WILDCARD - 1
+                    )
+                })?;
+        }
+        let mut psets: Vec<(String, RankSet)> = Vec::new();
+        for (spec, app) in sets {
+            let (name, members) = match app {
+                Some(a) => {
+                    let first = firsts[a];
+                    (spec, RankSet::range(first..first + apps[a].np))
+                }
+                None => {
+                    let (name, list) = spec.split_once('=').unwrap_or((spec, ""));
+                    let members =
+                        RankSet::parse(list).map_err(|e| format!("--pset {spec}: {e}"))?;
+                    if let Some(last) = members.last().filter(|&r| r >= np) {
+                        return Err(format!(
+                            "--pset {spec}: rank {last} is not in the job (ranks 0-{})",
+                            np - 1
+                        ));
+                    }
+                    (name, members)
+                }
+            };
+            // The job's namespace is not known yet: checked against it once it is.
+            cohort_proto::validate_pset_name(name, "").map_err(|e| format!("--pset: {e}"))?;
+            if looks_like_a_job_namespace(name) {
+                return Err(format!(
+                    "--pset {name}: the name has the form of a cohort job namespace \
+                     (cohort.PID.HEX) and could collide with one"
+                ));
+            }
+            if psets.iter().any(|(n, _)| n == name) {
+                return Err(format!(
+                    "--pset {name} is given twice: process set names must be unique"
+                ));
+            }
+            psets.push((name.to_string(), members));
+        }
+        Ok(JobPlan { np, apps, psets })
+    }
+
     /// The node servers' failure detector (`None`: off), from `--heartbeat` and
     /// `--peer-timeout`, in the whole milliseconds cohortd takes.
     pub fn detector(&self) -> Result<Option<DetectorConfig>, String> {
@@ -317,6 +522,7 @@ fn parse_secs(s: &str) -> Result<Duration, String> {
 const VALUE_OPTIONS: &[&str] = &[
     "-n",
     "--np",
+    "--pset",
     "--nodes",
     "-x",
     "--timeout",
@@ -327,14 +533,90 @@ const VALUE_OPTIONS: &[&str] = &[
     "--topology",
 ];
 
+/// The standalone argument that separates app contexts (MPMD), as with mpirun.
+pub const APP_SEPARATOR: &str = ":";
+
+/// Parses cohort's command line: splits `run`'s arguments into app contexts at each
+/// standalone `:` (everything before the first one is the global options and the first
+/// app context), rewrites mpirun's `-np` in each, parses them, and checks the job they
+/// describe ([`RunArgs::plan`]). Errors are usage errors (exit status 2).
+pub fn parse_cli(args: impl IntoIterator<Item = OsString>) -> Result<Cli, clap::Error> {
+    let argv: Vec<OsString> = args.into_iter().collect();
+    let run_at = argv.iter().position(|a| a == "run");
+    let (first, rest) = match run_at {
+        Some(at) if argv[at + 1..].iter().any(|a| a == APP_SEPARATOR) => {
+            let mut segments = argv[at + 1..].split(|a| a == APP_SEPARATOR);
+            let mut first = argv[..=at].to_vec();
+            first.extend(segments.next().unwrap_or_default().iter().cloned());
+            let rest: Vec<Vec<OsString>> = segments.map(<[OsString]>::to_vec).collect();
+            (first, rest)
+        }
+        _ => (argv, Vec::new()),
+    };
+    let usage_error = |msg: String| {
+        let mut cli = Cli::command();
+        let run = cli
+            .find_subcommand_mut("run")
+            .expect("`run` is a subcommand");
+        run.error(clap::error::ErrorKind::ValueValidation, msg)
+    };
+    if !rest.is_empty() && run_at.is_some_and(|at| first.len() == at + 1) {
+        return Err(usage_error(
+            "nothing before the first ':': the global options and the first app context \
+             (-n N PROGRAM) come first"
+                .into(),
+        ));
+    }
+    let mut cli = Cli::try_parse_from(normalize_args(first))?;
+    let Command::Run(run) = &mut cli.command else {
+        return Ok(cli);
+    };
+    let last = rest.len();
+    for (k, segment) in rest.into_iter().enumerate() {
+        let k = k + 1;
+        if segment.is_empty() {
+            return Err(usage_error(if k == last {
+                "':' at the end of the command line: an app context (-n N PROGRAM) must \
+                 follow it"
+                    .into()
+            } else {
+                format!("app context {k} is empty: nothing between two ':'")
+            }));
+        }
+        let app = AppContext::try_parse_from(normalize_options(segment)).map_err(|e| {
+            // clap's message, without its usage (not this one's) and tips.
+            let text = e.to_string();
+            let msg: Vec<&str> = text
+                .lines()
+                .take_while(|l| !l.trim().is_empty() && !l.starts_with("Usage:"))
+                .map(str::trim)
+                .collect();
+            let msg = msg.join(" ");
+            let msg = msg.trim_start_matches("error: ");
+            usage_error(format!("app context {k} (after ':' number {k}): {msg}"))
+        })?;
+        run.more_apps.push(app);
+    }
+    run.plan().map_err(usage_error)?;
+    Ok(cli)
+}
+
 /// Rewrites mpirun's single-dash `-np N` into `--np N`, but only among cohort's own
 /// options: an `-np` after PROGRAM belongs to the program.
 pub fn normalize_args(args: impl IntoIterator<Item = OsString>) -> Vec<OsString> {
-    let mut out: Vec<OsString> = args.into_iter().collect();
+    let out: Vec<OsString> = args.into_iter().collect();
     let Some(run_at) = out.iter().position(|a| a == "run") else {
         return out;
     };
-    let mut i = run_at + 1;
+    let (head, options) = out.split_at(run_at + 1);
+    let mut out = head.to_vec();
+    out.extend(normalize_options(options.to_vec()));
+    out
+}
+
+/// [`normalize_args`] on the arguments after `run` (or of an app context).
+fn normalize_options(mut out: Vec<OsString>) -> Vec<OsString> {
+    let mut i = 0;
     while i < out.len() {
         let arg = out[i].to_string_lossy().into_owned();
         if arg == "--" || !arg.starts_with('-') || arg == "-" {
@@ -357,11 +639,175 @@ mod tests {
     use clap::CommandFactory;
 
     fn parse(args: &[&str]) -> Result<RunArgs, clap::Error> {
-        let argv = normalize_args(args.iter().map(OsString::from));
-        Cli::try_parse_from(argv).map(|c| match c.command {
+        parse_cli(args.iter().map(OsString::from)).map(|c| match c.command {
             Command::Run(r) => *r,
             Command::Topo(_) => panic!("not a run command"),
         })
+    }
+
+    /// The job `cohort run ARGS` describes, or the usage error's message.
+    fn plan(args: &[&str]) -> Result<JobPlan, String> {
+        let mut argv = vec!["cohort", "run"];
+        argv.extend_from_slice(args);
+        match parse(&argv) {
+            Ok(r) => Ok(r.plan().expect("parse_cli checked the plan")),
+            Err(e) => {
+                assert_eq!(e.exit_code(), 2, "a usage error: {e}");
+                Err(e.to_string())
+            }
+        }
+    }
+
+    fn words(v: &[OsString]) -> Vec<&str> {
+        v.iter().map(|w| w.to_str().unwrap()).collect()
+    }
+
+    #[test]
+    fn app_contexts_split_at_standalone_colons() {
+        let p = plan(&[
+            "--nodes",
+            "3",
+            "--tag-output",
+            "-n",
+            "2",
+            "--pset",
+            "ocean",
+            "-x",
+            "A=1",
+            "./a",
+            "-n",
+            "x:y",
+            ":",
+            "-np",
+            "3",
+            "--pset",
+            "ice",
+            "-x",
+            "B=2",
+            "./b",
+            "--pset",
+            ":",
+            "-n",
+            "1",
+            "sh",
+            "-c",
+            "echo :",
+        ])
+        .unwrap();
+        assert_eq!(p.np, 6);
+        assert_eq!(p.apps.len(), 3);
+        assert_eq!(p.apps[0].np, 2);
+        assert_eq!(words(&p.apps[0].command), ["./a", "-n", "x:y"]);
+        assert!(
+            p.apps[0].export.is_empty(),
+            "the first app's -x is the job's"
+        );
+        assert_eq!(p.apps[1].np, 3);
+        assert_eq!(words(&p.apps[1].command), ["./b", "--pset"]);
+        assert_eq!(p.apps[1].export, ["B=2"]);
+        assert_eq!(words(&p.apps[2].command), ["sh", "-c", "echo :"]);
+        let sets: Vec<(&str, String)> = p
+            .psets
+            .iter()
+            .map(|(n, r)| (n.as_str(), r.to_string()))
+            .collect();
+        assert_eq!(sets, [("ocean", "0-1".into()), ("ice", "2-4".into())]);
+        let r = parse(&[
+            "cohort", "run", "--nodes", "3", "-n", "2", "-x", "A=1", "./a", ":", "-n", "1", "b",
+        ])
+        .unwrap();
+        assert_eq!((r.nodes, r.np), (3, 2));
+        assert_eq!(r.export, ["A=1"]);
+    }
+
+    #[test]
+    fn rank_list_psets_and_app_psets_keep_command_line_order() {
+        let p = plan(&[
+            "--pset",
+            "evens=0,2,4",
+            "-n",
+            "2",
+            "--pset",
+            "ocean",
+            "--pset",
+            "io=0-1,5",
+            "./a",
+            ":",
+            "-n",
+            "4",
+            "--pset",
+            "ice",
+            "--pset",
+            "frozen",
+            "./b",
+        ])
+        .unwrap();
+        let sets: Vec<String> = p.psets.iter().map(|(n, r)| format!("{n}={r}")).collect();
+        assert_eq!(
+            sets,
+            [
+                "evens=0,2,4",
+                "ocean=0-1",
+                "io=0-1,5",
+                "ice=2-5",
+                "frozen=2-5"
+            ]
+        );
+        // One app: as before, with or without sets.
+        let p = plan(&["-n", "3", "--pset", "all", "prog", "x"]).unwrap();
+        assert_eq!((p.np, p.apps.len()), (3, 1));
+        assert_eq!(p.psets, [("all".to_string(), RankSet::range(0..3))]);
+        assert!(plan(&["-n", "3", "prog"]).unwrap().psets.is_empty());
+    }
+
+    #[test]
+    fn bad_app_contexts_and_psets_are_usage_errors_naming_the_problem() {
+        let err = |args: &[&str]| plan(args).unwrap_err();
+        let e = err(&["-n", "2", "./a", ":"]);
+        assert!(e.contains("':' at the end"), "{e}");
+        let e = err(&["-n", "2", "./a", ":", ":", "-n", "1", "./b"]);
+        assert!(e.contains("app context 1 is empty"), "{e}");
+        let e = err(&[":", "-n", "1", "./b"]);
+        assert!(e.contains("nothing before the first ':'"), "{e}");
+        let e = err(&["-n", "2", "./a", ":", "-n", "0", "./b"]);
+        assert!(e.contains("app context 1") && e.contains("'0'"), "{e}");
+        let e = err(&["-n", "2", "./a", ":", "./b"]);
+        assert!(e.contains("app context 1") && e.contains("--np"), "{e}");
+        let e = err(&["-n", "2", "./a", ":", "-n", "1"]);
+        assert!(e.contains("app context 1") && e.contains("PROGRAM"), "{e}");
+        let e = err(&["-n", "0", "./a", ":", "-n", "1", "./b"]);
+        assert!(e.contains("'0'"), "{e}");
+        let e = err(&["-n", "2", "./a", ":", "-n", "two", "./b"]);
+        assert!(e.contains("app context 1") && e.contains("'two'"), "{e}");
+
+        let e = err(&[
+            "-n", "2", "--pset", "x", "./a", ":", "-n", "1", "--pset", "x", "./b",
+        ]);
+        assert!(e.contains("--pset x is given twice"), "{e}");
+        let e = err(&["--pset", "x=0", "-n", "2", "--pset", "x", "./a"]);
+        assert!(e.contains("given twice"), "{e}");
+        let e = err(&["-n", "2", "--pset", "", "./a"]);
+        assert!(e.contains("empty"), "{e}");
+        let long = "p".repeat(256);
+        let e = err(&["-n", "2", "--pset", &long, "./a"]);
+        assert!(e.contains("256 bytes") && e.contains("255"), "{e}");
+        assert!(plan(&["-n", "2", "--pset", &long[..255], "./a"]).is_ok());
+        let e = err(&["-n", "2", "--pset", "cohort.4242.beef", "./a"]);
+        assert!(e.contains("namespace"), "{e}");
+        assert!(plan(&["-n", "2", "--pset", "cohort.ocean", "./a"]).is_ok());
+        let e = err(&["--pset", "io=0-3", "-n", "2", "./a", ":", "-n", "1", "./b"]);
+        assert!(
+            e.contains("--pset io=0-3: rank 3 is not in the job (ranks 0-2)"),
+            "{e}"
+        );
+        let e = err(&["-n", "2", "./a", ":", "-n", "1", "--pset", "io=0", "./b"]);
+        assert!(e.contains("global options"), "{e}");
+        let e = err(&["--pset", "io=", "-n", "2", "./a"]);
+        assert!(e.contains("--pset io="), "{e}");
+        let e = err(&["--pset", "io=1-0", "-n", "2", "./a"]);
+        assert!(e.contains("backwards"), "{e}");
+        let e = err(&["-n", "4294967294", "./a", ":", "-n", "1", "./b"]);
+        assert!(e.contains("more than"), "{e}");
     }
 
     #[test]

@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 
 use cohort_core::DetectorConfig;
 use cohort_proto::env::{self, to_hex};
+use cohort_proto::job::Pset;
 use cohort_proto::NodeId;
 use cohort_topology::{BindTo, MapBy};
 
@@ -95,6 +96,14 @@ pub struct DaemonLaunch<'a> {
     pub detector: Option<DetectorConfig>,
     /// `VAR=VAL` pairs, already resolved.
     pub exports: &'a [(String, OsString)],
+    /// MPMD application contexts: (ranks, words of `command`) each, in order; empty
+    /// when every rank runs all of `command` (one app context).
+    pub apps: &'a [(u32, usize)],
+    /// `VAR=VAL` for one application context's ranks: (app, VAR, VAL), resolved.
+    pub app_exports: &'a [(u32, String, OsString)],
+    /// The job's process sets.
+    pub psets: &'a [Pset],
+    /// The program and arguments of every application context, one after another.
     pub command: &'a [OsString],
 }
 
@@ -166,6 +175,18 @@ impl DaemonLaunch<'_> {
             a.push("-x".into());
             a.push(kv);
         }
+        for (np, argc) in self.apps {
+            a.push(format!("--app={np}:{argc}").into());
+        }
+        // Attached (`--opt=value`): a value may start with '-'.
+        for (app, var, val) in self.app_exports {
+            let mut kv = OsString::from(format!("--app-export={app}:{var}="));
+            kv.push(val);
+            a.push(kv);
+        }
+        for set in self.psets {
+            a.push(format!("--pset={}={}", set.name, set.members).into());
+        }
         a.push("--".into());
         a.extend(self.command.iter().cloned());
         a
@@ -210,6 +231,7 @@ pub fn resolve_exports(specs: &[String]) -> Result<Vec<(String, OsString)>, Stri
         env::NODE_NAME,
         env::JOB_SECRET,
         env::BINDING,
+        env::APPNUM,
     ];
     let mut out = Vec::new();
     for spec in specs {
@@ -283,6 +305,9 @@ mod tests {
             allgather: None,
             detector: Some(DetectorConfig::DEFAULT),
             exports: &exports,
+            apps: &[],
+            app_exports: &[],
+            psets: &[],
             command: &cmd,
         };
         let args: Vec<String> = l
@@ -325,6 +350,9 @@ mod tests {
             allgather: None,
             detector: None,
             exports: &[],
+            apps: &[],
+            app_exports: &[],
+            psets: &[],
             command: &[OsString::from("prog")],
         };
         let args: Vec<String> = l
@@ -351,5 +379,60 @@ mod tests {
         assert!(resolve_exports(&["=3".into()]).is_err());
         let skipped = resolve_exports(&["COHORT_SURELY_UNSET_VARIABLE_FOR_TEST".into()]).unwrap();
         assert!(skipped.is_empty());
+    }
+    #[test]
+    fn mpmd_apps_and_psets_are_passed_on() {
+        use cohort_proto::RankSet;
+        let cmd: Vec<OsString> = ["./ocean", "-v", "./ice"].map(OsString::from).into();
+        let psets = [
+            Pset {
+                name: "ocean".into(),
+                members: RankSet::range(0..2),
+            },
+            Pset {
+                name: "-odd name".into(),
+                members: RankSet::parse("1,3-4").unwrap(),
+            },
+        ];
+        let app_exports = [(1, "ICE".to_string(), OsString::from("-cold"))];
+        let l = DaemonLaunch {
+            node: 0,
+            nodes: 1,
+            node_name: "node0",
+            listen: "127.0.1.1:0".parse().unwrap(),
+            control: "127.0.0.1:999".parse().unwrap(),
+            job_dir: Path::new("/tmp/j"),
+            nspace: "ns",
+            np: 5,
+            map_by: MapBy::Slot,
+            bind_to: BindTo::None,
+            first_slot: 0,
+            tag_output: false,
+            topology: None,
+            ib_device: None,
+            ib_gid_index: None,
+            spin_us: None,
+            no_shm_fence: false,
+            allgather: None,
+            detector: None,
+            exports: &[],
+            apps: &[(2, 2), (3, 1)],
+            app_exports: &app_exports,
+            psets: &psets,
+            command: &cmd,
+        };
+        let args: Vec<String> = l
+            .args()
+            .into_iter()
+            .map(|a| a.into_string().unwrap())
+            .collect();
+        let joined = args.join(" ");
+        assert!(
+            joined.ends_with(
+                "--app=2:2 --app=3:1 --app-export=1:ICE=-cold --pset=ocean=0-1 \
+                 --pset=-odd name=1,3-4 -- ./ocean -v ./ice"
+            ),
+            "{joined}"
+        );
     }
 }

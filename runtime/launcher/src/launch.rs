@@ -24,7 +24,7 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio::time::{sleep_until, Instant};
 
-use crate::cli::RunArgs;
+use crate::cli::{JobPlan, RunArgs};
 use crate::control::{self, Registration};
 use crate::daemon::{self, DaemonLaunch};
 use crate::jobdir::JobDir;
@@ -105,10 +105,40 @@ struct Daemon {
     running: bool,
 }
 
+/// The job's application contexts as node servers take them (see `DaemonLaunch`).
+struct AppLayout {
+    /// Every app's program and arguments, one after another.
+    command: Vec<OsString>,
+    /// (ranks, words of `command`) of each app; empty for a job of one app.
+    layout: Vec<(u32, usize)>,
+    /// `-x` variables of the apps after the first, resolved: (app, VAR, VAL).
+    exports: Vec<(u32, String, OsString)>,
+}
+
+impl AppLayout {
+    fn new(plan: &JobPlan) -> Result<AppLayout, String> {
+        let mut exports = Vec::new();
+        for (k, app) in plan.apps.iter().enumerate().skip(1) {
+            let resolved = daemon::resolve_exports(&app.export)?;
+            exports.extend(resolved.into_iter().map(|(var, val)| (k as u32, var, val)));
+        }
+        let layout = match plan.apps.len() {
+            1 => Vec::new(),
+            _ => plan.apps.iter().map(|a| (a.np, a.command.len())).collect(),
+        };
+        Ok(AppLayout {
+            command: plan.apps.iter().flat_map(|a| a.command.clone()).collect(),
+            layout,
+            exports,
+        })
+    }
+}
+
 struct Launcher {
     args: RunArgs,
     cohortd: PathBuf,
     exports: Vec<(String, OsString)>,
+    apps: AppLayout,
     job_secret: Vec<u8>,
     client_token: Vec<u8>,
     job_dir: JobDir,
@@ -147,12 +177,24 @@ impl Launcher {
             ));
         }
         let detector = args.detector()?;
+        let plan = args.plan()?;
         let cohortd = daemon::find_cohortd()?;
         let exports = daemon::resolve_exports(&args.export)?;
+        let apps = AppLayout::new(&plan)?;
         let random = |n| random_bytes(n).map_err(|e| format!("cannot read random bytes: {e}"));
         let job_secret = random(32)?;
         let client_token = random(32)?;
         let nspace = format!("cohort.{}.{}", std::process::id(), to_hex(&random(2)?));
+        // The job map before anything exists: a set named like the job's namespace is
+        // refused here.
+        let mut job = job_map(args.map_by, nspace, plan.np, args.nodes);
+        if plan.apps.len() > 1 {
+            job.set_apps(plan.apps.iter().map(|a| a.np).collect())?;
+        }
+        for (name, members) in &plan.psets {
+            job.define_pset(name, members.clone())
+                .map_err(|e| format!("--pset: {e}"))?;
+        }
         let job_dir =
             JobDir::create().map_err(|e| format!("cannot create the job directory: {e}"))?;
         let listener = TcpListener::bind("127.0.0.1:0")
@@ -161,7 +203,6 @@ impl Launcher {
         let control_addr = listener
             .local_addr()
             .map_err(|e| format!("control listener: {e}"))?;
-        let job = job_map(args.map_by, nspace, args.np, args.nodes);
         let topology = topology_file(args.topology.as_deref(), &job)?;
         // Every node server runs on this host, so this host's cores decide.
         let placement = plan_job(args.bind_to, &job, &Discover { io: false }.run());
@@ -169,7 +210,8 @@ impl Launcher {
             crate::say(format_args!("{notice}"));
         }
         tracing::info!(
-            nspace = %job.nspace, np = args.np, nodes = args.nodes,
+            nspace = %job.nspace, np = plan.np, apps = plan.apps.len(),
+            psets = plan.psets.len(), nodes = args.nodes,
             map_by = %args.map_by, bind_to = %placement.bind_to,
             cohortd = %cohortd.display(), job_dir = %job_dir.path().display(),
             "launching"
@@ -187,6 +229,7 @@ impl Launcher {
             args,
             cohortd,
             exports,
+            apps,
             job_secret,
             client_token,
             job_dir,
@@ -240,7 +283,7 @@ impl Launcher {
                 control: self.control_addr,
                 job_dir: self.job_dir.path(),
                 nspace: &job.nspace,
-                np: self.args.np,
+                np: job.size(),
                 map_by: self.args.map_by,
                 bind_to: self.placement.bind_to,
                 first_slot: self.placement.first_slots[node as usize],
@@ -258,7 +301,10 @@ impl Launcher {
                         .unwrap_or(cohort_topology::Allgather::Tree),
                 ),
                 exports: &self.exports,
-                command: &self.args.command,
+                apps: &self.apps.layout,
+                app_exports: &self.apps.exports,
+                psets: &job.psets,
+                command: &self.apps.command,
             };
             let mut child = launch
                 .spawn(&self.cohortd, &self.job_secret, &self.client_token)

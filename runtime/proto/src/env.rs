@@ -10,6 +10,8 @@ pub const NSPACE: &str = "COHORT_NSPACE";
 pub const RANK: &str = "COHORT_RANK";
 /// Number of ranks in the job.
 pub const SIZE: &str = "COHORT_SIZE";
+/// Application context (MPMD program, 0-based, PMIX_APPNUM) of this rank.
+pub const APPNUM: &str = "COHORT_APPNUM";
 /// Local rank on the node.
 pub const LOCAL_RANK: &str = "COHORT_LOCAL_RANK";
 /// Node index of the hosting node server.

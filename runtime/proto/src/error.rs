@@ -96,6 +96,9 @@ pub enum CohortError {
 
     #[error("not supported: {0}")]
     NotSupported(String),
+
+    #[error("process set {name:?} is not defined in this job")]
+    PsetNotFound { name: String },
 }
 
 impl CohortError {
@@ -123,6 +126,7 @@ impl CohortError {
             Protocol(_) => "PMIX_ERR_UNPACK_FAILURE",
             Io(_) => "PMIX_ERROR",
             NotSupported(_) => "PMIX_ERR_NOT_SUPPORTED",
+            PsetNotFound { .. } => "PMIX_ERR_NOT_FOUND",
         }
     }
 }

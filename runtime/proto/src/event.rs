@@ -55,6 +55,22 @@ pub mod keys {
     pub const GROUP_CONTEXT_ID: &str = "pmix.grp.ctxid";
     pub const EVENT_AFFECTED_PROC: &str = "pmix.evproc";
     pub const GROUP_LEADER: &str = "pmix.grp.ldr";
+    /// PMIX_APPNUM: the application context (MPMD program) of a process (`u32`).
+    pub const APPNUM: &str = "pmix.appnum";
+    /// PMIX_APP_SIZE: number of processes of a process's application context (`u32`).
+    pub const APP_SIZE: &str = "pmix.app.size";
+    /// PMIX_APP_RANK: a process's rank within its application context (`u32`).
+    pub const APP_RANK: &str = "pmix.apprank";
+    /// PMIX_JOB_NUM_APPS: number of application contexts of a job (`u32`).
+    pub const JOB_NUM_APPS: &str = "pmix.job.napps";
+    /// PMIX_PSET_NAMES: names of the process sets a process belongs to (`Strs`).
+    pub const PSET_NAMES: &str = "pmix.pset.nms";
+    /// PMIX_QUERY_PSET_NAMES: names of the process sets defined (query).
+    pub const QUERY_PSET_NAMES: &str = "pmix.qry.psets";
+    /// PMIX_QUERY_NUM_PSETS: number of process sets defined (query).
+    pub const QUERY_NUM_PSETS: &str = "pmix.qry.psetnum";
+    /// PMIX_QUERY_PSET_MEMBERSHIP: members of a process set (query).
+    pub const QUERY_PSET_MEMBERSHIP: &str = "pmix.qry.pmems";
 }
 
 /// Who an event goes to (PMIX_RANGE_*). The source is never sent its own event.

@@ -1,19 +1,316 @@
-//! Static job layout: which node server hosts which rank.
+//! Static job layout: which node server hosts which rank, which application context
+//! (MPMD `:`-separated program) each rank runs, and the job's process sets.
 
-use serde::{Deserialize, Serialize};
+use std::fmt;
+use std::ops::Range;
 
-use crate::ids::{NodeId, ProcId, Rank};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+use crate::ids::{NodeId, ProcId, Rank, MAX_GROUP_ID_LEN, RANK_WILDCARD};
+
+/// Longest process-set name accepted, in bytes (as group ids: PMIX_MAX_NSLEN).
+pub const MAX_PSET_NAME_LEN: usize = MAX_GROUP_ID_LEN;
 
 /// The job's namespace, size and rank → node map (block mapping by default;
-/// round-robin with `--map-by node`).
+/// round-robin with `--map-by node`), its application contexts and process sets.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct JobMap {
     pub nspace: crate::ids::Nspace,
     pub num_nodes: u32,
-    /// `rank_node[r]` is the node server hosting rank `r`.
+    /// `rank_node[r]` is the node server hosting rank `r`. On the wire as a few runs
+    /// or a round-robin rule when it is one (see [`node_map`]).
+    #[serde(with = "node_map")]
     pub rank_node: Vec<NodeId>,
     /// `node_names[n]` is the name of node `n`.
     pub node_names: Vec<String>,
+    /// Number of ranks of each application context, in order (PMIX_APPNUM 0 first):
+    /// app `a` holds the ranks after those of apps `0..a`. One entry per app, not per
+    /// rank. Set with [`JobMap::set_apps`].
+    pub app_sizes: Vec<u32>,
+    /// The job's process sets, in the order they were defined (names unique). Defined
+    /// at launch with [`JobMap::define_pset`]; immutable afterwards.
+    pub psets: Vec<Pset>,
+}
+
+/// A process set (PMIx "pset"): a user-given label on some ranks of the job.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Pset {
+    pub name: String,
+    pub members: RankSet,
+}
+
+/// A set of ranks, kept and sent as ascending, disjoint, non-adjacent runs of
+/// consecutive ranks `(first, count)`: `0-3,8` is two runs whatever the job's size.
+/// A decoded set is checked for that form (and never expanded), so a hostile frame
+/// costs no more than its length.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct RankSet {
+    runs: Vec<(Rank, u32)>,
+}
+
+impl RankSet {
+    /// The set of `ranks` (any order, duplicates allowed). The wildcard rank is not a
+    /// rank and is left out.
+    pub fn from_ranks(ranks: impl IntoIterator<Item = Rank>) -> RankSet {
+        let mut sorted: Vec<Rank> = ranks.into_iter().filter(|&r| r != RANK_WILDCARD).collect();
+        sorted.sort_unstable();
+        sorted.dedup();
+        let mut runs: Vec<(Rank, u32)> = Vec::new();
+        for r in sorted {
+            match runs.last_mut() {
+                Some((first, count)) if *first + *count == r => *count += 1,
+                _ => runs.push((r, 1)),
+            }
+        }
+        RankSet { runs }
+    }
+
+    /// Ranks `range.start .. range.end` (empty when the range is; the end is
+    /// exclusive, so the wildcard rank is never in it).
+    pub fn range(range: Range<Rank>) -> RankSet {
+        let runs = if range.start < range.end {
+            vec![(range.start, range.end - range.start)]
+        } else {
+            Vec::new()
+        };
+        RankSet { runs }
+    }
+
+    /// Parses a rank list: comma-separated ranks and inclusive ranges, as in
+    /// `0,2,4` or `0-3,8`. Whitespace around items is ignored; the list must name at
+    /// least one rank.
+    pub fn parse(list: &str) -> Result<RankSet, String> {
+        let mut ranks: Vec<(Rank, Rank)> = Vec::new();
+        for item in list.split(',') {
+            let item = item.trim();
+            if item.is_empty() {
+                return Err(format!("rank list {list:?} has an empty item"));
+            }
+            let rank = |s: &str| {
+                s.trim()
+                    .parse::<Rank>()
+                    .ok()
+                    .filter(|&r| r != RANK_WILDCARD)
+                    .ok_or_else(|| format!("{:?} in rank list {list:?} is not a rank", s.trim()))
+            };
+            let (lo, hi) = match item.split_once('-') {
+                Some((a, b)) => (rank(a)?, rank(b)?),
+                None => (rank(item)?, rank(item)?),
+            };
+            if lo > hi {
+                return Err(format!(
+                    "range {item:?} in rank list {list:?} runs backwards"
+                ));
+            }
+            ranks.push((lo, hi));
+        }
+        ranks.sort_unstable();
+        let mut runs: Vec<(Rank, u32)> = Vec::new();
+        for (lo, hi) in ranks {
+            match runs.last_mut() {
+                // Overlapping or adjacent: extend (end is exclusive, at most u32::MAX).
+                Some((first, count)) if lo <= *first + *count => {
+                    *count = (*count).max(hi + 1 - *first);
+                }
+                _ => runs.push((lo, hi + 1 - lo)),
+            }
+        }
+        Ok(RankSet { runs })
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.runs.is_empty()
+    }
+
+    /// Number of ranks in the set.
+    pub fn len(&self) -> u64 {
+        self.runs.iter().map(|&(_, n)| u64::from(n)).sum()
+    }
+
+    /// Whether `rank` is in the set (a binary search over the runs).
+    pub fn contains(&self, rank: Rank) -> bool {
+        let i = self.runs.partition_point(|&(first, _)| first <= rank);
+        i > 0 && {
+            let (first, count) = self.runs[i - 1];
+            rank - first < count
+        }
+    }
+
+    /// The largest rank in the set.
+    pub fn last(&self) -> Option<Rank> {
+        self.runs.last().map(|&(first, count)| first + (count - 1))
+    }
+
+    /// The runs `(first, count)`, ascending.
+    pub fn runs(&self) -> &[(Rank, u32)] {
+        &self.runs
+    }
+
+    /// Every rank of the set, ascending.
+    pub fn ranks(&self) -> impl Iterator<Item = Rank> + '_ {
+        self.runs
+            .iter()
+            .flat_map(|&(first, count)| first..first + count)
+    }
+
+    /// Checks the canonical form (what [`RankSet::from_ranks`] builds).
+    fn check(runs: &[(Rank, u32)]) -> Result<(), String> {
+        let mut next_free: u64 = 0;
+        for (i, &(first, count)) in runs.iter().enumerate() {
+            let end = u64::from(first) + u64::from(count);
+            if count == 0 {
+                return Err("rank set: an empty run".into());
+            }
+            if end > u64::from(RANK_WILDCARD) {
+                return Err("rank set: a run reaches the wildcard rank".into());
+            }
+            // Ascending, disjoint and not adjacent (adjacent runs would be one).
+            if i > 0 && u64::from(first) <= next_free {
+                return Err("rank set: runs out of order, overlapping or adjacent".into());
+            }
+            next_free = end;
+        }
+        Ok(())
+    }
+}
+
+/// The rank-list syntax [`RankSet::parse`] reads: `0-3,8`.
+impl fmt::Display for RankSet {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, &(first, count)) in self.runs.iter().enumerate() {
+            if i > 0 {
+                f.write_str(",")?;
+            }
+            match count {
+                1 => write!(f, "{first}")?,
+                _ => write!(f, "{first}-{}", first + (count - 1))?,
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Serialize for RankSet {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        self.runs.serialize(s)
+    }
+}
+
+impl<'de> Deserialize<'de> for RankSet {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<RankSet, D::Error> {
+        let runs = Vec::<(Rank, u32)>::deserialize(d)?;
+        RankSet::check(&runs).map_err(serde::de::Error::custom)?;
+        Ok(RankSet { runs })
+    }
+}
+
+/// Compact wire form of a rank → node list: block mappings are a run per node,
+/// round-robin mappings one rule, so a welcome costs bytes per node, not per rank;
+/// any other list goes as runs or as it is, whichever is smaller. Decoding is bounded
+/// by [`crate::procset::MAX_PROCS`] ranks.
+pub mod node_map {
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    use crate::ids::NodeId;
+    use crate::procset::MAX_PROCS;
+
+    #[derive(Serialize, Deserialize)]
+    enum Wire {
+        /// One node id per rank.
+        Each(Vec<NodeId>),
+        /// `(node, count)`: the next `count` ranks are on `node`.
+        Runs(Vec<(NodeId, u32)>),
+        /// `n` ranks dealt over `m` nodes: rank `r` on node `r % m`.
+        RoundRobin { n: u32, m: u32 },
+    }
+
+    pub fn serialize<S: Serializer>(list: &[NodeId], s: S) -> Result<S::Ok, S::Error> {
+        let n = list.len() as u32;
+        let m = list.iter().max().map_or(0, |&top| top.saturating_add(1));
+        let dealt = n > m
+            && m > 0
+            && list
+                .iter()
+                .enumerate()
+                .all(|(r, &node)| node == r as u32 % m);
+        if dealt {
+            return Wire::RoundRobin { n, m }.serialize(s);
+        }
+        let mut runs: Vec<(NodeId, u32)> = Vec::new();
+        for &node in list {
+            match runs.last_mut() {
+                Some((last, count)) if *last == node => *count += 1,
+                _ => runs.push((node, 1)),
+            }
+            if runs.len() * 2 > list.len() {
+                return Wire::Each(list.to_vec()).serialize(s);
+            }
+        }
+        Wire::Runs(runs).serialize(s)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<NodeId>, D::Error> {
+        use serde::de::Error;
+        let too_many = || D::Error::custom(format!("a job of more than {MAX_PROCS} ranks"));
+        match Wire::deserialize(d)? {
+            Wire::Each(list) => Ok(list),
+            Wire::Runs(runs) => {
+                let total: u64 = runs.iter().map(|&(_, c)| u64::from(c)).sum();
+                if total > MAX_PROCS {
+                    return Err(too_many());
+                }
+                let mut list = Vec::with_capacity(total as usize);
+                for (node, count) in runs {
+                    list.extend(std::iter::repeat_n(node, count as usize));
+                }
+                Ok(list)
+            }
+            Wire::RoundRobin { n, m } => {
+                if u64::from(n) > MAX_PROCS {
+                    return Err(too_many());
+                }
+                if m == 0 {
+                    return Err(D::Error::custom("ranks dealt over no nodes"));
+                }
+                Ok((0..n).map(|r| r % m).collect())
+            }
+        }
+    }
+}
+
+/// Checks a process-set name: 1 to [`MAX_PSET_NAME_LEN`] bytes, no NUL, and not the
+/// job's namespace `nspace` (PMIx: set names must not conflict with namespaces).
+pub fn validate_pset_name(name: &str, nspace: &str) -> Result<(), String> {
+    if name.is_empty() {
+        return Err("a process set name is empty".into());
+    }
+    let shown = || {
+        let mut s: String = name.chars().take(64).collect();
+        if s.len() < name.len() {
+            s.push('…');
+        }
+        s
+    };
+    if name.len() > MAX_PSET_NAME_LEN {
+        return Err(format!(
+            "process set name {:?} is {} bytes, longer than the {MAX_PSET_NAME_LEN}-byte limit",
+            shown(),
+            name.len()
+        ));
+    }
+    if name.contains('\0') {
+        return Err(format!(
+            "process set name {:?} contains a NUL byte",
+            shown()
+        ));
+    }
+    if name == nspace {
+        return Err(format!(
+            "process set name {name:?} is the job's namespace; a set must not share its \
+             name with a namespace"
+        ));
+    }
+    Ok(())
 }
 
 impl JobMap {
@@ -27,22 +324,25 @@ impl JobMap {
             let count = base + u32::from(node < extra);
             rank_node.extend(std::iter::repeat_n(node, count as usize));
         }
-        JobMap {
-            nspace: nspace.into(),
-            num_nodes: m,
-            rank_node,
-            node_names: (0..m).map(|i| format!("node{i}")).collect(),
-        }
+        JobMap::with_layout(nspace.into(), m, rank_node)
     }
 
     /// `n` ranks dealt round-robin over `m` nodes: rank `r` on node `r % m`.
     pub fn round_robin(nspace: impl Into<crate::ids::Nspace>, n: u32, m: u32) -> JobMap {
         assert!(m > 0, "a job needs at least one node");
+        JobMap::with_layout(nspace.into(), m, (0..n).map(|r| r % m).collect())
+    }
+
+    /// One application context of every rank, no process sets.
+    fn with_layout(nspace: crate::ids::Nspace, m: u32, rank_node: Vec<NodeId>) -> JobMap {
+        let n = rank_node.len() as u32;
         JobMap {
-            nspace: nspace.into(),
+            nspace,
             num_nodes: m,
-            rank_node: (0..n).map(|r| r % m).collect(),
+            rank_node,
             node_names: (0..m).map(|i| format!("node{i}")).collect(),
+            app_sizes: if n > 0 { vec![n] } else { Vec::new() },
+            psets: Vec::new(),
         }
     }
 
@@ -85,6 +385,142 @@ impl JobMap {
             .map(|r| ProcId::new(self.nspace.clone(), r))
             .collect()
     }
+
+    // ------------------------------------------------------------- applications
+
+    /// Splits the job's ranks into application contexts of `sizes` ranks each, in
+    /// order (MPMD: app 0 gets ranks `0..sizes[0]`, and so on). Every app needs a
+    /// rank, and together they must hold exactly the job's ranks.
+    pub fn set_apps(&mut self, sizes: Vec<u32>) -> Result<(), String> {
+        Self::check_apps(&sizes, self.size())?;
+        self.app_sizes = sizes;
+        Ok(())
+    }
+
+    fn check_apps(sizes: &[u32], size: u32) -> Result<(), String> {
+        if let Some(app) = sizes.iter().position(|&n| n == 0) {
+            return Err(format!("application context {app} has no ranks"));
+        }
+        let total: u64 = sizes.iter().map(|&n| u64::from(n)).sum();
+        if total != u64::from(size) {
+            return Err(format!(
+                "the application contexts hold {total} rank(s), the job has {size}"
+            ));
+        }
+        Ok(())
+    }
+
+    /// Number of application contexts (PMIX_JOB_NUM_APPS).
+    pub fn num_apps(&self) -> u32 {
+        self.app_sizes.len() as u32
+    }
+
+    /// The application context `rank` runs (PMIX_APPNUM), if it is a rank of the job.
+    pub fn app_of(&self, rank: Rank) -> Option<u32> {
+        let mut end = 0u64;
+        for (app, &n) in self.app_sizes.iter().enumerate() {
+            end += u64::from(n);
+            if u64::from(rank) < end {
+                return Some(app as u32);
+            }
+        }
+        None
+    }
+
+    /// The ranks of application context `app`.
+    pub fn app_ranks(&self, app: u32) -> Option<Range<Rank>> {
+        let sizes = self.app_sizes.get(..=app as usize)?;
+        let end: u32 = sizes.iter().sum();
+        Some(end - sizes[app as usize]..end)
+    }
+
+    // ------------------------------------------------------------- process sets
+
+    /// Defines process set `name` over `members`, ranks of this job. Sets are defined
+    /// at launch and never change: a name may be defined once, and must be valid (see
+    /// [`validate_pset_name`]); the set needs a member, and only ranks of the job.
+    pub fn define_pset(&mut self, name: &str, members: RankSet) -> Result<(), String> {
+        validate_pset_name(name, &self.nspace)?;
+        if self.pset(name).is_some() {
+            return Err(format!("process set {name:?} is defined twice"));
+        }
+        Self::check_members(name, &members, self.size())?;
+        self.psets.push(Pset {
+            name: name.to_string(),
+            members,
+        });
+        Ok(())
+    }
+
+    fn check_members(name: &str, members: &RankSet, size: u32) -> Result<(), String> {
+        match members.last() {
+            None => Err(format!("process set {name:?} has no members")),
+            Some(last) if last >= size => Err(format!(
+                "process set {name:?} names rank {last}, but the job's ranks are 0-{}",
+                size.saturating_sub(1)
+            )),
+            Some(_) => Ok(()),
+        }
+    }
+
+    /// Process set `name`, if the job has it.
+    pub fn pset(&self, name: &str) -> Option<&Pset> {
+        self.psets.iter().find(|p| p.name == name)
+    }
+
+    /// Names of the job's process sets, in the order they were defined
+    /// (PMIX_QUERY_PSET_NAMES).
+    pub fn pset_names(&self) -> Vec<String> {
+        self.psets.iter().map(|p| p.name.clone()).collect()
+    }
+
+    /// Members of process set `name`, ascending (PMIX_QUERY_PSET_MEMBERSHIP).
+    pub fn pset_members(&self, name: &str) -> Option<Vec<ProcId>> {
+        let set = self.pset(name)?;
+        Some(
+            set.members
+                .ranks()
+                .map(|r| ProcId::new(self.nspace.clone(), r))
+                .collect(),
+        )
+    }
+
+    /// Names of the process sets `rank` belongs to, in definition order
+    /// (PMIX_PSET_NAMES); `None` when it is not a rank of the job.
+    pub fn psets_of(&self, rank: Rank) -> Option<Vec<String>> {
+        (rank < self.size()).then(|| {
+            self.psets
+                .iter()
+                .filter(|p| p.members.contains(rank))
+                .map(|p| p.name.clone())
+                .collect()
+        })
+    }
+
+    /// Checks a map that came over the wire: apps cover the ranks, every node id and
+    /// node name is there, process-set names are valid and unique, members are ranks of
+    /// the job.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.node_names.len() != self.num_nodes as usize {
+            return Err(format!(
+                "{} node name(s) for {} node(s)",
+                self.node_names.len(),
+                self.num_nodes
+            ));
+        }
+        if let Some(r) = self.rank_node.iter().position(|&n| n >= self.num_nodes) {
+            return Err(format!("rank {r} is on a node that does not exist"));
+        }
+        Self::check_apps(&self.app_sizes, self.size())?;
+        for (i, p) in self.psets.iter().enumerate() {
+            validate_pset_name(&p.name, &self.nspace)?;
+            if self.psets[..i].iter().any(|q| q.name == p.name) {
+                return Err(format!("process set {:?} is defined twice", p.name));
+            }
+            Self::check_members(&p.name, &p.members, self.size())?;
+        }
+        Ok(())
+    }
 }
 
 #[cfg(test)]
@@ -110,5 +546,178 @@ mod tests {
         assert_eq!(m.local_rank(3), Some(1));
         assert_eq!(m.local_rank(4), Some(2));
         assert_eq!(m.node_names, ["node0", "node1"]);
+    }
+    #[test]
+    fn rank_lists_parse_into_canonical_runs_and_print_back() {
+        let s = RankSet::parse("0,2,4").unwrap();
+        assert_eq!(s.runs(), [(0, 1), (2, 1), (4, 1)]);
+        assert_eq!(s.to_string(), "0,2,4");
+        let s = RankSet::parse(" 5-7, 0-3,4 ,9,8").unwrap();
+        assert_eq!(s.runs(), [(0, 10)]);
+        assert_eq!(s.to_string(), "0-9");
+        assert_eq!(s.len(), 10);
+        let s = RankSet::parse("3-3,10-12,11").unwrap();
+        assert_eq!(s.to_string(), "3,10-12");
+        assert_eq!(RankSet::parse(&s.to_string()).unwrap(), s);
+        assert_eq!(s.ranks().collect::<Vec<_>>(), [3, 10, 11, 12]);
+        assert!(s.contains(3) && s.contains(10) && s.contains(12));
+        assert!(!s.contains(0) && !s.contains(4) && !s.contains(13));
+        assert_eq!(s.last(), Some(12));
+        for bad in ["", "1,", ",1", "a", "3-1", "-1", "1-", "4294967295", "1-x"] {
+            assert!(RankSet::parse(bad).is_err(), "{bad:?} parsed");
+        }
+        let e = RankSet::parse("3-1").unwrap_err();
+        assert!(e.contains("backwards"), "{e}");
+        assert_eq!(
+            RankSet::from_ranks([7, 1, 2, 2, 0, RANK_WILDCARD]).runs(),
+            [(0, 3), (7, 1)]
+        );
+        assert_eq!(RankSet::range(4..6).runs(), [(4, 2)]);
+        assert!(RankSet::range(4..4).is_empty());
+    }
+
+    #[test]
+    fn apps_split_the_ranks_in_order() {
+        let mut m = JobMap::block("j", 5, 2);
+        assert_eq!((m.num_apps(), m.app_of(4), m.app_of(5)), (1, Some(0), None));
+        m.set_apps(vec![2, 3]).unwrap();
+        assert_eq!(m.num_apps(), 2);
+        let apps: Vec<_> = (0..5).map(|r| m.app_of(r).unwrap()).collect();
+        assert_eq!(apps, [0, 0, 1, 1, 1]);
+        assert_eq!(m.app_ranks(0), Some(0..2));
+        assert_eq!(m.app_ranks(1), Some(2..5));
+        assert_eq!(m.app_ranks(2), None);
+        assert!(m.set_apps(vec![2, 2]).unwrap_err().contains("4 rank(s)"));
+        assert!(m.set_apps(vec![5, 0]).unwrap_err().contains("no ranks"));
+        assert_eq!(m.app_sizes, [2, 3], "a refused split changes nothing");
+    }
+
+    #[test]
+    fn psets_are_defined_once_over_ranks_of_the_job() {
+        let mut m = JobMap::block("cohort.1.ab", 6, 3);
+        m.define_pset("ocean", RankSet::range(0..2)).unwrap();
+        m.define_pset("evens", RankSet::parse("0,2,4").unwrap())
+            .unwrap();
+        assert_eq!(m.pset_names(), ["ocean", "evens"]);
+        assert_eq!(m.psets_of(0).unwrap(), ["ocean", "evens"]);
+        assert_eq!(m.psets_of(1).unwrap(), ["ocean"]);
+        assert!(m.psets_of(5).unwrap().is_empty());
+        assert_eq!(m.psets_of(6), None);
+        let members = m.pset_members("evens").unwrap();
+        let ranks: Vec<Rank> = members.iter().map(|p| p.rank).collect();
+        assert_eq!(ranks, [0, 2, 4]);
+        assert!(members.iter().all(|p| p.nspace == "cohort.1.ab"));
+        assert_eq!(m.pset_members("ice"), None);
+
+        let e = m.define_pset("ocean", RankSet::range(2..3)).unwrap_err();
+        assert!(e.contains("\"ocean\" is defined twice"), "{e}");
+        let e = m.define_pset("", RankSet::range(2..3)).unwrap_err();
+        assert!(e.contains("empty"), "{e}");
+        let e = m
+            .define_pset(&"x".repeat(256), RankSet::range(2..3))
+            .unwrap_err();
+        assert!(e.contains("256 bytes"), "{e}");
+        m.define_pset(&"y".repeat(255), RankSet::range(2..3))
+            .unwrap();
+        let e = m
+            .define_pset("cohort.1.ab", RankSet::range(2..3))
+            .unwrap_err();
+        assert!(e.contains("namespace"), "{e}");
+        let e = m.define_pset("far", RankSet::range(5..7)).unwrap_err();
+        assert!(e.contains("rank 6") && e.contains("0-5"), "{e}");
+        let e = m.define_pset("none", RankSet::default()).unwrap_err();
+        assert!(e.contains("no members"), "{e}");
+        assert_eq!(m.psets.len(), 3);
+        assert_eq!(m.validate(), Ok(()));
+    }
+
+    #[test]
+    fn the_map_stays_compact_on_the_wire_and_decodes_checked() {
+        use crate::frame;
+        let mut m = JobMap::block("j", 4096, 4);
+        let plain = frame::encode_body(&m).len();
+        m.set_apps(vec![1024, 3072]).unwrap();
+        m.define_pset("ocean", RankSet::range(0..1024)).unwrap();
+        m.define_pset("ice", RankSet::range(1024..4096)).unwrap();
+        m.define_pset("io", RankSet::parse("0-15,2048-2063").unwrap())
+            .unwrap();
+        let bytes = frame::encode_body(&m);
+        // A few dozen bytes per set and app, not some per member rank.
+        assert!(
+            bytes.len() - plain < 200,
+            "{} more bytes",
+            bytes.len() - plain
+        );
+        let back: JobMap = frame::decode_body(&bytes).unwrap();
+        assert_eq!(back, m);
+        assert_eq!(back.validate(), Ok(()));
+
+        // A run set out of canonical form does not decode.
+        #[derive(Serialize)]
+        struct Raw(Vec<(Rank, u32)>);
+        for runs in [
+            vec![(4, 2), (0, 1)],
+            vec![(0, 2), (2, 1)],
+            vec![(0, 0)],
+            vec![(u32::MAX - 1, 2)],
+        ] {
+            let b = frame::encode_body(&Raw(runs.clone()));
+            assert!(frame::decode_body::<RankSet>(&b).is_err(), "{runs:?}");
+        }
+        // A map whose sets or apps do not fit the job is refused by `validate`.
+        let mut bad = m.clone();
+        bad.psets[0].members = RankSet::range(4000..4097);
+        assert!(bad.validate().unwrap_err().contains("rank 4096"));
+        let mut bad = m.clone();
+        bad.psets[1].name = "ocean".into();
+        assert!(bad.validate().unwrap_err().contains("twice"));
+        let mut bad = m.clone();
+        bad.app_sizes.push(1);
+        assert!(bad.validate().is_err());
+        let mut bad = m;
+        bad.rank_node[7] = 4;
+        assert!(bad.validate().is_err());
+    }
+    #[test]
+    fn rank_to_node_lists_travel_as_runs_or_a_round_robin_rule() {
+        use crate::frame;
+        #[derive(Debug, PartialEq, Serialize, Deserialize)]
+        struct Holder(#[serde(with = "node_map")] Vec<NodeId>);
+        let size = |v: Vec<NodeId>| {
+            let bytes = frame::encode_body(&Holder(v.clone()));
+            assert_eq!(frame::decode_body::<Holder>(&bytes).unwrap().0, v);
+            bytes.len()
+        };
+        let big = 1 << 16;
+        assert!(size(JobMap::block("j", big, 64).rank_node) < 64 * 8 + 32);
+        assert!(size(JobMap::round_robin("j", big, 64).rank_node) < 32);
+        // Anything else still comes back exactly, never much bigger than a list.
+        let scattered: Vec<NodeId> = (0..1000u32).map(|r| (r * 7919) % 13).collect();
+        assert!(size(scattered) <= 1000 * 4 + 32);
+        for v in [
+            vec![],
+            vec![0],
+            vec![2, 0],
+            vec![0, 1],
+            vec![0, 0, 1, 0],
+            vec![1, 1, 1],
+        ] {
+            size(v);
+        }
+        // Hostile forms are refused, not expanded.
+        #[derive(Serialize)]
+        enum Wire {
+            _Each(Vec<NodeId>),
+            Runs(Vec<(NodeId, u32)>),
+            RoundRobin { n: u32, m: u32 },
+        }
+        for w in [
+            Wire::Runs(vec![(0, u32::MAX), (1, u32::MAX)]),
+            Wire::RoundRobin { n: u32::MAX, m: 2 },
+            Wire::RoundRobin { n: 4, m: 0 },
+        ] {
+            let bytes = frame::encode_body(&w);
+            assert!(frame::decode_body::<Holder>(&bytes).is_err());
+        }
     }
 }

@@ -20,6 +20,9 @@ pub enum Value {
     /// replied to each local member, and each of those holds the same bytes.
     Bytes(#[serde(with = "shared_bytes")] Bytes),
     Procs(Vec<ProcId>),
+    /// An array of strings (a `pmix_data_array_t` of `PMIX_STRING`), e.g. the names
+    /// of the process sets a process belongs to (PMIX_PSET_NAMES).
+    Strs(Vec<String>),
 }
 
 impl Value {
@@ -36,6 +39,12 @@ impl Value {
             _ => None,
         }
     }
+    pub fn as_strs(&self) -> Option<&[String]> {
+        match self {
+            Value::Strs(v) => Some(v),
+            _ => None,
+        }
+    }
     pub fn as_bytes(&self) -> Option<&[u8]> {
         match self {
             Value::Bytes(b) => Some(b),
@@ -49,6 +58,7 @@ impl Value {
             Value::Str(s) => s.len() + 8,
             Value::Bytes(b) => b.len() + 8,
             Value::Procs(p) => p.iter().map(|p| p.nspace.len() + 12).sum::<usize>() + 8,
+            Value::Strs(v) => v.iter().map(|s| s.len() + 8).sum::<usize>() + 8,
             _ => 9,
         }
     }

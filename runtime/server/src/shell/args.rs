@@ -9,6 +9,8 @@ use std::time::Duration;
 use clap::builder::TypedValueParser as _;
 use clap::Parser;
 use cohort_core::DetectorConfig;
+use cohort_proto::{JobMap, RankSet};
+use cohort_topology::placement::job_map;
 use cohort_topology::{Allgather, BindTo, MapBy};
 
 /// cohortd — the cohort node server (started by `cohort run`, not by hand)
@@ -141,9 +143,79 @@ pub struct DaemonArgs {
     )]
     pub export: Vec<(OsString, OsString)>,
 
-    /// The rank program and its arguments
+    /// An application context (MPMD), in order: NP ranks run the next ARGC words after
+    /// `--` as program and arguments (repeatable; without it, every rank runs all of
+    /// them)
+    #[arg(
+        long = "app",
+        value_name = "NP:ARGC",
+        value_parser = parse_app,
+        action = clap::ArgAction::Append
+    )]
+    pub apps: Vec<(u32, usize)>,
+
+    /// Set VAR=VAL in the environment of application context K's ranks only, over any
+    /// -x of the same VAR (repeatable)
+    #[arg(
+        long = "app-export",
+        value_name = "K:VAR=VAL",
+        value_parser = parse_app_export,
+        action = clap::ArgAction::Append
+    )]
+    pub app_exports: Vec<(u32, OsString, OsString)>,
+
+    /// Process set NAME over the ranks of RANKLIST, e.g. ocean=0-3 or evens=0,2,4
+    /// (repeatable; every node server of the job must get the same, in the same order)
+    #[arg(
+        long = "pset",
+        value_name = "NAME=RANKLIST",
+        value_parser = parse_pset,
+        action = clap::ArgAction::Append
+    )]
+    pub psets: Vec<(String, RankSet)>,
+
+    /// The rank program and its arguments (with --app: every app's, one after another)
     #[arg(last = true, required = true, value_name = "PROGRAM [ARGS]")]
     pub command: Vec<OsString>,
+}
+
+/// What the ranks of one application context run.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AppCommand {
+    /// The program and its arguments.
+    pub command: Vec<OsString>,
+    /// `VAR=VAL` for this app's ranks only (after the job's `-x` ones).
+    pub exports: Vec<(OsString, OsString)>,
+}
+
+/// `NP:ARGC`, both at least 1.
+fn parse_app(s: &str) -> Result<(u32, usize), String> {
+    let parsed = s.split_once(':').and_then(|(np, argc)| {
+        let np = np.parse::<u32>().ok().filter(|&n| n > 0)?;
+        let argc = argc.parse::<usize>().ok().filter(|&n| n > 0)?;
+        Some((np, argc))
+    });
+    parsed.ok_or_else(|| format!("expected NP:ARGC (both at least 1), got {s:?}"))
+}
+
+/// `K:VAR=VAL`.
+fn parse_app_export(s: &str) -> Result<(u32, OsString, OsString), String> {
+    let (app, kv) = s
+        .split_once(':')
+        .ok_or_else(|| format!("expected K:VAR=VAL, got {s:?}"))?;
+    let app = app
+        .parse::<u32>()
+        .map_err(|_| format!("expected K:VAR=VAL with K an app number, got {s:?}"))?;
+    let (k, v) = parse_export(kv)?;
+    Ok((app, k, v))
+}
+
+/// `NAME=RANKLIST` (the rank list has no `=`, the name may).
+fn parse_pset(s: &str) -> Result<(String, RankSet), String> {
+    let (name, list) = s
+        .rsplit_once('=')
+        .ok_or_else(|| format!("expected NAME=RANKLIST, got {s:?}"))?;
+    Ok((name.to_string(), RankSet::parse(list)?))
 }
 
 fn parse_export(s: &str) -> Result<(OsString, OsString), String> {
@@ -155,7 +227,8 @@ fn parse_export(s: &str) -> Result<(OsString, OsString), String> {
 
 impl DaemonArgs {
     /// Checks what clap cannot: the node index is inside the job, the detector's
-    /// timings fit together.
+    /// timings fit together, the application contexts cover the ranks and the command,
+    /// the process sets are valid.
     pub fn validate(&self) -> Result<(), String> {
         if self.node >= self.nodes {
             return Err(format!(
@@ -166,7 +239,62 @@ impl DaemonArgs {
         if let Some(d) = self.detector() {
             d.validate()?;
         }
+        self.app_commands()?;
+        self.job()?;
         Ok(())
+    }
+
+    /// The job map every process of the job agrees on: ranks mapped as the launcher
+    /// mapped them, split into the application contexts, with the process sets.
+    pub fn job(&self) -> Result<JobMap, String> {
+        let mut job = job_map(self.map_by, self.nspace.clone(), self.np, self.nodes);
+        if !self.apps.is_empty() {
+            let sizes = self.apps.iter().map(|&(np, _)| np).collect();
+            job.set_apps(sizes).map_err(|e| format!("--app: {e}"))?;
+        }
+        for (name, ranks) in &self.psets {
+            job.define_pset(name, ranks.clone())
+                .map_err(|e| format!("--pset: {e}"))?;
+        }
+        Ok(job)
+    }
+
+    /// What each application context runs: the command after `--` cut as --app says
+    /// (or all of it for the one app without --app), with its --app-export variables.
+    pub fn app_commands(&self) -> Result<Vec<AppCommand>, String> {
+        let mut apps: Vec<AppCommand> = Vec::new();
+        if self.apps.is_empty() {
+            apps.push(AppCommand {
+                command: self.command.clone(),
+                exports: Vec::new(),
+            });
+        } else {
+            let total: usize = self.apps.iter().map(|&(_, argc)| argc).sum();
+            if total != self.command.len() {
+                return Err(format!(
+                    "--app: the application contexts take {total} word(s) after --, \
+                     there are {}",
+                    self.command.len()
+                ));
+            }
+            let mut rest = &self.command[..];
+            for &(_, argc) in &self.apps {
+                let (command, more) = rest.split_at(argc);
+                rest = more;
+                apps.push(AppCommand {
+                    command: command.to_vec(),
+                    exports: Vec::new(),
+                });
+            }
+        }
+        for (app, k, v) in &self.app_exports {
+            let n = apps.len();
+            let target = apps.get_mut(*app as usize).ok_or_else(|| {
+                format!("--app-export: application context {app} is not one of the {n}")
+            })?;
+            target.exports.push((k.clone(), v.clone()));
+        }
+        Ok(apps)
     }
 
     /// The failure detector's timings (`None`: off).
@@ -342,5 +470,100 @@ mod tests {
             a.topology.as_deref(),
             Some(std::path::Path::new("/etc/slurm/topology.conf"))
         );
+    }
+    fn mpmd(extra: &[&str]) -> Result<DaemonArgs, String> {
+        let mut argv = vec![
+            "cohortd",
+            "--node",
+            "0",
+            "--nodes",
+            "2",
+            "--node-name",
+            "node0",
+            "--listen",
+            "127.0.1.1:0",
+            "--control",
+            "127.0.0.1:1",
+            "--job-dir",
+            "/j",
+            "--nspace",
+            "cohort.9.ab",
+            "--np",
+            "5",
+        ];
+        argv.extend_from_slice(extra);
+        let a = DaemonArgs::try_parse_from(argv).map_err(|e| e.to_string())?;
+        a.validate()?;
+        Ok(a)
+    }
+
+    #[test]
+    fn application_contexts_cut_the_command_and_psets_label_ranks() {
+        let a = mpmd(&[
+            "-x",
+            "G=1",
+            "--app",
+            "2:3",
+            "--app",
+            "3:1",
+            "--app-export",
+            "1:ICE=yes=really",
+            "--pset",
+            "ocean=0-1",
+            "--pset",
+            "ice=2-4",
+            "--pset",
+            "evens=0,2,4",
+            "--pset=-odd name=1,3-4",
+            "--",
+            "sh",
+            "-c",
+            "echo ocean",
+            "./ice",
+        ])
+        .unwrap();
+        let apps = a.app_commands().unwrap();
+        assert_eq!(apps.len(), 2);
+        assert_eq!(apps[0].command, ["sh", "-c", "echo ocean"]);
+        assert!(apps[0].exports.is_empty());
+        assert_eq!(apps[1].command, ["./ice"]);
+        assert_eq!(apps[1].exports, [("ICE".into(), "yes=really".into())]);
+        let job = a.job().unwrap();
+        assert_eq!(job.app_sizes, [2, 3]);
+        assert_eq!(job.pset_names(), ["ocean", "ice", "evens", "-odd name"]);
+        assert_eq!(job.psets_of(2).unwrap(), ["ice", "evens"]);
+        assert_eq!(job.psets_of(3).unwrap(), ["ice", "-odd name"]);
+        // Mapping is over the whole rank list: block over 2 node servers.
+        assert_eq!(job.rank_node, [0, 0, 0, 1, 1]);
+
+        // Without --app: one app running the whole command, as before.
+        let one = mpmd(&["--", "prog", "a"]).unwrap();
+        let apps = one.app_commands().unwrap();
+        assert_eq!(apps.len(), 1);
+        assert_eq!(apps[0].command, ["prog", "a"]);
+        assert_eq!(one.job().unwrap().app_sizes, [5]);
+    }
+
+    #[test]
+    fn application_contexts_and_psets_that_do_not_fit_are_refused() {
+        let err = |extra: &[&str]| mpmd(extra).unwrap_err();
+        let e = err(&["--app", "2:1", "--app", "2:1", "--", "a", "b"]);
+        assert!(e.contains("4 rank(s)"), "{e}");
+        let e = err(&["--app", "2:1", "--app", "3:2", "--", "a", "b"]);
+        assert!(e.contains("3 word(s)"), "{e}");
+        let e = err(&["--app", "5:1", "--app-export", "1:A=1", "--", "a"]);
+        assert!(e.contains("application context 1"), "{e}");
+        for bad in ["0:1", "1:0", "x", "1"] {
+            assert!(err(&["--app", bad, "--", "a"]).contains("NP:ARGC"), "{bad}");
+        }
+        let e = err(&["--pset", "far=3-5", "--", "a"]);
+        assert!(e.contains("rank 5"), "{e}");
+        let e = err(&["--pset", "a=0", "--pset", "a=1", "--", "a"]);
+        assert!(e.contains("twice"), "{e}");
+        let e = err(&["--pset", "cohort.9.ab=0", "--", "a"]);
+        assert!(e.contains("namespace"), "{e}");
+        let e = err(&["--pset", "=0", "--", "a"]);
+        assert!(e.contains("empty"), "{e}");
+        assert!(err(&["--pset", "noranks", "--", "a"]).contains("NAME=RANKLIST"));
     }
 }

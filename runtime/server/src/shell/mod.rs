@@ -27,7 +27,6 @@ use cohort_proto::control::{DaemonMsg, LauncherMsg};
 use cohort_proto::env::{self, from_hex, to_hex};
 use cohort_proto::JobMap;
 use cohort_server::{NodeService, ServiceConfig};
-use cohort_topology::placement::job_map;
 use cohort_topology::{hostlist, Locality, NicInfo, NicKind, SwitchMap};
 use cohort_transport::{VerbsOptions, DEVICE_ENV};
 use tokio::net::tcp::OwnedWriteHalf;
@@ -194,8 +193,15 @@ async fn run(
     stderr: &OutputSink,
 ) -> i32 {
     let node_name = args.node_name.clone();
-    // Built exactly as the launcher built it, so every process agrees on the map.
-    let mut job = job_map(args.map_by, args.nspace.clone(), args.np, args.nodes);
+    // Built exactly as the launcher built it, so every process agrees on the map
+    // (`validate` checked that it can be built, and the application contexts cut).
+    let (mut job, apps) = match (args.job(), args.app_commands()) {
+        (Ok(job), Ok(apps)) => (job, apps),
+        (Err(e), _) | (_, Err(e)) => {
+            say(format_args!("{node_name}: {e}"));
+            return 2;
+        }
+    };
     job.node_names[args.node as usize] = node_name.clone();
     let token_hex = to_hex(&secrets.client_token);
     let job_secret = secrets.job_secret.clone();
@@ -225,7 +231,7 @@ async fn run(
         unbound_cpus: placement.unbound_cpus().cloned(),
         job,
         node: args.node,
-        command: args.command.clone(),
+        apps,
         exports: args.export.clone(),
         spin_us: args.spin_us,
         allgather: args.allgather,

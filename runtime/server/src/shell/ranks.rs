@@ -17,6 +17,7 @@ use tokio::process::{Child, Command};
 use tokio::sync::mpsc;
 use tokio::task::spawn_local;
 
+use super::args::AppCommand;
 use super::output::{forward, LineTagger, OutputSink};
 use super::procs::{live_groups, signal_group};
 use super::say;
@@ -40,7 +41,9 @@ pub struct RankExit {
 pub struct RankTemplate {
     pub job: JobMap,
     pub node: NodeId,
-    pub command: Vec<OsString>,
+    /// What each application context's ranks run (index: PMIX_APPNUM).
+    pub apps: Vec<AppCommand>,
+    /// The job's `-x` variables (an app's own ones go on top).
     pub exports: Vec<(OsString, OsString)>,
     /// `COHORT_SPIN_US` for the ranks (an exported value wins).
     pub spin_us: u64,
@@ -60,13 +63,23 @@ impl RankTemplate {
         &self.job.node_names[self.node as usize]
     }
 
+    /// The application context `rank` runs, and its index.
+    fn app(&self, rank: Rank) -> (u32, &AppCommand) {
+        let n = self.job.app_of(rank).unwrap_or(0);
+        let app = self.apps.get(n as usize).unwrap_or(&self.apps[0]);
+        (n, app)
+    }
+
     fn command(&self, rank: Rank) -> Command {
-        let mut cmd = Command::new(&self.command[0]);
+        let (appnum, app) = self.app(rank);
+        let mut cmd = Command::new(&app.command[0]);
         let local_rank = self.job.local_rank(rank).unwrap_or(0);
-        cmd.args(&self.command[1..])
+        cmd.args(&app.command[1..])
             .env_remove(env::JOB_SECRET)
             .env(env::SPIN_US, self.spin_us.to_string())
             .envs(self.exports.iter().map(|(k, v)| (k, v)))
+            .envs(app.exports.iter().map(|(k, v)| (k, v)))
+            .env(env::APPNUM, appnum.to_string())
             .env(env::ALLGATHER, self.allgather.to_string())
             .env(env::SERVER_URI, &self.server_uri)
             .env(env::CLIENT_TOKEN, &self.token_hex)
@@ -170,7 +183,7 @@ impl Ranks {
                 say(format_args!(
                     "{}: cannot start rank {rank}{bound}: {:?}: {e}",
                     self.template.node_name(),
-                    self.template.command[0],
+                    self.template.app(rank).1.command[0],
                 ));
                 let status = ExitStatus {
                     code: Some(NOT_STARTED),
