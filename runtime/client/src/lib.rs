@@ -25,6 +25,7 @@
 //! ```
 
 mod conn;
+mod connect;
 mod events;
 mod group_event;
 mod puts;
@@ -55,6 +56,7 @@ pub use cohort_proto::{
 };
 pub use cohort_topology::{Binding, CpuSet};
 pub use conn::LOST_REASON_KEY;
+pub use connect::{ConnectOpts, Connection, DisconnectOpts};
 pub use events::{HandlerId, EVENT_CACHE_CAPACITY};
 pub use group_event::GroupEventInfo;
 
@@ -98,6 +100,8 @@ pub(crate) struct Inner {
     shm_floors: Mutex<Vec<u64>>,
     registry: Arc<EventRegistry>,
     events: crossbeam_channel::Sender<EventMsg>,
+    /// Connects completed and connections held (see `connect.rs`).
+    connects: Mutex<connect::ConnectBook>,
 }
 
 impl Drop for Inner {
@@ -293,6 +297,7 @@ impl Client {
             shm_floors: Mutex::new(Vec::new()),
             registry: Arc::clone(&registry),
             events: events_tx,
+            connects: Mutex::new(connect::ConnectBook::default()),
         });
         let weak = Arc::downgrade(&inner);
         std::thread::Builder::new()

@@ -26,8 +26,8 @@ use std::time::Duration;
 use cohort_proto::event::{codes, keys};
 use cohort_proto::ids::fmt_procs;
 use cohort_proto::msg::{
-    ConstructDecision, ConstructOpts, ConstructStatus, FenceOpts, GroupResult, InviteOpts, ReqId,
-    Request, Response, ServerFrame,
+    ConnectMode, ConstructDecision, ConstructOpts, ConstructStatus, FenceOpts, GroupResult,
+    InviteOpts, ReqId, Request, Response, ServerFrame,
 };
 use cohort_proto::peer::{
     CollKey, CollKind, CollOutcome, CollSpec, ContribFlags, Contribution, PeerMsg,
@@ -124,6 +124,9 @@ pub struct Group {
     /// Members that declared themselves leader; when any did, failure events go only
     /// to them (PMIX_GROUP_LEADER), otherwise to every member.
     pub designated_leaders: Vec<ProcId>,
+    /// A connection made by `PMIx_Connect` (rfc0003): its members depart together
+    /// (no leave), and a member's termination is reported or allowed as the mode says.
+    pub connect: Option<ConnectMode>,
 }
 
 impl Group {
@@ -1881,6 +1884,7 @@ impl Engine {
                 assign_context_id: opts.assign_context_id,
                 leader: opts.leader,
                 bootstrap: opts.bootstrap,
+                connect: opts.connect,
             },
         };
         let key = CollKey {
@@ -2008,9 +2012,13 @@ impl Engine {
             id: gid,
             seq: 0,
         };
+        // rfc0003 PMIX_CONNECT_EARLY_TERM_ALLOWED: "adjusting completion requirements"
+        // of the disconnect: members that terminated are not waited for.
+        let tolerant =
+            group.notify_termination || group.connect == Some(ConnectMode::EarlyTermAllowed);
         let spec = CollSpec::Destruct {
             members: group.original.clone(),
-            notify_termination: group.notify_termination,
+            notify_termination: tolerant,
         };
         let contrib = Contribution {
             proc: proc.clone(),
@@ -2920,6 +2928,7 @@ impl Engine {
                     failed,
                     notify_termination: flags.notify_termination,
                     designated_leaders,
+                    connect: flags.connect,
                 }
             }
             CollSpec::Destruct { .. } => {
@@ -3209,6 +3218,7 @@ impl Engine {
                 failed,
                 notify_termination,
                 designated_leaders,
+                connect,
             } => {
                 self.store_foreign(data);
                 let group = Group {
@@ -3219,6 +3229,7 @@ impl Engine {
                     group_info: group_info.into_iter().collect(),
                     notify_termination,
                     designated_leaders,
+                    connect,
                 };
                 let result = Arc::new(group.result(status, failed.clone()));
                 let has_local = group
@@ -3264,6 +3275,19 @@ impl Engine {
                         self.member_failed_event(&group, &f);
                     }
                 }
+                if group.connect == Some(ConnectMode::Strict) {
+                    // Members that joined and then died before the outcome got here:
+                    // their termination found no connection to report to yet.
+                    let dead: Vec<ProcId> = group
+                        .members
+                        .iter()
+                        .filter(|p| self.terminated.contains(*p))
+                        .cloned()
+                        .collect();
+                    for f in dead {
+                        self.connected_proc_terminated_event(&group, &f);
+                    }
+                }
             }
             CollOutcome::Destruct => {
                 if let Some(g) = self.groups.remove(&key.id) {
@@ -3289,6 +3313,14 @@ impl Engine {
 
     fn leave(&mut self, proc: ProcId, gid: String, now: Time) -> Result<(), CohortError> {
         let group = self.member_group(&gid, &proc)?;
+        if group.connect.is_some() {
+            // pmix-standard-sets-and-groups §"Destruct procedure": processes that
+            // assemble via PMIx_Connect "must all depart the assemblage together".
+            return Err(CohortError::BadRequest(format!(
+                "{gid:?} is a connection (PMIx_Connect): its members cannot leave it one \
+                 by one, they depart together by disconnecting"
+            )));
+        }
         let mut nodes: BTreeSet<NodeId> = group
             .original
             .iter()
@@ -3539,6 +3571,40 @@ impl Engine {
         for g in notify {
             self.member_failed_event(&g, &proc);
         }
+        let connections: Vec<Group> = self
+            .groups
+            .values()
+            .filter(|g| g.connect == Some(ConnectMode::Strict) && g.has(&proc))
+            .cloned()
+            .collect();
+        for g in connections {
+            self.connected_proc_terminated_event(&g, &proc);
+        }
+    }
+
+    /// rfc0003: "Processes that terminate while connected to other processes will
+    /// generate a termination error event that will be reported to any process in the
+    /// connected group that has registered for such events" — to this server's other
+    /// members of connection `group` (every server hosting members runs this).
+    fn connected_proc_terminated_event(&mut self, group: &Group, dead: &ProcId) {
+        let event = Event {
+            code: codes::PROC_TERMINATED,
+            source: dead.clone(),
+            affected: vec![dead.clone()],
+            info: vec![
+                (keys::NSPACE.into(), Value::Str(group.id.clone())),
+                (keys::GROUP_ID.into(), Value::Str(group.id.clone())),
+            ],
+        };
+        let locals: Vec<ProcId> = group
+            .members
+            .iter()
+            .filter(|p| *p != dead && self.job.node_of(p) == Some(self.node))
+            .cloned()
+            .collect();
+        for p in locals {
+            self.deliver_local(&p, event.clone());
+        }
     }
 
     // ------------------------------------------------------------------ plumbing
@@ -3668,6 +3734,7 @@ fn merged_flags(coll: &Coll) -> ContribFlags {
             assign_context_id: a.assign_context_id || c.flags.assign_context_id,
             leader: a.leader || c.flags.leader,
             bootstrap: a.bootstrap.or(c.flags.bootstrap),
+            connect: ConnectMode::merge(a.connect, c.flags.connect),
         })
 }
 

@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 use crate::error::CohortError;
 use crate::event::Event;
 use crate::ids::{ContextId, NodeId, ProcId};
-use crate::msg::ConstructStatus;
+use crate::msg::{ConnectMode, ConstructStatus};
 use crate::posted::Posted;
 use crate::value::Info;
 
@@ -75,6 +75,8 @@ pub struct ContribFlags {
     pub leader: bool,
     /// Bootstrap leader: the number of leaders it was told.
     pub bootstrap: Option<u32>,
+    /// A connect (rfc0003): the caller's termination mode.
+    pub connect: Option<ConnectMode>,
 }
 
 /// How a collective ended, as broadcast by its root.
@@ -96,6 +98,8 @@ pub enum CollOutcome {
         /// Callers that passed PMIX_GROUP_LEADER: failure events go only to them.
         #[serde(with = "crate::procset")]
         designated_leaders: Vec<ProcId>,
+        /// A connection (rfc0003), and how it treats terminated members.
+        connect: Option<ConnectMode>,
     },
     Destruct,
     Failed(CohortError),
