@@ -45,8 +45,10 @@ pub struct ConnectOpts {
     /// to disconnect from. Cannot be combined with `optional`.
     pub xchg_only: bool,
     /// PMIX_CONNECT_NOTIFY_EACH: tell the other listed processes, with a
-    /// `codes::PROC_HAS_CONNECTED` event naming this process as source and affected
-    /// proc and the new nspace under `keys::NSPACE`, that this process called connect.
+    /// `codes::PROC_HAS_CONNECTED` event (source: this process, also under
+    /// `keys::EVENT_AFFECTED_PROC`; the new nspace under `keys::NSPACE`, none with
+    /// `xchg_only`), that this process called connect — sent as it calls, before the
+    /// connect completes.
     pub notify_each: bool,
 }
 
@@ -56,8 +58,9 @@ pub struct DisconnectOpts {
     /// PMIX_TIMEOUT: fail with [`CohortError::Timeout`] (naming who never called) past it.
     pub timeout: Option<Duration>,
     /// PMIX_CONNECT_NOTIFY_EACH: tell the other members, with a
-    /// `codes::PROC_HAS_DISCONNECTED` event (`keys::NSPACE`: the connection), that this
-    /// process called disconnect.
+    /// `codes::PROC_HAS_DISCONNECTED` event (as for connect: source and
+    /// `keys::EVENT_AFFECTED_PROC` this process, `keys::NSPACE` the connection), that
+    /// this process called disconnect.
     pub notify_each: bool,
 }
 
@@ -195,7 +198,7 @@ impl Plan {
         Some(Request::Notify {
             code: codes::PROC_HAS_CONNECTED,
             range: Range::Procs(others),
-            info: nspace_info(self.nspace.as_deref()),
+            info: event_info(me, self.nspace.as_deref()),
         })
     }
 
@@ -223,10 +226,16 @@ impl Plan {
     }
 }
 
-fn nspace_info(nspace: Option<&str>) -> Info {
-    nspace
-        .map(|ns| vec![(keys::NSPACE.to_string(), Value::Str(ns.to_string()))])
-        .unwrap_or_default()
+/// The info of a PROC_HAS_(DIS)CONNECTED event about `me`.
+fn event_info(me: &ProcId, nspace: Option<&str>) -> Info {
+    let mut info = vec![(
+        keys::EVENT_AFFECTED_PROC.to_string(),
+        Value::Procs(vec![me.clone()]),
+    )];
+    if let Some(ns) = nspace {
+        info.push((keys::NSPACE.to_string(), Value::Str(ns.to_string())));
+    }
+    info
 }
 
 /// The other nspaces (groups, connections) a connect list names.
@@ -590,7 +599,7 @@ fn disconnect_notification(
     (opts.notify_each && members.iter().any(|p| p != me)).then(|| Request::Notify {
         code: codes::PROC_HAS_DISCONNECTED,
         range: Range::Group(nspace.to_string()),
-        info: nspace_info(Some(nspace)),
+        info: event_info(me, Some(nspace)),
     })
 }
 
