@@ -606,6 +606,8 @@ fn disconnect_notification(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::tests::{block_on, client_with, TEST_DEADLINE};
+    use cohort_proto::msg::{ClientFrame, Response};
 
     fn procs(ranks: &[u32]) -> Vec<ProcId> {
         ranks.iter().map(|&r| ProcId::new("job", r)).collect()
@@ -640,5 +642,180 @@ mod tests {
         let long = vec![ProcId::new("n".repeat(250), 0)];
         let ns = connection_nspace(&long, digest(&long, None), 0);
         assert!(validate_group_id(&ns).is_ok(), "{ns}");
+    }
+
+    fn group(id: &str, members: Vec<ProcId>) -> GroupResult {
+        GroupResult {
+            id: id.into(),
+            status: ConstructStatus::Success,
+            members,
+            context_id: None,
+            group_info: Vec::new(),
+            failed: Vec::new(),
+        }
+    }
+
+    /// What the client sends for connects and disconnects (client is rank 1 of a
+    /// 4-rank job "job"): the derived nspace advances only on success, the connect id
+    /// and list select it, wildcards and explicit lists agree, notify-each and
+    /// exchange-only send their requests, and a disconnect of an nspace this process
+    /// does not hold is refused without a request.
+    #[test]
+    fn connect_requests_derive_the_nspace_and_advance_only_on_success() {
+        let (frames_tx, frames) = crossbeam_channel::unbounded();
+        let (client, server) = client_with(move |s| {
+            let mut constructs = 0;
+            while let Some(f) = s.recv() {
+                let reply = match &f.req {
+                    Request::Construct { id, procs, .. } => {
+                        constructs += 1;
+                        if constructs == 2 {
+                            Err(CohortError::Timeout {
+                                op: format!("group construct {id:?}"),
+                                timeout_ms: 5,
+                                missing: vec![ProcId::new("job", 3)],
+                            })
+                        } else {
+                            Ok(Response::Group(group(id, procs.to_vec()).into()))
+                        }
+                    }
+                    Request::Notify { .. } | Request::Destruct { .. } | Request::Fence { .. } => {
+                        Ok(Response::Done)
+                    }
+                    Request::Commit { .. } => {
+                        let _ = frames_tx.send(f);
+                        continue;
+                    }
+                    other => panic!("unexpected {other:?}"),
+                };
+                s.reply(f.id, reply);
+                let _ = frames_tx.send(f);
+            }
+        });
+        let p = |r: u32| ProcId::new("job", r);
+        let all: Vec<ProcId> = (0..4).map(p).collect();
+        let next = || frames.recv_timeout(TEST_DEADLINE).expect("a frame");
+        let construct_of = |f: ClientFrame| match f.req {
+            Request::Construct { id, procs, opts } => (id, procs.to_vec(), opts),
+            other => panic!("expected a construct, got {other:?}"),
+        };
+        let d = digest(&all, None);
+
+        // The whole job as a wildcard: seq 0 of the list's digest.
+        let first = client
+            .connect_procs(&[ProcId::wildcard("job")], ConnectOpts::default())
+            .expect("first connect");
+        let (id, procs, opts) = construct_of(next());
+        assert_eq!(id, connection_nspace(&all, d, 0));
+        assert_eq!(procs, all);
+        assert_eq!(opts.connect, Some(ConnectMode::Strict));
+        assert_eq!(first.nspace.as_deref(), Some(id.as_str()));
+        assert_eq!(first.rank, Some(1));
+
+        // The same procs listed out of order with a duplicate: seq 1, which fails
+        // (relabelled as a connect) …
+        let listed = [p(3), p(1), p(0), p(2), p(1)];
+        let err = client
+            .connect_procs(&listed, ConnectOpts::default())
+            .unwrap_err();
+        let (id1, _, _) = construct_of(next());
+        assert_eq!(id1, connection_nspace(&all, d, 1));
+        assert!(
+            matches!(&err, CohortError::Timeout { op, .. } if *op == format!("connect {id1}")),
+            "{err:?}"
+        );
+        // … so the retry uses seq 1 again, and early termination travels.
+        let opts = ConnectOpts {
+            early_term_allowed: true,
+            ..Default::default()
+        };
+        let second = client.connect_procs(&listed, opts).expect("retry");
+        let (id2, _, o) = construct_of(next());
+        assert_eq!(id2, id1);
+        assert_eq!(o.connect, Some(ConnectMode::EarlyTermAllowed));
+        assert_eq!(second.nspace.as_deref(), Some(id1.as_str()));
+
+        // A connect id selects another digest (its own sequence), async form.
+        let with_id = ConnectOpts {
+            connect_id: Some("x".into()),
+            timeout: Some(Duration::from_millis(1500)),
+            ..Default::default()
+        };
+        let third = block_on(client.connect_procs_async(&all, with_id)).expect("with id");
+        let (id3, _, o) = construct_of(next());
+        assert_eq!(id3, connection_nspace(&all, digest(&all, Some("x")), 0));
+        assert_eq!(o.timeout_ms, Some(1500));
+        assert_eq!(third.nspace.as_deref(), Some(id3.as_str()));
+
+        // Notify-each: PROC_HAS_CONNECTED to the other listed processes first.
+        let sub = [p(1), p(2)];
+        let fourth = client
+            .connect_procs(
+                &sub,
+                ConnectOpts {
+                    notify_each: true,
+                    ..Default::default()
+                },
+            )
+            .expect("notify-each connect");
+        let ns4 = fourth.nspace.clone().expect("nspace");
+        match next().req {
+            Request::Notify { code, range, info } => {
+                assert_eq!(code, codes::PROC_HAS_CONNECTED);
+                assert_eq!(range, Range::Procs(vec![p(2)]));
+                assert_eq!(
+                    cohort_proto::value::info_get(&info, keys::NSPACE),
+                    Some(&Value::Str(ns4.clone()))
+                );
+            }
+            other => panic!("expected the notification, got {other:?}"),
+        }
+        let (id4, _, _) = construct_of(next());
+        assert_eq!(id4, ns4);
+        assert_eq!(fourth.rank, Some(0));
+
+        let mut held = vec![id.clone(), id1.clone(), id3.clone(), ns4.clone()];
+        held.sort();
+        assert_eq!(client.connections(), held);
+
+        // Unknown nspace: refused here, nothing sent; then a real disconnect.
+        assert_eq!(
+            client.disconnect("nope", DisconnectOpts::default()),
+            Err(CohortError::GroupNotFound { id: "nope".into() })
+        );
+        client
+            .disconnect(&id, DisconnectOpts::default())
+            .expect("disconnect");
+        assert_eq!(
+            next().req,
+            Request::Destruct {
+                id: id.clone(),
+                timeout_ms: None
+            }
+        );
+        assert!(!client.connections().contains(&id));
+
+        // Exchange only: a fence with data over the list, no nspace, nothing held.
+        let before = client.connections();
+        let x = client
+            .connect_procs(
+                &all,
+                ConnectOpts {
+                    xchg_only: true,
+                    ..Default::default()
+                },
+            )
+            .expect("exchange");
+        assert_eq!((x.nspace, x.rank), (None, None));
+        match next().req {
+            Request::Fence { procs, opts } => {
+                assert_eq!(procs, all);
+                assert!(opts.collect);
+            }
+            other => panic!("expected a fence, got {other:?}"),
+        }
+        assert_eq!(client.connections(), before);
+        drop(client);
+        server.join().expect("server thread");
     }
 }
