@@ -225,3 +225,48 @@ fn the_connection_nspace_addresses_its_members() {
     );
     assert_eq!(c.reply(0, g), Some(Ok(Response::Value(Value::U32(103)))));
 }
+
+/// A member that connected and terminated before the connect's outcome reached its
+/// server is still a member, and the termination is reported once the connection
+/// exists there: the survivor on the dead member's server hears of it when the
+/// outcome arrives, the members elsewhere when the termination does.
+#[test]
+fn a_member_dying_before_the_outcome_arrives_is_reported_when_it_does() {
+    // Ranks 0-1 on server 0, 2-3 on server 1. Find an id whose root is server 0: with
+    // the link 0 → 1 held, only server 0's ranks are answered.
+    for n in 0..64 {
+        let id = format!("job.connect-late-{n}");
+        let mut c = Cluster::new(4, 2, TreeShape::KAry(2));
+        c.connect_all();
+        c.hold(0, 1);
+        let reqs: Vec<u64> = (0..4)
+            .map(|r| c.construct(r, &id, &[0, 1, 2, 3], opts(ConnectMode::Strict)))
+            .collect();
+        if c.reply(0, reqs[0]).is_none() {
+            continue;
+        }
+        assert!(
+            c.reply(2, reqs[2]).is_none(),
+            "the outcome to server 1 is held"
+        );
+        // Rank 3 (server 1) joined and dies before its server has the connection.
+        c.exit(3);
+        for r in [0, 1] {
+            assert_eq!(terminated_events(&c, r).len(), 1, "rank {r}");
+        }
+        assert!(
+            terminated_events(&c, 2).is_empty(),
+            "no connection on server 1 yet"
+        );
+        c.release(0, 1);
+        c.pump();
+        assert_eq!(c.group(2, reqs[2]).members.len(), 4);
+        for r in 0..3 {
+            let ev = terminated_events(&c, r);
+            assert_eq!(ev.len(), 1, "rank {r}: {ev:?}");
+            assert_eq!(ev[0].affected, vec![c.proc(3)]);
+        }
+        return;
+    }
+    panic!("no id with its root on server 0 among 64");
+}
