@@ -295,7 +295,8 @@ fn parallel() -> R {
 /// completes only once all members called it (sets-and-groups §Destruct procedure) →
 /// the survivors' disconnect of the strict connection fails with ProcTerminated naming
 /// the dead rank. With EARLY_TERM_ALLOWED, "do not generate an error": no event for
-/// that nspace, and the survivors' disconnect completes.
+/// that nspace, a fence over it completes among the survivors, and so does their
+/// disconnect.
 fn killed() -> R {
     let c = init()?;
     let me = c.rank();
@@ -340,6 +341,22 @@ fn killed() -> R {
         "terminated event names {:?}, expected {s}",
         event_nspace(&ev)
     );
+    // PMIX_CONNECT_EARLY_TERM_ALLOWED: "The host RM and PMIx server are responsible
+    // for adjusting completion requirements on any ongoing or future collectives for
+    // this nspace": a fence over it completes among the survivors; over the strict
+    // connection it fails naming the dead rank.
+    let fence = FenceOpts {
+        collect: false,
+        timeout_ms: Some(40_000),
+    };
+    e2s(
+        c.fence(&[ProcId::wildcard(e.as_str())], fence.clone()),
+        "fence over the early-term connection",
+    )?;
+    match c.fence(&[ProcId::wildcard(s.as_str())], fence) {
+        Err(CohortError::ProcTerminated { procs, .. }) if procs == vec![dead.clone()] => {}
+        other => return Err(format!("fence over the strict connection: {other:?}")),
+    }
     e2s(
         c.disconnect(&e, dopts()),
         "disconnect early-term connection",

@@ -1843,9 +1843,24 @@ impl Engine {
         let spec = CollSpec::Fence {
             procs: members,
             collect: opts.collect,
+            tolerate_terminated: self.early_term_connection(&procs),
         };
         let waiter = waiter(client, req, proc, opts.timeout_ms, now);
         self.contribute(key, spec, contrib, waiter, now);
+    }
+
+    /// Whether `procs` is `{nspace,*}` of a connection whose members may terminate
+    /// early: rfc0003 PMIX_CONNECT_EARLY_TERM_ALLOWED makes the server responsible "for
+    /// adjusting completion requirements on any ongoing or future collectives for this
+    /// nspace", so a fence over it completes without members that terminated.
+    fn early_term_connection(&self, procs: &[ProcId]) -> bool {
+        match procs {
+            [p] if p.is_wildcard() => self
+                .groups
+                .get(p.nspace.as_str())
+                .is_some_and(|g| g.connect == Some(ConnectMode::EarlyTermAllowed)),
+            _ => false,
+        }
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -2147,8 +2162,20 @@ impl Engine {
             .and_then(|c| c.spec.as_mut())
             .expect("caller created the tracker");
         match (old, spec) {
-            (CollSpec::Fence { collect, .. }, CollSpec::Fence { collect: c, .. }) => {
+            (
+                CollSpec::Fence {
+                    collect,
+                    tolerate_terminated,
+                    ..
+                },
+                CollSpec::Fence {
+                    collect: c,
+                    tolerate_terminated: t,
+                    ..
+                },
+            ) => {
                 *collect |= c;
+                *tolerate_terminated &= t;
                 Ok(())
             }
             (CollSpec::Construct { leaders }, CollSpec::Construct { leaders: l }) => {
@@ -2324,7 +2351,10 @@ impl Engine {
     /// Whether a participant failing before joining dooms the whole operation.
     fn intolerant(coll: &Coll, spec: &CollSpec) -> bool {
         match spec {
-            CollSpec::Fence { .. } => true,
+            CollSpec::Fence {
+                tolerate_terminated,
+                ..
+            } => !tolerate_terminated,
             CollSpec::Construct { .. } | CollSpec::Bootstrap { .. } => {
                 let f = merged_flags(coll);
                 !f.optional && !f.notify_termination

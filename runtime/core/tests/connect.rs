@@ -270,3 +270,43 @@ fn a_member_dying_before_the_outcome_arrives_is_reported_when_it_does() {
     }
     panic!("no id with its root on server 0 among 64");
 }
+
+/// rfc0003 PMIX_CONNECT_EARLY_TERM_ALLOWED: "The host RM and PMIx server are
+/// responsible for adjusting completion requirements on any ongoing or future
+/// collectives for this nspace": a fence over `{nspace,*}` that is in progress when a
+/// member terminates, and one started after, complete among the survivors. Over a
+/// strict connection the same fence fails naming the dead member.
+#[test]
+fn fences_over_an_early_term_connection_complete_without_the_dead() {
+    for allgather in ALLGATHERS {
+        for mode in [ConnectMode::EarlyTermAllowed, ConnectMode::Strict] {
+            let id = "job.connect-fence";
+            let mut c = connected(allgather, id, |_| mode);
+            let ns = || vec![ProcId::wildcard(id)];
+            // Ongoing: the survivors called before rank 2 terminates.
+            let f: Vec<(u32, u64)> = [0, 1, 3]
+                .map(|r| (r, c.fence(r, ns(), FenceOpts::default())))
+                .into();
+            for &(r, q) in &f {
+                assert_eq!(c.reply(r, q), None, "{allgather:?} {mode:?} rank {r}");
+            }
+            c.exit(2);
+            // Future: a fence started afterwards.
+            let g: Vec<(u32, u64)> = [0, 1, 3]
+                .map(|r| (r, c.fence(r, ns(), FenceOpts::default())))
+                .into();
+            for (r, q) in f.into_iter().chain(g) {
+                let got = c.reply(r, q);
+                match mode {
+                    ConnectMode::EarlyTermAllowed => {
+                        assert_eq!(got, Some(Ok(Response::Done)), "{allgather:?} rank {r}")
+                    }
+                    ConnectMode::Strict => assert!(
+                        matches!(got, Some(Err(CohortError::ProcTerminated { ref procs, .. })) if *procs == vec![c.proc(2)]),
+                        "{allgather:?} rank {r}: {got:?}"
+                    ),
+                }
+            }
+        }
+    }
+}

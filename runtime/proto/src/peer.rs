@@ -39,6 +39,10 @@ pub enum CollSpec {
         #[serde(with = "crate::procset::shared")]
         procs: Arc<[ProcId]>,
         collect: bool,
+        /// Completes without participants that terminated before joining (a fence
+        /// over a connection with PMIX_CONNECT_EARLY_TERM_ALLOWED, rfc0003) instead of
+        /// failing. Set only when every caller's list asked for it.
+        tolerate_terminated: bool,
     },
     Construct {
         /// Shared: every local leader's contribution names the same list.
