@@ -207,6 +207,24 @@ fn subset() -> R {
     check!(c.connections() == vec![ns.clone()], "{:?}", c.connections());
     println!("RANK job={me} ns={ns} rank={rank}");
     use_connection(&c, &conn, "sub", 7301)?;
+    // The connection's nspace names its members in a list too: connecting over
+    // `{nspace,*}` connects the same processes again, under a new nspace.
+    let again = e2s(
+        c.connect_procs(&[ProcId::wildcard(ns.as_str())], opts()),
+        "connect over the connection",
+    )?;
+    let ns2 = nspace_of(&again)?;
+    check!(ns2 != ns, "connect over {ns} reused it");
+    check!(
+        again.members == members && again.rank == Some(rank),
+        "connect over {ns}: members {} rank {:?}",
+        ranks(&again.members),
+        again.rank
+    );
+    e2s(
+        c.disconnect(&ns2, dopts()),
+        "disconnect the second connection",
+    )?;
     e2s(c.disconnect(&ns, dopts()), "disconnect")?;
     check!(c.connections().is_empty(), "{:?}", c.connections());
     match c.fence(&[ProcId::wildcard(ns.as_str())], FenceOpts::default()) {
