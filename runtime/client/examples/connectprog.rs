@@ -231,6 +231,14 @@ fn subset() -> R {
         Err(CohortError::UnknownProc { .. }) => {}
         other => return Err(format!("fence over {ns} after disconnect: {other:?}")),
     }
+    match c.get(
+        &ProcId::new(ns.as_str(), 0),
+        "sub",
+        Some(Duration::from_secs(5)),
+    ) {
+        Err(CohortError::UnknownProc { .. }) => {}
+        other => return Err(format!("get from {{{ns},0}} after disconnect: {other:?}")),
+    }
     match c.disconnect(&ns, dopts()) {
         Err(CohortError::GroupNotFound { id }) if id == ns => {}
         other => return Err(format!("second disconnect: {other:?}")),

@@ -1462,10 +1462,13 @@ impl Engine {
         now: Time,
     ) {
         let owner = if target.nspace != self.job.nspace {
-            let group = self
-                .groups
-                .get(target.nspace.as_str())
-                .or_else(|| self.retired.get(target.nspace.as_str()));
+            // A destructed group's ranks stay readable; a connection's nspace addresses
+            // nothing once disconnected (rfc0003: the nspace is the connection's).
+            let group = self.groups.get(target.nspace.as_str()).or_else(|| {
+                self.retired
+                    .get(target.nspace.as_str())
+                    .filter(|g| g.connect.is_none())
+            });
             let Some(g) = group else {
                 let err = CohortError::UnknownProc {
                     reason: "no such namespace or group".into(),

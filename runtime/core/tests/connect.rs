@@ -118,6 +118,20 @@ fn with_early_termination_allowed_the_survivors_disconnect() {
             "{allgather:?}: {:?}",
             c.reply(0, f)
         );
+        let g = c.request(
+            3,
+            Request::Get {
+                proc: ProcId::new(id, 0),
+                key: "k".into(),
+                timeout_ms: Some(1000),
+                after_commits: 0,
+            },
+        );
+        assert!(
+            matches!(c.error(3, g), CohortError::UnknownProc { ref proc, .. } if proc.nspace == id),
+            "{allgather:?}: {:?}",
+            c.reply(3, g)
+        );
     }
 }
 
