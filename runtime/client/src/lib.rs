@@ -263,6 +263,8 @@ impl Client {
 
     /// Connects to the node server at `path` as rank `rank` of `nspace`, proving the
     /// job's client `token`. Fails with the server's error if it refuses the hello.
+    /// (`PMIx_Connect`, connecting processes with each other, is
+    /// [`connect_procs`](Self::connect_procs).)
     pub fn connect(
         path: impl AsRef<Path>,
         nspace: &str,
