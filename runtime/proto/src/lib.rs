@@ -30,4 +30,4 @@ pub use job::JobMap;
 pub use value::{Info, Scope, Value};
 
 /// Protocol version carried in every hello; bumped on any incompatible change.
-pub const PROTOCOL_VERSION: u32 = 3;
+pub const PROTOCOL_VERSION: u32 = 4;
