@@ -25,6 +25,7 @@
 //! ```
 
 mod conn;
+mod connect;
 mod events;
 mod group_event;
 mod puts;
@@ -56,6 +57,7 @@ pub use cohort_proto::{
 };
 pub use cohort_topology::{Binding, CpuSet};
 pub use conn::LOST_REASON_KEY;
+pub use connect::{ConnectOpts, Connection, DisconnectOpts};
 pub use events::{HandlerId, EVENT_CACHE_CAPACITY};
 pub use group_event::GroupEventInfo;
 
@@ -102,6 +104,8 @@ pub(crate) struct Inner {
     /// The last failure view (local or global) this process got of each group: what
     /// a later view reports beyond it is new ([`FailedMembers::new`]).
     failure_views: Mutex<std::collections::HashMap<String, Vec<ProcId>>>,
+    /// Connects completed and connections held (see `connect.rs`).
+    connects: Mutex<connect::ConnectBook>,
 }
 
 impl Drop for Inner {
@@ -297,6 +301,8 @@ impl Client {
 
     /// Connects to the node server at `path` as rank `rank` of `nspace`, proving the
     /// job's client `token`. Fails with the server's error if it refuses the hello.
+    /// (`PMIx_Connect`, connecting processes with each other, is
+    /// [`connect_procs`](Self::connect_procs).)
     pub fn connect(
         path: impl AsRef<Path>,
         nspace: &str,
@@ -332,6 +338,7 @@ impl Client {
             registry: Arc::clone(&registry),
             events: events_tx,
             failure_views: Mutex::new(std::collections::HashMap::new()),
+            connects: Mutex::new(connect::ConnectBook::default()),
         });
         let weak = Arc::downgrade(&inner);
         std::thread::Builder::new()

@@ -26,8 +26,8 @@ use std::time::Duration;
 use cohort_proto::event::{codes, keys};
 use cohort_proto::ids::fmt_procs;
 use cohort_proto::msg::{
-    ConstructDecision, ConstructOpts, ConstructStatus, FenceOpts, GroupResult, InviteOpts, ReqId,
-    Request, Response, ServerFrame,
+    ConnectMode, ConstructDecision, ConstructOpts, ConstructStatus, FenceOpts, GroupResult,
+    InviteOpts, ReqId, Request, Response, ServerFrame,
 };
 use cohort_proto::peer::{
     CollKey, CollKind, CollOutcome, CollSpec, ContribFlags, Contribution, PeerMsg,
@@ -146,6 +146,9 @@ pub struct Group {
     /// Members that declared themselves leader; when any did, failure events go only
     /// to them (PMIX_GROUP_LEADER), otherwise to every member.
     pub designated_leaders: Vec<ProcId>,
+    /// A connection made by `PMIx_Connect` (rfc0003): its members depart together
+    /// (no leave), and a member's termination is reported or allowed as the mode says.
+    pub connect: Option<ConnectMode>,
 }
 
 impl Group {
@@ -1492,10 +1495,13 @@ impl Engine {
         now: Time,
     ) {
         let owner = if target.nspace != self.job.nspace {
-            let group = self
-                .groups
-                .get(target.nspace.as_str())
-                .or_else(|| self.retired.get(target.nspace.as_str()));
+            // A destructed group's ranks stay readable; a connection's nspace addresses
+            // nothing once disconnected (rfc0003: the nspace is the connection's).
+            let group = self.groups.get(target.nspace.as_str()).or_else(|| {
+                self.retired
+                    .get(target.nspace.as_str())
+                    .filter(|g| g.connect.is_none())
+            });
             let Some(g) = group else {
                 let err = CohortError::UnknownProc {
                     reason: "no such namespace or group".into(),
@@ -1884,9 +1890,24 @@ impl Engine {
         let spec = CollSpec::Fence {
             procs: members,
             collect: opts.collect,
+            tolerate_terminated: self.early_term_connection(&procs),
         };
         let waiter = waiter(client, req, proc, opts.timeout_ms, now);
         self.contribute(key, spec, contrib, waiter, now);
+    }
+
+    /// Whether `procs` is `{nspace,*}` of a connection whose members may terminate
+    /// early: rfc0003 PMIX_CONNECT_EARLY_TERM_ALLOWED makes the server responsible "for
+    /// adjusting completion requirements on any ongoing or future collectives for this
+    /// nspace", so a fence over it completes without members that terminated.
+    fn early_term_connection(&self, procs: &[ProcId]) -> bool {
+        match procs {
+            [p] if p.is_wildcard() => self
+                .groups
+                .get(p.nspace.as_str())
+                .is_some_and(|g| g.connect == Some(ConnectMode::EarlyTermAllowed)),
+            _ => false,
+        }
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -1925,6 +1946,7 @@ impl Engine {
                 assign_context_id: opts.assign_context_id,
                 leader: opts.leader,
                 bootstrap: opts.bootstrap,
+                connect: opts.connect,
             },
         };
         let key = CollKey {
@@ -2052,9 +2074,13 @@ impl Engine {
             id: gid,
             seq: 0,
         };
+        // rfc0003 PMIX_CONNECT_EARLY_TERM_ALLOWED: "adjusting completion requirements"
+        // of the disconnect: members that terminated are not waited for.
+        let tolerant =
+            group.notify_termination || group.connect == Some(ConnectMode::EarlyTermAllowed);
         let spec = CollSpec::Destruct {
             members: group.original.clone(),
-            notify_termination: group.notify_termination,
+            notify_termination: tolerant,
         };
         let contrib = Contribution {
             proc: proc.clone(),
@@ -2245,8 +2271,20 @@ impl Engine {
             .and_then(|c| c.spec.as_mut())
             .expect("caller created the tracker");
         match (old, spec) {
-            (CollSpec::Fence { collect, .. }, CollSpec::Fence { collect: c, .. }) => {
+            (
+                CollSpec::Fence {
+                    collect,
+                    tolerate_terminated,
+                    ..
+                },
+                CollSpec::Fence {
+                    collect: c,
+                    tolerate_terminated: t,
+                    ..
+                },
+            ) => {
                 *collect |= c;
+                *tolerate_terminated &= t;
                 Ok(())
             }
             (CollSpec::Construct { leaders }, CollSpec::Construct { leaders: l }) => {
@@ -2441,7 +2479,10 @@ impl Engine {
     /// Whether a participant failing before joining dooms the whole operation.
     fn intolerant(coll: &Coll, spec: &CollSpec) -> bool {
         match spec {
-            CollSpec::Fence { .. } => true,
+            CollSpec::Fence {
+                tolerate_terminated,
+                ..
+            } => !tolerate_terminated,
             CollSpec::Construct { .. } | CollSpec::Bootstrap { .. } => {
                 let f = merged_flags(coll);
                 !f.optional && !f.notify_termination
@@ -3048,6 +3089,7 @@ impl Engine {
                     failed,
                     notify_termination: flags.notify_termination,
                     designated_leaders,
+                    connect: flags.connect,
                 }
             }
             CollSpec::Destruct { .. } => {
@@ -3356,6 +3398,7 @@ impl Engine {
                 failed,
                 notify_termination,
                 designated_leaders,
+                connect,
             } => {
                 self.store_foreign(data);
                 let group = Group {
@@ -3366,6 +3409,7 @@ impl Engine {
                     group_info: group_info.into_iter().collect(),
                     notify_termination,
                     designated_leaders,
+                    connect,
                 };
                 let result = Arc::new(group.result(status, failed.clone()));
                 let has_local = group
@@ -3411,6 +3455,19 @@ impl Engine {
                         self.member_failed_event(&group, &f);
                     }
                 }
+                if group.connect == Some(ConnectMode::Strict) {
+                    // Members that joined and then died before the outcome got here:
+                    // their termination found no connection to report to yet.
+                    let dead: Vec<ProcId> = group
+                        .members
+                        .iter()
+                        .filter(|p| self.terminated.contains(*p))
+                        .cloned()
+                        .collect();
+                    for f in dead {
+                        self.connected_proc_terminated_event(&group, &f);
+                    }
+                }
             }
             CollOutcome::Agree { failed } => {
                 for w in waiters {
@@ -3441,6 +3498,14 @@ impl Engine {
 
     fn leave(&mut self, proc: ProcId, gid: String, now: Time) -> Result<(), CohortError> {
         let group = self.member_group(&gid, &proc)?;
+        if group.connect.is_some() {
+            // pmix-standard-sets-and-groups §"Destruct procedure": processes that
+            // assemble via PMIx_Connect "must all depart the assemblage together".
+            return Err(CohortError::BadRequest(format!(
+                "{gid:?} is a connection (PMIx_Connect): its members cannot leave it one \
+                 by one, they depart together by disconnecting"
+            )));
+        }
         let mut nodes: BTreeSet<NodeId> = group
             .original
             .iter()
@@ -3691,6 +3756,40 @@ impl Engine {
         for g in notify {
             self.member_failed_event(&g, &proc);
         }
+        let connections: Vec<Group> = self
+            .groups
+            .values()
+            .filter(|g| g.connect == Some(ConnectMode::Strict) && g.has(&proc))
+            .cloned()
+            .collect();
+        for g in connections {
+            self.connected_proc_terminated_event(&g, &proc);
+        }
+    }
+
+    /// rfc0003: "Processes that terminate while connected to other processes will
+    /// generate a termination error event that will be reported to any process in the
+    /// connected group that has registered for such events" — to this server's other
+    /// members of connection `group` (every server hosting members runs this).
+    fn connected_proc_terminated_event(&mut self, group: &Group, dead: &ProcId) {
+        let event = Event {
+            code: codes::PROC_TERMINATED,
+            source: dead.clone(),
+            affected: vec![dead.clone()],
+            info: vec![
+                (keys::NSPACE.into(), Value::Str(group.id.clone())),
+                (keys::GROUP_ID.into(), Value::Str(group.id.clone())),
+            ],
+        };
+        let locals: Vec<ProcId> = group
+            .members
+            .iter()
+            .filter(|p| *p != dead && self.job.node_of(p) == Some(self.node))
+            .cloned()
+            .collect();
+        for p in locals {
+            self.deliver_local(&p, event.clone());
+        }
     }
 
     // ------------------------------------------------------------------ plumbing
@@ -3821,6 +3920,7 @@ fn merged_flags(coll: &Coll) -> ContribFlags {
             assign_context_id: a.assign_context_id || c.flags.assign_context_id,
             leader: a.leader || c.flags.leader,
             bootstrap: a.bootstrap.or(c.flags.bootstrap),
+            connect: ConnectMode::merge(a.connect, c.flags.connect),
         })
 }
 

@@ -415,6 +415,7 @@ fn a_fence_message_contradicting_its_id_is_dropped() {
             let spec = cohort_proto::peer::CollSpec::Fence {
                 procs: vec![p0.clone(), p1.clone()].into(),
                 collect,
+                tolerate_terminated: false,
             };
             vec![(
                 from,

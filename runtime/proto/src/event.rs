@@ -23,6 +23,13 @@ pub mod codes {
     pub const GROUP_LEADER_FAILED: EventCode = -168;
     pub const GROUP_CONTEXT_ID_ASSIGNED: EventCode = -169;
     pub const GROUP_MEMBER_FAILED: EventCode = -170;
+    /// rfc0003 PMIX_CONNECT_NOTIFY_EACH: a process called connect (source and
+    /// affected: it; info `keys::NSPACE`: the connection's nspace).
+    pub const PROC_HAS_CONNECTED: EventCode = -171;
+    /// rfc0003 PMIX_CONNECT_NOTIFY_EACH: a process called disconnect (as above).
+    pub const PROC_HAS_DISCONNECTED: EventCode = -172;
+    /// A process terminated; for a connection (rfc0003 "termination error" event), the
+    /// info carries the connection's nspace under `keys::NSPACE`.
     pub const PROC_TERMINATED: EventCode = -201;
     pub const LOST_CONNECTION: EventCode = -61;
 
@@ -41,6 +48,8 @@ pub mod codes {
             GROUP_LEADER_FAILED => "GROUP_LEADER_FAILED",
             GROUP_CONTEXT_ID_ASSIGNED => "GROUP_CONTEXT_ID_ASSIGNED",
             GROUP_MEMBER_FAILED => "GROUP_MEMBER_FAILED",
+            PROC_HAS_CONNECTED => "PROC_HAS_CONNECTED",
+            PROC_HAS_DISCONNECTED => "PROC_HAS_DISCONNECTED",
             PROC_TERMINATED => "PROC_TERMINATED",
             LOST_CONNECTION => "LOST_CONNECTION",
             _ => return None,
@@ -71,6 +80,8 @@ pub mod keys {
     pub const QUERY_NUM_PSETS: &str = "pmix.qry.psetnum";
     /// PMIX_QUERY_PSET_MEMBERSHIP: members of a process set (query).
     pub const QUERY_PSET_MEMBERSHIP: &str = "pmix.qry.pmems";
+    /// PMIX_NSPACE: the nspace of a connection (rfc0003) an event is about.
+    pub const NSPACE: &str = "pmix.nspace";
 }
 
 /// Who an event goes to (PMIX_RANGE_*). The source is never sent its own event.

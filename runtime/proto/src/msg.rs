@@ -53,6 +53,38 @@ pub struct ConstructOpts {
     /// PMIX_GROUP_BOOTSTRAP: the number of leaders. Bootstrap leaders pass only
     /// themselves as procs; add-members still call with no procs.
     pub bootstrap: Option<u32>,
+    /// Set by `PMIx_Connect` (the client's `connect_procs`): the group is a connection
+    /// (rfc0003), whose members' termination is tracked as this mode says. `None`: a
+    /// plain group.
+    pub connect: Option<ConnectMode>,
+}
+
+/// How a connection (a group made by `PMIx_Connect`, rfc0003) treats a member that
+/// terminates before everyone disconnected.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ConnectMode {
+    /// The default: "processes that terminate while connected to other processes will
+    /// generate a termination error event" (`codes::PROC_TERMINATED` to the other
+    /// members, naming the connection), and a disconnect waits for every member, so
+    /// the survivors' disconnect fails with `ProcTerminated` naming it.
+    Strict,
+    /// PMIX_CONNECT_EARLY_TERM_ALLOWED: no event, and a disconnect completes without
+    /// the members that terminated.
+    EarlyTermAllowed,
+}
+
+impl ConnectMode {
+    /// The mode of a connection whose callers asked for `a` and `b`: early termination
+    /// is allowed only when every caller allowed it.
+    pub fn merge(a: Option<ConnectMode>, b: Option<ConnectMode>) -> Option<ConnectMode> {
+        match (a, b) {
+            (None, x) | (x, None) => x,
+            (Some(ConnectMode::EarlyTermAllowed), Some(ConnectMode::EarlyTermAllowed)) => {
+                Some(ConnectMode::EarlyTermAllowed)
+            }
+            _ => Some(ConnectMode::Strict),
+        }
+    }
 }
 
 /// Options of `group_invite` (the invite/join method; the caller is the leader).

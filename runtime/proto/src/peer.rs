@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 use crate::error::CohortError;
 use crate::event::Event;
 use crate::ids::{ContextId, NodeId, ProcId};
-use crate::msg::ConstructStatus;
+use crate::msg::{ConnectMode, ConstructStatus};
 use crate::posted::Posted;
 use crate::value::Info;
 
@@ -42,6 +42,10 @@ pub enum CollSpec {
         #[serde(with = "crate::procset::shared")]
         procs: Arc<[ProcId]>,
         collect: bool,
+        /// Completes without participants that terminated before joining (a fence
+        /// over a connection with PMIX_CONNECT_EARLY_TERM_ALLOWED, rfc0003) instead of
+        /// failing. Set only when every caller's list asked for it.
+        tolerate_terminated: bool,
     },
     Construct {
         /// Shared: every local leader's contribution names the same list.
@@ -85,6 +89,8 @@ pub struct ContribFlags {
     pub leader: bool,
     /// Bootstrap leader: the number of leaders it was told.
     pub bootstrap: Option<u32>,
+    /// A connect (rfc0003): the caller's termination mode.
+    pub connect: Option<ConnectMode>,
 }
 
 /// How a collective ended, as broadcast by its root.
@@ -106,6 +112,8 @@ pub enum CollOutcome {
         /// Callers that passed PMIX_GROUP_LEADER: failure events go only to them.
         #[serde(with = "crate::procset")]
         designated_leaders: Vec<ProcId>,
+        /// A connection (rfc0003), and how it treats terminated members.
+        connect: Option<ConnectMode>,
     },
     Destruct,
     /// The failed members every survivor agrees on (canonical order).

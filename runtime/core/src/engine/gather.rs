@@ -411,6 +411,7 @@ impl Engine {
                 failed,
                 notify_termination,
                 designated_leaders,
+                connect,
             } => CollOutcome::Construct {
                 status: *status,
                 members: members.clone(),
@@ -420,6 +421,7 @@ impl Engine {
                 failed: failed.clone(),
                 notify_termination: *notify_termination,
                 designated_leaders: designated_leaders.clone(),
+                connect: *connect,
             },
             _ => return None,
         };

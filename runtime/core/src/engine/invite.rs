@@ -376,6 +376,7 @@ impl Engine {
             failed,
             notify_termination: t.opts.notify_termination,
             designated_leaders: vec![t.leader.clone()],
+            connect: None,
         };
         let servers = self.invite_servers(&t);
         self.broadcast_invite_outcome(id, servers, outcome, now);
