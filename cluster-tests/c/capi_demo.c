@@ -256,6 +256,49 @@ int main(void) {
     }
     OK(cohort_group_destruct(c, "c-inv", 60000));
 
+    /* Process sets: the test runs the job with --pset evens=<the even ranks>. */
+    char **names = NULL;
+    size_t nnames = 0;
+    OK(cohort_pset_names(c, &names, &nnames));
+    CHECK(nnames == 1 && strcmp(names[0], "evens") == 0, "%zu process sets", nnames);
+    cohort_strings_free(names, nnames);
+    cohort_proc_t *evens = NULL;
+    size_t nevens = 0;
+    OK(cohort_pset_members(c, "evens", &evens, &nevens));
+    CHECK(nevens == (n + 1) / 2, "%zu even ranks", nevens);
+    for (size_t i = 0; i < nevens; i++)
+        CHECK(evens[i].rank == 2 * i && strcmp(evens[i].nspace, ns) == 0, "even member %zu", i);
+    cohort_procs_free(evens, nevens);
+    rc = cohort_pset_members(c, "odds", &evens, &nevens);
+    CHECK(rc == COHORT_ERR_PSET_NOT_FOUND && strstr(cohort_last_error(), "odds"),
+          "an unknown set: %s", cohort_status_name(rc));
+    uint32_t app = 7;
+    OK(cohort_appnum(c, &self, &app));
+    CHECK(app == 0, "appnum %u", app);
+    OK(cohort_get(c, &self, "pmix.pset.nms", 10000, &v));
+    CHECK(v.type == COHORT_VALUE_STRINGS &&
+              (me % 2 == 0 ? v.len == 1 && strcmp(v.strs[0], "evens") == 0 : v.len == 0),
+          "my sets: type %d, %zu", v.type, v.len);
+    cohort_value_free(&v);
+
+    /* PMIx_Connect over the whole job: one new nspace everywhere, ranks as in the job;
+     * usable as a process set address; disconnect is collective. */
+    cohort_proc_t everyone = proc_of(ns, COHORT_RANK_WILDCARD);
+    cohort_connect_opts_t copts;
+    memset(&copts, 0, sizeof copts);
+    copts.connect_id = "c-demo";
+    copts.timeout_ms = 60000;
+    char conn_ns[COHORT_MAX_NSLEN + 1];
+    uint32_t conn_rank = UINT32_MAX;
+    OK(cohort_connect(c, &everyone, 1, &copts, conn_ns, &conn_rank));
+    CHECK(conn_rank == me && strlen(conn_ns) > 0 && strcmp(conn_ns, ns) != 0,
+          "connect: rank %u in %s", conn_rank, conn_ns);
+    cohort_proc_t conn_all = proc_of(conn_ns, COHORT_RANK_WILDCARD);
+    OK(cohort_fence(c, &conn_all, 1, 0, 60000));
+    OK(cohort_disconnect(c, conn_ns, 60000));
+    rc = cohort_disconnect(c, conn_ns, 1000);
+    CHECK(rc == COHORT_ERR_GROUP_NOT_FOUND, "a second disconnect: %s", cohort_status_name(rc));
+
     /* Every rank joins "c-all", with a context id. */
     int leaves = me == n - 1;
     uint64_t handler = 0;
@@ -321,7 +364,8 @@ int main(void) {
     CHECK(cohort_fence(NULL, NULL, 0, 0, 0) == COHORT_ERR_BAD_PARAM, "NULL client");
 
     OK(cohort_group_destruct(c, "c-all", 60000));
-    printf("RESULT members=%u ctx=%llu failed=%zu\n", n, (unsigned long long)ctx, nfailed);
+    printf("RESULT members=%u ctx=%llu failed=%zu conn=%s\n", n, (unsigned long long)ctx, nfailed,
+           conn_ns);
     fflush(stdout);
     OK(cohort_finalize(c));
     return 0;

@@ -50,6 +50,7 @@ extern "C" {
 #define COHORT_ERR_PROTOCOL -17
 #define COHORT_ERR_IO -18
 #define COHORT_ERR_NOT_SUPPORTED -19
+#define COHORT_ERR_PSET_NOT_FOUND -20
 
 /* Scopes of put (PMIX_LOCAL, PMIX_REMOTE, PMIX_GLOBAL). */
 #define COHORT_SCOPE_LOCAL 0
@@ -66,6 +67,7 @@ extern "C" {
 #define COHORT_VALUE_BYTES 7    /* bytes, len */
 #define COHORT_VALUE_PROCS 8    /* procs, len */
 #define COHORT_VALUE_OTHER 9    /* a type this interface does not carry; str: its text */
+#define COHORT_VALUE_STRINGS 10 /* strs, len (e.g. "pmix.pset.nms") */
 
 /* Ranges of cohort_notify (PMIX_RANGE_*). */
 #define COHORT_RANGE_LOCAL 0      /* every process on this node */
@@ -87,6 +89,8 @@ extern "C" {
 #define COHORT_EVENT_GROUP_LEADER_FAILED -168
 #define COHORT_EVENT_GROUP_CONTEXT_ID_ASSIGNED -169
 #define COHORT_EVENT_GROUP_MEMBER_FAILED -170
+#define COHORT_EVENT_PROC_HAS_CONNECTED -171
+#define COHORT_EVENT_PROC_HAS_DISCONNECTED -172
 #define COHORT_EVENT_PROC_TERMINATED -201
 #define COHORT_EVENT_LOST_CONNECTION -61
 
@@ -107,6 +111,7 @@ typedef struct {
     char *str;
     void *bytes;
     cohort_proc_t *procs;
+    char **strs;
     size_t len;
 } cohort_value_t;
 
@@ -150,6 +155,16 @@ typedef struct {
     cohort_proc_t *fresh;    /* those not in this process's previous view */
     size_t nfresh;
 } cohort_failed_t;
+
+/* Options of a connect (rfc0003's PMIX_CONNECT_* attributes). Zero-initialize. */
+typedef struct {
+    const char *connect_id;  /* PMIX_CONNECT_ID; NULL: none */
+    int timeout_ms;
+    int optional;            /* PMIX_CONNECT_OPTIONAL */
+    int early_term_allowed;  /* PMIX_CONNECT_EARLY_TERM_ALLOWED */
+    int xchg_only;           /* PMIX_CONNECT_XCHG_ONLY: no nspace, no rank */
+    int notify_each;         /* PMIX_CONNECT_NOTIFY_EACH */
+} cohort_connect_opts_t;
 
 /* Completion callbacks of the non-blocking (_nb) calls: called once, on the library's
  * completion thread; `group` and `value` (NULL on failure, and `group` after a
@@ -221,6 +236,25 @@ void cohort_failed_free(cohort_failed_t *failed);
 int cohort_register_event_handler(cohort_client_t *client, const int *codes, size_t ncodes,
                                   cohort_event_fn fn, void *cbdata, uint64_t *id);
 int cohort_deregister_event_handler(cohort_client_t *client, uint64_t id);
+/* Process sets (fixed at launch: `cohort run --pset`): their names
+ * (PMIX_QUERY_PSET_NAMES) and members (PMIX_QUERY_PSET_MEMBERSHIP), and a process's
+ * application context (PMIX_APPNUM). Release lists with cohort_strings_free and
+ * cohort_procs_free. */
+int cohort_pset_names(cohort_client_t *client, char ***names, size_t *n);
+int cohort_pset_members(cohort_client_t *client, const char *name, cohort_proc_t **procs,
+                        size_t *n);
+int cohort_appnum(cohort_client_t *client, const cohort_proc_t *proc, uint32_t *appnum);
+void cohort_strings_free(char **strs, size_t n);
+void cohort_procs_free(cohort_proc_t *procs, size_t n);
+
+/* PMIx_Connect / PMIx_Disconnect (rfc0003): a collective over `procs`; the connected
+ * processes get the same new `nspace` (COHORT_MAX_NSLEN + 1 bytes; "" with xchg_only),
+ * addressable like a group id, and `rank` (their index in it; UINT32_MAX with
+ * xchg_only). Disconnect is collective among them. */
+int cohort_connect(cohort_client_t *client, const cohort_proc_t *procs, size_t nprocs,
+                   const cohort_connect_opts_t *opts, char *nspace, uint32_t *rank);
+int cohort_disconnect(cohort_client_t *client, const char *nspace, int timeout_ms);
+
 /* Raises event `code` to `range` (never delivered back to the caller). */
 int cohort_notify(cohort_client_t *client, int code, int range, const char *target,
                   const cohort_proc_t *procs, size_t nprocs);

@@ -21,8 +21,8 @@ use std::future::Future;
 use std::sync::OnceLock;
 
 use cohort::{
-    Client, CohortError, ConstructOpts, ConstructStatus, Event, FailedMembers, FenceOpts,
-    GroupResult, HandlerId, InviteOpts, ProcId, Range, Scope, Value,
+    Client, CohortError, ConnectOpts, ConstructOpts, ConstructStatus, DisconnectOpts, Event,
+    FailedMembers, FenceOpts, GroupResult, HandlerId, InviteOpts, ProcId, Range, Scope, Value,
 };
 
 pub const COHORT_MAX_NSLEN: usize = 255;
@@ -47,6 +47,7 @@ pub const COHORT_ERR_AUTH_REFUSED: c_int = -16;
 pub const COHORT_ERR_PROTOCOL: c_int = -17;
 pub const COHORT_ERR_IO: c_int = -18;
 pub const COHORT_ERR_NOT_SUPPORTED: c_int = -19;
+pub const COHORT_ERR_PSET_NOT_FOUND: c_int = -20;
 
 pub const COHORT_SCOPE_LOCAL: c_int = 0;
 pub const COHORT_SCOPE_REMOTE: c_int = 1;
@@ -61,6 +62,7 @@ pub const COHORT_VALUE_STRING: c_int = 6;
 pub const COHORT_VALUE_BYTES: c_int = 7;
 pub const COHORT_VALUE_PROCS: c_int = 8;
 pub const COHORT_VALUE_OTHER: c_int = 9;
+pub const COHORT_VALUE_STRINGS: c_int = 10;
 
 pub const COHORT_RANGE_LOCAL: c_int = 0;
 pub const COHORT_RANGE_NAMESPACE: c_int = 1;
@@ -93,6 +95,7 @@ pub struct cohort_value_t {
     pub str_: *mut c_char,
     pub bytes: *mut c_void,
     pub procs: *mut cohort_proc_t,
+    pub strs: *mut *mut c_char,
     pub len: usize,
 }
 
@@ -194,6 +197,7 @@ fn status_of(e: &CohortError) -> c_int {
         Protocol(_) => COHORT_ERR_PROTOCOL,
         Io(_) => COHORT_ERR_IO,
         NotSupported(_) => COHORT_ERR_NOT_SUPPORTED,
+        PsetNotFound { .. } => COHORT_ERR_PSET_NOT_FOUND,
         #[allow(unreachable_patterns)]
         _ => COHORT_ERR_PROTOCOL,
     }
@@ -288,6 +292,49 @@ unsafe fn free_procs(p: *mut cohort_proc_t, n: usize) {
     if !p.is_null() {
         drop(Box::from_raw(std::ptr::slice_from_raw_parts_mut(p, n)));
     }
+}
+
+/// A string list handed to C, released by [`cohort_strings_free`].
+fn strings_out(v: &[String]) -> (*mut *mut c_char, usize) {
+    if v.is_empty() {
+        return (std::ptr::null_mut(), 0);
+    }
+    let list: Box<[*mut c_char]> = v
+        .iter()
+        .map(|s| {
+            CString::new(s.replace('\0', " "))
+                .unwrap_or_default()
+                .into_raw()
+        })
+        .collect();
+    let n = list.len();
+    (Box::into_raw(list).cast(), n)
+}
+
+/// Releases a string list the library handed out.
+///
+/// # Safety
+/// `(strs, n)` came from this library and was not released.
+#[no_mangle]
+pub unsafe extern "C" fn cohort_strings_free(strs: *mut *mut c_char, n: usize) {
+    if strs.is_null() {
+        return;
+    }
+    let list = Box::from_raw(std::ptr::slice_from_raw_parts_mut(strs, n));
+    for &s in list.iter() {
+        if !s.is_null() {
+            drop(CString::from_raw(s));
+        }
+    }
+}
+
+/// Releases a process list the library handed out.
+///
+/// # Safety
+/// `(procs, n)` came from this library and was not released.
+#[no_mangle]
+pub unsafe extern "C" fn cohort_procs_free(procs: *mut cohort_proc_t, n: usize) {
+    free_procs(procs, n);
 }
 
 fn timeout(ms: c_int) -> Option<Duration> {
@@ -395,6 +442,7 @@ pub extern "C" fn cohort_status_name(status: c_int) -> *const c_char {
         COHORT_ERR_PROTOCOL => c"COHORT_ERR_PROTOCOL",
         COHORT_ERR_IO => c"COHORT_ERR_IO",
         COHORT_ERR_NOT_SUPPORTED => c"COHORT_ERR_NOT_SUPPORTED",
+        COHORT_ERR_PSET_NOT_FOUND => c"COHORT_ERR_PSET_NOT_FOUND",
         _ => c"COHORT_ERR_UNKNOWN",
     };
     name.as_ptr()
@@ -477,6 +525,7 @@ fn value_out(v: Value) -> cohort_value_t {
         str_: std::ptr::null_mut(),
         bytes: std::ptr::null_mut(),
         procs: std::ptr::null_mut(),
+        strs: std::ptr::null_mut(),
         len: 0,
     };
     let string = |s: String| {
@@ -504,6 +553,10 @@ fn value_out(v: Value) -> cohort_value_t {
         Value::Procs(p) => {
             out.type_ = COHORT_VALUE_PROCS;
             (out.procs, out.len) = procs_out(&p);
+        }
+        Value::Strs(v) => {
+            out.type_ = COHORT_VALUE_STRINGS;
+            (out.strs, out.len) = strings_out(&v);
         }
         #[allow(unreachable_patterns)]
         other => out.str_ = string(format!("{other:?}")),
@@ -550,8 +603,10 @@ pub unsafe extern "C" fn cohort_value_free(value: *mut cohort_value_t) {
             std::ptr::slice_from_raw_parts_mut(v.bytes.cast::<u8>(), v.len),
         )),
         COHORT_VALUE_PROCS => free_procs(v.procs, v.len),
+        COHORT_VALUE_STRINGS => cohort_strings_free(v.strs, v.len),
         _ => {}
     }
+    v.strs = std::ptr::null_mut();
     v.str_ = std::ptr::null_mut();
     v.bytes = std::ptr::null_mut();
     v.procs = std::ptr::null_mut();
@@ -746,6 +801,148 @@ pub unsafe extern "C" fn cohort_notify(
             other => return Err(bad_param(format!("unknown range {other}"))),
         };
         c.client.notify(code, range, Vec::new()).map_err(fail)
+    })
+}
+
+// ------------------------------------------------------------------ psets, connect
+
+/// # Safety
+/// `client` is a live handle; `names` and `n` writable.
+#[no_mangle]
+pub unsafe extern "C" fn cohort_pset_names(
+    client: *mut cohort_client,
+    names: *mut *mut *mut c_char,
+    n: *mut usize,
+) -> c_int {
+    status(|| {
+        let c = handle(client)?;
+        if names.is_null() || n.is_null() {
+            return Err(bad_param("an address for the result is NULL"));
+        }
+        let v = c.client.pset_names().map_err(fail)?;
+        let (p, len) = strings_out(&v);
+        names.write(p);
+        n.write(len);
+        Ok(())
+    })
+}
+
+/// # Safety
+/// `client` is a live handle; `name` a string; `procs` and `n` writable.
+#[no_mangle]
+pub unsafe extern "C" fn cohort_pset_members(
+    client: *mut cohort_client,
+    name: *const c_char,
+    procs: *mut *mut cohort_proc_t,
+    n: *mut usize,
+) -> c_int {
+    status(|| {
+        let c = handle(client)?;
+        let name = text(name, "the process set name")?;
+        if procs.is_null() || n.is_null() {
+            return Err(bad_param("an address for the result is NULL"));
+        }
+        let members = c.client.pset_members(name).map_err(fail)?;
+        let (p, len) = procs_out(&members);
+        procs.write(p);
+        n.write(len);
+        Ok(())
+    })
+}
+
+/// # Safety
+/// `client` is a live handle; `proc` a process; `appnum` writable.
+#[no_mangle]
+pub unsafe extern "C" fn cohort_appnum(
+    client: *mut cohort_client,
+    proc: *const cohort_proc_t,
+    appnum: *mut u32,
+) -> c_int {
+    status(|| {
+        let c = handle(client)?;
+        let p = proc_in(
+            proc.as_ref()
+                .ok_or_else(|| bad_param("the process is NULL"))?,
+        )?;
+        if appnum.is_null() {
+            return Err(bad_param("the result's address is NULL"));
+        }
+        appnum.write(c.client.appnum(&p).map_err(fail)?);
+        Ok(())
+    })
+}
+
+#[repr(C)]
+pub struct cohort_connect_opts_t {
+    pub connect_id: *const c_char,
+    pub timeout_ms: c_int,
+    pub optional: c_int,
+    pub early_term_allowed: c_int,
+    pub xchg_only: c_int,
+    pub notify_each: c_int,
+}
+
+/// # Safety
+/// `client` is a live handle; `procs` points to `nprocs` processes; `opts` is NULL or
+/// options; `nspace` is NULL or holds `COHORT_MAX_NSLEN + 1` bytes; `rank` NULL or
+/// writable.
+#[no_mangle]
+pub unsafe extern "C" fn cohort_connect(
+    client: *mut cohort_client,
+    procs: *const cohort_proc_t,
+    nprocs: usize,
+    opts: *const cohort_connect_opts_t,
+    nspace: *mut c_char,
+    rank: *mut u32,
+) -> c_int {
+    status(|| {
+        let c = handle(client)?;
+        let procs = procs_in(procs, nprocs)?;
+        let opts = match opts.as_ref() {
+            None => ConnectOpts::default(),
+            Some(o) => ConnectOpts {
+                connect_id: if o.connect_id.is_null() {
+                    None
+                } else {
+                    Some(text(o.connect_id, "the connect id")?.to_string())
+                },
+                timeout: timeout(o.timeout_ms),
+                optional: o.optional != 0,
+                early_term_allowed: o.early_term_allowed != 0,
+                xchg_only: o.xchg_only != 0,
+                notify_each: o.notify_each != 0,
+            },
+        };
+        let conn = c.client.connect_procs(&procs, opts).map_err(fail)?;
+        if !nspace.is_null() {
+            let name = conn.nspace.unwrap_or_default();
+            let bytes = &name.as_bytes()[..name.len().min(COHORT_MAX_NSLEN)];
+            std::ptr::copy_nonoverlapping(bytes.as_ptr().cast::<c_char>(), nspace, bytes.len());
+            nspace.add(bytes.len()).write(0);
+        }
+        if !rank.is_null() {
+            rank.write(conn.rank.unwrap_or(u32::MAX));
+        }
+        Ok(())
+    })
+}
+
+/// # Safety
+/// `client` is a live handle; `nspace` a string.
+#[no_mangle]
+pub unsafe extern "C" fn cohort_disconnect(
+    client: *mut cohort_client,
+    nspace: *const c_char,
+    timeout_ms: c_int,
+) -> c_int {
+    status(|| {
+        let c = handle(client)?;
+        let nspace = text(nspace, "the nspace")?;
+        let opts = DisconnectOpts {
+            timeout: timeout(timeout_ms),
+            ..Default::default()
+        };
+        c.client.disconnect(nspace, opts).map_err(fail)
     })
 }
 
@@ -1222,6 +1419,11 @@ mod tests {
             ("COHORT_VALUE_BYTES", COHORT_VALUE_BYTES.into()),
             ("COHORT_VALUE_PROCS", COHORT_VALUE_PROCS.into()),
             ("COHORT_VALUE_OTHER", COHORT_VALUE_OTHER.into()),
+            ("COHORT_VALUE_STRINGS", COHORT_VALUE_STRINGS.into()),
+            (
+                "COHORT_ERR_PSET_NOT_FOUND",
+                COHORT_ERR_PSET_NOT_FOUND.into(),
+            ),
             ("COHORT_RANGE_LOCAL", COHORT_RANGE_LOCAL.into()),
             ("COHORT_RANGE_NAMESPACE", COHORT_RANGE_NAMESPACE.into()),
             ("COHORT_RANGE_SESSION", COHORT_RANGE_SESSION.into()),
@@ -1248,6 +1450,8 @@ mod tests {
                 codes::GROUP_CONTEXT_ID_ASSIGNED,
             ),
             ("GROUP_MEMBER_FAILED", codes::GROUP_MEMBER_FAILED),
+            ("PROC_HAS_CONNECTED", codes::PROC_HAS_CONNECTED),
+            ("PROC_HAS_DISCONNECTED", codes::PROC_HAS_DISCONNECTED),
             ("PROC_TERMINATED", codes::PROC_TERMINATED),
             ("LOST_CONNECTION", codes::LOST_CONNECTION),
         ];

@@ -403,7 +403,7 @@ impl Losses {
             let mut unnoticed = Vec::new();
             if late {
                 for n in (0..servers).filter(|&n| n != node) {
-                    if pick.next().is_multiple_of(2) {
+                    if pick.next() % 2 == 0 {
                         unnoticed.push((n, pick.next() % (messages / 4).max(1)));
                     }
                 }
