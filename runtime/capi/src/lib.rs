@@ -27,48 +27,61 @@ use cohort::{
 
 pub const COHORT_MAX_NSLEN: usize = 255;
 
-pub const COHORT_SUCCESS: c_int = 0;
-pub const COHORT_ERR_BAD_PARAM: c_int = -1;
-pub const COHORT_ERR_INVALID_GROUP_ID: c_int = -2;
-pub const COHORT_ERR_UNKNOWN_PROC: c_int = -3;
-pub const COHORT_ERR_GROUP_NOT_FOUND: c_int = -4;
-pub const COHORT_ERR_NOT_A_MEMBER: c_int = -5;
-pub const COHORT_ERR_GROUP_ID_IN_USE: c_int = -6;
-pub const COHORT_ERR_MISMATCH: c_int = -7;
-pub const COHORT_ERR_NOT_LEADER: c_int = -8;
-pub const COHORT_ERR_TIMEOUT: c_int = -9;
-pub const COHORT_ERR_PROC_TERMINATED: c_int = -10;
-pub const COHORT_ERR_NOT_FOUND: c_int = -11;
-pub const COHORT_ERR_PEER_LOST: c_int = -12;
-pub const COHORT_ERR_CONSTRUCT_ABORTED: c_int = -13;
-pub const COHORT_ERR_BAD_REQUEST: c_int = -14;
-pub const COHORT_ERR_SERVER_LOST: c_int = -15;
-pub const COHORT_ERR_AUTH_REFUSED: c_int = -16;
-pub const COHORT_ERR_PROTOCOL: c_int = -17;
-pub const COHORT_ERR_IO: c_int = -18;
-pub const COHORT_ERR_NOT_SUPPORTED: c_int = -19;
-pub const COHORT_ERR_PSET_NOT_FOUND: c_int = -20;
+/// Defines `c_int` constants and a list of them by name (NUL-terminated), so that the
+/// header's `#define`s are checked against one list and status names come from it.
+macro_rules! c_constants {
+    ($list:ident: $($name:ident = $value:expr,)*) => {
+        $(pub const $name: c_int = $value;)*
+        // Some lists serve only the header's test.
+        #[cfg_attr(not(test), allow(dead_code))]
+        const $list: &[(&str, c_int)] = &[$((concat!(stringify!($name), "\0"), $name)),*];
+    };
+}
 
-pub const COHORT_SCOPE_LOCAL: c_int = 0;
-pub const COHORT_SCOPE_REMOTE: c_int = 1;
-pub const COHORT_SCOPE_GLOBAL: c_int = 2;
+c_constants! { STATUSES:
+    COHORT_SUCCESS = 0,
+    COHORT_ERR_BAD_PARAM = -1,
+    COHORT_ERR_INVALID_GROUP_ID = -2,
+    COHORT_ERR_UNKNOWN_PROC = -3,
+    COHORT_ERR_GROUP_NOT_FOUND = -4,
+    COHORT_ERR_NOT_A_MEMBER = -5,
+    COHORT_ERR_GROUP_ID_IN_USE = -6,
+    COHORT_ERR_MISMATCH = -7,
+    COHORT_ERR_NOT_LEADER = -8,
+    COHORT_ERR_TIMEOUT = -9,
+    COHORT_ERR_PROC_TERMINATED = -10,
+    COHORT_ERR_NOT_FOUND = -11,
+    COHORT_ERR_PEER_LOST = -12,
+    COHORT_ERR_CONSTRUCT_ABORTED = -13,
+    COHORT_ERR_BAD_REQUEST = -14,
+    COHORT_ERR_SERVER_LOST = -15,
+    COHORT_ERR_AUTH_REFUSED = -16,
+    COHORT_ERR_PROTOCOL = -17,
+    COHORT_ERR_IO = -18,
+    COHORT_ERR_NOT_SUPPORTED = -19,
+    COHORT_ERR_PSET_NOT_FOUND = -20,
+}
 
-pub const COHORT_VALUE_BOOL: c_int = 1;
-pub const COHORT_VALUE_U32: c_int = 2;
-pub const COHORT_VALUE_U64: c_int = 3;
-pub const COHORT_VALUE_I64: c_int = 4;
-pub const COHORT_VALUE_F64: c_int = 5;
-pub const COHORT_VALUE_STRING: c_int = 6;
-pub const COHORT_VALUE_BYTES: c_int = 7;
-pub const COHORT_VALUE_PROCS: c_int = 8;
-pub const COHORT_VALUE_OTHER: c_int = 9;
-pub const COHORT_VALUE_STRINGS: c_int = 10;
-
-pub const COHORT_RANGE_LOCAL: c_int = 0;
-pub const COHORT_RANGE_NAMESPACE: c_int = 1;
-pub const COHORT_RANGE_SESSION: c_int = 2;
-pub const COHORT_RANGE_GROUP: c_int = 3;
-pub const COHORT_RANGE_PROCS: c_int = 4;
+c_constants! { OTHER_CONSTANTS:
+    COHORT_SCOPE_LOCAL = 0,
+    COHORT_SCOPE_REMOTE = 1,
+    COHORT_SCOPE_GLOBAL = 2,
+    COHORT_VALUE_BOOL = 1,
+    COHORT_VALUE_U32 = 2,
+    COHORT_VALUE_U64 = 3,
+    COHORT_VALUE_I64 = 4,
+    COHORT_VALUE_F64 = 5,
+    COHORT_VALUE_STRING = 6,
+    COHORT_VALUE_BYTES = 7,
+    COHORT_VALUE_PROCS = 8,
+    COHORT_VALUE_OTHER = 9,
+    COHORT_VALUE_STRINGS = 10,
+    COHORT_RANGE_LOCAL = 0,
+    COHORT_RANGE_NAMESPACE = 1,
+    COHORT_RANGE_SESSION = 2,
+    COHORT_RANGE_GROUP = 3,
+    COHORT_RANGE_PROCS = 4,
+}
 
 /// The opaque client handle.
 pub struct cohort_client {
@@ -421,31 +434,12 @@ pub extern "C" fn cohort_last_error() -> *const c_char {
 /// The name of a status code.
 #[no_mangle]
 pub extern "C" fn cohort_status_name(status: c_int) -> *const c_char {
-    let name: &'static CStr = match status {
-        COHORT_SUCCESS => c"COHORT_SUCCESS",
-        COHORT_ERR_BAD_PARAM => c"COHORT_ERR_BAD_PARAM",
-        COHORT_ERR_INVALID_GROUP_ID => c"COHORT_ERR_INVALID_GROUP_ID",
-        COHORT_ERR_UNKNOWN_PROC => c"COHORT_ERR_UNKNOWN_PROC",
-        COHORT_ERR_GROUP_NOT_FOUND => c"COHORT_ERR_GROUP_NOT_FOUND",
-        COHORT_ERR_NOT_A_MEMBER => c"COHORT_ERR_NOT_A_MEMBER",
-        COHORT_ERR_GROUP_ID_IN_USE => c"COHORT_ERR_GROUP_ID_IN_USE",
-        COHORT_ERR_MISMATCH => c"COHORT_ERR_MISMATCH",
-        COHORT_ERR_NOT_LEADER => c"COHORT_ERR_NOT_LEADER",
-        COHORT_ERR_TIMEOUT => c"COHORT_ERR_TIMEOUT",
-        COHORT_ERR_PROC_TERMINATED => c"COHORT_ERR_PROC_TERMINATED",
-        COHORT_ERR_NOT_FOUND => c"COHORT_ERR_NOT_FOUND",
-        COHORT_ERR_PEER_LOST => c"COHORT_ERR_PEER_LOST",
-        COHORT_ERR_CONSTRUCT_ABORTED => c"COHORT_ERR_CONSTRUCT_ABORTED",
-        COHORT_ERR_BAD_REQUEST => c"COHORT_ERR_BAD_REQUEST",
-        COHORT_ERR_SERVER_LOST => c"COHORT_ERR_SERVER_LOST",
-        COHORT_ERR_AUTH_REFUSED => c"COHORT_ERR_AUTH_REFUSED",
-        COHORT_ERR_PROTOCOL => c"COHORT_ERR_PROTOCOL",
-        COHORT_ERR_IO => c"COHORT_ERR_IO",
-        COHORT_ERR_NOT_SUPPORTED => c"COHORT_ERR_NOT_SUPPORTED",
-        COHORT_ERR_PSET_NOT_FOUND => c"COHORT_ERR_PSET_NOT_FOUND",
-        _ => c"COHORT_ERR_UNKNOWN",
-    };
-    name.as_ptr()
+    STATUSES
+        .iter()
+        .find(|&&(_, value)| value == status)
+        .map_or(c"COHORT_ERR_UNKNOWN".as_ptr(), |(name, _)| {
+            name.as_ptr().cast()
+        })
 }
 
 /// # Safety
@@ -1370,68 +1364,13 @@ mod tests {
                 Some((w.next()?, w.next()?.parse().ok()?))
             })
             .collect();
-        let ours: &[(&str, i64)] = &[
-            ("COHORT_MAX_NSLEN", COHORT_MAX_NSLEN as i64),
-            ("COHORT_SUCCESS", COHORT_SUCCESS.into()),
-            ("COHORT_ERR_BAD_PARAM", COHORT_ERR_BAD_PARAM.into()),
-            (
-                "COHORT_ERR_INVALID_GROUP_ID",
-                COHORT_ERR_INVALID_GROUP_ID.into(),
-            ),
-            ("COHORT_ERR_UNKNOWN_PROC", COHORT_ERR_UNKNOWN_PROC.into()),
-            (
-                "COHORT_ERR_GROUP_NOT_FOUND",
-                COHORT_ERR_GROUP_NOT_FOUND.into(),
-            ),
-            ("COHORT_ERR_NOT_A_MEMBER", COHORT_ERR_NOT_A_MEMBER.into()),
-            (
-                "COHORT_ERR_GROUP_ID_IN_USE",
-                COHORT_ERR_GROUP_ID_IN_USE.into(),
-            ),
-            ("COHORT_ERR_MISMATCH", COHORT_ERR_MISMATCH.into()),
-            ("COHORT_ERR_NOT_LEADER", COHORT_ERR_NOT_LEADER.into()),
-            ("COHORT_ERR_TIMEOUT", COHORT_ERR_TIMEOUT.into()),
-            (
-                "COHORT_ERR_PROC_TERMINATED",
-                COHORT_ERR_PROC_TERMINATED.into(),
-            ),
-            ("COHORT_ERR_NOT_FOUND", COHORT_ERR_NOT_FOUND.into()),
-            ("COHORT_ERR_PEER_LOST", COHORT_ERR_PEER_LOST.into()),
-            (
-                "COHORT_ERR_CONSTRUCT_ABORTED",
-                COHORT_ERR_CONSTRUCT_ABORTED.into(),
-            ),
-            ("COHORT_ERR_BAD_REQUEST", COHORT_ERR_BAD_REQUEST.into()),
-            ("COHORT_ERR_SERVER_LOST", COHORT_ERR_SERVER_LOST.into()),
-            ("COHORT_ERR_AUTH_REFUSED", COHORT_ERR_AUTH_REFUSED.into()),
-            ("COHORT_ERR_PROTOCOL", COHORT_ERR_PROTOCOL.into()),
-            ("COHORT_ERR_IO", COHORT_ERR_IO.into()),
-            ("COHORT_ERR_NOT_SUPPORTED", COHORT_ERR_NOT_SUPPORTED.into()),
-            ("COHORT_SCOPE_LOCAL", COHORT_SCOPE_LOCAL.into()),
-            ("COHORT_SCOPE_REMOTE", COHORT_SCOPE_REMOTE.into()),
-            ("COHORT_SCOPE_GLOBAL", COHORT_SCOPE_GLOBAL.into()),
-            ("COHORT_VALUE_BOOL", COHORT_VALUE_BOOL.into()),
-            ("COHORT_VALUE_U32", COHORT_VALUE_U32.into()),
-            ("COHORT_VALUE_U64", COHORT_VALUE_U64.into()),
-            ("COHORT_VALUE_I64", COHORT_VALUE_I64.into()),
-            ("COHORT_VALUE_F64", COHORT_VALUE_F64.into()),
-            ("COHORT_VALUE_STRING", COHORT_VALUE_STRING.into()),
-            ("COHORT_VALUE_BYTES", COHORT_VALUE_BYTES.into()),
-            ("COHORT_VALUE_PROCS", COHORT_VALUE_PROCS.into()),
-            ("COHORT_VALUE_OTHER", COHORT_VALUE_OTHER.into()),
-            ("COHORT_VALUE_STRINGS", COHORT_VALUE_STRINGS.into()),
-            (
-                "COHORT_ERR_PSET_NOT_FOUND",
-                COHORT_ERR_PSET_NOT_FOUND.into(),
-            ),
-            ("COHORT_RANGE_LOCAL", COHORT_RANGE_LOCAL.into()),
-            ("COHORT_RANGE_NAMESPACE", COHORT_RANGE_NAMESPACE.into()),
-            ("COHORT_RANGE_SESSION", COHORT_RANGE_SESSION.into()),
-            ("COHORT_RANGE_GROUP", COHORT_RANGE_GROUP.into()),
-            ("COHORT_RANGE_PROCS", COHORT_RANGE_PROCS.into()),
-        ];
-        for (name, value) in ours {
-            assert_eq!(defined.get(name), Some(value), "{name}");
+        assert_eq!(
+            defined.get("COHORT_MAX_NSLEN"),
+            Some(&(COHORT_MAX_NSLEN as i64))
+        );
+        for &(name, value) in STATUSES.iter().chain(OTHER_CONSTANTS) {
+            let name = name.trim_end_matches('\0');
+            assert_eq!(defined.get(name), Some(&i64::from(value)), "{name}");
         }
         use cohort::codes;
         let events: &[(&str, i32)] = &[

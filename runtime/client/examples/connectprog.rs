@@ -8,6 +8,10 @@
 //! and their attributes) and pmix-standard-sets-and-groups.tex §Process Groups (how a
 //! connection differs from a group).
 
+#[macro_use]
+mod support;
+use support::*;
+
 use std::collections::BTreeSet;
 use std::future::Future;
 use std::time::Duration;
@@ -17,19 +21,8 @@ use cohort::{
     Event, FenceOpts, ProcId, Range, Scope, Value,
 };
 
-type R = Result<(), String>;
-
 /// Every wait is bounded, so a hang shows as a failure naming what was awaited.
-const EVENT_WAIT: Duration = Duration::from_secs(25);
 const CALL_TIMEOUT: Duration = Duration::from_secs(40);
-
-macro_rules! check {
-    ($cond:expr, $($msg:tt)+) => {
-        if !$cond {
-            return Err(format!($($msg)+));
-        }
-    };
-}
 
 fn main() {
     let scenario = std::env::args().nth(1).unwrap_or_default();
@@ -45,31 +38,7 @@ fn main() {
         "badinput" => badinput(),
         other => Err(format!("unknown scenario {other:?}")),
     };
-    if let Err(e) = result {
-        let rank = std::env::var("COHORT_RANK").unwrap_or_default();
-        eprintln!("FAIL rank {rank} scenario {scenario}: {e}");
-        std::process::exit(1);
-    }
-}
-
-fn init() -> Result<Client, String> {
-    Client::init().map_err(|e| format!("init: {e}"))
-}
-
-fn e2s<T>(r: Result<T, CohortError>, what: &str) -> Result<T, String> {
-    r.map_err(|e| format!("{what}: {e}"))
-}
-
-fn p(c: &Client, r: u32) -> ProcId {
-    ProcId::new(c.nspace(), r)
-}
-
-fn ranks(procs: &[ProcId]) -> String {
-    procs
-        .iter()
-        .map(|p| p.rank.to_string())
-        .collect::<Vec<_>>()
-        .join(",")
+    exit_on_failure(&scenario, result);
 }
 
 fn opts() -> ConnectOpts {
@@ -90,19 +59,6 @@ fn nspace_of(conn: &Connection) -> Result<String, String> {
     conn.nspace
         .clone()
         .ok_or_else(|| "the connection has no nspace".to_string())
-}
-
-fn event_channel(c: &Client, codes: &[i32]) -> crossbeam_channel::Receiver<Event> {
-    let (tx, rx) = crossbeam_channel::unbounded();
-    c.register_event_handler(Some(codes), move |_, ev| {
-        let _ = tx.send(ev.clone());
-    });
-    rx
-}
-
-fn next_event(rx: &crossbeam_channel::Receiver<Event>, what: &str) -> Result<Event, String> {
-    rx.recv_timeout(EVENT_WAIT)
-        .map_err(|_| format!("no {what} event within {EVENT_WAIT:?}"))
 }
 
 fn event_nspace(ev: &Event) -> Option<&str> {

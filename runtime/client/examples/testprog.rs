@@ -7,6 +7,10 @@
 //! §6.4.3.2 bootstrap, §6.4.3.3 invite), pmix-standard-sets-and-groups.tex,
 //! rfc0033-pmix-groups.md.
 
+#[macro_use]
+mod support;
+use support::*;
+
 use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
 use std::time::Duration;
@@ -15,16 +19,6 @@ use cohort::{
     codes, Client, CohortError, ConstructOpts, ConstructStatus, Event, FenceOpts, ProcId, Range,
     Scope, Value,
 };
-
-type R = Result<(), String>;
-
-macro_rules! check {
-    ($cond:expr, $($msg:tt)+) => {
-        if !$cond {
-            return Err(format!($($msg)+));
-        }
-    };
-}
 
 fn main() {
     let scenario = std::env::args().nth(1).unwrap_or_default();
@@ -76,31 +70,11 @@ fn main() {
         "fd-limits" => fd_limits(),
         other => Err(format!("unknown scenario {other:?}")),
     };
-    if let Err(e) = result {
-        let rank = std::env::var("COHORT_RANK").unwrap_or_default();
-        eprintln!("FAIL rank {rank} scenario {scenario}: {e}");
-        std::process::exit(1);
-    }
-}
-
-fn init() -> Result<Client, String> {
-    Client::init().map_err(|e| format!("init: {e}"))
+    exit_on_failure(&scenario, result);
 }
 
 fn all(c: &Client) -> Vec<ProcId> {
     (0..c.size()).map(|r| p(c, r)).collect()
-}
-
-fn p(c: &Client, r: u32) -> ProcId {
-    ProcId::new(c.nspace(), r)
-}
-
-fn ranks(procs: &[ProcId]) -> String {
-    procs
-        .iter()
-        .map(|p| p.rank.to_string())
-        .collect::<Vec<_>>()
-        .join(",")
 }
 
 fn ctx() -> ConstructOpts {
@@ -109,10 +83,6 @@ fn ctx() -> ConstructOpts {
         timeout_ms: Some(60_000),
         ..Default::default()
     }
-}
-
-fn e2s<T>(r: Result<T, CohortError>, what: &str) -> Result<T, String> {
-    r.map_err(|e| format!("{what}: {e}"))
 }
 
 /// Collective method across nodes: leaders list all leaders in different orders; the
@@ -463,14 +433,6 @@ fn reuse() -> R {
     e2s(c.finalize(), "finalize")
 }
 
-fn event_channel(c: &Client, codes: &[i32]) -> crossbeam_channel::Receiver<Event> {
-    let (tx, rx) = crossbeam_channel::unbounded();
-    c.register_event_handler(Some(codes), move |_, ev| {
-        let _ = tx.send(ev.clone());
-    });
-    rx
-}
-
 /// rfc0033: leave → every remaining member gets PMIX_GROUP_LEFT naming the leaver;
 /// destruct then completes among the rest.
 fn leave() -> R {
@@ -796,7 +758,6 @@ use std::pin::Pin;
 use cohort::{ConstructDecision, GroupEventInfo, GroupResult, InviteOpts};
 
 const METHOD_TIMEOUT_MS: u64 = 30_000;
-const EVENT_WAIT: Duration = Duration::from_secs(25);
 
 type JoinFuture = Pin<Box<dyn Future<Output = Result<Option<GroupResult>, CohortError>> + Send>>;
 
@@ -818,11 +779,6 @@ fn invite_opts() -> InviteOpts {
 
 fn join_timeout() -> Option<Duration> {
     Some(Duration::from_millis(METHOD_TIMEOUT_MS))
-}
-
-fn next_event(rx: &crossbeam_channel::Receiver<Event>, what: &str) -> Result<Event, String> {
-    rx.recv_timeout(EVENT_WAIT)
-        .map_err(|_| format!("no {what} event within {EVENT_WAIT:?}"))
 }
 
 /// Drives `fut` (a reply future of an `*_async` call) to completion on this thread.
