@@ -70,6 +70,22 @@ static void group_done(int status, const cohort_group_t *g, void *cbdata) {
     __atomic_store_n(&w->done, 1, __ATOMIC_SEQ_CST);
 }
 
+static void failed_done(int status, const cohort_failed_t *f, void *cbdata) {
+    struct wait *w = cbdata;
+    w->status = status;
+    if (f != NULL)
+        w->nmembers = f->nfailed;
+    __atomic_store_n(&w->done, 1, __ATOMIC_SEQ_CST);
+}
+
+static void connected(int status, const char *nspace, uint32_t rank, void *cbdata) {
+    struct wait *w = cbdata;
+    w->status = status;
+    w->ctx = rank;
+    snprintf(w->text, sizeof w->text, "%s", nspace);
+    __atomic_store_n(&w->done, 1, __ATOMIC_SEQ_CST);
+}
+
 static void value_done(int status, const cohort_value_t *v, void *cbdata) {
     struct wait *w = cbdata;
     w->status = status;
@@ -291,6 +307,14 @@ int main(void) {
     char conn_ns[COHORT_MAX_NSLEN + 1];
     uint32_t conn_rank = UINT32_MAX;
     OK(cohort_connect(c, &everyone, 1, &copts, conn_ns, &conn_rank));
+    /* The same, non-blocking, with another connect id: another nspace. */
+    struct wait conn2 = {0};
+    copts.connect_id = "c-demo-2";
+    OK(cohort_connect_nb(c, &everyone, 1, &copts, connected, &conn2));
+    wait_for(&conn2, "non-blocking connect");
+    CHECK(conn2.ctx == me && strlen(conn2.text) > 0 && strcmp(conn2.text, conn_ns) != 0,
+          "second connection: rank %llu in %s", (unsigned long long)conn2.ctx, conn2.text);
+    OK(cohort_disconnect(c, conn2.text, 60000));
     CHECK(conn_rank == me && strlen(conn_ns) > 0 && strcmp(conn_ns, ns) != 0,
           "connect: rank %u in %s", conn_rank, conn_ns);
     cohort_proc_t conn_all = proc_of(conn_ns, COHORT_RANK_WILDCARD);
@@ -353,6 +377,11 @@ int main(void) {
     CHECK(f.nfailed == 0, "global view: %zu failed", f.nfailed);
     size_t nfailed = f.nfailed;
     cohort_failed_free(&f);
+    struct wait view = {0};
+    view.nmembers = 99;
+    OK(cohort_group_failed_global_nb(c, "c-all", 60000, failed_done, &view));
+    wait_for(&view, "non-blocking global view");
+    CHECK(view.nmembers == 0, "non-blocking global view: %zu failed", view.nmembers);
 
     /* Typed errors name the group. */
     rc = cohort_group_destruct(c, "no-such-group", 1000);

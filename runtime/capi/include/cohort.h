@@ -172,6 +172,9 @@ typedef struct {
 typedef void (*cohort_op_cb)(int status, void *cbdata);
 typedef void (*cohort_group_cb)(int status, const cohort_group_t *group, void *cbdata);
 typedef void (*cohort_value_cb)(int status, const cohort_value_t *value, void *cbdata);
+typedef void (*cohort_failed_cb)(int status, const cohort_failed_t *failed, void *cbdata);
+/* `nspace` is "" (and `rank` UINT32_MAX) with xchg_only or on failure. */
+typedef void (*cohort_connect_cb)(int status, const char *nspace, uint32_t rank, void *cbdata);
 
 /* An event handler. `source` and `affected` live only during the call. */
 typedef void (*cohort_event_fn)(int code, const cohort_proc_t *source,
@@ -273,6 +276,10 @@ int cohort_group_join_nb(cohort_client_t *client, const char *id, const cohort_p
                          int accept, int timeout_ms, cohort_group_cb cb, void *cbdata);
 int cohort_group_destruct_nb(cohort_client_t *client, const char *id, int timeout_ms,
                              cohort_op_cb cb, void *cbdata);
+int cohort_group_failed_global_nb(cohort_client_t *client, const char *id, int timeout_ms,
+                                  cohort_failed_cb cb, void *cbdata);
+int cohort_connect_nb(cohort_client_t *client, const cohort_proc_t *procs, size_t nprocs,
+                      const cohort_connect_opts_t *opts, cohort_connect_cb cb, void *cbdata);
 
 #ifdef __cplusplus
 }

@@ -134,6 +134,12 @@ pub struct cohort_invite_opts_t {
 pub type cohort_op_cb = Option<unsafe extern "C" fn(status: c_int, cbdata: *mut c_void)>;
 pub type cohort_group_cb =
     Option<unsafe extern "C" fn(status: c_int, group: *const cohort_group_t, cbdata: *mut c_void)>;
+pub type cohort_failed_cb = Option<
+    unsafe extern "C" fn(status: c_int, failed: *const cohort_failed_t, cbdata: *mut c_void),
+>;
+pub type cohort_connect_cb = Option<
+    unsafe extern "C" fn(status: c_int, nspace: *const c_char, rank: u32, cbdata: *mut c_void),
+>;
 pub type cohort_value_cb =
     Option<unsafe extern "C" fn(status: c_int, value: *const cohort_value_t, cbdata: *mut c_void)>;
 
@@ -877,6 +883,26 @@ pub struct cohort_connect_opts_t {
 }
 
 /// # Safety
+/// `opts` is NULL or options whose `connect_id` is NULL or a string.
+unsafe fn connect_opts(opts: *const cohort_connect_opts_t) -> Result<ConnectOpts, c_int> {
+    let Some(o) = opts.as_ref() else {
+        return Ok(ConnectOpts::default());
+    };
+    Ok(ConnectOpts {
+        connect_id: if o.connect_id.is_null() {
+            None
+        } else {
+            Some(text(o.connect_id, "the connect id")?.to_string())
+        },
+        timeout: timeout(o.timeout_ms),
+        optional: o.optional != 0,
+        early_term_allowed: o.early_term_allowed != 0,
+        xchg_only: o.xchg_only != 0,
+        notify_each: o.notify_each != 0,
+    })
+}
+
+/// # Safety
 /// `client` is a live handle; `procs` points to `nprocs` processes; `opts` is NULL or
 /// options; `nspace` is NULL or holds `COHORT_MAX_NSLEN + 1` bytes; `rank` NULL or
 /// writable.
@@ -892,21 +918,7 @@ pub unsafe extern "C" fn cohort_connect(
     status(|| {
         let c = handle(client)?;
         let procs = procs_in(procs, nprocs)?;
-        let opts = match opts.as_ref() {
-            None => ConnectOpts::default(),
-            Some(o) => ConnectOpts {
-                connect_id: if o.connect_id.is_null() {
-                    None
-                } else {
-                    Some(text(o.connect_id, "the connect id")?.to_string())
-                },
-                timeout: timeout(o.timeout_ms),
-                optional: o.optional != 0,
-                early_term_allowed: o.early_term_allowed != 0,
-                xchg_only: o.xchg_only != 0,
-                notify_each: o.notify_each != 0,
-            },
-        };
+        let opts = connect_opts(opts)?;
         let conn = c.client.connect_procs(&procs, opts).map_err(fail)?;
         if !nspace.is_null() {
             let name = conn.nspace.unwrap_or_default();
@@ -1115,6 +1127,85 @@ pub unsafe extern "C" fn cohort_group_destruct_nb(
                 unsafe { cb(code_of(&r), data.0) }
             },
         );
+        Ok(())
+    })
+}
+
+/// # Safety
+/// As [`cohort_group_failed_global`]; `cb` is called once on the library's completion
+/// thread, with the view (NULL on failure) valid during the call.
+#[no_mangle]
+pub unsafe extern "C" fn cohort_group_failed_global_nb(
+    client: *mut cohort_client,
+    id: *const c_char,
+    timeout_ms: c_int,
+    cb: cohort_failed_cb,
+    cbdata: *mut c_void,
+) -> c_int {
+    status(|| {
+        let c = handle(client)?;
+        let cb = cb.ok_or_else(|| bad_param("the callback is NULL"))?;
+        let id = text(id, "the group id")?;
+        let data = CbData(cbdata);
+        complete(
+            c.client.group_failed_global_async(id, timeout(timeout_ms)),
+            move |r| {
+                let data = data;
+                let status = code_of(&r);
+                let mut view = std::mem::MaybeUninit::<cohort_failed_t>::uninit();
+                // SAFETY: `view` is written before it is read, and released after the
+                // caller's callback (with its own data) returned.
+                unsafe {
+                    let ptr = match r {
+                        Ok(v) => {
+                            failed_out(v, view.as_mut_ptr());
+                            view.as_ptr()
+                        }
+                        Err(_) => std::ptr::null(),
+                    };
+                    cb(status, ptr, data.0);
+                    if !ptr.is_null() {
+                        cohort_failed_free(view.as_mut_ptr());
+                    }
+                }
+            },
+        );
+        Ok(())
+    })
+}
+
+/// # Safety
+/// As [`cohort_connect`]; `cb` is called once on the library's completion thread, with
+/// the new nspace ("" with xchg_only or on failure) valid during the call.
+#[no_mangle]
+pub unsafe extern "C" fn cohort_connect_nb(
+    client: *mut cohort_client,
+    procs: *const cohort_proc_t,
+    nprocs: usize,
+    opts: *const cohort_connect_opts_t,
+    cb: cohort_connect_cb,
+    cbdata: *mut c_void,
+) -> c_int {
+    status(|| {
+        let c = handle(client)?;
+        let cb = cb.ok_or_else(|| bad_param("the callback is NULL"))?;
+        let procs = procs_in(procs, nprocs)?;
+        let opts = connect_opts(opts)?;
+        let data = CbData(cbdata);
+        complete(c.client.connect_procs_async(&procs, opts), move |r| {
+            let data = data;
+            let status = code_of(&r);
+            let (nspace, rank) = match r {
+                Ok(conn) => (
+                    conn.nspace.unwrap_or_default(),
+                    conn.rank.unwrap_or(u32::MAX),
+                ),
+                Err(_) => (String::new(), u32::MAX),
+            };
+            let nspace = CString::new(nspace).unwrap_or_default();
+            // SAFETY: the caller's callback, with its own data.
+            unsafe { cb(status, nspace.as_ptr(), rank, data.0) }
+        });
         Ok(())
     })
 }
