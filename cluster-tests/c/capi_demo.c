@@ -352,6 +352,10 @@ int main(void) {
     CHECK(v.type == COHORT_VALUE_STRING && strcmp(v.str, want) == 0, "group rank %u", next);
     cohort_value_free(&v);
 
+    /* Everyone has read by group rank before the last rank leaves (after its leave,
+     * group rank n-1 no longer exists). */
+    cohort_proc_t c_all = proc_of("c-all", COHORT_RANK_WILDCARD);
+    OK(cohort_fence(c, &c_all, 1, 0, 60000));
     if (leaves) {
         OK(cohort_group_leave(c, "c-all"));
         OK(cohort_finalize(c));
