@@ -912,10 +912,11 @@ impl Client {
     /// collective among the members still alive, which every one of them must call.
     /// Each gets the same set: the union of every caller's local view and of the
     /// members that terminated before calling (those that left are not waited for).
-    /// This process's local view becomes that set. Fails with `PeerLost` if the node
-    /// server deciding it is lost meanwhile (call again: a call that a server known
-    /// to be lost would decide is skipped), and with `Timeout` naming the members that
-    /// did not call within `timeout`.
+    /// This process's local view becomes that set. If the node server deciding it is
+    /// lost before its answer got here, the view's other servers are asked whether
+    /// they got it; it fails with `PeerLost` only if none did, for every member alike
+    /// (call again: a call that a server known to be lost would decide is skipped).
+    /// Fails with `Timeout` naming the members that did not call within `timeout`.
     pub fn group_failed_global(
         &self,
         id: &str,

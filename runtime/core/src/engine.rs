@@ -367,6 +367,14 @@ pub struct Engine {
     /// abort for one of them is stale: it comes from a server that saw a participant
     /// exit after the outcome but before the outcome reached it.
     recently_done: Recent<CollKey, ()>,
+    /// Global failure views completed here, for servers that ask after their root was
+    /// lost (see [`Engine::ask_about_agreement`]).
+    agree_done: Recent<CollKey, Vec<ProcId>>,
+    /// Global failure views whose root was lost before their outcome arrived here: the
+    /// servers still to say whether they completed it.
+    agree_asking: HashMap<CollKey, BTreeSet<NodeId>>,
+    /// Questions about views whose root this server does not know to be lost yet.
+    agree_questions: Vec<(NodeId, CollKey)>,
     /// Dissemination allgathers this server completed after a fallback (a server of
     /// the operation was lost), with a lean copy of the outcome possibly still on its
     /// way: it is dropped, until the key is used again here.
@@ -448,6 +456,9 @@ impl Engine {
             colls: HashMap::default(),
             tombstones: Recent::new(MAX_TOMBSTONES),
             recently_done: Recent::new(MAX_TOMBSTONES),
+            agree_done: Recent::new(MAX_TOMBSTONES),
+            agree_asking: HashMap::default(),
+            agree_questions: Vec::new(),
             leaders_memo: None,
             fallback_done: Recent::new(MAX_TOMBSTONES),
             owed_rounds: Recent::new(MAX_TOMBSTONES),
@@ -781,12 +792,16 @@ impl Engine {
             .collect();
         rooted.sort_unstable();
         for key in rooted {
+            if self.ask_about_agreement(&key) {
+                continue;
+            }
             let err = CohortError::PeerLost {
                 node: peer,
                 reason: format!("it was the root of {}", op_name(&key)),
             };
             self.fail(&key, err, now);
         }
+        self.agreement_peer_lost(peer, now);
         for rank in self.job.ranks_on(peer) {
             let proc = ProcId::new(self.job.nspace.clone(), rank);
             self.mark_terminated(proc, now);
@@ -796,6 +811,9 @@ impl Engine {
             let Some(coll) = self.colls.get(&key) else {
                 continue;
             };
+            if self.agree_asking.contains_key(&key) {
+                continue;
+            }
             if coll.gather.is_some() {
                 self.gather_peer_lost(&key, peer);
                 self.progress(&key, now);
@@ -1272,6 +1290,8 @@ impl Engine {
                     self.live_roots.insert(id, members);
                 }
             }
+            PeerMsg::AgreeQuery { key } => self.agreement_question(from, key),
+            PeerMsg::AgreeAnswer { key, failed } => self.agreement_answer(from, key, failed, now),
             // The node server's failure detector takes these (`crate::detector`).
             PeerMsg::Heartbeat | PeerMsg::Ping { .. } | PeerMsg::Pong { .. } => {}
         }
@@ -2155,6 +2175,140 @@ impl Engine {
         self.contribute(key, CollSpec::Agree { members }, contrib, waiter, now);
     }
 
+    /// Global failure view `key` lost its root before its outcome arrived here. The root
+    /// may have answered other servers first; failing here would leave this server's
+    /// members to call again alone. So every other live server of the view is asked
+    /// whether it completed it: one that did gives the view to apply here; if none did,
+    /// nobody has it, and it fails with `PeerLost` everywhere alike. `false` when
+    /// there is nobody to ask (then it fails at once).
+    fn ask_about_agreement(&mut self, key: &CollKey) -> bool {
+        if key.kind != CollKind::Agree {
+            return false;
+        }
+        let Some(CollSpec::Agree { members }) = self.colls.get(key).and_then(|c| c.spec.clone())
+        else {
+            return false;
+        };
+        let ask: BTreeSet<NodeId> = members
+            .iter()
+            .filter_map(|p| self.job.node_of(p))
+            .filter(|n| *n != self.node && !self.lost_nodes.contains(n))
+            .collect();
+        if ask.is_empty() {
+            return false;
+        }
+        for &n in &ask {
+            self.send_peer(n, PeerMsg::AgreeQuery { key: key.clone() });
+        }
+        self.agree_asking.insert(key.clone(), ask);
+        true
+    }
+
+    /// `peer` is lost: it will not answer about any view, and the questions about views
+    /// it was the root of can be answered now.
+    fn agreement_peer_lost(&mut self, peer: NodeId, now: Time) {
+        let mut unanswered: Vec<CollKey> = Vec::new();
+        for (key, waiting) in self.agree_asking.iter_mut() {
+            if waiting.remove(&peer) && waiting.is_empty() {
+                unanswered.push(key.clone());
+            }
+        }
+        unanswered.sort_unstable();
+        for key in unanswered {
+            self.nobody_has_agreement(&key, now);
+        }
+        let mut questions = std::mem::take(&mut self.agree_questions);
+        let due = crate::take_where(&mut questions, |(_, key)| {
+            self.agreement_root(key)
+                .is_none_or(|r| self.lost_nodes.contains(&r))
+        });
+        self.agree_questions = questions;
+        for (from, key) in due {
+            self.answer_agreement(from, key);
+        }
+    }
+
+    /// Another server asks whether this one completed view `key`.
+    fn agreement_question(&mut self, from: NodeId, key: CollKey) {
+        match self.agreement_root(&key) {
+            Some(root) if !self.lost_nodes.contains(&root) => {
+                // What the root sent here may still be on its way: answer once its loss
+                // is known here.
+                if self.agree_questions.len() < MAX_EARLY_MSGS {
+                    self.agree_questions.push((from, key));
+                }
+            }
+            _ => self.answer_agreement(from, key),
+        }
+    }
+
+    fn answer_agreement(&mut self, to: NodeId, key: CollKey) {
+        let failed = self.agree_done.get(&key).cloned();
+        self.send_peer(to, PeerMsg::AgreeAnswer { key, failed });
+    }
+
+    /// `from` says whether it completed view `key`, which this server asked about.
+    fn agreement_answer(
+        &mut self,
+        from: NodeId,
+        key: CollKey,
+        failed: Option<Vec<ProcId>>,
+        now: Time,
+    ) {
+        let Some(waiting) = self.agree_asking.get_mut(&key) else {
+            return;
+        };
+        if !waiting.remove(&from) {
+            return;
+        }
+        match failed {
+            Some(failed) => {
+                let spec = self.colls.get(&key).and_then(|c| c.spec.clone());
+                self.complete(
+                    key,
+                    spec,
+                    CollOutcome::Agree { failed },
+                    Vec::new(),
+                    false,
+                    now,
+                );
+            }
+            None if waiting.is_empty() => self.nobody_has_agreement(&key, now),
+            None => {}
+        }
+    }
+
+    /// No live server completed view `key`, whose root was lost: it fails here as it
+    /// does everywhere.
+    fn nobody_has_agreement(&mut self, key: &CollKey, now: Time) {
+        self.agree_asking.remove(key);
+        let root = self.root_of(key).unwrap_or(self.node);
+        let err = CohortError::PeerLost {
+            node: root,
+            reason: format!("it was the root of {}", op_name(key)),
+        };
+        self.fail(key, err, now);
+    }
+
+    /// The root of view `key`: its tracker's, else the one its group's members give.
+    fn agreement_root(&self, key: &CollKey) -> Option<NodeId> {
+        if let Some(root) = self.root_of(key) {
+            return Some(root);
+        }
+        let group = self
+            .groups
+            .get(&key.id)
+            .or_else(|| self.retired.get(&key.id))?;
+        let mut nodes: Vec<NodeId> = group
+            .original
+            .iter()
+            .filter_map(|p| self.job.node_of(p))
+            .collect();
+        nodes.sort_unstable();
+        nodes.dedup();
+        salted_root(&key.id, key.seq, &nodes)
+    }
+
     fn member_group(&self, gid: &str, proc: &ProcId) -> Result<&Group, CohortError> {
         validate_group_id(gid)?;
         let g = self
@@ -2513,6 +2667,10 @@ impl Engine {
     /// Moves `key` forward: a root decides; an interior or leaf server forwards its
     /// subtree once settled, and asks the root to fail an operation it knows is doomed.
     fn progress(&mut self, key: &CollKey, now: Time) {
+        if self.agree_asking.contains_key(key) {
+            // Its root is lost: the other servers' answers end it.
+            return;
+        }
         self.gather_step(key);
         let Some(coll) = self.colls.get(key) else {
             return;
@@ -3183,6 +3341,7 @@ impl Engine {
         now: Time,
     ) {
         let success = !matches!(outcome, CollOutcome::Failed(_));
+        self.agree_asking.remove(&key);
         let attempt = self.stamp(&key);
         if success {
             self.gather_flush(&key);
@@ -3470,6 +3629,7 @@ impl Engine {
                 }
             }
             CollOutcome::Agree { failed } => {
+                self.agree_done.insert(key.clone(), failed.clone());
                 for w in waiters {
                     self.reply(w.client, w.req, Ok(Response::Procs(failed.clone())));
                 }

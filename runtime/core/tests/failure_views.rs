@@ -246,13 +246,17 @@ fn a_call_the_lost_server_would_decide_is_skipped_and_the_unaware_catch_up() {
         .iter()
         .map(|&r| (r, global(&mut c, r, "g", None)))
         .collect();
+    // It asks the aware server whether that completed the call (no: it skipped it).
+    for &(r, q) in &failing {
+        assert_eq!(c.reply(r, q), None, "rank {r}: the answer is held back");
+    }
+    c.release(aware, unaware);
     for (r, q) in failing {
         match c.error(r, q) {
             CohortError::PeerLost { node, .. } => assert_eq!(node, lost, "rank {r}"),
             other => panic!("rank {r}: {other:?}"),
         }
     }
-    c.release(aware, unaware);
     // The aware skip the first call: theirs is the unaware's second.
     let qs: Vec<(u32, u64)> = ranks(aware)
         .into_iter()
@@ -261,5 +265,32 @@ fn a_call_the_lost_server_would_decide_is_skipped_and_the_unaware_catch_up() {
         .collect();
     for (r, q) in qs {
         assert_eq!(c.reply(r, q), Some(Ok(view.clone())), "rank {r}");
+    }
+}
+
+/// The deciding server is lost after its answer reached one server but not another:
+/// the other asks the live servers of the view whether they completed it, and applies
+/// the view one of them got. Every member that gets an answer gets the same, and no
+/// live member is left with `PeerLost` to call again alone (uniform agreement).
+#[test]
+fn a_view_that_reached_some_servers_before_its_root_was_lost_reaches_all() {
+    let mut c = group_of_six("g");
+    let root = rendezvous("g#0", 3) as u32;
+    let (got, missed) = ((root + 1) % 3, (root + 2) % 3);
+    c.hold(root, missed);
+    let qs: Vec<(u32, u64)> = (0..6).map(|r| (r, global(&mut c, r, "g", None))).collect();
+    let ranks = |n: u32| [n * 2, n * 2 + 1];
+    for r in ranks(got) {
+        let q = qs[r as usize].1;
+        assert_eq!(c.reply(r, q), Some(Ok(procs(&c, &[]))), "rank {r}");
+    }
+    for r in ranks(missed) {
+        assert_eq!(c.reply(r, qs[r as usize].1), None, "rank {r}: held back");
+    }
+    // The root is lost with its answer to `missed` still on the way.
+    c.kill_node(root);
+    for r in ranks(missed) {
+        let q = qs[r as usize].1;
+        assert_eq!(c.reply(r, q), Some(Ok(procs(&c, &[]))), "rank {r}");
     }
 }

@@ -139,6 +139,32 @@ fn run_with(
     // members that get one get the same.
     let mut agreed: BTreeMap<String, (u32, Response)> = BTreeMap::new();
     let mut split_views = Vec::new();
+    // Uniform agreement: while one live member got a view, no other live member of
+    // the same call may have got `PeerLost` (it would call again, alone).
+    let live = |r: u32| {
+        let node = c.job.rank_node[r as usize];
+        !c.is_dead(node) && !c.engines[node as usize].is_terminated(&c.proc(r))
+    };
+    type Reply = Option<Result<Response, cohort_proto::CohortError>>;
+    let replies_of: Vec<(u32, String, Reply)> = views
+        .borrow()
+        .iter()
+        .filter(|(r, _, _)| live(*r))
+        .map(|(r, q, g)| (*r, g.clone(), c.reply(*r, *q)))
+        .collect();
+    for (r, gid, reply) in &replies_of {
+        let Some(Err(cohort_proto::CohortError::PeerLost { .. })) = reply else {
+            continue;
+        };
+        if let Some((other, _, _)) = replies_of
+            .iter()
+            .find(|(_, g, rep)| g == gid && matches!(rep, Some(Ok(_))))
+        {
+            split_views.push(format!(
+                "group {gid:?}: rank {other} got a view, rank {r} (alive) got PeerLost"
+            ));
+        }
+    }
     for (rank, req, gid) in views.borrow().iter() {
         let Some(Ok(view)) = c.reply(*rank, *req) else {
             continue;

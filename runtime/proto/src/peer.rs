@@ -268,4 +268,13 @@ pub enum PeerMsg {
     Ping { token: u64 },
     /// The answer to `Ping`.
     Pong { token: u64 },
+    /// Did you complete global failure view `key`? Asked by a server whose tracker of
+    /// it lost its root before the outcome arrived. The receiver answers once it knows
+    /// that root is lost: by then everything the root sent it has arrived.
+    AgreeQuery { key: CollKey },
+    /// The answer to `AgreeQuery`: the view, if the sender completed it.
+    AgreeAnswer {
+        key: CollKey,
+        failed: Option<Vec<ProcId>>,
+    },
 }
