@@ -178,15 +178,32 @@ pub struct RunArgs {
     pub np: u32,
 
     /// Number of node servers (cohortd) to start; ranks are mapped block-wise unless
-    /// --map-by node
+    /// --map-by node [default: 1; under Slurm, one per node of the allocation]
     #[arg(
         long,
         value_name = "M",
-        default_value_t = 1,
         help_heading = "Mapping options",
         value_parser = clap::value_parser!(u32).range(1..)
     )]
-    pub nodes: u32,
+    pub nodes: Option<u32>,
+
+    /// Where the node servers run: slurm = one per node of the Slurm allocation cohort
+    /// runs in (salloc, sbatch), started by one srun step; local = all on this host,
+    /// each on its own loopback address; auto = slurm when SLURM_JOB_ID and
+    /// SLURM_JOB_NODELIST are set and srun is in PATH, else local
+    #[arg(
+        long,
+        value_name = "KIND",
+        value_enum,
+        default_value_t = crate::slurm::LauncherKind::Auto,
+        help_heading = "Mapping options"
+    )]
+    pub launcher: crate::slurm::LauncherKind,
+
+    /// Address of this host the node servers connect to (default: 127.0.0.1 for local
+    /// node servers; under Slurm, the address this host sends from to the first node)
+    #[arg(long, value_name = "IP", help_heading = "Mapping options")]
+    pub control_addr: Option<std::net::IpAddr>,
 
     /// Place ranks: slot = block over node servers; node = round-robin over node
     /// servers; numa / core = block, and within a node spread over NUMA domains / cores
@@ -524,6 +541,9 @@ const VALUE_OPTIONS: &[&str] = &[
     "--np",
     "--pset",
     "--nodes",
+    "--launcher",
+    "--control-addr",
+    "--node-addrs",
     "-x",
     "--timeout",
     "--heartbeat",
@@ -716,7 +736,7 @@ mod tests {
             "cohort", "run", "--nodes", "3", "-n", "2", "-x", "A=1", "./a", ":", "-n", "1", "b",
         ])
         .unwrap();
-        assert_eq!((r.nodes, r.np), (3, 2));
+        assert_eq!((r.nodes, r.np), (Some(3), 2));
         assert_eq!(r.export, ["A=1"]);
     }
 
@@ -840,7 +860,7 @@ mod tests {
             "cohort", "run", "-np", "4", "--nodes", "2", "-x", "A=1", "-x", "B", "prog", "-np",
         ])
         .unwrap();
-        assert_eq!((r.np, r.nodes), (4, 2));
+        assert_eq!((r.np, r.nodes), (4, Some(2)));
         assert_eq!(r.export, ["A=1", "B"]);
         assert_eq!(r.command, ["prog", "-np"]);
     }

@@ -2,7 +2,7 @@
 //! gets, and the exact command line and environment it is started with.
 
 use std::ffi::OsString;
-use std::net::{Ipv4Addr, SocketAddr};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
 
 use cohort_core::DetectorConfig;
@@ -78,7 +78,8 @@ pub struct DaemonLaunch<'a> {
     pub nspace: &'a str,
     pub np: u32,
     pub map_by: MapBy,
-    pub bind_to: BindTo,
+    /// `None`: each node server decides (under Slurm, where hosts differ).
+    pub bind_to: Option<BindTo>,
     /// This node server's first placement slot on its host (see `topo::plan_job`).
     pub first_slot: u32,
     pub tag_output: bool,
@@ -105,20 +106,39 @@ pub struct DaemonLaunch<'a> {
     pub psets: &'a [Pset],
     /// The program and arguments of every application context, one after another.
     pub command: &'a [OsString],
+    /// Under Slurm: every node's fabric address, in node order. One command line
+    /// then serves every node server of the srun step: each takes its node index and
+    /// name from the step's environment (`cohortd --slurm`), and `node`, `node_name`
+    /// and `listen` are not passed.
+    pub slurm_addrs: Option<&'a [IpAddr]>,
 }
 
 impl DaemonLaunch<'_> {
     /// cohortd's arguments. Never contains a secret: those travel in the environment.
     pub fn args(&self) -> Vec<OsString> {
-        let mut a: Vec<OsString> = vec![
-            "--node".into(),
-            self.node.to_string().into(),
-            "--nodes".into(),
-            self.nodes.to_string().into(),
-            "--node-name".into(),
-            self.node_name.into(),
-            "--listen".into(),
-            self.listen.to_string().into(),
+        let mut a: Vec<OsString> = match self.slurm_addrs {
+            None => vec![
+                "--node".into(),
+                self.node.to_string().into(),
+                "--nodes".into(),
+                self.nodes.to_string().into(),
+                "--node-name".into(),
+                self.node_name.into(),
+                "--listen".into(),
+                self.listen.to_string().into(),
+            ],
+            Some(addrs) => {
+                let list: Vec<String> = addrs.iter().map(IpAddr::to_string).collect();
+                vec![
+                    "--slurm".into(),
+                    "--nodes".into(),
+                    self.nodes.to_string().into(),
+                    "--node-addrs".into(),
+                    list.join(",").into(),
+                ]
+            }
+        };
+        a.extend::<[OsString; 10]>([
             "--control".into(),
             self.control.to_string().into(),
             "--job-dir".into(),
@@ -129,11 +149,13 @@ impl DaemonLaunch<'_> {
             self.np.to_string().into(),
             "--map-by".into(),
             self.map_by.as_str().into(),
-            "--bind-to".into(),
-            self.bind_to.as_str().into(),
-            "--first-slot".into(),
-            self.first_slot.to_string().into(),
-        ];
+        ]);
+        if let Some(bind) = self.bind_to {
+            a.push("--bind-to".into());
+            a.push(bind.as_str().into());
+        }
+        a.push("--first-slot".into());
+        a.push(self.first_slot.to_string().into());
         if self.tag_output {
             a.push("--tag-output".into());
         }
@@ -217,6 +239,40 @@ impl DaemonLaunch<'_> {
     }
 }
 
+impl DaemonLaunch<'_> {
+    /// Starts every node server of the job as one srun step (`srun_args`, then
+    /// cohortd and [`DaemonLaunch::args`], which must have `slurm_addrs`): srun runs
+    /// in its own process group, with the job secret and client token in its
+    /// environment only (srun exports it to the tasks), and SIGTERM as its
+    /// parent-death signal (srun then ends the step).
+    pub fn spawn_srun(
+        &self,
+        srun: &Path,
+        srun_args: &[OsString],
+        program: &Path,
+        job_secret: &[u8],
+        client_token: &[u8],
+    ) -> std::io::Result<tokio::process::Child> {
+        debug_assert!(self.slurm_addrs.is_some());
+        let mut cmd = tokio::process::Command::new(srun);
+        cmd.args(srun_args)
+            .arg(program)
+            .args(self.args())
+            .env(env::JOB_SECRET, to_hex(job_secret))
+            .env(env::CLIENT_TOKEN, to_hex(client_token))
+            .stdin(std::process::Stdio::null())
+            .process_group(0)
+            .kill_on_drop(false);
+        // SAFETY: the hooks only make async-signal-safe syscalls.
+        unsafe {
+            cmd.pre_exec(parent_death_signal(libc::SIGTERM, "the launcher"));
+            // srun passes its limits on to the tasks: the user's, not ours.
+            cmd.pre_exec(cohort_os::restore_fd_limit());
+        }
+        cmd.spawn()
+    }
+}
+
 /// Resolves `-x VAR` / `-x VAR=VAL` against the launcher's environment. Unset `VAR`s
 /// are skipped with a warning, as mpirun does.
 pub fn resolve_exports(specs: &[String]) -> Result<Vec<(String, OsString)>, String> {
@@ -294,7 +350,7 @@ mod tests {
             nspace: "cohort.1.abcd",
             np: 7,
             map_by: MapBy::Node,
-            bind_to: BindTo::Core,
+            bind_to: Some(BindTo::Core),
             first_slot: 4,
             tag_output: true,
             topology: None,
@@ -309,6 +365,7 @@ mod tests {
             app_exports: &[],
             psets: &[],
             command: &cmd,
+            slurm_addrs: None,
         };
         let args: Vec<String> = l
             .args()
@@ -339,7 +396,7 @@ mod tests {
             nspace: "ns",
             np: 2,
             map_by: MapBy::Slot,
-            bind_to: BindTo::None,
+            bind_to: Some(BindTo::None),
             first_slot: 0,
             tag_output: false,
             topology: Some(Path::new("/etc/slurm/topology.conf")),
@@ -354,6 +411,7 @@ mod tests {
             app_exports: &[],
             psets: &[],
             command: &[OsString::from("prog")],
+            slurm_addrs: None,
         };
         let args: Vec<String> = l
             .args()
@@ -405,7 +463,7 @@ mod tests {
             nspace: "ns",
             np: 5,
             map_by: MapBy::Slot,
-            bind_to: BindTo::None,
+            bind_to: Some(BindTo::None),
             first_slot: 0,
             tag_output: false,
             topology: None,
@@ -420,6 +478,7 @@ mod tests {
             app_exports: &app_exports,
             psets: &psets,
             command: &cmd,
+            slurm_addrs: None,
         };
         let args: Vec<String> = l
             .args()
