@@ -47,6 +47,10 @@ status. When a rank fails (non-zero status or a signal) or a node server dies, t
 whole job is terminated unless --enable-recovery is given. Ctrl-C, SIGTERM and SIGHUP
 terminate the job; a second one kills the node servers at once.
 
+Under Slurm (inside salloc or sbatch, or with --launcher slurm) the node servers run
+on the allocation's nodes instead, one per node (--nodes defaults to the allocation's
+node count), started by one srun step; each listens on its node's address.
+
 MPMD: several programs form one job when their app contexts are separated by a
 standalone ':' argument, as with mpirun/prterun. Global options (--nodes, --map-by,
 --bind-to, --tag-output, --timeout, ...) come before the first app context's program;
@@ -91,6 +95,9 @@ EXAMPLES
   Keep the job running when a rank fails (the job still exits with the first failure):
       cohort run -n 4 --enable-recovery ./resilient
 
+  Inside a Slurm allocation of 3 nodes: one node server per node, 2 ranks each:
+      salloc -N 3 cohort run -n 6 ./app
+
   Build the node servers' collective trees switch by switch from a Slurm topology file:
       cohort run --nodes 8 -n 32 --topology /etc/slurm/topology.conf ./app
 
@@ -101,6 +108,9 @@ ENVIRONMENT
   COHORT_STARTUP_TIMEOUT seconds the node servers get to start and register (default: 60)
   SLURM_CONF             without --topology, a topology.conf in the same directory as
                          this file is used when it exists
+  SLURM_JOB_ID, SLURM_JOB_NODELIST
+                         with srun in PATH, the node servers run on the allocation's
+                         nodes (--launcher auto)
 
   Every rank sees COHORT_RANK, COHORT_SIZE, COHORT_LOCAL_RANK, COHORT_NODE_ID,
   COHORT_NODE_NAME, COHORT_NSPACE, COHORT_SERVER_URI, COHORT_TOKEN, COHORT_APPNUM
