@@ -299,6 +299,16 @@ else
 fi
 nothing_left killed-node-server
 
+echo "### 7. a node server that cannot start (its --node-addrs address is not its node's)"
+alloc 3 "$cohort" run -n 3 --node-addrs 10.77.0.11,10.77.0.99,10.77.0.13 "$testprog" construct
+if [[ $rc == 1 ]] && grep -q "cannot start the node service (fabric on 10.77.0.99:0)" "$work/err" &&
+    grep -q "could not start the job: node server n2 ended: Exited with exit code 1 (srun) during startup" "$work/err"; then
+    pass "the job failed at once, naming n2 (srun's report of its task)"
+else
+    fail "node server that cannot start: status $rc" "$work/both"
+fi
+nothing_left cannot-start
+
 # Inside an allocation that outlives cohort run (salloc would end every step when its
 # command ends): start a job of sleeping ranks, send cohort run $1, and report whether
 # its srun step and every cohortd and rank are gone while the allocation still runs.
@@ -332,7 +342,7 @@ echo "AFTER steps=$steps left=${left:-none} job=$(squeue -h -j "$SLURM_JOB_ID" -
 EOF
 chmod 755 "$work/signal-inside.sh"
 
-echo "### 7. SIGTERM to cohort run: the job stops, its srun step ends (allocation still up)"
+echo "### 8. SIGTERM to cohort run: the job stops, its srun step ends (allocation still up)"
 alloc 3 "$work/signal-inside.sh" TERM "$cohort"
 if grep -q '^RUNNING sleeps=3 step=1' "$work/out" && grep -q '^STATUS 143' "$work/out" &&
     grep -q '^AFTER steps=0 left=none job=RUNNING' "$work/out"; then
@@ -342,7 +352,7 @@ else
 fi
 nothing_left sigterm
 
-echo "### 8. SIGKILL to cohort run: srun's parent-death signal cancels the step"
+echo "### 9. SIGKILL to cohort run: srun's parent-death signal cancels the step"
 alloc 3 "$work/signal-inside.sh" KILL "$cohort"
 if grep -q '^RUNNING sleeps=3 step=1' "$work/out" && grep -q '^STATUS 137' "$work/out" &&
     grep -q '^AFTER steps=0 left=none job=RUNNING' "$work/out"; then
@@ -352,7 +362,7 @@ else
 fi
 nothing_left sigkill
 
-echo "### 9. sbatch -N 3: cohort run -n 6 testprog construct in a batch job"
+echo "### 10. sbatch -N 3: cohort run -n 6 testprog construct in a batch job"
 rc=0
 timeout --kill-after=10 120 sbatch --wait -N 3 -o "$work/batch.out" \
     --wrap "$cohort run -n 6 $testprog construct" >"$work/err" 2>&1 || rc=$?

@@ -243,8 +243,8 @@ impl DaemonLaunch<'_> {
     /// Starts every node server of the job as one srun step (`srun_args`, then
     /// cohortd and [`DaemonLaunch::args`], which must have `slurm_addrs`): srun runs
     /// in its own process group, with the job secret and client token in its
-    /// environment only (srun exports it to the tasks), and SIGTERM as its
-    /// parent-death signal (srun then ends the step).
+    /// environment only (srun exports it to the tasks), SIGTERM as its parent-death
+    /// signal (srun then ends the step), and its stderr piped (to be relayed).
     pub fn spawn_srun(
         &self,
         srun: &Path,
@@ -261,6 +261,8 @@ impl DaemonLaunch<'_> {
             .env(env::JOB_SECRET, to_hex(job_secret))
             .env(env::CLIENT_TOKEN, to_hex(client_token))
             .stdin(std::process::Stdio::null())
+            // Relayed by the launcher, which reads srun's reports of tasks that ended.
+            .stderr(std::process::Stdio::piped())
             .process_group(0)
             .kill_on_drop(false);
         // SAFETY: the hooks only make async-signal-safe syscalls.

@@ -54,6 +54,8 @@ fn startup_timeout() -> Duration {
 pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(4);
 /// How long SIGKILLed node servers may take to be reaped before we stop waiting.
 const KILL_WAIT: Duration = Duration::from_secs(5);
+/// How long the end of srun's stderr may take to be relayed once srun ended.
+const RELAY_DRAIN: Duration = Duration::from_secs(2);
 /// Budget for killing processes orphaned below us at the very end.
 const SWEEP_BUDGET: Duration = Duration::from_secs(3);
 
@@ -159,6 +161,8 @@ struct SlurmStep {
     name: String,
     /// srun's pid (its own process group), while it runs.
     pid: Option<u32>,
+    /// Relays srun's stderr (the node servers' and their ranks' too) to ours.
+    relay: Option<JoinHandle<()>>,
 }
 
 struct Launcher {
@@ -285,6 +289,7 @@ impl Launcher {
                     srun,
                     nodes,
                     pid: None,
+                    relay: None,
                 })
             }
             _ => None,
@@ -468,8 +473,13 @@ impl Launcher {
             .map_err(|e| format!("cannot start {}: {e}", step.srun.display()))?;
         let pid = child.id().unwrap_or(0);
         tracing::debug!(pid, job = %step.alloc.job_id, "srun step started");
+        let relay = child
+            .stderr
+            .take()
+            .map(|err| tokio::spawn(relay_srun_stderr(err, self.tx.clone())));
         if let Some(step) = self.slurm.as_mut() {
             step.pid = Some(pid);
+            step.relay = relay;
         }
         for _ in 0..self.nodes {
             self.daemons.push(Daemon {
@@ -631,6 +641,17 @@ impl Launcher {
                     verdict = verdict.or(v);
                 }
                 verdict
+            }
+            Event::DaemonExited { node, how } if self.slurm.is_some() => {
+                // srun's report of a task that ended: acted on during startup only, when
+                // no rank runs and only srun and node servers write to srun's stderr
+                // (afterwards the control connection tells).
+                let d = self.daemons.get_mut(node as usize)?;
+                if self.started || !d.running {
+                    return None;
+                }
+                d.running = false;
+                self.daemon_gone(node, format!("ended: {how} (srun)")).await
             }
             Event::DaemonExited { node, how } => {
                 self.daemons[node as usize].running = false;
@@ -1166,6 +1187,10 @@ impl Launcher {
                 }
             }
         }
+        // Whatever srun wrote last (a rank's last stderr lines) is relayed before we go.
+        if let Some(relay) = self.slurm.as_mut().and_then(|s| s.relay.take()) {
+            let _ = tokio::time::timeout(RELAY_DRAIN, relay).await;
+        }
         for task in self.tasks.drain(..) {
             task.abort();
         }
@@ -1309,6 +1334,27 @@ async fn accept_loop(
                 }
             }
         });
+    }
+}
+
+/// Copies srun's stderr to ours line by line (it carries the node servers' and their
+/// ranks' stderr too), and turns srun's reports of tasks that ended into
+/// `DaemonExited` (task i is node server i).
+async fn relay_srun_stderr(err: tokio::process::ChildStderr, tx: mpsc::UnboundedSender<Event>) {
+    use std::io::Write;
+    use tokio::io::AsyncBufReadExt;
+    let mut reader = tokio::io::BufReader::new(err);
+    let mut line = Vec::new();
+    loop {
+        line.clear();
+        match reader.read_until(b'\n', &mut line).await {
+            Ok(0) | Err(_) => return,
+            Ok(_) => {}
+        }
+        let _ = std::io::stderr().write_all(&line);
+        if let Some((node, how)) = slurm::task_exit(&String::from_utf8_lossy(&line)) {
+            let _ = tx.send(Event::DaemonExited { node, how });
+        }
     }
 }
 

@@ -333,6 +333,16 @@ pub fn cancel_step(job_id: &str, job_name: &str) -> bool {
         .is_ok_and(|s| s.success())
 }
 
+/// A task of the step that srun reports ended (`srun: error: NODE: task N: WHAT`, as
+/// srun writes when a task exits non-zero or is killed): (task, WHAT).
+pub fn task_exit(line: &str) -> Option<(u32, String)> {
+    let rest = line.trim_end().strip_prefix("srun: error: ")?;
+    let (_node, rest) = rest.split_once(": task ")?;
+    let (task, what) = rest.split_once(": ")?;
+    let task = task.trim().parse().ok()?;
+    Some((task, what.trim().to_string()))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -451,6 +461,21 @@ mod tests {
         assert!(binds_tasks(&cfg("task/affinity,task/cgroup")));
         assert!(binds_tasks(&cfg("task/cgroup")));
         assert!(binds_tasks("nothing here"));
+    }
+
+    #[test]
+    fn task_exits_reported_by_srun() {
+        assert_eq!(
+            task_exit("srun: error: n2: task 1: Exited with exit code 1\n"),
+            Some((1, "Exited with exit code 1".into()))
+        );
+        assert_eq!(
+            task_exit("srun: error: n1: task 0: Killed"),
+            Some((0, "Killed".into()))
+        );
+        assert_eq!(task_exit("srun: error: Unable to create step"), None);
+        assert_eq!(task_exit("n2: cannot start the node service"), None);
+        assert_eq!(task_exit("srun: error: n2: task x: Killed"), None);
     }
 
     #[test]
