@@ -13,9 +13,11 @@
 # Jobs: a group construct over 6 ranks on 3 nodes (salloc); where the ranks ran, their
 # environment and the secrets kept off command lines; an MPMD job; --nodes below and
 # above the allocation's node count; a node server killed with --enable-recovery
-# (testprog construct-after-loss) and one killed from outside without it; SIGTERM to
-# cohort run; and a batch job (sbatch). Exits 0 when all pass. Every step is bounded
-# by a timeout, the whole script by COHORT_SLURM_CI_TIMEOUT (default 900 s).
+# (testprog construct-after-loss), one frozen (the failure detector finds it), one
+# killed from outside without recovery, and one that cannot start; SIGTERM and SIGKILL
+# to cohort run inside a still running allocation; and a batch job (sbatch). Exits 0
+# when all pass. Every step is bounded by a timeout, the whole script by
+# COHORT_SLURM_CI_TIMEOUT (default 900 s).
 # SLURM_LOCAL_TOOLS names the directory of start-slurm.sh / stop-slurm.sh (default:
 # shared/tools/slurm-local beside the repository, else /work/shared/tools/slurm-local).
 # `make test` runs it; COHORT_SKIP_SLURM=1 skips it on purpose, loudly.
@@ -267,7 +269,21 @@ else
 fi
 nothing_left construct-after-loss
 
-echo "### 6. a node server killed from outside (SIGKILL to n2's cohortd), no recovery"
+echo "### 6. the failure detector: a frozen node server (SIGSTOP), --enable-recovery (testprog frozen-server)"
+alloc 3 "$cohort" run -n 3 --enable-recovery --peer-timeout 3 --heartbeat 0.5 "$testprog" frozen-server
+results=$(grep -c '^RESULT lost=2 members=0,1 ctx=' "$work/out")
+if [[ $rc == 137 && $results == 2 ]] &&
+    grep -q "node server n3 (pid [0-9]*) sent nothing for .*; killed; its ranks 2 are lost; continuing" "$work/err"; then
+    pass "the frozen node server was found, killed on its node, and the survivors went on"
+else
+    fail "frozen-server: status $rc, $results RESULT lines" "$work/both"
+fi
+if grep -q "did not end within" "$work/err"; then
+    fail "frozen-server: the step had to be cancelled (the frozen node server was not killed)" "$work/err"
+fi
+nothing_left frozen-server
+
+echo "### 7. a node server killed from outside (SIGKILL to n2's cohortd), no recovery"
 rc=0
 # The ranks are sleep itself: a rank's own children outlive a SIGKILLed node server
 # unless the cluster's proctrack plugin (cgroup) kills the step's leftovers; this
@@ -299,7 +315,7 @@ else
 fi
 nothing_left killed-node-server
 
-echo "### 7. a node server that cannot start (its --node-addrs address is not its node's)"
+echo "### 8. a node server that cannot start (its --node-addrs address is not its node's)"
 alloc 3 "$cohort" run -n 3 --node-addrs 10.77.0.11,10.77.0.99,10.77.0.13 "$testprog" construct
 if [[ $rc == 1 ]] && grep -q "cannot start the node service (fabric on 10.77.0.99:0)" "$work/err" &&
     grep -q "could not start the job: node server n2 ended: Exited with exit code 1 (srun) during startup" "$work/err"; then
@@ -342,7 +358,7 @@ echo "AFTER steps=$steps left=${left:-none} job=$(squeue -h -j "$SLURM_JOB_ID" -
 EOF
 chmod 755 "$work/signal-inside.sh"
 
-echo "### 8. SIGTERM to cohort run: the job stops, its srun step ends (allocation still up)"
+echo "### 9. SIGTERM to cohort run: the job stops, its srun step ends (allocation still up)"
 alloc 3 "$work/signal-inside.sh" TERM "$cohort"
 if grep -q '^RUNNING sleeps=3 step=1' "$work/out" && grep -q '^STATUS 143' "$work/out" &&
     grep -q '^AFTER steps=0 left=none job=RUNNING' "$work/out"; then
@@ -352,7 +368,7 @@ else
 fi
 nothing_left sigterm
 
-echo "### 9. SIGKILL to cohort run: srun's parent-death signal cancels the step"
+echo "### 10. SIGKILL to cohort run: srun's parent-death signal cancels the step"
 alloc 3 "$work/signal-inside.sh" KILL "$cohort"
 if grep -q '^RUNNING sleeps=3 step=1' "$work/out" && grep -q '^STATUS 137' "$work/out" &&
     grep -q '^AFTER steps=0 left=none job=RUNNING' "$work/out"; then
@@ -362,7 +378,7 @@ else
 fi
 nothing_left sigkill
 
-echo "### 10. sbatch -N 3: cohort run -n 6 testprog construct in a batch job"
+echo "### 11. sbatch -N 3: cohort run -n 6 testprog construct in a batch job"
 rc=0
 timeout --kill-after=10 120 sbatch --wait -N 3 -o "$work/batch.out" \
     --wrap "$cohort run -n 6 $testprog construct" >"$work/err" 2>&1 || rc=$?

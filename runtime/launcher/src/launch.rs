@@ -54,6 +54,8 @@ fn startup_timeout() -> Duration {
 pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(4);
 /// How long SIGKILLed node servers may take to be reaped before we stop waiting.
 const KILL_WAIT: Duration = Duration::from_secs(5);
+/// How long the srun step that kills a lost node server on its node may take.
+const KILL_STEP_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long the end of srun's stderr may take to be relayed once srun ended.
 const RELAY_DRAIN: Duration = Duration::from_secs(2);
 /// Budget for killing processes orphaned below us at the very end.
@@ -1006,15 +1008,38 @@ impl Launcher {
     /// others it is lost.
     async fn condemn(&mut self, node: NodeId, reason: String) -> Option<Verdict> {
         let pid = self.daemons[node as usize].pid;
-        if self.slurm.is_some() {
-            // On another host: closing its control connection stops it (and its ranks)
-            // if it still runs; a frozen one is cut off by the others' routing.
-            tracing::warn!(node, pid, "cutting off a node server declared lost");
+        if let Some(step) = &self.slurm {
+            // On another host: a step of its own on that node SIGKILLs it there, and
+            // closing its control connection stops it (and its ranks) should that
+            // fail while it still runs.
+            tracing::warn!(
+                node,
+                pid,
+                "killing a node server declared lost (srun … kill)"
+            );
+            if pid != 0 {
+                let name = &step.nodes.names[node as usize];
+                let args = slurm::kill_args(name, pid);
+                let srun = step.srun.clone();
+                self.tasks.push(tokio::spawn(async move {
+                    let run = tokio::process::Command::new(&srun)
+                        .args(&args)
+                        .stdin(std::process::Stdio::null())
+                        .kill_on_drop(true)
+                        .status();
+                    match tokio::time::timeout(KILL_STEP_TIMEOUT, run).await {
+                        Ok(Ok(st)) if st.success() => {}
+                        Ok(Ok(st)) => tracing::warn!(node, "srun … kill: {st}"),
+                        Ok(Err(e)) => tracing::warn!(node, "srun … kill: {e}"),
+                        Err(_) => tracing::warn!(node, "srun … kill: no answer"),
+                    }
+                }));
+            }
             let d = &mut self.daemons[node as usize];
             d.writer = None;
             d.running = false;
             self.announce_lost(node, false).await;
-            return self.daemon_failed(node, format!("(pid {pid}) {reason}; cut off"));
+            return self.daemon_failed(node, format!("(pid {pid}) {reason}; killed"));
         }
         tracing::warn!(node, pid, "killing a node server declared lost");
         reaper::signal_group(pid, libc::SIGKILL);

@@ -303,6 +303,27 @@ pub fn cluster_binds_tasks() -> bool {
     run_scontrol(&["show", "config"]).map_or(true, |c| binds_tasks(&c))
 }
 
+/// srun's arguments for a step of one task on node `name` that SIGKILLs process `pid`
+/// there (a node server declared lost: frozen, or cut off from the others). It shares
+/// the node's resources with the node servers' step (`--overlap`).
+pub fn kill_args(name: &str, pid: u32) -> Vec<OsString> {
+    [
+        "--quiet",
+        "--overlap",
+        "--nodes=1",
+        "--ntasks=1",
+        &format!("--nodelist={name}"),
+        "--input=none",
+        "--job-name=cohort-kill",
+        "kill",
+        "-KILL",
+        &pid.to_string(),
+    ]
+    .into_iter()
+    .map(OsString::from)
+    .collect()
+}
+
 /// The step's id among the allocation's steps from `squeue --steps --noheader
 /// --format=%i|%j` output: the one named `job_name`, if exactly one is.
 pub fn step_id(squeue: &str, job_name: &str) -> Option<String> {
@@ -461,6 +482,19 @@ mod tests {
         assert!(binds_tasks(&cfg("task/affinity,task/cgroup")));
         assert!(binds_tasks(&cfg("task/cgroup")));
         assert!(binds_tasks("nothing here"));
+    }
+
+    #[test]
+    fn kill_step_command_line() {
+        let args: Vec<String> = kill_args("n2", 4242)
+            .into_iter()
+            .map(|a| a.into_string().unwrap())
+            .collect();
+        assert_eq!(
+            args.join(" "),
+            "--quiet --overlap --nodes=1 --ntasks=1 --nodelist=n2 --input=none \
+             --job-name=cohort-kill kill -KILL 4242"
+        );
     }
 
     #[test]
