@@ -294,8 +294,9 @@ pub struct RunArgs {
     pub allgather: Option<cohort_topology::Allgather>,
 
     /// Listen address of each node server's fabric, in node order (default: node i on
-    /// its own loopback address 127.0.1.(i+1)). Needed where the fabric is bound to
-    /// real interfaces, e.g. RoCE GIDs on a soft-RoCE device
+    /// its own loopback address 127.0.1.(i+1); under Slurm, each node's NodeAddr).
+    /// Needed where the fabric is bound to real interfaces, e.g. RoCE GIDs on a
+    /// soft-RoCE device
     #[arg(
         long,
         value_name = "IP,IP,…",
@@ -554,6 +555,10 @@ const VALUE_OPTIONS: &[&str] = &[
     "--launcher",
     "--control-addr",
     "--node-addrs",
+    "--ib-device",
+    "--ib-gid-index",
+    "--spin-us",
+    "--allgather",
     "-x",
     "--timeout",
     "--heartbeat",
@@ -862,6 +867,41 @@ mod tests {
         assert_eq!(r.np, 3);
         assert!(r.tag_output);
         assert_eq!(r.command, ["sh", "-c", "echo -n --np 2", "--help"]);
+    }
+
+    #[test]
+    fn launcher_options() {
+        use crate::slurm::LauncherKind;
+        let r = parse(&["cohort", "run", "-n", "2", "prog"]).unwrap();
+        assert_eq!(
+            (r.launcher, r.nodes, r.control_addr),
+            (LauncherKind::Auto, None, None)
+        );
+        // Options with a value before mpirun's -np: -np is still cohort's.
+        let r = parse(&[
+            "cohort",
+            "run",
+            "--launcher",
+            "slurm",
+            "--control-addr",
+            "10.0.0.1",
+            "--node-addrs",
+            "10.0.0.2,10.0.0.3",
+            "--spin-us",
+            "0",
+            "-np",
+            "4",
+            "prog",
+        ])
+        .unwrap();
+        assert_eq!(r.launcher, LauncherKind::Slurm);
+        assert_eq!(r.control_addr, Some("10.0.0.1".parse().unwrap()));
+        assert_eq!(r.node_addrs.len(), 2);
+        assert_eq!((r.np, r.command.len()), (4, 1));
+        let r = parse(&["cohort", "run", "--launcher", "local", "-n", "1", "p"]).unwrap();
+        assert_eq!(r.launcher, LauncherKind::Local);
+        assert!(parse(&["cohort", "run", "--launcher", "ssh", "-n", "1", "p"]).is_err());
+        assert!(parse(&["cohort", "run", "--control-addr", "vm", "-n", "1", "p"]).is_err());
     }
 
     #[test]
