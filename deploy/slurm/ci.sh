@@ -17,7 +17,7 @@
 # killed from outside without recovery, and one that cannot start; SIGTERM and SIGKILL
 # to cohort run inside a still running allocation; and a batch job (sbatch). Exits 0
 # when all pass. Every step is bounded by a timeout, the whole script by
-# COHORT_SLURM_CI_TIMEOUT (default 900 s).
+# COHORT_SLURM_CI_TIMEOUT (default 1500 s: the first run installs Slurm).
 # SLURM_LOCAL_TOOLS names the directory of start-slurm.sh / stop-slurm.sh (default:
 # shared/tools/slurm-local beside the repository, else /work/shared/tools/slurm-local).
 # `make test` runs it; COHORT_SKIP_SLURM=1 skips it on purpose, loudly.
@@ -51,7 +51,7 @@ if [[ ${COHORT_SLURM_CI_INNER:-0} != 1 ]]; then
     # The whole run under one timeout; the Slurm it started is stopped in any case.
     export COHORT_SLURM_CI_INNER=1
     status=0
-    timeout --kill-after=20 "${COHORT_SLURM_CI_TIMEOUT:-900}" bash "$0" "$@" || status=$?
+    timeout --kill-after=20 "${COHORT_SLURM_CI_TIMEOUT:-1500}" bash "$0" "$@" || status=$?
     if ((status == 124 || status == 137)); then
         echo "slurm CI job: TIMED OUT after $(($(date +%s) - started)) s" >&2
         stop_slurm
@@ -78,7 +78,7 @@ trap 'stop_slurm; rm -rf "$work"' EXIT
 
 echo "### starting Slurm: 3 nodes in network namespaces ($tools/start-slurm.sh netns 3)"
 t0=$(date +%s)
-if ! timeout 900 bash "$tools/start-slurm.sh" netns 3 >"$work/start.log" 2>&1; then
+if ! timeout 1200 bash "$tools/start-slurm.sh" netns 3 >"$work/start.log" 2>&1; then
     tail -30 "$work/start.log" >&2
     echo "slurm CI job: Slurm did not start" >&2
     exit 1
