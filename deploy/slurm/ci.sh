@@ -10,8 +10,9 @@
 #   deploy/slurm/ci.sh        (root; from anywhere; honours CARGO_TARGET_DIR and CARGO)
 #   make test-slurm           (the same)
 #
-# Jobs: a group construct over 6 ranks on 3 nodes (salloc); where the ranks ran, their
-# environment and the secrets kept off command lines; an MPMD job; --nodes below and
+# Jobs: a group construct over 6 ranks on 3 nodes (salloc), also over switch-aware
+# trees (--topology); where the ranks ran, their environment and the secrets kept off
+# command lines; an MPMD job; --nodes below and
 # above the allocation's node count; a node server killed with --enable-recovery
 # (testprog construct-after-loss), one frozen (the failure detector finds it), one
 # killed from outside without recovery, and one that cannot start; SIGTERM and SIGKILL
@@ -156,7 +157,20 @@ else
 fi
 nothing_left construct
 
-echo "### 2. where the ranks run, what they see, output forwarding, secrets"
+echo "### 2. the same construct with a switch map (--topology: n1 on one leaf switch, n2-n3 on another)"
+# Every node server must build the same trees, so each must know every node's name.
+printf 'SwitchName=s0 Nodes=n1\nSwitchName=s1 Nodes=n[2-3]\nSwitchName=top Switches=s[0-1]\n' \
+    >"$work/topology.conf"
+alloc 3 "$cohort" run -n 6 --timeout 60 --topology "$work/topology.conf" "$testprog" construct
+results=$(grep -c '^RESULT members=0,1,2,3,4,5 ctx=' "$work/out")
+if [[ $rc == 0 && $results == 6 ]]; then
+    pass "6 ranks constructed one group over switch-aware trees"
+else
+    fail "construct with --topology: status $rc, $results RESULT lines" "$work/both"
+fi
+nothing_left topology
+
+echo "### 3. where the ranks run, what they see, output forwarding, secrets"
 # Each rank prints its rank, node name, host and address; rank 0 also checks that the
 # job secret srun carries in its environment is on no command line of the machine.
 cat >"$work/where.sh" <<'EOF'
@@ -216,7 +230,7 @@ else
 fi
 nothing_left placement
 
-echo "### 3. MPMD: -n 2 --pset ocean … : -n 4 --pset ice … (--map-by node)"
+echo "### 4. MPMD: -n 2 --pset ocean … : -n 4 --pset ice … (--map-by node)"
 alloc 3 "$cohort" run --map-by node -n 2 --pset ocean "$testprog" construct : \
     -n 4 --pset ice "$testprog" construct
 results=$(grep -c '^RESULT members=0,1,2,3,4,5 ctx=' "$work/out")
@@ -241,7 +255,7 @@ else
 fi
 nothing_left mpmd
 
-echo "### 4. --nodes below and above the allocation's node count"
+echo "### 5. --nodes below and above the allocation's node count"
 alloc 3 "$cohort" run --nodes 2 -n 4 "$work/where.sh"
 got=$(sed -n 's/^WHERE rank=[0-9]* node=\([^ ]*\) .*/\1/p' "$work/out" | sort -u | tr '\n' ' ')
 if [[ $rc == 0 && $got == "n1 n2 " ]]; then
@@ -258,7 +272,7 @@ else
 fi
 nothing_left nodes-3-of-2
 
-echo "### 5. a node server killed by its own rank, --enable-recovery (testprog construct-after-loss)"
+echo "### 6. a node server killed by its own rank, --enable-recovery (testprog construct-after-loss)"
 alloc 3 "$cohort" run -n 3 --enable-recovery "$testprog" construct-after-loss
 results=$(grep -c '^RESULT lost=1 members=0,2 ctx=' "$work/out")
 if [[ $rc == 137 && $results == 2 ]] &&
@@ -269,7 +283,7 @@ else
 fi
 nothing_left construct-after-loss
 
-echo "### 6. the failure detector: a frozen node server (SIGSTOP), --enable-recovery (testprog frozen-server)"
+echo "### 7. the failure detector: a frozen node server (SIGSTOP), --enable-recovery (testprog frozen-server)"
 alloc 3 "$cohort" run -n 3 --enable-recovery --peer-timeout 3 --heartbeat 0.5 "$testprog" frozen-server
 results=$(grep -c '^RESULT lost=2 members=0,1 ctx=' "$work/out")
 if [[ $rc == 137 && $results == 2 ]] &&
@@ -283,7 +297,7 @@ if grep -q "did not end within" "$work/err"; then
 fi
 nothing_left frozen-server
 
-echo "### 7. a node server killed from outside (SIGKILL to n2's cohortd), no recovery"
+echo "### 8. a node server killed from outside (SIGKILL to n2's cohortd), no recovery"
 rc=0
 # The ranks are sleep itself: a rank's own children outlive a SIGKILLed node server
 # unless the cluster's proctrack plugin (cgroup) kills the step's leftovers; this
@@ -315,7 +329,7 @@ else
 fi
 nothing_left killed-node-server
 
-echo "### 8. a node server that cannot start (its --node-addrs address is not its node's)"
+echo "### 9. a node server that cannot start (its --node-addrs address is not its node's)"
 alloc 3 "$cohort" run -n 3 --node-addrs 10.77.0.11,10.77.0.99,10.77.0.13 "$testprog" construct
 if [[ $rc == 1 ]] && grep -q "cannot start the node service (fabric on 10.77.0.99:0)" "$work/err" &&
     grep -q "could not start the job: node server n2 ended: Exited with exit code 1 (srun) during startup" "$work/err"; then
@@ -358,7 +372,7 @@ echo "AFTER steps=$steps left=${left:-none} job=$(squeue -h -j "$SLURM_JOB_ID" -
 EOF
 chmod 755 "$work/signal-inside.sh"
 
-echo "### 9. SIGTERM to cohort run: the job stops, its srun step ends (allocation still up)"
+echo "### 10. SIGTERM to cohort run: the job stops, its srun step ends (allocation still up)"
 alloc 3 "$work/signal-inside.sh" TERM "$cohort"
 if grep -q '^RUNNING sleeps=3 step=1' "$work/out" && grep -q '^STATUS 143' "$work/out" &&
     grep -q '^AFTER steps=0 left=none job=RUNNING' "$work/out"; then
@@ -368,7 +382,7 @@ else
 fi
 nothing_left sigterm
 
-echo "### 10. SIGKILL to cohort run: srun's parent-death signal cancels the step"
+echo "### 11. SIGKILL to cohort run: srun's parent-death signal cancels the step"
 alloc 3 "$work/signal-inside.sh" KILL "$cohort"
 if grep -q '^RUNNING sleeps=3 step=1' "$work/out" && grep -q '^STATUS 137' "$work/out" &&
     grep -q '^AFTER steps=0 left=none job=RUNNING' "$work/out"; then
@@ -378,7 +392,7 @@ else
 fi
 nothing_left sigkill
 
-echo "### 11. sbatch -N 3: cohort run -n 6 testprog construct in a batch job"
+echo "### 12. sbatch -N 3: cohort run -n 6 testprog construct in a batch job"
 rc=0
 timeout --kill-after=10 120 sbatch --wait -N 3 -o "$work/batch.out" \
     --wrap "$cohort run -n 6 $testprog construct" >"$work/err" 2>&1 || rc=$?

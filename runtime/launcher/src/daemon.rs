@@ -106,11 +106,11 @@ pub struct DaemonLaunch<'a> {
     pub psets: &'a [Pset],
     /// The program and arguments of every application context, one after another.
     pub command: &'a [OsString],
-    /// Under Slurm: every node's fabric address, in node order. One command line
-    /// then serves every node server of the srun step: each takes its node index and
-    /// name from the step's environment (`cohortd --slurm`), and `node`, `node_name`
-    /// and `listen` are not passed.
-    pub slurm_addrs: Option<&'a [IpAddr]>,
+    /// Under Slurm: every node's fabric address and name, in node order. One command
+    /// line then serves every node server of the srun step: each takes its node index
+    /// and name from the step's environment (`cohortd --slurm`), and `node`,
+    /// `node_name` and `listen` are not passed.
+    pub slurm_addrs: Option<(&'a [IpAddr], &'a [String])>,
 }
 
 impl DaemonLaunch<'_> {
@@ -127,7 +127,7 @@ impl DaemonLaunch<'_> {
                 "--listen".into(),
                 self.listen.to_string().into(),
             ],
-            Some(addrs) => {
+            Some((addrs, names)) => {
                 let list: Vec<String> = addrs.iter().map(IpAddr::to_string).collect();
                 vec![
                     "--slurm".into(),
@@ -135,6 +135,9 @@ impl DaemonLaunch<'_> {
                     self.nodes.to_string().into(),
                     "--node-addrs".into(),
                     list.join(",").into(),
+                    // Every node server's job map names every node alike (switch maps).
+                    "--node-names".into(),
+                    names.join(",").into(),
                 ]
             }
         };
@@ -384,6 +387,51 @@ mod tests {
             "{joined}"
         );
         assert!(!joined.to_lowercase().contains("secret"));
+    }
+
+    #[test]
+    fn one_command_line_for_every_node_server_under_slurm() {
+        let addrs: Vec<IpAddr> = vec!["10.77.0.11".parse().unwrap(), "10.77.0.12".parse().unwrap()];
+        let names = vec!["n1".to_string(), "n2".to_string()];
+        let l = DaemonLaunch {
+            node: 0,
+            nodes: 2,
+            node_name: "",
+            listen: "10.77.0.11:0".parse().unwrap(),
+            control: "10.77.0.1:999".parse().unwrap(),
+            job_dir: Path::new("/tmp/j"),
+            nspace: "ns",
+            np: 4,
+            map_by: MapBy::Slot,
+            bind_to: None,
+            first_slot: 0,
+            tag_output: false,
+            topology: None,
+            ib_device: None,
+            ib_gid_index: None,
+            spin_us: None,
+            no_shm_fence: false,
+            allgather: None,
+            detector: None,
+            exports: &[],
+            apps: &[],
+            app_exports: &[],
+            psets: &[],
+            command: &[OsString::from("prog")],
+            slurm_addrs: Some((&addrs, &names)),
+        };
+        let args: Vec<String> = l
+            .args()
+            .into_iter()
+            .map(|a| a.into_string().unwrap())
+            .collect();
+        let joined = args.join(" ");
+        assert_eq!(
+            joined,
+            "--slurm --nodes 2 --node-addrs 10.77.0.11,10.77.0.12 --node-names n1,n2 \
+             --control 10.77.0.1:999 --job-dir /tmp/j --nspace ns --np 4 --map-by slot \
+             --first-slot 0 --heartbeat-ms 1000 --peer-timeout-ms 0 -- prog"
+        );
     }
 
     #[test]

@@ -460,7 +460,7 @@ impl Launcher {
             app_exports: &self.apps.exports,
             psets: &job.psets,
             command: &self.apps.command,
-            slurm_addrs: Some(&step.nodes.addrs),
+            slurm_addrs: Some((&step.nodes.addrs, &step.nodes.names)),
         };
         let srun_args =
             slurm::srun_args(&step.nodes.names, &step.name, slurm::cluster_binds_tasks());

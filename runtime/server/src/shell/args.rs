@@ -184,6 +184,11 @@ pub struct DaemonArgs {
     #[arg(long, value_name = "IP,IP,…", value_delimiter = ',')]
     pub node_addrs: Vec<IpAddr>,
 
+    /// Every node's name, in node order (the job map's; default node0, node1, …, with
+    /// --node-name for this one)
+    #[arg(long, value_name = "NAME,NAME,…", value_delimiter = ',')]
+    pub node_names: Vec<String>,
+
     /// The rank program and its arguments (with --app: every app's, one after another)
     #[arg(last = true, required = true, value_name = "PROGRAM [ARGS]")]
     pub command: Vec<OsString>,
@@ -343,6 +348,23 @@ impl DaemonArgs {
                 self.nodes
             ));
         }
+        if !self.node_names.is_empty() {
+            if self.node_names.len() != self.nodes as usize {
+                return Err(format!(
+                    "--node-names lists {} name(s) for --nodes {}",
+                    self.node_names.len(),
+                    self.nodes
+                ));
+            }
+            let listed = &self.node_names[self.node as usize];
+            if *listed != self.node_name {
+                return Err(format!(
+                    "this is node {} ({}), but the launcher's node {} is {listed}: the \
+                     step's node order is not the allocation's",
+                    self.node, self.node_name, self.node
+                ));
+            }
+        }
         self.app_commands()?;
         self.job()?;
         Ok(())
@@ -352,6 +374,9 @@ impl DaemonArgs {
     /// mapped them, split into the application contexts, with the process sets.
     pub fn job(&self) -> Result<JobMap, String> {
         let mut job = job_map(self.map_by, self.nspace.clone(), self.np, self.nodes);
+        if self.node_names.len() == self.nodes as usize {
+            job.node_names.clone_from(&self.node_names);
+        }
         if !self.apps.is_empty() {
             let sizes = self.apps.iter().map(|&(np, _)| np).collect();
             job.set_apps(sizes).map_err(|e| format!("--app: {e}"))?;
@@ -516,6 +541,8 @@ mod tests {
             "3",
             "--node-addrs",
             "10.77.0.11,10.77.0.12,10.77.0.13",
+            "--node-names",
+            "n1,n2,n3",
             "--control",
             "10.77.0.1:4000",
             "--job-dir",
@@ -546,6 +573,13 @@ mod tests {
         assert!(a.slurm);
         assert_eq!(a.command, ["prog", "--slurm"]);
         assert!(a.validate().is_ok());
+        assert_eq!(a.job().unwrap().node_names, ["n1", "n2", "n3"]);
+
+        // A step whose node order is not the allocation's is refused.
+        let env = slurm_env(&[("SLURM_NODEID", "2"), ("SLURMD_NODENAME", "n2")]);
+        let a = DaemonArgs::try_parse_from(expand_slurm(slurm_argv(), env).unwrap()).unwrap();
+        let e = a.validate().unwrap_err();
+        assert!(e.contains("the launcher's node 2 is n3"), "{e}");
 
         // SLURM_PROCID when SLURM_NODEID is missing (one task per node).
         let env = slurm_env(&[("SLURM_PROCID", "0"), ("SLURMD_NODENAME", "n1")]);
