@@ -5,7 +5,7 @@ SHELL := /bin/bash
 export PATH := $(HOME)/.cargo/bin:$(PATH)
 CARGO ?= cargo
 
-.PHONY: setup demo test build bench bench-transport bench-sim bench-floor bench-reference lint clean
+.PHONY: setup demo test test-slurm build bench bench-transport bench-sim bench-floor bench-reference lint clean
 
 setup:
 	@scripts/setup.sh
@@ -17,12 +17,20 @@ demo: setup
 	target/release/cohort run --nodes 3 -n 6 --tag-output target/release/examples/demo
 
 # The whole suite: unit, property and integration tests (real cohortd processes), then
-# the verbs job in a soft-RoCE guest (deploy/rxe/ci.sh: QEMU, installed on first use;
-# COHORT_SKIP_RXE=1 skips it, loudly).
+# jobs under a real Slurm (deploy/slurm/ci.sh: 3 slurmd nodes in network namespaces,
+# installed on first use; COHORT_SKIP_SLURM=1 skips it, loudly), then the verbs job in
+# a soft-RoCE guest (deploy/rxe/ci.sh: QEMU, installed on first use; COHORT_SKIP_RXE=1
+# skips it, loudly).
 test: setup
 	$(CARGO) build --workspace --lib --bins --examples
 	$(CARGO) test --workspace
+	deploy/slurm/ci.sh
 	deploy/rxe/ci.sh
+
+# `cohort run` under a real Slurm of 3 nodes in network namespaces (root; installs
+# Debian's slurm-wlm and munge on first use): deploy/slurm/ci.sh.
+test-slurm: setup
+	deploy/slurm/ci.sh
 
 build: setup
 	$(CARGO) build --release --workspace --lib --bins --examples

@@ -47,6 +47,10 @@ status. When a rank fails (non-zero status or a signal) or a node server dies, t
 whole job is terminated unless --enable-recovery is given. Ctrl-C, SIGTERM and SIGHUP
 terminate the job; a second one kills the node servers at once.
 
+Under Slurm (inside salloc or sbatch, or with --launcher slurm) the node servers run
+on the allocation's nodes instead, one per node (--nodes defaults to the allocation's
+node count), started by one srun step; each listens on its node's address.
+
 MPMD: several programs form one job when their app contexts are separated by a
 standalone ':' argument, as with mpirun/prterun. Global options (--nodes, --map-by,
 --bind-to, --tag-output, --timeout, ...) come before the first app context's program;
@@ -91,6 +95,9 @@ EXAMPLES
   Keep the job running when a rank fails (the job still exits with the first failure):
       cohort run -n 4 --enable-recovery ./resilient
 
+  Inside a Slurm allocation of 3 nodes: one node server per node, 2 ranks each:
+      salloc -N 3 cohort run -n 6 ./app
+
   Build the node servers' collective trees switch by switch from a Slurm topology file:
       cohort run --nodes 8 -n 32 --topology /etc/slurm/topology.conf ./app
 
@@ -101,6 +108,9 @@ ENVIRONMENT
   COHORT_STARTUP_TIMEOUT seconds the node servers get to start and register (default: 60)
   SLURM_CONF             without --topology, a topology.conf in the same directory as
                          this file is used when it exists
+  SLURM_JOB_ID, SLURM_JOB_NODELIST
+                         with srun in PATH, the node servers run on the allocation's
+                         nodes (--launcher auto)
 
   Every rank sees COHORT_RANK, COHORT_SIZE, COHORT_LOCAL_RANK, COHORT_NODE_ID,
   COHORT_NODE_NAME, COHORT_NSPACE, COHORT_SERVER_URI, COHORT_TOKEN, COHORT_APPNUM
@@ -178,15 +188,32 @@ pub struct RunArgs {
     pub np: u32,
 
     /// Number of node servers (cohortd) to start; ranks are mapped block-wise unless
-    /// --map-by node
+    /// --map-by node [default: 1; under Slurm, one per node of the allocation]
     #[arg(
         long,
         value_name = "M",
-        default_value_t = 1,
         help_heading = "Mapping options",
         value_parser = clap::value_parser!(u32).range(1..)
     )]
-    pub nodes: u32,
+    pub nodes: Option<u32>,
+
+    /// Where the node servers run: slurm = one per node of the Slurm allocation cohort
+    /// runs in (salloc, sbatch), started by one srun step; local = all on this host,
+    /// each on its own loopback address; auto = slurm when SLURM_JOB_ID and
+    /// SLURM_JOB_NODELIST are set and srun is in PATH, else local
+    #[arg(
+        long,
+        value_name = "KIND",
+        value_enum,
+        default_value_t = crate::slurm::LauncherKind::Auto,
+        help_heading = "Mapping options"
+    )]
+    pub launcher: crate::slurm::LauncherKind,
+
+    /// Address of this host the node servers connect to (default: 127.0.0.1 for local
+    /// node servers; under Slurm, the address this host sends from to the first node)
+    #[arg(long, value_name = "IP", help_heading = "Mapping options")]
+    pub control_addr: Option<std::net::IpAddr>,
 
     /// Place ranks: slot = block over node servers; node = round-robin over node
     /// servers; numa / core = block, and within a node spread over NUMA domains / cores
@@ -267,8 +294,9 @@ pub struct RunArgs {
     pub allgather: Option<cohort_topology::Allgather>,
 
     /// Listen address of each node server's fabric, in node order (default: node i on
-    /// its own loopback address 127.0.1.(i+1)). Needed where the fabric is bound to
-    /// real interfaces, e.g. RoCE GIDs on a soft-RoCE device
+    /// its own loopback address 127.0.1.(i+1); under Slurm, each node's NodeAddr).
+    /// Needed where the fabric is bound to real interfaces, e.g. RoCE GIDs on a
+    /// soft-RoCE device
     #[arg(
         long,
         value_name = "IP,IP,…",
@@ -524,6 +552,13 @@ const VALUE_OPTIONS: &[&str] = &[
     "--np",
     "--pset",
     "--nodes",
+    "--launcher",
+    "--control-addr",
+    "--node-addrs",
+    "--ib-device",
+    "--ib-gid-index",
+    "--spin-us",
+    "--allgather",
     "-x",
     "--timeout",
     "--heartbeat",
@@ -716,7 +751,7 @@ mod tests {
             "cohort", "run", "--nodes", "3", "-n", "2", "-x", "A=1", "./a", ":", "-n", "1", "b",
         ])
         .unwrap();
-        assert_eq!((r.nodes, r.np), (3, 2));
+        assert_eq!((r.nodes, r.np), (Some(3), 2));
         assert_eq!(r.export, ["A=1"]);
     }
 
@@ -835,12 +870,47 @@ mod tests {
     }
 
     #[test]
+    fn launcher_options() {
+        use crate::slurm::LauncherKind;
+        let r = parse(&["cohort", "run", "-n", "2", "prog"]).unwrap();
+        assert_eq!(
+            (r.launcher, r.nodes, r.control_addr),
+            (LauncherKind::Auto, None, None)
+        );
+        // Options with a value before mpirun's -np: -np is still cohort's.
+        let r = parse(&[
+            "cohort",
+            "run",
+            "--launcher",
+            "slurm",
+            "--control-addr",
+            "10.0.0.1",
+            "--node-addrs",
+            "10.0.0.2,10.0.0.3",
+            "--spin-us",
+            "0",
+            "-np",
+            "4",
+            "prog",
+        ])
+        .unwrap();
+        assert_eq!(r.launcher, LauncherKind::Slurm);
+        assert_eq!(r.control_addr, Some("10.0.0.1".parse().unwrap()));
+        assert_eq!(r.node_addrs.len(), 2);
+        assert_eq!((r.np, r.command.len()), (4, 1));
+        let r = parse(&["cohort", "run", "--launcher", "local", "-n", "1", "p"]).unwrap();
+        assert_eq!(r.launcher, LauncherKind::Local);
+        assert!(parse(&["cohort", "run", "--launcher", "ssh", "-n", "1", "p"]).is_err());
+        assert!(parse(&["cohort", "run", "--control-addr", "vm", "-n", "1", "p"]).is_err());
+    }
+
+    #[test]
     fn mpirun_style_np_and_exports() {
         let r = parse(&[
             "cohort", "run", "-np", "4", "--nodes", "2", "-x", "A=1", "-x", "B", "prog", "-np",
         ])
         .unwrap();
-        assert_eq!((r.np, r.nodes), (4, 2));
+        assert_eq!((r.np, r.nodes), (4, Some(2)));
         assert_eq!(r.export, ["A=1", "B"]);
         assert_eq!(r.command, ["prog", "-np"]);
     }

@@ -2,7 +2,7 @@
 //! gets, and the exact command line and environment it is started with.
 
 use std::ffi::OsString;
-use std::net::{Ipv4Addr, SocketAddr};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
 
 use cohort_core::DetectorConfig;
@@ -78,7 +78,8 @@ pub struct DaemonLaunch<'a> {
     pub nspace: &'a str,
     pub np: u32,
     pub map_by: MapBy,
-    pub bind_to: BindTo,
+    /// `None`: each node server decides (under Slurm, where hosts differ).
+    pub bind_to: Option<BindTo>,
     /// This node server's first placement slot on its host (see `topo::plan_job`).
     pub first_slot: u32,
     pub tag_output: bool,
@@ -105,20 +106,42 @@ pub struct DaemonLaunch<'a> {
     pub psets: &'a [Pset],
     /// The program and arguments of every application context, one after another.
     pub command: &'a [OsString],
+    /// Under Slurm: every node's fabric address and name, in node order. One command
+    /// line then serves every node server of the srun step: each takes its node index
+    /// and name from the step's environment (`cohortd --slurm`), and `node`,
+    /// `node_name` and `listen` are not passed.
+    pub slurm_addrs: Option<(&'a [IpAddr], &'a [String])>,
 }
 
 impl DaemonLaunch<'_> {
     /// cohortd's arguments. Never contains a secret: those travel in the environment.
     pub fn args(&self) -> Vec<OsString> {
-        let mut a: Vec<OsString> = vec![
-            "--node".into(),
-            self.node.to_string().into(),
-            "--nodes".into(),
-            self.nodes.to_string().into(),
-            "--node-name".into(),
-            self.node_name.into(),
-            "--listen".into(),
-            self.listen.to_string().into(),
+        let mut a: Vec<OsString> = match self.slurm_addrs {
+            None => vec![
+                "--node".into(),
+                self.node.to_string().into(),
+                "--nodes".into(),
+                self.nodes.to_string().into(),
+                "--node-name".into(),
+                self.node_name.into(),
+                "--listen".into(),
+                self.listen.to_string().into(),
+            ],
+            Some((addrs, names)) => {
+                let list: Vec<String> = addrs.iter().map(IpAddr::to_string).collect();
+                vec![
+                    "--slurm".into(),
+                    "--nodes".into(),
+                    self.nodes.to_string().into(),
+                    "--node-addrs".into(),
+                    list.join(",").into(),
+                    // Every node server's job map names every node alike (switch maps).
+                    "--node-names".into(),
+                    names.join(",").into(),
+                ]
+            }
+        };
+        a.extend::<[OsString; 10]>([
             "--control".into(),
             self.control.to_string().into(),
             "--job-dir".into(),
@@ -129,11 +152,13 @@ impl DaemonLaunch<'_> {
             self.np.to_string().into(),
             "--map-by".into(),
             self.map_by.as_str().into(),
-            "--bind-to".into(),
-            self.bind_to.as_str().into(),
-            "--first-slot".into(),
-            self.first_slot.to_string().into(),
-        ];
+        ]);
+        if let Some(bind) = self.bind_to {
+            a.push("--bind-to".into());
+            a.push(bind.as_str().into());
+        }
+        a.push("--first-slot".into());
+        a.push(self.first_slot.to_string().into());
         if self.tag_output {
             a.push("--tag-output".into());
         }
@@ -217,6 +242,42 @@ impl DaemonLaunch<'_> {
     }
 }
 
+impl DaemonLaunch<'_> {
+    /// Starts every node server of the job as one srun step (`srun_args`, then
+    /// cohortd and [`DaemonLaunch::args`], which must have `slurm_addrs`): srun runs
+    /// in its own process group, with the job secret and client token in its
+    /// environment only (srun exports it to the tasks), SIGTERM as its parent-death
+    /// signal (srun then ends the step), and its stderr piped (to be relayed).
+    pub fn spawn_srun(
+        &self,
+        srun: &Path,
+        srun_args: &[OsString],
+        program: &Path,
+        job_secret: &[u8],
+        client_token: &[u8],
+    ) -> std::io::Result<tokio::process::Child> {
+        debug_assert!(self.slurm_addrs.is_some());
+        let mut cmd = tokio::process::Command::new(srun);
+        cmd.args(srun_args)
+            .arg(program)
+            .args(self.args())
+            .env(env::JOB_SECRET, to_hex(job_secret))
+            .env(env::CLIENT_TOKEN, to_hex(client_token))
+            .stdin(std::process::Stdio::null())
+            // Relayed by the launcher, which reads srun's reports of tasks that ended.
+            .stderr(std::process::Stdio::piped())
+            .process_group(0)
+            .kill_on_drop(false);
+        // SAFETY: the hooks only make async-signal-safe syscalls.
+        unsafe {
+            cmd.pre_exec(parent_death_signal(libc::SIGTERM, "the launcher"));
+            // srun passes its limits on to the tasks: the user's, not ours.
+            cmd.pre_exec(cohort_os::restore_fd_limit());
+        }
+        cmd.spawn()
+    }
+}
+
 /// Resolves `-x VAR` / `-x VAR=VAL` against the launcher's environment. Unset `VAR`s
 /// are skipped with a warning, as mpirun does.
 pub fn resolve_exports(specs: &[String]) -> Result<Vec<(String, OsString)>, String> {
@@ -294,7 +355,7 @@ mod tests {
             nspace: "cohort.1.abcd",
             np: 7,
             map_by: MapBy::Node,
-            bind_to: BindTo::Core,
+            bind_to: Some(BindTo::Core),
             first_slot: 4,
             tag_output: true,
             topology: None,
@@ -309,6 +370,7 @@ mod tests {
             app_exports: &[],
             psets: &[],
             command: &cmd,
+            slurm_addrs: None,
         };
         let args: Vec<String> = l
             .args()
@@ -328,6 +390,51 @@ mod tests {
     }
 
     #[test]
+    fn one_command_line_for_every_node_server_under_slurm() {
+        let addrs: Vec<IpAddr> = vec!["10.77.0.11".parse().unwrap(), "10.77.0.12".parse().unwrap()];
+        let names = vec!["n1".to_string(), "n2".to_string()];
+        let l = DaemonLaunch {
+            node: 0,
+            nodes: 2,
+            node_name: "",
+            listen: "10.77.0.11:0".parse().unwrap(),
+            control: "10.77.0.1:999".parse().unwrap(),
+            job_dir: Path::new("/tmp/j"),
+            nspace: "ns",
+            np: 4,
+            map_by: MapBy::Slot,
+            bind_to: None,
+            first_slot: 0,
+            tag_output: false,
+            topology: None,
+            ib_device: None,
+            ib_gid_index: None,
+            spin_us: None,
+            no_shm_fence: false,
+            allgather: None,
+            detector: None,
+            exports: &[],
+            apps: &[],
+            app_exports: &[],
+            psets: &[],
+            command: &[OsString::from("prog")],
+            slurm_addrs: Some((&addrs, &names)),
+        };
+        let args: Vec<String> = l
+            .args()
+            .into_iter()
+            .map(|a| a.into_string().unwrap())
+            .collect();
+        let joined = args.join(" ");
+        assert_eq!(
+            joined,
+            "--slurm --nodes 2 --node-addrs 10.77.0.11,10.77.0.12 --node-names n1,n2 \
+             --control 10.77.0.1:999 --job-dir /tmp/j --nspace ns --np 4 --map-by slot \
+             --first-slot 0 --heartbeat-ms 1000 --peer-timeout-ms 0 -- prog"
+        );
+    }
+
+    #[test]
     fn topology_file_is_passed_on() {
         let l = DaemonLaunch {
             node: 0,
@@ -339,7 +446,7 @@ mod tests {
             nspace: "ns",
             np: 2,
             map_by: MapBy::Slot,
-            bind_to: BindTo::None,
+            bind_to: Some(BindTo::None),
             first_slot: 0,
             tag_output: false,
             topology: Some(Path::new("/etc/slurm/topology.conf")),
@@ -354,6 +461,7 @@ mod tests {
             app_exports: &[],
             psets: &[],
             command: &[OsString::from("prog")],
+            slurm_addrs: None,
         };
         let args: Vec<String> = l
             .args()
@@ -405,7 +513,7 @@ mod tests {
             nspace: "ns",
             np: 5,
             map_by: MapBy::Slot,
-            bind_to: BindTo::None,
+            bind_to: Some(BindTo::None),
             first_slot: 0,
             tag_output: false,
             topology: None,
@@ -420,6 +528,7 @@ mod tests {
             app_exports: &app_exports,
             psets: &psets,
             command: &cmd,
+            slurm_addrs: None,
         };
         let args: Vec<String> = l
             .args()

@@ -33,6 +33,7 @@ use crate::monitor::{
     Tribunal, Verdict, FAILURE_EXIT,
 };
 use crate::reaper;
+use crate::slurm;
 use crate::topo::{plan_job, JobPlacement};
 
 /// How long every node server has to register, unless `COHORT_STARTUP_TIMEOUT` (in
@@ -53,6 +54,10 @@ fn startup_timeout() -> Duration {
 pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(4);
 /// How long SIGKILLed node servers may take to be reaped before we stop waiting.
 const KILL_WAIT: Duration = Duration::from_secs(5);
+/// How long the srun step that kills a lost node server on its node may take.
+const KILL_STEP_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long the end of srun's stderr may take to be relayed once srun ended.
+const RELAY_DRAIN: Duration = Duration::from_secs(2);
 /// Budget for killing processes orphaned below us at the very end.
 const SWEEP_BUDGET: Duration = Duration::from_secs(3);
 
@@ -91,14 +96,29 @@ pub fn run(args: RunArgs) -> i32 {
 #[derive(Debug)]
 enum Event {
     Registered(Registration),
-    Msg { node: NodeId, msg: DaemonMsg },
-    ControlClosed { node: NodeId, error: Option<String> },
-    DaemonExited { node: NodeId, how: String },
+    Msg {
+        node: NodeId,
+        msg: DaemonMsg,
+    },
+    ControlClosed {
+        node: NodeId,
+        error: Option<String>,
+    },
+    DaemonExited {
+        node: NodeId,
+        how: String,
+    },
+    /// Under Slurm: the srun step of every node server ended (`how`: srun's status).
+    StepEnded {
+        how: String,
+    },
 }
 
 /// One node server, from spawn to reaping.
 #[derive(Debug)]
 struct Daemon {
+    /// Its pid (and process group) on this host; under Slurm, the pid it registered
+    /// with, on its node (never signalled from here).
     pid: u32,
     writer: Option<OwnedWriteHalf>,
     fabric_addr: Option<String>,
@@ -134,6 +154,19 @@ impl AppLayout {
     }
 }
 
+/// The srun step that runs every node server under Slurm.
+struct SlurmStep {
+    alloc: slurm::Allocation,
+    srun: PathBuf,
+    nodes: slurm::Nodes,
+    /// The step's name (`--job-name`), to find it for scancel.
+    name: String,
+    /// srun's pid (its own process group), while it runs.
+    pid: Option<u32>,
+    /// Relays srun's stderr (the node servers' and their ranks' too) to ours.
+    relay: Option<JoinHandle<()>>,
+}
+
 struct Launcher {
     args: RunArgs,
     cohortd: PathBuf,
@@ -145,7 +178,11 @@ struct Launcher {
     listener: Option<TcpListener>,
     control_addr: SocketAddr,
     monitor: JobMonitor,
+    /// How many node servers the job has.
+    nodes: u32,
     placement: JobPlacement,
+    /// Under Slurm: the allocation's nodes the node servers run on, and their step.
+    slurm: Option<SlurmStep>,
     /// Switch map file handed to every node server.
     topology: Option<PathBuf>,
     /// The node servers' failure detector (`--heartbeat`, `--peer-timeout`).
@@ -162,18 +199,32 @@ struct Launcher {
 
 impl Launcher {
     async fn prepare(args: RunArgs) -> Result<Launcher, String> {
-        if args.nodes > daemon::MAX_NODES {
+        let srun = slurm::find_srun(std::env::var_os("PATH").as_deref());
+        let alloc = slurm::choose(
+            args.launcher,
+            slurm::Allocation::from_env(|k| std::env::var(k).ok()),
+            srun.as_deref(),
+        )?;
+        let slurm_nodes = match &alloc {
+            Some(a) => Some(slurm::resolve_nodes(a, args.nodes, &args.node_addrs)?),
+            None => None,
+        };
+        let nodes = match &slurm_nodes {
+            Some(n) => n.names.len() as u32,
+            None => args.nodes.unwrap_or(1),
+        };
+        if slurm_nodes.is_none() && nodes > daemon::MAX_NODES {
             return Err(format!(
                 "--nodes {} is more than the {} node servers one host can address",
-                args.nodes,
+                nodes,
                 daemon::MAX_NODES
             ));
         }
-        if !args.node_addrs.is_empty() && args.node_addrs.len() != args.nodes as usize {
+        if !args.node_addrs.is_empty() && args.node_addrs.len() != nodes as usize {
             return Err(format!(
                 "--node-addrs lists {} address(es) for {} node server(s); give one per node",
                 args.node_addrs.len(),
-                args.nodes
+                nodes
             ));
         }
         let detector = args.detector()?;
@@ -187,7 +238,10 @@ impl Launcher {
         let nspace = format!("cohort.{}.{}", std::process::id(), to_hex(&random(2)?));
         // The job map before anything exists: a set named like the job's namespace is
         // refused here.
-        let mut job = job_map(args.map_by, nspace, plan.np, args.nodes);
+        let mut job = job_map(args.map_by, nspace, plan.np, nodes);
+        if let Some(n) = &slurm_nodes {
+            job.node_names.clone_from(&n.names);
+        }
         if plan.apps.len() > 1 {
             job.set_apps(plan.apps.iter().map(|a| a.np).collect())?;
         }
@@ -197,21 +251,54 @@ impl Launcher {
         }
         let job_dir =
             JobDir::create().map_err(|e| format!("cannot create the job directory: {e}"))?;
-        let listener = TcpListener::bind("127.0.0.1:0")
+        let control_ip = match &slurm_nodes {
+            Some(n) => slurm::control_ip(args.control_addr, n.addrs[0])?,
+            None => args
+                .control_addr
+                .unwrap_or(std::net::Ipv4Addr::LOCALHOST.into()),
+        };
+        let listener = TcpListener::bind(SocketAddr::new(control_ip, 0))
             .await
-            .map_err(|e| format!("cannot listen for node servers on 127.0.0.1: {e}"))?;
+            .map_err(|e| format!("cannot listen for node servers on {control_ip}: {e}"))?;
         let control_addr = listener
             .local_addr()
             .map_err(|e| format!("control listener: {e}"))?;
         let topology = topology_file(args.topology.as_deref(), &job)?;
-        // Every node server runs on this host, so this host's cores decide.
-        let placement = plan_job(args.bind_to, &job, &Discover { io: false }.run());
+        let placement = match &slurm_nodes {
+            // Every node server runs on this host, so this host's cores decide.
+            None => plan_job(args.bind_to, &job, &Discover { io: false }.run()),
+            // One node server per host: each decides on its own host's cores, unless
+            // --bind-to says (passed on as given).
+            Some(_) => JobPlacement {
+                bind_to: args.bind_to.unwrap_or(cohort_topology::BindTo::Core),
+                first_slots: vec![0; nodes as usize],
+                notice: None,
+            },
+        };
         if let Some(notice) = &placement.notice {
             crate::say(format_args!("{notice}"));
         }
+        let slurm = match (alloc, slurm_nodes, srun) {
+            (Some(alloc), Some(nodes), Some(srun)) => {
+                tracing::info!(
+                    job = %alloc.job_id, nodes = %hostlist::compress(&nodes.names),
+                    addrs = ?nodes.addrs, control = %control_addr,
+                    "node servers run on the Slurm allocation's nodes"
+                );
+                Some(SlurmStep {
+                    name: format!("cohortd.{}", job.nspace),
+                    alloc,
+                    srun,
+                    nodes,
+                    pid: None,
+                    relay: None,
+                })
+            }
+            _ => None,
+        };
         tracing::info!(
             nspace = %job.nspace, np = plan.np, apps = plan.apps.len(),
-            psets = plan.psets.len(), nodes = args.nodes,
+            psets = plan.psets.len(), nodes,
             map_by = %args.map_by, bind_to = %placement.bind_to,
             cohortd = %cohortd.display(), job_dir = %job_dir.path().display(),
             "launching"
@@ -224,8 +311,10 @@ impl Launcher {
             detector,
             tribunal: {
                 let d = detector.unwrap_or(cohort_core::DetectorConfig::DEFAULT);
-                Tribunal::new(d.timeout, d.period, args.nodes as NodeId)
+                Tribunal::new(d.timeout, d.period, nodes as NodeId)
             },
+            nodes,
+            slurm,
             args,
             cohortd,
             exports,
@@ -263,12 +352,15 @@ impl Launcher {
         self.tasks.push(tokio::spawn(accept_loop(
             listener,
             self.job_secret.clone(),
-            self.args.nodes,
+            self.nodes,
             self.detector.map(|d| d.timeout),
             self.tx.clone(),
         )));
+        if self.slurm.is_some() {
+            return self.spawn_step();
+        }
         let job = self.monitor.job().clone();
-        for node in 0..self.args.nodes {
+        for node in 0..self.nodes {
             let ip = match self.args.node_addrs.get(node as usize) {
                 Some(ip) => *ip,
                 None => daemon::node_address(node)
@@ -277,7 +369,7 @@ impl Launcher {
             };
             let launch = DaemonLaunch {
                 node,
-                nodes: self.args.nodes,
+                nodes: self.nodes,
                 node_name: &job.node_names[node as usize],
                 listen: SocketAddr::new(ip, 0),
                 control: self.control_addr,
@@ -285,7 +377,7 @@ impl Launcher {
                 nspace: &job.nspace,
                 np: job.size(),
                 map_by: self.args.map_by,
-                bind_to: self.placement.bind_to,
+                bind_to: Some(self.placement.bind_to),
                 first_slot: self.placement.first_slots[node as usize],
                 tag_output: self.args.tag_output,
                 topology: self.topology.as_deref(),
@@ -305,6 +397,7 @@ impl Launcher {
                 app_exports: &self.apps.exports,
                 psets: &job.psets,
                 command: &self.apps.command,
+                slurm_addrs: None,
             };
             let mut child = launch
                 .spawn(&self.cohortd, &self.job_secret, &self.client_token)
@@ -332,6 +425,80 @@ impl Launcher {
                 let _ = tx.send(Event::DaemonExited { node, how });
             }));
         }
+        Ok(())
+    }
+
+    /// Under Slurm: starts every node server with one srun step over the allocation's
+    /// nodes, and watches srun (the node servers are not our children: each one's end
+    /// shows as its control connection closing, all of them as srun's exit).
+    fn spawn_step(&mut self) -> Result<(), String> {
+        let step = self.slurm.as_ref().expect("under Slurm");
+        let job = self.monitor.job().clone();
+        let launch = DaemonLaunch {
+            node: 0,
+            nodes: self.nodes,
+            node_name: "",
+            listen: SocketAddr::new(step.nodes.addrs[0], 0),
+            control: self.control_addr,
+            job_dir: self.job_dir.path(),
+            nspace: &job.nspace,
+            np: job.size(),
+            map_by: self.args.map_by,
+            bind_to: self.args.bind_to,
+            first_slot: 0,
+            tag_output: self.args.tag_output,
+            topology: self.topology.as_deref(),
+            ib_device: self.args.ib_device.as_deref(),
+            ib_gid_index: self.args.ib_gid_index,
+            spin_us: self.args.spin_us,
+            no_shm_fence: self.args.no_shm_fence,
+            detector: self.detector,
+            // Separate hosts: cohortd's default (auto) unless --allgather says.
+            allgather: self.args.allgather,
+            exports: &self.exports,
+            apps: &self.apps.layout,
+            app_exports: &self.apps.exports,
+            psets: &job.psets,
+            command: &self.apps.command,
+            slurm_addrs: Some((&step.nodes.addrs, &step.nodes.names)),
+        };
+        let srun_args =
+            slurm::srun_args(&step.nodes.names, &step.name, slurm::cluster_binds_tasks());
+        let mut child = launch
+            .spawn_srun(
+                &step.srun,
+                &srun_args,
+                &self.cohortd,
+                &self.job_secret,
+                &self.client_token,
+            )
+            .map_err(|e| format!("cannot start {}: {e}", step.srun.display()))?;
+        let pid = child.id().unwrap_or(0);
+        tracing::debug!(pid, job = %step.alloc.job_id, "srun step started");
+        let relay = child
+            .stderr
+            .take()
+            .map(|err| tokio::spawn(relay_srun_stderr(err, self.tx.clone())));
+        if let Some(step) = self.slurm.as_mut() {
+            step.pid = Some(pid);
+            step.relay = relay;
+        }
+        for _ in 0..self.nodes {
+            self.daemons.push(Daemon {
+                pid: 0,
+                writer: None,
+                fabric_addr: None,
+                running: true,
+            });
+        }
+        let tx = self.tx.clone();
+        self.tasks.push(tokio::spawn(async move {
+            let how = match child.wait().await {
+                Ok(st) => describe_status(&rank_status(st)),
+                Err(e) => format!("could not be waited for ({e})"),
+            };
+            let _ = tx.send(Event::StepEnded { how });
+        }));
         Ok(())
     }
 
@@ -454,8 +621,39 @@ impl Launcher {
                     Some(e) => format!("broke its control connection ({e})"),
                     None => "closed its control connection".to_string(),
                 };
-                // Without the launcher it stops (or is gone already).
+                // Without the launcher it stops (or is gone already). Under Slurm this
+                // is all the launcher sees of its end.
+                if self.slurm.is_some() {
+                    self.daemons[node as usize].running = false;
+                }
                 self.daemon_gone(node, reason).await
+            }
+            Event::StepEnded { how } => {
+                if let Some(step) = self.slurm.as_mut() {
+                    step.pid = None;
+                }
+                let mut verdict = None;
+                for node in 0..self.nodes {
+                    if !self.daemons[node as usize].running {
+                        continue;
+                    }
+                    self.daemons[node as usize].running = false;
+                    let reason = format!("ended with its srun step (srun {how})");
+                    let v = self.daemon_gone(node, reason).await;
+                    verdict = verdict.or(v);
+                }
+                verdict
+            }
+            Event::DaemonExited { node, how } if self.slurm.is_some() => {
+                // srun's report of a task that ended: acted on during startup only, when
+                // no rank runs and only srun and node servers write to srun's stderr
+                // (afterwards the control connection tells).
+                let d = self.daemons.get_mut(node as usize)?;
+                if self.started || !d.running {
+                    return None;
+                }
+                d.running = false;
+                self.daemon_gone(node, format!("ended: {how} (srun)")).await
             }
             Event::DaemonExited { node, how } => {
                 self.daemons[node as usize].running = false;
@@ -513,7 +711,9 @@ impl Launcher {
             tracing::warn!(node, "refusing a second registration for node{node}");
             return None;
         }
-        if reg.pid != slot.pid {
+        if self.slurm.is_some() {
+            slot.pid = reg.pid;
+        } else if reg.pid != slot.pid {
             tracing::warn!(
                 node,
                 expected = slot.pid,
@@ -579,7 +779,7 @@ impl Launcher {
             DaemonMsg::Launched => {
                 self.launched += 1;
                 tracing::debug!(node, "ranks launched");
-                if self.launched == self.args.nodes {
+                if self.launched == self.nodes {
                     tracing::info!("every rank has been launched");
                 }
                 None
@@ -808,6 +1008,39 @@ impl Launcher {
     /// others it is lost.
     async fn condemn(&mut self, node: NodeId, reason: String) -> Option<Verdict> {
         let pid = self.daemons[node as usize].pid;
+        if let Some(step) = &self.slurm {
+            // On another host: a step of its own on that node SIGKILLs it there, and
+            // closing its control connection stops it (and its ranks) should that
+            // fail while it still runs.
+            tracing::warn!(
+                node,
+                pid,
+                "killing a node server declared lost (srun … kill)"
+            );
+            if pid != 0 {
+                let name = &step.nodes.names[node as usize];
+                let args = slurm::kill_args(name, pid);
+                let srun = step.srun.clone();
+                self.tasks.push(tokio::spawn(async move {
+                    let run = tokio::process::Command::new(&srun)
+                        .args(&args)
+                        .stdin(std::process::Stdio::null())
+                        .kill_on_drop(true)
+                        .status();
+                    match tokio::time::timeout(KILL_STEP_TIMEOUT, run).await {
+                        Ok(Ok(st)) if st.success() => {}
+                        Ok(Ok(st)) => tracing::warn!(node, "srun … kill: {st}"),
+                        Ok(Err(e)) => tracing::warn!(node, "srun … kill: {e}"),
+                        Err(_) => tracing::warn!(node, "srun … kill: no answer"),
+                    }
+                }));
+            }
+            let d = &mut self.daemons[node as usize];
+            d.writer = None;
+            d.running = false;
+            self.announce_lost(node, false).await;
+            return self.daemon_failed(node, format!("(pid {pid}) {reason}; killed"));
+        }
         tracing::warn!(node, pid, "killing a node server declared lost");
         reaper::signal_group(pid, libc::SIGKILL);
         self.announce_lost(node, false).await;
@@ -841,7 +1074,10 @@ impl Launcher {
             .iter()
             .enumerate()
             .filter(|(_, d)| d.fabric_addr.is_none())
-            .map(|(i, d)| format!("{} (pid {})", self.monitor.node_name(i as NodeId), d.pid))
+            .map(|(i, d)| match d.pid {
+                0 => self.monitor.node_name(i as NodeId),
+                pid => format!("{} (pid {pid})", self.monitor.node_name(i as NodeId)),
+            })
             .collect();
         format!(
             "node server(s) {} did not register within {} s",
@@ -853,6 +1089,7 @@ impl Launcher {
     /// Stops every node server (Shutdown, then SIGKILL after the grace period), reaps
     /// them, kills anything orphaned below us, and removes the job directory.
     async fn shut_down(&mut self, signals: &mut TerminatingSignals) {
+        let mut unregistered = false;
         for (node, d) in self.daemons.iter_mut().enumerate() {
             if !d.running {
                 continue;
@@ -868,11 +1105,22 @@ impl Launcher {
                 ),
                 None => false,
             };
-            if !told {
+            if !told && self.slurm.is_some() {
+                unregistered = true;
+            } else if !told {
                 // Not registered (or unreachable): its SIGTERM handler does the same.
                 tracing::debug!(node, "sending SIGTERM to an unregistered node server");
                 reaper::signal_group(d.pid, libc::SIGTERM);
             }
+        }
+        if self.slurm.is_some() {
+            if unregistered {
+                // One node server that cannot be told holds the step: srun cancels it
+                // on SIGTERM.
+                tracing::debug!("ending the srun step: a node server cannot be told");
+                self.end_step(libc::SIGTERM);
+            }
+            return self.shut_down_step(signals).await;
         }
 
         let grace_end = Instant::now() + SHUTDOWN_GRACE;
@@ -920,6 +1168,70 @@ impl Launcher {
             tracing::info!(swept, "killed processes the job left behind");
         }
         self.job_dir.remove();
+    }
+
+    /// Under Slurm: waits for srun to end after every node server was told to stop;
+    /// past the grace period (or on a signal) the step is cancelled.
+    async fn shut_down_step(&mut self, signals: &mut TerminatingSignals) {
+        let grace_end = Instant::now() + SHUTDOWN_GRACE;
+        let mut kill_deadline: Option<Instant> = None;
+        while self.slurm.as_ref().is_some_and(|s| s.pid.is_some()) {
+            let far = Instant::now() + Duration::from_secs(3600);
+            tokio::select! {
+                ev = self.rx.recv() => match ev.expect("the launcher holds a sender") {
+                    Event::StepEnded { how } => {
+                        tracing::debug!("srun step ended: srun {how}");
+                        if let Some(step) = self.slurm.as_mut() {
+                            step.pid = None;
+                        }
+                    }
+                    other => tracing::trace!(?other, "ignored during shutdown"),
+                },
+                _ = sleep_until(grace_end), if kill_deadline.is_none() => {
+                    let grace = SHUTDOWN_GRACE.as_secs();
+                    crate::say(format_args!(
+                        "the node servers' srun step did not end within {grace} s; cancelling it"
+                    ));
+                    kill_deadline = Some(self.end_step(libc::SIGTERM));
+                }
+                sig = signals.recv(), if kill_deadline.is_none() => {
+                    crate::say(format_args!(
+                        "received {} while stopping the job; cancelling the node servers' \
+                         srun step now",
+                        signal_name(sig)
+                    ));
+                    kill_deadline = Some(self.end_step(libc::SIGTERM));
+                }
+                _ = sleep_until(kill_deadline.unwrap_or(far)), if kill_deadline.is_some() => {
+                    tracing::error!("srun did not end; cancelling its step and killing it");
+                    if let Some(step) = &self.slurm {
+                        slurm::cancel_step(&step.alloc.job_id, &step.name);
+                    }
+                    self.end_step(libc::SIGKILL);
+                    break;
+                }
+            }
+        }
+        // Whatever srun wrote last (a rank's last stderr lines) is relayed before we go.
+        if let Some(relay) = self.slurm.as_mut().and_then(|s| s.relay.take()) {
+            let _ = tokio::time::timeout(RELAY_DRAIN, relay).await;
+        }
+        for task in self.tasks.drain(..) {
+            task.abort();
+        }
+        let swept = reaper::sweep_orphans(SWEEP_BUDGET);
+        if swept > 0 {
+            tracing::info!(swept, "killed processes the job left behind");
+        }
+        self.job_dir.remove();
+    }
+
+    /// Sends `signal` to srun (SIGTERM: srun cancels the step, killing every task).
+    fn end_step(&self, signal: i32) -> Instant {
+        if let Some(pid) = self.slurm.as_ref().and_then(|s| s.pid) {
+            reaper::signal_group(pid, signal);
+        }
+        Instant::now() + KILL_WAIT
     }
 
     fn kill_daemons(&self) -> Instant {
@@ -1047,6 +1359,27 @@ async fn accept_loop(
                 }
             }
         });
+    }
+}
+
+/// Copies srun's stderr to ours line by line (it carries the node servers' and their
+/// ranks' stderr too), and turns srun's reports of tasks that ended into
+/// `DaemonExited` (task i is node server i).
+async fn relay_srun_stderr(err: tokio::process::ChildStderr, tx: mpsc::UnboundedSender<Event>) {
+    use std::io::Write;
+    use tokio::io::AsyncBufReadExt;
+    let mut reader = tokio::io::BufReader::new(err);
+    let mut line = Vec::new();
+    loop {
+        line.clear();
+        match reader.read_until(b'\n', &mut line).await {
+            Ok(0) | Err(_) => return,
+            Ok(_) => {}
+        }
+        let _ = std::io::stderr().write_all(&line);
+        if let Some((node, how)) = slurm::task_exit(&String::from_utf8_lossy(&line)) {
+            let _ = tx.send(Event::DaemonExited { node, how });
+        }
     }
 }
 

@@ -14,6 +14,7 @@ pub mod jobdir;
 pub mod launch;
 pub mod monitor;
 pub mod reaper;
+pub mod slurm;
 pub mod topo;
 
 /// Writes `cohort: <msg>` to stderr. A closed stderr is ignored rather than turned into

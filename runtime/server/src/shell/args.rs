@@ -2,7 +2,7 @@
 //! from the environment (see `Secrets` in the shell module).
 
 use std::ffi::OsString;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -174,9 +174,111 @@ pub struct DaemonArgs {
     )]
     pub psets: Vec<(String, RankSet)>,
 
+    /// Started by srun under Slurm: the node index comes from SLURM_NODEID, the node
+    /// name from SLURMD_NODENAME and the listen address from --node-addrs, in place
+    /// of --node, --node-name and --listen (one command line for every node server)
+    #[arg(long, requires = "node_addrs")]
+    pub slurm: bool,
+
+    /// With --slurm: every node server's fabric address, in node order
+    #[arg(long, value_name = "IP,IP,…", value_delimiter = ',')]
+    pub node_addrs: Vec<IpAddr>,
+
+    /// Every node's name, in node order (the job map's; default node0, node1, …, with
+    /// --node-name for this one)
+    #[arg(long, value_name = "NAME,NAME,…", value_delimiter = ',')]
+    pub node_names: Vec<String>,
+
     /// The rank program and its arguments (with --app: every app's, one after another)
     #[arg(last = true, required = true, value_name = "PROGRAM [ARGS]")]
     pub command: Vec<OsString>,
+}
+
+/// Variables of the srun step's environment that describe one task of it, not the
+/// ranks a node server starts: removed before they could leak into the ranks'.
+pub const SLURM_TASK_VARS: &[&str] = &[
+    "SLURM_PROCID",
+    "SLURM_LOCALID",
+    "SLURM_NODEID",
+    "SLURM_GTIDS",
+    "SLURM_TASK_PID",
+    "SLURM_CPU_BIND",
+    "SLURM_CPU_BIND_LIST",
+    "SLURM_CPU_BIND_TYPE",
+    "SLURM_CPU_BIND_VERBOSE",
+];
+
+/// cohortd's command line with `--slurm` expanded: `--node I --node-name NAME
+/// --listen IP:0` are put in front, I from SLURM_NODEID (else SLURM_PROCID: one task
+/// per node), NAME from SLURMD_NODENAME (else the host name) and IP the I-th of
+/// `--node-addrs`. Any other command line is returned as it is. `env` looks variables
+/// up.
+pub fn expand_slurm(
+    argv: Vec<OsString>,
+    env: impl Fn(&str) -> Option<String>,
+) -> Result<Vec<OsString>, String> {
+    let end = argv.iter().position(|a| a == "--").unwrap_or(argv.len());
+    if !argv[..end].iter().any(|a| a == "--slurm") {
+        return Ok(argv);
+    }
+    // --node-addrs LIST or --node-addrs=LIST, before `--`.
+    let mut addrs: Option<String> = None;
+    for (i, a) in argv[..end].iter().enumerate() {
+        let a = a.to_string_lossy();
+        if let Some(v) = a.strip_prefix("--node-addrs=") {
+            addrs = Some(v.to_string());
+        } else if a == "--node-addrs" {
+            addrs = argv.get(i + 1).map(|v| v.to_string_lossy().into_owned());
+        }
+    }
+    let addrs: Vec<IpAddr> = addrs
+        .ok_or("--slurm needs --node-addrs")?
+        .split(',')
+        .map(|a| {
+            a.trim()
+                .parse()
+                .map_err(|_| format!("--node-addrs: {a:?} is not an IP address"))
+        })
+        .collect::<Result<_, _>>()?;
+    let var = |name: &str| env(name).filter(|v| !v.trim().is_empty());
+    let (from, index) = match var("SLURM_NODEID") {
+        Some(v) => ("SLURM_NODEID", v),
+        None => (
+            "SLURM_PROCID",
+            var("SLURM_PROCID").ok_or(
+                "--slurm: neither SLURM_NODEID nor SLURM_PROCID is set (cohortd --slurm is                  started by `cohort run` through srun)",
+            )?,
+        ),
+    };
+    let node: u32 = index
+        .trim()
+        .parse()
+        .map_err(|_| format!("--slurm: {from}={index} is not a node index"))?;
+    let ip = addrs.get(node as usize).ok_or_else(|| {
+        format!(
+            "--slurm: {from}={node}, but --node-addrs lists {} node(s)",
+            addrs.len()
+        )
+    })?;
+    let name = var("SLURMD_NODENAME")
+        .or_else(|| var("HOSTNAME"))
+        .unwrap_or_else(|| format!("node{node}"));
+    let mut out = Vec::with_capacity(argv.len() + 6);
+    let mut argv = argv.into_iter();
+    out.extend(argv.next()); // the program name
+    out.extend(
+        [
+            "--node".to_string(),
+            node.to_string(),
+            "--node-name".to_string(),
+            name.trim().to_string(),
+            "--listen".to_string(),
+            SocketAddr::new(*ip, 0).to_string(),
+        ]
+        .map(OsString::from),
+    );
+    out.extend(argv);
+    Ok(out)
 }
 
 /// What the ranks of one application context run.
@@ -239,6 +341,30 @@ impl DaemonArgs {
         if let Some(d) = self.detector() {
             d.validate()?;
         }
+        if self.slurm && self.node_addrs.len() != self.nodes as usize {
+            return Err(format!(
+                "--node-addrs lists {} address(es) for --nodes {}",
+                self.node_addrs.len(),
+                self.nodes
+            ));
+        }
+        if !self.node_names.is_empty() {
+            if self.node_names.len() != self.nodes as usize {
+                return Err(format!(
+                    "--node-names lists {} name(s) for --nodes {}",
+                    self.node_names.len(),
+                    self.nodes
+                ));
+            }
+            let listed = &self.node_names[self.node as usize];
+            if *listed != self.node_name {
+                return Err(format!(
+                    "this is node {} ({}), but the launcher's node {} is {listed}: the \
+                     step's node order is not the allocation's",
+                    self.node, self.node_name, self.node
+                ));
+            }
+        }
         self.app_commands()?;
         self.job()?;
         Ok(())
@@ -248,6 +374,9 @@ impl DaemonArgs {
     /// mapped them, split into the application contexts, with the process sets.
     pub fn job(&self) -> Result<JobMap, String> {
         let mut job = job_map(self.map_by, self.nspace.clone(), self.np, self.nodes);
+        if self.node_names.len() == self.nodes as usize {
+            job.node_names.clone_from(&self.node_names);
+        }
         if !self.apps.is_empty() {
             let sizes = self.apps.iter().map(|&(np, _)| np).collect();
             job.set_apps(sizes).map_err(|e| format!("--app: {e}"))?;
@@ -391,6 +520,104 @@ mod tests {
         assert_eq!(a.export, [("A".into(), "b=c".into())]);
         assert_eq!(a.command, ["sh", "-c", "echo -x"]);
         assert!(a.validate().is_ok());
+    }
+
+    fn slurm_env(
+        pairs: &'static [(&'static str, &'static str)],
+    ) -> impl Fn(&str) -> Option<String> {
+        move |k| {
+            pairs
+                .iter()
+                .find(|(n, _)| *n == k)
+                .map(|(_, v)| v.to_string())
+        }
+    }
+
+    fn slurm_argv() -> Vec<OsString> {
+        [
+            "cohortd",
+            "--slurm",
+            "--nodes",
+            "3",
+            "--node-addrs",
+            "10.77.0.11,10.77.0.12,10.77.0.13",
+            "--node-names",
+            "n1,n2,n3",
+            "--control",
+            "10.77.0.1:4000",
+            "--job-dir",
+            "/tmp/j",
+            "--nspace",
+            "ns",
+            "--np",
+            "6",
+            "--",
+            "prog",
+            "--slurm",
+        ]
+        .map(OsString::from)
+        .into()
+    }
+
+    #[test]
+    fn slurm_node_index_name_and_address_come_from_the_step() {
+        let env = slurm_env(&[
+            ("SLURM_NODEID", "2"),
+            ("SLURM_PROCID", "2"),
+            ("SLURMD_NODENAME", "n3"),
+        ]);
+        let argv = expand_slurm(slurm_argv(), env).unwrap();
+        let a = DaemonArgs::try_parse_from(argv).unwrap();
+        assert_eq!((a.node, a.nodes, a.node_name.as_str()), (2, 3, "n3"));
+        assert_eq!(a.listen, "10.77.0.13:0".parse().unwrap());
+        assert!(a.slurm);
+        assert_eq!(a.command, ["prog", "--slurm"]);
+        assert!(a.validate().is_ok());
+        assert_eq!(a.job().unwrap().node_names, ["n1", "n2", "n3"]);
+
+        // A step whose node order is not the allocation's is refused.
+        let env = slurm_env(&[("SLURM_NODEID", "2"), ("SLURMD_NODENAME", "n2")]);
+        let a = DaemonArgs::try_parse_from(expand_slurm(slurm_argv(), env).unwrap()).unwrap();
+        let e = a.validate().unwrap_err();
+        assert!(e.contains("the launcher's node 2 is n3"), "{e}");
+
+        // SLURM_PROCID when SLURM_NODEID is missing (one task per node).
+        let env = slurm_env(&[("SLURM_PROCID", "0"), ("SLURMD_NODENAME", "n1")]);
+        let a = DaemonArgs::try_parse_from(expand_slurm(slurm_argv(), env).unwrap()).unwrap();
+        assert_eq!(
+            (a.node, a.listen.ip().to_string().as_str()),
+            (0, "10.77.0.11")
+        );
+
+        // Out of range, not a number, not under srun.
+        let env = slurm_env(&[("SLURM_NODEID", "3")]);
+        let e = expand_slurm(slurm_argv(), env).unwrap_err();
+        assert!(e.contains("lists 3 node"), "{e}");
+        let env = slurm_env(&[("SLURM_NODEID", "x")]);
+        assert!(expand_slurm(slurm_argv(), env)
+            .unwrap_err()
+            .contains("not a node index"));
+        let e = expand_slurm(slurm_argv(), slurm_env(&[])).unwrap_err();
+        assert!(e.contains("SLURM_NODEID"), "{e}");
+
+        // Without --slurm before `--`, the command line is left alone.
+        let plain: Vec<OsString> = ["cohortd", "--node", "0", "--", "prog", "--slurm"]
+            .map(OsString::from)
+            .into();
+        assert_eq!(expand_slurm(plain.clone(), slurm_env(&[])).unwrap(), plain);
+    }
+
+    #[test]
+    fn slurm_node_addresses_must_cover_the_nodes() {
+        let env = slurm_env(&[("SLURM_NODEID", "0"), ("SLURMD_NODENAME", "n1")]);
+        let mut argv = slurm_argv();
+        argv[5] = "10.77.0.11,10.77.0.12".into();
+        let a = DaemonArgs::try_parse_from(expand_slurm(argv, env).unwrap()).unwrap();
+        assert!(a.validate().unwrap_err().contains("--node-addrs"));
+        let mut argv = slurm_argv();
+        argv[5] = "n1,n2,n3".into();
+        let env = slurm_env(&[("SLURM_NODEID", "0")]);
+        assert!(expand_slurm(argv, env).unwrap_err().contains("not an IP"));
     }
 
     #[test]

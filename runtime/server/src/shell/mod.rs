@@ -91,7 +91,20 @@ fn decode_secret(name: &str, value: Option<std::ffi::OsString>) -> Result<Vec<u8
 
 /// Entry point; returns the process exit status.
 pub fn main() -> i32 {
-    let args = DaemonArgs::parse();
+    let argv = match args::expand_slurm(std::env::args_os().collect(), |k| std::env::var(k).ok()) {
+        Ok(argv) => argv,
+        Err(e) => {
+            say(format_args!("{e}"));
+            return 2;
+        }
+    };
+    let args = DaemonArgs::parse_from(argv);
+    if args.slurm {
+        // Before any thread: the step's per-task variables are not the ranks'.
+        for var in args::SLURM_TASK_VARS {
+            std::env::remove_var(var);
+        }
+    }
     let secrets = match Secrets::take_from_env() {
         Ok(s) => s,
         Err(e) => {
@@ -299,6 +312,18 @@ async fn bind_service(
     verbs: VerbsOptions,
 ) -> Option<(NodeService, PathBuf)> {
     let socket_dir = args.job_dir.join(format!("node{}", args.node));
+    // Under Slurm the launcher's job directory is on its own host: on every other
+    // node the first node server there makes it.
+    if args.slurm {
+        if let Err(e) = ensure_job_dir(&args.job_dir) {
+            say(format_args!(
+                "{}: cannot create the job directory {}: {e}",
+                args.node_name,
+                args.job_dir.display()
+            ));
+            return None;
+        }
+    }
     if let Err(e) = create_private_dir(&socket_dir) {
         say(format_args!(
             "{}: cannot create the socket directory {}: {e}",
@@ -581,8 +606,9 @@ async fn finish(svc: &NodeService, socket_dir: &Path, args: &DaemonArgs, end: En
         tracing::warn!("the node service did not shut down within {SERVICE_SHUTDOWN:?}");
     }
     remove_dir(socket_dir);
-    if matches!(end, End::LauncherLost(_)) {
-        // Only succeeds once it is empty, i.e. for the last node server out.
+    if args.slurm || matches!(end, End::LauncherLost(_)) {
+        // Only succeeds once it is empty, i.e. for the last node server out (under
+        // Slurm, the one that made it on its node; the launcher removes its own).
         let _ = std::fs::remove_dir(&args.job_dir);
     }
     end.exit_code()
@@ -630,6 +656,27 @@ fn create_private_dir(dir: &Path) -> std::io::Result<()> {
                 return Err(std::io::Error::other("exists and is not a directory"));
             }
             std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// Makes the job directory (mode 0700) if it does not exist; one that does must be a
+/// directory of ours that nobody else may write to.
+fn ensure_job_dir(dir: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    match std::fs::DirBuilder::new().mode(0o700).create(dir) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+            let meta = std::fs::symlink_metadata(dir)?;
+            // SAFETY: getuid has no preconditions and cannot fail.
+            let uid = unsafe { libc::getuid() };
+            if !meta.is_dir() || meta.uid() != uid || meta.mode() & 0o022 != 0 {
+                return Err(std::io::Error::other(
+                    "exists, and is not a directory of this user's that only it may write to",
+                ));
+            }
+            Ok(())
         }
         Err(e) => Err(e),
     }

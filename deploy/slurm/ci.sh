@@ -1,0 +1,411 @@
+#!/usr/bin/env bash
+# deploy/slurm/ci.sh — `cohort run` under a real Slurm: brings up a throw-away Slurm
+# (slurmctld and 3 slurmd nodes n1..n3, each in a network namespace of its own with
+# address 10.77.0.11-13; shared/tools/slurm-local/start-slurm.sh, which installs
+# Debian's slurm-wlm and munge on first use), runs real jobs in allocations of it, and
+# stops it again. Every job is checked for its output and exit status, and after each
+# one nothing may be left: no job step in squeue, no cohortd or rank in the nodes'
+# namespaces, no srun.
+#
+#   deploy/slurm/ci.sh        (root; from anywhere; honours CARGO_TARGET_DIR and CARGO)
+#   make test-slurm           (the same)
+#
+# Jobs: a group construct over 6 ranks on 3 nodes (salloc), also over switch-aware
+# trees (--topology); where the ranks ran, their environment and the secrets kept off
+# command lines; an MPMD job; --nodes below and
+# above the allocation's node count; a node server killed with --enable-recovery
+# (testprog construct-after-loss), one frozen (the failure detector finds it), one
+# killed from outside without recovery, and one that cannot start; SIGTERM and SIGKILL
+# to cohort run inside a still running allocation; and a batch job (sbatch). Exits 0
+# when all pass. Every step is bounded by a timeout, the whole script by
+# COHORT_SLURM_CI_TIMEOUT (default 1500 s: the first run installs Slurm).
+# SLURM_LOCAL_TOOLS names the directory of start-slurm.sh / stop-slurm.sh (default:
+# shared/tools/slurm-local beside the repository, else /work/shared/tools/slurm-local).
+# `make test` runs it; COHORT_SKIP_SLURM=1 skips it on purpose, loudly.
+set -uo pipefail
+repo=$(cd "$(dirname "$0")/../.." && pwd)
+cd "$repo"
+cargo=${CARGO:-cargo}
+started=$(date +%s)
+
+if [[ ${COHORT_SKIP_SLURM:-0} == 1 ]]; then
+    echo "################################################################" >&2
+    echo "## Slurm CI job SKIPPED (COHORT_SKIP_SLURM=1): cohort run under" >&2
+    echo "## Slurm was NOT tested in this run." >&2
+    echo "################################################################" >&2
+    exit 0
+fi
+tools=${SLURM_LOCAL_TOOLS:-}
+if [[ -z $tools ]]; then
+    for d in "$repo/../shared/tools/slurm-local" /work/shared/tools/slurm-local; do
+        [[ -f $d/start-slurm.sh ]] && { tools=$d; break; }
+    done
+fi
+if [[ -z $tools || ! -f $tools/start-slurm.sh ]]; then
+    echo "slurm CI job: start-slurm.sh not found (set SLURM_LOCAL_TOOLS, or COHORT_SKIP_SLURM=1)" >&2
+    exit 125
+fi
+export SLURM_LOCAL_TOOLS=$tools
+stop_slurm() { bash "$tools/stop-slurm.sh" >/dev/null 2>&1 || true; }
+
+if [[ ${COHORT_SLURM_CI_INNER:-0} != 1 ]]; then
+    # The whole run under one timeout; the Slurm it started is stopped in any case.
+    export COHORT_SLURM_CI_INNER=1
+    status=0
+    timeout --kill-after=20 "${COHORT_SLURM_CI_TIMEOUT:-1500}" bash "$0" "$@" || status=$?
+    if ((status == 124 || status == 137)); then
+        echo "slurm CI job: TIMED OUT after $(($(date +%s) - started)) s" >&2
+        stop_slurm
+    fi
+    exit $status
+fi
+
+if [[ $(id -u) != 0 ]]; then
+    echo "slurm CI job: needs root (network namespaces, slurmd)" >&2
+    exit 125
+fi
+
+if ! "$cargo" build --bins --examples >/tmp/cohort-slurm-ci-build.log 2>&1; then
+    cat /tmp/cohort-slurm-ci-build.log >&2
+    exit 1
+fi
+target=${CARGO_TARGET_DIR:-$repo/target}/debug
+cohort=$target/cohort
+testprog=$target/examples/testprog
+work=$(mktemp -d "${CARGO_TARGET_DIR:-$repo/target}/slurm-ci.XXXXXX")
+chmod 755 "$work"
+
+trap 'stop_slurm; rm -rf "$work"' EXIT
+
+echo "### starting Slurm: 3 nodes in network namespaces ($tools/start-slurm.sh netns 3)"
+t0=$(date +%s)
+if ! timeout 1200 bash "$tools/start-slurm.sh" netns 3 >"$work/start.log" 2>&1; then
+    tail -30 "$work/start.log" >&2
+    echo "slurm CI job: Slurm did not start" >&2
+    exit 1
+fi
+echo "    up in $(($(date +%s) - t0)) s"
+# shellcheck disable=SC1091
+source "${SLURM_LOCAL_DIR:-/tmp/slurm-local}/env.sh"
+for _ in $(seq 50); do
+    [[ $(sinfo -h -o %t 2>/dev/null | sort -u) == idle ]] && break
+    sleep 0.2
+done
+
+passed=0
+failed=0
+failures=()
+pass() { passed=$((passed + 1)); echo "    ok: $1"; }
+fail() {
+    failed=$((failed + 1))
+    failures+=("$1")
+    echo "    FAILED: $1" >&2
+    if [[ -n ${2:-} && -f $2 ]]; then sed 's/^/      | /' "$2" | tail -40 >&2; fi
+}
+
+# Pids of processes named $1 (comm) inside the nodes' network namespaces.
+in_nodes() {
+    local ns pid
+    for ns in sl-n1 sl-n2 sl-n3; do
+        for pid in $(ip netns pids "$ns" 2>/dev/null); do
+            [[ $(cat "/proc/$pid/comm" 2>/dev/null) == "$1" ]] && echo "$pid"
+        done
+    done
+}
+
+# Nothing of the last job may be left: no step or job in squeue, no cohortd or rank
+# program on any node, no srun here. Waits a little for processes on their way out.
+nothing_left() {
+    local what=$1 left=""
+    for _ in $(seq 50); do
+        left="$(squeue -h -s 2>/dev/null)$(squeue -h 2>/dev/null)"
+        left+="$(in_nodes cohortd)$(in_nodes testprog)$(in_nodes sleep)"
+        left+="$(pgrep -x srun)"
+        [[ -z $left ]] && { pass "$what: nothing left behind"; return; }
+        sleep 0.2
+    done
+    fail "$what: left behind: squeue: $(squeue -h -s) $(squeue -h) cohortd: $(in_nodes cohortd) testprog: $(in_nodes testprog) sleep: $(in_nodes sleep) srun: $(pgrep -x srun)"
+    # Clean up for the next job.
+    scancel --quiet --user=root 2>/dev/null || true
+}
+
+# Runs `salloc -N $1 ARGS...` bounded by 120 s; stdout in $work/out, stderr in
+# $work/err, status in $rc.
+alloc() {
+    local n=$1
+    shift
+    rc=0
+    timeout --kill-after=10 120 salloc -N "$n" "$@" >"$work/out" 2>"$work/err" || rc=$?
+    cat "$work/out" "$work/err" >"$work/both"
+}
+
+# ---------------------------------------------------------------------------- jobs
+echo "### 1. salloc -N 3 cohort run -n 6 testprog construct"
+t0=$(date +%s)
+alloc 3 "$cohort" run -n 6 "$testprog" construct
+results=$(grep -c '^RESULT members=0,1,2,3,4,5 ctx=' "$work/out")
+distinct=$(grep '^RESULT' "$work/out" | sort -u | wc -l)
+if [[ $rc == 0 && $results == 6 && $distinct == 1 ]]; then
+    pass "6 ranks constructed one group of all 6 ($(($(date +%s) - t0)) s)"
+else
+    fail "construct: status $rc, $results RESULT lines, $distinct distinct" "$work/both"
+fi
+if grep -v '^salloc: ' "$work/err" | grep -q .; then
+    fail "construct: something on stderr besides salloc's own lines" "$work/err"
+else
+    pass "nothing on stderr but salloc's own lines"
+fi
+nothing_left construct
+
+echo "### 2. the same construct with a switch map (--topology: n1 on one leaf switch, n2-n3 on another)"
+# Every node server must build the same trees, so each must know every node's name.
+printf 'SwitchName=s0 Nodes=n1\nSwitchName=s1 Nodes=n[2-3]\nSwitchName=top Switches=s[0-1]\n' \
+    >"$work/topology.conf"
+alloc 3 "$cohort" run -n 6 --timeout 60 --topology "$work/topology.conf" "$testprog" construct
+results=$(grep -c '^RESULT members=0,1,2,3,4,5 ctx=' "$work/out")
+if [[ $rc == 0 && $results == 6 ]]; then
+    pass "6 ranks constructed one group over switch-aware trees"
+else
+    fail "construct with --topology: status $rc, $results RESULT lines" "$work/both"
+fi
+nothing_left topology
+
+echo "### 3. where the ranks run, what they see, output forwarding, secrets"
+# Each rank prints its rank, node name, host and address; rank 0 also checks that the
+# job secret srun carries in its environment is on no command line of the machine.
+cat >"$work/where.sh" <<'EOF'
+#!/bin/bash
+addr=$(ip -4 -o addr show dev eth0 2>/dev/null | awk '{print $4}' | cut -d/ -f1)
+echo "WHERE rank=$COHORT_RANK node=$COHORT_NODE_NAME host=$(hostname) addr=$addr app=$COHORT_APPNUM procid=${SLURM_PROCID-unset} secret=${COHORT_JOB_SECRET-unset}"
+echo "to stderr from rank $COHORT_RANK" >&2
+if [[ $COHORT_RANK == 0 ]]; then
+    srun_pid=$(pgrep -x srun | head -1)
+    secret=$(tr '\0' '\n' <"/proc/$srun_pid/environ" | sed -n 's/^COHORT_JOB_SECRET=//p')
+    # From a file: the secret must not be on grep's own command line either.
+    pattern=$(mktemp)
+    echo "$secret" >"$pattern"
+    if [[ -z $secret ]]; then
+        echo "SECRET not in srun's environment"
+    elif cat /proc/[0-9]*/cmdline 2>/dev/null | tr '\0' '\n' | grep -qF -f "$pattern"; then
+        echo "SECRET on a command line"
+    else
+        echo "SECRET in srun's environment only"
+    fi
+    rm -f "$pattern"
+fi
+EOF
+chmod 755 "$work/where.sh"
+alloc 3 "$cohort" run -n 6 --tag-output "$work/where.sh"
+want="rank=0 node=n1 host=n1 addr=10.77.0.11
+rank=1 node=n1 host=n1 addr=10.77.0.11
+rank=2 node=n2 host=n2 addr=10.77.0.12
+rank=3 node=n2 host=n2 addr=10.77.0.12
+rank=4 node=n3 host=n3 addr=10.77.0.13
+rank=5 node=n3 host=n3 addr=10.77.0.13"
+got=$(sed -n 's/.*<stdout>: WHERE \(rank=[0-9]* node=[^ ]* host=[^ ]* addr=[^ ]*\).*/\1/p' "$work/out" | sort)
+if [[ $rc == 0 && $got == "$want" ]]; then
+    pass "block mapping: ranks 0-1 on n1, 2-3 on n2, 4-5 on n3"
+else
+    fail "placement: status $rc, got: $got" "$work/both"
+fi
+if [[ $(grep -c '<stderr>: to stderr from rank' "$work/err") == 6 ]]; then
+    pass "every rank's stderr forwarded (tagged)"
+else
+    fail "stderr forwarding" "$work/both"
+fi
+if grep -q 'WHERE' "$work/out" && ! grep 'WHERE' "$work/out" | grep -vq 'procid=unset secret=unset'; then
+    pass "no SLURM_PROCID and no job secret in the ranks' environment"
+else
+    fail "rank environment" "$work/out"
+fi
+if grep -q 'SECRET in srun.s environment only' "$work/out"; then
+    pass "the job secret travels in srun's environment, on no command line"
+else
+    fail "secret" "$work/both"
+fi
+if grep -qE '[0-9a-fA-F]{64}' "$work/both"; then
+    fail "something like a secret (64 hex digits) in the job's output" "$work/both"
+else
+    pass "no secret in the job's output"
+fi
+nothing_left placement
+
+echo "### 4. MPMD: -n 2 --pset ocean … : -n 4 --pset ice … (--map-by node)"
+alloc 3 "$cohort" run --map-by node -n 2 --pset ocean "$testprog" construct : \
+    -n 4 --pset ice "$testprog" construct
+results=$(grep -c '^RESULT members=0,1,2,3,4,5 ctx=' "$work/out")
+if [[ $rc == 0 && $results == 6 ]]; then
+    pass "an MPMD job of 2 app contexts constructed one group of all 6"
+else
+    fail "MPMD construct: status $rc, $results RESULT lines" "$work/both"
+fi
+nothing_left mpmd-construct
+alloc 3 "$cohort" run --map-by node -n 2 "$work/where.sh" : -n 4 "$work/where.sh"
+got=$(sed -n 's/^WHERE \(rank=[0-9]* node=[^ ]*\) .*\(app=[0-9]\).*/\1 \2/p' "$work/out" | sort)
+want="rank=0 node=n1 app=0
+rank=1 node=n2 app=0
+rank=2 node=n3 app=1
+rank=3 node=n1 app=1
+rank=4 node=n2 app=1
+rank=5 node=n3 app=1"
+if [[ $rc == 0 && $got == "$want" ]]; then
+    pass "MPMD ranks dealt round-robin over n1-n3 with their app numbers"
+else
+    fail "MPMD placement: status $rc, got: $got" "$work/both"
+fi
+nothing_left mpmd
+
+echo "### 5. --nodes below and above the allocation's node count"
+alloc 3 "$cohort" run --nodes 2 -n 4 "$work/where.sh"
+got=$(sed -n 's/^WHERE rank=[0-9]* node=\([^ ]*\) .*/\1/p' "$work/out" | sort -u | tr '\n' ' ')
+if [[ $rc == 0 && $got == "n1 n2 " ]]; then
+    pass "--nodes 2 in a 3-node allocation runs on n1 and n2"
+else
+    fail "--nodes 2: status $rc, nodes: $got" "$work/both"
+fi
+nothing_left nodes-2
+alloc 2 "$cohort" run --nodes 3 -n 3 "$testprog" construct
+if [[ $rc == 1 ]] && grep -q -- "--nodes 3: the Slurm allocation has only 2 node" "$work/err"; then
+    pass "--nodes 3 in a 2-node allocation is refused clearly"
+else
+    fail "--nodes 3 of 2: status $rc" "$work/both"
+fi
+nothing_left nodes-3-of-2
+
+echo "### 6. a node server killed by its own rank, --enable-recovery (testprog construct-after-loss)"
+alloc 3 "$cohort" run -n 3 --enable-recovery "$testprog" construct-after-loss
+results=$(grep -c '^RESULT lost=1 members=0,2 ctx=' "$work/out")
+if [[ $rc == 137 && $results == 2 ]] &&
+    grep -q "node server n2 .*control connection; its ranks 1 are lost; continuing" "$work/err"; then
+    pass "the survivors constructed without the lost rank; exit 137 (the lost rank's)"
+else
+    fail "construct-after-loss: status $rc, $results RESULT lines" "$work/both"
+fi
+nothing_left construct-after-loss
+
+echo "### 7. the failure detector: a frozen node server (SIGSTOP), --enable-recovery (testprog frozen-server)"
+alloc 3 "$cohort" run -n 3 --enable-recovery --peer-timeout 3 --heartbeat 0.5 "$testprog" frozen-server
+results=$(grep -c '^RESULT lost=2 members=0,1 ctx=' "$work/out")
+if [[ $rc == 137 && $results == 2 ]] &&
+    grep -q "node server n3 (pid [0-9]*) sent nothing for .*; killed; its ranks 2 are lost; continuing" "$work/err"; then
+    pass "the frozen node server was found, killed on its node, and the survivors went on"
+else
+    fail "frozen-server: status $rc, $results RESULT lines" "$work/both"
+fi
+if grep -q "did not end within" "$work/err"; then
+    fail "frozen-server: the step had to be cancelled (the frozen node server was not killed)" "$work/err"
+fi
+nothing_left frozen-server
+
+echo "### 8. a node server killed from outside (SIGKILL to n2's cohortd), no recovery"
+rc=0
+# The ranks are sleep itself: a rank's own children outlive a SIGKILLed node server
+# unless the cluster's proctrack plugin (cgroup) kills the step's leftovers; this
+# one (linuxproc) does not.
+timeout --kill-after=10 120 salloc -N 3 "$cohort" run -n 3 sleep 60 \
+    >"$work/out" 2>"$work/err" &
+job=$!
+victim=""
+for _ in $(seq 100); do
+    for pid in $(in_nodes cohortd); do
+        [[ $(ip netns identify "$pid" 2>/dev/null) == sl-n2 ]] && victim=$pid
+    done
+    [[ -n $victim && $(in_nodes sleep | wc -l) == 3 ]] && break
+    sleep 0.2
+done
+if [[ -n $victim ]]; then
+    kill -KILL "$victim"
+    wait "$job" || rc=$?
+    cat "$work/out" "$work/err" >"$work/both"
+    if [[ $rc == 1 ]] && grep -q "node server n2 .*closed its control connection" "$work/err"; then
+        pass "the job ended (status 1) when n2's node server was killed"
+    else
+        fail "killed node server: status $rc" "$work/both"
+    fi
+else
+    kill -TERM "$job" 2>/dev/null
+    wait "$job"
+    fail "killed node server: n2's cohortd never ran" "$work/err"
+fi
+nothing_left killed-node-server
+
+echo "### 9. a node server that cannot start (its --node-addrs address is not its node's)"
+alloc 3 "$cohort" run -n 3 --node-addrs 10.77.0.11,10.77.0.99,10.77.0.13 "$testprog" construct
+if [[ $rc == 1 ]] && grep -q "cannot start the node service (fabric on 10.77.0.99:0)" "$work/err" &&
+    grep -q "could not start the job: node server n2 ended: Exited with exit code 1 (srun) during startup" "$work/err"; then
+    pass "the job failed at once, naming n2 (srun's report of its task)"
+else
+    fail "node server that cannot start: status $rc" "$work/both"
+fi
+nothing_left cannot-start
+
+# Inside an allocation that outlives cohort run (salloc would end every step when its
+# command ends): start a job of sleeping ranks, send cohort run $1, and report whether
+# its srun step and every cohortd and rank are gone while the allocation still runs.
+cat >"$work/signal-inside.sh" <<'EOF'
+#!/bin/bash
+sig=$1 cohort=$2
+"$cohort" run -n 3 sleep 62 &
+launcher=$!
+in_nodes() {
+    for ns in sl-n1 sl-n2 sl-n3; do
+        for pid in $(ip netns pids "$ns" 2>/dev/null); do
+            [[ $(cat "/proc/$pid/comm" 2>/dev/null) == "$1" ]] && echo "$pid"
+        done
+    done
+}
+for _ in $(seq 100); do
+    [[ $(in_nodes sleep | wc -l) == 3 ]] && break
+    sleep 0.2
+done
+echo "RUNNING sleeps=$(in_nodes sleep | wc -l) step=$(squeue -h -s -j "$SLURM_JOB_ID" -o %j | grep -c '^cohortd\.')"
+kill "-$sig" "$launcher"
+wait "$launcher"
+echo "STATUS $?"
+for _ in $(seq 50); do
+    steps=$(squeue -h -s -j "$SLURM_JOB_ID" -o %j | grep -c '^cohortd\.')
+    left="$(in_nodes cohortd)$(in_nodes sleep)$(pgrep -x srun)"
+    [[ $steps == 0 && -z $left ]] && break
+    sleep 0.2
+done
+echo "AFTER steps=$steps left=${left:-none} job=$(squeue -h -j "$SLURM_JOB_ID" -o %T)"
+EOF
+chmod 755 "$work/signal-inside.sh"
+
+echo "### 10. SIGTERM to cohort run: the job stops, its srun step ends (allocation still up)"
+alloc 3 "$work/signal-inside.sh" TERM "$cohort"
+if grep -q '^RUNNING sleeps=3 step=1' "$work/out" && grep -q '^STATUS 143' "$work/out" &&
+    grep -q '^AFTER steps=0 left=none job=RUNNING' "$work/out"; then
+    pass "SIGTERM: exit 143, step and every cohortd and rank gone, allocation still running"
+else
+    fail "SIGTERM inside an allocation" "$work/both"
+fi
+nothing_left sigterm
+
+echo "### 11. SIGKILL to cohort run: srun's parent-death signal cancels the step"
+alloc 3 "$work/signal-inside.sh" KILL "$cohort"
+if grep -q '^RUNNING sleeps=3 step=1' "$work/out" && grep -q '^STATUS 137' "$work/out" &&
+    grep -q '^AFTER steps=0 left=none job=RUNNING' "$work/out"; then
+    pass "SIGKILL: step and every cohortd and rank gone, allocation still running"
+else
+    fail "SIGKILL inside an allocation" "$work/both"
+fi
+nothing_left sigkill
+
+echo "### 12. sbatch -N 3: cohort run -n 6 testprog construct in a batch job"
+rc=0
+timeout --kill-after=10 120 sbatch --wait -N 3 -o "$work/batch.out" \
+    --wrap "$cohort run -n 6 $testprog construct" >"$work/err" 2>&1 || rc=$?
+results=$(grep -c '^RESULT members=0,1,2,3,4,5 ctx=' "$work/batch.out" 2>/dev/null)
+if [[ $rc == 0 && $results == 6 ]]; then
+    pass "the batch job constructed one group of all 6"
+else
+    cat "$work/batch.out" >>"$work/err" 2>/dev/null
+    fail "sbatch: status $rc, $results RESULT lines" "$work/err"
+fi
+nothing_left sbatch
+
+echo "slurm CI job: $(($(date +%s) - started)) s"
+for f in "${failures[@]}"; do echo "  failed: $f" >&2; done
+echo "slurm-ci: $passed passed, $failed failed"
+((failed == 0 && passed > 0))
