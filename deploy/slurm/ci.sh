@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # deploy/slurm/ci.sh — `cohort run` under a real Slurm: brings up a throw-away Slurm
 # (slurmctld and 3 slurmd nodes n1..n3, each in a network namespace of its own with
-# address 10.77.0.11-13; shared/tools/slurm-local/start-slurm.sh, which installs
+# address 10.77.0.11-13; deploy/slurm/local/start-slurm.sh, which installs
 # Debian's slurm-wlm and munge on first use), runs real jobs in allocations of it, and
 # stops it again. Every job is checked for its output and exit status, and after each
 # one nothing may be left: no job step in squeue, no cohortd or rank in the nodes'
@@ -20,7 +20,7 @@
 # when all pass. Every step is bounded by a timeout, the whole script by
 # COHORT_SLURM_CI_TIMEOUT (default 1500 s: the first run installs Slurm).
 # SLURM_LOCAL_TOOLS names the directory of start-slurm.sh / stop-slurm.sh (default:
-# shared/tools/slurm-local beside the repository, else /work/shared/tools/slurm-local).
+# deploy/slurm/local, this repository's copy of the team's shared/tools/slurm-local).
 # `make test` runs it; COHORT_SKIP_SLURM=1 skips it on purpose, loudly.
 set -uo pipefail
 repo=$(cd "$(dirname "$0")/../.." && pwd)
@@ -37,7 +37,7 @@ if [[ ${COHORT_SKIP_SLURM:-0} == 1 ]]; then
 fi
 tools=${SLURM_LOCAL_TOOLS:-}
 if [[ -z $tools ]]; then
-    for d in "$repo/../shared/tools/slurm-local" /work/shared/tools/slurm-local; do
+    for d in "$repo/deploy/slurm/local" "$repo/../shared/tools/slurm-local" /work/shared/tools/slurm-local; do
         [[ -f $d/start-slurm.sh ]] && { tools=$d; break; }
     done
 fi
