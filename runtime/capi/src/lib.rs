@@ -986,6 +986,20 @@ fn code_of<T>(r: &Result<T, c_int>) -> c_int {
     }
 }
 
+/// Runs `fut` on the completion thread, then calls `cb` with its status and the
+/// caller's data.
+fn complete_op<T: Send + 'static>(
+    fut: impl Future<Output = Result<T, CohortError>> + Send + 'static,
+    cb: unsafe extern "C" fn(c_int, *mut c_void),
+    data: CbData,
+) {
+    complete(fut, move |r| {
+        let data = data;
+        // SAFETY: the caller's callback, with its own data.
+        unsafe { cb(code_of(&r), data.0) }
+    });
+}
+
 /// # Safety
 /// `client` is a live handle; `procs` points to `nprocs` processes; `cb` is called once
 /// on the library's completion thread with `cbdata`.
@@ -1007,12 +1021,7 @@ pub unsafe extern "C" fn cohort_fence_nb(
             collect: collect != 0,
             timeout_ms: (timeout_ms > 0).then_some(timeout_ms as u64),
         };
-        let data = CbData(cbdata);
-        complete(c.client.fence_async(&procs, opts), move |r| {
-            let data = data;
-            // SAFETY: the caller's callback, with its own data.
-            unsafe { cb(code_of(&r), data.0) }
-        });
+        complete_op(c.client.fence_async(&procs, opts), cb, CbData(cbdata));
         Ok(())
     })
 }
@@ -1118,15 +1127,8 @@ pub unsafe extern "C" fn cohort_group_destruct_nb(
         let c = handle(client)?;
         let cb = cb.ok_or_else(|| bad_param("the callback is NULL"))?;
         let id = text(id, "the group id")?;
-        let data = CbData(cbdata);
-        complete(
-            c.client.group_destruct_async(id, timeout(timeout_ms)),
-            move |r| {
-                let data = data;
-                // SAFETY: the caller's callback, with its own data.
-                unsafe { cb(code_of(&r), data.0) }
-            },
-        );
+        let fut = c.client.group_destruct_async(id, timeout(timeout_ms));
+        complete_op(fut, cb, CbData(cbdata));
         Ok(())
     })
 }

@@ -225,19 +225,9 @@ impl DaemonLaunch<'_> {
         job_secret: &[u8],
         client_token: &[u8],
     ) -> std::io::Result<tokio::process::Child> {
-        let mut cmd = tokio::process::Command::new(program);
-        cmd.args(self.args())
-            .env(env::JOB_SECRET, to_hex(job_secret))
-            .env(env::CLIENT_TOKEN, to_hex(client_token))
-            .stdin(std::process::Stdio::null())
-            .process_group(0)
-            .kill_on_drop(false);
-        // SAFETY: the hooks only make async-signal-safe syscalls.
-        unsafe {
-            cmd.pre_exec(parent_death_signal(libc::SIGTERM, "the launcher"));
-            // cohortd raises its own limit, and must know the user's for the ranks.
-            cmd.pre_exec(cohort_os::restore_fd_limit());
-        }
+        // cohortd raises its own limit, and must know the user's for the ranks.
+        let mut cmd = launch_command(program, job_secret, client_token);
+        cmd.args(self.args());
         cmd.spawn()
     }
 }
@@ -257,25 +247,37 @@ impl DaemonLaunch<'_> {
         client_token: &[u8],
     ) -> std::io::Result<tokio::process::Child> {
         debug_assert!(self.slurm_addrs.is_some());
-        let mut cmd = tokio::process::Command::new(srun);
+        // srun passes its limits on to the tasks: the user's, not ours.
+        let mut cmd = launch_command(srun, job_secret, client_token);
         cmd.args(srun_args)
             .arg(program)
             .args(self.args())
-            .env(env::JOB_SECRET, to_hex(job_secret))
-            .env(env::CLIENT_TOKEN, to_hex(client_token))
-            .stdin(std::process::Stdio::null())
             // Relayed by the launcher, which reads srun's reports of tasks that ended.
-            .stderr(std::process::Stdio::piped())
-            .process_group(0)
-            .kill_on_drop(false);
-        // SAFETY: the hooks only make async-signal-safe syscalls.
-        unsafe {
-            cmd.pre_exec(parent_death_signal(libc::SIGTERM, "the launcher"));
-            // srun passes its limits on to the tasks: the user's, not ours.
-            cmd.pre_exec(cohort_os::restore_fd_limit());
-        }
+            .stderr(std::process::Stdio::piped());
         cmd.spawn()
     }
+}
+
+/// `program` (cohortd, or srun starting cohortds) in its own process group, with the
+/// job secret and client token in its environment only, no stdin, SIGTERM as its
+/// parent-death signal, and the user's open-file limit restored.
+fn launch_command(
+    program: &Path,
+    job_secret: &[u8],
+    client_token: &[u8],
+) -> tokio::process::Command {
+    let mut cmd = tokio::process::Command::new(program);
+    cmd.env(env::JOB_SECRET, to_hex(job_secret))
+        .env(env::CLIENT_TOKEN, to_hex(client_token))
+        .stdin(std::process::Stdio::null())
+        .process_group(0)
+        .kill_on_drop(false);
+    // SAFETY: the hooks only make async-signal-safe syscalls.
+    unsafe {
+        cmd.pre_exec(parent_death_signal(libc::SIGTERM, "the launcher"));
+        cmd.pre_exec(cohort_os::restore_fd_limit());
+    }
+    cmd
 }
 
 /// Resolves `-x VAR` / `-x VAR=VAL` against the launcher's environment. Unset `VAR`s
@@ -327,6 +329,37 @@ pub fn resolve_exports(specs: &[String]) -> Result<Vec<(String, OsString)>, Stri
 mod tests {
     use super::*;
 
+    /// A node server's launch with nothing beyond what is required; tests set the rest.
+    fn launch(command: &[OsString]) -> DaemonLaunch<'_> {
+        DaemonLaunch {
+            node: 0,
+            nodes: 1,
+            node_name: "node0",
+            listen: "127.0.1.1:0".parse().unwrap(),
+            control: "127.0.0.1:999".parse().unwrap(),
+            job_dir: Path::new("/tmp/j"),
+            nspace: "ns",
+            np: 1,
+            map_by: MapBy::Slot,
+            bind_to: None,
+            first_slot: 0,
+            tag_output: false,
+            topology: None,
+            ib_device: None,
+            ib_gid_index: None,
+            spin_us: None,
+            no_shm_fence: false,
+            allgather: None,
+            detector: None,
+            exports: &[],
+            apps: &[],
+            app_exports: &[],
+            psets: &[],
+            command,
+            slurm_addrs: None,
+        }
+    }
+
     #[test]
     fn node_addresses_are_distinct_loopback_addresses() {
         assert_eq!(node_address(0), Some(Ipv4Addr::new(127, 0, 1, 1)));
@@ -350,27 +383,15 @@ mod tests {
             nodes: 3,
             node_name: "node2",
             listen: "127.0.1.3:0".parse().unwrap(),
-            control: "127.0.0.1:999".parse().unwrap(),
-            job_dir: Path::new("/tmp/j"),
             nspace: "cohort.1.abcd",
             np: 7,
             map_by: MapBy::Node,
             bind_to: Some(BindTo::Core),
             first_slot: 4,
             tag_output: true,
-            topology: None,
-            ib_device: None,
-            ib_gid_index: None,
-            spin_us: None,
-            no_shm_fence: false,
-            allgather: None,
             detector: Some(DetectorConfig::DEFAULT),
             exports: &exports,
-            apps: &[],
-            app_exports: &[],
-            psets: &[],
-            command: &cmd,
-            slurm_addrs: None,
+            ..launch(&cmd)
         };
         let args: Vec<String> = l
             .args()
@@ -393,32 +414,15 @@ mod tests {
     fn one_command_line_for_every_node_server_under_slurm() {
         let addrs: Vec<IpAddr> = vec!["10.77.0.11".parse().unwrap(), "10.77.0.12".parse().unwrap()];
         let names = vec!["n1".to_string(), "n2".to_string()];
+        let prog = [OsString::from("prog")];
         let l = DaemonLaunch {
-            node: 0,
             nodes: 2,
             node_name: "",
             listen: "10.77.0.11:0".parse().unwrap(),
             control: "10.77.0.1:999".parse().unwrap(),
-            job_dir: Path::new("/tmp/j"),
-            nspace: "ns",
             np: 4,
-            map_by: MapBy::Slot,
-            bind_to: None,
-            first_slot: 0,
-            tag_output: false,
-            topology: None,
-            ib_device: None,
-            ib_gid_index: None,
-            spin_us: None,
-            no_shm_fence: false,
-            allgather: None,
-            detector: None,
-            exports: &[],
-            apps: &[],
-            app_exports: &[],
-            psets: &[],
-            command: &[OsString::from("prog")],
             slurm_addrs: Some((&addrs, &names)),
+            ..launch(&prog)
         };
         let args: Vec<String> = l
             .args()
@@ -436,32 +440,17 @@ mod tests {
 
     #[test]
     fn topology_file_is_passed_on() {
+        let prog = [OsString::from("prog")];
         let l = DaemonLaunch {
-            node: 0,
             nodes: 2,
-            node_name: "node0",
-            listen: "127.0.1.1:0".parse().unwrap(),
-            control: "127.0.0.1:999".parse().unwrap(),
-            job_dir: Path::new("/tmp/j"),
-            nspace: "ns",
             np: 2,
-            map_by: MapBy::Slot,
             bind_to: Some(BindTo::None),
-            first_slot: 0,
-            tag_output: false,
             topology: Some(Path::new("/etc/slurm/topology.conf")),
             ib_device: Some("mlx5_0:1"),
             ib_gid_index: Some(3),
             spin_us: Some(0),
             no_shm_fence: true,
-            allgather: None,
-            detector: None,
-            exports: &[],
-            apps: &[],
-            app_exports: &[],
-            psets: &[],
-            command: &[OsString::from("prog")],
-            slurm_addrs: None,
+            ..launch(&prog)
         };
         let args: Vec<String> = l
             .args()
@@ -504,31 +493,12 @@ mod tests {
         ];
         let app_exports = [(1, "ICE".to_string(), OsString::from("-cold"))];
         let l = DaemonLaunch {
-            node: 0,
-            nodes: 1,
-            node_name: "node0",
-            listen: "127.0.1.1:0".parse().unwrap(),
-            control: "127.0.0.1:999".parse().unwrap(),
-            job_dir: Path::new("/tmp/j"),
-            nspace: "ns",
             np: 5,
-            map_by: MapBy::Slot,
             bind_to: Some(BindTo::None),
-            first_slot: 0,
-            tag_output: false,
-            topology: None,
-            ib_device: None,
-            ib_gid_index: None,
-            spin_us: None,
-            no_shm_fence: false,
-            allgather: None,
-            detector: None,
-            exports: &[],
             apps: &[(2, 2), (3, 1)],
             app_exports: &app_exports,
             psets: &psets,
-            command: &cmd,
-            slurm_addrs: None,
+            ..launch(&cmd)
         };
         let args: Vec<String> = l
             .args()
