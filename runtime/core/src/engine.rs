@@ -152,6 +152,12 @@ pub struct Group {
 }
 
 impl Group {
+    /// Whether a member's termination raises events to the others (see
+    /// `Engine::termination_events`).
+    fn reports_termination(&self) -> bool {
+        self.notify_termination || self.connect == Some(ConnectMode::Strict)
+    }
+
     /// Whether `p` is a current member (the members are in canonical order).
     fn has(&self, p: &ProcId) -> bool {
         self.members.binary_search(p).is_ok()
@@ -2116,13 +2122,25 @@ impl Engine {
     /// The members of group `gid` (which `proc` belongs to) known here to have failed:
     /// the local failure view. Members that left are not members any more.
     fn failed_members(&self, gid: &str, proc: &ProcId) -> Result<Vec<ProcId>, CohortError> {
-        let group = self.member_group(gid, proc)?;
-        Ok(group
+        Ok(self.failed_of(self.member_group(gid, proc)?))
+    }
+
+    /// The members of `group` known here to have terminated.
+    fn failed_of(&self, group: &Group) -> Vec<ProcId> {
+        group
             .members
             .iter()
             .filter(|p| self.terminated.contains(*p))
             .cloned()
-            .collect())
+            .collect()
+    }
+
+    /// The node servers hosting `procs`, ascending, each once.
+    fn nodes_of(&self, procs: &[ProcId]) -> Vec<NodeId> {
+        let mut nodes: Vec<NodeId> = procs.iter().filter_map(|p| self.job.node_of(p)).collect();
+        nodes.sort_unstable();
+        nodes.dedup();
+        nodes
     }
 
     /// The global failure view of group `gid`: `proc` contributes its local view, and
@@ -2138,15 +2156,15 @@ impl Engine {
         now: Time,
     ) {
         let (members, local) = match self.member_group(&gid, &proc) {
-            Ok(g) => (g.original.clone(), self.failed_members(&gid, &proc)),
+            Ok(g) => (g.original.clone(), self.failed_of(g)),
             Err(e) => return self.reply(client, req, Err(e)),
         };
-        let local = local.unwrap_or_default();
-        let mut nodes: Vec<NodeId> = members.iter().filter_map(|p| self.job.node_of(p)).collect();
-        nodes.sort_unstable();
-        nodes.dedup();
-        let next = self.agree_seq.get(&(proc.clone(), gid.clone())).copied();
-        let mut seq = next.unwrap_or(0);
+        let nodes = self.nodes_of(&members);
+        let mut seq = self
+            .agree_seq
+            .get(&(proc.clone(), gid.clone()))
+            .copied()
+            .unwrap_or(0);
         // A call decided by a server known lost here would fail: every server that
         // knows of the loss skips it alike, and one that does not yet fails that call
         // with `PeerLost`, after which its caller's next call is the one the others
@@ -2189,9 +2207,9 @@ impl Engine {
         else {
             return false;
         };
-        let ask: BTreeSet<NodeId> = members
-            .iter()
-            .filter_map(|p| self.job.node_of(p))
+        let ask: BTreeSet<NodeId> = self
+            .nodes_of(&members)
+            .into_iter()
             .filter(|n| *n != self.node && !self.lost_nodes.contains(n))
             .collect();
         if ask.is_empty() {
@@ -2299,14 +2317,7 @@ impl Engine {
             .groups
             .get(&key.id)
             .or_else(|| self.retired.get(&key.id))?;
-        let mut nodes: Vec<NodeId> = group
-            .original
-            .iter()
-            .filter_map(|p| self.job.node_of(p))
-            .collect();
-        nodes.sort_unstable();
-        nodes.dedup();
-        salted_root(&key.id, key.seq, &nodes)
+        salted_root(&key.id, key.seq, &self.nodes_of(&group.original))
     }
 
     fn member_group(&self, gid: &str, proc: &ProcId) -> Result<&Group, CohortError> {
@@ -2519,10 +2530,7 @@ impl Engine {
     /// The tree of `key`, and whether it gathers by the dissemination allgather (the
     /// tree then only carries the lean outcome down).
     fn plan_for(&self, key: &CollKey, spec: &CollSpec) -> (Tree, bool) {
-        let procs = expected_of(spec);
-        let mut nodes: Vec<NodeId> = procs.iter().filter_map(|p| self.job.node_of(p)).collect();
-        nodes.sort_unstable();
-        nodes.dedup();
+        let nodes = self.nodes_of(expected_of(spec));
         let root = match key.kind {
             CollKind::Fence | CollKind::Agree => {
                 salted_root(&key.id, key.seq, &nodes).unwrap_or(self.node)
@@ -3600,31 +3608,15 @@ impl Engine {
                 for p in early_leavers {
                     self.apply_left(&key.id, &p, now);
                 }
-                if notify_termination {
-                    // Listed processes that never joined, and members that joined but
-                    // died before the construct completed.
-                    let dead: Vec<ProcId> = group
-                        .members
-                        .iter()
-                        .filter(|p| self.terminated.contains(*p))
-                        .cloned()
-                        .chain(failed)
-                        .collect();
-                    for f in dead {
-                        self.member_failed_event(&group, &f);
-                    }
+                // Members that joined but died before the outcome got here: their
+                // termination found no group to report to yet.
+                for f in self.failed_of(&group) {
+                    self.termination_events(&group, &f);
                 }
-                if group.connect == Some(ConnectMode::Strict) {
-                    // Members that joined and then died before the outcome got here:
-                    // their termination found no connection to report to yet.
-                    let dead: Vec<ProcId> = group
-                        .members
-                        .iter()
-                        .filter(|p| self.terminated.contains(*p))
-                        .cloned()
-                        .collect();
-                    for f in dead {
-                        self.connected_proc_terminated_event(&group, &f);
+                if notify_termination {
+                    // Listed processes that never joined.
+                    for f in failed {
+                        self.member_failed_event(&group, &f);
                     }
                 }
             }
@@ -3827,9 +3819,14 @@ impl Engine {
         } else {
             &group.designated_leaders
         };
+        self.deliver_to_locals(audience, failed, event);
+    }
+
+    /// Delivers `event` to the processes of `audience` hosted here, but `about`.
+    fn deliver_to_locals(&mut self, audience: &[ProcId], about: &ProcId, event: Event) {
         let locals: Vec<ProcId> = audience
             .iter()
-            .filter(|p| *p != failed && self.job.node_of(p) == Some(self.node))
+            .filter(|p| *p != about && self.job.node_of(p) == Some(self.node))
             .cloned()
             .collect();
         for p in locals {
@@ -3907,23 +3904,26 @@ impl Engine {
             self.progress(&key, now);
         }
         self.invite_terminated(&proc, now);
-        let notify: Vec<Group> = self
+        let told: Vec<Group> = self
             .groups
             .values()
-            .filter(|g| g.notify_termination && g.has(&proc))
+            .filter(|g| g.reports_termination() && g.has(&proc))
             .cloned()
             .collect();
-        for g in notify {
-            self.member_failed_event(&g, &proc);
+        for g in told {
+            self.termination_events(&g, &proc);
         }
-        let connections: Vec<Group> = self
-            .groups
-            .values()
-            .filter(|g| g.connect == Some(ConnectMode::Strict) && g.has(&proc))
-            .cloned()
-            .collect();
-        for g in connections {
-            self.connected_proc_terminated_event(&g, &proc);
+    }
+
+    /// Tells this server's members of `group` that member `dead` terminated, as the
+    /// group asks: `GROUP_MEMBER_FAILED` with notify-termination, `PROC_TERMINATED`
+    /// for a strict connection.
+    fn termination_events(&mut self, group: &Group, dead: &ProcId) {
+        if group.notify_termination {
+            self.member_failed_event(group, dead);
+        }
+        if group.connect == Some(ConnectMode::Strict) {
+            self.connected_proc_terminated_event(group, dead);
         }
     }
 
@@ -3941,15 +3941,7 @@ impl Engine {
                 (keys::GROUP_ID.into(), Value::Str(group.id.clone())),
             ],
         };
-        let locals: Vec<ProcId> = group
-            .members
-            .iter()
-            .filter(|p| *p != dead && self.job.node_of(p) == Some(self.node))
-            .cloned()
-            .collect();
-        for p in locals {
-            self.deliver_local(&p, event.clone());
-        }
+        self.deliver_to_locals(&group.members, dead, event);
     }
 
     // ------------------------------------------------------------------ plumbing
