@@ -313,6 +313,17 @@ unsafe fn free_procs(p: *mut cohort_proc_t, n: usize) {
     }
 }
 
+/// Releases the list `(*p, *n)` and leaves it empty, so a second release is harmless.
+///
+/// # Safety
+/// As [`free_procs`].
+unsafe fn take_procs(p: &mut *mut cohort_proc_t, n: &mut usize) {
+    free_procs(
+        std::mem::replace(p, std::ptr::null_mut()),
+        std::mem::take(n),
+    );
+}
+
 /// A string list handed to C, released by [`cohort_strings_free`].
 fn strings_out(v: &[String]) -> (*mut *mut c_char, usize) {
     if v.is_empty() {
@@ -1034,16 +1045,24 @@ type GroupCb = unsafe extern "C" fn(c_int, *const cohort_group_t, *mut c_void);
 /// `cb` accepts a group pointer valid during the call.
 unsafe fn group_callback(cb: GroupCb, data: CbData, r: Result<Option<GroupResult>, c_int>) {
     let status = code_of(&r);
-    let mut g = match &r {
-        Ok(Some(g)) => Some(group_out(g)),
-        _ => None,
-    };
-    let ptr = g
-        .as_ref()
-        .map_or(std::ptr::null(), |g| g as *const cohort_group_t);
-    cb(status, ptr, data.0);
-    if let Some(g) = g.as_mut() {
-        cohort_group_free(g);
+    let group = r.ok().flatten().map(|g| group_out(&g));
+    lend(group, cohort_group_free, |g| cb(status, g, data.0));
+}
+
+/// Lends `value` to `call` as a pointer (NULL when there is none), valid during the
+/// call, then releases it with `free`.
+///
+/// # Safety
+/// `free` releases what `value` holds, and `call` does not keep the pointer.
+unsafe fn lend<T>(
+    value: Option<T>,
+    free: unsafe extern "C" fn(*mut T),
+    call: impl FnOnce(*const T),
+) {
+    let mut value = value;
+    call(value.as_ref().map_or(std::ptr::null(), |v| v as *const T));
+    if let Some(v) = value.as_mut() {
+        free(v);
     }
 }
 
@@ -1154,22 +1173,10 @@ pub unsafe extern "C" fn cohort_group_failed_global_nb(
             move |r| {
                 let data = data;
                 let status = code_of(&r);
-                let mut view = std::mem::MaybeUninit::<cohort_failed_t>::uninit();
-                // SAFETY: `view` is written before it is read, and released after the
-                // caller's callback (with its own data) returned.
-                unsafe {
-                    let ptr = match r {
-                        Ok(v) => {
-                            failed_out(v, view.as_mut_ptr());
-                            view.as_ptr()
-                        }
-                        Err(_) => std::ptr::null(),
-                    };
-                    cb(status, ptr, data.0);
-                    if !ptr.is_null() {
-                        cohort_failed_free(view.as_mut_ptr());
-                    }
-                }
+                let view = r.ok().map(failed_out);
+                // SAFETY: the caller's callback, with its own data; the view lives until
+                // it returns.
+                unsafe { lend(view, cohort_failed_free, |v| cb(status, v, data.0)) }
             },
         );
         Ok(())
@@ -1236,18 +1243,10 @@ pub unsafe extern "C" fn cohort_get_nb(
         complete(c.client.get_async(&p, key, timeout(timeout_ms)), move |r| {
             let data = data;
             let status = code_of(&r);
-            let mut v = r.ok().map(value_out);
-            let ptr = v
-                .as_ref()
-                .map_or(std::ptr::null(), |v| v as *const cohort_value_t);
+            let value = r.ok().map(value_out);
             // SAFETY: the caller's callback, with its own data; the value lives
             // until it returns.
-            unsafe {
-                cb(status, ptr, data.0);
-                if let Some(v) = v.as_mut() {
-                    cohort_value_free(v);
-                }
-            }
+            unsafe { lend(value, cohort_value_free, |v| cb(status, v, data.0)) }
         });
         Ok(())
     })
@@ -1258,10 +1257,8 @@ pub unsafe extern "C" fn cohort_get_nb(
 #[no_mangle]
 pub unsafe extern "C" fn cohort_group_free(group: *mut cohort_group_t) {
     let Some(g) = group.as_mut() else { return };
-    free_procs(g.members, g.nmembers);
-    free_procs(g.failed, g.nfailed);
-    (g.members, g.nmembers, g.failed, g.nfailed) =
-        (std::ptr::null_mut(), 0, std::ptr::null_mut(), 0);
+    take_procs(&mut g.members, &mut g.nmembers);
+    take_procs(&mut g.failed, &mut g.nfailed);
 }
 
 /// # Safety
@@ -1296,17 +1293,16 @@ pub unsafe extern "C" fn cohort_group_leave(
     })
 }
 
-/// # Safety
-/// `out` is writable.
-unsafe fn failed_out(view: FailedMembers, out: *mut cohort_failed_t) {
+/// A failure view handed to C, released by [`cohort_failed_free`].
+fn failed_out(view: FailedMembers) -> cohort_failed_t {
     let (failed, nfailed) = procs_out(&view.failed);
     let (fresh, nfresh) = procs_out(&view.new);
-    out.write(cohort_failed_t {
+    cohort_failed_t {
         failed,
         nfailed,
         fresh,
         nfresh,
-    });
+    }
 }
 
 /// # Safety
@@ -1323,7 +1319,7 @@ pub unsafe extern "C" fn cohort_group_failed_local(
         if out.is_null() {
             return Err(bad_param("the result's address is NULL"));
         }
-        failed_out(c.client.group_failed_local(id).map_err(fail)?, out);
+        out.write(failed_out(c.client.group_failed_local(id).map_err(fail)?));
         Ok(())
     })
 }
@@ -1347,7 +1343,7 @@ pub unsafe extern "C" fn cohort_group_failed_global(
             .client
             .group_failed_global(id, timeout(timeout_ms))
             .map_err(fail)?;
-        failed_out(view, out);
+        out.write(failed_out(view));
         Ok(())
     })
 }
@@ -1357,9 +1353,8 @@ pub unsafe extern "C" fn cohort_group_failed_global(
 #[no_mangle]
 pub unsafe extern "C" fn cohort_failed_free(failed: *mut cohort_failed_t) {
     let Some(f) = failed.as_mut() else { return };
-    free_procs(f.failed, f.nfailed);
-    free_procs(f.fresh, f.nfresh);
-    (f.failed, f.nfailed, f.fresh, f.nfresh) = (std::ptr::null_mut(), 0, std::ptr::null_mut(), 0);
+    take_procs(&mut f.failed, &mut f.nfailed);
+    take_procs(&mut f.fresh, &mut f.nfresh);
 }
 
 /// The C side's callback data, sent to the event thread.
