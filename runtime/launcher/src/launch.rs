@@ -125,6 +125,18 @@ struct Daemon {
     running: bool,
 }
 
+impl Daemon {
+    /// A node server just started, not registered yet.
+    fn started(pid: u32) -> Daemon {
+        Daemon {
+            pid,
+            writer: None,
+            fabric_addr: None,
+            running: true,
+        }
+    }
+}
+
 /// The job's application contexts as node servers take them (see `DaemonLaunch`).
 struct AppLayout {
     /// Every app's program and arguments, one after another.
@@ -399,7 +411,7 @@ impl Launcher {
                 command: &self.apps.command,
                 slurm_addrs: None,
             };
-            let mut child = launch
+            let child = launch
                 .spawn(&self.cohortd, &self.job_secret, &self.client_token)
                 .map_err(|e| {
                     format!(
@@ -410,20 +422,8 @@ impl Launcher {
                 })?;
             let pid = child.id().unwrap_or(0);
             tracing::debug!(node, pid, "node server started");
-            self.daemons.push(Daemon {
-                pid,
-                writer: None,
-                fabric_addr: None,
-                running: true,
-            });
-            let tx = self.tx.clone();
-            self.tasks.push(tokio::spawn(async move {
-                let how = match child.wait().await {
-                    Ok(st) => describe_status(&rank_status(st)),
-                    Err(e) => format!("could not be waited for ({e})"),
-                };
-                let _ = tx.send(Event::DaemonExited { node, how });
-            }));
+            self.daemons.push(Daemon::started(pid));
+            self.watch_exit(child, move |how| Event::DaemonExited { node, how });
         }
         Ok(())
     }
@@ -484,22 +484,27 @@ impl Launcher {
             step.relay = relay;
         }
         for _ in 0..self.nodes {
-            self.daemons.push(Daemon {
-                pid: 0,
-                writer: None,
-                fabric_addr: None,
-                running: true,
-            });
+            self.daemons.push(Daemon::started(0));
         }
+        self.watch_exit(child, |how| Event::StepEnded { how });
+        Ok(())
+    }
+
+    /// Sends `ended(how it ended)` once `child` (a node server, or the srun step of
+    /// all of them) exits.
+    fn watch_exit(
+        &mut self,
+        mut child: tokio::process::Child,
+        ended: impl FnOnce(String) -> Event + Send + 'static,
+    ) {
         let tx = self.tx.clone();
         self.tasks.push(tokio::spawn(async move {
             let how = match child.wait().await {
                 Ok(st) => describe_status(&rank_status(st)),
                 Err(e) => format!("could not be waited for ({e})"),
             };
-            let _ = tx.send(Event::StepEnded { how });
+            let _ = tx.send(ended(how));
         }));
-        Ok(())
     }
 
     /// Runs the job until something ends it.
