@@ -375,7 +375,17 @@ pub fn wait_for_pid_files(dir: &Path, ranks: u32, deadline: Duration) -> bool {
     })
 }
 
-/// The outcome of one `cohort run` of the `testprog` rank program.
+/// A finished command's status and output, for an assertion's message.
+pub fn describe(out: &Output) -> String {
+    format!(
+        "status {:?}\n--- stdout:\n{}\n--- stderr:\n{}",
+        out.status,
+        text(&out.stdout),
+        text(&out.stderr)
+    )
+}
+
+/// The outcome of one `cohort run` of a rank program (`testprog`, `connectprog`).
 pub struct Job {
     pub status: Option<i32>,
     pub stdout: String,
@@ -383,12 +393,18 @@ pub struct Job {
 }
 
 impl Job {
-    /// The `RESULT …` lines the ranks printed (without the prefix).
-    pub fn results(&self) -> Vec<String> {
+    /// The lines the ranks printed that contain `prefix`, from after it, in output
+    /// order.
+    pub fn lines(&self, prefix: &str) -> Vec<String> {
         self.stdout
             .lines()
-            .filter_map(|l| l.split_once("RESULT ").map(|(_, r)| r.to_string()))
+            .filter_map(|l| l.split_once(prefix).map(|(_, r)| r.to_string()))
             .collect()
+    }
+
+    /// The `RESULT …` lines the ranks printed (without the prefix).
+    pub fn results(&self) -> Vec<String> {
+        self.lines("RESULT ")
     }
 }
 
@@ -406,7 +422,19 @@ pub fn run_testprog_with(
     recovery: bool,
     options: &[&str],
 ) -> Job {
-    let prog = example("testprog").to_string_lossy().into_owned();
+    run_example("testprog", nodes, n, scenario, recovery, options)
+}
+
+/// As [`run_testprog_with`], for the example rank program `program`.
+pub fn run_example(
+    program: &str,
+    nodes: u32,
+    n: u32,
+    scenario: &str,
+    recovery: bool,
+    options: &[&str],
+) -> Job {
+    let prog = example(program).to_string_lossy().into_owned();
     let (nodes, n) = (nodes.to_string(), n.to_string());
     let mut args: Vec<&str> = vec!["run", "--nodes", &nodes, "-n", &n];
     if recovery {

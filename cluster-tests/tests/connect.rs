@@ -8,43 +8,10 @@
 
 use std::collections::BTreeSet;
 
-use cohort_cluster_tests::{example, run_cohort, text, DEADLINE};
-
-struct Job {
-    status: Option<i32>,
-    stdout: String,
-    stderr: String,
-}
-
-impl Job {
-    /// Lines starting with `prefix` (without it), in output order.
-    fn lines(&self, prefix: &str) -> Vec<String> {
-        self.stdout
-            .lines()
-            .filter_map(|l| l.split_once(prefix).map(|(_, r)| r.to_string()))
-            .collect()
-    }
-
-    fn results(&self) -> Vec<String> {
-        self.lines("RESULT ")
-    }
-}
+use cohort_cluster_tests::{run_example, Job};
 
 fn run(nodes: u32, scenario: &str, recovery: bool) -> Job {
-    let prog = example("connectprog").to_string_lossy().into_owned();
-    let nodes = nodes.to_string();
-    let mut args: Vec<&str> = vec!["run", "--nodes", &nodes, "-n", "6"];
-    if recovery {
-        args.push("--enable-recovery");
-    }
-    args.push(&prog);
-    args.push(scenario);
-    let out = run_cohort(&args, DEADLINE);
-    Job {
-        status: out.status.code(),
-        stdout: text(&out.stdout),
-        stderr: text(&out.stderr),
-    }
+    run_example("connectprog", nodes, 6, scenario, recovery, &[])
 }
 
 /// Runs `scenario`, requires success and `expect` RESULT lines, all equal.

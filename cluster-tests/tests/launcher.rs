@@ -81,15 +81,6 @@ fn code(out: &Output) -> Option<i32> {
     out.status.code()
 }
 
-fn describe(out: &Output) -> String {
-    format!(
-        "status {:?}\n--- stdout:\n{}\n--- stderr:\n{}",
-        out.status,
-        text(&out.stdout),
-        text(&out.stderr)
-    )
-}
-
 fn assert_all_gone(pids: &[u32]) {
     let left = survivors(pids, Duration::from_secs(10));
     assert!(left.is_empty(), "processes survived the job: {left:?}");

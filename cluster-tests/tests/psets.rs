@@ -69,15 +69,6 @@ impl Scratch {
     }
 }
 
-fn describe(out: &Output) -> String {
-    format!(
-        "status {:?}\n--- stdout:\n{}\n--- stderr:\n{}",
-        out.status,
-        text(&out.stdout),
-        text(&out.stderr)
-    )
-}
-
 /// The ranks' lines, sorted by rank (they arrive in any order).
 fn rank_lines(out: &Output) -> Vec<String> {
     let mut lines: Vec<String> = text(&out.stdout)

@@ -8,15 +8,6 @@ use std::process::Output;
 use cohort_cluster_tests::*;
 use cohort_topology::CpuSet;
 
-fn describe(out: &Output) -> String {
-    format!(
-        "status {:?}\n--- stdout:\n{}\n--- stderr:\n{}",
-        out.status,
-        text(&out.stdout),
-        text(&out.stderr)
-    )
-}
-
 fn run_ok(args: &[&str]) -> Output {
     let out = run_cohort(args, DEADLINE);
     assert_eq!(out.status.code(), Some(0), "{}", describe(&out));

@@ -7,7 +7,8 @@ use std::path::Path;
 use std::process::Output;
 
 use cohort_cluster_tests::{
-    cohort_command, example, run_cohort, survivors_agree, text, CohortRun, TempDir, DEADLINE,
+    cohort_command, describe, example, run_cohort, survivors_agree, text, CohortRun, TempDir,
+    DEADLINE,
 };
 
 /// node0..node5 on two leaf switches under one top switch.
@@ -17,15 +18,6 @@ SwitchName=s1  Nodes=node[0-2]
 SwitchName=s2  Nodes=node[3-5]  LinkSpeed=100
 SwitchName=top Switches=s[1-2]
 ";
-
-fn describe(out: &Output) -> String {
-    format!(
-        "status {:?}\n--- stdout:\n{}\n--- stderr:\n{}",
-        out.status,
-        text(&out.stdout),
-        text(&out.stderr)
-    )
-}
 
 fn results(out: &Output) -> Vec<String> {
     text(&out.stdout)
