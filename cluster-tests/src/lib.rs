@@ -406,6 +406,21 @@ impl Job {
     pub fn results(&self) -> Vec<String> {
         self.lines("RESULT ")
     }
+
+    /// Requires that the job (`what`, for the messages) succeeded and its ranks
+    /// printed `expect` RESULT lines; returns them.
+    pub fn succeeded_with(&self, what: &str, expect: usize) -> Vec<String> {
+        assert_eq!(
+            self.status,
+            Some(0),
+            "{what} failed\nstdout:\n{}\nstderr:\n{}",
+            self.stdout,
+            self.stderr
+        );
+        let r = self.results();
+        assert_eq!(r.len(), expect, "{what}: {r:?}\nstderr:\n{}", self.stderr);
+        r
+    }
 }
 
 /// Runs `testprog <scenario>` with `n` ranks on `nodes` node servers (with

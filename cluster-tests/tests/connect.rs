@@ -16,21 +16,8 @@ fn run(nodes: u32, scenario: &str, recovery: bool) -> Job {
 
 /// Runs `scenario`, requires success and `expect` RESULT lines, all equal.
 fn agreed(nodes: u32, scenario: &str, expect: usize) -> Vec<String> {
-    let job = run(nodes, scenario, false);
-    assert_eq!(
-        job.status,
-        Some(0),
-        "{scenario} on {nodes} node(s) failed\nstdout:\n{}\nstderr:\n{}",
-        job.stdout,
-        job.stderr
-    );
-    let r = job.results();
-    assert_eq!(
-        r.len(),
-        expect,
-        "{scenario}: {r:?}\nstderr:\n{}",
-        job.stderr
-    );
+    let r = run(nodes, scenario, false)
+        .succeeded_with(&format!("{scenario} on {nodes} node(s)"), expect);
     assert!(
         r.windows(2).all(|w| w[0] == w[1]),
         "{scenario} on {nodes} node(s): ranks disagree: {r:?}"

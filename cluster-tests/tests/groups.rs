@@ -19,22 +19,8 @@ fn ok_with(
     expect_results: usize,
     options: &[&str],
 ) -> Vec<String> {
-    let job = run_testprog_with(nodes, n, scenario, false, options);
-    assert_eq!(
-        job.status,
-        Some(0),
-        "{scenario} on {nodes} node(s) failed\nstdout:\n{}\nstderr:\n{}",
-        job.stdout,
-        job.stderr
-    );
-    let r = job.results();
-    assert_eq!(
-        r.len(),
-        expect_results,
-        "{scenario}: {r:?}\nstderr:\n{}",
-        job.stderr
-    );
-    r
+    run_testprog_with(nodes, n, scenario, false, options)
+        .succeeded_with(&format!("{scenario} on {nodes} node(s)"), expect_results)
 }
 
 fn all_equal(scenario: &str, r: &[String]) {

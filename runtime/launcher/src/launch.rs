@@ -1164,6 +1164,12 @@ impl Launcher {
                 }
             }
         }
+        self.clean_up();
+    }
+
+    /// The last of a shutdown: stops the watching tasks, kills what the job left
+    /// behind below us, and removes the job directory.
+    fn clean_up(&mut self) {
         for task in self.tasks.drain(..) {
             task.abort();
         }
@@ -1221,14 +1227,7 @@ impl Launcher {
         if let Some(relay) = self.slurm.as_mut().and_then(|s| s.relay.take()) {
             let _ = tokio::time::timeout(RELAY_DRAIN, relay).await;
         }
-        for task in self.tasks.drain(..) {
-            task.abort();
-        }
-        let swept = reaper::sweep_orphans(SWEEP_BUDGET);
-        if swept > 0 {
-            tracing::info!(swept, "killed processes the job left behind");
-        }
-        self.job_dir.remove();
+        self.clean_up();
     }
 
     /// Sends `signal` to srun (SIGTERM: srun cancels the step, killing every task).
