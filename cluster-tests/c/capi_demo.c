@@ -2,7 +2,8 @@
  * A rank program in C against include/cohort.h (run by cluster-tests/tests/capi.rs
  * under `cohort run`): data exchange, a whole-job fence, a group with a context id,
  * a get by group rank, a GROUP_LEFT event, the failure views, a typed error, and
- * destruct. Any violation prints "FAIL rank R: …" and exits 1; success prints
+ * destruct; group info given to constructs, invites and joins and read back from
+ * every member; an event's info; the non-blocking forms of each collective. Any violation prints "FAIL rank R: …" and exits 1; success prints
  * "RESULT members=N ctx=C failed=F" (equal on every rank that stays in the group).
  */
 #define _POSIX_C_SOURCE 200809L
@@ -41,6 +42,7 @@ struct wait {
     volatile int done;
     int status;
     size_t nmembers;
+    size_t ninfo;
     uint64_t ctx;
     char text[64];
 };
@@ -65,6 +67,7 @@ static void group_done(int status, const cohort_group_t *g, void *cbdata) {
     w->status = status;
     if (g != NULL) {
         w->nmembers = g->nmembers;
+        w->ninfo = g->ninfo;
         w->ctx = g->has_context_id ? g->context_id : 0;
     }
     __atomic_store_n(&w->done, 1, __ATOMIC_SEQ_CST);
@@ -94,9 +97,20 @@ static void value_done(int status, const cohort_value_t *v, void *cbdata) {
     __atomic_store_n(&w->done, 1, __ATOMIC_SEQ_CST);
 }
 
-/* Invitees accept from the GROUP_INVITED handler, with the non-blocking join. */
+/* A one-entry info list holding a u64. */
+static cohort_info_t u64_info(const char *key, uint64_t value) {
+    cohort_info_t i;
+    memset(&i, 0, sizeof i);
+    i.key = (char *)key;
+    i.value.type = COHORT_VALUE_U64;
+    i.value.u64 = value;
+    return i;
+}
+
+/* Invitees accept "c-inv" from the GROUP_INVITED handler, with the non-blocking join
+ * carrying their group info, and decline "c-inv2". */
 static cohort_client_t *client_for_handlers;
-static struct wait joined;
+static struct wait joined, declined;
 static volatile int invitations;
 
 static void on_invited(int code, const cohort_proc_t *source, const cohort_proc_t *affected,
@@ -104,26 +118,32 @@ static void on_invited(int code, const cohort_proc_t *source, const cohort_proc_
     (void)affected;
     (void)naffected;
     (void)cbdata;
-    if (code != COHORT_EVENT_GROUP_INVITED || group == NULL || strcmp(group, "c-inv") != 0)
+    if (code != COHORT_EVENT_GROUP_INVITED || group == NULL)
+        return;
+    int accept = strcmp(group, "c-inv") == 0;
+    if (!accept && strcmp(group, "c-inv2") != 0)
         return;
     __atomic_add_fetch(&invitations, 1, __ATOMIC_SEQ_CST);
-    int rc = cohort_group_join_nb(client_for_handlers, group, source, 1, 60000, group_done,
-                                  &joined);
+    struct wait *w = accept ? &joined : &declined;
+    cohort_info_t mine = u64_info("joiner", me);
+    int rc = cohort_group_join_nb(client_for_handlers, group, source, accept, &mine, 1, 60000,
+                                  group_done, w);
     if (rc != COHORT_SUCCESS)
-        op_done(rc, &joined);
+        op_done(rc, w);
 }
 
 #define APP_EVENT 5001
 static volatile int app_events;
 
-static void on_app_event(int code, const cohort_proc_t *source, const cohort_proc_t *affected,
-                         size_t naffected, const char *group, void *cbdata) {
-    (void)affected;
-    (void)naffected;
-    (void)group;
+/* The whole event: rank 0's notify to group "c-boot" carrying "payload" = 4242. */
+static void on_app_event(const cohort_event_t *e, void *cbdata) {
     (void)cbdata;
-    if (code == APP_EVENT && source->rank == 0)
-        __atomic_add_fetch(&app_events, 1, __ATOMIC_SEQ_CST);
+    if (e->code != APP_EVENT || e->source.rank != 0)
+        return;
+    for (size_t i = 0; i < e->ninfo; i++)
+        if (strcmp(e->info[i].key, "payload") == 0 && e->info[i].value.type == COHORT_VALUE_U64 &&
+            e->info[i].value.u64 == 4242)
+            __atomic_add_fetch(&app_events, 1, __ATOMIC_SEQ_CST);
 }
 
 static volatile int left_events;
@@ -221,8 +241,10 @@ int main(void) {
 
     /* An event to the group's members; a handler registered after it arrived still
      * gets it (cached). */
-    if (me == 0)
-        OK(cohort_notify(c, APP_EVENT, COHORT_RANGE_GROUP, "c-boot", NULL, 0));
+    if (me == 0) {
+        cohort_info_t payload = u64_info("payload", 4242);
+        OK(cohort_notify(c, APP_EVENT, COHORT_RANGE_GROUP, "c-boot", NULL, 0, &payload, 1));
+    }
     cohort_proc_t boot_all_again = boot_all;
     struct wait fence2 = {0};
     OK(cohort_fence_nb(c, &boot_all_again, 1, 0, 60000, op_done, &fence2));
@@ -230,7 +252,7 @@ int main(void) {
     if (me != 0) {
         int app_code[1] = {APP_EVENT};
         uint64_t app_handler;
-        OK(cohort_register_event_handler(c, app_code, 1, on_app_event, NULL, &app_handler));
+        OK(cohort_register_event_callback(c, app_code, 1, on_app_event, NULL, &app_handler));
         for (int i = 0; i < 30000 && __atomic_load_n(&app_events, __ATOMIC_SEQ_CST) == 0; i++) {
             struct timespec ms = {0, 1000000};
             nanosleep(&ms, NULL);
@@ -246,31 +268,61 @@ int main(void) {
     OK(cohort_group_destruct_nb(c, "c-boot", 60000, op_done, &gone));
     wait_for(&gone, "destruct");
 
-    /* Invite/join: rank 0 invites everyone else; each accepts from its handler. */
+    /* Invite/join: rank 0 invites everyone else to "c-inv"; each accepts from its
+     * handler, with its group info. Then, non-blocking, to "c-inv2": all decline. */
     client_for_handlers = c;
     if (me == 0) {
         cohort_proc_t *invitees = calloc(n, sizeof *invitees);
         for (uint32_t r = 1; r < n; r++)
             invitees[r - 1] = proc_of(ns, r);
+        cohort_info_t lead = u64_info("leader-note", 7);
         cohort_invite_opts_t iopts;
         memset(&iopts, 0, sizeof iopts);
         iopts.timeout_ms = 60000;
         iopts.assign_context_id = 1;
+        iopts.group_info = &lead;
+        iopts.ngroup_info = 1;
         cohort_group_t inv;
         OK(cohort_group_invite(c, "c-inv", invitees, n - 1, &iopts, &inv));
         CHECK(inv.nmembers == n && inv.has_context_id, "invite: %zu members", inv.nmembers);
+        /* Every joiner's "joiner" = its rank, and the leader's note. */
+        uint64_t joiners = 0;
+        int noted = 0;
+        for (size_t i = 0; i < inv.ninfo; i++) {
+            const cohort_group_info_t *e = &inv.info[i];
+            if (strcmp(e->key, "joiner") == 0 && e->value.type == COHORT_VALUE_U64 &&
+                e->value.u64 == e->member.rank && e->member.rank != 0)
+                joiners++;
+            if (strcmp(e->key, "leader-note") == 0 && e->member.rank == 0 && e->value.u64 == 7)
+                noted++;
+        }
+        CHECK(joiners == n - 1 && noted == 1 && inv.ninfo == n,
+              "invite's group info: %llu joiners, %d notes, %zu entries",
+              (unsigned long long)joiners, noted, inv.ninfo);
         cohort_group_free(&inv);
+        CHECK(inv.info == NULL && inv.ninfo == 0, "a released group is empty");
+        struct wait inv2 = {0};
+        iopts.group_info = NULL;
+        iopts.ngroup_info = 0;
+        OK(cohort_group_invite_nb(c, "c-inv2", invitees, n - 1, &iopts, group_done, &inv2));
+        wait_for(&inv2, "non-blocking invite");
+        CHECK(inv2.nmembers == 1, "everyone declined: %zu members", inv2.nmembers);
         free(invitees);
     } else {
         int inv_code[1] = {COHORT_EVENT_GROUP_INVITED};
         uint64_t inv_handler;
         OK(cohort_register_event_handler(c, inv_code, 1, on_invited, NULL, &inv_handler));
         wait_for(&joined, "join from the handler");
-        CHECK(invitations == 1 && joined.nmembers == n, "joined: %d invitations, %zu members",
-              invitations, joined.nmembers);
+        CHECK(joined.nmembers == n && joined.ninfo == n, "joined: %zu members, %zu info",
+              joined.nmembers, joined.ninfo);
+        wait_for(&declined, "decline from the handler");
+        CHECK(invitations == 2 && declined.nmembers == 0, "declined: %d invitations",
+              invitations);
         OK(cohort_deregister_event_handler(c, inv_handler));
     }
     OK(cohort_group_destruct(c, "c-inv", 60000));
+    if (me == 0)
+        OK(cohort_group_destruct(c, "c-inv2", 60000));
 
     /* Process sets: the test runs the job with --pset evens=<the even ranks>. */
     char **names = NULL;
@@ -314,7 +366,9 @@ int main(void) {
     wait_for(&conn2, "non-blocking connect");
     CHECK(conn2.ctx == me && strlen(conn2.text) > 0 && strcmp(conn2.text, conn_ns) != 0,
           "second connection: rank %llu in %s", (unsigned long long)conn2.ctx, conn2.text);
-    OK(cohort_disconnect(c, conn2.text, 60000));
+    struct wait disc2 = {0};
+    OK(cohort_disconnect_nb(c, conn2.text, 60000, op_done, &disc2));
+    wait_for(&disc2, "non-blocking disconnect");
     CHECK(conn_rank == me && strlen(conn_ns) > 0 && strcmp(conn_ns, ns) != 0,
           "connect: rank %u in %s", conn_rank, conn_ns);
     cohort_proc_t conn_all = proc_of(conn_ns, COHORT_RANK_WILDCARD);
@@ -336,12 +390,26 @@ int main(void) {
     memset(&opts, 0, sizeof opts);
     opts.assign_context_id = 1;
     opts.timeout_ms = 60000;
+    cohort_info_t colour = u64_info("colour", 100 + me);
+    opts.group_info = &colour;
+    opts.ngroup_info = 1;
     cohort_group_t g;
     OK(cohort_group_construct(c, "c-all", all, n, &opts, &g));
     CHECK(g.nmembers == n && g.has_context_id && !g.partial && g.nfailed == 0,
           "group: %zu members, ctx %d", g.nmembers, g.has_context_id);
     for (uint32_t r = 0; r < n; r++)
         CHECK(g.members[r].rank == r && strcmp(g.members[r].nspace, ns) == 0, "member %u", r);
+    /* Every member's colour, each once, without a fence. */
+    CHECK(g.ninfo == n, "group info: %zu entries", g.ninfo);
+    uint64_t colours = 0;
+    for (size_t i = 0; i < g.ninfo; i++) {
+        const cohort_group_info_t *e = &g.info[i];
+        CHECK(strcmp(e->key, "colour") == 0 && e->value.type == COHORT_VALUE_U64 &&
+                  e->value.u64 == 100 + e->member.rank && strcmp(e->member.nspace, ns) == 0,
+              "group info entry %zu: %s of rank %u", i, e->key, e->member.rank);
+        colours |= 1ull << (e->member.rank % 64);
+    }
+    CHECK(colours == (n >= 64 ? ~0ull : (1ull << n) - 1), "each member's colour once");
     uint64_t ctx = g.context_id;
     cohort_group_free(&g);
     free(all);
@@ -357,7 +425,9 @@ int main(void) {
     cohort_proc_t c_all = proc_of("c-all", COHORT_RANK_WILDCARD);
     OK(cohort_fence(c, &c_all, 1, 0, 60000));
     if (leaves) {
-        OK(cohort_group_leave(c, "c-all"));
+        struct wait left = {0};
+        OK(cohort_group_leave_nb(c, "c-all", op_done, &left));
+        wait_for(&left, "non-blocking leave");
         OK(cohort_finalize(c));
         return 0;
     }
@@ -391,6 +461,10 @@ int main(void) {
     rc = cohort_group_destruct(c, "no-such-group", 1000);
     CHECK(rc == COHORT_ERR_GROUP_NOT_FOUND && strstr(cohort_last_error(), "no-such-group"),
           "destruct of an unknown group: %s", cohort_status_name(rc));
+    rc = cohort_group_leave(c, "no-such-group");
+    CHECK((rc == COHORT_ERR_GROUP_NOT_FOUND || rc == COHORT_ERR_NOT_A_MEMBER) &&
+              strstr(cohort_last_error(), "no-such-group"),
+          "leave of an unknown group: %s", cohort_status_name(rc));
     rc = cohort_group_construct(c, "", NULL, 0, NULL, &g);
     CHECK(rc == COHORT_ERR_INVALID_GROUP_ID, "empty id: %s", cohort_status_name(rc));
     CHECK(cohort_put_string(c, 7, "k", "v") == COHORT_ERR_BAD_PARAM, "scope 7");

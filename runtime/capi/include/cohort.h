@@ -115,6 +115,22 @@ typedef struct {
     size_t len;
 } cohort_value_t;
 
+/* A key and its value (PMIx's pmix_info_t). In a list passed in, `key` and the field
+ * of `value` that `value.type` names (with `len` where the type has one) are the
+ * caller's; COHORT_VALUE_OTHER cannot be passed in. A list handed out is the
+ * library's and lives as its owner (a group, an event) does. */
+typedef struct {
+    char *key;
+    cohort_value_t value;
+} cohort_info_t;
+
+/* One member's contribution to a group's info (PMIX_GROUP_INFO). */
+typedef struct {
+    cohort_proc_t member;
+    char *key;
+    cohort_value_t value;
+} cohort_group_info_t;
+
 /* Options of a group construct (the PMIX_GROUP_* directives). Zero-initialize. */
 typedef struct {
     int timeout_ms;          /* <= 0: none */
@@ -127,6 +143,9 @@ typedef struct {
     const cohort_proc_t *add_members; /* PMIX_GROUP_ADD_MEMBERS (leaders only); they
                                          call with no procs */
     size_t nadd_members;
+    const cohort_info_t *group_info; /* PMIX_GROUP_INFO: this process's contribution,
+                                        handed to every member with the group */
+    size_t ngroup_info;
 } cohort_construct_opts_t;
 
 /* Options of an invite (the caller is the leader). Zero-initialize. Declined and
@@ -135,6 +154,8 @@ typedef struct {
     int timeout_ms;
     int assign_context_id;
     int notify_termination;
+    const cohort_info_t *group_info; /* the leader's PMIX_GROUP_INFO */
+    size_t ngroup_info;
 } cohort_invite_opts_t;
 
 /* What a construct returns to every member. */
@@ -146,6 +167,8 @@ typedef struct {
     int partial;             /* optional participants terminated first */
     cohort_proc_t *failed;   /* those participants */
     size_t nfailed;
+    cohort_group_info_t *info; /* every member's group info, member by member */
+    size_t ninfo;
 } cohort_group_t;
 
 /* A group's failed members as a failure view reports them. */
@@ -180,6 +203,21 @@ typedef void (*cohort_connect_cb)(int status, const char *nspace, uint32_t rank,
 typedef void (*cohort_event_fn)(int code, const cohort_proc_t *source,
                                 const cohort_proc_t *affected, size_t naffected,
                                 const char *group, void *cbdata);
+
+/* An event with everything it carries: `group` is the group id of group events (else
+ * NULL), `info` every key of the event's info (the notifier's, and the group keys:
+ * "pmix.grp.id", "pmix.grp.ldr", "pmix.grp.mbrs", "pmix.grp.ctxid", …). */
+typedef struct {
+    int code;
+    cohort_proc_t source;
+    const cohort_proc_t *affected;
+    size_t naffected;
+    const char *group;
+    const cohort_info_t *info;
+    size_t ninfo;
+} cohort_event_t;
+/* A handler given the whole event, which lives only during the call. */
+typedef void (*cohort_event_cb)(const cohort_event_t *event, void *cbdata);
 
 /* Connects to the node server `cohort run` started this process under. */
 int cohort_init(cohort_client_t **client);
@@ -217,11 +255,13 @@ void cohort_group_free(cohort_group_t *group);
 /* Invite/join method: the leader invites `procs` and returns when every invitee has
  * answered; invitees get COHORT_EVENT_GROUP_INVITED (source: the leader; group: the
  * id) and answer with cohort_group_join, or from inside the handler with
- * cohort_group_join_nb. A declining join leaves `group` untouched (it may be NULL). */
+ * cohort_group_join_nb, passing their group info (PMIX_GROUP_INFO; NULL, 0: none). A
+ * declining join leaves `group` untouched (it may be NULL). */
 int cohort_group_invite(cohort_client_t *client, const char *id, const cohort_proc_t *procs,
                         size_t nprocs, const cohort_invite_opts_t *opts, cohort_group_t *group);
 int cohort_group_join(cohort_client_t *client, const char *id, const cohort_proc_t *leader,
-                      int accept, int timeout_ms, cohort_group_t *group);
+                      int accept, const cohort_info_t *info, size_t ninfo, int timeout_ms,
+                      cohort_group_t *group);
 /* Membership and context id of a group known to this process's node server. */
 int cohort_group_query(cohort_client_t *client, const char *id, cohort_group_t *group);
 int cohort_group_destruct(cohort_client_t *client, const char *id, int timeout_ms);
@@ -238,6 +278,9 @@ void cohort_failed_free(cohort_failed_t *failed);
  * (ncodes 0: every code); `*id` identifies the handler. */
 int cohort_register_event_handler(cohort_client_t *client, const int *codes, size_t ncodes,
                                   cohort_event_fn fn, void *cbdata, uint64_t *id);
+/* The same, the handler getting the whole event (its info too). */
+int cohort_register_event_callback(cohort_client_t *client, const int *codes, size_t ncodes,
+                                   cohort_event_cb cb, void *cbdata, uint64_t *id);
 int cohort_deregister_event_handler(cohort_client_t *client, uint64_t id);
 /* Process sets (fixed at launch: `cohort run --pset`): their names
  * (PMIX_QUERY_PSET_NAMES) and members (PMIX_QUERY_PSET_MEMBERSHIP), and a process's
@@ -258,9 +301,11 @@ int cohort_connect(cohort_client_t *client, const cohort_proc_t *procs, size_t n
                    const cohort_connect_opts_t *opts, char *nspace, uint32_t *rank);
 int cohort_disconnect(cohort_client_t *client, const char *nspace, int timeout_ms);
 
-/* Raises event `code` to `range` (never delivered back to the caller). */
+/* Raises event `code` to `range` (never delivered back to the caller), carrying
+ * `info` (NULL, 0: none). */
 int cohort_notify(cohort_client_t *client, int code, int range, const char *target,
-                  const cohort_proc_t *procs, size_t nprocs);
+                  const cohort_proc_t *procs, size_t nprocs, const cohort_info_t *info,
+                  size_t ninfo);
 
 /* Non-blocking forms (PMIx's _nb): the request starts at once; a non-zero return
  * means it did not start and `cb` will not be called. */
@@ -272,14 +317,22 @@ int cohort_group_construct_nb(cohort_client_t *client, const char *id,
                               const cohort_proc_t *procs, size_t nprocs,
                               const cohort_construct_opts_t *opts, cohort_group_cb cb,
                               void *cbdata);
+int cohort_group_invite_nb(cohort_client_t *client, const char *id,
+                           const cohort_proc_t *procs, size_t nprocs,
+                           const cohort_invite_opts_t *opts, cohort_group_cb cb, void *cbdata);
 int cohort_group_join_nb(cohort_client_t *client, const char *id, const cohort_proc_t *leader,
-                         int accept, int timeout_ms, cohort_group_cb cb, void *cbdata);
+                         int accept, const cohort_info_t *info, size_t ninfo, int timeout_ms,
+                         cohort_group_cb cb, void *cbdata);
 int cohort_group_destruct_nb(cohort_client_t *client, const char *id, int timeout_ms,
                              cohort_op_cb cb, void *cbdata);
+int cohort_group_leave_nb(cohort_client_t *client, const char *id, cohort_op_cb cb,
+                          void *cbdata);
 int cohort_group_failed_global_nb(cohort_client_t *client, const char *id, int timeout_ms,
                                   cohort_failed_cb cb, void *cbdata);
 int cohort_connect_nb(cohort_client_t *client, const cohort_proc_t *procs, size_t nprocs,
                       const cohort_connect_opts_t *opts, cohort_connect_cb cb, void *cbdata);
+int cohort_disconnect_nb(cohort_client_t *client, const char *nspace, int timeout_ms,
+                         cohort_op_cb cb, void *cbdata);
 
 #ifdef __cplusplus
 }

@@ -25,6 +25,11 @@ use cohort::{
     FailedMembers, FenceOpts, GroupResult, HandlerId, InviteOpts, ProcId, Range, Scope, Value,
 };
 
+mod info;
+
+pub use info::{cohort_group_info_t, cohort_info_t};
+use info::{free_group_info, group_info_out, info_in, info_out};
+
 pub const COHORT_MAX_NSLEN: usize = 255;
 
 /// Defines `c_int` constants and a list of them by name (NUL-terminated), so that the
@@ -122,6 +127,8 @@ pub struct cohort_construct_opts_t {
     pub bootstrap: u32,
     pub add_members: *const cohort_proc_t,
     pub nadd_members: usize,
+    pub group_info: *const cohort_info_t,
+    pub ngroup_info: usize,
 }
 
 #[repr(C)]
@@ -129,6 +136,8 @@ pub struct cohort_invite_opts_t {
     pub timeout_ms: c_int,
     pub assign_context_id: c_int,
     pub notify_termination: c_int,
+    pub group_info: *const cohort_info_t,
+    pub ngroup_info: usize,
 }
 
 pub type cohort_op_cb = Option<unsafe extern "C" fn(status: c_int, cbdata: *mut c_void)>;
@@ -152,6 +161,8 @@ pub struct cohort_group_t {
     pub partial: c_int,
     pub failed: *mut cohort_proc_t,
     pub nfailed: usize,
+    pub info: *mut cohort_group_info_t,
+    pub ninfo: usize,
 }
 
 #[repr(C)]
@@ -172,6 +183,21 @@ pub type cohort_event_fn = Option<
         cbdata: *mut c_void,
     ),
 >;
+
+/// An event as [`cohort_register_event_callback`]'s handlers get it.
+#[repr(C)]
+pub struct cohort_event_t {
+    pub code: c_int,
+    pub source: cohort_proc_t,
+    pub affected: *const cohort_proc_t,
+    pub naffected: usize,
+    pub group: *const c_char,
+    pub info: *const cohort_info_t,
+    pub ninfo: usize,
+}
+
+pub type cohort_event_cb =
+    Option<unsafe extern "C" fn(event: *const cohort_event_t, cbdata: *mut c_void)>;
 
 thread_local! {
     static LAST_ERROR: RefCell<CString> = RefCell::new(CString::default());
@@ -539,11 +565,7 @@ fn value_out(v: Value) -> cohort_value_t {
         strs: std::ptr::null_mut(),
         len: 0,
     };
-    let string = |s: String| {
-        CString::new(s.replace('\0', " "))
-            .unwrap_or_default()
-            .into_raw()
-    };
+    let string = |s: String| info::c_string(&s);
     match v {
         Value::Bool(b) => (out.type_, out.boolean) = (COHORT_VALUE_BOOL, b.into()),
         Value::U32(x) => (out.type_, out.u32_) = (COHORT_VALUE_U32, x),
@@ -684,6 +706,22 @@ unsafe fn construct_opts(opts: *const cohort_construct_opts_t) -> Result<Constru
         assign_context_id: o.assign_context_id != 0,
         bootstrap: (o.bootstrap > 0).then_some(o.bootstrap),
         add_members: procs_in(o.add_members, o.nadd_members)?,
+        group_info: info_in(o.group_info, o.ngroup_info)?,
+        ..Default::default()
+    })
+}
+
+/// # Safety
+/// `opts` is NULL or options whose `group_info` points to `ngroup_info` entries.
+unsafe fn invite_opts(opts: *const cohort_invite_opts_t) -> Result<InviteOpts, c_int> {
+    let Some(o) = opts.as_ref() else {
+        return Ok(InviteOpts::default());
+    };
+    Ok(InviteOpts {
+        timeout_ms: (o.timeout_ms > 0).then_some(o.timeout_ms as u64),
+        assign_context_id: o.assign_context_id != 0,
+        notify_termination: o.notify_termination != 0,
+        group_info: info_in(o.group_info, o.ngroup_info)?,
         ..Default::default()
     })
 }
@@ -691,6 +729,7 @@ unsafe fn construct_opts(opts: *const cohort_construct_opts_t) -> Result<Constru
 fn group_out(g: &GroupResult) -> cohort_group_t {
     let (members, nmembers) = procs_out(&g.members);
     let (failed, nfailed) = procs_out(&g.failed);
+    let (info, ninfo) = group_info_out(&g.group_info);
     cohort_group_t {
         members,
         nmembers,
@@ -699,6 +738,8 @@ fn group_out(g: &GroupResult) -> cohort_group_t {
         partial: (g.status == ConstructStatus::PartialSuccess).into(),
         failed,
         nfailed,
+        info,
+        ninfo,
     }
 }
 
@@ -721,14 +762,7 @@ pub unsafe extern "C" fn cohort_group_invite(
         if group.is_null() {
             return Err(bad_param("the group's address is NULL"));
         }
-        let opts = opts
-            .as_ref()
-            .map_or_else(InviteOpts::default, |o| InviteOpts {
-                timeout_ms: (o.timeout_ms > 0).then_some(o.timeout_ms as u64),
-                assign_context_id: o.assign_context_id != 0,
-                notify_termination: o.notify_termination != 0,
-                ..Default::default()
-            });
+        let opts = invite_opts(opts)?;
         let g = c.client.group_invite(id, &procs, opts).map_err(fail)?;
         group.write(group_out(&g));
         Ok(())
@@ -736,14 +770,16 @@ pub unsafe extern "C" fn cohort_group_invite(
 }
 
 /// # Safety
-/// `client` is a live handle; `id` a string; `leader` a process; `group` NULL or
-/// writable (left untouched on a decline).
+/// `client` is a live handle; `id` a string; `leader` a process; `info` points to
+/// `ninfo` entries; `group` NULL or writable (left untouched on a decline).
 #[no_mangle]
 pub unsafe extern "C" fn cohort_group_join(
     client: *mut cohort_client,
     id: *const c_char,
     leader: *const cohort_proc_t,
     accept: c_int,
+    info: *const cohort_info_t,
+    ninfo: usize,
     timeout_ms: c_int,
     group: *mut cohort_group_t,
 ) -> c_int {
@@ -755,9 +791,10 @@ pub unsafe extern "C" fn cohort_group_join(
                 .as_ref()
                 .ok_or_else(|| bad_param("the leader is NULL"))?,
         )?;
+        let info = info_in(info, ninfo)?;
         let joined = c
             .client
-            .group_join(id, &leader, accept != 0, timeout(timeout_ms), Vec::new())
+            .group_join(id, &leader, accept != 0, timeout(timeout_ms), info)
             .map_err(fail)?;
         if let (Some(g), false) = (joined, group.is_null()) {
             group.write(group_out(&g));
@@ -788,7 +825,7 @@ pub unsafe extern "C" fn cohort_group_query(
 
 /// # Safety
 /// `client` is a live handle; `target` a string where `range` needs one; `procs`
-/// points to `nprocs` processes.
+/// points to `nprocs` processes, `info` to `ninfo` entries.
 #[no_mangle]
 pub unsafe extern "C" fn cohort_notify(
     client: *mut cohort_client,
@@ -797,6 +834,8 @@ pub unsafe extern "C" fn cohort_notify(
     target: *const c_char,
     procs: *const cohort_proc_t,
     nprocs: usize,
+    info: *const cohort_info_t,
+    ninfo: usize,
 ) -> c_int {
     status(|| {
         let c = handle(client)?;
@@ -811,7 +850,9 @@ pub unsafe extern "C" fn cohort_notify(
             COHORT_RANGE_PROCS => Range::Procs(procs_in(procs, nprocs)?),
             other => return Err(bad_param(format!("unknown range {other}"))),
         };
-        c.client.notify(code, range, Vec::new()).map_err(fail)
+        c.client
+            .notify(code, range, info_in(info, ninfo)?)
+            .map_err(fail)
     })
 }
 
@@ -944,6 +985,13 @@ pub unsafe extern "C" fn cohort_connect(
     })
 }
 
+fn disconnect_opts(timeout_ms: c_int) -> DisconnectOpts {
+    DisconnectOpts {
+        timeout: timeout(timeout_ms),
+        ..Default::default()
+    }
+}
+
 /// # Safety
 /// `client` is a live handle; `nspace` a string.
 #[no_mangle]
@@ -955,11 +1003,9 @@ pub unsafe extern "C" fn cohort_disconnect(
     status(|| {
         let c = handle(client)?;
         let nspace = text(nspace, "the nspace")?;
-        let opts = DisconnectOpts {
-            timeout: timeout(timeout_ms),
-            ..Default::default()
-        };
-        c.client.disconnect(nspace, opts).map_err(fail)
+        c.client
+            .disconnect(nspace, disconnect_opts(timeout_ms))
+            .map_err(fail)
     })
 }
 
@@ -1106,6 +1152,8 @@ pub unsafe extern "C" fn cohort_group_join_nb(
     id: *const c_char,
     leader: *const cohort_proc_t,
     accept: c_int,
+    info: *const cohort_info_t,
+    ninfo: usize,
     timeout_ms: c_int,
     cb: cohort_group_cb,
     cbdata: *mut c_void,
@@ -1119,10 +1167,11 @@ pub unsafe extern "C" fn cohort_group_join_nb(
                 .as_ref()
                 .ok_or_else(|| bad_param("the leader is NULL"))?,
         )?;
+        let info = info_in(info, ninfo)?;
         let data = CbData(cbdata);
-        let fut =
-            c.client
-                .group_join_async(id, &leader, accept != 0, timeout(timeout_ms), Vec::new());
+        let fut = c
+            .client
+            .group_join_async(id, &leader, accept != 0, timeout(timeout_ms), info);
         complete(fut, move |r| {
             // SAFETY: the caller's callback, with its own data.
             unsafe { group_callback(cb, data, r) }
@@ -1147,6 +1196,74 @@ pub unsafe extern "C" fn cohort_group_destruct_nb(
         let cb = cb.ok_or_else(|| bad_param("the callback is NULL"))?;
         let id = text(id, "the group id")?;
         let fut = c.client.group_destruct_async(id, timeout(timeout_ms));
+        complete_op(fut, cb, CbData(cbdata));
+        Ok(())
+    })
+}
+
+/// # Safety
+/// As [`cohort_group_invite`]; `cb` is called once on the library's completion
+/// thread, with the group (NULL on failure) valid during the call.
+#[no_mangle]
+pub unsafe extern "C" fn cohort_group_invite_nb(
+    client: *mut cohort_client,
+    id: *const c_char,
+    procs: *const cohort_proc_t,
+    nprocs: usize,
+    opts: *const cohort_invite_opts_t,
+    cb: cohort_group_cb,
+    cbdata: *mut c_void,
+) -> c_int {
+    status(|| {
+        let c = handle(client)?;
+        let cb = cb.ok_or_else(|| bad_param("the callback is NULL"))?;
+        let id = text(id, "the group id")?;
+        let procs = procs_in(procs, nprocs)?;
+        let opts = invite_opts(opts)?;
+        let data = CbData(cbdata);
+        complete(c.client.group_invite_async(id, &procs, opts), move |r| {
+            // SAFETY: the caller's callback, with its own data.
+            unsafe { group_callback(cb, data, r.map(Some)) }
+        });
+        Ok(())
+    })
+}
+
+/// # Safety
+/// `client` is a live handle; `id` a string; `cb` is called once on the library's
+/// completion thread.
+#[no_mangle]
+pub unsafe extern "C" fn cohort_group_leave_nb(
+    client: *mut cohort_client,
+    id: *const c_char,
+    cb: cohort_op_cb,
+    cbdata: *mut c_void,
+) -> c_int {
+    status(|| {
+        let c = handle(client)?;
+        let cb = cb.ok_or_else(|| bad_param("the callback is NULL"))?;
+        let fut = c.client.group_leave_async(text(id, "the group id")?);
+        complete_op(fut, cb, CbData(cbdata));
+        Ok(())
+    })
+}
+
+/// # Safety
+/// `client` is a live handle; `nspace` a string; `cb` is called once on the library's
+/// completion thread.
+#[no_mangle]
+pub unsafe extern "C" fn cohort_disconnect_nb(
+    client: *mut cohort_client,
+    nspace: *const c_char,
+    timeout_ms: c_int,
+    cb: cohort_op_cb,
+    cbdata: *mut c_void,
+) -> c_int {
+    status(|| {
+        let c = handle(client)?;
+        let cb = cb.ok_or_else(|| bad_param("the callback is NULL"))?;
+        let opts = disconnect_opts(timeout_ms);
+        let fut = c.client.disconnect_async(text(nspace, "the nspace")?, opts);
         complete_op(fut, cb, CbData(cbdata));
         Ok(())
     })
@@ -1259,6 +1376,10 @@ pub unsafe extern "C" fn cohort_group_free(group: *mut cohort_group_t) {
     let Some(g) = group.as_mut() else { return };
     take_procs(&mut g.members, &mut g.nmembers);
     take_procs(&mut g.failed, &mut g.nfailed);
+    free_group_info(
+        std::mem::replace(&mut g.info, std::ptr::null_mut()),
+        std::mem::take(&mut g.ninfo),
+    );
 }
 
 /// # Safety
@@ -1364,6 +1485,52 @@ struct CbData(*mut c_void);
 unsafe impl Send for CbData {}
 unsafe impl Sync for CbData {}
 
+/// Registers `deliver` for events whose code is in `(codes, ncodes)` (none: every
+/// code) and writes the handler's id to `id`. `deliver` gets the event as C sees it,
+/// valid during the call.
+///
+/// # Safety
+/// `client` is a live handle; `codes` points to `ncodes` codes; `id` writable.
+unsafe fn register(
+    client: *mut cohort_client,
+    codes: *const c_int,
+    ncodes: usize,
+    id: *mut u64,
+    deliver: impl Fn(&cohort_event_t) + Send + Sync + 'static,
+) -> Result<(), c_int> {
+    let c = handle(client)?;
+    if id.is_null() || (codes.is_null() && ncodes > 0) {
+        return Err(bad_param("the codes or the id's address is NULL"));
+    }
+    let codes: Option<Vec<i32>> =
+        (ncodes > 0).then(|| std::slice::from_raw_parts(codes, ncodes).to_vec());
+    let handler = move |_: &Client, e: &Event| {
+        let affected: Vec<cohort_proc_t> = e.affected.iter().map(proc_out).collect();
+        let group = cohort::info_get(&e.info, cohort::keys::GROUP_ID)
+            .and_then(|v| v.as_str())
+            .and_then(|g| CString::new(g).ok());
+        let (info, ninfo) = info_out(&e.info);
+        deliver(&cohort_event_t {
+            code: e.code,
+            source: proc_out(&e.source),
+            affected: affected.as_ptr(),
+            naffected: affected.len(),
+            group: group.as_ref().map_or(std::ptr::null(), |g| g.as_ptr()),
+            info,
+            ninfo,
+        });
+        // SAFETY: the list was made above and the handler has returned.
+        unsafe { info::free_info(info, ninfo) };
+    };
+    let hid = c.client.register_event_handler(codes.as_deref(), handler);
+    let mut h = c.handlers.lock().unwrap_or_else(|p| p.into_inner());
+    h.0 += 1;
+    let n = h.0;
+    h.1.insert(n, hid);
+    id.write(n);
+    Ok(())
+}
+
 /// # Safety
 /// `client` is a live handle; `codes` points to `ncodes` codes; `id` writable; `cb`
 /// may be called on the client's event thread with `cbdata` until deregistered.
@@ -1376,43 +1543,42 @@ pub unsafe extern "C" fn cohort_register_event_handler(
     cbdata: *mut c_void,
     id: *mut u64,
 ) -> c_int {
+    let Some(cb) = cb else {
+        return bad_param("the handler is NULL");
+    };
+    let data = CbData(cbdata);
     status(|| {
-        let c = handle(client)?;
-        let Some(cb) = cb else {
-            return Err(bad_param("the handler is NULL"));
-        };
-        if id.is_null() || (codes.is_null() && ncodes > 0) {
-            return Err(bad_param("the codes or the id's address is NULL"));
-        }
-        let codes: Option<Vec<i32>> =
-            (ncodes > 0).then(|| std::slice::from_raw_parts(codes, ncodes).to_vec());
-        let data = CbData(cbdata);
-        let handler = move |_: &Client, e: &Event| {
-            let source = proc_out(&e.source);
-            let affected: Vec<cohort_proc_t> = e.affected.iter().map(proc_out).collect();
-            let group = cohort::info_get(&e.info, cohort::keys::GROUP_ID)
-                .and_then(|v| v.as_str())
-                .and_then(|g| CString::new(g).ok());
+        register(client, codes, ncodes, id, move |e| {
             let data = &data;
             // SAFETY: the registrant promised `cb` accepts these for the call's length.
-            unsafe {
-                cb(
-                    e.code,
-                    &source,
-                    affected.as_ptr(),
-                    affected.len(),
-                    group.as_ref().map_or(std::ptr::null(), |g| g.as_ptr()),
-                    data.0,
-                )
-            };
-        };
-        let hid = c.client.register_event_handler(codes.as_deref(), handler);
-        let mut h = c.handlers.lock().unwrap_or_else(|p| p.into_inner());
-        h.0 += 1;
-        let n = h.0;
-        h.1.insert(n, hid);
-        id.write(n);
-        Ok(())
+            unsafe { cb(e.code, &e.source, e.affected, e.naffected, e.group, data.0) }
+        })
+    })
+}
+
+/// The same as [`cohort_register_event_handler`], with the whole event (its info too).
+///
+/// # Safety
+/// As [`cohort_register_event_handler`].
+#[no_mangle]
+pub unsafe extern "C" fn cohort_register_event_callback(
+    client: *mut cohort_client,
+    codes: *const c_int,
+    ncodes: usize,
+    cb: cohort_event_cb,
+    cbdata: *mut c_void,
+    id: *mut u64,
+) -> c_int {
+    let Some(cb) = cb else {
+        return bad_param("the handler is NULL");
+    };
+    let data = CbData(cbdata);
+    status(|| {
+        register(client, codes, ncodes, id, move |e| {
+            let data = &data;
+            // SAFETY: the registrant promised `cb` accepts the event for the call.
+            unsafe { cb(e, data.0) }
+        })
     })
 }
 
