@@ -14,7 +14,10 @@ use tokio::net::{TcpSocket, TcpStream};
 use tokio::sync::{watch, Notify};
 use tokio::time::timeout;
 
-use crate::wire::{Hello, Reply, GOODBYE, HELLO_FIXED_LEN, MAX_SECRET_LEN, REPLY_FIXED_LEN};
+use crate::auth::{self, Challenge};
+use crate::wire::{
+    self, Hello, Reply, GOODBYE, HELLO_LEN, MAX_SECRET_LEN, PROOF_MSG_LEN, REPLY_FIXED_LEN,
+};
 use crate::{FabricError, NodeId, CLOSE_GRACE};
 
 /// Who this fabric is, as the handshake presents it.
@@ -45,8 +48,9 @@ pub(crate) fn check_secret_len(secret: &[u8]) -> io::Result<()> {
     Ok(())
 }
 
-/// Why a hello is refused, if it is. The secret is checked before anything that would
-/// tell an unauthenticated connector about the job. `known` is the peer table's length.
+/// Why a hello is refused, if it is, before the secret is proven (see
+/// [`prove_connector`]): only what the connector says about itself and its build.
+/// `known` is the peer table's length.
 pub(crate) fn check_hello(id: &Identity<'_>, hello: &Hello, known: usize) -> Result<(), String> {
     if hello.wire_version != id.wire_version {
         return Err(format!(
@@ -63,9 +67,6 @@ pub(crate) fn check_hello(id: &Identity<'_>, hello: &Hello, known: usize) -> Res
             hello.proto_version,
             cohort_proto::PROTOCOL_VERSION
         ));
-    }
-    if !cohort_proto::env::secrets_equal(&hello.secret, id.secret) {
-        return Err("job secret mismatch".into());
     }
     if hello.node == id.me {
         return Err(format!("hello claims this node's own id {}", id.me));
@@ -116,34 +117,51 @@ pub(crate) async fn connect(
         let io_err = |source| FabricError::Io { peer, source };
         stream.set_nodelay(true).map_err(io_err)?;
         cohort_os::set_tcp_user_timeout(&stream, id.stall_timeout).map_err(io_err)?;
+        let nonce = auth::nonce().map_err(io_err)?;
         let hello = Hello {
             wire_version: id.wire_version,
             proto_version: cohort_proto::PROTOCOL_VERSION,
             node: id.me,
             expected: peer,
             incarnation: id.incarnation,
-            secret: id.secret.to_vec(),
-        };
-        stream.write_all(&hello.encode()).await.map_err(io_err)?;
-        let mut fixed = [0u8; REPLY_FIXED_LEN];
-        stream.read_exact(&mut fixed).await.map_err(io_err)?;
-        let head = Reply::decode_head(&fixed).map_err(|e| FabricError::Protocol {
+            nonce,
+        }
+        .encode();
+        stream.write_all(&hello).await.map_err(io_err)?;
+        let refused = |reason: String| FabricError::Refused {
             peer,
-            reason: format!("bad handshake reply: {e}"),
-        })?;
-        let mut reason = vec![0u8; head.reason_len]; // bounded by MAX_REASON_LEN
-        stream.read_exact(&mut reason).await.map_err(io_err)?;
-        match Reply::from_parts(head, &reason) {
-            Reply::Refuse { reason, .. } => Err(FabricError::Refused {
-                peer,
-                addr: addr.to_string(),
-                reason,
-            }),
-            Reply::Accept { node, .. } if node != peer => Err(FabricError::Protocol {
-                peer,
-                reason: format!("{addr} answered as node {node}"),
-            }),
+            addr: addr.to_string(),
+            reason,
+        };
+        let protocol = |reason: String| FabricError::Protocol { peer, reason };
+        // The acceptor proves the secret first; then this side does.
+        match read_reply(&mut stream, peer).await? {
+            Reply::Challenge(c) if c.node != peer => {
+                Err(protocol(format!("{addr} answered as node {}", c.node)))
+            }
+            Reply::Challenge(c) if !auth::acceptor_holds(id.secret, &hello, &c) => Err(refused(
+                format!("node {peer} did not prove it holds this job's secret"),
+            )),
+            Reply::Challenge(c) => {
+                let proof = auth::connector_proof(id.secret, &hello, &c);
+                stream
+                    .write_all(&wire::encode_proof(&proof))
+                    .await
+                    .map_err(io_err)?;
+                Ok(())
+            }
+            Reply::Refuse { reason, .. } => Err(refused(reason)),
+            Reply::Accept { .. } => Err(protocol(format!(
+                "{addr} accepted without proving the job secret"
+            ))),
+        }?;
+        match read_reply(&mut stream, peer).await? {
+            Reply::Refuse { reason, .. } => Err(refused(reason)),
+            Reply::Accept { node, .. } if node != peer => {
+                Err(protocol(format!("{addr} answered as node {node}")))
+            }
             Reply::Accept { incarnation, .. } => Ok((stream, incarnation)),
+            Reply::Challenge(_) => Err(protocol(format!("{addr} challenged twice"))),
         }
     };
     match timeout(limit, attempt).await {
@@ -177,19 +195,74 @@ async fn open(source_ip: Option<IpAddr>, addr: &str) -> io::Result<TcpStream> {
         .unwrap_or_else(|| io::Error::new(io::ErrorKind::NotFound, "address resolved to nothing")))
 }
 
+/// Reads one reply of the acceptor (its variable part bounded by the decoder).
+async fn read_reply(stream: &mut TcpStream, peer: NodeId) -> Result<Reply, FabricError> {
+    let io_err = |source| FabricError::Io { peer, source };
+    let mut fixed = [0u8; REPLY_FIXED_LEN];
+    stream.read_exact(&mut fixed).await.map_err(io_err)?;
+    let head = Reply::decode_head(&fixed).map_err(|e| FabricError::Protocol {
+        peer,
+        reason: format!("bad handshake reply: {e}"),
+    })?;
+    let mut rest = vec![0u8; head.len];
+    stream.read_exact(&mut rest).await.map_err(io_err)?;
+    Ok(Reply::from_parts(head, &rest))
+}
+
 pub(crate) async fn read_hello(stream: &mut TcpStream) -> Result<Hello, String> {
-    let mut fixed = [0u8; HELLO_FIXED_LEN];
+    let mut bytes = [0u8; HELLO_LEN];
     stream
-        .read_exact(&mut fixed)
+        .read_exact(&mut bytes)
         .await
         .map_err(|e| e.to_string())?;
-    let head = Hello::decode_head(&fixed).map_err(|e| e.to_string())?;
-    let mut secret = vec![0u8; head.secret_len]; // bounded by MAX_SECRET_LEN
-    stream
-        .read_exact(&mut secret)
+    Hello::decode(&bytes).map_err(|e| e.to_string())
+}
+
+/// [`prove_connector`] within the handshake's time limit.
+pub(crate) async fn prove_within(
+    stream: &mut TcpStream,
+    id: &Identity<'_>,
+    hello: &Hello,
+) -> Result<(), String> {
+    timeout(crate::HELLO_TIMEOUT, prove_connector(stream, id, hello))
         .await
-        .map_err(|e| e.to_string())?;
-    Ok(Hello::from_parts(head, secret))
+        .unwrap_or_else(|_| {
+            Err(format!(
+                "no answer to the challenge within {:?}",
+                crate::HELLO_TIMEOUT
+            ))
+        })
+}
+
+/// The acceptor's half of the secret check, after an acceptable `hello`: sends the
+/// challenge (with this side's proof) and checks the connector's answer. `Err` is the
+/// refusal's reason (it never contains the secret).
+pub(crate) async fn prove_connector(
+    stream: &mut TcpStream,
+    id: &Identity<'_>,
+    hello: &Hello,
+) -> Result<(), String> {
+    let hello = hello.encode();
+    let nonce = auth::nonce().map_err(|e| format!("no random nonce: {e}"))?;
+    let challenge = Challenge {
+        node: id.me,
+        nonce,
+        proof: auth::acceptor_proof(id.secret, &hello, id.me, &nonce),
+    };
+    stream
+        .write_all(&Reply::Challenge(challenge).encode())
+        .await
+        .map_err(|e| format!("cannot send the challenge: {e}"))?;
+    let mut answer = [0u8; PROOF_MSG_LEN];
+    stream.read_exact(&mut answer).await.map_err(|e| {
+        format!("no answer to the challenge (the connector may not hold this job's secret): {e}")
+    })?;
+    let proof = wire::decode_proof(&answer).map_err(|e| format!("bad proof: {e}"))?;
+    if auth::connector_holds(id.secret, &hello, &challenge, &proof) {
+        Ok(())
+    } else {
+        Err("job secret not proven".into())
+    }
 }
 
 /// Tells the other end we are closing on purpose, then waits (bounded) for it to close

@@ -52,6 +52,7 @@
 //! ```
 
 mod any;
+pub mod auth;
 mod error;
 mod handshake;
 mod links;

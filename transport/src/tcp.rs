@@ -427,7 +427,11 @@ async fn run_inbound(shared: Arc<Shared>, mut stream: TcpStream, remote: SocketA
             }
         };
         let peer = hello.node;
-        if let Err(reason) = shared.check_hello(&hello) {
+        let verdict = match shared.check_hello(&hello) {
+            Ok(()) => handshake::prove_within(&mut stream, &shared.identity(), &hello).await,
+            refused => refused,
+        };
+        if let Err(reason) = verdict {
             warn!(claimed_node = peer, %reason, "refusing fabric connection");
             let reply = Reply::Refuse {
                 node: shared.me,

@@ -1437,6 +1437,9 @@ async fn run_inbound(shared: Arc<Shared>, mut stream: TcpStream, remote: SocketA
         let mut link = Err(String::new());
         let mut verdict = handshake::check_hello(&shared.identity(), &hello, known);
         if verdict.is_ok() {
+            verdict = handshake::prove_within(&mut stream, &shared.identity(), &hello).await;
+        }
+        if verdict.is_ok() {
             // Resources first: a registration failure is then a refusal the connector
             // sees with its reason, rather than a silent drop.
             link = QpLink::new(&shared.device, shared.poll_mode).map_err(|e| e.to_string());

@@ -10,12 +10,14 @@
 
 use bytes::{Buf, Bytes, BytesMut};
 
+use crate::auth::{Challenge, NONCE_LEN, PROOF_LEN};
 use crate::NodeId;
 
 /// First bytes of every hello and reply ("cohort fabric").
 pub const MAGIC: [u8; 8] = *b"COHORTFB";
 /// Version of this byte format; bumped on any change to the handshake or framing.
-pub const WIRE_VERSION: u32 = 2;
+/// 3: the secret is proven by challenge-response (`crate::auth`), never sent.
+pub const WIRE_VERSION: u32 = 3;
 /// Revision of the verbs backend's protocol over its queue pairs (the immediate data's
 /// layout, credits); bumped on any change there. 1: credits ride on payloads.
 pub const VERBS_REVISION: u32 = 1;
@@ -23,14 +25,18 @@ pub const VERBS_REVISION: u32 = 1;
 /// [`VerbsEndpoint`] exchange instead of frames, so the two backends refuse each other
 /// (and so do verbs fabrics of different [`VERBS_REVISION`]s).
 pub const VERBS_WIRE_VERSION: u32 = 0x0100_0000 | (VERBS_REVISION << 16) | WIRE_VERSION;
-/// Longest secret a hello may carry.
+/// Longest job secret a fabric is bound with (it keys the handshake's proofs and never
+/// travels).
 pub const MAX_SECRET_LEN: usize = 1024;
 /// Longest refusal reason a reply may carry.
 pub const MAX_REASON_LEN: usize = 512;
-/// Size of a hello before its secret.
-pub const HELLO_FIXED_LEN: usize = 8 + 4 + 4 + 4 + 4 + 8 + 2;
-/// Size of a reply before its reason.
+/// Size of a hello.
+pub const HELLO_LEN: usize = 8 + 4 + 4 + 4 + 4 + 8 + NONCE_LEN;
+/// Size of a reply before its variable part (a refusal's reason, a challenge's nonce
+/// and proof).
 pub const REPLY_FIXED_LEN: usize = 8 + 4 + 1 + 4 + 8 + 2;
+/// Size of the connector's proof message.
+pub const PROOF_MSG_LEN: usize = 8 + PROOF_LEN;
 /// Length words from here up are control words, never data lengths.
 pub const CONTROL_MIN: u32 = 0xFFFF_FF00;
 /// Control word: the sender closes this connection on purpose.
@@ -43,10 +49,10 @@ pub const MAX_DATA_LEN: usize = (CONTROL_MIN - 1) as usize;
 pub enum WireError {
     #[error("bad magic bytes (not a cohort fabric peer)")]
     BadMagic,
-    #[error("hello carries a {len}-byte secret, over the {MAX_SECRET_LEN}-byte limit")]
-    SecretTooLong { len: usize },
     #[error("reply carries a {len}-byte reason, over the {MAX_REASON_LEN}-byte limit")]
     ReasonTooLong { len: usize },
+    #[error("challenge carries {len} bytes, not the nonce and proof's {}", NONCE_LEN + PROOF_LEN)]
+    BadChallenge { len: usize },
     #[error("reply has unknown status {status}")]
     BadStatus { status: u8 },
     #[error("frame of {len} bytes exceeds the {max}-byte limit")]
@@ -57,8 +63,9 @@ pub enum WireError {
     BadEndpoint,
 }
 
-/// The connector's introduction.
-#[derive(Clone, PartialEq, Eq)]
+/// The connector's introduction. It carries a fresh nonce for the acceptor to prove
+/// the job secret against, never the secret (see [`crate::auth`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Hello {
     pub wire_version: u32,
     /// `cohort_proto::PROTOCOL_VERSION` of the connector: payloads are proto messages,
@@ -70,126 +77,103 @@ pub struct Hello {
     pub expected: NodeId,
     /// Random per-process number; a restarted peer presents a new one.
     pub incarnation: u64,
-    pub secret: Vec<u8>,
-}
-
-impl std::fmt::Debug for Hello {
-    // Never print the secret.
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Hello")
-            .field("wire_version", &self.wire_version)
-            .field("proto_version", &self.proto_version)
-            .field("node", &self.node)
-            .field("expected", &self.expected)
-            .field("incarnation", &self.incarnation)
-            .field("secret", &format_args!("<{} bytes>", self.secret.len()))
-            .finish()
-    }
-}
-
-/// A hello's fixed part; the secret (`secret_len` bytes, already bounds-checked)
-/// follows on the wire.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct HelloHead {
-    pub wire_version: u32,
-    pub proto_version: u32,
-    pub node: NodeId,
-    pub expected: NodeId,
-    pub incarnation: u64,
-    pub secret_len: usize,
+    pub nonce: [u8; NONCE_LEN],
 }
 
 impl Hello {
-    /// Encodes the hello. Panics if the secret is longer than [`MAX_SECRET_LEN`]
-    /// (a local configuration error, checked when the fabric is bound).
-    pub fn encode(&self) -> Vec<u8> {
-        assert!(self.secret.len() <= MAX_SECRET_LEN, "secret too long");
-        let mut out = Vec::with_capacity(HELLO_FIXED_LEN + self.secret.len());
-        out.extend_from_slice(&MAGIC);
-        out.extend_from_slice(&self.wire_version.to_le_bytes());
-        out.extend_from_slice(&self.proto_version.to_le_bytes());
-        out.extend_from_slice(&self.node.to_le_bytes());
-        out.extend_from_slice(&self.expected.to_le_bytes());
-        out.extend_from_slice(&self.incarnation.to_le_bytes());
-        out.extend_from_slice(&(self.secret.len() as u16).to_le_bytes());
-        out.extend_from_slice(&self.secret);
+    pub fn encode(&self) -> [u8; HELLO_LEN] {
+        let mut out = [0u8; HELLO_LEN];
+        let mut at = 0;
+        let mut put = |bytes: &[u8]| {
+            out[at..at + bytes.len()].copy_from_slice(bytes);
+            at += bytes.len();
+        };
+        put(&MAGIC);
+        put(&self.wire_version.to_le_bytes());
+        put(&self.proto_version.to_le_bytes());
+        put(&self.node.to_le_bytes());
+        put(&self.expected.to_le_bytes());
+        put(&self.incarnation.to_le_bytes());
+        put(&self.nonce);
         out
     }
 
-    /// Decodes the fixed part, checking the magic and bounding the secret length.
-    pub fn decode_head(bytes: &[u8; HELLO_FIXED_LEN]) -> Result<HelloHead, WireError> {
+    /// Decodes a hello, checking the magic.
+    pub fn decode(bytes: &[u8; HELLO_LEN]) -> Result<Hello, WireError> {
         let mut b = &bytes[..];
         if b[..8] != MAGIC {
             return Err(WireError::BadMagic);
         }
         b.advance(8);
-        let head = HelloHead {
+        Ok(Hello {
             wire_version: b.get_u32_le(),
             proto_version: b.get_u32_le(),
             node: b.get_u32_le(),
             expected: b.get_u32_le(),
             incarnation: b.get_u64_le(),
-            secret_len: b.get_u16_le() as usize,
-        };
-        if head.secret_len > MAX_SECRET_LEN {
-            return Err(WireError::SecretTooLong {
-                len: head.secret_len,
-            });
-        }
-        Ok(head)
-    }
-
-    /// Joins a decoded head with the secret read after it.
-    pub fn from_parts(head: HelloHead, secret: Vec<u8>) -> Hello {
-        Hello {
-            wire_version: head.wire_version,
-            proto_version: head.proto_version,
-            node: head.node,
-            expected: head.expected,
-            incarnation: head.incarnation,
-            secret,
-        }
+            nonce: b[..NONCE_LEN].try_into().expect("NONCE_LEN bytes"),
+        })
     }
 }
 
-/// The acceptor's answer to a hello.
+/// The acceptor's answer to a hello: a challenge first, if the hello is acceptable,
+/// then (after the connector's proof) an accept or a refusal.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Reply {
     /// Accepted: the acceptor's node id and incarnation.
     Accept { node: NodeId, incarnation: u64 },
     /// Refused, with a reason for the connector's log (never the secret).
     Refuse { node: NodeId, reason: String },
+    /// Prove the secret: the acceptor's nonce and its own proof.
+    Challenge(Challenge),
 }
 
-/// A reply's fixed part; a refusal's reason (`reason_len` bytes) follows on the wire.
+/// What a reply is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReplyStatus {
+    Accept,
+    Refuse,
+    Challenge,
+}
+
+/// A reply's fixed part; its variable part (`len` bytes) follows on the wire.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ReplyHead {
     pub wire_version: u32,
-    pub accepted: bool,
+    pub status: ReplyStatus,
     pub node: NodeId,
     pub incarnation: u64,
-    pub reason_len: usize,
+    pub len: usize,
 }
 
 impl Reply {
     /// Encodes the reply; an over-long reason is cut at a character boundary.
     pub fn encode(&self) -> Vec<u8> {
-        let (status, node, incarnation, reason) = match self {
-            Reply::Accept { node, incarnation } => (0u8, *node, *incarnation, ""),
-            Reply::Refuse { node, reason } => (1u8, *node, 0, truncate(reason, MAX_REASON_LEN)),
+        let mut challenge = [0u8; NONCE_LEN + PROOF_LEN];
+        let (status, node, incarnation, rest): (u8, _, _, &[u8]) = match self {
+            Reply::Accept { node, incarnation } => (0, *node, *incarnation, &[]),
+            Reply::Refuse { node, reason } => {
+                (1, *node, 0, truncate(reason, MAX_REASON_LEN).as_bytes())
+            }
+            Reply::Challenge(c) => {
+                challenge[..NONCE_LEN].copy_from_slice(&c.nonce);
+                challenge[NONCE_LEN..].copy_from_slice(&c.proof);
+                (2, c.node, 0, &challenge)
+            }
         };
-        let mut out = Vec::with_capacity(REPLY_FIXED_LEN + reason.len());
+        let mut out = Vec::with_capacity(REPLY_FIXED_LEN + rest.len());
         out.extend_from_slice(&MAGIC);
         out.extend_from_slice(&WIRE_VERSION.to_le_bytes());
         out.push(status);
         out.extend_from_slice(&node.to_le_bytes());
         out.extend_from_slice(&incarnation.to_le_bytes());
-        out.extend_from_slice(&(reason.len() as u16).to_le_bytes());
-        out.extend_from_slice(reason.as_bytes());
+        out.extend_from_slice(&(rest.len() as u16).to_le_bytes());
+        out.extend_from_slice(rest);
         out
     }
 
-    /// Decodes the fixed part, checking magic and status and bounding the reason.
+    /// Decodes the fixed part, checking magic and status and bounding the variable
+    /// part.
     pub fn decode_head(bytes: &[u8; REPLY_FIXED_LEN]) -> Result<ReplyHead, WireError> {
         let mut b = &bytes[..];
         if b[..8] != MAGIC {
@@ -197,40 +181,67 @@ impl Reply {
         }
         b.advance(8);
         let wire_version = b.get_u32_le();
-        let accepted = match b.get_u8() {
-            0 => true,
-            1 => false,
+        let status = match b.get_u8() {
+            0 => ReplyStatus::Accept,
+            1 => ReplyStatus::Refuse,
+            2 => ReplyStatus::Challenge,
             status => return Err(WireError::BadStatus { status }),
         };
         let head = ReplyHead {
             wire_version,
-            accepted,
+            status,
             node: b.get_u32_le(),
             incarnation: b.get_u64_le(),
-            reason_len: b.get_u16_le() as usize,
+            len: b.get_u16_le() as usize,
         };
-        if head.reason_len > MAX_REASON_LEN {
-            return Err(WireError::ReasonTooLong {
-                len: head.reason_len,
-            });
+        match status {
+            ReplyStatus::Challenge if head.len != NONCE_LEN + PROOF_LEN => {
+                Err(WireError::BadChallenge { len: head.len })
+            }
+            _ if head.len > MAX_REASON_LEN => Err(WireError::ReasonTooLong { len: head.len }),
+            _ => Ok(head),
         }
-        Ok(head)
     }
 
-    /// Joins a decoded head with the reason bytes read after it.
-    pub fn from_parts(head: ReplyHead, reason: &[u8]) -> Reply {
-        if head.accepted {
-            Reply::Accept {
+    /// Joins a decoded head with the variable part read after it (`head.len` bytes).
+    pub fn from_parts(head: ReplyHead, rest: &[u8]) -> Reply {
+        match head.status {
+            ReplyStatus::Accept => Reply::Accept {
                 node: head.node,
                 incarnation: head.incarnation,
-            }
-        } else {
-            Reply::Refuse {
+            },
+            ReplyStatus::Refuse => Reply::Refuse {
                 node: head.node,
-                reason: String::from_utf8_lossy(reason).into_owned(),
+                reason: String::from_utf8_lossy(rest).into_owned(),
+            },
+            ReplyStatus::Challenge => {
+                let mut nonce = [0u8; NONCE_LEN];
+                let mut proof = [0u8; PROOF_LEN];
+                nonce.copy_from_slice(&rest[..NONCE_LEN]);
+                proof.copy_from_slice(&rest[NONCE_LEN..NONCE_LEN + PROOF_LEN]);
+                Reply::Challenge(Challenge {
+                    node: head.node,
+                    nonce,
+                    proof,
+                })
             }
         }
     }
+}
+
+/// The connector's answer to a challenge.
+pub fn encode_proof(proof: &[u8; PROOF_LEN]) -> [u8; PROOF_MSG_LEN] {
+    let mut out = [0u8; PROOF_MSG_LEN];
+    out[..8].copy_from_slice(&MAGIC);
+    out[8..].copy_from_slice(proof);
+    out
+}
+
+pub fn decode_proof(bytes: &[u8; PROOF_MSG_LEN]) -> Result<[u8; PROOF_LEN], WireError> {
+    if bytes[..8] != MAGIC {
+        return Err(WireError::BadMagic);
+    }
+    Ok(bytes[8..].try_into().expect("PROOF_LEN bytes"))
 }
 
 fn truncate(s: &str, max: usize) -> &str {
@@ -403,33 +414,17 @@ mod tests {
             node: 3,
             expected: 1,
             incarnation: 0xdead_beef_0bad_cafe,
-            secret: b"s3cret".to_vec(),
+            nonce: [5u8; NONCE_LEN],
         }
     }
 
     #[test]
-    fn hello_roundtrip_and_debug_hides_secret() {
+    fn hello_roundtrip_and_bad_magic() {
         let h = hello();
-        let bytes = h.encode();
-        let head = Hello::decode_head(bytes[..HELLO_FIXED_LEN].try_into().unwrap()).unwrap();
-        assert_eq!(head.secret_len, 6);
-        let back = Hello::from_parts(head, bytes[HELLO_FIXED_LEN..].to_vec());
-        assert_eq!(back, h);
-        assert!(!format!("{h:?}").contains("s3cret"));
-    }
-
-    #[test]
-    fn hello_rejects_bad_magic_and_long_secret() {
-        let mut bytes = hello().encode();
-        let mut fixed: [u8; HELLO_FIXED_LEN] = bytes[..HELLO_FIXED_LEN].try_into().unwrap();
-        fixed[34 - 2..].copy_from_slice(&u16::MAX.to_le_bytes());
-        assert_eq!(
-            Hello::decode_head(&fixed),
-            Err(WireError::SecretTooLong { len: 65535 })
-        );
+        let mut bytes = h.encode();
+        assert_eq!(Hello::decode(&bytes), Ok(h));
         bytes[0] = b'X';
-        let fixed: [u8; HELLO_FIXED_LEN] = bytes[..HELLO_FIXED_LEN].try_into().unwrap();
-        assert_eq!(Hello::decode_head(&fixed), Err(WireError::BadMagic));
+        assert_eq!(Hello::decode(&bytes), Err(WireError::BadMagic));
     }
 
     #[test]
@@ -441,12 +436,18 @@ mod tests {
             },
             Reply::Refuse {
                 node: 2,
-                reason: "secret mismatch".into(),
+                reason: "job secret not proven".into(),
             },
+            Reply::Challenge(Challenge {
+                node: 2,
+                nonce: [1u8; NONCE_LEN],
+                proof: [9u8; PROOF_LEN],
+            }),
         ] {
             let bytes = r.encode();
             let head = Reply::decode_head(bytes[..REPLY_FIXED_LEN].try_into().unwrap()).unwrap();
             assert_eq!(head.wire_version, WIRE_VERSION);
+            assert_eq!(head.len, bytes.len() - REPLY_FIXED_LEN);
             assert_eq!(Reply::from_parts(head, &bytes[REPLY_FIXED_LEN..]), r);
         }
         let long = Reply::Refuse {
@@ -461,6 +462,39 @@ mod tests {
             panic!("expected a refusal")
         };
         assert!(reason.chars().all(|c| c == 'é'));
+    }
+
+    #[test]
+    fn malformed_replies_and_proofs_are_refused() {
+        let challenge = Reply::Challenge(Challenge {
+            node: 2,
+            nonce: [1u8; NONCE_LEN],
+            proof: [9u8; PROOF_LEN],
+        });
+        let mut fixed: [u8; REPLY_FIXED_LEN] =
+            challenge.encode()[..REPLY_FIXED_LEN].try_into().unwrap();
+        // A challenge of another size.
+        fixed[REPLY_FIXED_LEN - 2..].copy_from_slice(&47u16.to_le_bytes());
+        assert_eq!(
+            Reply::decode_head(&fixed),
+            Err(WireError::BadChallenge { len: 47 })
+        );
+        // A refusal whose reason is too long, an unknown status.
+        fixed[12] = 1;
+        fixed[REPLY_FIXED_LEN - 2..].copy_from_slice(&u16::MAX.to_le_bytes());
+        assert_eq!(
+            Reply::decode_head(&fixed),
+            Err(WireError::ReasonTooLong { len: 65535 })
+        );
+        fixed[12] = 3;
+        assert_eq!(
+            Reply::decode_head(&fixed),
+            Err(WireError::BadStatus { status: 3 })
+        );
+        let mut proof = encode_proof(&[4u8; PROOF_LEN]);
+        assert_eq!(decode_proof(&proof), Ok([4u8; PROOF_LEN]));
+        proof[1] = 0;
+        assert_eq!(decode_proof(&proof), Err(WireError::BadMagic));
     }
 
     #[test]
@@ -559,11 +593,19 @@ mod tests {
                     x as u8
                 })
                 .collect();
-            if bytes.len() >= HELLO_FIXED_LEN {
-                let _ = Hello::decode_head(bytes[..HELLO_FIXED_LEN].try_into().unwrap());
+            if bytes.len() >= HELLO_LEN {
+                let _ = Hello::decode(bytes[..HELLO_LEN].try_into().unwrap());
             }
             if bytes.len() >= REPLY_FIXED_LEN {
-                let _ = Reply::decode_head(bytes[..REPLY_FIXED_LEN].try_into().unwrap());
+                if let Ok(head) = Reply::decode_head(bytes[..REPLY_FIXED_LEN].try_into().unwrap()) {
+                    let rest = &bytes[REPLY_FIXED_LEN..];
+                    if rest.len() >= head.len {
+                        let _ = Reply::from_parts(head, &rest[..head.len]);
+                    }
+                }
+            }
+            if bytes.len() >= PROOF_MSG_LEN {
+                let _ = decode_proof(bytes[..PROOF_MSG_LEN].try_into().unwrap());
             }
             let mut buf = BytesMut::from(&bytes[..]);
             while let Ok(Some(_)) = dec.decode(&mut buf) {}

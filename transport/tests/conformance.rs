@@ -15,7 +15,8 @@ use std::future::Future;
 use std::time::Duration;
 
 use bytes::Bytes;
-use cohort_transport::wire::{self, Hello, Reply, REPLY_FIXED_LEN, WIRE_VERSION};
+use cohort_transport::auth::{self, Challenge, NONCE_LEN};
+use cohort_transport::wire::{self, Hello, Reply, HELLO_LEN, REPLY_FIXED_LEN, WIRE_VERSION};
 use cohort_transport::{
     AnyFabric, Fabric, FabricConfig, FabricEvent, FabricKind, QueuePairSide, Spinner, VerbsOptions,
 };
@@ -905,19 +906,14 @@ async fn oversized_frame_closes_only_that_connection() {
         let mut raw = tokio::net::TcpStream::connect(a.local_addr())
             .await
             .unwrap();
-        let hello = Hello {
-            wire_version: WIRE_VERSION,
-            proto_version: cohort_proto::PROTOCOL_VERSION,
-            node: 1,
-            expected: 0,
-            incarnation: 42,
-            secret: SECRET.to_vec(),
-        };
-        raw.write_all(&hello.encode()).await.unwrap();
-        let mut fixed = [0u8; REPLY_FIXED_LEN];
-        raw.read_exact(&mut fixed).await.unwrap();
-        let head = Reply::decode_head(&fixed).unwrap();
-        assert!(head.accepted && head.node == 0, "{head:?}");
+        let hello = raw_hello(1, 0);
+        raw.write_all(&hello).await.unwrap();
+        let challenge = read_challenge(&mut raw).await;
+        assert!(auth::acceptor_holds(SECRET, &hello, &challenge));
+        let proof = auth::connector_proof(SECRET, &hello, &challenge);
+        raw.write_all(&wire::encode_proof(&proof)).await.unwrap();
+        let reply = read_reply(&mut raw).await;
+        assert!(matches!(reply, Reply::Accept { node: 0, .. }), "{reply:?}");
 
         raw.write_all(&wire::data_header(2)).await.unwrap();
         raw.write_all(b"ok").await.unwrap();
@@ -951,6 +947,122 @@ async fn oversized_frame_closes_only_that_connection() {
         );
         a.shutdown().await;
         b.shutdown().await;
+    })
+    .await
+}
+
+/// A hello from node `node` to node `expected`, as a raw connector sends it.
+fn raw_hello(node: u32, expected: u32) -> [u8; HELLO_LEN] {
+    Hello {
+        wire_version: WIRE_VERSION,
+        proto_version: cohort_proto::PROTOCOL_VERSION,
+        node,
+        expected,
+        incarnation: 42,
+        nonce: auth::nonce().unwrap(),
+    }
+    .encode()
+}
+
+async fn read_reply(raw: &mut tokio::net::TcpStream) -> Reply {
+    let mut fixed = [0u8; REPLY_FIXED_LEN];
+    raw.read_exact(&mut fixed).await.unwrap();
+    let head = Reply::decode_head(&fixed).unwrap();
+    let mut rest = vec![0u8; head.len];
+    raw.read_exact(&mut rest).await.unwrap();
+    Reply::from_parts(head, &rest)
+}
+
+async fn read_challenge(raw: &mut tokio::net::TcpStream) -> Challenge {
+    match read_reply(raw).await {
+        Reply::Challenge(c) => c,
+        other => panic!("expected a challenge, got {other:?}"),
+    }
+}
+
+/// 4b. The job secret never travels: everything a connector sends before it is
+/// accepted is recorded by a listener posing as its peer, which then answers with a
+/// challenge it cannot prove (it does not hold the secret). The connector reports a
+/// refusal naming the secret, and the secret is nowhere in what it sent.
+/// (TCP only: the verbs backend runs the same handshake code over TCP.)
+#[tokio::test]
+async fn the_secret_never_travels_and_an_impostor_acceptor_is_refused() {
+    within(async {
+        let tcp = Backend::Tcp;
+        let impostor = tokio::net::TcpListener::bind("127.0.4.12:0").await.unwrap();
+        let impostor_addr = impostor.local_addr().unwrap().to_string();
+        let (a, mut a_rx) = tcp.bind(config(tcp, 0, "127.0.4.11", SECRET)).await;
+        a.set_peers(vec![a.local_addr(), impostor_addr]);
+        a.send(1, Bytes::from_static(b"for node 1 only")).unwrap();
+        let (mut conn, _) = impostor.accept().await.unwrap();
+        let mut hello = [0u8; HELLO_LEN];
+        conn.read_exact(&mut hello).await.unwrap();
+        let decoded = Hello::decode(&hello).unwrap();
+        assert_eq!((decoded.node, decoded.expected), (0, 1));
+        // A challenge made with a guess of the secret.
+        let nonce = [3u8; NONCE_LEN];
+        let guess = Challenge {
+            node: 1,
+            nonce,
+            proof: auth::acceptor_proof(b"a guess", &hello, 1, &nonce),
+        };
+        conn.write_all(&Reply::Challenge(guess).encode())
+            .await
+            .unwrap();
+        let mut sent = hello.to_vec();
+        let mut rest = Vec::new();
+        let _ = timeout(LOSS_BOUND, conn.read_to_end(&mut rest)).await;
+        sent.extend_from_slice(&rest);
+        assert!(
+            rest.is_empty(),
+            "the connector answered an unproven challenge with {} bytes",
+            rest.len()
+        );
+        assert!(!sent.windows(SECRET.len()).any(|w| w == SECRET));
+        let (peer, reason, unreachable) = next_loss_kind(&mut a_rx).await;
+        assert_eq!(peer, 1);
+        assert!(!unreachable, "{reason}");
+        assert!(
+            reason.contains("refused") && reason.contains("secret"),
+            "{reason}"
+        );
+        a.shutdown().await;
+    })
+    .await
+}
+
+/// 4c. A connector cannot pass with an answer recorded from another connection: the
+/// acceptor's nonce is fresh each time, so the earlier proof does not fit.
+#[tokio::test]
+async fn a_replayed_proof_is_refused() {
+    within(async {
+        let tcp = Backend::Tcp;
+        let (a, _a_rx) = tcp.bind(config(tcp, 0, "127.0.4.21", SECRET)).await;
+        a.set_peers(vec![a.local_addr(), "127.0.4.22:1".into()]);
+        // A genuine exchange, recorded.
+        let hello = raw_hello(1, 0);
+        let mut first = tokio::net::TcpStream::connect(a.local_addr())
+            .await
+            .unwrap();
+        first.write_all(&hello).await.unwrap();
+        let challenge = read_challenge(&mut first).await;
+        let proof = wire::encode_proof(&auth::connector_proof(SECRET, &hello, &challenge));
+        first.write_all(&proof).await.unwrap();
+        assert!(matches!(read_reply(&mut first).await, Reply::Accept { .. }));
+        drop(first);
+        // The same hello and proof again, without the secret.
+        let mut replay = tokio::net::TcpStream::connect(a.local_addr())
+            .await
+            .unwrap();
+        replay.write_all(&hello).await.unwrap();
+        let fresh = read_challenge(&mut replay).await;
+        assert_ne!(fresh.nonce, challenge.nonce);
+        replay.write_all(&proof).await.unwrap();
+        match read_reply(&mut replay).await {
+            Reply::Refuse { reason, .. } => assert!(reason.contains("secret"), "{reason}"),
+            other => panic!("a replayed proof was answered with {other:?}"),
+        }
+        a.shutdown().await;
     })
     .await
 }
