@@ -694,6 +694,90 @@ fn cohortd_refuses_to_run_without_its_secrets() {
     );
 }
 
+/// A node server checks the launcher's proof of the job secret before it says anything
+/// more: a listener posing as the launcher, answering the registration with a proof
+/// made from a guess, gets no proof back, and cohortd exits naming the reason. The
+/// secret appears nowhere in what cohortd sent.
+#[test]
+fn cohortd_refuses_a_launcher_that_cannot_prove_the_secret() {
+    use cohort_proto::control::{DaemonMsg, LauncherMsg, RegisterExchange};
+    use cohort_proto::frame::{encode, read_frame, MAX_CONTROL_FRAME};
+    use std::io::{Read, Write};
+
+    const SECRET_HEX: &str = "5ec7e75ec7e75ec7e75ec7e75ec7e75ec7e75ec7e75ec7e75ec7e75ec7e75ec7";
+    let s = scratch("impostor");
+    let impostor = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let control = impostor.local_addr().unwrap().to_string();
+    let job_dir = s.files.join("job");
+    std::fs::create_dir(&job_dir).unwrap();
+    let mut cmd = Command::new(cohortd_bin());
+    cmd.args(["--node", "0", "--nodes", "1", "--node-name", "node0"])
+        .args(["--listen", "127.0.1.1:0", "--control", &control])
+        .arg("--job-dir")
+        .arg(&job_dir)
+        .args(["--nspace", "ns", "--np", "1", "--", "true"])
+        .env("COHORT_JOB_SECRET", SECRET_HEX)
+        .env("COHORT_TOKEN", "00112233445566778899aabbccddeeff")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    let daemon = CohortRun::spawn(cmd);
+    // Bounded: a cohortd that fails before connecting must not hang the test.
+    impostor.set_nonblocking(true).unwrap();
+    let start = std::time::Instant::now();
+    let mut conn = loop {
+        match impostor.accept() {
+            Ok((conn, _)) => break conn,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                assert!(start.elapsed() < DEADLINE, "cohortd never connected");
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+            Err(e) => panic!("accept: {e}"),
+        }
+    };
+    conn.set_nonblocking(false).unwrap();
+    conn.set_read_timeout(Some(DEADLINE)).unwrap();
+    let register: Option<DaemonMsg> =
+        read_frame(&mut conn, MAX_CONTROL_FRAME, &mut Vec::new()).unwrap();
+    let Some(DaemonMsg::Register {
+        node,
+        nonce,
+        fabric_addr,
+        pid,
+    }) = register
+    else {
+        panic!("expected a registration, got {register:?}");
+    };
+    let launcher_nonce = [4u8; 16];
+    let guess = RegisterExchange {
+        node,
+        nonce: &nonce,
+        fabric_addr: &fabric_addr,
+        pid,
+        launcher_nonce: &launcher_nonce,
+    }
+    .launcher_proof(b"a guess");
+    conn.write_all(&encode(&LauncherMsg::Challenge {
+        nonce: launcher_nonce,
+        proof: guess,
+    }))
+    .unwrap();
+    let mut rest = Vec::new();
+    let _ = conn.read_to_end(&mut rest);
+    assert!(
+        rest.is_empty(),
+        "cohortd answered with {} bytes",
+        rest.len()
+    );
+    let out = daemon.wait(DEADLINE);
+    assert_ne!(code(&out), Some(0), "{}", describe(&out));
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("did not prove it holds this job's secret"),
+        "{err}"
+    );
+    assert!(!err.contains(SECRET_HEX), "{err}");
+}
+
 /// Writes an executable stand-in for cohortd that records its pid and arguments and
 /// then just waits, so the test can play the node server's part (or not).
 fn fake_daemon(s: &Scratch) -> PathBuf {
@@ -760,12 +844,35 @@ fn a_registration_with_the_wrong_secret_is_refused() {
     let mut conn = std::net::TcpStream::connect(&control).unwrap();
     let forged = DaemonMsg::Register {
         node: 0,
-        secret: vec![0; 32],
+        nonce: [0; 16],
         fabric_addr: "127.0.1.1:1".into(),
         pid: std::process::id(),
     };
     conn.write_all(&cohort_proto::frame::encode(&forged))
         .unwrap();
+    // The launcher proves the secret first (over the registration and its nonce);
+    // a proof made with a guess of the secret is refused.
+    let challenge: Option<cohort_proto::control::LauncherMsg> = cohort_proto::frame::read_frame(
+        &mut conn,
+        cohort_proto::frame::MAX_CONTROL_FRAME,
+        &mut Vec::new(),
+    )
+    .unwrap();
+    let Some(cohort_proto::control::LauncherMsg::Challenge { nonce, .. }) = challenge else {
+        panic!("expected a challenge, got {challenge:?}");
+    };
+    let guess = cohort_proto::control::RegisterExchange {
+        node: 0,
+        nonce: &[0; 16],
+        fabric_addr: "127.0.1.1:1",
+        pid: std::process::id(),
+        launcher_nonce: &nonce,
+    }
+    .daemon_proof(&[0; 32]);
+    conn.write_all(&cohort_proto::frame::encode(&DaemonMsg::Proof {
+        proof: guess,
+    }))
+    .unwrap();
 
     let out = job.wait(DEADLINE);
     assert_eq!(code(&out), Some(1), "{}", describe(&out));

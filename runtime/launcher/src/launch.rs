@@ -777,8 +777,8 @@ impl Launcher {
 
     fn on_message(&mut self, node: NodeId, msg: DaemonMsg) -> Option<Verdict> {
         match msg {
-            DaemonMsg::Register { .. } => {
-                tracing::warn!(node, "ignoring a repeated Register");
+            DaemonMsg::Register { .. } | DaemonMsg::Proof { .. } => {
+                tracing::warn!(node, "ignoring a repeated registration");
                 None
             }
             DaemonMsg::Launched => {

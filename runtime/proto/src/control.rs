@@ -2,6 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::auth::{prove, proves, Nonce, Proof};
 use crate::ids::{NodeId, Rank};
 
 /// How a rank ended.
@@ -28,13 +29,19 @@ impl ExitStatus {
 /// Node server → launcher.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum DaemonMsg {
-    /// First frame: who I am, proof I belong to the job, where my fabric listens.
+    /// First frame: who I am, where my fabric listens, and a fresh nonce for the
+    /// launcher to prove the job secret against ([`LauncherMsg::Challenge`]). The
+    /// secret itself never travels ([`crate::auth`]).
     Register {
         node: NodeId,
-        #[serde(with = "serde_bytes")]
-        secret: Vec<u8>,
+        nonce: Nonce,
         fabric_addr: String,
         pid: u32,
+    },
+    /// Second frame, once the launcher proved the secret: this node server's proof
+    /// ([`RegisterExchange::daemon_proof`]).
+    Proof {
+        proof: Proof,
     },
     /// All my ranks were started.
     Launched,
@@ -89,6 +96,9 @@ pub enum DaemonMsg {
 /// Launcher → node server.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum LauncherMsg {
+    /// The answer to [`DaemonMsg::Register`], before anything else: the launcher's
+    /// nonce and its proof of the job secret ([`RegisterExchange::launcher_proof`]).
+    Challenge { nonce: Nonce, proof: Proof },
     /// Fabric addresses of every node server (index = node id); start the ranks.
     Start { peers: Vec<String> },
     /// Kill every rank now (SIGTERM, then SIGKILL after a grace period) and exit.
@@ -120,4 +130,92 @@ pub enum LauncherMsg {
     /// timeout (its host died, it froze, the network cut it off) stops its ranks and
     /// exits rather than run on alone.
     Heartbeat,
+}
+
+/// A node server's registration as both of its proofs cover it: the node server's
+/// claims and nonce, and the launcher's nonce. The launcher proves the job secret
+/// first, then the node server ([`crate::auth`]).
+#[derive(Clone, Copy, Debug)]
+pub struct RegisterExchange<'a> {
+    pub node: NodeId,
+    pub nonce: &'a Nonce,
+    pub fabric_addr: &'a str,
+    pub pid: u32,
+    pub launcher_nonce: &'a Nonce,
+}
+
+const LAUNCHER: &[u8] = b"cohort control launcher v1";
+const DAEMON: &[u8] = b"cohort control node server v1";
+
+impl RegisterExchange<'_> {
+    fn check(&self, secret: &[u8], label: &[u8], proof: Option<&Proof>) -> (Proof, bool) {
+        let node = self.node.to_le_bytes();
+        let pid = self.pid.to_le_bytes();
+        let parts: [&[u8]; 5] = [
+            &node,
+            self.nonce,
+            self.fabric_addr.as_bytes(),
+            &pid,
+            self.launcher_nonce,
+        ];
+        match proof {
+            Some(p) => (*p, proves(secret, label, &parts, p)),
+            None => (prove(secret, label, &parts), true),
+        }
+    }
+
+    /// The launcher's proof of the secret.
+    pub fn launcher_proof(&self, secret: &[u8]) -> Proof {
+        self.check(secret, LAUNCHER, None).0
+    }
+
+    /// Whether `proof` is the launcher's (constant-time comparison).
+    pub fn launcher_proven(&self, secret: &[u8], proof: &Proof) -> bool {
+        self.check(secret, LAUNCHER, Some(proof)).1
+    }
+
+    /// The node server's proof of the secret.
+    pub fn daemon_proof(&self, secret: &[u8]) -> Proof {
+        self.check(secret, DAEMON, None).0
+    }
+
+    /// Whether `proof` is the node server's (constant-time comparison).
+    pub fn daemon_proven(&self, secret: &[u8], proof: &Proof) -> bool {
+        self.check(secret, DAEMON, Some(proof)).1
+    }
+}
+
+#[cfg(test)]
+mod exchange_tests {
+    use super::*;
+
+    #[test]
+    fn each_side_proves_the_secret_over_the_whole_registration() {
+        let ex = RegisterExchange {
+            node: 2,
+            nonce: &[1; 16],
+            fabric_addr: "10.0.0.2:4000",
+            pid: 77,
+            launcher_nonce: &[2; 16],
+        };
+        let l = ex.launcher_proof(b"secret");
+        let d = ex.daemon_proof(b"secret");
+        assert!(ex.launcher_proven(b"secret", &l) && ex.daemon_proven(b"secret", &d));
+        assert!(!ex.launcher_proven(b"guess", &l) && !ex.daemon_proven(b"guess", &d));
+        // One side's proof is not the other's.
+        assert!(!ex.daemon_proven(b"secret", &l));
+        // Another claim, or another launcher nonce, needs another proof.
+        let moved = RegisterExchange {
+            fabric_addr: "10.0.0.9:4000",
+            ..ex
+        };
+        assert!(!moved.daemon_proven(b"secret", &d));
+        let renonced = RegisterExchange {
+            launcher_nonce: &[3; 16],
+            ..ex
+        };
+        assert!(!renonced.daemon_proven(b"secret", &d));
+        let other_node = RegisterExchange { node: 3, ..ex };
+        assert!(!other_node.daemon_proven(b"secret", &d));
+    }
 }

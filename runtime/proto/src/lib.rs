@@ -5,6 +5,7 @@
 //! Nothing here does I/O beyond `std::io::Read`/`Write` helpers; the decoders are
 //! bounded so a hostile peer can at worst get its own connection closed.
 
+pub mod auth;
 pub mod control;
 pub mod digest;
 pub mod env;

@@ -23,7 +23,7 @@ use std::time::Duration;
 
 use clap::Parser;
 use cohort_core::DetectorConfig;
-use cohort_proto::control::{DaemonMsg, LauncherMsg};
+use cohort_proto::control::{DaemonMsg, LauncherMsg, RegisterExchange};
 use cohort_proto::env::{self, from_hex, to_hex};
 use cohort_proto::JobMap;
 use cohort_server::{NodeService, ServiceConfig};
@@ -631,14 +631,46 @@ async fn connect(
     if let Err(e) = cohort_os::set_tcp_user_timeout(&stream, args.detector().map(|d| d.timeout)) {
         tracing::warn!(error = %e, "cannot set TCP_USER_TIMEOUT on the control connection");
     }
-    let (reader, mut writer) = stream.into_split();
+    let (mut reader, mut writer) = stream.into_split();
+    // Both sides prove the job secret without sending it (cohort_proto::auth): the
+    // launcher first, so nothing this server says after it goes to an impostor.
+    let nonce = cohort_proto::auth::nonce().map_err(|e| format!("no random nonce: {e}"))?;
+    let fabric_addr = svc.fabric_addr();
+    let pid = std::process::id();
     let register = DaemonMsg::Register {
         node: args.node,
-        secret: job_secret.to_vec(),
-        fabric_addr: svc.fabric_addr(),
-        pid: std::process::id(),
+        nonce,
+        fabric_addr: fabric_addr.clone(),
+        pid,
     };
     control::send(&mut writer, &register)
+        .await
+        .map_err(|e| e.to_string())?;
+    let challenge = tokio::time::timeout(CONNECT_TIMEOUT, control::read_launcher_msg(&mut reader))
+        .await
+        .map_err(|_| format!("no challenge within {CONNECT_TIMEOUT:?}"))?
+        .map_err(|e| e.to_string())?;
+    let Some(LauncherMsg::Challenge {
+        nonce: launcher_nonce,
+        proof,
+    }) = challenge
+    else {
+        return Err("the launcher did not answer the registration with a challenge".into());
+    };
+    let exchange = RegisterExchange {
+        node: args.node,
+        nonce: &nonce,
+        fabric_addr: &fabric_addr,
+        pid,
+        launcher_nonce: &launcher_nonce,
+    };
+    if !exchange.launcher_proven(job_secret, &proof) {
+        return Err("it did not prove it holds this job's secret".into());
+    }
+    let answer = DaemonMsg::Proof {
+        proof: exchange.daemon_proof(job_secret),
+    };
+    control::send(&mut writer, &answer)
         .await
         .map_err(|e| e.to_string())?;
     let (tx, rx) = mpsc::unbounded_channel();
