@@ -198,9 +198,11 @@ pub struct RunArgs {
     pub nodes: Option<u32>,
 
     /// Where the node servers run: slurm = one per node of the Slurm allocation cohort
-    /// runs in (salloc, sbatch), started by one srun step; local = all on this host,
-    /// each on its own loopback address; auto = slurm when SLURM_JOB_ID and
-    /// SLURM_JOB_NODELIST are set and srun is in PATH, else local
+    /// runs in (salloc, sbatch), started by one srun step; ssh = one per host of
+    /// --host/--hostfile, each started over ssh (see --launch-agent); local = all on
+    /// this host, each on its own loopback address; auto = slurm when SLURM_JOB_ID and
+    /// SLURM_JOB_NODELIST are set and srun is in PATH, else ssh when --host or
+    /// --hostfile is given (as Open MPI's rsh launcher), else local
     #[arg(
         long,
         value_name = "KIND",
@@ -211,9 +213,50 @@ pub struct RunArgs {
     pub launcher: crate::slurm::LauncherKind,
 
     /// Address of this host the node servers connect to (default: 127.0.0.1 for local
-    /// node servers; under Slurm, the address this host sends from to the first node)
+    /// node servers; under Slurm or over ssh, the address this host sends from to the
+    /// first node)
     #[arg(long, value_name = "IP", help_heading = "Mapping options")]
     pub control_addr: Option<std::net::IpAddr>,
+
+    /// Hosts to run one node server each on, over ssh: [USER@]HOST[:SLOTS], comma
+    /// separated (repeatable). HOST is a name or an IP address and becomes the node's
+    /// name; a host named twice is one node server, its slots added up. SLOTS caps the
+    /// ranks on that host (see --hostfile)
+    #[arg(
+        short = 'H',
+        long = "host",
+        value_name = "HOST,…",
+        action = clap::ArgAction::Append,
+        help_heading = "Host options"
+    )]
+    pub host: Vec<String>,
+
+    /// Open MPI hostfile: one host per line, [USER@]NAME [slots=N]; '#' comments and
+    /// blank lines are skipped. One node server per host, in file order (before any
+    /// --host ones). slots=N caps that host's ranks: the ranks are split as evenly as
+    /// the caps allow (--map-by slot/numa/core: in blocks, node: round-robin over the
+    /// hosts with room left), hosts without slots taking what is left; more ranks than
+    /// all capped hosts hold is an error. Without any slots, --map-by alone decides
+    #[arg(
+        long,
+        alias = "machinefile",
+        value_name = "FILE",
+        help_heading = "Host options"
+    )]
+    pub hostfile: Option<PathBuf>,
+
+    /// Command that starts a node server on a host (Open MPI's plm_rsh_agent): called
+    /// as AGENT [OPTIONS] [USER@]HOST COMMAND, COMMAND one POSIX shell command line.
+    /// Split into words like a shell would. When its program is ssh, cohort adds
+    /// -o BatchMode=yes -o ConnectTimeout=10 -x -T (never a prompt, never a terminal);
+    /// other agents get nothing added [default: $COHORT_LAUNCH_AGENT, else ssh]
+    #[arg(long, value_name = "CMD", help_heading = "Host options")]
+    pub launch_agent: Option<String>,
+
+    /// Over ssh, the hosts run DIR/bin/cohortd (mpirun's --prefix) [default:
+    /// $COHORT_PREFIX, else the same absolute path as this host's cohortd]
+    #[arg(long, value_name = "DIR", help_heading = "Host options")]
+    pub prefix: Option<PathBuf>,
 
     /// Place ranks: slot = block over node servers; node = round-robin over node
     /// servers; numa / core = block, and within a node spread over NUMA domains / cores
@@ -554,6 +597,12 @@ const VALUE_OPTIONS: &[&str] = &[
     "--nodes",
     "--launcher",
     "--control-addr",
+    "-H",
+    "--host",
+    "--hostfile",
+    "--machinefile",
+    "--launch-agent",
+    "--prefix",
     "--node-addrs",
     "--ib-device",
     "--ib-gid-index",
@@ -900,7 +949,33 @@ mod tests {
         assert_eq!((r.np, r.command.len()), (4, 1));
         let r = parse(&["cohort", "run", "--launcher", "local", "-n", "1", "p"]).unwrap();
         assert_eq!(r.launcher, LauncherKind::Local);
-        assert!(parse(&["cohort", "run", "--launcher", "ssh", "-n", "1", "p"]).is_err());
+        let r = parse(&["cohort", "run", "--launcher", "ssh", "-n", "1", "p"]).unwrap();
+        assert_eq!(r.launcher, LauncherKind::Ssh);
+        let r = parse(&[
+            "cohort",
+            "run",
+            "-H",
+            "a,b",
+            "--host",
+            "root@c:2",
+            "--hostfile",
+            "hf",
+            "--launch-agent",
+            "ssh -F x",
+            "--prefix",
+            "/opt/c",
+            "-np",
+            "4",
+            "prog",
+            "--host",
+        ])
+        .unwrap();
+        assert_eq!(r.host, ["a,b", "root@c:2"]);
+        assert_eq!(r.hostfile, Some(PathBuf::from("hf")));
+        assert_eq!(r.launch_agent.as_deref(), Some("ssh -F x"));
+        assert_eq!(r.prefix, Some(PathBuf::from("/opt/c")));
+        assert_eq!((r.np, r.command.len()), (4, 2));
+        assert!(parse(&["cohort", "run", "--launcher", "rsh", "-n", "1", "p"]).is_err());
         assert!(parse(&["cohort", "run", "--control-addr", "vm", "-n", "1", "p"]).is_err());
     }
 
