@@ -51,6 +51,15 @@ Under Slurm (inside salloc or sbatch, or with --launcher slurm) the node servers
 on the allocation's nodes instead, one per node (--nodes defaults to the allocation's
 node count), started by one srun step; each listens on its node's address.
 
+Over ssh (--host or --hostfile outside a Slurm allocation, or --launcher ssh) one node
+server runs on each host, started by the launch agent (default ssh, see
+--launch-agent) as the same absolute cohortd path as here (or --prefix DIR/bin/cohortd);
+node names are the hosts as given. Each listens on its host's address as resolved here
+(--node-addrs overrides) and connects back to --control-addr. The job secret goes over
+the agent's stdin, never on a command line; a node server stops when that stdin closes.
+Hostfile slots cap how many ranks a host gets (see --hostfile). An unreachable host or
+a missing cohortd fails the job with what ssh said, naming the host.
+
 MPMD: several programs form one job when their app contexts are separated by a
 standalone ':' argument, as with mpirun/prterun. Global options (--nodes, --map-by,
 --bind-to, --tag-output, --timeout, ...) come before the first app context's program;
@@ -98,6 +107,11 @@ EXAMPLES
   Inside a Slurm allocation of 3 nodes: one node server per node, 2 ranks each:
       salloc -N 3 cohort run -n 6 ./app
 
+  Over ssh, one node server on each of 3 hosts (Open MPI's -H / --hostfile):
+      cohort run --host n1,n2,n3 -n 6 ./app
+      cohort run --hostfile hosts.txt --launch-agent 'ssh -F ~/.ssh/cluster.conf' -n 6 ./app
+  where hosts.txt has lines like `n1 slots=4`, `admin@10.0.0.7 slots=2`, `# comment`.
+
   Build the node servers' collective trees switch by switch from a Slurm topology file:
       cohort run --nodes 8 -n 32 --topology /etc/slurm/topology.conf ./app
 
@@ -106,6 +120,8 @@ ENVIRONMENT
   COHORT_DAEMON          path of the cohortd binary (default: next to cohort, then PATH)
   TMPDIR                 where the private job directory is created (default: /tmp)
   COHORT_STARTUP_TIMEOUT seconds the node servers get to start and register (default: 60)
+  COHORT_LAUNCH_AGENT    the launch agent when --launch-agent is not given (default: ssh)
+  COHORT_PREFIX          --prefix when it is not given (over ssh)
   SLURM_CONF             without --topology, a topology.conf in the same directory as
                          this file is used when it exists
   SLURM_JOB_ID, SLURM_JOB_NODELIST
@@ -337,7 +353,8 @@ pub struct RunArgs {
     pub allgather: Option<cohort_topology::Allgather>,
 
     /// Listen address of each node server's fabric, in node order (default: node i on
-    /// its own loopback address 127.0.1.(i+1); under Slurm, each node's NodeAddr).
+    /// its own loopback address 127.0.1.(i+1); under Slurm, each node's NodeAddr; over
+    /// ssh, each host's name resolved here, IPv4 first).
     /// Needed where the fabric is bound to real interfaces, e.g. RoCE GIDs on a
     /// soft-RoCE device
     #[arg(

@@ -269,6 +269,9 @@ struct Launcher {
     ssh: Option<SshHosts>,
     /// Tasks relaying launch agents' stderr (drained before we exit).
     relays: Vec<JoinHandle<()>>,
+    /// Over ssh: the agents killing lost node servers on their hosts (awaited, bounded,
+    /// before we exit: a frozen node server does not stop by itself).
+    kills: Vec<JoinHandle<()>>,
     /// Switch map file handed to every node server.
     topology: Option<PathBuf>,
     /// The node servers' failure detector (`--heartbeat`, `--peer-timeout`).
@@ -431,6 +434,7 @@ impl Launcher {
             slurm,
             ssh: ssh_hosts,
             relays: Vec::new(),
+            kills: Vec::new(),
             args,
             cohortd,
             exports,
@@ -862,7 +866,7 @@ impl Launcher {
                 let agent = self.ssh.as_ref().map_or("ssh", |s| s.agent[0].as_str());
                 let mut reason = format!("({agent}, pid {}) {how} unexpectedly", d.pid);
                 if let Some(said) = d.held.as_ref().map(Held::tail).filter(|t| !t.is_empty()) {
-                    reason.push_str(&format!(": {said}"));
+                    reason.push_str(&format!(" [its stderr: {said}]"));
                 }
                 self.daemon_gone(node, reason).await
             }
@@ -1265,7 +1269,7 @@ impl Launcher {
             );
             let mut agent = ssh::agent_args(&hosts.agent, &hosts.hosts[node as usize]);
             agent.push(format!("kill -KILL {remote}").into());
-            self.tasks.push(tokio::spawn(async move {
+            self.kills.push(tokio::spawn(async move {
                 let run = tokio::process::Command::new(&agent[0])
                     .args(&agent[1..])
                     .stdin(std::process::Stdio::null())
@@ -1319,7 +1323,7 @@ impl Launcher {
                     pid => format!("{} (pid {pid})", self.monitor.node_name(i as NodeId)),
                 };
                 match d.held.as_ref().map(Held::tail).filter(|t| !t.is_empty()) {
-                    Some(said) => format!("{name} [{said}]"),
+                    Some(said) => format!("{name} [its launch agent's stderr: {said}]"),
                     None => name,
                 }
             })
@@ -1404,8 +1408,12 @@ impl Launcher {
                 }
             }
         }
-        // Over ssh: whatever the agents relay last (a rank's last stderr lines) is
-        // written before we go.
+        // Over ssh: lost node servers are killed on their hosts (each agent is bounded
+        // by KILL_AGENT_TIMEOUT), and whatever the agents relay last (a rank's last
+        // stderr lines) is written before we go.
+        for kill in &mut self.kills {
+            let _ = kill.await;
+        }
         let drain_end = Instant::now() + RELAY_DRAIN;
         for relay in &mut self.relays {
             let _ = tokio::time::timeout_at(drain_end, relay).await;
@@ -1419,7 +1427,7 @@ impl Launcher {
         for task in self.tasks.drain(..) {
             task.abort();
         }
-        for task in self.relays.drain(..) {
+        for task in self.relays.drain(..).chain(self.kills.drain(..)) {
             task.abort();
         }
         // Blocking is fine here: nothing else is left to drive.
