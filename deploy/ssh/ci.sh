@@ -17,10 +17,11 @@
 # Jobs: a group construct over 6 ranks on the 3 hosts (--launcher ssh, and --launcher
 # auto); where the ranks ran, their environment, and the secrets kept off command lines
 # and out of the output (with debug logs on); a hostfile with slots (block and
-# round-robin) and too many ranks for them; bad hostfiles; an unreachable host and a
-# host without cohortd or agent (clear errors, bounded); SIGINT, SIGTERM and SIGKILL
-# to cohort run mid-job; a node server killed from outside, one killed with
-# --enable-recovery, and one frozen (the failure detector finds it; killed over ssh).
+# round-robin) and too many ranks for them; bad hostfiles; an unreachable host, a host
+# without cohortd, ssh refusing the key, an agent that does not exist (clear errors,
+# bounded); SIGINT, SIGTERM and SIGKILL to cohort run mid-job; a node server killed
+# from outside, one killed with --enable-recovery, and one frozen (the failure detector
+# finds it; killed on its host over ssh).
 # Installs Debian's openssh-server on first use (its service is not started). Every
 # step is bounded by a timeout, the whole script by COHORT_SSH_CI_TIMEOUT (default
 # 600 s). `make test` runs it; COHORT_SKIP_SSH=1 skips it on purpose, loudly.
@@ -388,7 +389,7 @@ else
 fi
 nothing_left bad-hostfiles
 
-echo "### 4. an unreachable host, a host without cohortd"
+echo "### 4. an unreachable host, a host without cohortd, ssh refusing, no agent"
 limit=40 run --host "$net.1,$net.9" --launch-agent "$agent" -n 2 "$testprog" construct
 if [[ $rc == 1 && $took -lt 35 ]] &&
     grep -q "could not start the job: node server $net.9 (ssh, pid [0-9]*) exited with status 255 unexpectedly \[its stderr: ssh: connect to host $net.9 port 22: .*\] during startup" "$work/err"; then
@@ -404,6 +405,17 @@ else
     fail "missing cohortd: status $rc" "$work/both"
 fi
 nothing_left missing-cohortd
+# A key sshd does not know: ssh refuses (Permission denied).
+ssh-keygen -q -t ed25519 -N '' -C cohort-ssh-ci-stranger -f "$work/stranger_key"
+sed "s|IdentityFile .*|IdentityFile $work/stranger_key|" "$work/ssh_config" >"$work/ssh_config_stranger"
+run --host "$hosts" --launch-agent "ssh -F $work/ssh_config_stranger" -n 3 "$testprog" construct
+if [[ $rc == 1 && $took -lt 30 ]] &&
+    grep -q "could not start the job: node server $net.[123] (ssh, pid [0-9]*) exited with status 255 unexpectedly \[its stderr: .*Permission denied" "$work/err"; then
+    pass "ssh refusing (unknown key): failed in ${took} s naming the host and what ssh said"
+else
+    fail "ssh refusing: status $rc in ${took} s" "$work/both"
+fi
+nothing_left ssh-refusing
 run --host "$hosts" --launch-agent "/nonexistent/ssh" -n 3 "$testprog" construct
 if [[ $rc == 1 ]] && grep -q "cannot start the launch agent /nonexistent/ssh for host $net.1" "$work/err"; then
     pass "a launch agent that does not exist is named"
