@@ -62,7 +62,7 @@ if [[ $(id -u) != 0 ]]; then
 fi
 
 # ------------------------------------------------------------------------- install
-if [[ ! -x /usr/sbin/sshd ]]; then
+if [[ ! -x /usr/sbin/sshd || ! -x /usr/bin/ssh || ! -x /usr/bin/ssh-keygen ]]; then
     echo "### installing openssh-server (its service is not started)"
     # No service start during the install: a policy-rc.d of our own, if there is none.
     policy=""
