@@ -247,9 +247,10 @@ pub struct RunArgs {
     )]
     pub host: Vec<String>,
 
-    /// Open MPI hostfile: one host per line, [USER@]NAME [slots=N]; '#' comments and
-    /// blank lines are skipped. One node server per host, in file order (before any
-    /// --host ones). slots=N caps that host's ranks: the ranks are split as evenly as
+    /// Open MPI hostfile: one host per line, [USER@]NAME [slots=N] [max_slots=N]; '#'
+    /// comments and blank lines are skipped. One node server per host, in file order
+    /// (before any --host ones). slots=N (or max_slots=N; the smaller of the two) caps
+    /// that host's ranks: the ranks are split as evenly as
     /// the caps allow (--map-by slot/numa/core: in blocks, node: round-robin over the
     /// hosts with room left), hosts without slots taking what is left; more ranks than
     /// all capped hosts hold is an error. Without any slots, --map-by alone decides

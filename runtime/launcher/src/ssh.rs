@@ -53,10 +53,10 @@ pub enum HostError {
     EmptyUser(String),
     #[error("slots {0:?} is not a whole number of at least 1")]
     BadSlots(String),
-    #[error("unknown attribute {0:?} (a line is `NAME [slots=N]`)")]
+    #[error("unknown attribute {0:?} (a line is `NAME [slots=N] [max_slots=N]`)")]
     UnknownAttribute(String),
-    #[error("slots given twice")]
-    SlotsTwice,
+    #[error("{0} given twice")]
+    GivenTwice(&'static str),
     #[error("host {name} is given as {first} and as {second}")]
     UserConflict {
         name: String,
@@ -138,8 +138,10 @@ pub fn parse_host_list<S: AsRef<str>>(items: &[S]) -> Result<Vec<Host>, String> 
     merge_hosts(hosts).map_err(|e| format!("--host: {e}"))
 }
 
-/// An Open MPI hostfile's text: one host per line, `[user@]NAME [slots=N]`; `#`
-/// starts a comment; blank lines are skipped. `path` names the file in errors.
+/// An Open MPI hostfile's text: one host per line, `[user@]NAME [slots=N]
+/// [max_slots=N]`; `#` starts a comment; blank lines are skipped. Both counts cap the
+/// host's ranks (the smaller one when both are given: cohort never oversubscribes a
+/// host past its slots). `path` names the file in errors.
 pub fn parse_hostfile(path: &str, text: &str) -> Result<Vec<Host>, HostfileError> {
     let err = |line, error| HostfileError {
         path: path.to_string(),
@@ -152,18 +154,22 @@ pub fn parse_hostfile(path: &str, text: &str) -> Result<Vec<Host>, HostfileError
         let mut words = line.split_whitespace();
         let Some(first) = words.next() else { continue };
         let (user, name) = parse_destination(first).map_err(|e| err(i + 1, e))?;
-        let mut slots = None;
+        let (mut slots, mut max_slots) = (None, None);
         for word in words {
-            match word.split_once('=') {
-                Some(("slots", v)) => {
-                    if slots.is_some() {
-                        return Err(err(i + 1, HostError::SlotsTwice));
-                    }
-                    slots = Some(parse_slots(v).map_err(|e| err(i + 1, e))?);
-                }
+            let (key, v, slot) = match word.split_once('=') {
+                Some(("slots", v)) => ("slots", v, &mut slots),
+                Some(("max_slots", v)) => ("max_slots", v, &mut max_slots),
                 _ => return Err(err(i + 1, HostError::UnknownAttribute(word.into()))),
+            };
+            if slot.is_some() {
+                return Err(err(i + 1, HostError::GivenTwice(key)));
             }
+            *slot = Some(parse_slots(v).map_err(|e| err(i + 1, e))?);
         }
+        let slots = match (slots, max_slots) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
         hosts.push((i + 1, Host { user, name, slots }));
     }
     if hosts.is_empty() {
@@ -616,7 +622,20 @@ mod tests {
             e("n1 cpus=4").error,
             HostError::UnknownAttribute("cpus=4".into())
         );
-        assert_eq!(e("n1 slots=1 slots=2").error, HostError::SlotsTwice);
+        assert_eq!(
+            e("n1 slots=1 slots=2").error,
+            HostError::GivenTwice("slots")
+        );
+        assert_eq!(
+            e("n1 max_slots=1 max_slots=2").error,
+            HostError::GivenTwice("max_slots")
+        );
+        let caps = parse_hostfile(
+            "hf",
+            "a slots=4 max_slots=2\nb max_slots=3\nc slots=1 max_slots=5\n",
+        );
+        let caps: Vec<Option<u32>> = caps.unwrap().iter().map(|h| h.slots).collect();
+        assert_eq!(caps, [Some(2), Some(3), Some(1)]);
         assert_eq!(e("\n\nn$1\n").line, 3);
         assert_eq!(e("# nothing\n\n").error, HostError::NoHost);
         assert_eq!(e("# nothing\n\n").line, 0);
