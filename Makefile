@@ -5,7 +5,7 @@ SHELL := /bin/bash
 export PATH := $(HOME)/.cargo/bin:$(PATH)
 CARGO ?= cargo
 
-.PHONY: setup demo test test-slurm build bench bench-transport bench-sim bench-floor bench-reference lint clean
+.PHONY: setup demo test test-slurm test-ssh build bench bench-transport bench-sim bench-floor bench-reference lint clean
 
 setup:
 	@scripts/setup.sh
@@ -18,19 +18,29 @@ demo: setup
 
 # The whole suite: unit, property and integration tests (real cohortd processes), then
 # jobs under a real Slurm (deploy/slurm/ci.sh: 3 slurmd nodes in network namespaces,
-# installed on first use; COHORT_SKIP_SLURM=1 skips it, loudly), then the verbs job in
-# a soft-RoCE guest (deploy/rxe/ci.sh: QEMU, installed on first use; COHORT_SKIP_RXE=1
-# skips it, loudly).
+# installed on first use; COHORT_SKIP_SLURM=1 skips it, loudly), then jobs over a real
+# ssh (deploy/ssh/ci.sh: 3 sshd in network namespaces, openssh-server installed on
+# first use; COHORT_SKIP_SSH=1 skips it, loudly), then the verbs job in a soft-RoCE
+# guest (deploy/rxe/ci.sh: QEMU, installed on first use; COHORT_SKIP_RXE=1 skips it,
+# loudly).
 test: setup
 	$(CARGO) build --workspace --lib --bins --examples
 	$(CARGO) test --workspace
 	deploy/slurm/ci.sh
+	deploy/ssh/ci.sh
 	deploy/rxe/ci.sh
 
 # `cohort run` under a real Slurm of 3 nodes in network namespaces (root; installs
 # Debian's slurm-wlm and munge on first use): deploy/slurm/ci.sh.
 test-slurm: setup
 	deploy/slurm/ci.sh
+
+# `cohort run --host … --launch-agent ssh` with a real sshd on 3 hosts in network
+# namespaces (root; installs Debian's openssh-server on first use, its service not
+# started; a private sshd configuration and keys in a temporary directory):
+# deploy/ssh/ci.sh.
+test-ssh: setup
+	deploy/ssh/ci.sh
 
 build: setup
 	$(CARGO) build --release --workspace --lib --bins --examples

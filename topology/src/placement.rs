@@ -89,6 +89,43 @@ pub fn job_map(
     }
 }
 
+/// The job's rank → node-server map when the launcher fixed how many ranks each node
+/// server gets (`counts[n]` for node `n`; hosts with `slots` caps): [`MapBy::Node`]
+/// deals ranks round-robin over the nodes that still have room, the block policies
+/// give node 0 its first `counts[0]` ranks, node 1 the next, and so on. With the
+/// counts of an even split this is exactly [`job_map`]. The launcher and every node
+/// server build it with this one function.
+pub fn job_map_with_counts(
+    map_by: MapBy,
+    nspace: impl Into<cohort_proto::Nspace>,
+    counts: &[u32],
+) -> JobMap {
+    let nodes = u32::try_from(counts.len()).expect("node count fits in u32");
+    let np: u32 = counts.iter().sum();
+    let mut job = JobMap::block(nspace, np, nodes);
+    job.rank_node.clear();
+    match map_by {
+        MapBy::Node => {
+            let mut left = counts.to_vec();
+            while job.rank_node.len() < np as usize {
+                for (node, l) in left.iter_mut().enumerate() {
+                    if *l > 0 {
+                        *l -= 1;
+                        job.rank_node.push(node as u32);
+                    }
+                }
+            }
+        }
+        MapBy::Slot | MapBy::Numa | MapBy::Core => {
+            for (node, &c) in counts.iter().enumerate() {
+                job.rank_node
+                    .extend(std::iter::repeat_n(node as u32, c as usize));
+            }
+        }
+    }
+    job
+}
+
 /// What a rank is bound to.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum Binding {
@@ -295,6 +332,25 @@ pub fn decide_binding(
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn counted_maps_deal_or_block_and_match_the_even_split() {
+        use super::{job_map, job_map_with_counts, MapBy};
+        for map_by in [MapBy::Slot, MapBy::Node] {
+            for (np, nodes) in [(7, 3), (2, 3), (6, 3), (1, 1)] {
+                let even = job_map(map_by, "ns", np, nodes);
+                let counts: Vec<u32> = (0..nodes)
+                    .map(|n| even.rank_node.iter().filter(|&&x| x == n).count() as u32)
+                    .collect();
+                assert_eq!(job_map_with_counts(map_by, "ns", &counts), even);
+            }
+        }
+        let rr = job_map_with_counts(MapBy::Node, "ns", &[1, 3, 2]);
+        assert_eq!(rr.rank_node, [0, 1, 2, 1, 2, 1]);
+        let block = job_map_with_counts(MapBy::Slot, "ns", &[1, 0, 2]);
+        assert_eq!(block.rank_node, [0, 2, 2]);
+        assert_eq!((block.num_nodes, block.size()), (3, 3));
+    }
+
     use super::*;
     use crate::machine::tests::synthetic;
 

@@ -51,6 +51,15 @@ Under Slurm (inside salloc or sbatch, or with --launcher slurm) the node servers
 on the allocation's nodes instead, one per node (--nodes defaults to the allocation's
 node count), started by one srun step; each listens on its node's address.
 
+Over ssh (--host or --hostfile outside a Slurm allocation, or --launcher ssh) one node
+server runs on each host, started by the launch agent (default ssh, see
+--launch-agent) as the same absolute cohortd path as here (or --prefix DIR/bin/cohortd);
+node names are the hosts as given. Each listens on its host's address as resolved here
+(--node-addrs overrides) and connects back to --control-addr. The job secret goes over
+the agent's stdin, never on a command line; a node server stops when that stdin closes.
+Hostfile slots cap how many ranks a host gets (see --hostfile). An unreachable host or
+a missing cohortd fails the job with what ssh said, naming the host.
+
 MPMD: several programs form one job when their app contexts are separated by a
 standalone ':' argument, as with mpirun/prterun. Global options (--nodes, --map-by,
 --bind-to, --tag-output, --timeout, ...) come before the first app context's program;
@@ -98,6 +107,11 @@ EXAMPLES
   Inside a Slurm allocation of 3 nodes: one node server per node, 2 ranks each:
       salloc -N 3 cohort run -n 6 ./app
 
+  Over ssh, one node server on each of 3 hosts (Open MPI's -H / --hostfile):
+      cohort run --host n1,n2,n3 -n 6 ./app
+      cohort run --hostfile hosts.txt --launch-agent 'ssh -F ~/.ssh/cluster.conf' -n 6 ./app
+  where hosts.txt has lines like `n1 slots=4`, `admin@10.0.0.7 slots=2`, `# comment`.
+
   Build the node servers' collective trees switch by switch from a Slurm topology file:
       cohort run --nodes 8 -n 32 --topology /etc/slurm/topology.conf ./app
 
@@ -106,6 +120,8 @@ ENVIRONMENT
   COHORT_DAEMON          path of the cohortd binary (default: next to cohort, then PATH)
   TMPDIR                 where the private job directory is created (default: /tmp)
   COHORT_STARTUP_TIMEOUT seconds the node servers get to start and register (default: 60)
+  COHORT_LAUNCH_AGENT    the launch agent when --launch-agent is not given (default: ssh)
+  COHORT_PREFIX          --prefix when it is not given (over ssh)
   SLURM_CONF             without --topology, a topology.conf in the same directory as
                          this file is used when it exists
   SLURM_JOB_ID, SLURM_JOB_NODELIST
@@ -198,9 +214,11 @@ pub struct RunArgs {
     pub nodes: Option<u32>,
 
     /// Where the node servers run: slurm = one per node of the Slurm allocation cohort
-    /// runs in (salloc, sbatch), started by one srun step; local = all on this host,
-    /// each on its own loopback address; auto = slurm when SLURM_JOB_ID and
-    /// SLURM_JOB_NODELIST are set and srun is in PATH, else local
+    /// runs in (salloc, sbatch), started by one srun step; ssh = one per host of
+    /// --host/--hostfile, each started over ssh (see --launch-agent); local = all on
+    /// this host, each on its own loopback address; auto = slurm when SLURM_JOB_ID and
+    /// SLURM_JOB_NODELIST are set and srun is in PATH, else ssh when --host or
+    /// --hostfile is given (as Open MPI's rsh launcher), else local
     #[arg(
         long,
         value_name = "KIND",
@@ -211,9 +229,51 @@ pub struct RunArgs {
     pub launcher: crate::slurm::LauncherKind,
 
     /// Address of this host the node servers connect to (default: 127.0.0.1 for local
-    /// node servers; under Slurm, the address this host sends from to the first node)
+    /// node servers; under Slurm or over ssh, the address this host sends from to the
+    /// first node)
     #[arg(long, value_name = "IP", help_heading = "Mapping options")]
     pub control_addr: Option<std::net::IpAddr>,
+
+    /// Hosts to run one node server each on, over ssh: [USER@]HOST[:SLOTS], comma
+    /// separated (repeatable). HOST is a name or an IP address and becomes the node's
+    /// name; a host named twice is one node server, its slots added up. SLOTS caps the
+    /// ranks on that host (see --hostfile)
+    #[arg(
+        short = 'H',
+        long = "host",
+        value_name = "HOST,…",
+        action = clap::ArgAction::Append,
+        help_heading = "Host options"
+    )]
+    pub host: Vec<String>,
+
+    /// Open MPI hostfile: one host per line, [USER@]NAME [slots=N] [max_slots=N]; '#'
+    /// comments and blank lines are skipped. One node server per host, in file order
+    /// (before any --host ones). slots=N (or max_slots=N; the smaller of the two) caps
+    /// that host's ranks: the ranks are split as evenly as
+    /// the caps allow (--map-by slot/numa/core: in blocks, node: round-robin over the
+    /// hosts with room left), hosts without slots taking what is left; more ranks than
+    /// all capped hosts hold is an error. Without any slots, --map-by alone decides
+    #[arg(
+        long,
+        alias = "machinefile",
+        value_name = "FILE",
+        help_heading = "Host options"
+    )]
+    pub hostfile: Option<PathBuf>,
+
+    /// Command that starts a node server on a host (Open MPI's plm_rsh_agent): called
+    /// as AGENT [OPTIONS] [USER@]HOST COMMAND, COMMAND one POSIX shell command line.
+    /// Split into words like a shell would. When its program is ssh, cohort adds
+    /// -o BatchMode=yes -o ConnectTimeout=10 -x -T (never a prompt, never a terminal);
+    /// other agents get nothing added [default: $COHORT_LAUNCH_AGENT, else ssh]
+    #[arg(long, value_name = "CMD", help_heading = "Host options")]
+    pub launch_agent: Option<String>,
+
+    /// Over ssh, the hosts run DIR/bin/cohortd (mpirun's --prefix) [default:
+    /// $COHORT_PREFIX, else the same absolute path as this host's cohortd]
+    #[arg(long, value_name = "DIR", help_heading = "Host options")]
+    pub prefix: Option<PathBuf>,
 
     /// Place ranks: slot = block over node servers; node = round-robin over node
     /// servers; numa / core = block, and within a node spread over NUMA domains / cores
@@ -294,7 +354,8 @@ pub struct RunArgs {
     pub allgather: Option<cohort_topology::Allgather>,
 
     /// Listen address of each node server's fabric, in node order (default: node i on
-    /// its own loopback address 127.0.1.(i+1); under Slurm, each node's NodeAddr).
+    /// its own loopback address 127.0.1.(i+1); under Slurm, each node's NodeAddr; over
+    /// ssh, each host's name resolved here, IPv4 first).
     /// Needed where the fabric is bound to real interfaces, e.g. RoCE GIDs on a
     /// soft-RoCE device
     #[arg(
@@ -554,6 +615,12 @@ const VALUE_OPTIONS: &[&str] = &[
     "--nodes",
     "--launcher",
     "--control-addr",
+    "-H",
+    "--host",
+    "--hostfile",
+    "--machinefile",
+    "--launch-agent",
+    "--prefix",
     "--node-addrs",
     "--ib-device",
     "--ib-gid-index",
@@ -900,7 +967,33 @@ mod tests {
         assert_eq!((r.np, r.command.len()), (4, 1));
         let r = parse(&["cohort", "run", "--launcher", "local", "-n", "1", "p"]).unwrap();
         assert_eq!(r.launcher, LauncherKind::Local);
-        assert!(parse(&["cohort", "run", "--launcher", "ssh", "-n", "1", "p"]).is_err());
+        let r = parse(&["cohort", "run", "--launcher", "ssh", "-n", "1", "p"]).unwrap();
+        assert_eq!(r.launcher, LauncherKind::Ssh);
+        let r = parse(&[
+            "cohort",
+            "run",
+            "-H",
+            "a,b",
+            "--host",
+            "root@c:2",
+            "--hostfile",
+            "hf",
+            "--launch-agent",
+            "ssh -F x",
+            "--prefix",
+            "/opt/c",
+            "-np",
+            "4",
+            "prog",
+            "--host",
+        ])
+        .unwrap();
+        assert_eq!(r.host, ["a,b", "root@c:2"]);
+        assert_eq!(r.hostfile, Some(PathBuf::from("hf")));
+        assert_eq!(r.launch_agent.as_deref(), Some("ssh -F x"));
+        assert_eq!(r.prefix, Some(PathBuf::from("/opt/c")));
+        assert_eq!((r.np, r.command.len()), (4, 2));
+        assert!(parse(&["cohort", "run", "--launcher", "rsh", "-n", "1", "p"]).is_err());
         assert!(parse(&["cohort", "run", "--control-addr", "vm", "-n", "1", "p"]).is_err());
     }
 

@@ -111,12 +111,31 @@ pub struct DaemonLaunch<'a> {
     /// and name from the step's environment (`cohortd --slurm`), and `node`,
     /// `node_name` and `listen` are not passed.
     pub slurm_addrs: Option<(&'a [IpAddr], &'a [String])>,
+    /// Over ssh: every node's name, in node order (`--node-names`), and the node
+    /// server reads its secrets from stdin (`--ssh`).
+    pub ssh_names: Option<&'a [String]>,
+    /// Ranks of each node server when slots decided them (`--node-ranks`); empty for
+    /// the even split `--map-by` makes alone.
+    pub node_ranks: &'a [u32],
 }
 
 impl DaemonLaunch<'_> {
     /// cohortd's arguments. Never contains a secret: those travel in the environment.
     pub fn args(&self) -> Vec<OsString> {
         let mut a: Vec<OsString> = match self.slurm_addrs {
+            None if self.ssh_names.is_some() => vec![
+                "--ssh".into(),
+                "--node".into(),
+                self.node.to_string().into(),
+                "--nodes".into(),
+                self.nodes.to_string().into(),
+                "--node-name".into(),
+                self.node_name.into(),
+                "--listen".into(),
+                self.listen.to_string().into(),
+                "--node-names".into(),
+                self.ssh_names.unwrap_or_default().join(",").into(),
+            ],
             None => vec![
                 "--node".into(),
                 self.node.to_string().into(),
@@ -159,6 +178,11 @@ impl DaemonLaunch<'_> {
         }
         a.push("--first-slot".into());
         a.push(self.first_slot.to_string().into());
+        if !self.node_ranks.is_empty() {
+            let counts: Vec<String> = self.node_ranks.iter().map(u32::to_string).collect();
+            a.push("--node-ranks".into());
+            a.push(counts.join(",").into());
+        }
         if self.tag_output {
             a.push("--tag-output".into());
         }
@@ -254,6 +278,40 @@ impl DaemonLaunch<'_> {
             .args(self.args())
             // Relayed by the launcher, which reads srun's reports of tasks that ended.
             .stderr(std::process::Stdio::piped());
+        cmd.spawn()
+    }
+}
+
+impl DaemonLaunch<'_> {
+    /// Starts the node server over ssh: `agent` (the launch agent's words, its options
+    /// and `[user@]host`) runs `remote` (the shell command starting cohortd there) in
+    /// its own process group, SIGTERM as its parent-death signal, with stdin piped (the
+    /// secrets are written there, never in its environment or on a command line; it
+    /// stays open while the job runs: cohortd stops when it closes), stderr piped (to
+    /// be relayed, and quoted when the host fails), stdout shared (ranks' output).
+    pub fn spawn_agent(
+        &self,
+        agent: &[OsString],
+        remote: &std::ffi::OsStr,
+    ) -> std::io::Result<tokio::process::Child> {
+        debug_assert!(self.ssh_names.is_some());
+        let (program, options) = agent.split_first().ok_or_else(|| {
+            std::io::Error::new(std::io::ErrorKind::InvalidInput, "empty launch agent")
+        })?;
+        let mut cmd = tokio::process::Command::new(program);
+        cmd.args(options)
+            .arg(remote)
+            .env_remove(env::JOB_SECRET)
+            .env_remove(env::CLIENT_TOKEN)
+            .stdin(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .process_group(0)
+            .kill_on_drop(false);
+        // SAFETY: the hooks only make async-signal-safe syscalls.
+        unsafe {
+            cmd.pre_exec(parent_death_signal(libc::SIGTERM, "the launcher"));
+            cmd.pre_exec(cohort_os::restore_fd_limit());
+        }
         cmd.spawn()
     }
 }
@@ -357,7 +415,39 @@ mod tests {
             psets: &[],
             command,
             slurm_addrs: None,
+            ssh_names: None,
+            node_ranks: &[],
         }
+    }
+
+    #[test]
+    fn ssh_command_line_names_every_node_and_counts() {
+        let names = vec!["h1".to_string(), "10.0.0.2".to_string()];
+        let prog = [OsString::from("prog")];
+        let l = DaemonLaunch {
+            node: 1,
+            nodes: 2,
+            node_name: "10.0.0.2",
+            listen: "10.0.0.2:0".parse().unwrap(),
+            control: "10.0.0.9:999".parse().unwrap(),
+            np: 3,
+            ssh_names: Some(&names),
+            node_ranks: &[1, 2],
+            ..launch(&prog)
+        };
+        let joined = l
+            .args()
+            .into_iter()
+            .map(|a| a.into_string().unwrap())
+            .collect::<Vec<_>>()
+            .join(" ");
+        assert_eq!(
+            joined,
+            "--ssh --node 1 --nodes 2 --node-name 10.0.0.2 --listen 10.0.0.2:0 --node-names \
+             h1,10.0.0.2 --control 10.0.0.9:999 --job-dir /tmp/j --nspace ns --np 3 \
+             --map-by slot --first-slot 0 --node-ranks 1,2 --heartbeat-ms 1000 \
+             --peer-timeout-ms 0 -- prog"
+        );
     }
 
     #[test]

@@ -15,7 +15,7 @@ use std::time::Duration;
 use cohort_proto::control::{DaemonMsg, ExitStatus, LauncherMsg};
 use cohort_proto::env::{random_bytes, to_hex};
 use cohort_proto::{JobMap, NodeId};
-use cohort_topology::placement::job_map;
+use cohort_topology::placement::{job_map, job_map_with_counts};
 use cohort_topology::switches::{slurm_topology_file, SLURM_CONF_ENV};
 use cohort_topology::{hostlist, Discover, Locality, SwitchMap};
 use tokio::net::tcp::OwnedWriteHalf;
@@ -34,6 +34,7 @@ use crate::monitor::{
 };
 use crate::reaper;
 use crate::slurm;
+use crate::ssh::{self, Launch};
 use crate::topo::{plan_job, JobPlacement};
 
 /// How long every node server has to register, unless `COHORT_STARTUP_TIMEOUT` (in
@@ -58,6 +59,10 @@ const KILL_WAIT: Duration = Duration::from_secs(5);
 const KILL_STEP_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long the end of srun's stderr may take to be relayed once srun ended.
 const RELAY_DRAIN: Duration = Duration::from_secs(2);
+/// How long the agent that kills a lost node server on its host may take.
+const KILL_AGENT_TIMEOUT: Duration = Duration::from_secs(10);
+/// Most lines of a launch agent's stderr held back while its node server starts.
+const HELD_LINES: usize = 64;
 /// Budget for killing processes orphaned below us at the very end.
 const SWEEP_BUDGET: Duration = Duration::from_secs(3);
 
@@ -123,6 +128,10 @@ struct Daemon {
     writer: Option<OwnedWriteHalf>,
     fabric_addr: Option<String>,
     running: bool,
+    /// Over ssh: the pid the node server registered with, on its host.
+    remote_pid: Option<u32>,
+    /// Over ssh: the agent's stderr while the node server starts (see [`Held`]).
+    held: Option<Held>,
 }
 
 impl Daemon {
@@ -133,7 +142,54 @@ impl Daemon {
             writer: None,
             fabric_addr: None,
             running: true,
+            remote_pid: None,
+            held: None,
         }
+    }
+}
+
+/// A launch agent's stderr lines held back until its node server has started: ssh's
+/// own complaints (host unreachable, refused, cohortd not found there) are quoted in
+/// the error that names the host, rather than printed apart from it. Released to our
+/// stderr once every node server registered; from then on the lines go straight
+/// through (they carry the node server's and its ranks' stderr).
+#[derive(Clone, Debug, Default)]
+struct Held(std::sync::Arc<std::sync::Mutex<Option<Vec<Vec<u8>>>>>);
+
+impl Held {
+    fn new() -> Held {
+        Held(std::sync::Arc::new(std::sync::Mutex::new(Some(Vec::new()))))
+    }
+
+    /// Holds `line`, or returns it to be written now.
+    fn hold(&self, line: Vec<u8>) -> Option<Vec<u8>> {
+        let mut held = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        match held.as_mut() {
+            Some(lines) if lines.len() < HELD_LINES => {
+                lines.push(line);
+                None
+            }
+            _ => Some(line),
+        }
+    }
+
+    /// Stops holding; returns what was held.
+    fn release(&self) -> Vec<Vec<u8>> {
+        let mut held = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        held.take().unwrap_or_default()
+    }
+
+    /// The last few held lines, printable, joined: what ssh said.
+    fn tail(&self) -> String {
+        let held = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let lines = held.as_deref().unwrap_or_default();
+        let start = lines.len().saturating_sub(4);
+        let text: Vec<String> = lines[start..]
+            .iter()
+            .map(|l| printable(String::from_utf8_lossy(l).trim()))
+            .filter(|l| !l.is_empty())
+            .collect();
+        text.join(" / ")
     }
 }
 
@@ -166,6 +222,20 @@ impl AppLayout {
     }
 }
 
+/// The hosts the node servers run on over ssh.
+#[derive(Clone)]
+struct SshHosts {
+    hosts: Vec<ssh::Host>,
+    /// Each host's fabric address (resolved here, or `--node-addrs`).
+    addrs: Vec<std::net::IpAddr>,
+    /// The launch agent's words.
+    agent: Vec<String>,
+    /// The cohortd the hosts run.
+    cohortd: PathBuf,
+    /// Ranks per host when slots decided them.
+    counts: Option<Vec<u32>>,
+}
+
 /// The srun step that runs every node server under Slurm.
 struct SlurmStep {
     alloc: slurm::Allocation,
@@ -195,6 +265,13 @@ struct Launcher {
     placement: JobPlacement,
     /// Under Slurm: the allocation's nodes the node servers run on, and their step.
     slurm: Option<SlurmStep>,
+    /// Over ssh: the hosts the node servers run on.
+    ssh: Option<SshHosts>,
+    /// Tasks relaying launch agents' stderr (drained before we exit).
+    relays: Vec<JoinHandle<()>>,
+    /// Over ssh: the agents killing lost node servers on their hosts (awaited, bounded,
+    /// before we exit: a frozen node server does not stop by itself).
+    kills: Vec<JoinHandle<()>>,
     /// Switch map file handed to every node server.
     topology: Option<PathBuf>,
     /// The node servers' failure detector (`--heartbeat`, `--peer-timeout`).
@@ -212,20 +289,31 @@ struct Launcher {
 impl Launcher {
     async fn prepare(args: RunArgs) -> Result<Launcher, String> {
         let srun = slurm::find_srun(std::env::var_os("PATH").as_deref());
-        let alloc = slurm::choose(
+        let hosts_given = !args.host.is_empty() || args.hostfile.is_some();
+        let launch = ssh::choose(
             args.launcher,
+            hosts_given,
             slurm::Allocation::from_env(|k| std::env::var(k).ok()),
             srun.as_deref(),
         )?;
+        let alloc = match &launch {
+            Launch::Slurm(a) => Some(a.clone()),
+            Launch::Local | Launch::Ssh => None,
+        };
         let slurm_nodes = match &alloc {
             Some(a) => Some(slurm::resolve_nodes(a, args.nodes, &args.node_addrs)?),
             None => None,
         };
-        let nodes = match &slurm_nodes {
-            Some(n) => n.names.len() as u32,
-            None => args.nodes.unwrap_or(1),
+        let mut ssh_hosts = match launch {
+            Launch::Ssh => Some(ssh_hosts(&args)?),
+            _ => None,
         };
-        if slurm_nodes.is_none() && nodes > daemon::MAX_NODES {
+        let nodes = match (&slurm_nodes, &ssh_hosts) {
+            (Some(n), _) => n.names.len() as u32,
+            (None, Some(s)) => s.hosts.len() as u32,
+            (None, None) => args.nodes.unwrap_or(1),
+        };
+        if launch == Launch::Local && nodes > daemon::MAX_NODES {
             return Err(format!(
                 "--nodes {} is more than the {} node servers one host can address",
                 nodes,
@@ -241,6 +329,9 @@ impl Launcher {
         }
         let detector = args.detector()?;
         let plan = args.plan()?;
+        if let Some(s) = ssh_hosts.as_mut() {
+            s.counts = ssh::rank_counts(plan.np, &s.hosts)?;
+        }
         let cohortd = daemon::find_cohortd()?;
         let exports = daemon::resolve_exports(&args.export)?;
         let apps = AppLayout::new(&plan)?;
@@ -250,9 +341,15 @@ impl Launcher {
         let nspace = format!("cohort.{}.{}", std::process::id(), to_hex(&random(2)?));
         // The job map before anything exists: a set named like the job's namespace is
         // refused here.
-        let mut job = job_map(args.map_by, nspace, plan.np, nodes);
+        let mut job = match ssh_hosts.as_ref().and_then(|s| s.counts.as_deref()) {
+            Some(counts) => job_map_with_counts(args.map_by, nspace, counts),
+            None => job_map(args.map_by, nspace, plan.np, nodes),
+        };
         if let Some(n) = &slurm_nodes {
             job.node_names.clone_from(&n.names);
+        }
+        if let Some(s) = &ssh_hosts {
+            job.node_names = s.hosts.iter().map(|h| h.name.clone()).collect();
         }
         if plan.apps.len() > 1 {
             job.set_apps(plan.apps.iter().map(|a| a.np).collect())?;
@@ -263,9 +360,10 @@ impl Launcher {
         }
         let job_dir =
             JobDir::create().map_err(|e| format!("cannot create the job directory: {e}"))?;
-        let control_ip = match &slurm_nodes {
-            Some(n) => slurm::control_ip(args.control_addr, n.addrs[0])?,
-            None => args
+        let control_ip = match (&slurm_nodes, &ssh_hosts) {
+            (Some(n), _) => slurm::control_ip(args.control_addr, n.addrs[0])?,
+            (None, Some(s)) => slurm::control_ip(args.control_addr, s.addrs[0])?,
+            (None, None) => args
                 .control_addr
                 .unwrap_or(std::net::Ipv4Addr::LOCALHOST.into()),
         };
@@ -276,12 +374,12 @@ impl Launcher {
             .local_addr()
             .map_err(|e| format!("control listener: {e}"))?;
         let topology = topology_file(args.topology.as_deref(), &job)?;
-        let placement = match &slurm_nodes {
+        let placement = match launch {
             // Every node server runs on this host, so this host's cores decide.
-            None => plan_job(args.bind_to, &job, &Discover { io: false }.run()),
+            Launch::Local => plan_job(args.bind_to, &job, &Discover { io: false }.run()),
             // One node server per host: each decides on its own host's cores, unless
             // --bind-to says (passed on as given).
-            Some(_) => JobPlacement {
+            Launch::Slurm(_) | Launch::Ssh => JobPlacement {
                 bind_to: args.bind_to.unwrap_or(cohort_topology::BindTo::Core),
                 first_slots: vec![0; nodes as usize],
                 notice: None,
@@ -308,6 +406,13 @@ impl Launcher {
             }
             _ => None,
         };
+        if let Some(s) = &ssh_hosts {
+            tracing::info!(
+                hosts = %hostlist::compress(&job.node_names), addrs = ?s.addrs,
+                agent = ?s.agent, cohortd = %s.cohortd.display(), control = %control_addr,
+                counts = ?s.counts, "node servers run on the hosts, started over the launch agent"
+            );
+        }
         tracing::info!(
             nspace = %job.nspace, np = plan.np, apps = plan.apps.len(),
             psets = plan.psets.len(), nodes,
@@ -327,6 +432,9 @@ impl Launcher {
             },
             nodes,
             slurm,
+            ssh: ssh_hosts,
+            relays: Vec::new(),
+            kills: Vec::new(),
             args,
             cohortd,
             exports,
@@ -371,6 +479,9 @@ impl Launcher {
         if self.slurm.is_some() {
             return self.spawn_step();
         }
+        if self.ssh.is_some() {
+            return self.spawn_over_ssh();
+        }
         let job = self.monitor.job().clone();
         for node in 0..self.nodes {
             let ip = match self.args.node_addrs.get(node as usize) {
@@ -410,6 +521,8 @@ impl Launcher {
                 psets: &job.psets,
                 command: &self.apps.command,
                 slurm_addrs: None,
+                ssh_names: None,
+                node_ranks: &[],
             };
             let child = launch
                 .spawn(&self.cohortd, &self.job_secret, &self.client_token)
@@ -461,6 +574,8 @@ impl Launcher {
             psets: &job.psets,
             command: &self.apps.command,
             slurm_addrs: Some((&step.nodes.addrs, &step.nodes.names)),
+            ssh_names: None,
+            node_ranks: &[],
         };
         let srun_args =
             slurm::srun_args(&step.nodes.names, &step.name, slurm::cluster_binds_tasks());
@@ -487,6 +602,91 @@ impl Launcher {
             self.daemons.push(Daemon::started(0));
         }
         self.watch_exit(child, |how| Event::StepEnded { how });
+        Ok(())
+    }
+
+    /// Over ssh: starts every node server through the launch agent, one per host, and
+    /// writes each one's secrets to the agent's stdin (kept open while the job runs).
+    /// The agents are our children: each one's end is its node server's.
+    fn spawn_over_ssh(&mut self) -> Result<(), String> {
+        let hosts = self.ssh.clone().expect("over ssh");
+        let job = self.monitor.job().clone();
+        let cwd = std::env::current_dir().ok();
+        let env = ssh::forwarded_env(std::env::vars_os());
+        let secrets = format!(
+            "{} {}\n",
+            to_hex(&self.job_secret),
+            to_hex(&self.client_token)
+        );
+        for node in 0..self.nodes {
+            let host = &hosts.hosts[node as usize];
+            let launch = DaemonLaunch {
+                node,
+                nodes: self.nodes,
+                node_name: &host.name,
+                listen: SocketAddr::new(hosts.addrs[node as usize], 0),
+                control: self.control_addr,
+                job_dir: self.job_dir.path(),
+                nspace: &job.nspace,
+                np: job.size(),
+                map_by: self.args.map_by,
+                bind_to: self.args.bind_to,
+                first_slot: 0,
+                tag_output: self.args.tag_output,
+                topology: self.topology.as_deref(),
+                ib_device: self.args.ib_device.as_deref(),
+                ib_gid_index: self.args.ib_gid_index,
+                spin_us: self.args.spin_us,
+                no_shm_fence: self.args.no_shm_fence,
+                detector: self.detector,
+                // Separate hosts: cohortd's default (auto) unless --allgather says.
+                allgather: self.args.allgather,
+                exports: &self.exports,
+                apps: &self.apps.layout,
+                app_exports: &self.apps.exports,
+                psets: &job.psets,
+                command: &self.apps.command,
+                slurm_addrs: None,
+                ssh_names: Some(&job.node_names),
+                node_ranks: hosts.counts.as_deref().unwrap_or_default(),
+            };
+            let remote = ssh::remote_command(&hosts.cohortd, cwd.as_deref(), &env, &launch.args());
+            let agent = ssh::agent_args(&hosts.agent, host);
+            tracing::debug!(node, host = %host.destination(), ?agent, ?remote,
+                "starting a node server over the launch agent");
+            let spawned = launch.spawn_agent(&agent, &remote);
+            let mut child = spawned.map_err(|e| {
+                format!(
+                    "cannot start the launch agent {} for host {}: {e}",
+                    hosts.agent[0], host.name
+                )
+            })?;
+            let pid = child.id().unwrap_or(0);
+            let held = Held::new();
+            if let Some(err) = child.stderr.take() {
+                self.relays
+                    .push(tokio::spawn(relay_agent_stderr(err, held.clone())));
+            }
+            if let Some(mut stdin) = child.stdin.take() {
+                let line = secrets.clone();
+                // Written at once (a pipe takes it whole), then held open: cohortd
+                // stops when it closes. Dropped when the tasks are aborted at the end.
+                self.tasks.push(tokio::spawn(async move {
+                    use tokio::io::AsyncWriteExt;
+                    if let Err(e) = stdin.write_all(line.as_bytes()).await {
+                        tracing::debug!(node, "cannot write to the launch agent: {e}");
+                        return;
+                    }
+                    let _ = stdin.flush().await;
+                    std::future::pending::<()>().await;
+                }));
+            }
+            tracing::debug!(node, pid, host = %host.name, "launch agent started");
+            let mut d = Daemon::started(pid);
+            d.held = Some(held);
+            self.daemons.push(d);
+            self.watch_exit(child, move |how| Event::DaemonExited { node, how });
+        }
         Ok(())
     }
 
@@ -660,6 +860,16 @@ impl Launcher {
                 d.running = false;
                 self.daemon_gone(node, format!("ended: {how} (srun)")).await
             }
+            Event::DaemonExited { node, how } if self.ssh.is_some() => {
+                let d = &mut self.daemons[node as usize];
+                d.running = false;
+                let agent = self.ssh.as_ref().map_or("ssh", |s| s.agent[0].as_str());
+                let mut reason = format!("({agent}, pid {}) {how} unexpectedly", d.pid);
+                if let Some(said) = d.held.as_ref().map(Held::tail).filter(|t| !t.is_empty()) {
+                    reason.push_str(&format!(" [its stderr: {said}]"));
+                }
+                self.daemon_gone(node, reason).await
+            }
             Event::DaemonExited { node, how } => {
                 self.daemons[node as usize].running = false;
                 let pid = self.daemons[node as usize].pid;
@@ -718,6 +928,8 @@ impl Launcher {
         }
         if self.slurm.is_some() {
             slot.pid = reg.pid;
+        } else if self.ssh.is_some() {
+            slot.remote_pid = Some(reg.pid);
         } else if reg.pid != slot.pid {
             tracing::warn!(
                 node,
@@ -762,6 +974,7 @@ impl Launcher {
             .collect();
         self.started = true;
         tracing::info!(?peers, "every node server registered; starting the ranks");
+        self.release_held();
         let start = LauncherMsg::Start { peers };
         for (node, d) in self.daemons.iter_mut().enumerate() {
             let Some(w) = d.writer.as_mut() else { continue };
@@ -1046,6 +1259,31 @@ impl Launcher {
             self.announce_lost(node, false).await;
             return self.daemon_failed(node, format!("(pid {pid}) {reason}; killed"));
         }
+        if let (Some(hosts), Some(remote)) = (&self.ssh, self.daemons[node as usize].remote_pid) {
+            // On another host: the agent runs kill there (a frozen node server does not
+            // notice its session ending); ending the session stops it otherwise.
+            tracing::warn!(
+                node,
+                pid = remote,
+                "killing a node server declared lost (over the launch agent)"
+            );
+            let mut agent = ssh::agent_args(&hosts.agent, &hosts.hosts[node as usize]);
+            agent.push(format!("kill -KILL {remote}").into());
+            self.kills.push(tokio::spawn(async move {
+                let run = tokio::process::Command::new(&agent[0])
+                    .args(&agent[1..])
+                    .stdin(std::process::Stdio::null())
+                    .stdout(std::process::Stdio::null())
+                    .kill_on_drop(true)
+                    .status();
+                match tokio::time::timeout(KILL_AGENT_TIMEOUT, run).await {
+                    Ok(Ok(st)) if st.success() => {}
+                    Ok(Ok(st)) => tracing::warn!(node, "kill over the launch agent: {st}"),
+                    Ok(Err(e)) => tracing::warn!(node, "kill over the launch agent: {e}"),
+                    Err(_) => tracing::warn!(node, "kill over the launch agent: no answer"),
+                }
+            }));
+        }
         tracing::warn!(node, pid, "killing a node server declared lost");
         reaper::signal_group(pid, libc::SIGKILL);
         self.announce_lost(node, false).await;
@@ -1079,9 +1317,15 @@ impl Launcher {
             .iter()
             .enumerate()
             .filter(|(_, d)| d.fabric_addr.is_none())
-            .map(|(i, d)| match d.pid {
-                0 => self.monitor.node_name(i as NodeId),
-                pid => format!("{} (pid {pid})", self.monitor.node_name(i as NodeId)),
+            .map(|(i, d)| {
+                let name = match d.pid {
+                    0 => self.monitor.node_name(i as NodeId),
+                    pid => format!("{} (pid {pid})", self.monitor.node_name(i as NodeId)),
+                };
+                match d.held.as_ref().map(Held::tail).filter(|t| !t.is_empty()) {
+                    Some(said) => format!("{name} [its launch agent's stderr: {said}]"),
+                    None => name,
+                }
             })
             .collect();
         format!(
@@ -1164,6 +1408,16 @@ impl Launcher {
                 }
             }
         }
+        // Over ssh: lost node servers are killed on their hosts (each agent is bounded
+        // by KILL_AGENT_TIMEOUT), and whatever the agents relay last (a rank's last
+        // stderr lines) is written before we go.
+        for kill in &mut self.kills {
+            let _ = kill.await;
+        }
+        let drain_end = Instant::now() + RELAY_DRAIN;
+        for relay in &mut self.relays {
+            let _ = tokio::time::timeout_at(drain_end, relay).await;
+        }
         self.clean_up();
     }
 
@@ -1171,6 +1425,9 @@ impl Launcher {
     /// behind below us, and removes the job directory.
     fn clean_up(&mut self) {
         for task in self.tasks.drain(..) {
+            task.abort();
+        }
+        for task in self.relays.drain(..).chain(self.kills.drain(..)) {
             task.abort();
         }
         // Blocking is fine here: nothing else is left to drive.
@@ -1243,6 +1500,19 @@ impl Launcher {
             reaper::signal_group(d.pid, libc::SIGKILL);
         }
         Instant::now() + KILL_WAIT
+    }
+
+    /// Over ssh: writes what the launch agents said while their node servers started,
+    /// and lets their stderr through from now on.
+    fn release_held(&self) {
+        use std::io::Write;
+        for d in &self.daemons {
+            if let Some(held) = &d.held {
+                for line in held.release() {
+                    let _ = std::io::stderr().write_all(&line);
+                }
+            }
+        }
     }
 
     fn running_names(&self) -> String {
@@ -1324,6 +1594,71 @@ fn topology_file(given: Option<&Path>, job: &JobMap) -> Result<Option<PathBuf>, 
         path.display()
     );
     Ok(Some(path))
+}
+
+/// The hosts of `--host`/`--hostfile` (the first `--nodes`), each one's fabric address
+/// (`--node-addrs`, else the host resolved here: an IP address as it is, a name by the
+/// resolver, IPv4 first), the launch agent and the cohortd the hosts run.
+fn ssh_hosts(args: &RunArgs) -> Result<SshHosts, String> {
+    let hosts = ssh::hosts(&args.host, args.hostfile.as_deref(), args.nodes)?;
+    let addrs = if args.node_addrs.is_empty() {
+        let mut addrs = Vec::with_capacity(hosts.len());
+        for h in &hosts {
+            let ip = slurm::resolve_host(&h.name)
+                .map_err(|e| format!("address of host {}: {e} (give --node-addrs)", h.name))?;
+            addrs.push(ip);
+        }
+        addrs
+    } else {
+        args.node_addrs.clone()
+    };
+    // Loopback addresses among others: a name this host's resolver maps to itself
+    // (Debian's 127.0.1.1 line), useless to the other hosts. (All loopback is one
+    // host, as in tests.)
+    if addrs.iter().any(|a| !a.is_loopback()) {
+        for (h, ip) in hosts.iter().zip(&addrs) {
+            if ip.is_loopback() {
+                crate::say(format_args!(
+                    "warning: host {} resolves to {ip}, a loopback address the other hosts' \
+                     node servers cannot reach (give --node-addrs)",
+                    h.name
+                ));
+            }
+        }
+    }
+    let agent_env = std::env::var(ssh::AGENT_ENV).ok();
+    let agent = ssh::agent_words(args.launch_agent.as_deref(), agent_env.as_deref())?;
+    let local = daemon::find_cohortd()?;
+    let cohortd = ssh::remote_cohortd(
+        args.prefix.as_deref(),
+        std::env::var_os(ssh::PREFIX_ENV).as_deref(),
+        &local,
+    );
+    Ok(SshHosts {
+        hosts,
+        addrs,
+        agent,
+        cohortd,
+        counts: None,
+    })
+}
+
+/// Copies a launch agent's stderr to ours line by line (it carries its node server's
+/// and that server's ranks' stderr too), holding lines back while `held` holds.
+async fn relay_agent_stderr(err: tokio::process::ChildStderr, held: Held) {
+    use std::io::Write;
+    use tokio::io::AsyncBufReadExt;
+    let mut reader = tokio::io::BufReader::new(err);
+    loop {
+        let mut line = Vec::new();
+        match reader.read_until(b'\n', &mut line).await {
+            Ok(0) | Err(_) => return,
+            Ok(_) => {}
+        }
+        if let Some(line) = held.hold(line) {
+            let _ = std::io::stderr().write_all(&line);
+        }
+    }
 }
 
 /// Accepts control connections and forwards every authenticated registration. With

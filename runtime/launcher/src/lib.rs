@@ -15,6 +15,7 @@ pub mod launch;
 pub mod monitor;
 pub mod reaper;
 pub mod slurm;
+pub mod ssh;
 pub mod topo;
 
 /// Writes `cohort: <msg>` to stderr. A closed stderr is ignored rather than turned into

@@ -22,6 +22,9 @@ pub enum LauncherKind {
     Local,
     /// One node server per node of the Slurm allocation, started by one srun step
     Slurm,
+    /// One node server per host of --host / --hostfile, each started over ssh (or
+    /// --launch-agent)
+    Ssh,
 }
 
 /// The allocation `cohort run` runs in, as its environment describes it.
@@ -60,7 +63,7 @@ pub fn choose(
     srun: Option<&Path>,
 ) -> Result<Option<Allocation>, String> {
     match kind {
-        LauncherKind::Local => Ok(None),
+        LauncherKind::Local | LauncherKind::Ssh => Ok(None),
         LauncherKind::Auto => Ok(alloc.filter(|_| srun.is_some())),
         LauncherKind::Slurm => {
             let alloc = alloc.ok_or(

@@ -10,7 +10,7 @@ use clap::builder::TypedValueParser as _;
 use clap::Parser;
 use cohort_core::DetectorConfig;
 use cohort_proto::{JobMap, RankSet};
-use cohort_topology::placement::job_map;
+use cohort_topology::placement::{job_map, job_map_with_counts};
 use cohort_topology::{Allgather, BindTo, MapBy};
 
 /// cohortd — the cohort node server (started by `cohort run`, not by hand)
@@ -20,7 +20,8 @@ use cohort_topology::{Allgather, BindTo, MapBy};
     version,
     about = "cohortd — the cohort node server (one per node and job; started by `cohort run`)",
     after_help = "The job secret and client token are read from COHORT_JOB_SECRET and \
-                  COHORT_TOKEN (hex) and removed from the environment before anything else runs."
+                  COHORT_TOKEN (hex) and removed from the environment before anything else runs; with \
+                  --ssh, from one line on stdin instead."
 )]
 pub struct DaemonArgs {
     /// Index of this node server in the job (0-based)
@@ -183,6 +184,19 @@ pub struct DaemonArgs {
     /// With --slurm: every node server's fabric address, in node order
     #[arg(long, value_name = "IP,IP,…", value_delimiter = ',')]
     pub node_addrs: Vec<IpAddr>,
+
+    /// Started over ssh (or another remote shell) by `cohort run`: the job secret and
+    /// client token come as one line on stdin (`SECRET TOKEN`, hex) instead of the
+    /// environment, the job directory is made on this host if missing, and stdin
+    /// closing (the launcher's ssh session ended) stops this node server
+    #[arg(long, conflicts_with = "slurm")]
+    pub ssh: bool,
+
+    /// Ranks of each node server, in node order (the launcher's slot-capped mapping:
+    /// --map-by node deals ranks round-robin over the nodes with room left, the block
+    /// policies give each node its count in turn); default: an even split
+    #[arg(long, value_name = "N,N,…", value_delimiter = ',')]
+    pub node_ranks: Vec<u32>,
 
     /// Every node's name, in node order (the job map's; default node0, node1, …, with
     /// --node-name for this one)
@@ -373,7 +387,20 @@ impl DaemonArgs {
     /// The job map every process of the job agrees on: ranks mapped as the launcher
     /// mapped them, split into the application contexts, with the process sets.
     pub fn job(&self) -> Result<JobMap, String> {
-        let mut job = job_map(self.map_by, self.nspace.clone(), self.np, self.nodes);
+        let mut job = if self.node_ranks.is_empty() {
+            job_map(self.map_by, self.nspace.clone(), self.np, self.nodes)
+        } else {
+            job_map_with_counts(self.map_by, self.nspace.clone(), &self.node_ranks)
+        };
+        if job.size() != self.np || job.num_nodes != self.nodes {
+            return Err(format!(
+                "--node-ranks places {} rank(s) on {} node(s); the job has {} on {}",
+                job.size(),
+                job.num_nodes,
+                self.np,
+                self.nodes
+            ));
+        }
         if self.node_names.len() == self.nodes as usize {
             job.node_names.clone_from(&self.node_names);
         }
@@ -467,6 +494,46 @@ mod tests {
         assert!(parse_ib_device(":1").unwrap_err().contains("empty"));
     }
     use clap::CommandFactory;
+
+    #[test]
+    fn ssh_mode_and_counted_ranks() {
+        let parse = |extra: &[&str]| {
+            let mut argv = vec![
+                "cohortd",
+                "--node",
+                "1",
+                "--nodes",
+                "3",
+                "--node-name",
+                "h2",
+                "--listen",
+                "10.0.0.2:0",
+                "--control",
+                "10.0.0.9:4000",
+                "--job-dir",
+                "/tmp/j",
+                "--nspace",
+                "ns",
+                "--np",
+                "5",
+                "--ssh",
+                "--node-names",
+                "h1,h2,h3",
+            ];
+            argv.extend_from_slice(extra);
+            argv.extend_from_slice(&["--", "prog"]);
+            DaemonArgs::try_parse_from(argv)
+        };
+        let a = parse(&["--node-ranks", "1,3,1", "--map-by", "node"]).unwrap();
+        assert!(a.ssh && !a.slurm);
+        a.validate().unwrap();
+        assert_eq!(a.job().unwrap().rank_node, [0, 1, 2, 1, 1]);
+        let a = parse(&["--node-ranks", "1,3"]).unwrap();
+        assert!(a.validate().unwrap_err().contains("--node-ranks"));
+        let a = parse(&["--node-ranks", "1,3,2"]).unwrap();
+        assert!(a.validate().unwrap_err().contains("--node-ranks"));
+        assert!(parse(&["--slurm", "--node-addrs", "10.0.0.1"]).is_err());
+    }
 
     #[test]
     fn parses_what_the_launcher_writes() {

@@ -79,6 +79,75 @@ impl Secrets {
     }
 }
 
+impl Secrets {
+    /// Over ssh: reads `SECRET TOKEN` (hex) as one line from stdin, at most
+    /// [`MAX_SECRET_LINE`] bytes, byte by byte so that nothing after it is consumed.
+    /// The variables are removed from the environment all the same.
+    fn read_line_from(mut input: impl std::io::Read) -> Result<Secrets, String> {
+        std::env::remove_var(env::JOB_SECRET);
+        std::env::remove_var(env::CLIENT_TOKEN);
+        let mut line = Vec::new();
+        let mut byte = [0u8; 1];
+        loop {
+            match input.read(&mut byte) {
+                Ok(0) => {
+                    return Err("stdin ended before the job secret (cohortd --ssh reads it \
+                                from `cohort run` over ssh)"
+                        .into())
+                }
+                Ok(_) if byte[0] == b'\n' => break,
+                Ok(_) if line.len() >= MAX_SECRET_LINE => {
+                    return Err("the secret line on stdin is too long".into())
+                }
+                Ok(_) => line.push(byte[0]),
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(format!("cannot read the job secret from stdin: {e}")),
+            }
+        }
+        let line = String::from_utf8_lossy(&line);
+        let mut words = line.split_whitespace();
+        let (Some(secret), Some(token), None) = (words.next(), words.next(), words.next()) else {
+            return Err("the secret line on stdin is not `SECRET TOKEN`".into());
+        };
+        Ok(Secrets {
+            job_secret: decode_secret(env::JOB_SECRET, Some(secret.into()))?,
+            client_token: decode_secret(env::CLIENT_TOKEN, Some(token.into()))?,
+        })
+    }
+}
+
+/// Longest secret line `cohortd --ssh` reads (two hex strings and a space).
+const MAX_SECRET_LINE: usize = 1024;
+
+/// Over ssh: a thread that reads stdin until it ends — the launcher's ssh session is
+/// gone (the launcher died, or killed its ssh) — and then stops this node server as
+/// SIGTERM would (its ranks are stopped, its directories removed).
+fn watch_stdin(node_name: String) {
+    let spawned = std::thread::Builder::new()
+        .name("stdin-watch".into())
+        .spawn(move || {
+            use std::io::Read;
+            let mut buf = [0u8; 256];
+            let mut stdin = std::io::stdin().lock();
+            loop {
+                match stdin.read(&mut buf) {
+                    Ok(0) => break,
+                    Ok(_) => {}
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                    Err(_) => break,
+                }
+            }
+            say(format_args!(
+                "{node_name}: the launcher's ssh session ended (stdin closed); stopping"
+            ));
+            // SAFETY: kill on our own pid; the signal handler stops us cleanly.
+            unsafe { libc::kill(libc::getpid(), libc::SIGTERM) };
+        });
+    if let Err(e) = spawned {
+        say(format_args!("cannot watch stdin: {e}"));
+    }
+}
+
 fn decode_secret(name: &str, value: Option<std::ffi::OsString>) -> Result<Vec<u8>, String> {
     let value =
         value.ok_or_else(|| format!("{name} is not set (cohortd is started by `cohort run`)"))?;
@@ -105,7 +174,12 @@ pub fn main() -> i32 {
             std::env::remove_var(var);
         }
     }
-    let secrets = match Secrets::take_from_env() {
+    let secrets = if args.ssh {
+        Secrets::read_line_from(std::io::stdin().lock())
+    } else {
+        Secrets::take_from_env()
+    };
+    let secrets = match secrets {
         Ok(s) => s,
         Err(e) => {
             say(format_args!("{e}"));
@@ -231,6 +305,10 @@ async fn run(
             return finish(&svc, &socket_dir, &args, End::Fatal(e.to_string())).await;
         }
     };
+    if args.ssh {
+        // After the handlers: its SIGTERM is handled like any other.
+        watch_stdin(node_name.clone());
+    }
     let (link, mut from_launcher) = match await_start(&args, &job_secret, &svc, &mut signals).await
     {
         Ok(started) => started,
@@ -312,9 +390,9 @@ async fn bind_service(
     verbs: VerbsOptions,
 ) -> Option<(NodeService, PathBuf)> {
     let socket_dir = args.job_dir.join(format!("node{}", args.node));
-    // Under Slurm the launcher's job directory is on its own host: on every other
-    // node the first node server there makes it.
-    if args.slurm {
+    // Under Slurm or over ssh the launcher's job directory is on its own host: on
+    // every other node the first node server there makes it.
+    if args.slurm || args.ssh {
         if let Err(e) = ensure_job_dir(&args.job_dir) {
             say(format_args!(
                 "{}: cannot create the job directory {}: {e}",
@@ -606,7 +684,7 @@ async fn finish(svc: &NodeService, socket_dir: &Path, args: &DaemonArgs, end: En
         tracing::warn!("the node service did not shut down within {SERVICE_SHUTDOWN:?}");
     }
     remove_dir(socket_dir);
-    if args.slurm || matches!(end, End::LauncherLost(_)) {
+    if args.slurm || args.ssh || matches!(end, End::LauncherLost(_)) {
         // Only succeeds once it is empty, i.e. for the last node server out (under
         // Slurm, the one that made it on its node; the launcher removes its own).
         let _ = std::fs::remove_dir(&args.job_dir);
@@ -735,6 +813,22 @@ mod tests {
         assert!(decode_secret("X", None).unwrap_err().contains("not set"));
         assert!(decode_secret("X", Some("xyz".into())).is_err());
         assert!(decode_secret("X", Some("".into())).is_err());
+    }
+
+    #[test]
+    fn secrets_come_as_one_line_on_stdin() {
+        let s = Secrets::read_line_from(&b"00ff abcd\nmore"[..]).unwrap();
+        assert_eq!(
+            (s.job_secret, s.client_token),
+            (vec![0, 255], vec![0xab, 0xcd])
+        );
+        let e = |input: &[u8]| Secrets::read_line_from(input).err().unwrap();
+        assert!(e(b"").contains("stdin ended"));
+        assert!(e(b"00ff abcd").contains("stdin ended"));
+        assert!(e(b"00ff\n").contains("SECRET TOKEN"));
+        assert!(e(b"00ff ab cd\n").contains("SECRET TOKEN"));
+        assert!(e(b"00ff zz\n").contains("hex"));
+        assert!(e(&vec![b'a'; 5000]).contains("too long"));
     }
 
     #[test]
