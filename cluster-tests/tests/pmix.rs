@@ -188,3 +188,75 @@ fn a_pmix_program_runs_on_cohorts_libpmix_on_one_node_server() {
 fn a_pmix_program_runs_on_cohorts_libpmix_on_three_node_servers() {
     run_pmix_demo(3, 6);
 }
+
+/// Builds `mpi_demo` with Open MPI's `mpicc` once, or `None` when it is missing (and
+/// not in CI).
+fn mpi_demo() -> Option<PathBuf> {
+    static BUILT: std::sync::OnceLock<Option<PathBuf>> = std::sync::OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            let out = target_dir().join("mpi_demo");
+            let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+            let Ok(cc) = Command::new("mpicc")
+                .args(["-Wall", "-Werror", "-o"])
+                .arg(&out)
+                .arg(root.join("c/mpi_demo.c"))
+                .output()
+            else {
+                tool_missing("Open MPI's `mpicc` (libopenmpi-dev, openmpi-bin)");
+                return None;
+            };
+            assert!(
+                cc.status.success(),
+                "mpicc failed:\n{}{}",
+                text(&cc.stdout),
+                text(&cc.stderr)
+            );
+            // Open MPI's PMIx component, not the program, links libpmix.so.2.
+            let component = Command::new("sh")
+                .args(["-c", "ls /usr/lib/*/openmpi/lib/openmpi3/mca_pmix_ext3x.so"])
+                .output()
+                .ok()
+                .map(|o| text(&o.stdout).trim().to_string())
+                .filter(|p| !p.is_empty());
+            if let Some(c) = component {
+                assert_loads_ours(Path::new(&c), &pmix_lib_dir());
+            }
+            Some(out)
+        })
+        .clone()
+}
+
+/// What an Open MPI 4.1 program needs under `cohort run` (see the README): its ORTE
+/// "schizo" component would otherwise declare a process that mpirun did not start a
+/// singleton; and node servers emulated on one host share it, so the shared-memory
+/// transport (whose segment names assume one node per host) must give way to TCP
+/// over loopback.
+const MPI_ENV: &[&str] = &["OMPI_MCA_schizo=^orte"];
+const MPI_ENV_EMULATED_NODES: &[&str] = &[
+    "OMPI_MCA_schizo=^orte",
+    "OMPI_MCA_btl=self,tcp",
+    "OMPI_MCA_btl_tcp_if_include=lo",
+];
+
+fn run_mpi_demo(nodes: u32, n: u32) {
+    let Some(prog) = mpi_demo() else { return };
+    let env = if nodes > 1 {
+        MPI_ENV_EMULATED_NODES
+    } else {
+        MPI_ENV
+    };
+    let results = run(&prog, nodes, n, env);
+    let sum: u32 = (0..n).map(|r| 1000 + r * 7).sum();
+    assert_eq!(results[0], format!("RESULT size={n} sum={sum}"));
+}
+
+#[test]
+fn an_open_mpi_program_runs_on_cohorts_libpmix_on_one_node_server() {
+    run_mpi_demo(1, 4);
+}
+
+#[test]
+fn an_open_mpi_program_runs_on_cohorts_libpmix_on_three_node_servers() {
+    run_mpi_demo(3, 6);
+}

@@ -16,6 +16,7 @@
 //!   APIs, …) are exported and return `PMIX_ERR_NOT_SUPPORTED` (`stubs.rs`), so that
 //!   Open MPI's `ext3x` component, which links all of them, loads.
 
+mod control;
 mod events;
 mod groups;
 mod keys;
@@ -83,12 +84,18 @@ pub(crate) fn guard(f: impl FnOnce() -> Result<(), pmix_status_t>) -> pmix_statu
     }
 }
 
+/// Prints `what()` on stderr when `COHORT_PMIX_DEBUG` is set.
+pub(crate) fn debug(what: impl FnOnce() -> String) {
+    static ON: OnceLock<bool> = OnceLock::new();
+    if *ON.get_or_init(|| std::env::var_os("COHORT_PMIX_DEBUG").is_some()) {
+        eprintln!("cohort-pmix[{}]: {}", std::process::id(), what());
+    }
+}
+
 /// The PMIx status for a cohort error.
 pub(crate) fn status_of(e: &CohortError) -> pmix_status_t {
     use CohortError::*;
-    if std::env::var_os("COHORT_PMIX_DEBUG").is_some() {
-        eprintln!("cohort-pmix: {e}");
-    }
+    debug(|| e.to_string());
     match e {
         Timeout { .. } => PMIX_ERR_TIMEOUT,
         NotFound { .. } | UnknownProc { .. } | GroupNotFound { .. } | PsetNotFound { .. } => {
@@ -499,12 +506,24 @@ pub unsafe extern "C" fn PMIx_Get(
             return Err(PMIX_ERR_BAD_PARAM);
         }
         // SAFETY: forwarded contract.
-        let v = match unsafe { get_plan(&s, proc_, key, info, ninfo) }? {
-            GetPlan::Here(r) => r?,
-            GetPlan::Server { proc, key, timeout } => {
-                from_cohort(&s.client.get(&proc, &key, timeout).map_err(get_status)?)
-            }
+        let plan = unsafe { get_plan(&s, proc_, key, info, ninfo) };
+        let v = match plan {
+            Ok(GetPlan::Here(r)) => r,
+            Ok(GetPlan::Server { proc, key, timeout }) => s
+                .client
+                .get(&proc, &key, timeout)
+                .map(|v| from_cohort(&v))
+                .map_err(get_status),
+            Err(e) => Err(e),
         };
+        debug(|| {
+            let shown = match &v {
+                Ok(PVal::Bytes(b)) => format!("{} bytes", b.len()),
+                other => format!("{other:?}"),
+            };
+            format!("PMIx_Get {:?} -> {shown}", key_of(key))
+        });
+        let v = v?;
         // SAFETY: `val` is writable per the contract.
         unsafe { val.write(value_out(&key_of(key), &v)) };
         Ok(())
@@ -932,41 +951,41 @@ fn scalar_size(ty: pmix_data_type_t) -> usize {
 /// Text of a status.
 #[no_mangle]
 pub extern "C" fn PMIx_Error_string(status: pmix_status_t) -> *const c_char {
-    let name: &'static [u8] = match status {
-        PMIX_SUCCESS => b"SUCCESS\0",
-        PMIX_ERROR => b"ERROR\0",
-        PMIX_ERR_EXISTS => b"EXISTS\0",
-        PMIX_ERR_TYPE_MISMATCH => b"TYPE MISMATCH\0",
-        PMIX_ERR_NO_PERMISSIONS => b"NO-PERMISSIONS\0",
-        PMIX_ERR_TIMEOUT => b"TIMEOUT\0",
-        PMIX_ERR_UNREACH => b"UNREACHABLE\0",
-        PMIX_ERR_BAD_PARAM => b"BAD-PARAM\0",
-        PMIX_ERR_OUT_OF_RESOURCE => b"OUT-OF-RESOURCE\0",
-        PMIX_ERR_INIT => b"INIT\0",
-        PMIX_ERR_NOMEM => b"NO-MEMORY\0",
-        PMIX_ERR_NOT_FOUND => b"NOT-FOUND\0",
-        PMIX_ERR_NOT_SUPPORTED => b"NOT-SUPPORTED\0",
-        PMIX_ERR_COMM_FAILURE => b"COMMUNICATION-FAILURE\0",
-        PMIX_ERR_PARTIAL_SUCCESS => b"PARTIAL-SUCCESS\0",
-        PMIX_ERR_UNKNOWN_DATA_TYPE => b"UNKNOWN-DATA-TYPE\0",
-        PMIX_ERR_LOST_CONNECTION => b"LOST-CONNECTION\0",
-        PMIX_PROC_TERMINATED => b"PROC-TERMINATED\0",
-        PMIX_GROUP_INVITED => b"GROUP-INVITED\0",
-        PMIX_GROUP_LEFT => b"GROUP-LEFT\0",
-        PMIX_GROUP_CONSTRUCT_ABORT => b"GROUP-CONSTRUCT-ABORT\0",
-        PMIX_GROUP_CONSTRUCT_COMPLETE => b"GROUP-CONSTRUCT-COMPLETE\0",
-        PMIX_GROUP_MEMBER_FAILED => b"GROUP-MEMBER-FAILED\0",
-        PMIX_EVENT_PROC_TERMINATED => b"EVENT-PROC-TERMINATED\0",
-        _ => b"UNKNOWN-STATUS\0",
+    let name: &'static std::ffi::CStr = match status {
+        PMIX_SUCCESS => c"SUCCESS",
+        PMIX_ERROR => c"ERROR",
+        PMIX_ERR_EXISTS => c"EXISTS",
+        PMIX_ERR_TYPE_MISMATCH => c"TYPE MISMATCH",
+        PMIX_ERR_NO_PERMISSIONS => c"NO-PERMISSIONS",
+        PMIX_ERR_TIMEOUT => c"TIMEOUT",
+        PMIX_ERR_UNREACH => c"UNREACHABLE",
+        PMIX_ERR_BAD_PARAM => c"BAD-PARAM",
+        PMIX_ERR_OUT_OF_RESOURCE => c"OUT-OF-RESOURCE",
+        PMIX_ERR_INIT => c"INIT",
+        PMIX_ERR_NOMEM => c"NO-MEMORY",
+        PMIX_ERR_NOT_FOUND => c"NOT-FOUND",
+        PMIX_ERR_NOT_SUPPORTED => c"NOT-SUPPORTED",
+        PMIX_ERR_COMM_FAILURE => c"COMMUNICATION-FAILURE",
+        PMIX_ERR_PARTIAL_SUCCESS => c"PARTIAL-SUCCESS",
+        PMIX_ERR_UNKNOWN_DATA_TYPE => c"UNKNOWN-DATA-TYPE",
+        PMIX_ERR_LOST_CONNECTION => c"LOST-CONNECTION",
+        PMIX_PROC_TERMINATED => c"PROC-TERMINATED",
+        PMIX_GROUP_INVITED => c"GROUP-INVITED",
+        PMIX_GROUP_LEFT => c"GROUP-LEFT",
+        PMIX_GROUP_CONSTRUCT_ABORT => c"GROUP-CONSTRUCT-ABORT",
+        PMIX_GROUP_CONSTRUCT_COMPLETE => c"GROUP-CONSTRUCT-COMPLETE",
+        PMIX_GROUP_MEMBER_FAILED => c"GROUP-MEMBER-FAILED",
+        PMIX_EVENT_PROC_TERMINATED => c"EVENT-PROC-TERMINATED",
+        _ => c"UNKNOWN-STATUS",
     };
-    name.as_ptr().cast()
+    name.as_ptr()
 }
 
 /// Name of a data type.
 #[no_mangle]
 pub extern "C" fn PMIx_Data_type_string(ty: pmix_data_type_t) -> *const c_char {
     DATA_TYPES.iter().find(|(_, v)| *v == i64::from(ty)).map_or(
-        b"UNKNOWN\0".as_ptr().cast(),
+        c"UNKNOWN".as_ptr(),
         |(n, _)| {
             // The names live in a static list; hand out NUL-terminated copies made once.
             type_name(n)
@@ -985,31 +1004,31 @@ fn type_name(name: &'static str) -> *const c_char {
 
 #[no_mangle]
 pub extern "C" fn PMIx_Scope_string(scope: pmix_scope_t) -> *const c_char {
-    let s: &'static [u8] = match u32::from(scope) {
-        PMIX_SCOPE_UNDEF => b"UNDEFINED\0",
-        PMIX_LOCAL => b"SHARE ON LOCAL NODE ONLY\0",
-        PMIX_REMOTE => b"SHARE ON REMOTE NODES ONLY\0",
-        PMIX_GLOBAL => b"SHARE ACROSS ALL NODES\0",
-        PMIX_INTERNAL => b"STORE INTERNALLY\0",
-        _ => b"UNKNOWN SCOPE\0",
+    let s: &'static std::ffi::CStr = match u32::from(scope) {
+        PMIX_SCOPE_UNDEF => c"UNDEFINED",
+        PMIX_LOCAL => c"SHARE ON LOCAL NODE ONLY",
+        PMIX_REMOTE => c"SHARE ON REMOTE NODES ONLY",
+        PMIX_GLOBAL => c"SHARE ACROSS ALL NODES",
+        PMIX_INTERNAL => c"STORE INTERNALLY",
+        _ => c"UNKNOWN SCOPE",
     };
-    s.as_ptr().cast()
+    s.as_ptr()
 }
 
 #[no_mangle]
 pub extern "C" fn PMIx_Data_range_string(range: pmix_data_range_t) -> *const c_char {
-    let s: &'static [u8] = match u32::from(range) {
-        PMIX_RANGE_UNDEF => b"UNDEFINED\0",
-        PMIX_RANGE_RM => b"INTENDED FOR HOST RESOURCE MANAGER ONLY\0",
-        PMIX_RANGE_LOCAL => b"AVAIL ON LOCAL NODE ONLY\0",
-        PMIX_RANGE_NAMESPACE => b"AVAIL TO NAMESPACE ONLY\0",
-        PMIX_RANGE_SESSION => b"AVAIL TO ENTIRE SESSION\0",
-        PMIX_RANGE_GLOBAL => b"AVAIL TO ANYONE WITH AUTHORIZATION\0",
-        PMIX_RANGE_CUSTOM => b"AVAIL AS SPECIFIED IN DIRECTIVES\0",
-        PMIX_RANGE_PROC_LOCAL => b"AVAIL ON LOCAL PROC ONLY\0",
-        _ => b"UNKNOWN RANGE\0",
+    let s: &'static std::ffi::CStr = match u32::from(range) {
+        PMIX_RANGE_UNDEF => c"UNDEFINED",
+        PMIX_RANGE_RM => c"INTENDED FOR HOST RESOURCE MANAGER ONLY",
+        PMIX_RANGE_LOCAL => c"AVAIL ON LOCAL NODE ONLY",
+        PMIX_RANGE_NAMESPACE => c"AVAIL TO NAMESPACE ONLY",
+        PMIX_RANGE_SESSION => c"AVAIL TO ENTIRE SESSION",
+        PMIX_RANGE_GLOBAL => c"AVAIL TO ANYONE WITH AUTHORIZATION",
+        PMIX_RANGE_CUSTOM => c"AVAIL AS SPECIFIED IN DIRECTIVES",
+        PMIX_RANGE_PROC_LOCAL => c"AVAIL ON LOCAL PROC ONLY",
+        _ => c"UNKNOWN RANGE",
     };
-    s.as_ptr().cast()
+    s.as_ptr()
 }
 
 /// Progress is made by the library's own threads; nothing to do.

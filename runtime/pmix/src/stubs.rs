@@ -16,6 +16,7 @@ macro_rules! not_supported {
         $(
             #[no_mangle]
             pub extern "C" fn $name() -> pmix_status_t {
+                crate::debug(|| concat!(stringify!($name), ": not supported").to_string());
                 PMIX_ERR_NOT_SUPPORTED
             }
         )*
@@ -34,10 +35,6 @@ not_supported! {
     PMIx_Unpublish_nb,
     PMIx_Spawn,
     PMIx_Spawn_nb,
-    PMIx_Job_control,
-    PMIx_Job_control_nb,
-    PMIx_Log,
-    PMIx_Log_nb,
     PMIx_generate_regex,
     PMIx_generate_ppn,
     // Other client calls of pmix.h.

@@ -221,7 +221,7 @@ pub fn info_array_out(items: &[(String, PVal)]) -> (*mut pmix_info_t, usize) {
         }
     }
     // SAFETY: the array is not empty here (calloc returned non-NULL).
-    unsafe { (*arr.add(items.len() - 1)).flags |= PMIX_INFO_ARRAY_END as u32 };
+    unsafe { (*arr.add(items.len() - 1)).flags |= PMIX_INFO_ARRAY_END };
     (arr, items.len())
 }
 
@@ -535,7 +535,7 @@ unsafe fn destruct_darray(d: &mut pmix_data_array_t) {
                     }
                     PMIX_INFO => {
                         let info = &mut *p.cast::<pmix_info_t>();
-                        if info.flags & PMIX_INFO_PERSISTENT as u32 == 0 {
+                        if info.flags & PMIX_INFO_PERSISTENT == 0 {
                             destruct_value(&mut info.value);
                         }
                     }
