@@ -80,6 +80,25 @@ static void on_get(pmix_status_t status, pmix_value_t *kv, void *cbdata)
     atomic_store(&get_done, 1);
 }
 
+static atomic_int grp_done = 0;
+static atomic_size_t grp_members = 0;
+
+static void on_group(pmix_status_t status, pmix_info_t *info, size_t ninfo, void *cbdata,
+                     pmix_release_cbfunc_t release_fn, void *release_cbdata)
+{
+    (void)cbdata;
+    for (size_t i = 0; i < ninfo; i++) {
+        if (0 == strcmp(info[i].key, PMIX_GROUP_MEMBERSHIP) &&
+            PMIX_DATA_ARRAY == info[i].value.type) {
+            atomic_store(&grp_members, info[i].value.data.darray->size);
+        }
+    }
+    if (NULL != release_fn) {
+        release_fn(release_cbdata);
+    }
+    atomic_store(&grp_done, status == PMIX_SUCCESS ? 1 : -1);
+}
+
 /* Waits (up to 30 s) for *flag to become non-zero. */
 static int wait_for(atomic_int *flag)
 {
@@ -163,6 +182,31 @@ int main(void)
     rc = PMIx_Get(&wild, "pmix.no.such.key", NULL, 0, &v);
     CHECK(rc == PMIX_ERR_NOT_FOUND, "a missing job key: %s", PMIx_Error_string(rc));
     CHECK(PMIx_Get(NULL, NULL, NULL, 0, &v) == PMIX_ERR_BAD_PARAM, "a NULL key is accepted");
+
+    /* Bad arguments are refused, not crashed on. */
+    CHECK(PMIx_Put(PMIX_GLOBAL, NULL, NULL) == PMIX_ERR_BAD_PARAM, "a NULL put is accepted");
+    CHECK(PMIx_Fence(NULL, 2, NULL, 0) == PMIX_ERR_BAD_PARAM, "a NULL process list is accepted");
+    CHECK(PMIx_Group_construct(NULL, &wild, 1, NULL, 0, NULL, NULL) == PMIX_ERR_BAD_PARAM,
+          "a NULL group id is accepted");
+    CHECK(PMIx_Value_load(NULL, "x", PMIX_STRING) == PMIX_ERR_BAD_PARAM, "a NULL value is loaded");
+
+    /* Peers and nodes. */
+    pmix_proc_t *peers = NULL;
+    size_t npeers = 0;
+    OK(PMIx_Resolve_peers(NULL, me.nspace, &peers, &npeers));
+    CHECK(npeers == lsize, "%zu peers on this node, local size %u", npeers, lsize);
+    int self_listed = 0;
+    for (size_t i = 0; i < npeers; i++) self_listed |= peers[i].rank == me.rank;
+    CHECK(self_listed, "this rank is not among its node's peers");
+    PMIX_PROC_FREE(peers, npeers);
+    char *nodelist = NULL;
+    OK(PMIx_Resolve_nodes(me.nspace, &nodelist));
+    {
+        uint32_t n = 1;
+        for (char *c = nodelist; *c; c++) n += *c == ',';
+        CHECK(n == nodes, "node list \"%s\" for %u nodes", nodelist, nodes);
+    }
+    free(nodelist);
 
     /* Events: registered (callback form) before anyone notifies. */
     pmix_status_t code = DEMO_EVENT;
@@ -300,6 +344,15 @@ int main(void)
     PMIX_QUERY_FREE(q, 1);
 
     OK(PMIx_Group_destruct("demo-grp", NULL, 0));
+
+    /* The non-blocking construct, then a connect and disconnect of the job. */
+    OK(PMIx_Group_construct_nb("demo-grp-nb", &wild, 1, NULL, 0, on_group, NULL));
+    CHECK(wait_for(&grp_done) == 1 && atomic_load(&grp_members) == size,
+          "PMIx_Group_construct_nb: %d, %zu members", atomic_load(&grp_done),
+          atomic_load(&grp_members));
+    OK(PMIx_Group_destruct("demo-grp-nb", NULL, 0));
+    OK(PMIx_Connect(&wild, 1, NULL, 0));
+    OK(PMIx_Disconnect(&wild, 1, NULL, 0));
     OK(PMIx_Deregister_event_handler(atomic_load(&reg_ref), NULL, NULL));
     CHECK(PMIx_Spawn(NULL, 0, NULL, 0, NULL) == PMIX_ERR_NOT_SUPPORTED, "spawn is supported?");
 
