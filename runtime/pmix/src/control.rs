@@ -2,11 +2,11 @@
 //! registers its session directories for cleanup and logs its error messages through
 //! them during MPI_Init.
 //!
-//! * Job control accepts cleanup registrations (PMIX_REGISTER_CLEANUP,
-//!   PMIX_REGISTER_CLEANUP_DIR and their modifiers) and does nothing with them: cohort
-//!   keeps no per-job files of the application's, and Open MPI removes its own session
-//!   directory at finalize. Any other directive (kill, signal, checkpoint, …) is
-//!   PMIX_ERR_NOT_SUPPORTED.
+//! * Job control takes cleanup registrations (PMIX_REGISTER_CLEANUP,
+//!   PMIX_REGISTER_CLEANUP_DIR with PMIX_CLEANUP_RECURSIVE; other cleanup modifiers are
+//!   accepted and ignored) and removes those paths at finalize ([`clean_up`]): Open MPI
+//!   leaves its session directory to the resource manager. Any other directive (kill,
+//!   signal, checkpoint, …) is PMIX_ERR_NOT_SUPPORTED.
 //! * Log writes PMIX_LOG_STDERR and PMIX_LOG_STDOUT entries to this process's stderr
 //!   and stdout (which `cohort run` forwards); other channels are not supported.
 
@@ -28,17 +28,77 @@ const CLEANUP_KEYS: &[&str] = &[
 const LOG_STDERR: &str = "pmix.log.stderr";
 const LOG_STDOUT: &str = "pmix.log.stdout";
 
+/// A path registered for cleanup.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct Cleanup {
+    pub path: std::path::PathBuf,
+    pub dir: bool,
+    pub recursive: bool,
+}
+
 /// # Safety
 /// `directives` NULL or `ndirs` infos.
 unsafe fn job_control(directives: *const pmix_info_t, ndirs: usize) -> Result<(), pmix_status_t> {
-    state()?;
+    let s = state()?;
     // SAFETY: forwarded contract.
     let dirs = unsafe { infos(directives, ndirs) };
-    if !dirs.is_empty() && dirs.iter().all(|(k, _)| CLEANUP_KEYS.contains(&k.as_str())) {
-        return Ok(());
+    debug(|| format!("PMIx_Job_control {dirs:?}"));
+    if dirs.is_empty() || !dirs.iter().all(|(k, _)| CLEANUP_KEYS.contains(&k.as_str())) {
+        return Err(PMIX_ERR_NOT_SUPPORTED);
     }
-    debug(|| format!("PMIx_Job_control {dirs:?}: not supported"));
-    Err(PMIX_ERR_NOT_SUPPORTED)
+    let recursive = flag(&dirs, "pmix.clnup.recurse");
+    let mut list = lock(&s.cleanup);
+    for (k, v) in &dirs {
+        let (PVal::Str(path), dir) = (v, k == "pmix.reg.cleanupdir") else {
+            continue;
+        };
+        if k != "pmix.reg.cleanup" && !dir {
+            continue;
+        }
+        let c = Cleanup {
+            path: path.into(),
+            dir,
+            recursive: dir && recursive,
+        };
+        if !list.contains(&c) {
+            list.push(c);
+        }
+    }
+    Ok(())
+}
+
+/// Removes the paths registered for cleanup (and a removed directory's parent when it
+/// is left empty), as a resource manager would once the job is done: at this process's last `PMIx_Finalize`, after a fence of the job (up to
+/// 10 s) shows every rank is finalizing too. A failed fence leaves them in place.
+/// Errors (another rank removed a path first) are ignored.
+pub(crate) fn clean_up(s: &State) {
+    let list = std::mem::take(&mut *lock(&s.cleanup));
+    if list.is_empty() {
+        return;
+    }
+    let fence = FenceOpts {
+        collect: false,
+        timeout_ms: Some(10_000),
+    };
+    if let Err(e) = s.client.fence(&[], fence) {
+        debug(|| format!("cleanup skipped: the finalize fence failed: {e}"));
+        return;
+    }
+    for c in list {
+        let r = match (c.dir, c.recursive) {
+            (false, _) => std::fs::remove_file(&c.path),
+            (true, true) => std::fs::remove_dir_all(&c.path),
+            (true, false) => std::fs::remove_dir(&c.path),
+        };
+        debug(|| format!("cleanup of {}: {r:?}", c.path.display()));
+        // A directory's parent goes too once empty (Open MPI registers
+        // `<session>/jf.<family>/<job>`, and the family directory is this job's).
+        if c.dir && r.is_ok() {
+            if let Some(parent) = c.path.parent() {
+                let _ = std::fs::remove_dir(parent);
+            }
+        }
+    }
 }
 
 /// # Safety

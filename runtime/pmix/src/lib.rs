@@ -58,6 +58,8 @@ pub(crate) struct State {
     /// Connections made by `PMIx_Connect`: the processes named, and the connection's
     /// nspace (none when the connect was a fence within this job).
     pub connections: Mutex<Vec<(Vec<ProcId>, Option<String>)>>,
+    /// Paths registered with `PMIx_Job_control` for cleanup, removed at finalize.
+    pub cleanup: Mutex<Vec<control::Cleanup>>,
 }
 
 /// The state, and how many `PMIx_Init`s it still answers.
@@ -277,6 +279,7 @@ pub unsafe extern "C" fn PMIx_Init(
                     handlers: Mutex::new(HashMap::new()),
                     next_handler: AtomicUsize::new(1),
                     connections: Mutex::new(Vec::new()),
+                    cleanup: Mutex::new(Vec::new()),
                 });
                 *st = Some((Arc::clone(&s), 1));
                 s
@@ -308,6 +311,7 @@ pub unsafe extern "C" fn PMIx_Finalize(_info: *const pmix_info_t, _ninfo: usize)
         }
         let (state, _) = st.take().ok_or(PMIX_ERR_INIT)?;
         drop(st);
+        control::clean_up(&state);
         let client = state.client.clone();
         for (_, id) in lock(&state.handlers).drain() {
             client.deregister_event_handler(id);
@@ -984,13 +988,13 @@ pub extern "C" fn PMIx_Error_string(status: pmix_status_t) -> *const c_char {
 /// Name of a data type.
 #[no_mangle]
 pub extern "C" fn PMIx_Data_type_string(ty: pmix_data_type_t) -> *const c_char {
-    DATA_TYPES.iter().find(|(_, v)| *v == i64::from(ty)).map_or(
-        c"UNKNOWN".as_ptr(),
-        |(n, _)| {
+    DATA_TYPES
+        .iter()
+        .find(|(_, v)| *v == i64::from(ty))
+        .map_or(c"UNKNOWN".as_ptr(), |(n, _)| {
             // The names live in a static list; hand out NUL-terminated copies made once.
             type_name(n)
-        },
-    )
+        })
 }
 
 fn type_name(name: &'static str) -> *const c_char {
