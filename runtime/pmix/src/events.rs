@@ -71,8 +71,43 @@ fn event_info(e: &Event) -> Vec<(String, PVal)> {
     info
 }
 
+/// Calls handler `h` (registration `id`) with event `e`.
+fn deliver(h: HandlerFn, id: usize, e: &Event) {
+    let source = proc_out(&e.source);
+    let (info, ninfo) = info_array_out(&event_info(e));
+    let delivery = Box::into_raw(Box::new(Delivery { info, ninfo }));
+    // SAFETY: the registrant's handler, with arguments valid until it calls
+    // `event_done` (which releases them).
+    unsafe {
+        h(
+            id,
+            e.code,
+            &source,
+            info,
+            ninfo,
+            ptr::null_mut(),
+            0,
+            Some(event_done),
+            delivery.cast(),
+        )
+    };
+}
+
+type HandlerFn = unsafe extern "C" fn(
+    usize,
+    pmix_status_t,
+    *const pmix_proc_t,
+    *mut pmix_info_t,
+    usize,
+    *mut pmix_info_t,
+    usize,
+    pmix_event_notification_cbfunc_fn_t,
+    *mut c_void,
+);
+
 /// Registers `evhdlr` for `codes` (none: every event). Its reference goes to `cbfunc`
-/// on the completion thread when given, else is the (non-negative) return value.
+/// on the completion thread when given, else is the (non-negative) return value. On
+/// an error (returned), `cbfunc` is not called.
 ///
 /// # Safety
 /// `codes` NULL or `ncodes` codes; `info` NULL or `ninfo` infos; `evhdlr` may be called
@@ -100,45 +135,26 @@ pub unsafe extern "C" fn PMIx_Register_event_handler(
         refid = s.next_handler.fetch_add(1, Ordering::Relaxed);
         let id = refid;
         let handler = move |_: &Client, e: &Event| {
-            let source = proc_out(&e.source);
-            let (info, ninfo) = info_array_out(&event_info(e));
-            let delivery = Box::into_raw(Box::new(Delivery { info, ninfo }));
-            // SAFETY: the registrant's handler, with arguments valid until it calls
-            // `event_done` (which releases them).
-            unsafe {
-                h(
-                    id,
-                    e.code,
-                    &source,
-                    info,
-                    ninfo,
-                    ptr::null_mut(),
-                    0,
-                    Some(event_done),
-                    delivery.cast(),
-                )
-            };
+            let _ = catch_unwind(AssertUnwindSafe(|| deliver(h, id, e)));
         };
         let hid = s.client.register_event_handler(codes.as_deref(), handler);
         lock(&s.handlers).insert(id, hid);
         Ok(())
     });
-    match cbfunc {
-        Some(cb) => {
-            let data = CbData(cbdata);
-            let done = complete(std::future::ready(()), move |()| {
-                let data = data;
-                // SAFETY: the caller's callback, once, with its data.
-                unsafe { cb(st, refid, data.0) };
-            });
-            match (st, done) {
-                (PMIX_SUCCESS, Err(e)) => e,
-                _ => st,
-            }
-        }
-        None if st == PMIX_SUCCESS => pmix_status_t::try_from(refid).unwrap_or(PMIX_ERROR),
-        None => st,
+    // An error is returned, and the callback not called (the PMIx convention).
+    if st != PMIX_SUCCESS {
+        return st;
     }
+    let Some(cb) = cbfunc else {
+        return pmix_status_t::try_from(refid).unwrap_or(PMIX_ERROR);
+    };
+    let data = CbData(cbdata);
+    let done = complete(std::future::ready(()), move |()| {
+        let data = data;
+        // SAFETY: the caller's callback, once, with its data.
+        unsafe { cb(PMIX_SUCCESS, refid, data.0) };
+    });
+    done.err().unwrap_or(PMIX_SUCCESS)
 }
 
 /// Removes handler `evhdlr_ref`; `cbfunc` (if any) gets the status on the completion
@@ -160,14 +176,11 @@ pub unsafe extern "C" fn PMIx_Deregister_event_handler(
         s.client.deregister_event_handler(id);
         Ok(())
     });
-    if cbfunc.is_some() {
-        let r = op_callback(cbfunc, CbData(cbdata), std::future::ready(st));
-        if let Err(e) = r {
-            return e;
-        }
-        return PMIX_SUCCESS;
+    if st != PMIX_SUCCESS || cbfunc.is_none() {
+        return st;
     }
-    st
+    let r = op_callback(cbfunc, CbData(cbdata), std::future::ready(st));
+    r.err().unwrap_or(PMIX_SUCCESS)
 }
 
 /// Raises event `status` to `range` with `info` (PMIX_EVENT_CUSTOM_RANGE names the

@@ -90,7 +90,9 @@ pub(crate) fn guard(f: impl FnOnce() -> Result<(), pmix_status_t>) -> pmix_statu
 pub(crate) fn debug(what: impl FnOnce() -> String) {
     static ON: OnceLock<bool> = OnceLock::new();
     if *ON.get_or_init(|| std::env::var_os("COHORT_PMIX_DEBUG").is_some()) {
-        eprintln!("cohort-pmix[{}]: {}", std::process::id(), what());
+        // Not eprintln!, which panics when stderr is gone.
+        let line = format!("cohort-pmix[{}]: {}\n", std::process::id(), what());
+        let _ = std::io::Write::write_all(&mut std::io::stderr(), line.as_bytes());
     }
 }
 
@@ -147,6 +149,7 @@ pub(crate) struct CbData(pub *mut c_void);
 // SAFETY: the caller of a non-blocking call hands `cbdata` over to the thread that runs
 // its callback; PMIx documents that callbacks run on the library's own threads.
 unsafe impl Send for CbData {}
+// SAFETY: as for Send; the pointer is only passed back to C, never dereferenced here.
 unsafe impl Sync for CbData {}
 
 /// Runs `fut` on the completion thread, then `done` with its outcome there (a panic
@@ -270,7 +273,8 @@ pub unsafe extern "C" fn PMIx_Init(
             }
             None => {
                 let client = Client::init().map_err(|e| {
-                    eprintln!("PMIx_Init (cohort): {e}");
+                    let line = format!("PMIx_Init (cohort): {e}\n");
+                    let _ = std::io::Write::write_all(&mut std::io::stderr(), line.as_bytes());
                     PMIX_ERR_INIT
                 })?;
                 let s = Arc::new(State {
@@ -351,7 +355,8 @@ pub unsafe extern "C" fn PMIx_Abort(
         let who = state()
             .map(|s| s.client.proc_id().to_string())
             .unwrap_or_default();
-        eprintln!("PMIx_Abort by {who} (status {status}): {msg}");
+        let line = format!("PMIx_Abort by {who} (status {status}): {msg}\n");
+        let _ = std::io::Write::write_all(&mut std::io::stderr(), line.as_bytes());
     });
     std::process::exit(if status == 0 { 1 } else { status })
 }
@@ -698,6 +703,7 @@ pub unsafe extern "C" fn PMIx_Value_destruct(val: *mut pmix_value_t) {
     let _ = catch_unwind(AssertUnwindSafe(|| {
         // SAFETY: NULL checked; valid per the contract.
         if let Some(v) = unsafe { val.as_mut() } {
+            // SAFETY: a valid value whose memory came from malloc, per the contract.
             unsafe { destruct_value(v) };
         }
     }));
@@ -710,6 +716,7 @@ pub unsafe extern "C" fn PMIx_Data_array_destruct(d: *mut pmix_data_array_t) {
     let _ = catch_unwind(AssertUnwindSafe(|| {
         // SAFETY: NULL checked; valid per the contract.
         if let Some(d) = unsafe { d.as_mut() } {
+            // SAFETY: a valid array whose memory came from malloc, per the contract.
             unsafe { data_array_destruct(d) };
         }
     }));
@@ -988,6 +995,10 @@ pub extern "C" fn PMIx_Error_string(status: pmix_status_t) -> *const c_char {
 /// Name of a data type.
 #[no_mangle]
 pub extern "C" fn PMIx_Data_type_string(ty: pmix_data_type_t) -> *const c_char {
+    catch_unwind(|| data_type_name(ty)).unwrap_or(c"UNKNOWN".as_ptr())
+}
+
+fn data_type_name(ty: pmix_data_type_t) -> *const c_char {
     DATA_TYPES
         .iter()
         .find(|(_, v)| *v == i64::from(ty))

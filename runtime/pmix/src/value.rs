@@ -268,8 +268,8 @@ fn elem_size(ty: pmix_data_type_t) -> Option<usize> {
 /// # Safety
 /// `p` points to a readable, initialised element of type `ty`.
 unsafe fn read_elem(ty: pmix_data_type_t, p: *const c_void) -> Result<PVal, pmix_status_t> {
-    // SAFETY (whole body): the caller guarantees an element of type `ty` at `p`;
-    // unaligned reads make no assumption about the array's alignment.
+    // SAFETY: the caller guarantees an element of type `ty` at `p` (for the whole
+    // body); unaligned reads make no assumption about the array's alignment.
     unsafe {
         Ok(match ty {
             PMIX_BOOL => PVal::Bool(p.cast::<u8>().read() != 0),
@@ -396,7 +396,7 @@ pub unsafe fn read_infos(info: *const pmix_info_t, n: usize) -> Vec<(String, PVa
 /// # Safety
 /// `p` points to writable storage for an element of `v`'s type.
 unsafe fn write_elem(v: &PVal, p: *mut c_void) {
-    // SAFETY (whole body): `p` has room for an element of `v`'s type.
+    // SAFETY: `p` has room for an element of `v`'s type (for the whole body).
     unsafe {
         match v {
             PVal::Bool(b) => p.cast::<u8>().write(*b as u8),
