@@ -1049,3 +1049,98 @@ pub extern "C" fn PMIx_Data_range_string(range: pmix_data_range_t) -> *const c_c
 /// Progress is made by the library's own threads; nothing to do.
 #[no_mangle]
 pub extern "C" fn PMIx_Progress() {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::ffi::CStr;
+    use std::ptr::{null, null_mut};
+
+    fn empty_value() -> pmix_value_t {
+        pmix_value_t {
+            type_: PMIX_UNDEF,
+            data: pmix_value_data { uint64: 0 },
+        }
+    }
+
+    #[test]
+    fn calls_before_init_fail_with_init_and_bad_arguments_do_not_crash() {
+        assert_eq!(PMIx_Initialized(), 0);
+        let mut v: *mut pmix_value_t = null_mut();
+        // SAFETY: NULL and valid arguments mixed, as a careless caller might.
+        unsafe {
+            assert_eq!(PMIx_Get(null(), null(), null(), 0, &mut v), PMIX_ERR_INIT);
+            assert_eq!(
+                PMIx_Put(PMIX_GLOBAL as u8, null(), null_mut()),
+                PMIX_ERR_INIT
+            );
+            assert_eq!(PMIx_Fence(null(), 3, null(), 0), PMIX_ERR_INIT);
+            assert_eq!(PMIx_Finalize(null(), 0), PMIX_ERR_INIT);
+            assert_eq!(
+                PMIx_Value_load(null_mut(), null(), PMIX_STRING),
+                PMIX_ERR_BAD_PARAM
+            );
+            assert_eq!(PMIx_Value_xfer(null_mut(), null()), PMIX_ERR_BAD_PARAM);
+            PMIx_Value_destruct(null_mut());
+        }
+        assert_eq!(PMIx_Commit(), PMIX_ERR_INIT);
+    }
+
+    #[test]
+    fn info_load_value_xfer_and_unload_copy_what_they_are_given() {
+        // SAFETY: local values, each destructed once.
+        unsafe {
+            let mut info: pmix_info_t = std::mem::zeroed();
+            let s = c"hello";
+            assert_eq!(
+                PMIx_Info_load(&mut info, c"k".as_ptr(), s.as_ptr().cast(), PMIX_STRING),
+                PMIX_SUCCESS
+            );
+            assert_eq!(value::key_in(&info.key), "k");
+            assert_eq!(CStr::from_ptr(info.value.data.string), s);
+            let mut copy = empty_value();
+            assert_eq!(PMIx_Value_xfer(&mut copy, &info.value), PMIX_SUCCESS);
+            assert_ne!(copy.data.string, info.value.data.string);
+            let (mut data, mut sz): (*mut c_void, usize) = (null_mut(), 0);
+            assert_eq!(
+                PMIx_Value_unload(&mut copy, &mut data, &mut sz),
+                PMIX_SUCCESS
+            );
+            assert_eq!(CStr::from_ptr(data.cast()), s);
+            libc::free(data);
+            PMIx_Value_destruct(&mut copy);
+            PMIx_Value_destruct(&mut info.value);
+
+            let x: u16 = 4242;
+            let mut v = empty_value();
+            assert_eq!(
+                PMIx_Value_load(&mut v, (&x as *const u16).cast(), PMIX_UINT16),
+                PMIX_SUCCESS
+            );
+            assert_eq!((v.type_, v.data.uint16), (PMIX_UINT16, 4242));
+            let mut out: u16 = 0;
+            let mut p = (&mut out as *mut u16).cast::<c_void>();
+            assert_eq!(PMIx_Value_unload(&mut v, &mut p, &mut sz), PMIX_SUCCESS);
+            assert_eq!((out, sz), (4242, 2));
+        }
+    }
+
+    #[test]
+    fn type_and_status_names() {
+        // SAFETY: the library returns static NUL-terminated strings.
+        unsafe {
+            assert_eq!(
+                CStr::from_ptr(PMIx_Data_type_string(PMIX_UINT16)),
+                c"PMIX_UINT16"
+            );
+            assert_eq!(
+                CStr::from_ptr(PMIx_Error_string(PMIX_ERR_NOT_FOUND)),
+                c"NOT-FOUND"
+            );
+            assert!(CStr::from_ptr(PMIx_Get_version())
+                .to_str()
+                .unwrap()
+                .starts_with("cohort "));
+        }
+    }
+}
