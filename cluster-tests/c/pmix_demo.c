@@ -99,6 +99,51 @@ static void on_group(pmix_status_t status, pmix_info_t *info, size_t ninfo, void
     atomic_store(&grp_done, status == PMIX_SUCCESS ? 1 : -1);
 }
 
+static atomic_int join_done = 0;
+static atomic_size_t join_members = 0;
+
+static void on_join(pmix_status_t status, pmix_info_t *info, size_t ninfo, void *cbdata,
+                    pmix_release_cbfunc_t release_fn, void *release_cbdata)
+{
+    (void)cbdata;
+    for (size_t i = 0; i < ninfo; i++) {
+        if (0 == strcmp(info[i].key, PMIX_GROUP_MEMBERSHIP) &&
+            PMIX_DATA_ARRAY == info[i].value.type) {
+            atomic_store(&join_members, info[i].value.data.darray->size);
+        }
+    }
+    if (NULL != release_fn) {
+        release_fn(release_cbdata);
+    }
+    atomic_store(&join_done, status == PMIX_SUCCESS ? 1 : -1);
+}
+
+/* An invitation: accepted from the handler with the non-blocking join. */
+static void on_invited(size_t id, pmix_status_t status, const pmix_proc_t *source,
+                       pmix_info_t info[], size_t ninfo, pmix_info_t *results,
+                       size_t nresults, pmix_event_notification_cbfunc_fn_t cbfunc,
+                       void *cbdata)
+{
+    (void)id; (void)results; (void)nresults;
+    const char *grp = NULL;
+    const pmix_proc_t *leader = source;
+    for (size_t i = 0; i < ninfo; i++) {
+        if (0 == strcmp(info[i].key, PMIX_GROUP_ID) && PMIX_STRING == info[i].value.type) {
+            grp = info[i].value.data.string;
+        } else if (0 == strcmp(info[i].key, PMIX_GROUP_LEADER) &&
+                   PMIX_PROC == info[i].value.type) {
+            leader = info[i].value.data.proc;
+        }
+    }
+    if (status == PMIX_GROUP_INVITED && grp != NULL &&
+        PMIX_SUCCESS != PMIx_Group_join_nb(grp, leader, PMIX_GROUP_ACCEPT, NULL, 0, on_join, NULL)) {
+        atomic_store(&join_done, -1);
+    }
+    if (NULL != cbfunc) {
+        cbfunc(PMIX_EVENT_ACTION_COMPLETE, NULL, 0, NULL, NULL, cbdata);
+    }
+}
+
 /* Waits (up to 30 s) for *flag to become non-zero. */
 static int wait_for(atomic_int *flag)
 {
@@ -344,6 +389,36 @@ int main(void)
     PMIX_QUERY_FREE(q, 1);
 
     OK(PMIx_Group_destruct("demo-grp", NULL, 0));
+
+    /* The invite method: rank 0 invites rank 1, whose handler joins. */
+    pmix_status_t invited = PMIX_GROUP_INVITED;
+    if (me.rank == 1) {
+        OK(PMIx_Register_event_handler(&invited, 1, NULL, 0, on_invited, NULL, NULL) >= 0
+               ? PMIX_SUCCESS : PMIX_ERROR);
+    }
+    OK(PMIx_Fence(NULL, 0, NULL, 0));
+    if (me.rank == 0) {
+        pmix_proc_t guest;
+        PMIX_LOAD_PROCID(&guest, me.nspace, 1);
+        results = NULL;
+        nresults = 0;
+        OK(PMIx_Group_invite("demo-inv", &guest, 1, NULL, 0, &results, &nresults));
+        size_t n = 0;
+        for (size_t i = 0; i < nresults; i++) {
+            if (0 == strcmp(results[i].key, PMIX_GROUP_MEMBERSHIP)) {
+                n = results[i].value.data.darray->size;
+            }
+        }
+        PMIX_INFO_FREE(results, nresults);
+        CHECK(n == 2, "the invited group has %zu members", n);
+    } else if (me.rank == 1) {
+        CHECK(wait_for(&join_done) == 1 && atomic_load(&join_members) == 2,
+              "PMIx_Group_join_nb: %d, %zu members", atomic_load(&join_done),
+              atomic_load(&join_members));
+    }
+    if (me.rank < 2) {
+        OK(PMIx_Group_destruct("demo-inv", NULL, 0));
+    }
 
     /* The non-blocking construct, then a connect and disconnect of the job. */
     OK(PMIx_Group_construct_nb("demo-grp-nb", &wild, 1, NULL, 0, on_group, NULL));

@@ -565,7 +565,10 @@ fn unsafe_mut<'a, T>(p: *mut T) -> Option<&'a mut T> {
 pub(crate) fn typed_for_key(key: &str, v: PVal) -> PVal {
     match (key, v) {
         (PMIX_GROUP_CONTEXT_ID, PVal::Uint64(x)) => PVal::Size(x),
-        (PMIX_EVENT_AFFECTED_PROC, PVal::Array(PMIX_PROC, mut p)) if p.len() == 1 => {
+        // cohort names a group event's leader as a one-process list.
+        (PMIX_EVENT_AFFECTED_PROC | PMIX_GROUP_LEADER, PVal::Array(PMIX_PROC, mut p))
+            if p.len() == 1 =>
+        {
             p.pop().unwrap_or(PVal::Bool(false))
         }
         (_, v) => v,
