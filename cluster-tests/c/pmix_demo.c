@@ -390,6 +390,46 @@ int main(void)
 
     OK(PMIx_Group_destruct("demo-grp", NULL, 0));
 
+    /* The process set "evens" (cohort run --pset evens=0,2,...): queried by name and
+     * membership, and read as this rank's PMIX_PSET_NAMES. */
+    PMIX_QUERY_CREATE(q, 2);
+    PMIX_ARGV_APPEND(rc, q[0].keys, PMIX_QUERY_PSET_NAMES);
+    PMIX_ARGV_APPEND(rc, q[1].keys, PMIX_QUERY_PSET_MEMBERSHIP);
+    PMIX_INFO_CREATE(q[1].qualifiers, 1);
+    q[1].nqual = 1;
+    PMIX_INFO_LOAD(&q[1].qualifiers[0], PMIX_PSET_NAME, "evens", PMIX_STRING);
+    results = NULL;
+    nresults = 0;
+    OK(PMIx_Query_info(q, 2, &results, &nresults));
+    int named = 0;
+    size_t evens = 0;
+    for (size_t i = 0; i < nresults; i++) {
+        if (0 == strcmp(results[i].key, PMIX_QUERY_PSET_NAMES)) {
+            CHECK(results[i].value.type == PMIX_STRING, "pset names type");
+            named = NULL != strstr(results[i].value.data.string, "evens");
+        } else if (0 == strcmp(results[i].key, PMIX_QUERY_PSET_MEMBERSHIP)) {
+            pmix_data_array_t *d = results[i].value.data.darray;
+            pmix_proc_t *ps = (pmix_proc_t *)d->array;
+            for (size_t m = 0; m < d->size; m++) {
+                CHECK(ps[m].rank % 2 == 0, "rank %u in evens", ps[m].rank);
+            }
+            evens = d->size;
+        }
+    }
+    PMIX_INFO_FREE(results, nresults);
+    PMIX_QUERY_FREE(q, 2);
+    CHECK(named && evens == (size + 1) / 2, "pset evens: named %d, %zu members", named, evens);
+    v = get(&me, PMIX_PSET_NAMES, PMIX_DATA_ARRAY);
+    {
+        pmix_data_array_t *d = v->data.darray;
+        int in_evens = 0;
+        for (size_t n = 0; d->type == PMIX_STRING && n < d->size; n++) {
+            in_evens |= 0 == strcmp(((char **)d->array)[n], "evens");
+        }
+        CHECK(in_evens == (me.rank % 2 == 0), "PMIX_PSET_NAMES: in evens %d", in_evens);
+    }
+    PMIX_VALUE_RELEASE(v);
+
     /* The invite method: rank 0 invites rank 1, whose handler joins. */
     pmix_status_t invited = PMIX_GROUP_INVITED;
     if (me.rank == 1) {

@@ -6,7 +6,8 @@
 //!   library first on `LD_LIBRARY_PATH` (checked with `ldd`, and by the program, which
 //!   requires `PMIx_Get_version` to be cohort's): job keys, bad arguments, peers and
 //!   nodes, put/commit/fence/get (and `_nb`) of other ranks' data, events, a group
-//!   with a context id and a query of it, an invitation joined from an event handler,
+//!   with a context id and a query of it, a process set, an invitation joined from an
+//!   event handler,
 //!   a non-blocking construct, connect and disconnect.
 //! * `cluster-tests/c/mpi_demo.c`, built with Debian's Open MPI 4.1 `mpicc`, runs under
 //!   `cohort run` the same way (Open MPI's `ext3x` PMIx component loads cohort's
@@ -142,13 +143,16 @@ fn pmix_demo() -> Option<PathBuf> {
         .clone()
 }
 
-/// Runs `prog` on `nodes` node servers with `n` ranks and cohort's library first on
-/// the library path (plus `env`), and returns the RESULT lines after checking the job
+/// Runs `prog` on `nodes` node servers with `n` ranks, a process set `evens` of the
+/// even ranks and cohort's library first on the library path (plus `env`), and returns the RESULT lines after checking the job
 /// succeeded with one per rank, all equal.
 fn run(prog: &Path, nodes: u32, n: u32, env: &[&str]) -> Vec<String> {
     let (nodes_s, n_s) = (nodes.to_string(), n.to_string());
     let libpath = format!("LD_LIBRARY_PATH={}", pmix_lib_dir().display());
-    let mut args = vec!["run", "--nodes", &nodes_s, "-n", &n_s, "-x", &libpath];
+    let evens: Vec<String> = (0..n).step_by(2).map(|r| r.to_string()).collect();
+    let pset = format!("evens={}", evens.join(","));
+    let mut args = vec!["run", "--nodes", &nodes_s, "--pset", &pset];
+    args.extend(["-n", &n_s, "-x", &libpath]);
     for e in env {
         args.extend(["-x", e]);
     }
