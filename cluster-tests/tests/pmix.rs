@@ -7,8 +7,7 @@
 //!   requires `PMIx_Get_version` to be cohort's): job keys, bad arguments, peers and
 //!   nodes, put/commit/fence/get (and `_nb`) of other ranks' data, events, a group
 //!   with a context id and a query of it, a process set, an invitation joined from an
-//!   event handler,
-//!   a non-blocking construct, connect and disconnect.
+//!   event handler, a non-blocking construct, connect and disconnect.
 //! * `cluster-tests/c/mpi_demo.c`, built with Debian's Open MPI 4.1 `mpicc`, runs under
 //!   `cohort run` the same way (Open MPI's `ext3x` PMIx component loads cohort's
 //!   library): MPI_Init, MPI_Comm_rank/size, MPI_Allgather, MPI_Barrier, MPI_Finalize.
