@@ -459,7 +459,7 @@ unsafe fn get_plan(
     // SAFETY: NULL or a process per the contract.
     let p = match unsafe { proc_.as_ref() } {
         Some(p) => proc_in(p)?,
-        None => ProcId::wildcard(s.client.nspace()),
+        None => s.client.proc_id().clone(),
     };
     // SAFETY: per the contract.
     let info = unsafe { infos(info, ninfo) };
@@ -494,7 +494,7 @@ fn get_status(e: CohortError) -> pmix_status_t {
     }
 }
 
-/// Reads `key` of `proc` (NULL: this job's job-level data) into a new value the
+/// Reads `key` of `proc` (NULL: this process) into a new value the
 /// caller releases with PMIX_VALUE_RELEASE. Job-level keys are answered locally; data
 /// posted by others waits (up to PMIX_TIMEOUT seconds) until it is committed.
 ///
