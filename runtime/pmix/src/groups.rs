@@ -307,16 +307,24 @@ pub unsafe extern "C" fn PMIx_Group_invite_nb(
     })
 }
 
+/// The arguments of a join: group id, leader, accept, timeout, group info.
+type JoinArgs = (
+    String,
+    ProcId,
+    bool,
+    Option<std::time::Duration>,
+    cohort::Info,
+);
+
 /// # Safety
 /// As `PMIx_Group_join`.
-unsafe fn join_fut(
-    s: &State,
+unsafe fn join_args(
     grp: *const c_char,
     leader: *const pmix_proc_t,
     opt: pmix_group_opt_t,
     info: *const pmix_info_t,
     ninfo: usize,
-) -> Result<BoxFut<Result<Infos, pmix_status_t>>, pmix_status_t> {
+) -> Result<JoinArgs, pmix_status_t> {
     // SAFETY: forwarded contract.
     let (id, info) = unsafe { (text(grp)?, infos(info, ninfo)) };
     // SAFETY: NULL checked; a process per the contract.
@@ -326,15 +334,11 @@ unsafe fn join_fut(
         PMIX_GROUP_DECLINE => false,
         _ => return Err(PMIX_ERR_BAD_PARAM),
     };
-    let fut = s
-        .client
-        .group_join_async(&id, &leader, accept, timeout(&info), group_info(&info));
-    Ok(Box::pin(async move {
-        match group_status(fut.await)? {
-            Some(g) => Ok(group_results(&g)),
-            None => Ok(Vec::new()),
-        }
-    }))
+    Ok((id, leader, accept, timeout(&info), group_info(&info)))
+}
+
+fn join_results(r: Option<GroupResult>) -> Infos {
+    r.map(|g| group_results(&g)).unwrap_or_default()
 }
 
 /// Answers the invitation to `grp` from `leader` (PMIX_GROUP_ACCEPT waits for the
@@ -356,10 +360,10 @@ pub unsafe extern "C" fn PMIx_Group_join(
     guard(|| {
         let s = state()?;
         // SAFETY: forwarded contract.
-        let fut = unsafe { join_fut(&s, grp, leader, opt, info, ninfo) }?;
-        let items = block_on(fut)?;
+        let (id, leader, accept, t, gi) = unsafe { join_args(grp, leader, opt, info, ninfo) }?;
+        let r = group_status(s.client.group_join(&id, &leader, accept, t, gi))?;
         // SAFETY: forwarded contract.
-        unsafe { results_out(&items, results, nresult) };
+        unsafe { results_out(&join_results(r), results, nresult) };
         Ok(())
     })
 }
@@ -381,8 +385,11 @@ pub unsafe extern "C" fn PMIx_Group_join_nb(
     guard(|| {
         let s = state()?;
         // SAFETY: forwarded contract.
-        let fut = unsafe { join_fut(&s, grp, leader, opt, info, ninfo) }?;
-        info_callback(cbfunc, CbData(cbdata), fut)
+        let (id, leader, accept, t, gi) = unsafe { join_args(grp, leader, opt, info, ninfo) }?;
+        let fut = s.client.group_join_async(&id, &leader, accept, t, gi);
+        info_callback(cbfunc, CbData(cbdata), async move {
+            group_status(fut.await).map(join_results)
+        })
     })
 }
 
@@ -425,38 +432,6 @@ pub unsafe extern "C" fn PMIx_Group_leave_nb(
             fut.await.err().map_or(PMIX_SUCCESS, |e| status_of(&e))
         })
     })
-}
-
-/// Drives `fut` to completion on the calling thread.
-fn block_on<T>(fut: impl Future<Output = T>) -> T {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build();
-    match rt {
-        Ok(rt) => rt.block_on(fut),
-        Err(_) => futures_block_on(fut),
-    }
-}
-
-/// A minimal executor for when no runtime can be built: polls with a thread waker.
-fn futures_block_on<T>(fut: impl Future<Output = T>) -> T {
-    use std::sync::Arc;
-    use std::task::{Context, Poll, Wake};
-    struct Unpark(std::thread::Thread);
-    impl Wake for Unpark {
-        fn wake(self: Arc<Self>) {
-            self.0.unpark();
-        }
-    }
-    let waker = Arc::new(Unpark(std::thread::current())).into();
-    let mut cx = Context::from_waker(&waker);
-    let mut fut = std::pin::pin!(fut);
-    loop {
-        if let Poll::Ready(v) = fut.as_mut().poll(&mut cx) {
-            return v;
-        }
-        std::thread::park();
-    }
 }
 
 // ------------------------------------------------------------------ connect
@@ -539,40 +514,49 @@ pub unsafe extern "C" fn PMIx_Connect_nb(
     })
 }
 
-/// The disconnect for the connection made over `procs`: a destruct of its nspace, or
-/// a fence when the connect was one.
-fn disconnect_fut(
-    s: &Arc<State>,
-    procs: Vec<ProcId>,
-    info: &Infos,
-) -> Result<BoxFut<pmix_status_t>, pmix_status_t> {
+/// Takes the connection made over `procs` out of this process's list: its processes
+/// and nspace (none when the connect was a fence).
+fn take_connection(
+    s: &State,
+    procs: &[ProcId],
+) -> Result<(Vec<ProcId>, Option<String>), pmix_status_t> {
     let mut conns = lock(&s.connections);
     let i = conns
         .iter()
-        .position(|(p, _)| *p == procs)
+        .position(|(p, _)| p == procs)
         .ok_or(PMIX_ERR_NOT_FOUND)?;
-    let (procs, nspace) = conns.remove(i);
-    drop(conns);
-    let t = timeout(info);
+    Ok(conns.remove(i))
+}
+
+fn disconnect_opts(info: &Infos) -> DisconnectOpts {
+    DisconnectOpts {
+        timeout: timeout(info),
+        ..Default::default()
+    }
+}
+
+fn fence_opts(info: &Infos) -> FenceOpts {
+    FenceOpts {
+        collect: false,
+        timeout_ms: timeout(info).map(|t| t.as_millis() as u64),
+    }
+}
+
+/// The disconnect, started now: a destruct of the connection's nspace, or a fence
+/// when the connect was one.
+fn disconnect_fut(
+    s: &Arc<State>,
+    procs: &[ProcId],
+    info: &Infos,
+) -> Result<BoxFut<pmix_status_t>, pmix_status_t> {
+    let (procs, nspace) = take_connection(s, procs)?;
     Ok(match nspace {
         Some(ns) => {
-            let f = s.client.disconnect_async(
-                &ns,
-                DisconnectOpts {
-                    timeout: t,
-                    ..Default::default()
-                },
-            );
+            let f = s.client.disconnect_async(&ns, disconnect_opts(info));
             Box::pin(async move { f.await.err().map_or(PMIX_SUCCESS, |e| status_of(&e)) })
         }
         None => {
-            let f = s.client.fence_async(
-                &procs,
-                FenceOpts {
-                    collect: false,
-                    timeout_ms: t.map(|t| t.as_millis() as u64),
-                },
-            );
+            let f = s.client.fence_async(&procs, fence_opts(info));
             Box::pin(async move { f.await.err().map_or(PMIX_SUCCESS, |e| status_of(&e)) })
         }
     })
@@ -593,10 +577,11 @@ pub unsafe extern "C" fn PMIx_Disconnect(
         let s = state()?;
         // SAFETY: forwarded contract.
         let (procs, info) = unsafe { connect_args(&s, procs, nprocs, info, ninfo) }?;
-        match block_on(disconnect_fut(&s, procs, &info)?) {
-            PMIX_SUCCESS => Ok(()),
-            e => Err(e),
-        }
+        let r = match take_connection(&s, &procs)? {
+            (_, Some(ns)) => s.client.disconnect(&ns, disconnect_opts(&info)),
+            (procs, None) => s.client.fence(&procs, fence_opts(&info)),
+        };
+        group_status(r)
     })
 }
 
@@ -617,7 +602,7 @@ pub unsafe extern "C" fn PMIx_Disconnect_nb(
         let s = state()?;
         // SAFETY: forwarded contract.
         let (procs, info) = unsafe { connect_args(&s, procs, nprocs, info, ninfo) }?;
-        let fut = disconnect_fut(&s, procs, &info)?;
+        let fut = disconnect_fut(&s, &procs, &info)?;
         op_callback(cbfunc, CbData(cbdata), fut)
     })
 }
