@@ -630,7 +630,6 @@ pub unsafe extern "C" fn PMIx_Get_nb(
 /// # Safety
 /// As `PMIx_Fence`.
 unsafe fn fence_args(
-    s: &State,
     procs: *const pmix_proc_t,
     nprocs: usize,
     info: *const pmix_info_t,
@@ -640,7 +639,6 @@ unsafe fn fence_args(
     let procs = unsafe { procs_in(procs, nprocs) }?;
     // SAFETY: forwarded contract.
     let info = unsafe { infos(info, ninfo) };
-    let _ = s;
     let opts = FenceOpts {
         collect: flag(&info, PMIX_COLLECT_DATA),
         timeout_ms: timeout(&info).map(|t| t.as_millis() as u64),
@@ -663,7 +661,7 @@ pub unsafe extern "C" fn PMIx_Fence(
     guard(|| {
         let s = state()?;
         // SAFETY: forwarded contract.
-        let (procs, opts) = unsafe { fence_args(&s, procs, nprocs, info, ninfo) }?;
+        let (procs, opts) = unsafe { fence_args(procs, nprocs, info, ninfo) }?;
         s.client.fence(&procs, opts).map_err(|e| status_of(&e))
     })
 }
@@ -684,7 +682,7 @@ pub unsafe extern "C" fn PMIx_Fence_nb(
     guard(|| {
         let s = state()?;
         // SAFETY: forwarded contract.
-        let (procs, opts) = unsafe { fence_args(&s, procs, nprocs, info, ninfo) }?;
+        let (procs, opts) = unsafe { fence_args(procs, nprocs, info, ninfo) }?;
         let fut = s.client.fence_async(&procs, opts);
         op_callback(cbfunc, CbData(cbdata), async move {
             match fut.await {

@@ -503,9 +503,8 @@ pub unsafe fn write_value(v: &PVal, out: &mut pmix_value_t) {
             out.data.proc_ = p;
         }
         PVal::Array(ty, elems) => out.data.darray = darray_out(*ty, elems),
-        PVal::Info(_, inner) => {
+        PVal::Info(..) => {
             // A single info as a value: carried as a one-element array of infos.
-            let _ = inner;
             out.type_ = PMIX_DATA_ARRAY;
             out.data.darray = darray_out(PMIX_INFO, std::slice::from_ref(v));
         }
