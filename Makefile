@@ -5,7 +5,7 @@ SHELL := /bin/bash
 export PATH := $(HOME)/.cargo/bin:$(PATH)
 CARGO ?= cargo
 
-.PHONY: setup demo test test-slurm test-ssh build bench bench-transport bench-sim bench-floor bench-reference lint clean
+.PHONY: setup demo test test-slurm test-ssh build pmix bench bench-transport bench-sim bench-floor bench-reference lint clean
 
 setup:
 	@scripts/setup.sh
@@ -44,6 +44,14 @@ test-ssh: setup
 
 build: setup
 	$(CARGO) build --release --workspace --lib --bins --examples
+
+# cohort's PMIx client library: target/release/libpmix.so, plus the name programs and
+# Open MPI load it by, target/release/cohort-pmix/libpmix.so.2 (put that directory
+# first on LD_LIBRARY_PATH; see README.md, "PMIx programs and MPI").
+pmix: setup
+	$(CARGO) build --release -p cohort-pmix
+	mkdir -p target/release/cohort-pmix
+	ln -sf ../libpmix.so target/release/cohort-pmix/libpmix.so.2
 
 # The benchmark tables quoted in the issues' closing notes.
 bench: build

@@ -90,6 +90,16 @@ impl RankTemplate {
             .env(env::NODE_ID, self.node.to_string())
             .env(env::NODE_NAME, self.node_name())
             .env(env::BINDING, self.binding(rank).to_string())
+            // The PMIx client environment, under the PMIx standard's names, for PMIx
+            // programs running on cohort's libpmix.so.2 (runtime/pmix), which itself
+            // reads the COHORT_* variables: Open MPI's ext3x component takes the
+            // client role only when PMIX_SERVER_URI is set (it does not parse it).
+            .env("PMIX_NAMESPACE", self.job.nspace.as_str())
+            .env("PMIX_RANK", rank.to_string())
+            .env(
+                "PMIX_SERVER_URI",
+                format!("cohort:{}", self.server_uri.display()),
+            )
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())

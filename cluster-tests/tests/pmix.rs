@@ -1,0 +1,267 @@
+//! cohort's PMIx-ABI library (`runtime/pmix`, `libpmix.so.2`) from unmodified PMIx
+//! programs:
+//!
+//! * `cluster-tests/c/pmix_demo.c`, written against OpenPMIx's `<pmix.h>`, compiled
+//!   with `cc` and linked against `libpmix.so.2`, runs under `cohort run` with cohort's
+//!   library first on `LD_LIBRARY_PATH` (checked with `ldd`, and by the program, which
+//!   requires `PMIx_Get_version` to be cohort's): job keys, bad arguments, peers and
+//!   nodes, put/commit/fence/get (and `_nb`) of other ranks' data, events, a group
+//!   with a context id and a query of it, a process set, an invitation joined from an
+//!   event handler, a non-blocking construct, connect and disconnect.
+//! * `cluster-tests/c/mpi_demo.c`, built with Debian's Open MPI 4.1 `mpicc`, runs under
+//!   `cohort run` the same way (Open MPI's `ext3x` PMIx component loads cohort's
+//!   library): MPI_Init, MPI_Comm_rank/size, MPI_Allgather, MPI_Barrier, MPI_Finalize.
+//!
+//! Both on 1 node server and on 3. The tools (`cc`, `libpmix-dev`, `mpicc`; `make
+//! setup` installs them) missing skips a test, except under `CI=true`, where it fails.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use cohort_cluster_tests::{run_cohort, target_dir, text, DEADLINE};
+
+/// Says a tool is missing: a failure under `CI=true`, else a skip (`false`).
+fn tool_missing(what: &str) -> bool {
+    let ci = std::env::var("CI").is_ok_and(|v| v == "true");
+    assert!(
+        !ci,
+        "{what} is missing (CI=true): `make setup` installs libpmix-dev, libopenmpi-dev \
+         and openmpi-bin"
+    );
+    eprintln!("SKIPPED: {what} is missing; `make setup` installs it");
+    false
+}
+
+/// The directory holding OpenPMIx's `pmix.h`.
+fn pmix_include() -> Option<PathBuf> {
+    let from_pkg_config = Command::new("pkg-config")
+        .args(["--cflags-only-I", "pmix"])
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .and_then(|o| {
+            text(&o.stdout)
+                .split_whitespace()
+                .filter_map(|f| f.strip_prefix("-I"))
+                .map(PathBuf::from)
+                .find(|d| d.join("pmix.h").exists())
+        });
+    from_pkg_config.or_else(|| {
+        ["/usr/lib/x86_64-linux-gnu/pmix2/include", "/usr/include"]
+            .iter()
+            .map(PathBuf::from)
+            .find(|d| d.join("pmix.h").exists())
+    })
+}
+
+/// A directory holding only cohort's library under its soname, `libpmix.so.2` (a
+/// link to `target/<profile>/libpmix.so`, built on demand).
+fn pmix_lib_dir() -> PathBuf {
+    static DIR: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    DIR.get_or_init(|| {
+        let target = target_dir();
+        let lib = target.join("libpmix.so");
+        if !lib.exists() {
+            let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+            let mut cmd = Command::new(cargo);
+            cmd.args(["build", "-p", "cohort-pmix"]);
+            if let Some(root) = target.parent() {
+                cmd.env("CARGO_TARGET_DIR", root);
+            }
+            let _ = cmd.status();
+        }
+        assert!(
+            lib.exists(),
+            "{} is missing; run `cargo build -p cohort-pmix` (or `make pmix`) first",
+            lib.display()
+        );
+        let dir = target.join("cohort-pmix");
+        std::fs::create_dir_all(&dir).expect("cannot create the library directory");
+        let link = dir.join("libpmix.so.2");
+        let _ = std::fs::remove_file(&link);
+        std::os::unix::fs::symlink(&lib, &link).expect("cannot link libpmix.so.2");
+        dir
+    })
+    .clone()
+}
+
+/// `ldd prog` with `dir` first on the library path resolves `libpmix.so.2` there.
+fn assert_loads_ours(prog: &Path, dir: &Path) {
+    let out = Command::new("ldd")
+        .arg(prog)
+        .env("LD_LIBRARY_PATH", dir)
+        .output()
+        .expect("ldd runs");
+    let listing = text(&out.stdout);
+    let line = listing
+        .lines()
+        .find(|l| l.contains("libpmix.so.2"))
+        .unwrap_or_else(|| panic!("{} does not load libpmix.so.2:\n{listing}", prog.display()));
+    assert!(
+        line.contains(&dir.join("libpmix.so.2").display().to_string()),
+        "libpmix.so.2 resolves elsewhere than {}: {line}",
+        dir.display()
+    );
+}
+
+/// Builds `pmix_demo` once, or `None` when the tools are missing (and not in CI).
+fn pmix_demo() -> Option<PathBuf> {
+    static BUILT: std::sync::OnceLock<Option<PathBuf>> = std::sync::OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            let Some(include) = pmix_include() else {
+                tool_missing("pmix.h (libpmix-dev)");
+                return None;
+            };
+            let dir = pmix_lib_dir();
+            let out = target_dir().join("pmix_demo");
+            let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+            let Ok(cc) = Command::new("cc")
+                .args(["-std=gnu11", "-Wall", "-Wextra", "-Werror", "-o"])
+                .arg(&out)
+                .arg(root.join("c/pmix_demo.c"))
+                .arg("-I")
+                .arg(&include)
+                .arg("-L")
+                .arg(&dir)
+                .arg("-l:libpmix.so.2")
+                .output()
+            else {
+                tool_missing("the C compiler `cc`");
+                return None;
+            };
+            assert!(
+                cc.status.success(),
+                "cc failed:\n{}{}",
+                text(&cc.stdout),
+                text(&cc.stderr)
+            );
+            assert_loads_ours(&out, &dir);
+            Some(out)
+        })
+        .clone()
+}
+
+/// Runs `prog` on `nodes` node servers with `n` ranks, a process set `evens` of the
+/// even ranks and cohort's library first on the library path (plus `env`), and returns the RESULT lines after checking the job
+/// succeeded with one per rank, all equal.
+fn run(prog: &Path, nodes: u32, n: u32, env: &[&str]) -> Vec<String> {
+    let (nodes_s, n_s) = (nodes.to_string(), n.to_string());
+    let libpath = format!("LD_LIBRARY_PATH={}", pmix_lib_dir().display());
+    let evens: Vec<String> = (0..n).step_by(2).map(|r| r.to_string()).collect();
+    let pset = format!("evens={}", evens.join(","));
+    let mut args = vec!["run", "--nodes", &nodes_s, "--pset", &pset];
+    args.extend(["-n", &n_s, "-x", &libpath]);
+    for e in env {
+        args.extend(["-x", e]);
+    }
+    args.push(prog.to_str().expect("a UTF-8 path"));
+    let out = run_cohort(&args, DEADLINE);
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    let context = format!(
+        "{} on {nodes} node server(s), {n} ranks\n--- stdout:\n{stdout}\n--- stderr:\n{stderr}",
+        prog.display()
+    );
+    assert_eq!(out.status.code(), Some(0), "{context}");
+    assert!(!stderr.contains("FAIL rank"), "{context}");
+    let results: Vec<String> = stdout
+        .lines()
+        .filter(|l| l.starts_with("RESULT "))
+        .map(str::to_string)
+        .collect();
+    assert_eq!(results.len() as u32, n, "one RESULT per rank: {context}");
+    assert!(
+        results.windows(2).all(|w| w[0] == w[1]),
+        "ranks disagree: {results:?}"
+    );
+    results
+}
+
+fn run_pmix_demo(nodes: u32, n: u32) {
+    let Some(prog) = pmix_demo() else { return };
+    let results = run(&prog, nodes, n, &[]);
+    let expect = format!("RESULT size={n} nodes={nodes} members={n} ctx=");
+    assert!(results[0].starts_with(&expect), "{results:?}");
+}
+
+#[test]
+fn a_pmix_program_runs_on_cohorts_libpmix_on_one_node_server() {
+    run_pmix_demo(1, 4);
+}
+
+#[test]
+fn a_pmix_program_runs_on_cohorts_libpmix_on_three_node_servers() {
+    run_pmix_demo(3, 6);
+}
+
+/// Builds `mpi_demo` with Open MPI's `mpicc` once, or `None` when it is missing (and
+/// not in CI).
+fn mpi_demo() -> Option<PathBuf> {
+    static BUILT: std::sync::OnceLock<Option<PathBuf>> = std::sync::OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            let out = target_dir().join("mpi_demo");
+            let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+            let Ok(cc) = Command::new("mpicc")
+                .args(["-Wall", "-Werror", "-o"])
+                .arg(&out)
+                .arg(root.join("c/mpi_demo.c"))
+                .output()
+            else {
+                tool_missing("Open MPI's `mpicc` (libopenmpi-dev, openmpi-bin)");
+                return None;
+            };
+            assert!(
+                cc.status.success(),
+                "mpicc failed:\n{}{}",
+                text(&cc.stdout),
+                text(&cc.stderr)
+            );
+            // Open MPI's PMIx component, not the program, links libpmix.so.2.
+            let component = Command::new("sh")
+                .args(["-c", "ls /usr/lib/*/openmpi/lib/openmpi3/mca_pmix_ext3x.so"])
+                .output()
+                .ok()
+                .map(|o| text(&o.stdout).trim().to_string())
+                .filter(|p| !p.is_empty());
+            if let Some(c) = component {
+                assert_loads_ours(Path::new(&c), &pmix_lib_dir());
+            }
+            Some(out)
+        })
+        .clone()
+}
+
+/// What an Open MPI 4.1 program needs under `cohort run` (see the README): its ORTE
+/// "schizo" component would otherwise declare a process that mpirun did not start a
+/// singleton; and node servers emulated on one host share it, so the shared-memory
+/// transport (whose segment names assume one node per host) must give way to TCP
+/// over loopback.
+const MPI_ENV: &[&str] = &["OMPI_MCA_schizo=^orte"];
+const MPI_ENV_EMULATED_NODES: &[&str] = &[
+    "OMPI_MCA_schizo=^orte",
+    "OMPI_MCA_btl=self,tcp",
+    "OMPI_MCA_btl_tcp_if_include=lo",
+];
+
+fn run_mpi_demo(nodes: u32, n: u32) {
+    let Some(prog) = mpi_demo() else { return };
+    let env = if nodes > 1 {
+        MPI_ENV_EMULATED_NODES
+    } else {
+        MPI_ENV
+    };
+    let results = run(&prog, nodes, n, env);
+    let sum: u32 = (0..n).map(|r| 1000 + r * 7).sum();
+    assert_eq!(results[0], format!("RESULT size={n} sum={sum}"));
+}
+
+#[test]
+fn an_open_mpi_program_runs_on_cohorts_libpmix_on_one_node_server() {
+    run_mpi_demo(1, 4);
+}
+
+#[test]
+fn an_open_mpi_program_runs_on_cohorts_libpmix_on_three_node_servers() {
+    run_mpi_demo(3, 6);
+}
