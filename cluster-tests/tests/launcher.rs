@@ -694,6 +694,60 @@ fn cohortd_refuses_to_run_without_its_secrets() {
     );
 }
 
+/// What a rank started does not outlive its node server: rank 1 starts a background
+/// child and SIGKILLs its own node server. The rank dies with it (its parent-death
+/// signal), and cohortd's rank guard kills the child — while the job still runs on the
+/// other node server (`--enable-recovery`), so not by the launcher's sweep at the end,
+/// which is all there is locally: over ssh or under Slurm without cgroups nothing else
+/// would.
+#[test]
+fn a_ranks_children_do_not_outlive_a_killed_node_server() {
+    let s = scratch("orphans");
+    let script = "if [ \"$COHORT_RANK\" = 1 ]; then \
+                    sleep 600 & echo $! > $DIR/orphan.tmp && mv $DIR/orphan.tmp $DIR/orphan; \
+                    kill -9 $PPID; wait; \
+                  else \
+                    i=0; while [ ! -e $DIR/release ] && [ $i -lt 1200 ]; do sleep 0.1; i=$((i+1)); done; \
+                  fi";
+    let job = CohortRun::spawn(s.cohort(&[
+        "run",
+        "--nodes",
+        "2",
+        "-n",
+        "2",
+        "--enable-recovery",
+        "sh",
+        "-c",
+        script,
+    ]));
+    let orphan_file = s.files.join("orphan");
+    assert!(
+        wait_until(DEADLINE, || orphan_file.exists()),
+        "rank 1 never started its child"
+    );
+    let orphan: u32 = std::fs::read_to_string(&orphan_file)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let left = survivors(&[orphan], Duration::from_secs(30));
+    let job_ran_on = !s.files.join("release").exists();
+    std::fs::write(s.files.join("release"), "").unwrap();
+    let out = job.wait(DEADLINE);
+    assert!(job_ran_on);
+    assert!(
+        left.is_empty(),
+        "rank 1's child {orphan} outlived its killed node server while the job ran on\n{}",
+        describe(&out)
+    );
+    assert!(
+        text(&out.stderr).contains("killed 1 process group(s) its ranks left"),
+        "{}",
+        describe(&out)
+    );
+    s.assert_job_dir_removed();
+}
+
 /// A node server checks the launcher's proof of the job secret before it says anything
 /// more: a listener posing as the launcher, answering the registration with a proof
 /// made from a guess, gets no proof back, and cohortd exits naming the reason. The

@@ -7,6 +7,7 @@
 
 mod args;
 mod control;
+mod guard;
 mod output;
 mod placement;
 mod procs;
@@ -160,6 +161,10 @@ fn decode_secret(name: &str, value: Option<std::ffi::OsString>) -> Result<Vec<u8
 
 /// Entry point; returns the process exit status.
 pub fn main() -> i32 {
+    let mut raw = std::env::args();
+    if raw.nth(1).as_deref() == Some(guard::GUARD_ARG) {
+        return guard::run(&raw.next().unwrap_or_default());
+    }
     let argv = match args::expand_slurm(std::env::args_os().collect(), |k| std::env::var(k).ok()) {
         Ok(argv) => argv,
         Err(e) => {
@@ -330,7 +335,7 @@ async fn run(
         token_hex,
         tag_output: args.tag_output,
     };
-    let mut ranks = Ranks::new(template, exit_tx);
+    let mut ranks = Ranks::new(template, exit_tx, guard::Guard::start(&node_name));
     ranks.launch_all(stdout, stderr);
 
     let mut link = Some(link);
@@ -627,6 +632,7 @@ async fn stop_ranks(
     if leftovers > 0 {
         tracing::debug!(leftovers, "killed processes left in rank process groups");
     }
+    ranks.dismiss_guard();
 }
 
 /// Handles one rank exit: tells the service and, while it listens, the launcher

@@ -18,6 +18,7 @@ use tokio::sync::mpsc;
 use tokio::task::spawn_local;
 
 use super::args::AppCommand;
+use super::guard::Guard;
 use super::output::{forward, LineTagger, OutputSink};
 use super::procs::{live_groups, signal_group};
 use super::say;
@@ -161,15 +162,22 @@ pub struct Ranks {
     /// Every process group we created, for the final sweep.
     groups: Vec<u32>,
     exits: mpsc::UnboundedSender<RankExit>,
+    /// Sweeps those groups if this node server dies (see [`Guard`]).
+    guard: Option<Guard>,
 }
 
 impl Ranks {
-    pub fn new(template: RankTemplate, exits: mpsc::UnboundedSender<RankExit>) -> Ranks {
+    pub fn new(
+        template: RankTemplate,
+        exits: mpsc::UnboundedSender<RankExit>,
+        guard: Option<Guard>,
+    ) -> Ranks {
         Ranks {
             template,
             running: BTreeMap::new(),
             groups: Vec::new(),
             exits,
+            guard,
         }
     }
 
@@ -207,6 +215,9 @@ impl Ranks {
         tracing::debug!(rank, pid, "rank started");
         self.running.insert(rank, pid);
         self.groups.push(pid);
+        if let Some(guard) = self.guard.as_mut() {
+            guard.watch(pid);
+        }
 
         let (tag_out, tag_err) = if self.template.tag_output {
             let ns = &self.template.job.nspace;
@@ -257,6 +268,13 @@ impl Ranks {
         for (&rank, &pgid) in &self.running {
             tracing::debug!(rank, pgid, signal, "signalling rank");
             signal_group(pgid, signal);
+        }
+    }
+
+    /// After the final sweep: the guard is no longer needed.
+    pub fn dismiss_guard(&mut self) {
+        if let Some(guard) = self.guard.take() {
+            guard.dismiss();
         }
     }
 
