@@ -119,7 +119,7 @@ nothing_left() {
     local what=$1 left=""
     for _ in $(seq 50); do
         left="$(squeue -h -s 2>/dev/null)$(squeue -h 2>/dev/null)"
-        left+="$(in_nodes cohortd)$(in_nodes testprog)$(in_nodes sleep)"
+        left+="$(in_nodes cohortd)$(in_nodes cohortd-guard)$(in_nodes testprog)$(in_nodes sleep)"
         left+="$(pgrep -x srun)"
         [[ -z $left ]] && { pass "$what: nothing left behind"; return; }
         sleep 0.2

@@ -237,7 +237,7 @@ clients() { pgrep -f -- "-F $work/ssh_config" 2>/dev/null; }
 nothing_left() {
     local what=$1 left=""
     for _ in $(seq 75); do
-        left="$(in_hosts cohortd)$(in_hosts testprog)$(in_hosts sleep)$(sessions)$(clients)"
+        left="$(in_hosts cohortd)$(in_hosts cohortd-guard)$(in_hosts testprog)$(in_hosts sleep)$(sessions)$(clients)"
         left+="$(ls -A "$TMPDIR")"
         [[ -z $left ]] && { pass "$what: nothing left behind"; return; }
         sleep 0.2
@@ -298,7 +298,11 @@ if [[ $COHORT_RANK == 0 ]]; then
     for f in /proc/[0-9]*/cmdline; do
         tr '\0' ' ' <"$f" 2>/dev/null | grep -qF -f "$pattern" && found+=" cmdline:$f"
     done
+    # This job's processes only (other jobs on the machine, e.g. a local cohort run,
+    # hand their node servers the secret in the environment): ssh-mode node servers,
+    # and the ssh clients and sshd processes that carry an ssh_config or this job.
     for p in $(pgrep -x cohortd) $(pgrep -x ssh) $(pgrep -x sshd); do
+        tr '\0' ' ' <"/proc/$p/cmdline" 2>/dev/null | grep -qE -- '--ssh|ssh_config|sshd' || continue
         tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qE '^COHORT_(JOB_SECRET|TOKEN)=' &&
             found+=" environ:$p"
     done
@@ -426,8 +430,10 @@ nothing_left missing-agent
 
 # Starts `cohort run -n 3 sleep 60` in the background (pid in $job) and waits for its
 # 3 ranks.
+# Each rank is a shell waiting for its own child `sleep 60`: a node server killed
+# from outside takes its rank with it, and its rank guard the child.
 start_sleepers() {
-    "$cohort" run --host "$hosts" --launch-agent "$agent" -n 3 "$@" sleep 60 \
+    "$cohort" run --host "$hosts" --launch-agent "$agent" -n 3 "$@" sh -c 'sleep 60 & wait' \
         >"$work/out" 2>"$work/err" &
     job=$!
     for _ in $(seq 100); do
@@ -469,8 +475,9 @@ if start_sleepers; then
     rc=0
     wait "$job" || rc=$?
     cat "$work/out" "$work/err" >"$work/both"
-    if [[ $rc == 1 ]] && grep -q "node server $net.2 .*closed its control connection" "$work/err"; then
-        pass "the job ended (status 1) when $net.2's node server was killed"
+    if [[ $rc == 1 ]] && grep -q "node server $net.2 .*closed its control connection" "$work/err" &&
+        grep -q "$net.2: cohortd died; killed 1 process group(s) its ranks left" "$work/err"; then
+        pass "the job ended (status 1) when $net.2's node server was killed; its guard killed the rank's child"
     else
         fail "killed node server: status $rc" "$work/both"
     fi

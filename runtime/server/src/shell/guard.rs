@@ -12,7 +12,7 @@
 //! left itself and then says `done`, and the guard exits. When the pipe closes without
 //! `done` (cohortd died), the guard SIGKILLs every one of those groups that still has
 //! members, says so on stderr, and exits. It runs in a session of its own, so that a
-//! signal to cohortd's process group does not reach it.
+//! signal to cohortd's process group does not reach it, and is named `cohortd-guard`.
 
 use std::io::{BufRead, Write};
 use std::os::unix::process::CommandExt;
@@ -131,9 +131,13 @@ fn groups_to_kill(mut input: impl BufRead) -> Option<Vec<u32>> {
 
 /// The guard's main (`cohortd --rank-guard NODE_NAME`); returns the exit status.
 pub fn run(node_name: &str) -> i32 {
-    // Terminal signals are cohortd's business; the guard ends with its pipe.
-    // SAFETY: setting dispositions of standard signals to ignore.
+    // Its own name, so that nobody looking for cohortd (by /proc/PID/comm, pgrep)
+    // takes the guard for it; terminal signals are cohortd's business, and the guard
+    // ends with its pipe.
+    // SAFETY: PR_SET_NAME reads a NUL-terminated name of at most 16 bytes; the signal
+    // calls set dispositions of standard signals to ignore.
     unsafe {
+        libc::prctl(libc::PR_SET_NAME, c"cohortd-guard".as_ptr(), 0, 0, 0);
         libc::signal(libc::SIGINT, libc::SIG_IGN);
         libc::signal(libc::SIGHUP, libc::SIG_IGN);
         libc::signal(libc::SIGPIPE, libc::SIG_IGN);
