@@ -347,6 +347,9 @@ pub struct Engine {
     proc_clients: HashMap<ProcId, ClientId>,
     finalized: HashSet<ProcId>,
     terminated: HashSet<ProcId>,
+    /// Terminated processes that finalized first (told by their host): ended, not
+    /// failed, so no failure view counts them.
+    finished: HashSet<ProcId>,
     /// Collectives a terminated process had joined at its host before it died.
     joined_before_death: HashMap<ProcId, HashSet<CollKey>>,
     pending_events: HashMap<ProcId, VecDeque<Event>>,
@@ -450,6 +453,7 @@ impl Engine {
             clients: HashMap::default(),
             proc_clients: HashMap::default(),
             finalized: HashSet::default(),
+            finished: HashSet::default(),
             terminated: HashSet::default(),
             joined_before_death: HashMap::default(),
             pending_events: HashMap::default(),
@@ -1250,7 +1254,14 @@ impl Engine {
                 ..
             } => self.on_down(key, spec, outcome, late, lean, now),
             PeerMsg::NodeLost { node } => self.node_lost(node, now),
-            PeerMsg::ProcTerminated { proc, contributed } => {
+            PeerMsg::ProcTerminated {
+                proc,
+                contributed,
+                finalized,
+            } => {
+                if finalized {
+                    self.finished.insert(proc.clone());
+                }
                 if !contributed.is_empty() {
                     self.joined_before_death
                         .insert(proc.clone(), contributed.into_iter().collect());
@@ -2122,7 +2133,15 @@ impl Engine {
     /// The members of group `gid` (which `proc` belongs to) known here to have failed:
     /// the local failure view. Members that left are not members any more.
     fn failed_members(&self, gid: &str, proc: &ProcId) -> Result<Vec<ProcId>, CohortError> {
-        Ok(self.failed_of(self.member_group(gid, proc)?))
+        Ok(self.failed_view(self.member_group(gid, proc)?))
+    }
+
+    /// The members of `group` known here to have failed: terminated without having
+    /// finalized first (a failure view's members).
+    fn failed_view(&self, group: &Group) -> Vec<ProcId> {
+        let mut failed = self.failed_of(group);
+        failed.retain(|p| !self.finished.contains(p));
+        failed
     }
 
     /// The members of `group` known here to have terminated.
@@ -2156,7 +2175,7 @@ impl Engine {
         now: Time,
     ) {
         let (members, local) = match self.member_group(&gid, &proc) {
-            Ok(g) => (g.original.clone(), self.failed_of(g)),
+            Ok(g) => (g.original.clone(), self.failed_view(g)),
             Err(e) => return self.reply(client, req, Err(e)),
         };
         let nodes = self.nodes_of(&members);
@@ -3263,13 +3282,16 @@ impl Engine {
                 CollOutcome::Destruct
             }
             CollSpec::Agree { members } => {
-                // Members that did not take part (they terminated; those that left
-                // are excused), those known here to have terminated since they took
-                // part, and every participant's local view.
+                // Members that did not take part (they terminated; those that left,
+                // and those that finalized before ending, are excused), those known
+                // here to have terminated since they took part, and every
+                // participant's local view.
                 let mut failed: BTreeSet<ProcId> = members
                     .iter()
                     .filter(|p| {
-                        !coll.excused.contains(*p) && !self.has_departed(&key.id, key.kind, p)
+                        !coll.excused.contains(*p)
+                            && !self.has_departed(&key.id, key.kind, p)
+                            && !self.finished.contains(*p)
                     })
                     .filter(|p| self.terminated.contains(*p) || !coll.contribs.contains_key(*p))
                     .cloned()
@@ -3849,6 +3871,10 @@ impl Engine {
             })
             .map(|(k, _)| k.clone())
             .collect();
+        let finalized = self.finalized.contains(&proc);
+        if finalized {
+            self.finished.insert(proc.clone());
+        }
         for &n in &self.all_nodes.clone() {
             if n != self.node && !self.lost_nodes.contains(&n) {
                 self.send_peer(
@@ -3856,6 +3882,7 @@ impl Engine {
                     PeerMsg::ProcTerminated {
                         proc: proc.clone(),
                         contributed: contributed.clone(),
+                        finalized,
                     },
                 );
             }

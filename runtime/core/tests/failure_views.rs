@@ -65,6 +65,30 @@ fn the_local_view_names_the_failed_members_known_here_and_not_those_that_left() 
     assert_eq!(local(&mut c, 0, "g"), Ok(procs(&c, &[3, 4])));
 }
 
+/// A member that finalized and then ended did not fail: no view names it, on its own
+/// server or another, and a global view does not wait for it (MPI's view: a process
+/// past MPI_Finalize is not failed). One that ended without finalizing did fail.
+#[test]
+fn a_member_that_finalized_before_ending_is_in_no_view() {
+    let mut c = group_of_six("g");
+    for r in [2, 4] {
+        let q = c.request(r, Request::Finalize);
+        assert_eq!(c.reply(r, q), Some(Ok(Response::Done)));
+        c.exit(r);
+    }
+    c.exit(5);
+    for r in [0, 1, 3] {
+        assert_eq!(local(&mut c, r, "g"), Ok(procs(&c, &[5])), "rank {r}");
+    }
+    let qs: Vec<(u32, u64)> = [0, 1, 3]
+        .iter()
+        .map(|&r| (r, global(&mut c, r, "g", None)))
+        .collect();
+    for (r, q) in qs {
+        assert_eq!(c.reply(r, q), Some(Ok(procs(&c, &[5]))), "rank {r}");
+    }
+}
+
 #[test]
 fn a_view_of_a_group_the_caller_is_not_in_is_an_error_naming_it() {
     let mut c = Cluster::new(4, 2, TreeShape::KAry(2));

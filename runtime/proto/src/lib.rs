@@ -31,4 +31,4 @@ pub use job::{validate_pset_name, JobMap, Pset, RankSet, MAX_PSET_NAME_LEN};
 pub use value::{Info, Scope, Value};
 
 /// Protocol version carried in every hello; bumped on any incompatible change.
-pub const PROTOCOL_VERSION: u32 = 5;
+pub const PROTOCOL_VERSION: u32 = 6;

@@ -209,6 +209,8 @@ pub enum PeerMsg {
     ProcTerminated {
         proc: ProcId,
         contributed: Vec<CollKey>,
+        /// It had finalized: it ended, it did not fail (failure views leave it out).
+        finalized: bool,
     },
     /// The sender lost its connection to node server `node` (it crashed or became
     /// unreachable): every process it hosted is terminated. Sent once by each server
