@@ -18,7 +18,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use cohort_cluster_tests::{run_cohort, target_dir, text, DEADLINE};
+use cohort_cluster_tests::{cohort_command, run_cohort, target_dir, text, CohortRun, DEADLINE};
 
 /// Says a tool is missing: a failure under `CI=true`, else a skip (`false`).
 fn tool_missing(what: &str) -> bool {
@@ -142,16 +142,32 @@ fn pmix_demo() -> Option<PathBuf> {
         .clone()
 }
 
+/// How the ranks get cohort's library first on their library path.
+#[derive(Clone, Copy)]
+enum Lib {
+    /// `-x LD_LIBRARY_PATH=<its directory>`, by hand.
+    Exported,
+    /// `cohort run --pmix`, which also tells Open MPI that cohort started its
+    /// processes.
+    PmixFlag,
+}
+
 /// Runs `prog` on `nodes` node servers with `n` ranks, a process set `evens` of the
-/// even ranks and cohort's library first on the library path (plus `env`), and returns the RESULT lines after checking the job
-/// succeeded with one per rank, all equal.
-fn run(prog: &Path, nodes: u32, n: u32, env: &[&str]) -> Vec<String> {
+/// even ranks and cohort's library first on the library path (plus `env`), and
+/// returns the RESULT lines after checking the job succeeded with one per rank, all
+/// equal.
+fn run(prog: &Path, nodes: u32, n: u32, lib: Lib, env: &[&str]) -> Vec<String> {
     let (nodes_s, n_s) = (nodes.to_string(), n.to_string());
     let libpath = format!("LD_LIBRARY_PATH={}", pmix_lib_dir().display());
     let evens: Vec<String> = (0..n).step_by(2).map(|r| r.to_string()).collect();
     let pset = format!("evens={}", evens.join(","));
-    let mut args = vec!["run", "--nodes", &nodes_s, "--pset", &pset];
-    args.extend(["-n", &n_s, "-x", &libpath]);
+    let mut args = vec!["run", "--nodes", &nodes_s, "--pset", &pset, "-n", &n_s];
+    match lib {
+        Lib::Exported => args.extend(["-x", &libpath]),
+        // The launcher finds it in cohort-pmix/ next to itself, where
+        // `pmix_lib_dir` made it.
+        Lib::PmixFlag => args.push("--pmix"),
+    }
     for e in env {
         args.extend(["-x", e]);
     }
@@ -179,7 +195,7 @@ fn run(prog: &Path, nodes: u32, n: u32, env: &[&str]) -> Vec<String> {
 
 fn run_pmix_demo(nodes: u32, n: u32) {
     let Some(prog) = pmix_demo() else { return };
-    let results = run(&prog, nodes, n, &[]);
+    let results = run(&prog, nodes, n, Lib::Exported, &[]);
     let expect = format!("RESULT size={n} nodes={nodes} members={n} ctx=");
     assert!(results[0].starts_with(&expect), "{results:?}");
 }
@@ -234,10 +250,9 @@ fn mpi_demo() -> Option<PathBuf> {
 
 /// What an Open MPI 4.1 program needs under `cohort run` (see the README): its ORTE
 /// "schizo" component would otherwise declare a process that mpirun did not start a
-/// singleton; and node servers emulated on one host share it, so the shared-memory
-/// transport (whose segment names assume one node per host) must give way to TCP
-/// over loopback.
-const MPI_ENV: &[&str] = &["OMPI_MCA_schizo=^orte"];
+/// singleton (by hand here; `--pmix` sets it on one node server); and node servers
+/// emulated on one host share it, so the shared-memory transport (whose segment names
+/// assume one node per host) must give way to TCP over loopback.
 const MPI_ENV_EMULATED_NODES: &[&str] = &[
     "OMPI_MCA_schizo=^orte",
     "OMPI_MCA_btl=self,tcp",
@@ -246,12 +261,11 @@ const MPI_ENV_EMULATED_NODES: &[&str] = &[
 
 fn run_mpi_demo(nodes: u32, n: u32) {
     let Some(prog) = mpi_demo() else { return };
-    let env = if nodes > 1 {
-        MPI_ENV_EMULATED_NODES
+    let results = if nodes > 1 {
+        run(&prog, nodes, n, Lib::Exported, MPI_ENV_EMULATED_NODES)
     } else {
-        MPI_ENV
+        run(&prog, nodes, n, Lib::PmixFlag, &[])
     };
-    let results = run(&prog, nodes, n, env);
     let sum: u32 = (0..n).map(|r| 1000 + r * 7).sum();
     assert_eq!(results[0], format!("RESULT size={n} sum={sum}"));
 }
@@ -264,4 +278,19 @@ fn an_open_mpi_program_runs_on_cohorts_libpmix_on_one_node_server() {
 #[test]
 fn an_open_mpi_program_runs_on_cohorts_libpmix_on_three_node_servers() {
     run_mpi_demo(3, 6);
+}
+
+/// `--pmix` without the library says where it looked and how to build it, before
+/// anything starts.
+#[test]
+fn pmix_without_the_library_says_where_it_looked() {
+    let mut cmd = cohort_command(["run", "--pmix", "-n", "1", "true"]);
+    cmd.env("COHORT_PMIX_LIBDIR", "/nonexistent/cohort-pmix");
+    let out = CohortRun::spawn(cmd).wait(DEADLINE);
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("/nonexistent/cohort-pmix") && err.contains("make pmix"),
+        "{err}"
+    );
 }

@@ -101,6 +101,9 @@ EXAMPLES
       cohort run --nodes 2 --pset io=0,4 -n 4 --pset ocean ./ocean in.nc : \
           -n 2 --pset ice -x ICE_STEPS=100 ./ice
 
+  An Open MPI program, on cohort's PMIx library (build it with `make pmix`):
+      cohort run --pmix -n 4 ./mpi_app
+
   Keep the job running when a rank fails (the job still exits with the first failure):
       cohort run -n 4 --enable-recovery ./resilient
 
@@ -128,9 +131,12 @@ ENVIRONMENT
                          with srun in PATH, the node servers run on the allocation's
                          nodes (--launcher auto)
 
+  COHORT_PMIX_LIBDIR     the directory holding cohort's libpmix.so.2 (--pmix)
+
   Every rank sees COHORT_RANK, COHORT_SIZE, COHORT_LOCAL_RANK, COHORT_NODE_ID,
   COHORT_NODE_NAME, COHORT_NSPACE, COHORT_SERVER_URI, COHORT_TOKEN, COHORT_APPNUM
-  (its app context) and COHORT_BINDING (the CPUs it is bound to, like 0-1, or none).
+  (its app context) and COHORT_BINDING (the CPUs it is bound to, like 0-1, or none),
+  and PMIX_NAMESPACE, PMIX_RANK and PMIX_SERVER_URI for PMIx programs (--pmix).
 
 EXIT STATUS
   0 when every rank exits 0, else the status of the first rank that failed (128+N for
@@ -314,6 +320,13 @@ pub struct RunArgs {
         help_heading = "Environment options"
     )]
     pub export: Vec<String>,
+
+    /// Run PMIx programs and Open MPI on cohort's libpmix.so.2 (like srun --mpi=pmix):
+    /// its directory goes first on the ranks' LD_LIBRARY_PATH, and Open MPI is told
+    /// that cohort started its processes (OMPI_MCA_schizo=^orte, unless set). The
+    /// library is found in COHORT_PMIX_LIBDIR, else cohort-pmix/ next to cohort
+    #[arg(long, help_heading = "Environment options")]
+    pub pmix: bool,
 
     /// Slurm topology.conf (SwitchName=… Switches=… Nodes=…) describing the network's
     /// switches: node servers build their collective trees switch leaders first. Without

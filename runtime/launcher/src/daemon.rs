@@ -18,6 +18,58 @@ pub const DAEMON_ENV: &str = "COHORT_DAEMON";
 const DAEMON_NAME: &str = "cohortd";
 
 /// Finds `cohortd`: `$COHORT_DAEMON`, else next to the running executable, else PATH.
+/// Where `--pmix` finds cohort's `libpmix.so.2`: `COHORT_PMIX_LIBDIR`, else
+/// `cohort-pmix/` next to this executable (where the build puts it).
+pub const PMIX_LIBDIR_ENV: &str = "COHORT_PMIX_LIBDIR";
+
+/// The directory holding cohort's `libpmix.so.2`, for `--pmix`.
+pub fn find_pmix_libdir() -> Result<PathBuf, String> {
+    let dir = match std::env::var_os(PMIX_LIBDIR_ENV).filter(|d| !d.is_empty()) {
+        Some(d) => PathBuf::from(d),
+        None => std::env::current_exe()
+            .ok()
+            .and_then(|exe| exe.parent().map(|d| d.join("cohort-pmix")))
+            .ok_or("--pmix: cannot tell where this executable is (set COHORT_PMIX_LIBDIR)")?,
+    };
+    if dir.join("libpmix.so.2").exists() {
+        Ok(dir)
+    } else {
+        Err(format!(
+            "--pmix: cohort's libpmix.so.2 is not in {} (build it with `make pmix` or \
+             `cargo build -p cohort-pmix`, or set {PMIX_LIBDIR_ENV})",
+            dir.display()
+        ))
+    }
+}
+
+/// The ranks' exports with `--pmix`: `libdir` first on `LD_LIBRARY_PATH` (before what
+/// `-x` gave, else cohort's own), and `OMPI_MCA_schizo=^orte` unless `-x` or cohort's
+/// environment (`env`) sets it.
+pub fn pmix_exports(
+    mut exports: Vec<(String, OsString)>,
+    libdir: &Path,
+    env: impl Fn(&str) -> Option<OsString>,
+) -> Vec<(String, OsString)> {
+    const LIBPATH: &str = "LD_LIBRARY_PATH";
+    const SCHIZO: &str = "OMPI_MCA_schizo";
+    let given = exports.iter().position(|(k, _)| k == LIBPATH);
+    let rest = match given {
+        Some(i) => Some(exports.remove(i).1),
+        None => env(LIBPATH),
+    };
+    let mut path = libdir.as_os_str().to_os_string();
+    if let Some(rest) = rest.filter(|r| !r.is_empty()) {
+        path.push(":");
+        path.push(rest);
+    }
+    exports.push((LIBPATH.into(), path));
+    if !exports.iter().any(|(k, _)| k == SCHIZO) {
+        let schizo = env(SCHIZO).unwrap_or_else(|| "^orte".into());
+        exports.push((SCHIZO.into(), schizo));
+    }
+    exports
+}
+
 pub fn find_cohortd() -> Result<PathBuf, String> {
     if let Some(p) = std::env::var_os(DAEMON_ENV).filter(|p| !p.is_empty()) {
         let p = PathBuf::from(p);
@@ -353,6 +405,9 @@ pub fn resolve_exports(specs: &[String]) -> Result<Vec<(String, OsString)>, Stri
         env::JOB_SECRET,
         env::BINDING,
         env::APPNUM,
+        "PMIX_NAMESPACE",
+        "PMIX_RANK",
+        "PMIX_SERVER_URI",
     ];
     let mut out = Vec::new();
     for spec in specs {
@@ -386,6 +441,52 @@ pub fn resolve_exports(specs: &[String]) -> Result<Vec<(String, OsString)>, Stri
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn pmix_puts_the_library_first_and_tells_open_mpi_who_started_it() {
+        let dir = Path::new("/opt/cohort/lib/cohort-pmix");
+        let none = |_: &str| None;
+        let got = pmix_exports(vec![("A".into(), "1".into())], dir, none);
+        assert_eq!(
+            got,
+            vec![
+                ("A".into(), "1".into()),
+                ("LD_LIBRARY_PATH".into(), dir.as_os_str().to_os_string()),
+                ("OMPI_MCA_schizo".into(), "^orte".into()),
+            ]
+        );
+        // Before the path cohort runs with, or the one -x gives (which wins), and
+        // never over a schizo choice of the user's.
+        let env = |k: &str| match k {
+            "LD_LIBRARY_PATH" => Some("/usr/local/lib".into()),
+            "OMPI_MCA_schizo" => Some("ompi".into()),
+            _ => None,
+        };
+        let got = pmix_exports(Vec::new(), dir, env);
+        assert_eq!(got[0].1, "/opt/cohort/lib/cohort-pmix:/usr/local/lib");
+        assert_eq!(got[1], ("OMPI_MCA_schizo".into(), "ompi".into()));
+        let given = vec![
+            ("LD_LIBRARY_PATH".into(), "/x".into()),
+            ("OMPI_MCA_schizo".into(), "^foo".into()),
+        ];
+        let got = pmix_exports(given, dir, env);
+        assert_eq!(
+            got,
+            vec![
+                ("OMPI_MCA_schizo".into(), "^foo".into()),
+                (
+                    "LD_LIBRARY_PATH".into(),
+                    "/opt/cohort/lib/cohort-pmix:/x".into()
+                ),
+            ]
+        );
+    }
+
+    #[test]
+    fn the_pmix_variables_are_cohorts_to_set() {
+        let err = resolve_exports(&["PMIX_RANK=3".into()]).unwrap_err();
+        assert!(err.contains("PMIX_RANK"), "{err}");
+    }
 
     /// A node server's launch with nothing beyond what is required; tests set the rest.
     fn launch(command: &[OsString]) -> DaemonLaunch<'_> {

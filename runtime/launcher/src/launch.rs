@@ -333,7 +333,11 @@ impl Launcher {
             s.counts = ssh::rank_counts(plan.np, &s.hosts)?;
         }
         let cohortd = daemon::find_cohortd()?;
-        let exports = daemon::resolve_exports(&args.export)?;
+        let mut exports = daemon::resolve_exports(&args.export)?;
+        if args.pmix {
+            let libdir = daemon::find_pmix_libdir()?;
+            exports = daemon::pmix_exports(exports, &libdir, |k| std::env::var_os(k));
+        }
         let apps = AppLayout::new(&plan)?;
         let random = |n| random_bytes(n).map_err(|e| format!("cannot read random bytes: {e}"));
         let job_secret = random(32)?;
