@@ -175,29 +175,24 @@ impl DaemonLaunch<'_> {
     /// cohortd's arguments. Never contains a secret: those travel in the environment.
     pub fn args(&self) -> Vec<OsString> {
         let mut a: Vec<OsString> = match self.slurm_addrs {
-            None if self.ssh_names.is_some() => vec![
-                "--ssh".into(),
-                "--node".into(),
-                self.node.to_string().into(),
-                "--nodes".into(),
-                self.nodes.to_string().into(),
-                "--node-name".into(),
-                self.node_name.into(),
-                "--listen".into(),
-                self.listen.to_string().into(),
-                "--node-names".into(),
-                self.ssh_names.unwrap_or_default().join(",").into(),
-            ],
-            None => vec![
-                "--node".into(),
-                self.node.to_string().into(),
-                "--nodes".into(),
-                self.nodes.to_string().into(),
-                "--node-name".into(),
-                self.node_name.into(),
-                "--listen".into(),
-                self.listen.to_string().into(),
-            ],
+            None => {
+                let mut a: Vec<OsString> = vec![
+                    "--node".into(),
+                    self.node.to_string().into(),
+                    "--nodes".into(),
+                    self.nodes.to_string().into(),
+                    "--node-name".into(),
+                    self.node_name.into(),
+                    "--listen".into(),
+                    self.listen.to_string().into(),
+                ];
+                if let Some(names) = self.ssh_names {
+                    a.insert(0, "--ssh".into());
+                    a.push("--node-names".into());
+                    a.push(names.join(",").into());
+                }
+                a
+            }
             Some((addrs, names)) => {
                 let list: Vec<String> = addrs.iter().map(IpAddr::to_string).collect();
                 vec![

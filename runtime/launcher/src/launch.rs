@@ -8,7 +8,7 @@
 
 use cohort_os::TerminatingSignals;
 use std::ffi::OsString;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -495,38 +495,15 @@ impl Launcher {
                     .into(),
             };
             let launch = DaemonLaunch {
-                node,
-                nodes: self.nodes,
-                node_name: &job.node_names[node as usize],
-                listen: SocketAddr::new(ip, 0),
-                control: self.control_addr,
-                job_dir: self.job_dir.path(),
-                nspace: &job.nspace,
-                np: job.size(),
-                map_by: self.args.map_by,
                 bind_to: Some(self.placement.bind_to),
                 first_slot: self.placement.first_slots[node as usize],
-                tag_output: self.args.tag_output,
-                topology: self.topology.as_deref(),
-                ib_device: self.args.ib_device.as_deref(),
-                ib_gid_index: self.args.ib_gid_index,
-                spin_us: self.args.spin_us,
-                no_shm_fence: self.args.no_shm_fence,
-                detector: self.detector,
                 // Every node server runs on this host: see `RunArgs::allgather`.
                 allgather: Some(
                     self.args
                         .allgather
                         .unwrap_or(cohort_topology::Allgather::Tree),
                 ),
-                exports: &self.exports,
-                apps: &self.apps.layout,
-                app_exports: &self.apps.exports,
-                psets: &job.psets,
-                command: &self.apps.command,
-                slurm_addrs: None,
-                ssh_names: None,
-                node_ranks: &[],
+                ..self.daemon_launch(&job, node, &job.node_names[node as usize], ip)
             };
             let child = launch
                 .spawn(&self.cohortd, &self.job_secret, &self.client_token)
@@ -545,17 +522,21 @@ impl Launcher {
         Ok(())
     }
 
-    /// Under Slurm: starts every node server with one srun step over the allocation's
-    /// nodes, and watches srun (the node servers are not our children: each one's end
-    /// shows as its control connection closing, all of them as srun's exit).
-    fn spawn_step(&mut self) -> Result<(), String> {
-        let step = self.slurm.as_ref().expect("under Slurm");
-        let job = self.monitor.job().clone();
-        let launch = DaemonLaunch {
-            node: 0,
+    /// What every node server of this job is started with, node server `node` named
+    /// `node_name` listening on `ip`, as on a host of its own (binding and the
+    /// allgather left to cohortd unless given; no Slurm or ssh details).
+    fn daemon_launch<'a>(
+        &'a self,
+        job: &'a JobMap,
+        node: NodeId,
+        node_name: &'a str,
+        ip: IpAddr,
+    ) -> DaemonLaunch<'a> {
+        DaemonLaunch {
+            node,
             nodes: self.nodes,
-            node_name: "",
-            listen: SocketAddr::new(step.nodes.addrs[0], 0),
+            node_name,
+            listen: SocketAddr::new(ip, 0),
             control: self.control_addr,
             job_dir: self.job_dir.path(),
             nspace: &job.nspace,
@@ -570,16 +551,27 @@ impl Launcher {
             spin_us: self.args.spin_us,
             no_shm_fence: self.args.no_shm_fence,
             detector: self.detector,
-            // Separate hosts: cohortd's default (auto) unless --allgather says.
             allgather: self.args.allgather,
             exports: &self.exports,
             apps: &self.apps.layout,
             app_exports: &self.apps.exports,
             psets: &job.psets,
             command: &self.apps.command,
-            slurm_addrs: Some((&step.nodes.addrs, &step.nodes.names)),
+            slurm_addrs: None,
             ssh_names: None,
             node_ranks: &[],
+        }
+    }
+
+    /// Under Slurm: starts every node server with one srun step over the allocation's
+    /// nodes, and watches srun (the node servers are not our children: each one's end
+    /// shows as its control connection closing, all of them as srun's exit).
+    fn spawn_step(&mut self) -> Result<(), String> {
+        let step = self.slurm.as_ref().expect("under Slurm");
+        let job = self.monitor.job().clone();
+        let launch = DaemonLaunch {
+            slurm_addrs: Some((&step.nodes.addrs, &step.nodes.names)),
+            ..self.daemon_launch(&job, 0, "", step.nodes.addrs[0])
         };
         let srun_args =
             slurm::srun_args(&step.nodes.names, &step.name, slurm::cluster_binds_tasks());
@@ -625,34 +617,9 @@ impl Launcher {
         for node in 0..self.nodes {
             let host = &hosts.hosts[node as usize];
             let launch = DaemonLaunch {
-                node,
-                nodes: self.nodes,
-                node_name: &host.name,
-                listen: SocketAddr::new(hosts.addrs[node as usize], 0),
-                control: self.control_addr,
-                job_dir: self.job_dir.path(),
-                nspace: &job.nspace,
-                np: job.size(),
-                map_by: self.args.map_by,
-                bind_to: self.args.bind_to,
-                first_slot: 0,
-                tag_output: self.args.tag_output,
-                topology: self.topology.as_deref(),
-                ib_device: self.args.ib_device.as_deref(),
-                ib_gid_index: self.args.ib_gid_index,
-                spin_us: self.args.spin_us,
-                no_shm_fence: self.args.no_shm_fence,
-                detector: self.detector,
-                // Separate hosts: cohortd's default (auto) unless --allgather says.
-                allgather: self.args.allgather,
-                exports: &self.exports,
-                apps: &self.apps.layout,
-                app_exports: &self.apps.exports,
-                psets: &job.psets,
-                command: &self.apps.command,
-                slurm_addrs: None,
                 ssh_names: Some(&job.node_names),
                 node_ranks: hosts.counts.as_deref().unwrap_or_default(),
+                ..self.daemon_launch(&job, node, &host.name, hosts.addrs[node as usize])
             };
             let remote = ssh::remote_command(&hosts.cohortd, cwd.as_deref(), &env, &launch.args());
             let agent = ssh::agent_args(&hosts.agent, host);
