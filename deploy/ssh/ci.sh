@@ -476,7 +476,7 @@ if start_sleepers; then
     wait "$job" || rc=$?
     cat "$work/out" "$work/err" >"$work/both"
     if [[ $rc == 1 ]] && grep -q "node server $net.2 .*closed its control connection" "$work/err" &&
-        grep -q "$net.2: cohortd died; killed 1 process group(s) its ranks left" "$work/err"; then
+        grep -q "$net.2: cohortd died, so its rank guard killed 1 process group(s) its ranks left" "$work/err"; then
         pass "the job ended (status 1) when $net.2's node server was killed; its guard killed the rank's child"
     else
         fail "killed node server: status $rc" "$work/both"

@@ -151,7 +151,7 @@ pub fn run(node_name: &str) -> i32 {
     }
     if !live.is_empty() {
         say(format_args!(
-            "{node_name}: cohortd died; killed {} process group(s) its ranks left: {live:?}",
+            "{node_name}: cohortd died, so its rank guard killed {} process group(s) its ranks left: {live:?}",
             live.len()
         ));
     }

@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# bench/mpi-startup.sh — how long an Open MPI job takes from launch to exit under
+# `cohort run --pmix` (cohort's node server and libpmix.so.2) and under Open MPI 4.1's
+# own mpirun (ORTE and its PMIx server), on this host, in the same run.
+#
+# The program is cluster-tests/c/mpi_demo.c built with Debian's mpicc: MPI_Init, an
+# MPI_Allgather of one int, MPI_Barrier, MPI_Finalize. Each sample is the wall time of
+# the whole job (launcher start to launcher exit: node servers or daemons, the ranks'
+# wire-up in MPI_Init, the collectives, the teardown). The launchers alternate, and
+# the order flips every round, so a slow or fast moment of the machine moves both.
+#
+#   bench/mpi-startup.sh [ROUNDS (10)]          (or: make bench-mpi-startup)
+#
+# Prints one line per launcher and size: median, min and max in ms, then mpirun's
+# median over cohort's. Installs openmpi-bin and libopenmpi-dev (apt) when missing.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+rounds=${1:-10}
+sizes=(2 4)
+
+scripts/apt-missing.sh bench-mpi-startup openmpi-bin libopenmpi-dev
+cargo build -q --release --bins -p cohort-launcher -p cohort-server -p cohort-pmix
+[ -e target/release/cohort-pmix/libpmix.so.2 ] || {
+    mkdir -p target/release/cohort-pmix
+    ln -sf ../libpmix.so target/release/cohort-pmix/libpmix.so.2
+}
+mpicc -O2 -Wall -o target/mpi_startup cluster-tests/c/mpi_demo.c
+
+root=()
+if [ "$(id -u)" -eq 0 ]; then root=(--allow-run-as-root); fi
+cohort=(target/release/cohort run --pmix)
+mpirun=(mpirun "${root[@]}" --oversubscribe)
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+
+# Runs one job; appends its wall time (ms) to $work/<name>.<n>.
+sample() {
+    local name=$1 n=$2
+    shift 2
+    local t0 t1
+    t0=$(date +%s%N)
+    if ! "$@" -n "$n" target/mpi_startup >"$work/out" 2>&1; then
+        echo "bench-mpi-startup: $name -n $n failed:" >&2
+        cat "$work/out" >&2
+        exit 1
+    fi
+    t1=$(date +%s%N)
+    grep -c '^RESULT ' "$work/out" | grep -qx "$n" || {
+        echo "bench-mpi-startup: $name -n $n: not $n RESULT lines" >&2
+        cat "$work/out" >&2
+        exit 1
+    }
+    echo $(((t1 - t0) / 1000000)) >>"$work/$name.$n"
+}
+
+# One warm-up of each (page cache, first-run set-up), not counted.
+for n in "${sizes[@]}"; do
+    sample warm "$n" "${cohort[@]}"
+    sample warm "$n" "${mpirun[@]}"
+done
+for round in $(seq "$rounds"); do
+    for n in "${sizes[@]}"; do
+        if ((round % 2)); then
+            sample cohort "$n" "${cohort[@]}"
+            sample mpirun "$n" "${mpirun[@]}"
+        else
+            sample mpirun "$n" "${mpirun[@]}"
+            sample cohort "$n" "${cohort[@]}"
+        fi
+    done
+done
+
+median() { sort -n "$1" | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : int((a[NR/2]+a[NR/2+1])/2))}'; }
+echo "# bench-mpi-startup: wall time of an Open MPI 4.1 job (MPI_Init, MPI_Allgather,"
+echo "# MPI_Barrier, MPI_Finalize), $rounds alternating rounds, $(nproc) CPUs"
+printf '%-28s %6s %12s %9s %9s\n' "# Launcher" "Ranks" "Median(ms)" "Min(ms)" "Max(ms)"
+for n in "${sizes[@]}"; do
+    for name in cohort mpirun; do
+        label="cohort run --pmix"
+        [[ $name == mpirun ]] && label="mpirun (Open MPI $(mpirun --version 2>/dev/null | head -1 | awk '{print $NF}'))"
+        printf '%-28s %6s %12s %9s %9s\n' "$label" "$n" "$(median "$work/$name.$n")" \
+            "$(sort -n "$work/$name.$n" | head -1)" "$(sort -n "$work/$name.$n" | tail -1)"
+    done
+    c=$(median "$work/cohort.$n")
+    m=$(median "$work/mpirun.$n")
+    echo "# n=$n: mpirun's median / cohort's = $(awk -v m="$m" -v c="$c" 'BEGIN {printf "%.2f", m / c}')"
+done
