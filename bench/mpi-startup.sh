@@ -12,7 +12,8 @@
 #   bench/mpi-startup.sh [ROUNDS (10)]          (or: make bench-mpi-startup)
 #
 # Prints one line per launcher and size: median, min and max in ms, then mpirun's
-# median over cohort's. Installs openmpi-bin and libopenmpi-dev (apt) when missing.
+# median over cohort's; and the same for a job of `true` (no MPI: the launch and
+# teardown alone). Installs openmpi-bin and libopenmpi-dev (apt) when missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rounds=${1:-10}
@@ -33,55 +34,69 @@ mpirun=(mpirun "${root[@]}" --oversubscribe)
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
-# Runs one job; appends its wall time (ms) to $work/<name>.<n>.
+# Runs one job of $prog; appends its wall time (ms) to $work/<name>.<prog>.<n>.
 sample() {
     local name=$1 n=$2
     shift 2
     local t0 t1
     t0=$(date +%s%N)
-    if ! "$@" -n "$n" target/mpi_startup >"$work/out" 2>&1; then
-        echo "bench-mpi-startup: $name -n $n failed:" >&2
+    if ! "$@" -n "$n" "$prog" >"$work/out" 2>&1; then
+        echo "bench-mpi-startup: $name -n $n $prog failed:" >&2
         cat "$work/out" >&2
         exit 1
     fi
     t1=$(date +%s%N)
-    grep -c '^RESULT ' "$work/out" | grep -qx "$n" || {
+    [[ $prog == true ]] || grep -c '^RESULT ' "$work/out" | grep -qx "$n" || {
         echo "bench-mpi-startup: $name -n $n: not $n RESULT lines" >&2
         cat "$work/out" >&2
         exit 1
     }
-    echo $(((t1 - t0) / 1000000)) >>"$work/$name.$n"
+    echo $(((t1 - t0) / 1000000)) >>"$work/$name.${prog##*/}.$n"
 }
 
+progs=(target/mpi_startup true)
 # One warm-up of each (page cache, first-run set-up), not counted.
-for n in "${sizes[@]}"; do
-    sample warm "$n" "${cohort[@]}"
-    sample warm "$n" "${mpirun[@]}"
+for prog in "${progs[@]}"; do
+    for n in "${sizes[@]}"; do
+        sample warm "$n" "${cohort[@]}"
+        sample warm "$n" "${mpirun[@]}"
+    done
 done
 for round in $(seq "$rounds"); do
-    for n in "${sizes[@]}"; do
-        if ((round % 2)); then
-            sample cohort "$n" "${cohort[@]}"
-            sample mpirun "$n" "${mpirun[@]}"
-        else
-            sample mpirun "$n" "${mpirun[@]}"
-            sample cohort "$n" "${cohort[@]}"
-        fi
+    for prog in "${progs[@]}"; do
+        for n in "${sizes[@]}"; do
+            if ((round % 2)); then
+                sample cohort "$n" "${cohort[@]}"
+                sample mpirun "$n" "${mpirun[@]}"
+            else
+                sample mpirun "$n" "${mpirun[@]}"
+                sample cohort "$n" "${cohort[@]}"
+            fi
+        done
     done
 done
 
 median() { sort -n "$1" | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : int((a[NR/2]+a[NR/2+1])/2))}'; }
-echo "# bench-mpi-startup: wall time of an Open MPI 4.1 job (MPI_Init, MPI_Allgather,"
-echo "# MPI_Barrier, MPI_Finalize), $rounds alternating rounds, $(nproc) CPUs"
-printf '%-28s %6s %12s %9s %9s\n' "# Launcher" "Ranks" "Median(ms)" "Min(ms)" "Max(ms)"
-for n in "${sizes[@]}"; do
-    for name in cohort mpirun; do
-        label="cohort run --pmix"
-        [[ $name == mpirun ]] && label="mpirun (Open MPI $(mpirun --version 2>/dev/null | head -1 | awk '{print $NF}'))"
-        printf '%-28s %6s %12s %9s %9s\n' "$label" "$n" "$(median "$work/$name.$n")" \
-            "$(sort -n "$work/$name.$n" | head -1)" "$(sort -n "$work/$name.$n" | tail -1)"
+ompi=$(mpirun --version 2>/dev/null | head -1 | awk '{print $NF}')
+for prog in mpi_startup true; do
+    if [[ $prog == true ]]; then
+        echo "# bench-mpi-startup: wall time of a job of \`true\` (launch and teardown, no MPI),"
+    else
+        echo "# bench-mpi-startup: wall time of an Open MPI $ompi job (MPI_Init, MPI_Allgather,"
+        echo "# MPI_Barrier, MPI_Finalize),"
+    fi
+    echo "# $rounds alternating rounds, $(nproc) CPUs"
+    printf '%-28s %6s %12s %9s %9s\n' "# Launcher" "Ranks" "Median(ms)" "Min(ms)" "Max(ms)"
+    for n in "${sizes[@]}"; do
+        for name in cohort mpirun; do
+            label="cohort run --pmix"
+            [[ $name == mpirun ]] && label="mpirun (Open MPI $ompi)"
+            f=$work/$name.$prog.$n
+            printf '%-28s %6s %12s %9s %9s\n' "$label" "$n" "$(median "$f")" \
+                "$(sort -n "$f" | head -1)" "$(sort -n "$f" | tail -1)"
+        done
+        c=$(median "$work/cohort.$prog.$n")
+        m=$(median "$work/mpirun.$prog.$n")
+        echo "# n=$n: mpirun's median / cohort's = $(awk -v m="$m" -v c="$c" 'BEGIN {printf "%.2f", m / c}')"
     done
-    c=$(median "$work/cohort.$n")
-    m=$(median "$work/mpirun.$n")
-    echo "# n=$n: mpirun's median / cohort's = $(awk -v m="$m" -v c="$c" 'BEGIN {printf "%.2f", m / c}')"
 done
