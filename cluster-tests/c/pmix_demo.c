@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #define DEMO_EVENT (PMIX_EXTERNAL_ERR_BASE - 77)
+#define DEMO_EVENT2 (PMIX_EXTERNAL_ERR_BASE - 78)
 
 static pmix_proc_t me;
 
@@ -54,6 +55,28 @@ static void on_event(size_t id, pmix_status_t status, const pmix_proc_t *source,
     }
     if (NULL != cbfunc) {
         cbfunc(PMIX_EVENT_ACTION_COMPLETE, NULL, 0, NULL, NULL, cbdata);
+    }
+}
+
+/* A default handler (every code), registered before the DEMO_EVENT one: PMIx calls
+ * it after that one, which completes DEMO_EVENT (PMIX_EVENT_ACTION_COMPLETE), so it
+ * sees DEMO_EVENT2 only. */
+static atomic_int default_saw_demo = 0;
+static atomic_int default_saw_demo2 = 0;
+
+static void on_any(size_t id, pmix_status_t status, const pmix_proc_t *source,
+                   pmix_info_t info[], size_t ninfo, pmix_info_t *results, size_t nresults,
+                   pmix_event_notification_cbfunc_fn_t cbfunc, void *cbdata)
+{
+    (void)id; (void)source; (void)info; (void)ninfo; (void)results; (void)nresults;
+    if (status == DEMO_EVENT) {
+        atomic_fetch_add(&default_saw_demo, 1);
+    }
+    if (status == DEMO_EVENT2) {
+        atomic_store(&default_saw_demo2, 1);
+    }
+    if (NULL != cbfunc) {
+        cbfunc(PMIX_SUCCESS, NULL, 0, NULL, NULL, cbdata);
     }
 }
 
@@ -253,7 +276,10 @@ int main(void)
     }
     free(nodelist);
 
-    /* Events: registered (callback form) before anyone notifies. */
+    /* Events: registered (callback form) before anyone notifies; a default handler
+     * first (blocking form: its reference is the return value). */
+    CHECK(PMIx_Register_event_handler(NULL, 0, NULL, 0, on_any, NULL, NULL) >= 0,
+          "registering a default handler");
     pmix_status_t code = DEMO_EVENT;
     OK(PMIx_Register_event_handler(&code, 1, NULL, 0, on_event, on_registered, NULL));
     CHECK(wait_for(&reg_done) == 1, "the registration callback did not report success");
@@ -329,11 +355,16 @@ int main(void)
         PMIX_INFO_CREATE(info, 1);
         PMIX_INFO_LOAD(&info[0], "demo.msg", "hello", PMIX_STRING);
         OK(PMIx_Notify_event(DEMO_EVENT, &me, PMIX_RANGE_NAMESPACE, info, 1, NULL, NULL));
+        OK(PMIx_Notify_event(DEMO_EVENT2, &me, PMIX_RANGE_NAMESPACE, info, 1, NULL, NULL));
         PMIX_INFO_FREE(info, 1);
     } else {
         CHECK(wait_for(&event_seen), "no event from rank 0");
         CHECK(atomic_load(&event_source) == 0, "the event came from rank %u",
               atomic_load(&event_source));
+        /* Events arrive in order: once the second is seen, the first was handled. */
+        CHECK(wait_for(&default_saw_demo2), "the default handler never saw DEMO_EVENT2");
+        CHECK(atomic_load(&default_saw_demo) == 0,
+              "the default handler saw DEMO_EVENT after its handler completed it");
     }
 
     /* A group of the whole job with a context id. */

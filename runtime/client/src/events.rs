@@ -6,6 +6,11 @@
 //! handler becomes active at its place in the event stream. Events that arrived before
 //! it and matched no handler sit in the cache and are handed to it, oldest first, when
 //! the event thread activates it.
+//!
+//! An event goes to its matching handlers in PMIx's order: those registered for one
+//! code, then those for several, then those for every code, each group in registration
+//! order; a handler that answers [`EventFlow::Stop`] (PMIx's
+//! `PMIX_EVENT_ACTION_COMPLETE`) ends the chain for that event.
 
 use std::collections::VecDeque;
 use std::panic::AssertUnwindSafe;
@@ -23,7 +28,16 @@ pub const EVENT_CACHE_CAPACITY: usize = 1024;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct HandlerId(u64);
 
-pub(crate) type HandlerFn = dyn Fn(&Client, &Event) + Send + Sync + 'static;
+pub(crate) type HandlerFn = dyn Fn(&Client, &Event) -> EventFlow + Send + Sync + 'static;
+
+/// What a chained handler (`Client::register_event_chain`) says after an event.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EventFlow {
+    /// The next matching handler gets the event too.
+    Continue,
+    /// The event is dealt with: no further handler gets it.
+    Stop,
+}
 
 /// Work for the event thread, in arrival order.
 pub(crate) enum EventMsg {
@@ -45,6 +59,15 @@ struct Registered {
 impl Registered {
     fn matches(&self, code: EventCode) -> bool {
         self.codes.as_ref().is_none_or(|c| c.contains(&code))
+    }
+
+    /// Its place in an event's chain: one code, several codes, every code.
+    fn rank(&self) -> u8 {
+        match &self.codes {
+            Some(c) if c.len() == 1 => 0,
+            Some(_) => 1,
+            None => 2,
+        }
     }
 }
 
@@ -109,13 +132,19 @@ impl EventRegistry {
         Some((handler, claimed))
     }
 
-    /// Active handlers matching `event`, in registration order; caches it if none.
+    /// Active handlers matching `event`, in chain order (see the module); caches it
+    /// if none.
     fn route(&self, event: &Event) -> Vec<Arc<HandlerFn>> {
         let mut st = lock(&self.state);
-        let targets: Vec<_> = st
+        let mut matching: Vec<&Registered> = st
             .handlers
             .iter()
             .filter(|h| h.active && h.matches(event.code))
+            .collect();
+        // Stable: registration order within each rank.
+        matching.sort_by_key(|h| h.rank());
+        let targets: Vec<_> = matching
+            .into_iter()
             .map(|h| Arc::clone(&h.handler))
             .collect();
         if targets.is_empty() {
@@ -160,7 +189,9 @@ pub(crate) fn run_event_thread(
         let handle = Client { inner };
         for ev in &events {
             for h in &targets {
-                call_handler(h.as_ref(), &handle, ev);
+                if call_handler(h.as_ref(), &handle, ev) == EventFlow::Stop {
+                    break;
+                }
             }
         }
     }
@@ -198,12 +229,16 @@ fn next_msg(
     rx.recv().ok()
 }
 
-fn call_handler(h: &HandlerFn, client: &Client, ev: &Event) {
-    if std::panic::catch_unwind(AssertUnwindSafe(|| h(client, ev))).is_err() {
-        tracing::error!(
-            code = ev.code,
-            source = %ev.source,
-            "an event handler panicked; the event thread carries on"
-        );
+fn call_handler(h: &HandlerFn, client: &Client, ev: &Event) -> EventFlow {
+    match std::panic::catch_unwind(AssertUnwindSafe(|| h(client, ev))) {
+        Ok(flow) => flow,
+        Err(_) => {
+            tracing::error!(
+                code = ev.code,
+                source = %ev.source,
+                "an event handler panicked; the event thread carries on"
+            );
+            EventFlow::Continue
+        }
     }
 }

@@ -58,7 +58,7 @@ pub use cohort_proto::{
 pub use cohort_topology::{Binding, CpuSet};
 pub use conn::LOST_REASON_KEY;
 pub use connect::{ConnectOpts, Connection, DisconnectOpts};
-pub use events::{HandlerId, EVENT_CACHE_CAPACITY};
+pub use events::{EventFlow, HandlerId, EVENT_CACHE_CAPACITY};
 pub use group_event::GroupEventInfo;
 
 use conn::{lock, Conn, ReplyFuture, Waiter};
@@ -1050,8 +1050,10 @@ impl Client {
     }
 
     /// Registers `handler` for events whose code is in `codes` (`None` or an empty
-    /// slice: every code). Handlers run on the client's event thread, in registration
-    /// order, and may call any client API. Events that arrived earlier and matched no
+    /// slice: every code). Handlers run on the client's event thread and may call any
+    /// client API; an event goes to the handlers registered for its code alone first,
+    /// then to those for several codes, then to those for every code, each group in
+    /// registration order (PMIx's order). Events that arrived earlier and matched no
     /// handler are cached (the newest [`EVENT_CACHE_CAPACITY`]) and handed to this
     /// handler now, each to the first matching handler registered after it arrived.
     ///
@@ -1061,6 +1063,20 @@ impl Client {
         &self,
         codes: Option<&[EventCode]>,
         handler: impl Fn(&Client, &Event) + Send + Sync + 'static,
+    ) -> HandlerId {
+        self.register_event_chain(codes, move |c, e| {
+            handler(c, e);
+            EventFlow::Continue
+        })
+    }
+
+    /// As [`register_event_handler`](Self::register_event_handler), for a handler that
+    /// may end the event's chain: after [`EventFlow::Stop`] no later handler gets that
+    /// event (PMIx's `PMIX_EVENT_ACTION_COMPLETE`).
+    pub fn register_event_chain(
+        &self,
+        codes: Option<&[EventCode]>,
+        handler: impl Fn(&Client, &Event) -> EventFlow + Send + Sync + 'static,
     ) -> HandlerId {
         let id = self.inner.registry.add(codes, Arc::new(handler));
         self.inner.conn.want_events();

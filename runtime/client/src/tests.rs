@@ -255,6 +255,49 @@ fn recording_handler(
     }
 }
 
+/// PMIx's chain: handlers for the event's code alone, then for several codes, then
+/// for every code, whatever order they were registered in; a handler that says
+/// `Stop` (PMIX_EVENT_ACTION_COMPLETE) ends the chain for that event only.
+#[test]
+fn handlers_run_in_pmix_order_and_stop_ends_the_chain() {
+    const A: EventCode = 1101;
+    const B: EventCode = 1102;
+    let (client, server) = client_with(|s| {
+        let f = s.expect();
+        s.event(A, 1);
+        s.event(B, 2);
+        s.reply(f.id, Ok(Response::GroupNames(vec![])));
+        assert!(s.recv().is_none());
+    });
+    let log: Log = Arc::default();
+    let (done, fired) = crossbeam_channel::unbounded();
+    client.register_event_handler(None, recording_handler("all", &log, &done));
+    client.register_event_handler(Some(&[A, B]), recording_handler("both", &log, &done));
+    let record = recording_handler("only-A", &log, &done);
+    client.register_event_chain(Some(&[A]), move |c, e| {
+        record(c, e);
+        EventFlow::Stop
+    });
+    client.register_event_handler(Some(&[B]), recording_handler("only-B", &log, &done));
+    client.group_names().expect("sync");
+    // A: only-A first, and it stops the chain. B: only-B, both, all.
+    for _ in 0..4 {
+        fired.recv_timeout(TEST_DEADLINE).expect("delivery");
+    }
+    assert!(fired.recv_timeout(Duration::from_millis(200)).is_err());
+    assert_eq!(
+        *log.lock().expect("log"),
+        vec![
+            ("only-A", A, 1),
+            ("only-B", B, 2),
+            ("both", B, 2),
+            ("all", B, 2)
+        ]
+    );
+    drop(client);
+    server.join().expect("server thread");
+}
+
 #[test]
 fn cached_event_goes_to_matching_handlers_once_in_order() {
     const A: EventCode = 1001;

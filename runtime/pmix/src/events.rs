@@ -1,31 +1,40 @@
 //! Events: `PMIx_Register_event_handler`, `PMIx_Deregister_event_handler` and
 //! `PMIx_Notify_event` on cohort's event handlers and notifications.
 //!
-//! Handlers run on the cohort client's event thread, in registration order; each gets
-//! the event's info (plus `PMIX_EVENT_AFFECTED_PROCS` when the event names processes)
-//! and a completion callback it may call (or not: cohort calls every matching handler
-//! whatever the previous one answered).
+//! Handlers run on the cohort client's event thread in PMIx's order (those registered
+//! for the event's code alone, then for several codes, then for every code; each in
+//! registration order). Each gets the event's info (plus `PMIX_EVENT_AFFECTED_PROCS`
+//! when the event names processes) and a completion callback. A handler that calls it
+//! with `PMIX_EVENT_ACTION_COMPLETE` before returning ends the chain; one that calls
+//! it later (or never) does not hold up the next handler, which gets the event at once.
+//! Handlers get no results of earlier handlers.
 
 use std::ffi::c_void;
 use std::ptr;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::Arc;
 
-use cohort::{Client, Event, ProcId, Range};
+use cohort::{Client, Event, EventFlow, ProcId, Range};
 
 use crate::types::*;
 use crate::value::*;
 use crate::*;
 
-/// The info a handler was given, released when it calls its completion callback.
+/// The info a handler was given, released when it calls its completion callback, and
+/// where that callback leaves the handler's status for the chain.
 struct Delivery {
     info: *mut pmix_info_t,
     ninfo: usize,
+    status: Arc<AtomicI32>,
 }
+
+/// A handler's status before it called its completion callback.
+const NOT_DONE: i32 = i32::MIN;
 
 /// The completion callback handed to handlers: releases the event's info and calls
 /// the handler's own callback, if any.
 unsafe extern "C" fn event_done(
-    _status: pmix_status_t,
+    status: pmix_status_t,
     _results: *mut pmix_info_t,
     _nresults: usize,
     cbfunc: pmix_op_cbfunc_t,
@@ -36,6 +45,7 @@ unsafe extern "C" fn event_done(
         if !notification_cbdata.is_null() {
             // SAFETY: the Delivery boxed for this handler call, released once here.
             let d = unsafe { Box::from_raw(notification_cbdata.cast::<Delivery>()) };
+            d.status.store(status, Ordering::SeqCst);
             // SAFETY: the info array we built for it.
             unsafe { info_array_free(d.info, d.ninfo) };
         }
@@ -71,11 +81,17 @@ fn event_info(e: &Event) -> Vec<(String, PVal)> {
     info
 }
 
-/// Calls handler `h` (registration `id`) with event `e`.
-fn deliver(h: HandlerFn, id: usize, e: &Event) {
+/// Calls handler `h` (registration `id`) with event `e`: whether the chain goes on
+/// (it did not complete the event with `PMIX_EVENT_ACTION_COMPLETE` before returning).
+fn deliver(h: HandlerFn, id: usize, e: &Event) -> EventFlow {
     let source = proc_out(&e.source);
     let (info, ninfo) = info_array_out(&event_info(e));
-    let delivery = Box::into_raw(Box::new(Delivery { info, ninfo }));
+    let status = Arc::new(AtomicI32::new(NOT_DONE));
+    let delivery = Box::into_raw(Box::new(Delivery {
+        info,
+        ninfo,
+        status: Arc::clone(&status),
+    }));
     // SAFETY: the registrant's handler, with arguments valid until it calls
     // `event_done` (which releases them).
     unsafe {
@@ -91,6 +107,11 @@ fn deliver(h: HandlerFn, id: usize, e: &Event) {
             delivery.cast(),
         )
     };
+    if status.load(Ordering::SeqCst) == PMIX_EVENT_ACTION_COMPLETE {
+        EventFlow::Stop
+    } else {
+        EventFlow::Continue
+    }
 }
 
 type HandlerFn = unsafe extern "C" fn(
@@ -135,9 +156,9 @@ pub unsafe extern "C" fn PMIx_Register_event_handler(
         refid = s.next_handler.fetch_add(1, Ordering::Relaxed);
         let id = refid;
         let handler = move |_: &Client, e: &Event| {
-            let _ = catch_unwind(AssertUnwindSafe(|| deliver(h, id, e)));
+            catch_unwind(AssertUnwindSafe(|| deliver(h, id, e))).unwrap_or(EventFlow::Continue)
         };
-        let hid = s.client.register_event_handler(codes.as_deref(), handler);
+        let hid = s.client.register_event_chain(codes.as_deref(), handler);
         lock(&s.handlers).insert(id, hid);
         Ok(())
     });
