@@ -123,17 +123,43 @@ pub(crate) fn info_out(info: &Info) -> (*mut cohort_info_t, usize) {
     (Box::into_raw(list).cast(), n)
 }
 
+/// An entry of a list handed out: its key and value, to release.
+trait Entry {
+    fn key_and_value(&mut self) -> (*mut c_char, &mut cohort_value_t);
+}
+
+impl Entry for cohort_info_t {
+    fn key_and_value(&mut self) -> (*mut c_char, &mut cohort_value_t) {
+        (self.key, &mut self.value)
+    }
+}
+
+impl Entry for cohort_group_info_t {
+    fn key_and_value(&mut self) -> (*mut c_char, &mut cohort_value_t) {
+        (self.key, &mut self.value)
+    }
+}
+
+/// Releases a list of entries the library handed out.
+///
 /// # Safety
-/// `(p, n)` came from [`info_out`] and was not released.
-pub(crate) unsafe fn free_info(p: *mut cohort_info_t, n: usize) {
+/// `(p, n)` came from [`info_out`] or [`group_info_out`] and was not released.
+unsafe fn free_entries<T: Entry>(p: *mut T, n: usize) {
     if p.is_null() {
         return;
     }
     let mut list = Box::from_raw(std::ptr::slice_from_raw_parts_mut(p, n));
-    for i in list.iter_mut() {
-        drop(CString::from_raw(i.key));
-        cohort_value_free(&mut i.value);
+    for e in list.iter_mut() {
+        let (key, value) = e.key_and_value();
+        drop(CString::from_raw(key));
+        cohort_value_free(value);
     }
+}
+
+/// # Safety
+/// `(p, n)` came from [`info_out`] and was not released.
+pub(crate) unsafe fn free_info(p: *mut cohort_info_t, n: usize) {
+    free_entries(p, n);
 }
 
 /// Every member's contributions, member by member, as a list handed to C, released
@@ -159,14 +185,7 @@ pub(crate) fn group_info_out(info: &[(ProcId, Info)]) -> (*mut cohort_group_info
 /// # Safety
 /// `(p, n)` came from [`group_info_out`] and was not released.
 pub(crate) unsafe fn free_group_info(p: *mut cohort_group_info_t, n: usize) {
-    if p.is_null() {
-        return;
-    }
-    let mut list = Box::from_raw(std::ptr::slice_from_raw_parts_mut(p, n));
-    for i in list.iter_mut() {
-        drop(CString::from_raw(i.key));
-        cohort_value_free(&mut i.value);
-    }
+    free_entries(p, n);
 }
 
 #[cfg(test)]

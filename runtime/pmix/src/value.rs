@@ -656,7 +656,7 @@ fn decode(it: &mut std::slice::Iter<'_, String>) -> Option<PVal> {
         PMIX_PROC_STATE => PVal::ProcState(u()? as u8),
         PMIX_DATA_TYPE => PVal::DataType(u()? as u16),
         PMIX_PROC => PVal::Proc(ProcId::new(tok, it.next()?.parse().ok()?)),
-        PMIX_BYTE_OBJECT => PVal::Bytes(cohort_hex(&tok)?),
+        PMIX_BYTE_OBJECT => PVal::Bytes(cohort_proto::env::from_hex(&tok)?),
         PMIX_DATA_ARRAY => {
             let ety: u16 = tok.parse().ok()?;
             let n: usize = it.next()?.parse().ok()?;
@@ -669,16 +669,6 @@ fn decode(it: &mut std::slice::Iter<'_, String>) -> Option<PVal> {
         PMIX_INFO => PVal::Info(tok, Box::new(decode(it)?)),
         _ => return None,
     })
-}
-
-fn cohort_hex(s: &str) -> Option<Vec<u8>> {
-    if s.len() % 2 != 0 {
-        return None;
-    }
-    (0..s.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok())
-        .collect()
 }
 
 /// `v` as cohort carries it: natively when cohort has the type, else tagged.
