@@ -248,23 +248,22 @@ fn mpi_demo() -> Option<PathBuf> {
         .clone()
 }
 
-/// What an Open MPI 4.1 program needs under `cohort run` (see the README): its ORTE
-/// "schizo" component would otherwise declare a process that mpirun did not start a
-/// singleton (by hand here; `--pmix` sets it on one node server); and node servers
-/// emulated on one host share it, so the shared-memory transport (whose segment names
-/// assume one node per host) must give way to TCP over loopback.
+/// What an Open MPI 4.1 program needs under `cohort run` (see the README), by hand:
+/// its ORTE "schizo" component would otherwise declare a process that mpirun did not
+/// start a singleton; and node servers emulated on one host share it, so the
+/// shared-memory transport (whose segment names assume one node per host) must give
+/// way to TCP over loopback. `--pmix` sets both.
 const MPI_ENV_EMULATED_NODES: &[&str] = &[
     "OMPI_MCA_schizo=^orte",
     "OMPI_MCA_btl=self,tcp",
     "OMPI_MCA_btl_tcp_if_include=lo",
 ];
 
-fn run_mpi_demo(nodes: u32, n: u32) {
+fn run_mpi_demo(nodes: u32, n: u32, lib: Lib) {
     let Some(prog) = mpi_demo() else { return };
-    let results = if nodes > 1 {
-        run(&prog, nodes, n, Lib::Exported, MPI_ENV_EMULATED_NODES)
-    } else {
-        run(&prog, nodes, n, Lib::PmixFlag, &[])
+    let results = match lib {
+        Lib::Exported => run(&prog, nodes, n, lib, MPI_ENV_EMULATED_NODES),
+        Lib::PmixFlag => run(&prog, nodes, n, lib, &[]),
     };
     let sum: u32 = (0..n).map(|r| 1000 + r * 7).sum();
     assert_eq!(results[0], format!("RESULT size={n} sum={sum}"));
@@ -272,12 +271,19 @@ fn run_mpi_demo(nodes: u32, n: u32) {
 
 #[test]
 fn an_open_mpi_program_runs_on_cohorts_libpmix_on_one_node_server() {
-    run_mpi_demo(1, 4);
+    run_mpi_demo(1, 4, Lib::PmixFlag);
 }
 
 #[test]
 fn an_open_mpi_program_runs_on_cohorts_libpmix_on_three_node_servers() {
-    run_mpi_demo(3, 6);
+    run_mpi_demo(3, 6, Lib::PmixFlag);
+}
+
+/// The same by hand (`-x` of the library path and Open MPI's settings), as on a
+/// machine where `--pmix` cannot find the library.
+#[test]
+fn an_open_mpi_program_runs_with_the_library_exported_by_hand() {
+    run_mpi_demo(3, 6, Lib::Exported);
 }
 
 /// `--pmix` without the library says where it looked and how to build it, before

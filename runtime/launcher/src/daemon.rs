@@ -44,14 +44,27 @@ pub fn find_pmix_libdir() -> Result<PathBuf, String> {
 
 /// The ranks' exports with `--pmix`: `libdir` first on `LD_LIBRARY_PATH` (before what
 /// `-x` gave, else cohort's own), and `OMPI_MCA_schizo=^orte` unless `-x` or cohort's
-/// environment (`env`) sets it.
+/// environment (`env`) sets it. With node servers `emulated` on one host, also
+/// Open MPI's TCP transport over loopback instead of its shared memory (whose segment
+/// names, host name and local rank, collide between node servers of one host), unless
+/// `-x` or the environment chose its transports.
 pub fn pmix_exports(
     mut exports: Vec<(String, OsString)>,
     libdir: &Path,
+    emulated: bool,
     env: impl Fn(&str) -> Option<OsString>,
 ) -> Vec<(String, OsString)> {
     const LIBPATH: &str = "LD_LIBRARY_PATH";
     const SCHIZO: &str = "OMPI_MCA_schizo";
+    const BTL: &str = "OMPI_MCA_btl";
+    const TCP_IF: &str = "OMPI_MCA_btl_tcp_if_include";
+    let chosen = |exports: &[(String, OsString)], k: &str| {
+        exports.iter().any(|(n, _)| n == k) || env(k).is_some()
+    };
+    if emulated && !chosen(&exports, BTL) && !chosen(&exports, TCP_IF) {
+        exports.push((BTL.into(), "self,tcp".into()));
+        exports.push((TCP_IF.into(), "lo".into()));
+    }
     let given = exports.iter().position(|(k, _)| k == LIBPATH);
     let rest = match given {
         Some(i) => Some(exports.remove(i).1),
@@ -441,7 +454,7 @@ mod tests {
     fn pmix_puts_the_library_first_and_tells_open_mpi_who_started_it() {
         let dir = Path::new("/opt/cohort/lib/cohort-pmix");
         let none = |_: &str| None;
-        let got = pmix_exports(vec![("A".into(), "1".into())], dir, none);
+        let got = pmix_exports(vec![("A".into(), "1".into())], dir, false, none);
         assert_eq!(
             got,
             vec![
@@ -457,14 +470,14 @@ mod tests {
             "OMPI_MCA_schizo" => Some("ompi".into()),
             _ => None,
         };
-        let got = pmix_exports(Vec::new(), dir, env);
+        let got = pmix_exports(Vec::new(), dir, false, env);
         assert_eq!(got[0].1, "/opt/cohort/lib/cohort-pmix:/usr/local/lib");
         assert_eq!(got[1], ("OMPI_MCA_schizo".into(), "ompi".into()));
         let given = vec![
             ("LD_LIBRARY_PATH".into(), "/x".into()),
             ("OMPI_MCA_schizo".into(), "^foo".into()),
         ];
-        let got = pmix_exports(given, dir, env);
+        let got = pmix_exports(given, dir, false, env);
         assert_eq!(
             got,
             vec![
@@ -475,6 +488,24 @@ mod tests {
                 ),
             ]
         );
+    }
+
+    /// Node servers emulated on one host: Open MPI over TCP on loopback, unless its
+    /// transports were chosen.
+    #[test]
+    fn pmix_on_emulated_nodes_moves_open_mpi_off_shared_memory() {
+        let dir = Path::new("/lib/cohort-pmix");
+        let none = |_: &str| None;
+        let got = pmix_exports(Vec::new(), dir, true, none);
+        let has = |k: &str, v: &str| got.iter().any(|(n, x)| n == k && x == v);
+        assert!(has("OMPI_MCA_btl", "self,tcp") && has("OMPI_MCA_btl_tcp_if_include", "lo"));
+        let chosen = vec![("OMPI_MCA_btl".into(), "self,vader".into())];
+        let got = pmix_exports(chosen, dir, true, none);
+        assert_eq!(got[0], ("OMPI_MCA_btl".into(), "self,vader".into()));
+        assert!(!got.iter().any(|(n, _)| n == "OMPI_MCA_btl_tcp_if_include"));
+        let env = |k: &str| (k == "OMPI_MCA_btl_tcp_if_include").then(|| "eth0".into());
+        let got = pmix_exports(Vec::new(), dir, true, env);
+        assert!(!got.iter().any(|(n, _)| n.starts_with("OMPI_MCA_btl")));
     }
 
     #[test]

@@ -336,7 +336,10 @@ impl Launcher {
         let mut exports = daemon::resolve_exports(&args.export)?;
         if args.pmix {
             let libdir = daemon::find_pmix_libdir()?;
-            exports = daemon::pmix_exports(exports, &libdir, |k| std::env::var_os(k));
+            // Node servers emulated on this host share its name: Open MPI's
+            // shared-memory segments (named by host and local rank) would collide.
+            let emulated = launch == Launch::Local && nodes > 1;
+            exports = daemon::pmix_exports(exports, &libdir, emulated, |k| std::env::var_os(k));
         }
         let apps = AppLayout::new(&plan)?;
         let random = |n| random_bytes(n).map_err(|e| format!("cannot read random bytes: {e}"));
