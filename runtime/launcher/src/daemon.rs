@@ -514,6 +514,16 @@ mod tests {
         assert!(err.contains("PMIX_RANK"), "{err}");
     }
 
+    /// cohortd's arguments for `l`, joined by spaces.
+    fn arg_text(l: &DaemonLaunch<'_>) -> String {
+        let args: Vec<String> = l
+            .args()
+            .into_iter()
+            .map(|a| a.into_string().unwrap())
+            .collect();
+        args.join(" ")
+    }
+
     /// A node server's launch with nothing beyond what is required; tests set the rest.
     fn launch(command: &[OsString]) -> DaemonLaunch<'_> {
         DaemonLaunch {
@@ -562,12 +572,7 @@ mod tests {
             node_ranks: &[1, 2],
             ..launch(&prog)
         };
-        let joined = l
-            .args()
-            .into_iter()
-            .map(|a| a.into_string().unwrap())
-            .collect::<Vec<_>>()
-            .join(" ");
+        let joined = arg_text(&l);
         assert_eq!(
             joined,
             "--ssh --node 1 --nodes 2 --node-name 10.0.0.2 --listen 10.0.0.2:0 --node-names \
@@ -610,12 +615,7 @@ mod tests {
             exports: &exports,
             ..launch(&cmd)
         };
-        let args: Vec<String> = l
-            .args()
-            .into_iter()
-            .map(|a| a.into_string().unwrap())
-            .collect();
-        let joined = args.join(" ");
+        let joined = arg_text(&l);
         assert!(joined.starts_with("--node 2 --nodes 3 --node-name node2 --listen 127.0.1.3:0"));
         assert!(
             joined.ends_with(
@@ -641,12 +641,7 @@ mod tests {
             slurm_addrs: Some((&addrs, &names)),
             ..launch(&prog)
         };
-        let args: Vec<String> = l
-            .args()
-            .into_iter()
-            .map(|a| a.into_string().unwrap())
-            .collect();
-        let joined = args.join(" ");
+        let joined = arg_text(&l);
         assert_eq!(
             joined,
             "--slurm --nodes 2 --node-addrs 10.77.0.11,10.77.0.12 --node-names n1,n2 \
@@ -669,12 +664,7 @@ mod tests {
             no_shm_fence: true,
             ..launch(&prog)
         };
-        let args: Vec<String> = l
-            .args()
-            .into_iter()
-            .map(|a| a.into_string().unwrap())
-            .collect();
-        let joined = args.join(" ");
+        let joined = arg_text(&l);
         assert!(
             joined.ends_with(
                 "--topology /etc/slurm/topology.conf --ib-device mlx5_0:1 --ib-gid-index 3 \
@@ -717,12 +707,7 @@ mod tests {
             psets: &psets,
             ..launch(&cmd)
         };
-        let args: Vec<String> = l
-            .args()
-            .into_iter()
-            .map(|a| a.into_string().unwrap())
-            .collect();
-        let joined = args.join(" ");
+        let joined = arg_text(&l);
         assert!(
             joined.ends_with(
                 "--app=2:2 --app=3:1 --app-export=1:ICE=-cold --pset=ocean=0-1 \
