@@ -292,6 +292,17 @@ unsafe fn procs_in(procs: *const cohort_proc_t, n: usize) -> Result<Vec<ProcId>,
         .collect()
 }
 
+/// The process `p` points to; `what` names it when it is NULL.
+///
+/// # Safety
+/// `p` is NULL or points to a process.
+unsafe fn one_proc(p: *const cohort_proc_t, what: &str) -> Result<ProcId, c_int> {
+    proc_in(
+        p.as_ref()
+            .ok_or_else(|| bad_param(format!("{what} is NULL")))?,
+    )
+}
+
 fn proc_in(p: &cohort_proc_t) -> Result<ProcId, c_int> {
     let bytes: Vec<u8> = p
         .nspace
@@ -609,10 +620,7 @@ pub unsafe extern "C" fn cohort_get(
 ) -> c_int {
     status(|| {
         let c = handle(client)?;
-        let p = proc_in(
-            proc.as_ref()
-                .ok_or_else(|| bad_param("the process is NULL"))?,
-        )?;
+        let p = one_proc(proc, "the process")?;
         let key = text(key, "the key")?;
         if value.is_null() {
             return Err(bad_param("the value's address is NULL"));
@@ -786,11 +794,7 @@ pub unsafe extern "C" fn cohort_group_join(
     status(|| {
         let c = handle(client)?;
         let id = text(id, "the group id")?;
-        let leader = proc_in(
-            leader
-                .as_ref()
-                .ok_or_else(|| bad_param("the leader is NULL"))?,
-        )?;
+        let leader = one_proc(leader, "the leader")?;
         let info = info_in(info, ninfo)?;
         let joined = c
             .client
@@ -912,10 +916,7 @@ pub unsafe extern "C" fn cohort_appnum(
 ) -> c_int {
     status(|| {
         let c = handle(client)?;
-        let p = proc_in(
-            proc.as_ref()
-                .ok_or_else(|| bad_param("the process is NULL"))?,
-        )?;
+        let p = one_proc(proc, "the process")?;
         if appnum.is_null() {
             return Err(bad_param("the result's address is NULL"));
         }
@@ -1085,14 +1086,20 @@ pub unsafe extern "C" fn cohort_fence_nb(
 
 type GroupCb = unsafe extern "C" fn(c_int, *const cohort_group_t, *mut c_void);
 
-/// Calls `cb` with a group result (or none) that lives for the call.
-///
-/// # Safety
-/// `cb` accepts a group pointer valid during the call.
-unsafe fn group_callback(cb: GroupCb, data: CbData, r: Result<Option<GroupResult>, c_int>) {
-    let status = code_of(&r);
-    let group = r.ok().flatten().map(|g| group_out(&g));
-    lend(group, cohort_group_free, |g| cb(status, g, data.0));
+/// Runs `fut` on the completion thread, then calls `cb` with its status, its group
+/// (NULL when none), valid during the call, and the caller's data.
+fn complete_group(
+    fut: impl Future<Output = Result<Option<GroupResult>, CohortError>> + Send + 'static,
+    cb: GroupCb,
+    data: CbData,
+) {
+    complete(fut, move |r| {
+        let data = data; // the whole (Send) wrapper, not its raw field
+        let status = code_of(&r);
+        let group = r.ok().flatten().map(|g| group_out(&g));
+        // SAFETY: the caller's callback, with its own data and a group it does not keep.
+        unsafe { lend(group, cohort_group_free, |g| cb(status, g, data.0)) };
+    });
 }
 
 /// Lends `value` to `call` as a pointer (NULL when there is none), valid during the
@@ -1131,11 +1138,8 @@ pub unsafe extern "C" fn cohort_group_construct_nb(
         let id = text(id, "the group id")?;
         let procs = procs_in(procs, nprocs)?;
         let opts = construct_opts(opts)?;
-        let data = CbData(cbdata);
-        complete(c.client.group_construct_async(id, &procs, opts), move |r| {
-            // SAFETY: the caller's callback, with its own data.
-            unsafe { group_callback(cb, data, r.map(Some)) }
-        });
+        let fut = c.client.group_construct_async(id, &procs, opts);
+        complete_group(async move { fut.await.map(Some) }, cb, CbData(cbdata));
         Ok(())
     })
 }
@@ -1162,20 +1166,12 @@ pub unsafe extern "C" fn cohort_group_join_nb(
         let c = handle(client)?;
         let cb = cb.ok_or_else(|| bad_param("the callback is NULL"))?;
         let id = text(id, "the group id")?;
-        let leader = proc_in(
-            leader
-                .as_ref()
-                .ok_or_else(|| bad_param("the leader is NULL"))?,
-        )?;
+        let leader = one_proc(leader, "the leader")?;
         let info = info_in(info, ninfo)?;
-        let data = CbData(cbdata);
         let fut = c
             .client
             .group_join_async(id, &leader, accept != 0, timeout(timeout_ms), info);
-        complete(fut, move |r| {
-            // SAFETY: the caller's callback, with its own data.
-            unsafe { group_callback(cb, data, r) }
-        });
+        complete_group(fut, cb, CbData(cbdata));
         Ok(())
     })
 }
@@ -1220,11 +1216,8 @@ pub unsafe extern "C" fn cohort_group_invite_nb(
         let id = text(id, "the group id")?;
         let procs = procs_in(procs, nprocs)?;
         let opts = invite_opts(opts)?;
-        let data = CbData(cbdata);
-        complete(c.client.group_invite_async(id, &procs, opts), move |r| {
-            // SAFETY: the caller's callback, with its own data.
-            unsafe { group_callback(cb, data, r.map(Some)) }
-        });
+        let fut = c.client.group_invite_async(id, &procs, opts);
+        complete_group(async move { fut.await.map(Some) }, cb, CbData(cbdata));
         Ok(())
     })
 }
@@ -1351,10 +1344,7 @@ pub unsafe extern "C" fn cohort_get_nb(
     status(|| {
         let c = handle(client)?;
         let cb = cb.ok_or_else(|| bad_param("the callback is NULL"))?;
-        let p = proc_in(
-            proc.as_ref()
-                .ok_or_else(|| bad_param("the process is NULL"))?,
-        )?;
+        let p = one_proc(proc, "the process")?;
         let key = text(key, "the key")?;
         let data = CbData(cbdata);
         complete(c.client.get_async(&p, key, timeout(timeout_ms)), move |r| {
