@@ -14,7 +14,7 @@ use std::ptr;
 use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::Arc;
 
-use cohort::{Client, Event, EventFlow, ProcId, Range};
+use cohort::{Client, Event, EventFlow, Range};
 
 use crate::types::*;
 use crate::value::*;
@@ -232,15 +232,8 @@ pub unsafe extern "C" fn PMIx_Notify_event(
             PMIX_RANGE_SESSION | PMIX_RANGE_GLOBAL | PMIX_RANGE_RM => Range::Session,
             PMIX_RANGE_PROC_LOCAL => Range::Procs(vec![c.proc_id().clone()]),
             PMIX_RANGE_CUSTOM => {
-                let procs: Vec<ProcId> = match find(&info, PMIX_EVENT_CUSTOM_RANGE) {
-                    Some(PVal::Array(_, ps)) => ps
-                        .iter()
-                        .filter_map(|p| match p {
-                            PVal::Proc(p) => Some(p.clone()),
-                            _ => None,
-                        })
-                        .collect(),
-                    Some(PVal::Proc(p)) => vec![p.clone()],
+                let procs = match find(&info, PMIX_EVENT_CUSTOM_RANGE) {
+                    v @ Some(PVal::Array(..) | PVal::Proc(_)) => crate::groups::procs_of(v),
                     _ => return Err(PMIX_ERR_BAD_PARAM),
                 };
                 Range::Procs(expand(c, procs))
@@ -256,11 +249,6 @@ pub unsafe extern "C" fn PMIx_Notify_event(
             return c.notify(status, range, info).map_err(|e| status_of(&e));
         }
         let fut = c.notify_async(status, range, info);
-        op_callback(cbfunc, CbData(cbdata), async move {
-            match fut.await {
-                Ok(()) => PMIX_SUCCESS,
-                Err(e) => status_of(&e),
-            }
-        })
+        op_callback(cbfunc, CbData(cbdata), status_after(fut))
     })
 }

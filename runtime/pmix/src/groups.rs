@@ -31,7 +31,7 @@ fn group_results(g: &GroupResult) -> Infos {
     out
 }
 
-fn procs_of(v: Option<&PVal>) -> Vec<ProcId> {
+pub(crate) fn procs_of(v: Option<&PVal>) -> Vec<ProcId> {
     match v {
         Some(PVal::Array(_, ps)) => ps
             .iter()
@@ -222,9 +222,7 @@ pub unsafe extern "C" fn PMIx_Group_destruct_nb(
         // SAFETY: forwarded contract.
         let (id, info) = unsafe { (text(grp)?, infos(info, ninfo)) };
         let fut = s.client.group_destruct_async(&id, timeout(&info));
-        op_callback(cbfunc, CbData(cbdata), async move {
-            fut.await.err().map_or(PMIX_SUCCESS, |e| status_of(&e))
-        })
+        op_callback(cbfunc, CbData(cbdata), status_after(fut))
     })
 }
 
@@ -428,9 +426,7 @@ pub unsafe extern "C" fn PMIx_Group_leave_nb(
         // SAFETY: forwarded contract.
         let id = unsafe { text(grp) }?;
         let fut = s.client.group_leave_async(&id);
-        op_callback(cbfunc, CbData(cbdata), async move {
-            fut.await.err().map_or(PMIX_SUCCESS, |e| status_of(&e))
-        })
+        op_callback(cbfunc, CbData(cbdata), status_after(fut))
     })
 }
 

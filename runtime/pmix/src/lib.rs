@@ -181,6 +181,13 @@ pub(crate) fn op_callback(
     })
 }
 
+/// The PMIx status `fut` ends with.
+pub(crate) async fn status_after(
+    fut: impl Future<Output = Result<(), CohortError>>,
+) -> pmix_status_t {
+    fut.await.err().map_or(PMIX_SUCCESS, |e| status_of(&e))
+}
+
 // ------------------------------------------------------------------ argument helpers
 
 /// The processes of a C array (`NULL` with 0 is empty).
@@ -684,12 +691,7 @@ pub unsafe extern "C" fn PMIx_Fence_nb(
         // SAFETY: forwarded contract.
         let (procs, opts) = unsafe { fence_args(procs, nprocs, info, ninfo) }?;
         let fut = s.client.fence_async(&procs, opts);
-        op_callback(cbfunc, CbData(cbdata), async move {
-            match fut.await {
-                Ok(()) => PMIX_SUCCESS,
-                Err(e) => status_of(&e),
-            }
-        })
+        op_callback(cbfunc, CbData(cbdata), status_after(fut))
     })
 }
 
