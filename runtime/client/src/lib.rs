@@ -50,6 +50,7 @@ pub use cohort_proto::event::{codes, keys};
 pub use cohort_proto::msg::{
     ConstructDecision, ConstructOpts, ConstructStatus, FenceOpts, GroupResult, InviteOpts,
 };
+pub use cohort_proto::publish::{validate_key, DataRange, LookupOpts, Persistence, Published};
 pub use cohort_proto::value::{info_get, Bytes};
 pub use cohort_proto::{
     CohortError, Event, EventCode, Info, JobMap, ProcId, Pset, Range, RankSet, Scope, Value,
@@ -180,6 +181,7 @@ fn unexpected(op: &str, r: &Response) -> CohortError {
         Response::Group(_) => "a group result",
         Response::GroupNames(_) => "group names",
         Response::Procs(_) => "a process list",
+        Response::Published(_) => "published data",
     };
     CohortError::Protocol(format!("the node server answered {op} with {kind}"))
 }
@@ -189,6 +191,25 @@ fn expect_done(op: &str, r: Response) -> Result<()> {
         Response::Done => Ok(()),
         other => Err(unexpected(op, &other)),
     }
+}
+
+fn expect_published(r: Response) -> Result<Vec<Published>> {
+    match r {
+        Response::Published(v) => Ok(v),
+        other => Err(unexpected("lookup", &other)),
+    }
+}
+
+/// A lookup's request, with its keys checked here first.
+fn lookup_request(keys: &[&str], opts: LookupOpts) -> Result<Request> {
+    if keys.is_empty() {
+        return Err(CohortError::BadRequest("lookup: no keys to look up".into()));
+    }
+    keys.iter().try_for_each(|k| validate_key(k))?;
+    Ok(Request::Lookup {
+        keys: keys.iter().map(|k| k.to_string()).collect(),
+        opts,
+    })
 }
 
 fn expect_value(r: Response) -> Result<Value> {
@@ -1026,6 +1047,92 @@ impl Client {
             });
         }
         Ok(proc.rank)
+    }
+
+    // ------------------------------------------------------------ publish / lookup
+
+    /// Publishes `data` (key → value) in the job's data store for [`lookup`] by
+    /// processes in `range` (PMIx_Publish; PMIx's defaults are [`DataRange::Session`]
+    /// and [`Persistence::App`]). All or nothing: a key already published in the same
+    /// range fails the call with `KeyPublished` (PMIX_ERR_DUPLICATE_KEY), naming the
+    /// key and its publisher. Returns once the store holds the data.
+    ///
+    /// [`lookup`]: Self::lookup
+    pub fn publish(&self, data: Info, range: DataRange, persistence: Persistence) -> Result<()> {
+        let req = Request::Publish {
+            data,
+            range,
+            persistence,
+        };
+        expect_done("publish", self.call(req, false, None)?)
+    }
+
+    /// Async form of [`publish`](Self::publish).
+    pub fn publish_async(
+        &self,
+        data: Info,
+        range: DataRange,
+        persistence: Persistence,
+    ) -> impl Future<Output = Result<()>> + Send + 'static {
+        let reply = self.call_async(
+            Request::Publish {
+                data,
+                range,
+                persistence,
+            },
+            false,
+        );
+        async move { expect_done("publish", reply.await?) }
+    }
+
+    /// The values published under `keys` that this process may see in `opts.range`
+    /// (PMIx_Lookup): only those found, each with its publisher; none found is an
+    /// empty list. With `opts.wait` it answers only once that many of the keys (0: all)
+    /// are published, or fails with `Timeout` after `opts.timeout_ms`; without a
+    /// timeout it waits as long as the job runs (or until the store's node server is
+    /// lost: `PeerLost`).
+    pub fn lookup(&self, keys: &[&str], opts: LookupOpts) -> Result<Vec<Published>> {
+        let timeout_ms = opts.timeout_ms.filter(|_| opts.wait.is_some());
+        let req = lookup_request(keys, opts)?;
+        expect_published(self.call(req, false, timeout_ms)?)
+    }
+
+    /// Async form of [`lookup`](Self::lookup).
+    pub fn lookup_async(
+        &self,
+        keys: &[&str],
+        opts: LookupOpts,
+    ) -> impl Future<Output = Result<Vec<Published>>> + Send + 'static {
+        let reply = match lookup_request(keys, opts) {
+            Ok(req) => self.call_async(req, false),
+            Err(e) => ReplyFuture::failed(e),
+        };
+        async move { expect_published(reply.await?) }
+    }
+
+    /// Removes this process's published values under `keys` (every one of them with
+    /// `None`) in `range` (PMIx_Unpublish); the keys may then be published again.
+    /// Keys this process did not publish there are left alone.
+    pub fn unpublish(&self, keys: Option<&[&str]>, range: DataRange) -> Result<()> {
+        let req = Request::Unpublish {
+            keys: keys.map(|ks| ks.iter().map(|k| k.to_string()).collect()),
+            range,
+        };
+        expect_done("unpublish", self.call(req, false, None)?)
+    }
+
+    /// Async form of [`unpublish`](Self::unpublish).
+    pub fn unpublish_async(
+        &self,
+        keys: Option<&[&str]>,
+        range: DataRange,
+    ) -> impl Future<Output = Result<()>> + Send + 'static {
+        let req = Request::Unpublish {
+            keys: keys.map(|ks| ks.iter().map(|k| k.to_string()).collect()),
+            range,
+        };
+        let reply = self.call_async(req, false);
+        async move { expect_done("unpublish", reply.await?) }
     }
 
     /// Raises event `code` to `range` (never delivered back to this process).

@@ -43,6 +43,7 @@ use crate::kv::{KvStore, Lookup};
 
 mod gather;
 mod invite;
+mod publish;
 mod recent;
 use gather::{Gather, LeanDown};
 use invite::{invite_key, InviteTracker};
@@ -426,6 +427,12 @@ pub struct Engine {
     /// it told each peer of (bounded, oldest keys forgotten first). See `stale`.
     attempts: Recent<CollKey, Attempts>,
 
+    /// The job's published data (publish/lookup): used at `publish::DATA_HOME` only.
+    datastore: crate::datastore::DataStore,
+    /// This server's processes' data store calls waiting for its answer, by token.
+    data_waits: HashMap<u64, publish::DataWait>,
+    next_data_token: u64,
+
     actions: Vec<Action>,
     self_inbox: VecDeque<PeerMsg>,
 }
@@ -488,6 +495,9 @@ impl Engine {
             lost_nodes: BTreeSet::new(),
             kept_outcomes: VecDeque::new(),
             attempts: Recent::new(MAX_TOMBSTONES),
+            datastore: crate::datastore::DataStore::default(),
+            data_waits: HashMap::default(),
+            next_data_token: 1,
             actions: Vec::new(),
             self_inbox: VecDeque::new(),
         }
@@ -566,6 +576,7 @@ impl Engine {
             .chain(modex)
             .chain(parked)
             .chain(invites)
+            .chain(self.datastore.next_deadline())
             .min()
     }
 
@@ -730,6 +741,10 @@ impl Engine {
                 self.finalized.insert(proc);
                 self.reply(client, id, Ok(Response::Done));
             }
+            req
+            @ (Request::Publish { .. } | Request::Lookup { .. } | Request::Unpublish { .. }) => {
+                self.data_request(client, id, proc, req)
+            }
         }
         self.drain_self(now);
     }
@@ -812,6 +827,7 @@ impl Engine {
             self.fail(&key, err, now);
         }
         self.agreement_peer_lost(peer, now);
+        self.data_node_lost(peer);
         for rank in self.job.ranks_on(peer) {
             let proc = ProcId::new(self.job.nspace.clone(), rank);
             self.mark_terminated(proc, now);
@@ -1309,6 +1325,8 @@ impl Engine {
             }
             PeerMsg::AgreeQuery { key } => self.agreement_question(from, key),
             PeerMsg::AgreeAnswer { key, failed } => self.agreement_answer(from, key, failed, now),
+            PeerMsg::Data { token, proc, req } => self.on_data(from, token, proc, req, now),
+            PeerMsg::DataReply { token, result } => self.on_data_reply(token, result),
             // The node server's failure detector takes these (`crate::detector`).
             PeerMsg::Heartbeat | PeerMsg::Ping { .. } | PeerMsg::Pong { .. } => {}
         }
@@ -1342,6 +1360,8 @@ impl Engine {
             self.finish_probe(&key, now);
         }
         self.expire_invites(now);
+        let answers = self.datastore.expire(now);
+        self.send_data_answers(answers);
         let (expired, parked): (Vec<_>, Vec<_>) = std::mem::take(&mut self.parked)
             .into_iter()
             .partition(|(_, _, _, w)| w.deadline.is_some_and(|d| d <= now));
@@ -3899,6 +3919,7 @@ impl Engine {
             return;
         }
         self.pending_events.remove(&proc);
+        self.data_proc_terminated(&proc);
         // Nobody is left to answer a terminated process's own requests.
         for c in self.colls.values_mut() {
             c.waiters.retain(|w| w.proc != proc);

@@ -13,6 +13,7 @@ pub(crate) type HashMap<K, V> = std::collections::HashMap<K, V, rustc_hash::FxBu
 pub(crate) type HashSet<T> = std::collections::HashSet<T, rustc_hash::FxBuildHasher>;
 
 pub mod cluster;
+pub mod datastore;
 pub mod detector;
 pub mod engine;
 pub mod kv;

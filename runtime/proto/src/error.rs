@@ -99,6 +99,13 @@ pub enum CohortError {
 
     #[error("process set {name:?} is not defined in this job")]
     PsetNotFound { name: String },
+
+    #[error("key {key:?} is already published in the {range} range (by {publisher})")]
+    KeyPublished {
+        key: String,
+        range: String,
+        publisher: ProcId,
+    },
 }
 
 impl CohortError {
@@ -127,6 +134,7 @@ impl CohortError {
             Io(_) => "PMIX_ERROR",
             NotSupported(_) => "PMIX_ERR_NOT_SUPPORTED",
             PsetNotFound { .. } => "PMIX_ERR_NOT_FOUND",
+            KeyPublished { .. } => "PMIX_ERR_DUPLICATE_KEY",
         }
     }
 }

@@ -19,6 +19,7 @@ pub mod nspace;
 pub mod peer;
 pub mod posted;
 pub mod procset;
+pub mod publish;
 pub mod shm_fence;
 pub mod value;
 
@@ -31,4 +32,4 @@ pub use job::{validate_pset_name, JobMap, Pset, RankSet, MAX_PSET_NAME_LEN};
 pub use value::{Info, Scope, Value};
 
 /// Protocol version carried in every hello; bumped on any incompatible change.
-pub const PROTOCOL_VERSION: u32 = 6;
+pub const PROTOCOL_VERSION: u32 = 7;

@@ -6,6 +6,7 @@ use crate::error::CohortError;
 use crate::event::{Event, EventCode, Range};
 use crate::ids::{ContextId, NodeId, ProcId, Rank};
 use crate::job::JobMap;
+use crate::publish::{DataRange, LookupOpts, Persistence, Published};
 use crate::value::{Info, Value};
 
 /// Request id chosen by the client; 0 means "no reply wanted".
@@ -235,6 +236,26 @@ pub enum Request {
         timeout_ms: Option<u64>,
     },
     Finalize,
+    /// PMIx_Publish: put `data` in the job's data store under its keys, in `range`.
+    /// All or nothing: a key already published in the same range refuses the whole
+    /// call (`KeyPublished`).
+    Publish {
+        data: Info,
+        range: DataRange,
+        persistence: Persistence,
+    },
+    /// PMIx_Lookup: the values published under `keys` that this process may see in
+    /// `opts.range` ([`Response::Published`], only those found).
+    Lookup {
+        keys: Vec<String>,
+        opts: LookupOpts,
+    },
+    /// PMIx_Unpublish: removes this process's data under `keys` (all of it when
+    /// `None`) in `range`.
+    Unpublish {
+        keys: Option<Vec<String>>,
+        range: DataRange,
+    },
 }
 
 impl Request {
@@ -256,6 +277,9 @@ impl Request {
             Request::FailedLocal { .. } => "local failure view",
             Request::FailedGlobal { .. } => "global failure view",
             Request::Finalize => "finalize",
+            Request::Publish { .. } => "publish",
+            Request::Lookup { .. } => "lookup",
+            Request::Unpublish { .. } => "unpublish",
         }
     }
 }
@@ -271,6 +295,8 @@ pub enum Response {
     GroupNames(Vec<String>),
     /// A list of processes in canonical order (the failure views).
     Procs(#[serde(with = "crate::procset")] Vec<ProcId>),
+    /// What a lookup found.
+    Published(Vec<Published>),
 }
 
 /// Frames a client sends after its hello.
