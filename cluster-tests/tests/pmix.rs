@@ -15,8 +15,10 @@
 //! Both on 1 node server and on 3. The tools (`cc`, `libpmix-dev`, `mpicc`; `make
 //! setup` installs them) missing skips a test, except under `CI=true`, where it fails.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::Mutex;
 
 use cohort_cluster_tests::{cohort_command, run_cohort, target_dir, text, CohortRun, DEADLINE};
 
@@ -104,22 +106,25 @@ fn assert_loads_ours(prog: &Path, dir: &Path) {
     );
 }
 
-/// Builds `pmix_demo` once, or `None` when the tools are missing (and not in CI).
-fn pmix_demo() -> Option<PathBuf> {
-    static BUILT: std::sync::OnceLock<Option<PathBuf>> = std::sync::OnceLock::new();
-    BUILT
-        .get_or_init(|| {
+/// Builds C program `c/NAME.c` against the system `<pmix.h>` and cohort's library
+/// once, or `None` when the tools are missing (and not in CI).
+fn pmix_program(name: &'static str) -> Option<PathBuf> {
+    static BUILT: Mutex<BTreeMap<&str, Option<PathBuf>>> = Mutex::new(BTreeMap::new());
+    let mut built = BUILT.lock().unwrap_or_else(|e| e.into_inner());
+    built
+        .entry(name)
+        .or_insert_with(|| {
             let Some(include) = pmix_include() else {
                 tool_missing("pmix.h (libpmix-dev)");
                 return None;
             };
             let dir = pmix_lib_dir();
-            let out = target_dir().join("pmix_demo");
+            let out = target_dir().join(name);
             let root = Path::new(env!("CARGO_MANIFEST_DIR"));
             let Ok(cc) = Command::new("cc")
                 .args(["-std=gnu11", "-Wall", "-Wextra", "-Werror", "-o"])
                 .arg(&out)
-                .arg(root.join("c/pmix_demo.c"))
+                .arg(root.join(format!("c/{name}.c")))
                 .arg("-I")
                 .arg(&include)
                 .arg("-L")
@@ -194,7 +199,9 @@ fn run(prog: &Path, nodes: u32, n: u32, lib: Lib, env: &[&str]) -> Vec<String> {
 }
 
 fn run_pmix_demo(nodes: u32, n: u32) {
-    let Some(prog) = pmix_demo() else { return };
+    let Some(prog) = pmix_program("pmix_demo") else {
+        return;
+    };
     let results = run(&prog, nodes, n, Lib::Exported, &[]);
     let expect = format!("RESULT size={n} nodes={nodes} members={n} ctx=");
     assert!(results[0].starts_with(&expect), "{results:?}");
@@ -210,18 +217,20 @@ fn a_pmix_program_runs_on_cohorts_libpmix_on_three_node_servers() {
     run_pmix_demo(3, 6);
 }
 
-/// Builds `mpi_demo` with Open MPI's `mpicc` once, or `None` when it is missing (and
+/// Builds `c/NAME.c` with Open MPI's `mpicc` once, or `None` when it is missing (and
 /// not in CI).
-fn mpi_demo() -> Option<PathBuf> {
-    static BUILT: std::sync::OnceLock<Option<PathBuf>> = std::sync::OnceLock::new();
-    BUILT
-        .get_or_init(|| {
-            let out = target_dir().join("mpi_demo");
+fn mpi_program(name: &'static str) -> Option<PathBuf> {
+    static BUILT: Mutex<BTreeMap<&str, Option<PathBuf>>> = Mutex::new(BTreeMap::new());
+    let mut built = BUILT.lock().unwrap_or_else(|e| e.into_inner());
+    built
+        .entry(name)
+        .or_insert_with(|| {
+            let out = target_dir().join(name);
             let root = Path::new(env!("CARGO_MANIFEST_DIR"));
             let Ok(cc) = Command::new("mpicc")
                 .args(["-Wall", "-Werror", "-o"])
                 .arg(&out)
-                .arg(root.join("c/mpi_demo.c"))
+                .arg(root.join(format!("c/{name}.c")))
                 .output()
             else {
                 tool_missing("Open MPI's `mpicc` (libopenmpi-dev, openmpi-bin)");
@@ -260,7 +269,9 @@ const MPI_ENV_EMULATED_NODES: &[&str] = &[
 ];
 
 fn run_mpi_demo(nodes: u32, n: u32, lib: Lib) {
-    let Some(prog) = mpi_demo() else { return };
+    let Some(prog) = mpi_program("mpi_demo") else {
+        return;
+    };
     let results = match lib {
         Lib::Exported => run(&prog, nodes, n, lib, MPI_ENV_EMULATED_NODES),
         Lib::PmixFlag => run(&prog, nodes, n, lib, &[]),
@@ -284,6 +295,35 @@ fn an_open_mpi_program_runs_on_cohorts_libpmix_on_three_node_servers() {
 #[test]
 fn an_open_mpi_program_runs_with_the_library_exported_by_hand() {
     run_mpi_demo(3, 6, Lib::Exported);
+}
+
+/// PMIx_Publish / PMIx_Lookup / PMIx_Unpublish and their `_nb` forms from C, on 3
+/// node servers (the data store is node 0's; most callers are elsewhere): a waiting
+/// lookup, duplicate keys per range, partial success, the local and proc-local
+/// ranges, first-read persistence, unpublish (`c/pmix_publish.c` checks each).
+#[test]
+fn a_pmix_program_publishes_and_looks_up_across_node_servers() {
+    let Some(prog) = pmix_program("pmix_publish") else {
+        return;
+    };
+    let results = run(&prog, 3, 6, Lib::Exported, &[]);
+    assert_eq!(
+        results[0],
+        "RESULT size=6 waited=1 duplicate=1 partial=1 proc_local=1 local=1 \
+         first_read_winners=1 republished=1"
+    );
+}
+
+/// MPI_Publish_name, MPI_Lookup_name, MPI_Comm_accept and MPI_Comm_connect of Open
+/// MPI 4.1 between the two halves of one job, on 3 node servers: Open MPI's connection
+/// and context-id exchanges publish first-read values and wait for each other's.
+#[test]
+fn open_mpi_halves_of_a_job_meet_by_a_published_name_and_connect() {
+    let Some(prog) = mpi_program("mpi_accept") else {
+        return;
+    };
+    let results = run(&prog, 3, 6, Lib::PmixFlag, &[]);
+    assert_eq!(results[0], "RESULT size=6 remote=3 sums=ok");
 }
 
 /// `--pmix` without the library says where it looked and how to build it, before

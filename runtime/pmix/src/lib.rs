@@ -20,6 +20,7 @@ mod control;
 mod events;
 mod groups;
 mod keys;
+mod publish;
 pub mod stubs;
 pub mod types;
 pub mod value;
@@ -112,6 +113,7 @@ pub(crate) fn status_of(e: &CohortError) -> pmix_status_t {
         | LeaderMismatch { .. }
         | LeaderCountMismatch { .. } => PMIX_ERR_BAD_PARAM,
         GroupIdInUse { .. } => PMIX_ERR_EXISTS,
+        KeyPublished { .. } => PMIX_ERR_DUPLICATE_KEY,
         NotLeader { .. } | AuthRefused(_) => PMIX_ERR_NO_PERMISSIONS,
         ProcTerminated { .. } => PMIX_PROC_TERMINATED,
         PeerLost { .. } => PMIX_ERR_UNREACH,
@@ -981,6 +983,7 @@ pub extern "C" fn PMIx_Error_string(status: pmix_status_t) -> *const c_char {
         PMIX_ERR_NOT_SUPPORTED => c"NOT-SUPPORTED",
         PMIX_ERR_COMM_FAILURE => c"COMMUNICATION-FAILURE",
         PMIX_ERR_PARTIAL_SUCCESS => c"PARTIAL-SUCCESS",
+        PMIX_ERR_DUPLICATE_KEY => c"DUPLICATE-KEY",
         PMIX_ERR_UNKNOWN_DATA_TYPE => c"UNKNOWN-DATA-TYPE",
         PMIX_ERR_LOST_CONNECTION => c"LOST-CONNECTION",
         PMIX_PROC_TERMINATED => c"PROC-TERMINATED",

@@ -27,12 +27,6 @@ macro_rules! not_supported {
 
 not_supported! {
     // Client calls Open MPI links.
-    PMIx_Publish,
-    PMIx_Publish_nb,
-    PMIx_Lookup,
-    PMIx_Lookup_nb,
-    PMIx_Unpublish,
-    PMIx_Unpublish_nb,
     PMIx_Spawn,
     PMIx_Spawn_nb,
     PMIx_generate_regex,

@@ -125,6 +125,14 @@ pub struct pmix_query_t {
     pub nqual: usize,
 }
 
+pub type pmix_lookup_cbfunc_t = Option<
+    unsafe extern "C" fn(
+        status: pmix_status_t,
+        data: *mut pmix_pdata_t,
+        ndata: usize,
+        cbdata: *mut c_void,
+    ),
+>;
 pub type pmix_op_cbfunc_t =
     Option<unsafe extern "C" fn(status: pmix_status_t, cbdata: *mut c_void)>;
 pub type pmix_value_cbfunc_t =
@@ -191,6 +199,7 @@ constants! { STATUSES: pmix_status_t {
     PMIX_ERR_NOT_SUPPORTED = -47,
     PMIX_ERR_COMM_FAILURE = -49,
     PMIX_ERR_PARTIAL_SUCCESS = -52,
+    PMIX_ERR_DUPLICATE_KEY = -53,
     PMIX_ERR_UNKNOWN_DATA_TYPE = -16,
     PMIX_ERR_LOST_CONNECTION = -61,
     PMIX_ERR_INVALID_OPERATION = -158,
@@ -275,6 +284,11 @@ constants! { OTHER_CONSTANTS: u32 {
     PMIX_RANGE_GLOBAL = 5,
     PMIX_RANGE_CUSTOM = 6,
     PMIX_RANGE_PROC_LOCAL = 7,
+    PMIX_PERSIST_INDEF = 0,
+    PMIX_PERSIST_FIRST_READ = 1,
+    PMIX_PERSIST_PROC = 2,
+    PMIX_PERSIST_APP = 3,
+    PMIX_PERSIST_SESSION = 4,
     PMIX_INFO_REQD = 1,
     PMIX_INFO_ARRAY_END = 2,
     PMIX_INFO_PERSISTENT = 0x10,
@@ -321,6 +335,9 @@ keys! {
     PMIX_TMPDIR = "pmix.tmpdir",
     PMIX_COLLECT_DATA = "pmix.collect",
     PMIX_TIMEOUT = "pmix.timeout",
+    PMIX_RANGE = "pmix.range",
+    PMIX_PERSISTENCE = "pmix.persist",
+    PMIX_WAIT = "pmix.wait",
     PMIX_OPTIONAL = "pmix.optional",
     PMIX_IMMEDIATE = "pmix.immediate",
     PMIX_GROUP_ID = "pmix.grp.id",
