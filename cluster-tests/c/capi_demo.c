@@ -97,6 +97,18 @@ static void value_done(int status, const cohort_value_t *v, void *cbdata) {
     __atomic_store_n(&w->done, 1, __ATOMIC_SEQ_CST);
 }
 
+static void lookup_done(int status, const cohort_published_t *found, size_t nfound,
+                        void *cbdata) {
+    struct wait *w = cbdata;
+    w->status = status;
+    w->nmembers = nfound;
+    if (nfound == 1 && found[0].value.type == COHORT_VALUE_U64) {
+        w->ctx = found[0].value.u64;
+        w->ninfo = found[0].publisher.rank;
+    }
+    __atomic_store_n(&w->done, 1, __ATOMIC_SEQ_CST);
+}
+
 /* A one-entry info list holding a u64. */
 static cohort_info_t u64_info(const char *key, uint64_t value) {
     cohort_info_t i;
@@ -183,6 +195,50 @@ int main(void) {
     OK(cohort_put_bytes(c, COHORT_SCOPE_REMOTE, "blob", blob, sizeof blob));
     OK(cohort_commit(c));
     OK(cohort_fence(c, NULL, 0, 1, 60000));
+
+    /* Publish / lookup: every rank but 0 waits (non-blocking, for every key) for what
+     * rank 0 publishes after a fence; publishing the key again is refused, naming it;
+     * a lookup of two keys finds the one published; unpublish removes it. */
+    const char *pkeys[] = {"c-port", "c-nothing"};
+    cohort_lookup_opts_t lo;
+    memset(&lo, 0, sizeof lo);
+    lo.wait = COHORT_WAIT_ALL;
+    lo.timeout_ms = 60000;
+    struct wait looked = {0};
+    if (me != 0)
+        OK(cohort_lookup_nb(c, pkeys, 1, &lo, lookup_done, &looked));
+    OK(cohort_fence(c, NULL, 0, 0, 60000));
+    if (me == 0) {
+        cohort_info_t port = u64_info("c-port", 4711);
+        OK(cohort_publish(c, &port, 1, NULL));
+        rc = cohort_publish(c, &port, 1, NULL);
+        CHECK(rc == COHORT_ERR_KEY_PUBLISHED && strstr(cohort_last_error(), "c-port"),
+              "second publish: %s", cohort_status_name(rc));
+    } else {
+        wait_for(&looked, "non-blocking waiting lookup");
+        CHECK(looked.nmembers == 1 && looked.ctx == 4711 && looked.ninfo == 0,
+              "waiting lookup: %zu found, %llu from rank %zu", looked.nmembers,
+              (unsigned long long)looked.ctx, looked.ninfo);
+    }
+    OK(cohort_fence(c, NULL, 0, 0, 60000));
+    cohort_published_t *found = NULL;
+    size_t nfound = 0;
+    OK(cohort_lookup(c, pkeys, 2, NULL, &found, &nfound));
+    CHECK(nfound == 1 && strcmp(found[0].key, "c-port") == 0 &&
+              found[0].value.type == COHORT_VALUE_U64 && found[0].value.u64 == 4711 &&
+              found[0].publisher.rank == 0 && strcmp(found[0].publisher.nspace, ns) == 0,
+          "lookup of two keys: %zu found", nfound);
+    cohort_published_free(found, nfound);
+    OK(cohort_fence(c, NULL, 0, 0, 60000));
+    if (me == 0) {
+        struct wait gone = {0};
+        OK(cohort_unpublish_nb(c, NULL, 0, NULL, op_done, &gone));
+        wait_for(&gone, "non-blocking unpublish");
+    }
+    OK(cohort_fence(c, NULL, 0, 0, 60000));
+    OK(cohort_lookup(c, pkeys, 1, NULL, &found, &nfound));
+    CHECK(nfound == 0 && found == NULL, "unpublished key found %zu times", nfound);
+
     uint32_t next = (me + 1) % n;
     cohort_proc_t peer = proc_of(ns, next);
     cohort_value_t v;

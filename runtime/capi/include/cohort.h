@@ -51,6 +51,7 @@ extern "C" {
 #define COHORT_ERR_IO -18
 #define COHORT_ERR_NOT_SUPPORTED -19
 #define COHORT_ERR_PSET_NOT_FOUND -20
+#define COHORT_ERR_KEY_PUBLISHED -21    /* a key already published in that range */
 
 /* Scopes of put (PMIX_LOCAL, PMIX_REMOTE, PMIX_GLOBAL). */
 #define COHORT_SCOPE_LOCAL 0
@@ -75,6 +76,27 @@ extern "C" {
 #define COHORT_RANGE_SESSION 2
 #define COHORT_RANGE_GROUP 3      /* target: a group id */
 #define COHORT_RANGE_PROCS 4      /* procs, nprocs */
+
+/* Ranges of published data (PMIX_RANGE_* of publish/lookup; 0, the default: session).
+ * A lookup finds what was published in the same kind of range (custom: the same
+ * processes) that includes the caller. */
+#define COHORT_DATA_RANGE_SESSION 0
+#define COHORT_DATA_RANGE_NAMESPACE 1
+#define COHORT_DATA_RANGE_LOCAL 2      /* processes on the publisher's node */
+#define COHORT_DATA_RANGE_PROC_LOCAL 3 /* the publisher only */
+#define COHORT_DATA_RANGE_GLOBAL 4
+#define COHORT_DATA_RANGE_CUSTOM 5     /* procs, nprocs */
+
+/* Persistence of published data (PMIX_PERSIST_*; 0, the default: the application's,
+ * which in a cohort job is the job's). */
+#define COHORT_PERSIST_APP 0
+#define COHORT_PERSIST_INDEF 1         /* until unpublished */
+#define COHORT_PERSIST_FIRST_READ 2    /* until one lookup returned it */
+#define COHORT_PERSIST_PROC 3          /* until the publisher terminates */
+#define COHORT_PERSIST_SESSION 4
+
+/* cohort_lookup_opts_t.wait: wait until every key is published. */
+#define COHORT_WAIT_ALL -1
 
 /* Event codes (the same values as the Rust crate's `cohort::codes`). */
 #define COHORT_EVENT_GROUP_INVITED -159
@@ -192,7 +214,34 @@ typedef struct {
 /* Completion callbacks of the non-blocking (_nb) calls: called once, on the library's
  * completion thread; `group` and `value` (NULL on failure, and `group` after a
  * declined join) live only during the call. Keep them short. */
+/* Where published data is visible and how long it stays. Zero-initialize. */
+typedef struct {
+    int range;                   /* COHORT_DATA_RANGE_* */
+    const cohort_proc_t *procs;  /* COHORT_DATA_RANGE_CUSTOM: its processes */
+    size_t nprocs;
+    int persistence;             /* COHORT_PERSIST_*; ignored by unpublish */
+} cohort_publish_opts_t;
+
+/* Directives of a lookup. Zero-initialize (session range, answer at once). */
+typedef struct {
+    int range;
+    const cohort_proc_t *procs;
+    size_t nprocs;
+    int wait;        /* 0: answer at once; N > 0: once N keys are published;
+                        COHORT_WAIT_ALL: once all are (PMIX_WAIT) */
+    int timeout_ms;  /* a waiting lookup's limit (COHORT_ERR_TIMEOUT); <= 0: none */
+} cohort_lookup_opts_t;
+
+/* A value a lookup found, with the process that published it (pmix_pdata_t). */
+typedef struct {
+    char *key;
+    cohort_proc_t publisher;
+    cohort_value_t value;
+} cohort_published_t;
+
 typedef void (*cohort_op_cb)(int status, void *cbdata);
+typedef void (*cohort_lookup_cb)(int status, const cohort_published_t *found, size_t nfound,
+                                 void *cbdata);
 typedef void (*cohort_group_cb)(int status, const cohort_group_t *group, void *cbdata);
 typedef void (*cohort_value_cb)(int status, const cohort_value_t *value, void *cbdata);
 typedef void (*cohort_failed_cb)(int status, const cohort_failed_t *failed, void *cbdata);
@@ -307,6 +356,21 @@ int cohort_notify(cohort_client_t *client, int code, int range, const char *targ
                   const cohort_proc_t *procs, size_t nprocs, const cohort_info_t *info,
                   size_t ninfo);
 
+/* Publish / lookup (PMIx_Publish, PMIx_Lookup, PMIx_Unpublish) on the job's data
+ * store: `data` (ndata entries) is published under its keys, all or nothing
+ * (COHORT_ERR_KEY_PUBLISHED when a key is already published in that range; opts NULL:
+ * defaults). A lookup returns only what it found (`*nfound` may be 0; release the list
+ * with cohort_published_free). Unpublish removes this process's values under `keys`
+ * (NULL, 0: all of them) in opts' range. */
+int cohort_publish(cohort_client_t *client, const cohort_info_t *data, size_t ndata,
+                   const cohort_publish_opts_t *opts);
+int cohort_lookup(cohort_client_t *client, const char *const *keys, size_t nkeys,
+                  const cohort_lookup_opts_t *opts, cohort_published_t **found,
+                  size_t *nfound);
+void cohort_published_free(cohort_published_t *found, size_t nfound);
+int cohort_unpublish(cohort_client_t *client, const char *const *keys, size_t nkeys,
+                     const cohort_publish_opts_t *opts);
+
 /* Non-blocking forms (PMIx's _nb): the request starts at once; a non-zero return
  * means it did not start and `cb` will not be called. */
 int cohort_fence_nb(cohort_client_t *client, const cohort_proc_t *procs, size_t nprocs,
@@ -333,6 +397,13 @@ int cohort_connect_nb(cohort_client_t *client, const cohort_proc_t *procs, size_
                       const cohort_connect_opts_t *opts, cohort_connect_cb cb, void *cbdata);
 int cohort_disconnect_nb(cohort_client_t *client, const char *nspace, int timeout_ms,
                          cohort_op_cb cb, void *cbdata);
+int cohort_publish_nb(cohort_client_t *client, const cohort_info_t *data, size_t ndata,
+                      const cohort_publish_opts_t *opts, cohort_op_cb cb, void *cbdata);
+/* `found` lives until `cb` returns. */
+int cohort_lookup_nb(cohort_client_t *client, const char *const *keys, size_t nkeys,
+                     const cohort_lookup_opts_t *opts, cohort_lookup_cb cb, void *cbdata);
+int cohort_unpublish_nb(cohort_client_t *client, const char *const *keys, size_t nkeys,
+                        const cohort_publish_opts_t *opts, cohort_op_cb cb, void *cbdata);
 
 #ifdef __cplusplus
 }

@@ -26,9 +26,11 @@ use cohort::{
 };
 
 mod info;
+mod publish;
 
 pub use info::{cohort_group_info_t, cohort_info_t};
 use info::{free_group_info, group_info_out, info_in, info_out};
+pub use publish::{cohort_lookup_opts_t, cohort_publish_opts_t, cohort_published_t};
 
 pub const COHORT_MAX_NSLEN: usize = 255;
 
@@ -65,6 +67,7 @@ c_constants! { STATUSES:
     COHORT_ERR_IO = -18,
     COHORT_ERR_NOT_SUPPORTED = -19,
     COHORT_ERR_PSET_NOT_FOUND = -20,
+    COHORT_ERR_KEY_PUBLISHED = -21,
 }
 
 c_constants! { OTHER_CONSTANTS:
@@ -86,6 +89,18 @@ c_constants! { OTHER_CONSTANTS:
     COHORT_RANGE_SESSION = 2,
     COHORT_RANGE_GROUP = 3,
     COHORT_RANGE_PROCS = 4,
+    COHORT_DATA_RANGE_SESSION = 0,
+    COHORT_DATA_RANGE_NAMESPACE = 1,
+    COHORT_DATA_RANGE_LOCAL = 2,
+    COHORT_DATA_RANGE_PROC_LOCAL = 3,
+    COHORT_DATA_RANGE_GLOBAL = 4,
+    COHORT_DATA_RANGE_CUSTOM = 5,
+    COHORT_PERSIST_APP = 0,
+    COHORT_PERSIST_INDEF = 1,
+    COHORT_PERSIST_FIRST_READ = 2,
+    COHORT_PERSIST_PROC = 3,
+    COHORT_PERSIST_SESSION = 4,
+    COHORT_WAIT_ALL = -1,
 }
 
 /// The opaque client handle.
@@ -243,6 +258,7 @@ fn status_of(e: &CohortError) -> c_int {
         Io(_) => COHORT_ERR_IO,
         NotSupported(_) => COHORT_ERR_NOT_SUPPORTED,
         PsetNotFound { .. } => COHORT_ERR_PSET_NOT_FOUND,
+        KeyPublished { .. } => COHORT_ERR_KEY_PUBLISHED,
         #[allow(unreachable_patterns)]
         _ => COHORT_ERR_PROTOCOL,
     }
