@@ -205,3 +205,12 @@ fn a_lost_interior_node_server_does_not_strand_its_subtree() {
 fn a_construct_started_after_a_node_servers_loss_completes() {
     survivors_agree(4, "construct-after-loss", &[]);
 }
+
+/// Losing the node server that holds the job's published data (node 0; SIGKILL):
+/// lookups waiting there without a timeout, and later publishes, fail with `PeerLost`
+/// naming it on every survivor instead of hanging. Engine test:
+/// `losing_the_stores_server_fails_waiting_and_later_calls_naming_it`.
+#[test]
+fn losing_the_data_stores_node_server_fails_waiting_lookups() {
+    survivors_agree(3, "store-lost", &[]);
+}

@@ -60,6 +60,7 @@ fn main() {
         "sim-compare" => sim_compare(),
         "lost-interior" => lost_interior(),
         "construct-after-loss" => construct_after_loss(),
+        "store-lost" => store_lost(),
         "frozen-server" => frozen_server(),
         "two-frozen" => two_frozen(),
         "cut-off" => cut_off(),
@@ -2244,6 +2245,76 @@ fn construct_after_loss() -> R {
     };
     let g = e2s(c.group_construct(GID, &all(&c), opts), "construct")?;
     partial_without(c, &g, &[x])
+}
+
+/// Run with one rank per node server and `--enable-recovery`: the job's data store
+/// (publish/lookup) is node server 0's. Every other rank starts a lookup that waits,
+/// without a timeout, for a key nobody publishes, then publishes `ready-<rank>` (which
+/// reaches the store after the lookup: one link, in order). Once every `ready-*` is
+/// published, rank 1 SIGKILLs node server 0. The waiting lookups must end with
+/// `PeerLost` naming node 0 (not hang), and so must a publish after it.
+fn store_lost() -> R {
+    use cohort::{DataRange, LookupOpts, Persistence};
+    let c = init()?;
+    let n = c.size();
+    check!(n >= 3, "run with 3 ranks or more, not {n}");
+    let me = c.rank();
+    let server = unsafe { libc::getppid() };
+    let session = || DataRange::Session;
+    if me == 0 {
+        // The store's host: tell rank 1 its pid, then wait to be killed with it.
+        let pid = vec![("store-pid".into(), Value::U32(server as u32))];
+        e2s(
+            c.publish(pid, session(), Persistence::App),
+            "publish store-pid",
+        )?;
+        std::thread::sleep(Duration::from_secs(60));
+        return Err("outlived the data store's node server".into());
+    }
+    let waiting = LookupOpts {
+        wait: Some(0),
+        ..LookupOpts::default()
+    };
+    let never = c.lookup_async(&["never-published"], waiting.clone());
+    let ready = vec![(format!("ready-{me}"), Value::Bool(true))];
+    e2s(
+        c.publish(ready, session(), Persistence::App),
+        "publish ready",
+    )?;
+    if me == 1 {
+        let mut keys: Vec<String> = (1..n).map(|r| format!("ready-{r}")).collect();
+        keys.push("store-pid".into());
+        let refs: Vec<&str> = keys.iter().map(String::as_str).collect();
+        let opts = LookupOpts {
+            timeout_ms: Some(60_000),
+            ..waiting
+        };
+        let found = e2s(c.lookup(&refs, opts), "lookup of ready-*")?;
+        let pid = found
+            .iter()
+            .find_map(|f| match (&*f.key, &f.value) {
+                ("store-pid", Value::U32(p)) => Some(*p),
+                _ => None,
+            })
+            .ok_or("no store-pid")?;
+        // SAFETY: kill(2) on node server 0 of this job.
+        unsafe { libc::kill(pid as libc::pid_t, libc::SIGKILL) };
+    }
+    let lost = |r: Result<(), CohortError>, what: &str| match r {
+        Err(CohortError::PeerLost { node: 0, reason }) if reason.contains("publish") => Ok(()),
+        other => Err(format!("{what}: {other:?}, not PeerLost naming node 0")),
+    };
+    lost(
+        await_reply(never, "waiting lookup")?.map(|_| ()),
+        "waiting lookup",
+    )?;
+    let after = vec![("after".into(), Value::U32(me))];
+    lost(
+        c.publish(after, session(), Persistence::App),
+        "publish after",
+    )?;
+    println!("RESULT store-lost: waiting lookup and later publish failed naming node 0");
+    Ok(())
 }
 
 /// Run with one rank per node server, `--enable-recovery` and a short `--peer-timeout`.
