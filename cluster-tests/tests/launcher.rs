@@ -797,6 +797,7 @@ fn cohortd_refuses_a_launcher_that_cannot_prove_the_secret() {
         nonce,
         fabric_addr,
         pid,
+        host,
     }) = register
     else {
         panic!("expected a registration, got {register:?}");
@@ -807,6 +808,7 @@ fn cohortd_refuses_a_launcher_that_cannot_prove_the_secret() {
         nonce: &nonce,
         fabric_addr: &fabric_addr,
         pid,
+        host: &host,
         launcher_nonce: &launcher_nonce,
     }
     .launcher_proof(b"a guess");
@@ -901,6 +903,7 @@ fn a_registration_with_the_wrong_secret_is_refused() {
         nonce: [0; 16],
         fabric_addr: "127.0.1.1:1".into(),
         pid: std::process::id(),
+        host: "forged".into(),
     };
     conn.write_all(&cohort_proto::frame::encode(&forged))
         .unwrap();
@@ -920,6 +923,7 @@ fn a_registration_with_the_wrong_secret_is_refused() {
         nonce: &[0; 16],
         fabric_addr: "127.0.1.1:1",
         pid: std::process::id(),
+        host: "forged",
         launcher_nonce: &nonce,
     }
     .daemon_proof(&[0; 32]);

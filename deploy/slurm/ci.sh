@@ -16,7 +16,11 @@
 # above the allocation's node count; a node server killed with --enable-recovery
 # (testprog construct-after-loss), one frozen (the failure detector finds it), one
 # killed from outside without recovery, and one that cannot start; SIGTERM and SIGKILL
-# to cohort run inside a still running allocation; and a batch job (sbatch). Exits 0
+# to cohort run inside a still running allocation; a batch job (sbatch); and
+# `cohort run --pmix` with an Open MPI program (cluster-tests/c/mpi_demo.c: MPI_Init,
+# Allgather, Barrier, Finalize) and a PMIx one (pmix_demo.c) over the 3 nodes, whose
+# own host names leave Open MPI its defaults, and with cohort's library missing on the
+# nodes (skipped, loudly, without mpicc, cc or pmix.h: deploy/pmix-demos.sh). Exits 0
 # when all pass. Every step is bounded by a timeout, the whole script by
 # COHORT_SLURM_CI_TIMEOUT (default 1500 s: the first run installs Slurm).
 # SLURM_LOCAL_TOOLS names the directory of start-slurm.sh / stop-slurm.sh (default:
@@ -65,7 +69,8 @@ if [[ $(id -u) != 0 ]]; then
     exit 125
 fi
 
-if ! "$cargo" build --bins --examples >/tmp/cohort-slurm-ci-build.log 2>&1; then
+if ! { "$cargo" build --bins --examples && "$cargo" build -p cohort-pmix; } \
+    >/tmp/cohort-slurm-ci-build.log 2>&1; then
     cat /tmp/cohort-slurm-ci-build.log >&2
     exit 1
 fi
@@ -120,11 +125,12 @@ nothing_left() {
     for _ in $(seq 50); do
         left="$(squeue -h -s 2>/dev/null)$(squeue -h 2>/dev/null)"
         left+="$(in_nodes cohortd)$(in_nodes cohortd-guard)$(in_nodes testprog)$(in_nodes sleep)"
+        left+="$(in_nodes mpi_demo)$(in_nodes pmix_demo)"
         left+="$(pgrep -x srun)"
         [[ -z $left ]] && { pass "$what: nothing left behind"; return; }
         sleep 0.2
     done
-    fail "$what: left behind: squeue: $(squeue -h -s) $(squeue -h) cohortd: $(in_nodes cohortd) testprog: $(in_nodes testprog) sleep: $(in_nodes sleep) srun: $(pgrep -x srun)"
+    fail "$what: left behind: squeue: $(squeue -h -s) $(squeue -h) cohortd: $(in_nodes cohortd) testprog: $(in_nodes testprog) sleep: $(in_nodes sleep) demos: $(in_nodes mpi_demo) $(in_nodes pmix_demo) srun: $(pgrep -x srun)"
     # Clean up for the next job.
     scancel --quiet --user=root 2>/dev/null || true
 }
@@ -404,6 +410,101 @@ else
     fail "sbatch: status $rc, $results RESULT lines" "$work/err"
 fi
 nothing_left sbatch
+
+echo "### 13. --pmix: Open MPI and PMIx programs on 3 Slurm nodes (like srun --mpi=pmix)"
+# cohort's libpmix.so.2 under the name programs load (as `make pmix` makes it), at the
+# same path on every node: the nodes share this file system.
+pmixlib=$target/cohort-pmix
+mkdir -p "$pmixlib" && ln -sf ../libpmix.so "$pmixlib/libpmix.so.2"
+export COHORT_PMIX_LIBDIR=$pmixlib
+demos_rc=0
+bash "$repo/deploy/pmix-demos.sh" "$work/demos" "$pmixlib" 2>"$work/demos.err" || demos_rc=$?
+if ((demos_rc == 125)); then
+    echo "################################################################" >&2
+    echo "## --pmix jobs SKIPPED: $(cat "$work/demos.err")" >&2
+    echo "## Open MPI and PMIx programs under Slurm were NOT tested in this run." >&2
+    echo "################################################################" >&2
+elif ((demos_rc != 0)); then
+    fail "building mpi_demo and pmix_demo" "$work/demos.err"
+else
+    # Each rank says what Open MPI gets from --pmix, then becomes the program.
+    cat >"$work/ompi-env.sh" <<'EOF'
+#!/bin/sh
+echo "OMPI rank=$COHORT_RANK host=$(hostname) btl=${OMPI_MCA_btl-unset} if=${OMPI_MCA_btl_tcp_if_include-unset} schizo=${OMPI_MCA_schizo-unset} lib=${LD_LIBRARY_PATH%%:*}"
+exec "$@"
+EOF
+    chmod 755 "$work/ompi-env.sh"
+    alloc 3 "$cohort" run --pmix -n 6 "$work/ompi-env.sh" "$work/demos/mpi_demo"
+    results=$(grep -c '^RESULT size=6 sum=6105$' "$work/out")
+    if [[ $rc == 0 && $results == 6 ]] && ! grep -q 'FAIL rank' "$work/err"; then
+        pass "mpi_demo: 6 Open MPI ranks on n1-n3 initialized, allgathered and finalized"
+    else
+        fail "mpi_demo: status $rc, $results RESULT lines" "$work/both"
+    fi
+    # n1-n3 have host names of their own: Open MPI keeps its defaults (shared memory
+    # inside a node, its own choice of interface between them).
+    got=$(sed -n 's/^OMPI rank=[0-9]* host=\([^ ]*\) \(.*\)/\1 \2/p' "$work/out" | sort | uniq -c |
+        awk '{$1=$1; print}' | tr '\n' ';')
+    want=""
+    for n in n1 n2 n3; do
+        want+="2 $n btl=unset if=unset schizo=^orte lib=$pmixlib;"
+    done
+    if [[ $got == "$want" ]]; then
+        pass "distinct host names n1-n3: no transport chosen for Open MPI, cohort's library first"
+    else
+        fail "mpi_demo environment: got $got, want $want" "$work/out"
+    fi
+    if grep -v '^salloc: ' "$work/err" | grep -q .; then
+        fail "mpi_demo: something on stderr besides salloc's own lines" "$work/err"
+    else
+        pass "mpi_demo: nothing on stderr but salloc's own lines"
+    fi
+    nothing_left pmix-mpi_demo
+    # Open MPI's own account of its transports: shared memory to the other rank of the
+    # same node, TCP to the other nodes.
+    alloc 3 "$cohort" run --pmix -n 6 -x OMPI_MCA_btl_base_verbose=100 "$work/demos/mpi_demo"
+    if [[ $rc == 0 ]] && grep -q 'Using vader btl for send to .* on node n1' "$work/err" &&
+        grep -q 'Using tcp btl for send to .* on node n3' "$work/err"; then
+        pass "Open MPI used shared memory inside a node and TCP between nodes"
+    else
+        fail "mpi_demo transports (btl_base_verbose): status $rc" "$work/both"
+    fi
+    if ls /dev/shm/vader_segment.n[123].* >/dev/null 2>&1; then
+        fail "Open MPI's shared-memory segments of n1-n3 left in /dev/shm: $(ls /dev/shm/vader_segment.n[123].*)"
+    else
+        pass "no shared-memory segment of n1-n3 left in /dev/shm"
+    fi
+    nothing_left pmix-mpi_demo-verbose
+
+    alloc 3 "$cohort" run --pmix -n 6 --pset evens=0,2,4 "$work/demos/pmix_demo"
+    results=$(grep -c '^RESULT size=6 nodes=3 members=6 ctx=' "$work/out")
+    distinct=$(grep '^RESULT' "$work/out" | sort -u | wc -l)
+    if [[ $rc == 0 && $results == 6 && $distinct == 1 ]] && ! grep -q 'FAIL rank' "$work/err"; then
+        pass "pmix_demo: 6 PMIx ranks on n1-n3 agreed (keys, fences, events, groups, connect)"
+    else
+        fail "pmix_demo: status $rc, $results RESULT lines, $distinct distinct" "$work/both"
+    fi
+    nothing_left pmix-pmix_demo
+
+    echo "### 14. --pmix with cohort's library missing on the nodes"
+    # A directory that holds the library here but not on the nodes: each slurmd's
+    # mount namespace has a private directory of its own on TmpFS.
+    tmpfs=${SLURM_LOCAL_DIR:-/tmp/slurm-local}/var/tmpfs
+    mkdir -p "$tmpfs/cohort-ci-pmix"
+    ln -sf "$target/libpmix.so" "$tmpfs/cohort-ci-pmix/libpmix.so.2"
+    COHORT_PMIX_LIBDIR=$tmpfs/cohort-ci-pmix alloc 3 "$cohort" run --pmix -n 6 "$work/demos/mpi_demo"
+    rm -rf "$tmpfs/cohort-ci-pmix"
+    if [[ $rc == 1 ]] &&
+        grep -q "n[123]: --pmix: cohort's libpmix.so.2 is not in $tmpfs/cohort-ci-pmix on this host (n[123]), so the ranks cannot load it" "$work/err" &&
+        grep -q "could not start the job: node server n[123] ended" "$work/err" &&
+        ! grep -q 'RESULT\|MPI_Init' "$work/both"; then
+        pass "the job failed before any rank ran, naming the node without the library and what to do"
+    else
+        fail "library missing on the nodes: status $rc" "$work/both"
+    fi
+    nothing_left pmix-missing-library
+fi
+unset COHORT_PMIX_LIBDIR
 
 echo "slurm CI job: $(($(date +%s) - started)) s"
 for f in "${failures[@]}"; do echo "  failed: $f" >&2; done

@@ -21,7 +21,11 @@
 # without cohortd, ssh refusing the key, an agent that does not exist (clear errors,
 # bounded); SIGINT, SIGTERM and SIGKILL to cohort run mid-job; a node server killed
 # from outside, one killed with --enable-recovery, and one frozen (the failure detector
-# finds it; killed on its host over ssh).
+# finds it; killed on its host over ssh); `cohort run --pmix` with an Open MPI program
+# (cluster-tests/c/mpi_demo.c: MPI_Init, Allgather, Barrier, Finalize) and a PMIx one
+# (pmix_demo.c) on the 3 hosts, which share this host's name (Open MPI then gets TCP on
+# the hosts' network), with --prefix of an installed layout, and with the library
+# missing there (skipped, loudly, without mpicc, cc or pmix.h: deploy/pmix-demos.sh).
 # Installs Debian's openssh-server on first use (its service is not started). Every
 # step is bounded by a timeout, the whole script by COHORT_SSH_CI_TIMEOUT (default
 # 600 s). `make test` runs it; COHORT_SKIP_SSH=1 skips it on purpose, loudly.
@@ -88,8 +92,8 @@ if [[ ! -x /usr/sbin/sshd || ! -x /usr/bin/ssh || ! -x /usr/bin/ssh-keygen ]]; t
     fi
 fi
 
-if ! "$cargo" build -p cohort-launcher -p cohort-server -p cohort --bins --example testprog \
-    >/tmp/cohort-ssh-ci-build.log 2>&1; then
+if ! { "$cargo" build -p cohort-launcher -p cohort-server -p cohort --bins --example testprog &&
+    "$cargo" build -p cohort-pmix; } >/tmp/cohort-ssh-ci-build.log 2>&1; then
     cat /tmp/cohort-ssh-ci-build.log >&2
     exit 1
 fi
@@ -238,12 +242,13 @@ nothing_left() {
     local what=$1 left=""
     for _ in $(seq 75); do
         left="$(in_hosts cohortd)$(in_hosts cohortd-guard)$(in_hosts testprog)$(in_hosts sleep)$(sessions)$(clients)"
+        left+="$(in_hosts mpi_demo)$(in_hosts pmix_demo)"
         left+="$(ls -A "$TMPDIR")"
         [[ -z $left ]] && { pass "$what: nothing left behind"; return; }
         sleep 0.2
     done
-    fail "$what: left behind: cohortd: $(in_hosts cohortd) testprog: $(in_hosts testprog) sleep: $(in_hosts sleep) sessions: $(sessions) ssh: $(clients) files: $(ls -A "$TMPDIR")"
-    for pid in $(in_hosts cohortd) $(in_hosts testprog) $(in_hosts sleep) $(sessions); do
+    fail "$what: left behind: cohortd: $(in_hosts cohortd) testprog: $(in_hosts testprog) sleep: $(in_hosts sleep) demos: $(in_hosts mpi_demo) $(in_hosts pmix_demo) sessions: $(sessions) ssh: $(clients) files: $(ls -A "$TMPDIR")"
+    for pid in $(in_hosts cohortd) $(in_hosts testprog) $(in_hosts sleep) $(in_hosts mpi_demo) $(in_hosts pmix_demo) $(sessions); do
         kill -KILL "$pid" 2>/dev/null
     done
     rm -rf "${TMPDIR:?}"/*
@@ -510,6 +515,112 @@ else
     fail "frozen-server: status $rc, $results RESULT lines" "$work/both"
 fi
 nothing_left frozen-server
+
+echo "### 9. --pmix over ssh: Open MPI and PMIx programs on the 3 hosts"
+# cohort's libpmix.so.2 under the name programs load (as `make pmix` makes it), at the
+# same path on every host: the hosts share this file system.
+pmixlib=$target/cohort-pmix
+mkdir -p "$pmixlib" && ln -sf ../libpmix.so "$pmixlib/libpmix.so.2"
+export COHORT_PMIX_LIBDIR=$pmixlib
+demos_rc=0
+bash "$repo/deploy/pmix-demos.sh" "$work/demos" "$pmixlib" 2>"$work/demos.err" || demos_rc=$?
+if ((demos_rc == 125)); then
+    echo "################################################################" >&2
+    echo "## --pmix jobs SKIPPED: $(cat "$work/demos.err")" >&2
+    echo "## Open MPI and PMIx programs over ssh were NOT tested in this run." >&2
+    echo "################################################################" >&2
+elif ((demos_rc != 0)); then
+    fail "building mpi_demo and pmix_demo" "$work/demos.err"
+else
+    # Each rank says what Open MPI gets from --pmix, then becomes the program.
+    cat >"$work/ompi-env.sh" <<'EOF'
+#!/bin/sh
+echo "OMPI rank=$COHORT_RANK node=$COHORT_NODE_NAME host=$(hostname) btl=${OMPI_MCA_btl-unset} if=${OMPI_MCA_btl_tcp_if_include-unset} schizo=${OMPI_MCA_schizo-unset} lib=${LD_LIBRARY_PATH%%:*}"
+exec "$@"
+EOF
+    chmod 755 "$work/ompi-env.sh"
+    # The rank's view: node, host name and Open MPI's settings, counted per node.
+    ompi_env() {
+        sed -n 's/^OMPI rank=[0-9]* \(.*\)/\1/p' "$work/out" | sort | uniq -c |
+            awk '{$1=$1; print}' | tr '\n' ';'
+    }
+    run --host "$hosts" --launch-agent "$agent" --pmix -n 6 "$work/ompi-env.sh" "$work/demos/mpi_demo"
+    results=$(grep -c '^RESULT size=6 sum=6105$' "$work/out")
+    if [[ $rc == 0 && $results == 6 ]] && ! grep -q 'FAIL rank' "$work/err"; then
+        pass "mpi_demo: 6 Open MPI ranks on 3 hosts initialized, allgathered and finalized (${took} s)"
+    else
+        fail "mpi_demo: status $rc, $results RESULT lines" "$work/both"
+    fi
+    # The namespaces keep this host's name (no UTS namespace): Open MPI's shared-memory
+    # segment names would collide, so TCP, on the network of 10.79.0.1-3 (not lo).
+    host=$(hostname)
+    want=""
+    for i in 1 2 3; do
+        want+="2 node=$net.$i host=$host btl=self,tcp if=$net.0/30 schizo=^orte lib=$pmixlib;"
+    done
+    got=$(ompi_env)
+    if [[ $got == "$want" ]]; then
+        pass "one host name for 3 hosts: Open MPI over TCP on $net.0/30, cohort's library first"
+    else
+        fail "mpi_demo environment: got $got, want $want" "$work/out"
+    fi
+    if [[ -s $work/err ]]; then
+        fail "mpi_demo: something on stderr" "$work/err"
+    else
+        pass "mpi_demo: nothing on stderr"
+    fi
+    nothing_left pmix-mpi_demo
+    # Open MPI's own account: TCP to every other rank, shared memory to none.
+    run --host "$hosts" --launch-agent "$agent" --pmix -n 6 -x OMPI_MCA_btl_base_verbose=100 \
+        "$work/demos/mpi_demo"
+    if [[ $rc == 0 ]] && grep -q "Using tcp btl for send to .* on node $net.1" "$work/err" &&
+        ! grep -q 'Using vader btl' "$work/err" && grep -q "path from $net.1 to $net.2" "$work/err"; then
+        pass "Open MPI used TCP between all ranks, over $net.x, and no shared memory"
+    else
+        fail "mpi_demo transports (btl_base_verbose): status $rc" "$work/both"
+    fi
+    nothing_left pmix-mpi_demo-verbose
+
+    run --host "$hosts" --launch-agent "$agent" --pmix -n 6 --pset evens=0,2,4 "$work/demos/pmix_demo"
+    results=$(grep -c '^RESULT size=6 nodes=3 members=6 ctx=' "$work/out")
+    distinct=$(grep '^RESULT' "$work/out" | sort -u | wc -l)
+    if [[ $rc == 0 && $results == 6 && $distinct == 1 ]] && ! grep -q 'FAIL rank' "$work/err"; then
+        pass "pmix_demo: 6 PMIx ranks on 3 hosts agreed (keys, fences, events, groups, connect)"
+    else
+        fail "pmix_demo: status $rc, $results RESULT lines, $distinct distinct" "$work/both"
+    fi
+    nothing_left pmix-pmix_demo
+
+    echo "### 10. --pmix with --prefix: the hosts' library from the installed layout"
+    # An installed cohort as `make install` lays it out: PREFIX/bin/cohortd and
+    # PREFIX/lib/cohort/pmix/libpmix.so.2. The launcher needs no library of its own.
+    mkdir -p "$work/prefix/bin" "$work/prefix/lib/cohort/pmix" "$work/prefix-nolib/bin"
+    ln -s "$target/cohortd" "$work/prefix/bin/cohortd"
+    ln -s "$target/libpmix.so" "$work/prefix/lib/cohort/pmix/libpmix.so.2"
+    ln -s "$target/cohortd" "$work/prefix-nolib/bin/cohortd"
+    COHORT_PMIX_LIBDIR=/nonexistent run --host "$hosts" --launch-agent "$agent" \
+        --prefix "$work/prefix" --pmix -n 6 "$work/ompi-env.sh" "$work/demos/mpi_demo"
+    results=$(grep -c '^RESULT size=6 sum=6105$' "$work/out")
+    if [[ $rc == 0 && $results == 6 ]] &&
+        [[ $(grep -c "^OMPI .* lib=$work/prefix/lib/cohort/pmix$" "$work/out") == 6 ]]; then
+        pass "--prefix: the ranks loaded PREFIX/lib/cohort/pmix/libpmix.so.2"
+    else
+        fail "--prefix with the library: status $rc, $results RESULT lines" "$work/both"
+    fi
+    nothing_left pmix-prefix
+    run --host "$hosts" --launch-agent "$agent" --prefix "$work/prefix-nolib" --pmix -n 3 \
+        "$work/demos/mpi_demo"
+    if [[ $rc == 1 ]] &&
+        grep -q "$net.[123]: --pmix: cohort's libpmix.so.2 is not in $work/prefix-nolib/lib/cohort/pmix on this host ($host), so the ranks cannot load it" "$work/err" &&
+        grep -q "could not start the job: node server $net.[123] (ssh, pid [0-9]*) exited with status 1" "$work/err" &&
+        ! grep -q 'RESULT\|MPI_Init' "$work/both"; then
+        pass "--prefix without the library: failed before any rank ran, naming the host and what to do"
+    else
+        fail "--prefix without the library: status $rc" "$work/both"
+    fi
+    nothing_left pmix-prefix-nolib
+fi
+unset COHORT_PMIX_LIBDIR
 
 echo "ssh CI job: $(($(date +%s) - started)) s ($(($(date +%s) - t_jobs)) s of jobs)"
 for f in "${failures[@]}"; do echo "  failed: $f" >&2; done

@@ -323,10 +323,12 @@ pub struct RunArgs {
 
     /// Run PMIx programs and Open MPI on cohort's libpmix.so.2 (like srun --mpi=pmix):
     /// its directory goes first on the ranks' LD_LIBRARY_PATH, and Open MPI is told
-    /// that cohort started its processes (OMPI_MCA_schizo=^orte, unless set); with
-    /// several node servers on this host, Open MPI uses TCP over loopback (unless its
-    /// transports are set). The library is found in COHORT_PMIX_LIBDIR, else
-    /// cohort-pmix/ next to cohort
+    /// that cohort started its processes (OMPI_MCA_schizo=^orte, unless set); where
+    /// node servers share a host name (several on one machine), Open MPI uses TCP on
+    /// their network instead of shared memory (unless its transports are set). The
+    /// library is found in COHORT_PMIX_LIBDIR, else cohort-pmix/ next to cohort, and
+    /// must be at the same path on every host (over ssh with --prefix:
+    /// PREFIX/lib/cohort/pmix)
     #[arg(long, help_heading = "Environment options")]
     pub pmix: bool,
 

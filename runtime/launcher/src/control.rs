@@ -32,6 +32,8 @@ pub struct Registration {
     pub node: NodeId,
     pub fabric_addr: String,
     pub pid: u32,
+    /// The node server's host name (`gethostname` there).
+    pub host: String,
     pub reader: OwnedReadHalf,
     pub writer: OwnedWriteHalf,
 }
@@ -74,6 +76,7 @@ pub async fn handshake(
         nonce,
         fabric_addr,
         pid,
+        host,
     } = first
     else {
         return Err(Refused::NotRegister);
@@ -86,6 +89,7 @@ pub async fn handshake(
         nonce: &nonce,
         fabric_addr: &fabric_addr,
         pid,
+        host: &host,
         launcher_nonce: &launcher_nonce,
     };
     let challenge = LauncherMsg::Challenge {
@@ -113,6 +117,7 @@ pub async fn handshake(
         node,
         fabric_addr,
         pid,
+        host,
         reader,
         writer,
     })
@@ -152,6 +157,7 @@ mod tests {
             nonce,
             fabric_addr: FABRIC.into(),
             pid: 42,
+            host: "n1".into(),
         };
         s.write_all(&encode(&register)).await.unwrap();
         let challenge: Option<LauncherMsg> =
@@ -170,6 +176,7 @@ mod tests {
             nonce: &nonce,
             fabric_addr: FABRIC,
             pid: 42,
+            host: "n1",
             launcher_nonce: &launcher_nonce,
         };
         let launcher_proven = ex.launcher_proven(&claimed, &proof);
@@ -190,8 +197,13 @@ mod tests {
         let (s, _) = listener.accept().await.unwrap();
         let reg = handshake(s, &secret, 2).await.unwrap();
         assert_eq!(
-            (reg.node, reg.pid, reg.fabric_addr.as_str()),
-            (1, 42, FABRIC)
+            (
+                reg.node,
+                reg.pid,
+                reg.fabric_addr.as_str(),
+                reg.host.as_str()
+            ),
+            (1, 42, FABRIC, "n1")
         );
         assert!(daemon.await.unwrap().0, "the launcher's proof checks out");
 
@@ -221,6 +233,7 @@ mod tests {
             nonce: [1; 16],
             fabric_addr: FABRIC.into(),
             pid: 1,
+            host: "n1".into(),
         };
         c.write_all(&encode(&register)).await.unwrap();
         drop(c);

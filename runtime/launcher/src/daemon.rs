@@ -42,29 +42,24 @@ pub fn find_pmix_libdir() -> Result<PathBuf, String> {
     }
 }
 
+/// Where an installed cohort keeps `libpmix.so.2` under its prefix (`make install`:
+/// `PREFIX/lib/cohort/pmix/libpmix.so.2`, beside `PREFIX/bin/cohortd`): the hosts' lib
+/// dir for `--pmix` over ssh with `--prefix`.
+pub fn installed_pmix_libdir(prefix: &Path) -> PathBuf {
+    prefix.join("lib").join("cohort").join("pmix")
+}
+
 /// The ranks' exports with `--pmix`: `libdir` first on `LD_LIBRARY_PATH` (before what
 /// `-x` gave, else cohort's own), and `OMPI_MCA_schizo=^orte` unless `-x` or cohort's
-/// environment (`env`) sets it. With node servers `emulated` on one host, also
-/// Open MPI's TCP transport over loopback instead of its shared memory (whose segment
-/// names, host name and local rank, collide between node servers of one host), unless
-/// `-x` or the environment chose its transports.
+/// environment (`env`) sets it. Open MPI's transports are chosen later, once every node
+/// server registered ([`open_mpi_transports`]).
 pub fn pmix_exports(
     mut exports: Vec<(String, OsString)>,
     libdir: &Path,
-    emulated: bool,
     env: impl Fn(&str) -> Option<OsString>,
 ) -> Vec<(String, OsString)> {
     const LIBPATH: &str = "LD_LIBRARY_PATH";
     const SCHIZO: &str = "OMPI_MCA_schizo";
-    const BTL: &str = "OMPI_MCA_btl";
-    const TCP_IF: &str = "OMPI_MCA_btl_tcp_if_include";
-    let chosen = |exports: &[(String, OsString)], k: &str| {
-        exports.iter().any(|(n, _)| n == k) || env(k).is_some()
-    };
-    if emulated && !chosen(&exports, BTL) && !chosen(&exports, TCP_IF) {
-        exports.push((BTL.into(), "self,tcp".into()));
-        exports.push((TCP_IF.into(), "lo".into()));
-    }
     let given = exports.iter().position(|(k, _)| k == LIBPATH);
     let rest = match given {
         Some(i) => Some(exports.remove(i).1),
@@ -81,6 +76,110 @@ pub fn pmix_exports(
         exports.push((SCHIZO.into(), schizo));
     }
     exports
+}
+
+/// One node server as it registered: its host name (`gethostname` there) and its
+/// fabric address (`IP:PORT`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NodeHost {
+    pub host: String,
+    pub fabric_addr: String,
+}
+
+/// Open MPI's transports for `--pmix`, chosen once every node server registered: the
+/// `(VAR, VAL)` pairs every rank gets on top of the job's exports (`exports`: the
+/// job's `-x` variables; `env`: this launcher's environment).
+///
+/// Why, and from what. Inside a node Open MPI 4.1 uses its shared-memory transport
+/// (`btl/vader`), whose segment is `/dev/shm/vader_segment.<host name>.<job id>.<local
+/// rank>`: the job id comes from the namespace, the same for the whole job, and local
+/// ranks restart at 0 on every node server. Ranks of two node servers that see the
+/// same host name (and one `/dev/shm`) therefore create the same segments and crash in
+/// `MPI_Init`. The launcher cannot see whether the hosts share `/dev/shm`, but it knows
+/// each node server's host name (reported at registration, as the ranks see it) and
+/// fabric address, so:
+///
+/// * **Every node server on a host name of its own** — a real cluster, or nodes in
+///   namespaces or containers with their own names (the Slurm CI's `n1`…`n3`):
+///   nothing is set. Open MPI keeps its defaults: shared memory inside a node, its
+///   own choice of interfaces between nodes.
+/// * **Two or more share a host name** — several node servers on one machine
+///   (`--nodes N` here; ssh or Slurm into network namespaces without a host name of
+///   their own, like the ssh CI's): `OMPI_MCA_btl=self,tcp`, no shared memory, and
+///   TCP pinned (`OMPI_MCA_btl_tcp_if_include`) to the network of the node servers'
+///   fabric addresses, which cohort's own fabric uses between them. All loopback
+///   (node servers emulated on this host): `lo`, which Open MPI leaves out by
+///   default and which is then the only route. Otherwise the smallest IPv4 network
+///   holding every fabric address (10.79.0.0/30 for 10.79.0.1-3): one entry that
+///   matches an interface on every node (an entry per address would make Open MPI
+///   warn on each node without that address), never `lo` (peers are not behind
+///   it). Interfaces are left to Open MPI when that network would reach into
+///   127.0.0.0/8, or the addresses are IPv6 or unparsable.
+/// * **The user chose**: `-x` or the environment setting `OMPI_MCA_btl` leaves
+///   transports alone; setting `OMPI_MCA_btl_tcp_if_include` or `_if_exclude` keeps
+///   only the interface choice theirs (Open MPI refuses both lists at once).
+///
+/// Host names are compared as Open MPI names its segments: without the domain (the
+/// part from the first dot), unless the name is an IP address.
+pub fn open_mpi_transports(
+    nodes: &[NodeHost],
+    exports: &[(String, OsString)],
+    env: impl Fn(&str) -> Option<OsString>,
+) -> Vec<(String, String)> {
+    const BTL: &str = "OMPI_MCA_btl";
+    const TCP_IF: &str = "OMPI_MCA_btl_tcp_if_include";
+    const TCP_IF_EXCLUDE: &str = "OMPI_MCA_btl_tcp_if_exclude";
+    let chosen = |k: &str| exports.iter().any(|(n, _)| n == k) || env(k).is_some();
+    let mut names: Vec<&str> = nodes.iter().map(|n| open_mpi_host_name(&n.host)).collect();
+    names.sort_unstable();
+    let shared = names.windows(2).any(|w| w[0] == w[1]);
+    if !shared || chosen(BTL) {
+        return Vec::new();
+    }
+    let mut out = vec![(BTL.to_string(), "self,tcp".to_string())];
+    if !chosen(TCP_IF) && !chosen(TCP_IF_EXCLUDE) {
+        if let Some(net) = tcp_network(nodes) {
+            out.push((TCP_IF.to_string(), net));
+        }
+    }
+    out
+}
+
+/// A host name as Open MPI 4.1 uses it in its segment names: without the domain,
+/// unless it is an IP address.
+fn open_mpi_host_name(host: &str) -> &str {
+    if host.parse::<IpAddr>().is_ok() {
+        return host;
+    }
+    host.split('.').next().unwrap_or(host)
+}
+
+/// `lo` when every fabric address is loopback, else the smallest IPv4 network (CIDR)
+/// holding them all, if that stays clear of 127.0.0.0/8; `None` otherwise.
+fn tcp_network(nodes: &[NodeHost]) -> Option<String> {
+    let addrs: Vec<Ipv4Addr> = nodes
+        .iter()
+        .map(|n| match n.fabric_addr.parse::<SocketAddr>().ok()?.ip() {
+            IpAddr::V4(ip) => Some(ip),
+            IpAddr::V6(_) => None,
+        })
+        .collect::<Option<_>>()?;
+    let first = u32::from(*addrs.first()?);
+    if addrs.iter().all(Ipv4Addr::is_loopback) {
+        return Some("lo".into());
+    }
+    let differ = addrs.iter().fold(0u32, |d, a| d | (u32::from(*a) ^ first));
+    let prefix = differ.leading_zeros();
+    let mask = u32::MAX.checked_shl(32 - prefix).unwrap_or(0);
+    let net = Ipv4Addr::from(first & mask);
+    // Does the network overlap 127.0.0.0/8? (Both are prefixes: one holds the other.)
+    let lo_net = u32::from(Ipv4Addr::new(127, 0, 0, 0));
+    let shorter = prefix.min(8);
+    let shorter_mask = u32::MAX.checked_shl(32 - shorter).unwrap_or(0);
+    if first & shorter_mask == lo_net & shorter_mask {
+        return None;
+    }
+    Some(format!("{net}/{prefix}"))
 }
 
 pub fn find_cohortd() -> Result<PathBuf, String> {
@@ -162,6 +261,9 @@ pub struct DaemonLaunch<'a> {
     pub detector: Option<DetectorConfig>,
     /// `VAR=VAL` pairs, already resolved.
     pub exports: &'a [(String, OsString)],
+    /// `--pmix`: the directory that must hold cohort's `libpmix.so.2` on the node
+    /// server's host (the node server checks it before registering).
+    pub pmix_libdir: Option<&'a Path>,
     /// MPMD application contexts: (ranks, words of `command`) each, in order; empty
     /// when every rank runs all of `command` (one app context).
     pub apps: &'a [(u32, usize)],
@@ -277,6 +379,10 @@ impl DaemonLaunch<'_> {
         a.push(period.to_string().into());
         a.push("--peer-timeout-ms".into());
         a.push(timeout.to_string().into());
+        if let Some(dir) = self.pmix_libdir {
+            a.push("--pmix-libdir".into());
+            a.push(dir.as_os_str().to_owned());
+        }
         for (var, val) in self.exports {
             let mut kv = OsString::from(var);
             kv.push("=");
@@ -454,7 +560,7 @@ mod tests {
     fn pmix_puts_the_library_first_and_tells_open_mpi_who_started_it() {
         let dir = Path::new("/opt/cohort/lib/cohort-pmix");
         let none = |_: &str| None;
-        let got = pmix_exports(vec![("A".into(), "1".into())], dir, false, none);
+        let got = pmix_exports(vec![("A".into(), "1".into())], dir, none);
         assert_eq!(
             got,
             vec![
@@ -470,14 +576,14 @@ mod tests {
             "OMPI_MCA_schizo" => Some("ompi".into()),
             _ => None,
         };
-        let got = pmix_exports(Vec::new(), dir, false, env);
+        let got = pmix_exports(Vec::new(), dir, env);
         assert_eq!(got[0].1, "/opt/cohort/lib/cohort-pmix:/usr/local/lib");
         assert_eq!(got[1], ("OMPI_MCA_schizo".into(), "ompi".into()));
         let given = vec![
             ("LD_LIBRARY_PATH".into(), "/x".into()),
             ("OMPI_MCA_schizo".into(), "^foo".into()),
         ];
-        let got = pmix_exports(given, dir, false, env);
+        let got = pmix_exports(given, dir, env);
         assert_eq!(
             got,
             vec![
@@ -488,24 +594,120 @@ mod tests {
                 ),
             ]
         );
+        // --prefix over ssh: the installed layout (`make install`).
+        assert_eq!(
+            installed_pmix_libdir(Path::new("/opt/cohort")),
+            Path::new("/opt/cohort/lib/cohort/pmix")
+        );
     }
 
-    /// Node servers emulated on one host: Open MPI over TCP on loopback, unless its
-    /// transports were chosen.
+    /// Node servers as they registered: (host name, fabric address) each.
+    fn registered(nodes: &[(&str, &str)]) -> Vec<NodeHost> {
+        nodes
+            .iter()
+            .map(|(h, a)| NodeHost {
+                host: h.to_string(),
+                fabric_addr: a.to_string(),
+            })
+            .collect()
+    }
+
+    fn pairs(v: &[(&str, &str)]) -> Vec<(String, String)> {
+        v.iter()
+            .map(|(k, x)| (k.to_string(), x.to_string()))
+            .collect()
+    }
+
+    /// Open MPI's defaults where every node server has a host name of its own; TCP
+    /// on the fabric's network where some share one; the user's choices kept.
     #[test]
-    fn pmix_on_emulated_nodes_moves_open_mpi_off_shared_memory() {
-        let dir = Path::new("/lib/cohort-pmix");
+    fn open_mpi_keeps_shared_memory_unless_node_servers_share_a_host_name() {
         let none = |_: &str| None;
-        let got = pmix_exports(Vec::new(), dir, true, none);
-        let has = |k: &str, v: &str| got.iter().any(|(n, x)| n == k && x == v);
-        assert!(has("OMPI_MCA_btl", "self,tcp") && has("OMPI_MCA_btl_tcp_if_include", "lo"));
-        let chosen = vec![("OMPI_MCA_btl".into(), "self,vader".into())];
-        let got = pmix_exports(chosen, dir, true, none);
-        assert_eq!(got[0], ("OMPI_MCA_btl".into(), "self,vader".into()));
-        assert!(!got.iter().any(|(n, _)| n == "OMPI_MCA_btl_tcp_if_include"));
-        let env = |k: &str| (k == "OMPI_MCA_btl_tcp_if_include").then(|| "eth0".into());
-        let got = pmix_exports(Vec::new(), dir, true, env);
-        assert!(!got.iter().any(|(n, _)| n.starts_with("OMPI_MCA_btl")));
+        // A real cluster, or the Slurm CI's namespaces (own UTS names n1..n3).
+        let cluster = registered(&[
+            ("n1", "10.77.0.11:4000"),
+            ("n2", "10.77.0.12:4000"),
+            ("n3", "10.77.0.13:4000"),
+        ]);
+        assert_eq!(open_mpi_transports(&cluster, &[], none), vec![]);
+        // One node server: nothing to collide with.
+        let one = registered(&[("vm", "127.0.1.1:4000")]);
+        assert_eq!(open_mpi_transports(&one, &[], none), vec![]);
+        // --nodes 3 on this host: loopback.
+        let emulated = registered(&[
+            ("vm", "127.0.1.1:4000"),
+            ("vm", "127.0.1.2:4001"),
+            ("vm", "127.0.1.3:4002"),
+        ]);
+        assert_eq!(
+            open_mpi_transports(&emulated, &[], none),
+            pairs(&[
+                ("OMPI_MCA_btl", "self,tcp"),
+                ("OMPI_MCA_btl_tcp_if_include", "lo")
+            ])
+        );
+        // ssh into network namespaces that keep this host's name: the smallest
+        // network holding 10.79.0.1-3, never lo.
+        let ssh = registered(&[
+            ("vm", "10.79.0.1:4000"),
+            ("vm", "10.79.0.2:4000"),
+            ("vm", "10.79.0.3:4000"),
+        ]);
+        assert_eq!(
+            open_mpi_transports(&ssh, &[], none),
+            pairs(&[
+                ("OMPI_MCA_btl", "self,tcp"),
+                ("OMPI_MCA_btl_tcp_if_include", "10.79.0.0/30")
+            ])
+        );
+        // Two of three share a name (compared without the domain, as Open MPI does).
+        let two = registered(&[
+            ("a.example.org", "10.77.0.11:1"),
+            ("a.other.org", "10.77.0.12:1"),
+            ("b", "10.77.0.13:1"),
+        ]);
+        assert_eq!(
+            open_mpi_transports(&two, &[], none),
+            pairs(&[
+                ("OMPI_MCA_btl", "self,tcp"),
+                ("OMPI_MCA_btl_tcp_if_include", "10.77.0.8/29")
+            ])
+        );
+        // IP addresses as host names are not cut at their dots.
+        let ips = registered(&[("10.0.0.1", "10.0.0.1:1"), ("10.0.0.2", "10.0.0.2:1")]);
+        assert_eq!(open_mpi_transports(&ips, &[], none), vec![]);
+        // No pinning where the network would reach into loopback, or for IPv6.
+        let mixed = registered(&[("vm", "127.0.1.1:1"), ("vm", "10.0.0.1:1")]);
+        assert_eq!(
+            open_mpi_transports(&mixed, &[], none),
+            pairs(&[("OMPI_MCA_btl", "self,tcp")])
+        );
+        let v6 = registered(&[("vm", "[fd00::1]:1"), ("vm", "[fd00::2]:1")]);
+        assert_eq!(
+            open_mpi_transports(&v6, &[], none),
+            pairs(&[("OMPI_MCA_btl", "self,tcp")])
+        );
+        // The same address twice: a /32.
+        let same = registered(&[("vm", "10.0.0.5:1"), ("vm", "10.0.0.5:2")]);
+        assert_eq!(open_mpi_transports(&same, &[], none)[1].1, "10.0.0.5/32");
+    }
+
+    #[test]
+    fn open_mpi_transports_chosen_by_the_user_are_kept() {
+        let ssh = registered(&[("vm", "10.79.0.1:1"), ("vm", "10.79.0.2:1")]);
+        let none = |_: &str| None;
+        // -x OMPI_MCA_btl: hands off entirely.
+        let btl = vec![("OMPI_MCA_btl".into(), "self,vader".into())];
+        assert_eq!(open_mpi_transports(&ssh, &btl, none), vec![]);
+        // The environment's btl alike.
+        let env = |k: &str| (k == "OMPI_MCA_btl").then(|| "self,tcp".into());
+        assert_eq!(open_mpi_transports(&ssh, &[], env), vec![]);
+        // An interface choice (include or exclude, -x or environment): only btl set.
+        let only_btl = pairs(&[("OMPI_MCA_btl", "self,tcp")]);
+        let inc = vec![("OMPI_MCA_btl_tcp_if_include".into(), "eth0".into())];
+        assert_eq!(open_mpi_transports(&ssh, &inc, none), only_btl);
+        let env = |k: &str| (k == "OMPI_MCA_btl_tcp_if_exclude").then(|| "lo".into());
+        assert_eq!(open_mpi_transports(&ssh, &[], env), only_btl);
     }
 
     #[test]
@@ -547,6 +749,7 @@ mod tests {
             allgather: None,
             detector: None,
             exports: &[],
+            pmix_libdir: None,
             apps: &[],
             app_exports: &[],
             psets: &[],
@@ -613,6 +816,7 @@ mod tests {
             tag_output: true,
             detector: Some(DetectorConfig::DEFAULT),
             exports: &exports,
+            pmix_libdir: Some(Path::new("/opt/c/lib")),
             ..launch(&cmd)
         };
         let joined = arg_text(&l);
@@ -620,7 +824,7 @@ mod tests {
         assert!(
             joined.ends_with(
                 "--np 7 --map-by node --bind-to core --first-slot 4 --tag-output \
-                 --heartbeat-ms 1000 --peer-timeout-ms 10000 -x A=1 2 -- sh -c"
+                 --heartbeat-ms 1000 --peer-timeout-ms 10000 --pmix-libdir /opt/c/lib -x A=1 2 -- sh -c"
             ),
             "{joined}"
         );

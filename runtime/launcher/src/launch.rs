@@ -127,6 +127,8 @@ struct Daemon {
     pid: u32,
     writer: Option<OwnedWriteHalf>,
     fabric_addr: Option<String>,
+    /// The host name it registered with.
+    host: String,
     running: bool,
     /// Over ssh: the pid the node server registered with, on its host.
     remote_pid: Option<u32>,
@@ -141,6 +143,7 @@ impl Daemon {
             pid,
             writer: None,
             fabric_addr: None,
+            host: String::new(),
             running: true,
             remote_pid: None,
             held: None,
@@ -253,6 +256,8 @@ struct Launcher {
     args: RunArgs,
     cohortd: PathBuf,
     exports: Vec<(String, OsString)>,
+    /// `--pmix`: where cohort's `libpmix.so.2` is on every node server's host.
+    pmix_libdir: Option<PathBuf>,
     apps: AppLayout,
     job_secret: Vec<u8>,
     client_token: Vec<u8>,
@@ -334,13 +339,14 @@ impl Launcher {
         }
         let cohortd = daemon::find_cohortd()?;
         let mut exports = daemon::resolve_exports(&args.export)?;
-        if args.pmix {
-            let libdir = daemon::find_pmix_libdir()?;
-            // Node servers emulated on this host share its name: Open MPI's
-            // shared-memory segments (named by host and local rank) would collide.
-            let emulated = launch == Launch::Local && nodes > 1;
-            exports = daemon::pmix_exports(exports, &libdir, emulated, |k| std::env::var_os(k));
-        }
+        let pmix_libdir = match args.pmix {
+            true => {
+                let libdir = pmix_libdir(&launch, &args)?;
+                exports = daemon::pmix_exports(exports, &libdir, |k| std::env::var_os(k));
+                Some(libdir)
+            }
+            false => None,
+        };
         let apps = AppLayout::new(&plan)?;
         let random = |n| random_bytes(n).map_err(|e| format!("cannot read random bytes: {e}"));
         let job_secret = random(32)?;
@@ -445,6 +451,7 @@ impl Launcher {
             args,
             cohortd,
             exports,
+            pmix_libdir,
             apps,
             job_secret,
             client_token,
@@ -556,6 +563,7 @@ impl Launcher {
             detector: self.detector,
             allgather: self.args.allgather,
             exports: &self.exports,
+            pmix_libdir: self.pmix_libdir.as_deref(),
             apps: &self.apps.layout,
             app_exports: &self.apps.exports,
             psets: &job.psets,
@@ -912,9 +920,10 @@ impl Launcher {
                 "node server registered with an unexpected pid"
             );
         }
-        tracing::debug!(node, fabric = %reg.fabric_addr, "node server registered");
+        tracing::debug!(node, fabric = %reg.fabric_addr, host = %reg.host, "node server registered");
         slot.writer = Some(reg.writer);
         slot.fabric_addr = Some(reg.fabric_addr);
+        slot.host = reg.host;
         let mut reader = reg.reader;
         let tx = self.tx.clone();
         self.tasks.push(tokio::spawn(async move {
@@ -949,7 +958,11 @@ impl Launcher {
         self.started = true;
         tracing::info!(?peers, "every node server registered; starting the ranks");
         self.release_held();
-        let start = LauncherMsg::Start { peers };
+        let env = match self.args.pmix {
+            true => self.open_mpi_transports(),
+            false => Vec::new(),
+        };
+        let start = LauncherMsg::Start { peers, env };
         for (node, d) in self.daemons.iter_mut().enumerate() {
             let Some(w) = d.writer.as_mut() else { continue };
             if let Err(e) = control::send(w, &start).await {
@@ -960,6 +973,26 @@ impl Launcher {
             }
         }
         None
+    }
+
+    /// `--pmix`: Open MPI's transports for the ranks, from the node servers' host
+    /// names and fabric addresses ([`daemon::open_mpi_transports`] says why).
+    fn open_mpi_transports(&self) -> Vec<(String, String)> {
+        let nodes: Vec<daemon::NodeHost> = self
+            .daemons
+            .iter()
+            .map(|d| daemon::NodeHost {
+                host: d.host.clone(),
+                fabric_addr: d.fabric_addr.clone().unwrap_or_default(),
+            })
+            .collect();
+        let env = daemon::open_mpi_transports(&nodes, &self.exports, |k| std::env::var_os(k));
+        let hosts: Vec<&str> = nodes.iter().map(|n| n.host.as_str()).collect();
+        tracing::info!(
+            hosts = ?hosts, chosen = ?env,
+            "--pmix: Open MPI's transports for the ranks (none: Open MPI's defaults)"
+        );
+        env
     }
 
     fn on_message(&mut self, node: NodeId, msg: DaemonMsg) -> Option<Verdict> {
@@ -1615,6 +1648,25 @@ fn ssh_hosts(args: &RunArgs) -> Result<SshHosts, String> {
         cohortd,
         counts: None,
     })
+}
+
+/// `--pmix`: where cohort's `libpmix.so.2` is on the node servers' hosts. Over ssh
+/// with `--prefix` (or `COHORT_PREFIX`), where the hosts also run `PREFIX/bin/cohortd`:
+/// the installed layout, `PREFIX/lib/cohort/pmix` (checked there, by each node server).
+/// Otherwise this launcher's own ([`daemon::find_pmix_libdir`], checked here), at the
+/// same path on every host: a shared install, as for cohortd.
+fn pmix_libdir(launch: &Launch, args: &RunArgs) -> Result<PathBuf, String> {
+    if *launch == Launch::Ssh {
+        let env_prefix = std::env::var_os(ssh::PREFIX_ENV).filter(|p| !p.is_empty());
+        if let Some(prefix) = args
+            .prefix
+            .clone()
+            .or_else(|| env_prefix.map(PathBuf::from))
+        {
+            return Ok(daemon::installed_pmix_libdir(&prefix));
+        }
+    }
+    daemon::find_pmix_libdir()
 }
 
 /// Copies a launch agent's stderr to ours line by line (it carries its node server's

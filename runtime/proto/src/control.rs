@@ -31,12 +31,16 @@ impl ExitStatus {
 pub enum DaemonMsg {
     /// First frame: who I am, where my fabric listens, and a fresh nonce for the
     /// launcher to prove the job secret against ([`LauncherMsg::Challenge`]). The
-    /// secret itself never travels ([`crate::auth`]).
+    /// secret itself never travels ([`crate::auth`]). `host` is the node server's host
+    /// name as its ranks will see it (`gethostname`), which the launcher compares
+    /// between node servers (`cohort run --pmix`: Open MPI names its shared memory
+    /// after it).
     Register {
         node: NodeId,
         nonce: Nonce,
         fabric_addr: String,
         pid: u32,
+        host: String,
     },
     /// Second frame, once the launcher proved the secret: this node server's proof
     /// ([`RegisterExchange::daemon_proof`]).
@@ -99,8 +103,14 @@ pub enum LauncherMsg {
     /// The answer to [`DaemonMsg::Register`], before anything else: the launcher's
     /// nonce and its proof of the job secret ([`RegisterExchange::launcher_proof`]).
     Challenge { nonce: Nonce, proof: Proof },
-    /// Fabric addresses of every node server (index = node id); start the ranks.
-    Start { peers: Vec<String> },
+    /// Fabric addresses of every node server (index = node id); start the ranks, with
+    /// `env` (`VAR`, `VAL`) added to every rank's environment after the job's `-x`
+    /// variables: what the launcher chose once it knew every node server
+    /// (`cohort run --pmix`: Open MPI's transports).
+    Start {
+        peers: Vec<String>,
+        env: Vec<(String, String)>,
+    },
     /// Kill every rank now (SIGTERM, then SIGKILL after a grace period) and exit.
     Shutdown,
     /// Node server `node` is lost: the launcher killed it after a report of its
@@ -141,6 +151,7 @@ pub struct RegisterExchange<'a> {
     pub nonce: &'a Nonce,
     pub fabric_addr: &'a str,
     pub pid: u32,
+    pub host: &'a str,
     pub launcher_nonce: &'a Nonce,
 }
 
@@ -151,11 +162,12 @@ impl RegisterExchange<'_> {
     fn check(&self, secret: &[u8], label: &[u8], proof: Option<&Proof>) -> (Proof, bool) {
         let node = self.node.to_le_bytes();
         let pid = self.pid.to_le_bytes();
-        let parts: [&[u8]; 5] = [
+        let parts: [&[u8]; 6] = [
             &node,
             self.nonce,
             self.fabric_addr.as_bytes(),
             &pid,
+            self.host.as_bytes(),
             self.launcher_nonce,
         ];
         match proof {
@@ -196,6 +208,7 @@ mod exchange_tests {
             nonce: &[1; 16],
             fabric_addr: "10.0.0.2:4000",
             pid: 77,
+            host: "n2",
             launcher_nonce: &[2; 16],
         };
         let l = ex.launcher_proof(b"secret");
@@ -217,5 +230,7 @@ mod exchange_tests {
         assert!(!renonced.daemon_proven(b"secret", &d));
         let other_node = RegisterExchange { node: 3, ..ex };
         assert!(!other_node.daemon_proven(b"secret", &d));
+        let other_host = RegisterExchange { host: "n3", ..ex };
+        assert!(!other_host.daemon_proven(b"secret", &d));
     }
 }

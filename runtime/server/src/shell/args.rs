@@ -198,6 +198,11 @@ pub struct DaemonArgs {
     #[arg(long, value_name = "N,N,…", value_delimiter = ',')]
     pub node_ranks: Vec<u32>,
 
+    /// `cohort run --pmix`: the directory the ranks' LD_LIBRARY_PATH starts with, which
+    /// must hold cohort's libpmix.so.2 on this host (checked before registering)
+    #[arg(long, value_name = "DIR")]
+    pub pmix_libdir: Option<PathBuf>,
+
     /// Every node's name, in node order (the job map's; default node0, node1, …, with
     /// --node-name for this one)
     #[arg(long, value_name = "NAME,NAME,…", value_delimiter = ',')]
@@ -382,6 +387,28 @@ impl DaemonArgs {
         self.app_commands()?;
         self.job()?;
         Ok(())
+    }
+
+    /// With `--pmix-libdir DIR`: `Err` says, for the user, that DIR holds no
+    /// `libpmix.so.2` on this host (`host`) and what to do. Without it the ranks would
+    /// load another libpmix.so.2 (OpenPMIx's, which cannot talk to cohort) or none, and
+    /// fail in MPI_Init or at load with errors that do not say why.
+    pub fn check_pmix_libdir(&self, host: &str) -> Result<(), String> {
+        let Some(dir) = &self.pmix_libdir else {
+            return Ok(());
+        };
+        if dir.join("libpmix.so.2").exists() {
+            return Ok(());
+        }
+        Err(format!(
+            "{}: --pmix: cohort's libpmix.so.2 is not in {} on this host ({host}), so the \
+             ranks cannot load it. --pmix needs cohort's library at that path on every host: \
+             install cohort at the same path everywhere (a shared file system), or over ssh \
+             give --prefix PREFIX of an installed cohort (the hosts then use \
+             PREFIX/lib/cohort/pmix)",
+            self.node_name,
+            dir.display()
+        ))
     }
 
     /// The job map every process of the job agrees on: ranks mapped as the launcher
@@ -859,5 +886,51 @@ mod tests {
         let e = err(&["--pset", "=0", "--", "a"]);
         assert!(e.contains("empty"), "{e}");
         assert!(err(&["--pset", "noranks", "--", "a"]).contains("NAME=RANKLIST"));
+    }
+
+    /// `--pmix-libdir`: a directory without cohort's library on this host stops the
+    /// node server with what to do; one with it (or none given) passes.
+    #[test]
+    fn the_pmix_library_must_be_where_the_launcher_says() {
+        let parse = |extra: &[&str]| {
+            let mut argv = vec![
+                "cohortd",
+                "--node",
+                "0",
+                "--nodes",
+                "1",
+                "--node-name",
+                "n1",
+                "--listen",
+                "10.0.0.1:0",
+                "--control",
+                "10.0.0.9:4000",
+                "--job-dir",
+                "/tmp/j",
+                "--nspace",
+                "ns",
+                "--np",
+                "1",
+            ];
+            argv.extend_from_slice(extra);
+            argv.extend_from_slice(&["--", "prog"]);
+            DaemonArgs::try_parse_from(argv).unwrap()
+        };
+        assert_eq!(parse(&[]).check_pmix_libdir("h"), Ok(()));
+        let dir = std::env::temp_dir().join(format!("cohortd-pmix-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let a = parse(&["--pmix-libdir", dir.to_str().unwrap()]);
+        let err = a.check_pmix_libdir("vm").unwrap_err();
+        assert!(
+            err.starts_with("n1: --pmix: cohort's libpmix.so.2 is not in "),
+            "{err}"
+        );
+        assert!(
+            err.contains("on this host (vm)") && err.contains("--prefix"),
+            "{err}"
+        );
+        std::fs::write(dir.join("libpmix.so.2"), b"").unwrap();
+        assert_eq!(a.check_pmix_libdir("vm"), Ok(()));
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

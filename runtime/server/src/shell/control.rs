@@ -53,6 +53,7 @@ mod tests {
     async fn frames_then_eof_then_garbage() {
         let mut bytes = encode(&LauncherMsg::Start {
             peers: vec!["127.0.1.1:1".into()],
+            env: Vec::new(),
         });
         bytes.extend(encode(&LauncherMsg::Shutdown));
         let (tx, mut rx) = mpsc::unbounded_channel();

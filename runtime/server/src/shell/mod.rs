@@ -195,6 +195,10 @@ pub fn main() -> i32 {
         say(format_args!("{e}"));
         return 2;
     }
+    if let Err(e) = args.check_pmix_libdir(&host_name()) {
+        say(format_args!("{e}"));
+        return 1;
+    }
     cohort_os::init_tracing();
     cohort_os::raise_fd_limit();
 
@@ -314,11 +318,14 @@ async fn run(
         // After the handlers: its SIGTERM is handled like any other.
         watch_stdin(node_name.clone());
     }
-    let (link, mut from_launcher) = match await_start(&args, &job_secret, &svc, &mut signals).await
-    {
-        Ok(started) => started,
-        Err(end) => return finish(&svc, &socket_dir, &args, end).await,
-    };
+    let (link, mut from_launcher, start_env) =
+        match await_start(&args, &job_secret, &svc, &mut signals).await {
+            Ok(started) => started,
+            Err(end) => return finish(&svc, &socket_dir, &args, end).await,
+        };
+    // The job's -x variables, then what the launcher chose once it knew every node.
+    let mut exports = args.export.clone();
+    exports.extend(start_env.into_iter().map(|(k, v)| (k.into(), v.into())));
 
     let (exit_tx, mut exits) = mpsc::unbounded_channel();
     let bindings = placement.rank_bindings(&args, &job);
@@ -328,7 +335,7 @@ async fn run(
         job,
         node: args.node,
         apps,
-        exports: args.export.clone(),
+        exports,
         spin_us: args.spin_us,
         allgather: args.allgather,
         server_uri: svc.socket_path(),
@@ -491,6 +498,14 @@ fn load_switch_map(
     Ok(map)
 }
 
+/// The launcher's connection once it said Start, and the variables it added for the
+/// ranks.
+type Started = (
+    OwnedWriteHalf,
+    mpsc::UnboundedReceiver<FromLauncher>,
+    Vec<(String, String)>,
+);
+
 /// Registers with the launcher, waits for the peer list and starts the service on it.
 /// `Err` says why the node server stops before any rank ran.
 async fn await_start(
@@ -498,7 +513,7 @@ async fn await_start(
     job_secret: &[u8],
     svc: &NodeService,
     signals: &mut TerminatingSignals,
-) -> Result<(OwnedWriteHalf, mpsc::UnboundedReceiver<FromLauncher>), End> {
+) -> Result<Started, End> {
     let (mut link, mut from_launcher) = connect(args, job_secret, svc).await.map_err(|e| {
         say(format_args!(
             "{}: cannot register with the launcher at {}: {e}",
@@ -506,10 +521,10 @@ async fn await_start(
         ));
         End::LauncherLost(e)
     })?;
-    let peers = loop {
+    let (peers, env) = loop {
         tokio::select! {
             ev = from_launcher.recv() => match ev.unwrap_or(FromLauncher::Closed(None)) {
-                FromLauncher::Msg(LauncherMsg::Start { peers }) => break peers,
+                FromLauncher::Msg(LauncherMsg::Start { peers, env }) => break (peers, env),
                 FromLauncher::Msg(LauncherMsg::Heartbeat) => continue,
                 FromLauncher::Msg(LauncherMsg::Shutdown) => return Err(End::Shutdown),
                 FromLauncher::Msg(other) => {
@@ -536,7 +551,7 @@ async fn await_start(
         return Err(End::Fatal(reason));
     }
     svc.start(peers);
-    Ok((link, from_launcher))
+    Ok((link, from_launcher, env))
 }
 
 /// Runs the job on this node: reports rank exits until the launcher, a signal or a
@@ -721,11 +736,13 @@ async fn connect(
     let nonce = cohort_proto::auth::nonce().map_err(|e| format!("no random nonce: {e}"))?;
     let fabric_addr = svc.fabric_addr();
     let pid = std::process::id();
+    let host = host_name();
     let register = DaemonMsg::Register {
         node: args.node,
         nonce,
         fabric_addr: fabric_addr.clone(),
         pid,
+        host: host.clone(),
     };
     control::send(&mut writer, &register)
         .await
@@ -746,6 +763,7 @@ async fn connect(
         nonce: &nonce,
         fabric_addr: &fabric_addr,
         pid,
+        host: &host,
         launcher_nonce: &launcher_nonce,
     };
     if !exchange.launcher_proven(job_secret, &proof) {
@@ -760,6 +778,19 @@ async fn connect(
     let (tx, rx) = mpsc::unbounded_channel();
     tokio::task::spawn_local(control::read_loop(reader, tx));
     Ok((writer, rx))
+}
+
+/// This host's name as `gethostname` gives it (this UTS namespace's), which is what
+/// the ranks see; empty if it cannot be read.
+fn host_name() -> String {
+    let mut buf = [0u8; 256];
+    // SAFETY: the buffer is valid for its length; gethostname writes at most that.
+    let rc = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
+    if rc != 0 {
+        return String::new();
+    }
+    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+    String::from_utf8_lossy(&buf[..end]).into_owned()
 }
 
 /// Creates `dir` with mode 0700 (tightening it if it already exists).
