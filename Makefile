@@ -5,7 +5,7 @@ SHELL := /bin/bash
 export PATH := $(HOME)/.cargo/bin:$(PATH)
 CARGO ?= cargo
 
-.PHONY: setup demo test test-slurm test-ssh build pmix bench bench-transport bench-sim bench-floor bench-reference bench-mpi-startup lint clean
+.PHONY: setup demo test test-slurm test-ssh build pmix install uninstall bench bench-transport bench-sim bench-floor bench-reference bench-mpi-startup lint clean
 
 setup:
 	@scripts/setup.sh
@@ -52,6 +52,23 @@ pmix: setup
 	$(CARGO) build --release -p cohort-pmix
 	mkdir -p target/release/cohort-pmix
 	ln -sf ../libpmix.so target/release/cohort-pmix/libpmix.so.2
+
+# Install into PREFIX (default /usr/local): bin/cohort, cohortd, cohort-bench,
+# include/cohort.h, lib/libcohort.so (soname libcohort.so.0), lib/pkgconfig/cohort.pc,
+# and cohort's libpmix.so.2 privately in lib/cohort/pmix/ (see scripts/install.sh and
+# README.md, "Installing"). DESTDIR stages it for packagers; PROFILE=debug installs the
+# debug build; NO_BUILD=1 installs what is built without running cargo (`make build`,
+# then `sudo make install NO_BUILD=1`). No `setup`: installing never runs apt.
+PREFIX ?= /usr/local
+DESTDIR ?=
+PROFILE ?= release
+NO_BUILD ?=
+
+install:
+	PREFIX='$(PREFIX)' DESTDIR='$(DESTDIR)' PROFILE='$(PROFILE)' NO_BUILD='$(NO_BUILD)' CARGO='$(CARGO)' scripts/install.sh install
+
+uninstall:
+	PREFIX='$(PREFIX)' DESTDIR='$(DESTDIR)' scripts/install.sh uninstall
 
 # The benchmark tables quoted in the issues' closing notes.
 bench: build

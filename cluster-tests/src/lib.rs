@@ -511,3 +511,37 @@ pub fn survivors_agree_by(
         })
         .collect()
 }
+
+/// Says a tool the test needs is missing: a failure under `CI=true` (where `make
+/// setup` has installed it), else a skip, loudly (returns `false`).
+pub fn tool_missing(what: &str) -> bool {
+    let ci = std::env::var("CI").is_ok_and(|v| v == "true");
+    assert!(
+        !ci,
+        "{what} is missing (CI=true): `make setup` installs it (scripts/setup.sh)"
+    );
+    eprintln!("SKIPPED: {what} is missing; `make setup` installs it");
+    false
+}
+
+/// The directory holding OpenPMIx's `pmix.h` (libpmix-dev), if there is one.
+pub fn pmix_include() -> Option<PathBuf> {
+    let from_pkg_config = Command::new("pkg-config")
+        .args(["--cflags-only-I", "pmix"])
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .and_then(|o| {
+            text(&o.stdout)
+                .split_whitespace()
+                .filter_map(|f| f.strip_prefix("-I"))
+                .map(PathBuf::from)
+                .find(|d| d.join("pmix.h").exists())
+        });
+    from_pkg_config.or_else(|| {
+        ["/usr/lib/x86_64-linux-gnu/pmix2/include", "/usr/include"]
+            .iter()
+            .map(PathBuf::from)
+            .find(|d| d.join("pmix.h").exists())
+    })
+}

@@ -20,41 +20,9 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Mutex;
 
-use cohort_cluster_tests::{cohort_command, run_cohort, target_dir, text, CohortRun, DEADLINE};
-
-/// Says a tool is missing: a failure under `CI=true`, else a skip (`false`).
-fn tool_missing(what: &str) -> bool {
-    let ci = std::env::var("CI").is_ok_and(|v| v == "true");
-    assert!(
-        !ci,
-        "{what} is missing (CI=true): `make setup` installs libpmix-dev, libopenmpi-dev \
-         and openmpi-bin"
-    );
-    eprintln!("SKIPPED: {what} is missing; `make setup` installs it");
-    false
-}
-
-/// The directory holding OpenPMIx's `pmix.h`.
-fn pmix_include() -> Option<PathBuf> {
-    let from_pkg_config = Command::new("pkg-config")
-        .args(["--cflags-only-I", "pmix"])
-        .output()
-        .ok()
-        .filter(|o| o.status.success())
-        .and_then(|o| {
-            text(&o.stdout)
-                .split_whitespace()
-                .filter_map(|f| f.strip_prefix("-I"))
-                .map(PathBuf::from)
-                .find(|d| d.join("pmix.h").exists())
-        });
-    from_pkg_config.or_else(|| {
-        ["/usr/lib/x86_64-linux-gnu/pmix2/include", "/usr/include"]
-            .iter()
-            .map(PathBuf::from)
-            .find(|d| d.join("pmix.h").exists())
-    })
-}
+use cohort_cluster_tests::{
+    cohort_command, pmix_include, run_cohort, target_dir, text, tool_missing, CohortRun, DEADLINE,
+};
 
 /// A directory holding only cohort's library under its soname, `libpmix.so.2` (a
 /// link to `target/<profile>/libpmix.so`, built on demand).

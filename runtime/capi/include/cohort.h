@@ -4,7 +4,8 @@
  * A process started by `cohort run` calls cohort_init() to connect to its node
  * server, then puts, commits, gets, fences and builds process groups (PMIx groups,
  * collective method), as the Rust crate `cohort` does. Every call blocks until its
- * answer. Link with -lcohort_c (shared or static library in cargo's target dir).
+ * answer. Link with -lcohort_c (shared or static library in cargo's target dir), or,
+ * installed (`make install`), with `pkg-config --cflags --libs cohort` (-lcohort).
  *
  * Errors: every function returning int returns COHORT_SUCCESS (0) or a negative
  * COHORT_ERR_* status; cohort_last_error() then gives the message of the calling

@@ -101,7 +101,7 @@ EXAMPLES
       cohort run --nodes 2 --pset io=0,4 -n 4 --pset ocean ./ocean in.nc : \
           -n 2 --pset ice -x ICE_STEPS=100 ./ice
 
-  An Open MPI program, on cohort's PMIx library (build it with `make pmix`):
+  An Open MPI program, on cohort's PMIx library (`make pmix` or `make install`):
       cohort run --pmix -n 4 ./mpi_app
 
   Keep the job running when a rank fails (the job still exits with the first failure):
@@ -131,7 +131,9 @@ ENVIRONMENT
                          with srun in PATH, the node servers run on the allocation's
                          nodes (--launcher auto)
 
-  COHORT_PMIX_LIBDIR     the directory holding cohort's libpmix.so.2 (--pmix)
+  COHORT_PMIX_LIBDIR     the directory holding cohort's libpmix.so.2 (--pmix; default:
+                         cohort-pmix/ next to cohort, then ../lib/cohort/pmix/ from
+                         cohort's directory, as `make install` lays it out)
 
   Every rank sees COHORT_RANK, COHORT_SIZE, COHORT_LOCAL_RANK, COHORT_NODE_ID,
   COHORT_NODE_NAME, COHORT_NSPACE, COHORT_SERVER_URI, COHORT_TOKEN, COHORT_APPNUM
@@ -276,8 +278,9 @@ pub struct RunArgs {
     #[arg(long, value_name = "CMD", help_heading = "Host options")]
     pub launch_agent: Option<String>,
 
-    /// Over ssh, the hosts run DIR/bin/cohortd (mpirun's --prefix) [default:
-    /// $COHORT_PREFIX, else the same absolute path as this host's cohortd]
+    /// Over ssh, the hosts run DIR/bin/cohortd (mpirun's --prefix; DIR is the PREFIX
+    /// of a `make install`) [default: $COHORT_PREFIX, else the same absolute path as
+    /// this host's cohortd]
     #[arg(long, value_name = "DIR", help_heading = "Host options")]
     pub prefix: Option<PathBuf>,
 
@@ -326,8 +329,9 @@ pub struct RunArgs {
     /// that cohort started its processes (OMPI_MCA_schizo=^orte, unless set); where
     /// node servers share a host name (several on one machine), Open MPI uses TCP on
     /// their network instead of shared memory (unless its transports are set). The
-    /// library is found in COHORT_PMIX_LIBDIR, else cohort-pmix/ next to cohort, and
-    /// must be at the same path on every host (over ssh with --prefix:
+    /// library is found in COHORT_PMIX_LIBDIR, else cohort-pmix/ next to cohort (a
+    /// build tree), else ../lib/cohort/pmix/ from cohort's directory (an installed
+    /// tree), and must be at the same path on every host (over ssh with --prefix:
     /// PREFIX/lib/cohort/pmix)
     #[arg(long, help_heading = "Environment options")]
     pub pmix: bool,

@@ -17,28 +17,73 @@ use cohort_os::parent_death_signal;
 pub const DAEMON_ENV: &str = "COHORT_DAEMON";
 const DAEMON_NAME: &str = "cohortd";
 
-/// Finds `cohortd`: `$COHORT_DAEMON`, else next to the running executable, else PATH.
 /// Where `--pmix` finds cohort's `libpmix.so.2`: `COHORT_PMIX_LIBDIR`, else
-/// `cohort-pmix/` next to this executable (where the build puts it).
+/// [`pmix_libdirs`] of this executable.
 pub const PMIX_LIBDIR_ENV: &str = "COHORT_PMIX_LIBDIR";
 
-/// The directory holding cohort's `libpmix.so.2`, for `--pmix`.
-pub fn find_pmix_libdir() -> Result<PathBuf, String> {
-    let dir = match std::env::var_os(PMIX_LIBDIR_ENV).filter(|d| !d.is_empty()) {
-        Some(d) => PathBuf::from(d),
-        None => std::env::current_exe()
-            .ok()
-            .and_then(|exe| exe.parent().map(|d| d.join("cohort-pmix")))
-            .ok_or("--pmix: cannot tell where this executable is (set COHORT_PMIX_LIBDIR)")?,
+/// Where `--pmix` looks for cohort's `libpmix.so.2` when `COHORT_PMIX_LIBDIR` is not
+/// set, in order, for the executable `exe`: `cohort-pmix/` next to it (the build tree,
+/// `target/<profile>/cohort-pmix/`), then `../lib/cohort/pmix/` from its directory
+/// (an installed tree, `PREFIX/bin/cohort` and `PREFIX/lib/cohort/pmix/`; see
+/// scripts/install.sh).
+pub fn pmix_libdirs(exe: &Path) -> Vec<PathBuf> {
+    let Some(dir) = exe.parent() else {
+        return Vec::new();
     };
-    if dir.join("libpmix.so.2").exists() {
-        Ok(dir)
-    } else {
-        Err(format!(
-            "--pmix: cohort's libpmix.so.2 is not in {} (build it with `make pmix` or \
-             `cargo build -p cohort-pmix`, or set {PMIX_LIBDIR_ENV})",
-            dir.display()
-        ))
+    let mut dirs = vec![dir.join("cohort-pmix")];
+    if let Some(prefix) = dir.parent() {
+        dirs.push(prefix.join("lib").join("cohort").join("pmix"));
+    }
+    dirs
+}
+
+/// The directory holding cohort's `libpmix.so.2`, for `--pmix`: `COHORT_PMIX_LIBDIR`
+/// when set (and only there), else the first of [`pmix_libdirs`] that has it. The
+/// error names every place looked at.
+pub fn find_pmix_libdir() -> Result<PathBuf, String> {
+    let lib = "libpmix.so.2";
+    let dirs = match std::env::var_os(PMIX_LIBDIR_ENV).filter(|d| !d.is_empty()) {
+        Some(d) => vec![PathBuf::from(d)],
+        None => pmix_libdirs(&std::env::current_exe().map_err(|e| {
+            format!("--pmix: cannot tell where this executable is ({e}); set {PMIX_LIBDIR_ENV}")
+        })?),
+    };
+    if let Some(dir) = dirs.iter().find(|d| d.join(lib).exists()) {
+        return Ok(dir.clone());
+    }
+    let looked: Vec<String> = dirs.iter().map(|d| d.display().to_string()).collect();
+    Err(format!(
+        "--pmix: cohort's {lib} is not in {} (build it with `make pmix` or \
+         `cargo build -p cohort-pmix`, install it with `make install`, or set \
+         {PMIX_LIBDIR_ENV} to its directory)",
+        looked.join(" nor in ")
+    ))
+}
+
+#[cfg(test)]
+mod pmix_libdir_tests {
+    use super::*;
+
+    /// The build tree's `cohort-pmix/` first, then an installed tree's private
+    /// directory, `PREFIX/lib/cohort/pmix` (never `PREFIX/lib`, where it would shadow
+    /// the system's OpenPMIx).
+    #[test]
+    fn pmix_is_looked_for_in_the_build_tree_then_the_installed_tree() {
+        assert_eq!(
+            pmix_libdirs(Path::new("/w/target/release/cohort")),
+            vec![
+                PathBuf::from("/w/target/release/cohort-pmix"),
+                PathBuf::from("/w/target/lib/cohort/pmix"),
+            ]
+        );
+        assert_eq!(
+            pmix_libdirs(Path::new("/opt/cohort/bin/cohort"))[1],
+            Path::new("/opt/cohort/lib/cohort/pmix")
+        );
+        assert_eq!(
+            pmix_libdirs(Path::new("/cohort")),
+            vec![PathBuf::from("/cohort-pmix")]
+        );
     }
 }
 
@@ -182,6 +227,7 @@ fn tcp_network(nodes: &[NodeHost]) -> Option<String> {
     Some(format!("{net}/{prefix}"))
 }
 
+/// Finds `cohortd`: `$COHORT_DAEMON`, else next to the running executable, else PATH.
 pub fn find_cohortd() -> Result<PathBuf, String> {
     if let Some(p) = std::env::var_os(DAEMON_ENV).filter(|p| !p.is_empty()) {
         let p = PathBuf::from(p);
