@@ -6,7 +6,10 @@
 # The program is cluster-tests/c/mpi_demo.c built with Debian's mpicc: MPI_Init, an
 # MPI_Allgather of one int, MPI_Barrier, MPI_Finalize. Each sample is the wall time of
 # the whole job (launcher start to launcher exit: node servers or daemons, the ranks'
-# wire-up in MPI_Init, the collectives, the teardown). The launchers alternate, and
+# wire-up in MPI_Init, the collectives, the teardown). A second program,
+# cluster-tests/c/mpi_accept.c, adds MPI_Publish_name / MPI_Lookup_name and
+# MPI_Comm_accept / MPI_Comm_connect between the job's two halves (publish/lookup on
+# cohort's data store; on ORTE's data server under mpirun). The launchers alternate, and
 # the order flips every round, so a slow or fast moment of the machine moves both.
 #
 #   bench/mpi-startup.sh [ROUNDS (10)]          (or: make bench-mpi-startup)
@@ -20,12 +23,16 @@ rounds=${1:-10}
 sizes=(2 4)
 
 scripts/apt-missing.sh bench-mpi-startup openmpi-bin libopenmpi-dev
-cargo build -q --release --bins -p cohort-launcher -p cohort-server -p cohort-pmix
+cargo build -q --release --bins -p cohort-launcher -p cohort-server
+# The library, not bins: cohort-pmix has none, and a stale libpmix.so.2 would speak an
+# older protocol than the new node servers.
+cargo build -q --release --lib -p cohort-pmix
 [ -e target/release/cohort-pmix/libpmix.so.2 ] || {
     mkdir -p target/release/cohort-pmix
     ln -sf ../libpmix.so target/release/cohort-pmix/libpmix.so.2
 }
 mpicc -O2 -Wall -o target/mpi_startup cluster-tests/c/mpi_demo.c
+mpicc -O2 -Wall -o target/mpi_accept cluster-tests/c/mpi_accept.c
 
 root=()
 if [ "$(id -u)" -eq 0 ]; then root=(--allow-run-as-root); fi
@@ -54,7 +61,7 @@ sample() {
     echo $(((t1 - t0) / 1000000)) >>"$work/$name.${prog##*/}.$n"
 }
 
-progs=(target/mpi_startup true)
+progs=(target/mpi_startup target/mpi_accept true)
 # One warm-up of each (page cache, first-run set-up), not counted.
 for prog in "${progs[@]}"; do
     for n in "${sizes[@]}"; do
@@ -78,9 +85,13 @@ done
 
 median() { sort -n "$1" | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : int((a[NR/2]+a[NR/2+1])/2))}'; }
 ompi=$(mpirun --version 2>/dev/null | head -1 | awk '{print $NF}')
-for prog in mpi_startup true; do
+for prog in mpi_startup mpi_accept true; do
     if [[ $prog == true ]]; then
         echo "# bench-mpi-startup: wall time of a job of \`true\` (launch and teardown, no MPI),"
+    elif [[ $prog == mpi_accept ]]; then
+        echo "# bench-mpi-startup: wall time of an Open MPI $ompi job whose halves meet by a"
+        echo "# published name (MPI_Publish_name, MPI_Lookup_name, MPI_Comm_accept/connect,"
+        echo "# MPI_Allreduce over the intercommunicator),"
     else
         echo "# bench-mpi-startup: wall time of an Open MPI $ompi job (MPI_Init, MPI_Allgather,"
         echo "# MPI_Barrier, MPI_Finalize),"

@@ -798,6 +798,7 @@ fn cohortd_refuses_a_launcher_that_cannot_prove_the_secret() {
         fabric_addr,
         pid,
         host,
+        cores,
     }) = register
     else {
         panic!("expected a registration, got {register:?}");
@@ -809,6 +810,7 @@ fn cohortd_refuses_a_launcher_that_cannot_prove_the_secret() {
         fabric_addr: &fabric_addr,
         pid,
         host: &host,
+        cores,
         launcher_nonce: &launcher_nonce,
     }
     .launcher_proof(b"a guess");
@@ -904,6 +906,7 @@ fn a_registration_with_the_wrong_secret_is_refused() {
         fabric_addr: "127.0.1.1:1".into(),
         pid: std::process::id(),
         host: "forged".into(),
+        cores: 1,
     };
     conn.write_all(&cohort_proto::frame::encode(&forged))
         .unwrap();
@@ -924,6 +927,7 @@ fn a_registration_with_the_wrong_secret_is_refused() {
         fabric_addr: "127.0.1.1:1",
         pid: std::process::id(),
         host: "forged",
+        cores: 1,
         launcher_nonce: &nonce,
     }
     .daemon_proof(&[0; 32]);

@@ -294,6 +294,34 @@ fn open_mpi_halves_of_a_job_meet_by_a_published_name_and_connect() {
     assert_eq!(results[0], "RESULT size=6 remote=3 sums=ok");
 }
 
+/// `--pmix` tells Open MPI to yield when idle (`OMPI_MCA_mpi_yield_when_idle=1`, as
+/// mpirun does) to the ranks of a host with more ranks than cores, and not otherwise;
+/// the user's own setting wins.
+#[test]
+fn pmix_makes_open_mpi_yield_on_an_oversubscribed_host_only() {
+    let _ = pmix_lib_dir();
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let report = "echo RESULT yield=${OMPI_MCA_mpi_yield_when_idle:-unset}";
+    let job = |nodes: usize, n: usize, extra: &[&str]| {
+        let (nodes, n) = (nodes.to_string(), n.to_string());
+        let mut args = vec!["run", "--pmix", "--nodes", &nodes, "-n", &n];
+        args.extend_from_slice(extra);
+        args.extend(["sh", "-c", report]);
+        let out = run_cohort(&args, DEADLINE);
+        let stdout = text(&out.stdout);
+        assert_eq!(out.status.code(), Some(0), "{stdout}{}", text(&out.stderr));
+        let mut r: Vec<&str> = stdout.lines().filter(|l| l.starts_with("RESULT")).collect();
+        r.dedup();
+        r.join(" | ")
+    };
+    // More ranks than this host has CPUs (so than its cores), over two node servers.
+    assert_eq!(job(2, 2 * cpus + 2, &[]), "RESULT yield=1");
+    // One rank: never more than the cores.
+    assert_eq!(job(1, 1, &[]), "RESULT yield=unset");
+    let own = ["-x", "OMPI_MCA_mpi_yield_when_idle=0"];
+    assert_eq!(job(2, 2 * cpus + 2, &own), "RESULT yield=0");
+}
+
 /// `--pmix` without the library says where it looked and how to build it, before
 /// anything starts.
 #[test]

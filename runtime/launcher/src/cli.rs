@@ -328,7 +328,8 @@ pub struct RunArgs {
     /// its directory goes first on the ranks' LD_LIBRARY_PATH, and Open MPI is told
     /// that cohort started its processes (OMPI_MCA_schizo=^orte, unless set); where
     /// node servers share a host name (several on one machine), Open MPI uses TCP on
-    /// their network instead of shared memory (unless its transports are set). The
+    /// their network instead of shared memory (unless its transports are set), and
+    /// on a host with more ranks than cores it yields when idle (unless set). The
     /// library is found in COHORT_PMIX_LIBDIR, else cohort-pmix/ next to cohort (a
     /// build tree), else ../lib/cohort/pmix/ from cohort's directory (an installed
     /// tree), and must be at the same path on every host (over ssh with --prefix:

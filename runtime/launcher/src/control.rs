@@ -34,6 +34,8 @@ pub struct Registration {
     pub pid: u32,
     /// The node server's host name (`gethostname` there).
     pub host: String,
+    /// The cores of its host.
+    pub cores: u32,
     pub reader: OwnedReadHalf,
     pub writer: OwnedWriteHalf,
 }
@@ -77,6 +79,7 @@ pub async fn handshake(
         fabric_addr,
         pid,
         host,
+        cores,
     } = first
     else {
         return Err(Refused::NotRegister);
@@ -90,6 +93,7 @@ pub async fn handshake(
         fabric_addr: &fabric_addr,
         pid,
         host: &host,
+        cores,
         launcher_nonce: &launcher_nonce,
     };
     let challenge = LauncherMsg::Challenge {
@@ -118,6 +122,7 @@ pub async fn handshake(
         fabric_addr,
         pid,
         host,
+        cores,
         reader,
         writer,
     })
@@ -158,6 +163,7 @@ mod tests {
             fabric_addr: FABRIC.into(),
             pid: 42,
             host: "n1".into(),
+            cores: 4,
         };
         s.write_all(&encode(&register)).await.unwrap();
         let challenge: Option<LauncherMsg> =
@@ -177,6 +183,7 @@ mod tests {
             fabric_addr: FABRIC,
             pid: 42,
             host: "n1",
+            cores: 4,
             launcher_nonce: &launcher_nonce,
         };
         let launcher_proven = ex.launcher_proven(&claimed, &proof);
@@ -234,6 +241,7 @@ mod tests {
             fabric_addr: FABRIC.into(),
             pid: 1,
             host: "n1".into(),
+            cores: 4,
         };
         c.write_all(&encode(&register)).await.unwrap();
         drop(c);

@@ -129,6 +129,8 @@ struct Daemon {
     fabric_addr: Option<String>,
     /// The host name it registered with.
     host: String,
+    /// The cores of that host, as it registered them.
+    cores: u32,
     running: bool,
     /// Over ssh: the pid the node server registered with, on its host.
     remote_pid: Option<u32>,
@@ -144,6 +146,7 @@ impl Daemon {
             writer: None,
             fabric_addr: None,
             host: String::new(),
+            cores: 0,
             running: true,
             remote_pid: None,
             held: None,
@@ -924,6 +927,7 @@ impl Launcher {
         slot.writer = Some(reg.writer);
         slot.fabric_addr = Some(reg.fabric_addr);
         slot.host = reg.host;
+        slot.cores = reg.cores;
         let mut reader = reg.reader;
         let tx = self.tx.clone();
         self.tasks.push(tokio::spawn(async move {
@@ -958,13 +962,20 @@ impl Launcher {
         self.started = true;
         tracing::info!(?peers, "every node server registered; starting the ranks");
         self.release_held();
-        let env = match self.args.pmix {
-            true => self.open_mpi_transports(),
-            false => Vec::new(),
+        let (env, yields) = match self.args.pmix {
+            true => self.open_mpi_settings(),
+            false => (Vec::new(), vec![false; self.daemons.len()]),
         };
-        let start = LauncherMsg::Start { peers, env };
         for (node, d) in self.daemons.iter_mut().enumerate() {
             let Some(w) = d.writer.as_mut() else { continue };
+            let mut env = env.clone();
+            if yields.get(node).copied().unwrap_or(false) {
+                env.push(("OMPI_MCA_mpi_yield_when_idle".into(), "1".into()));
+            }
+            let start = LauncherMsg::Start {
+                peers: peers.clone(),
+                env,
+            };
             if let Err(e) = control::send(w, &start).await {
                 return Some(Verdict::DaemonFailed {
                     node: node as NodeId,
@@ -975,24 +986,31 @@ impl Launcher {
         None
     }
 
-    /// `--pmix`: Open MPI's transports for the ranks, from the node servers' host
-    /// names and fabric addresses ([`daemon::open_mpi_transports`] says why).
-    fn open_mpi_transports(&self) -> Vec<(String, String)> {
+    /// `--pmix`: Open MPI's transports for every rank, and per node server whether its
+    /// ranks must yield when idle, from the node servers' host names, fabric addresses,
+    /// cores and ranks ([`daemon::open_mpi_transports`] and [`daemon::open_mpi_yield`]
+    /// say why).
+    fn open_mpi_settings(&self) -> (Vec<(String, String)>, Vec<bool>) {
+        let job = self.monitor.job();
         let nodes: Vec<daemon::NodeHost> = self
             .daemons
             .iter()
-            .map(|d| daemon::NodeHost {
+            .enumerate()
+            .map(|(node, d)| daemon::NodeHost {
                 host: d.host.clone(),
                 fabric_addr: d.fabric_addr.clone().unwrap_or_default(),
+                cores: d.cores,
+                ranks: job.ranks_on(node as NodeId).len() as u32,
             })
             .collect();
         let env = daemon::open_mpi_transports(&nodes, &self.exports, |k| std::env::var_os(k));
+        let yields = daemon::open_mpi_yield(&nodes, &self.exports, |k| std::env::var_os(k));
         let hosts: Vec<&str> = nodes.iter().map(|n| n.host.as_str()).collect();
         tracing::info!(
-            hosts = ?hosts, chosen = ?env,
-            "--pmix: Open MPI's transports for the ranks (none: Open MPI's defaults)"
+            hosts = ?hosts, chosen = ?env, yield_when_idle = ?yields,
+            "--pmix: Open MPI's settings for the ranks (none: Open MPI's defaults)"
         );
-        env
+        (env, yields)
     }
 
     fn on_message(&mut self, node: NodeId, msg: DaemonMsg) -> Option<Verdict> {

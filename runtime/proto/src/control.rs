@@ -41,6 +41,9 @@ pub enum DaemonMsg {
         fabric_addr: String,
         pid: u32,
         host: String,
+        /// The cores of that host (hwloc's count, as binding uses it): with `--pmix`
+        /// the launcher tells Open MPI to yield when idle on hosts with more ranks.
+        cores: u32,
     },
     /// Second frame, once the launcher proved the secret: this node server's proof
     /// ([`RegisterExchange::daemon_proof`]).
@@ -152,6 +155,7 @@ pub struct RegisterExchange<'a> {
     pub fabric_addr: &'a str,
     pub pid: u32,
     pub host: &'a str,
+    pub cores: u32,
     pub launcher_nonce: &'a Nonce,
 }
 
@@ -162,12 +166,14 @@ impl RegisterExchange<'_> {
     fn check(&self, secret: &[u8], label: &[u8], proof: Option<&Proof>) -> (Proof, bool) {
         let node = self.node.to_le_bytes();
         let pid = self.pid.to_le_bytes();
-        let parts: [&[u8]; 6] = [
+        let cores = self.cores.to_le_bytes();
+        let parts: [&[u8]; 7] = [
             &node,
             self.nonce,
             self.fabric_addr.as_bytes(),
             &pid,
             self.host.as_bytes(),
+            &cores,
             self.launcher_nonce,
         ];
         match proof {
@@ -209,6 +215,7 @@ mod exchange_tests {
             fabric_addr: "10.0.0.2:4000",
             pid: 77,
             host: "n2",
+            cores: 8,
             launcher_nonce: &[2; 16],
         };
         let l = ex.launcher_proof(b"secret");
@@ -232,5 +239,7 @@ mod exchange_tests {
         assert!(!other_node.daemon_proven(b"secret", &d));
         let other_host = RegisterExchange { host: "n3", ..ex };
         assert!(!other_host.daemon_proven(b"secret", &d));
+        let other_cores = RegisterExchange { cores: 64, ..ex };
+        assert!(!other_cores.daemon_proven(b"secret", &d));
     }
 }

@@ -319,7 +319,7 @@ async fn run(
         watch_stdin(node_name.clone());
     }
     let (link, mut from_launcher, start_env) =
-        match await_start(&args, &job_secret, &svc, &mut signals).await {
+        match await_start(&args, &job_secret, &svc, placement.cores(), &mut signals).await {
             Ok(started) => started,
             Err(end) => return finish(&svc, &socket_dir, &args, end).await,
         };
@@ -512,15 +512,17 @@ async fn await_start(
     args: &DaemonArgs,
     job_secret: &[u8],
     svc: &NodeService,
+    cores: u32,
     signals: &mut TerminatingSignals,
 ) -> Result<Started, End> {
-    let (mut link, mut from_launcher) = connect(args, job_secret, svc).await.map_err(|e| {
-        say(format_args!(
-            "{}: cannot register with the launcher at {}: {e}",
-            args.node_name, args.control
-        ));
-        End::LauncherLost(e)
-    })?;
+    let (mut link, mut from_launcher) =
+        connect(args, job_secret, svc, cores).await.map_err(|e| {
+            say(format_args!(
+                "{}: cannot register with the launcher at {}: {e}",
+                args.node_name, args.control
+            ));
+            End::LauncherLost(e)
+        })?;
     let (peers, env) = loop {
         tokio::select! {
             ev = from_launcher.recv() => match ev.unwrap_or(FromLauncher::Closed(None)) {
@@ -719,6 +721,7 @@ async fn connect(
     args: &DaemonArgs,
     job_secret: &[u8],
     svc: &NodeService,
+    cores: u32,
 ) -> Result<(OwnedWriteHalf, mpsc::UnboundedReceiver<FromLauncher>), String> {
     let stream = tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(args.control))
         .await
@@ -743,6 +746,7 @@ async fn connect(
         fabric_addr: fabric_addr.clone(),
         pid,
         host: host.clone(),
+        cores,
     };
     control::send(&mut writer, &register)
         .await
@@ -764,6 +768,7 @@ async fn connect(
         fabric_addr: &fabric_addr,
         pid,
         host: &host,
+        cores,
         launcher_nonce: &launcher_nonce,
     };
     if !exchange.launcher_proven(job_secret, &proof) {

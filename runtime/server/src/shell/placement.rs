@@ -94,6 +94,11 @@ impl NodePlacement {
         bindings
     }
 
+    /// The cores of this host, as binding counts them.
+    pub fn cores(&self) -> u32 {
+        u32::try_from(NodeLayout::from_topology(&self.topo).num_cores()).unwrap_or(u32::MAX)
+    }
+
     /// CPUs for ranks that are not bound.
     pub fn unbound_cpus(&self) -> Option<&CpuSet> {
         self.unbound_cpus.as_ref()
