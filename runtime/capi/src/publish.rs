@@ -131,6 +131,27 @@ unsafe fn keys_in(keys: *const *const c_char, n: usize) -> Result<Vec<String>, c
         .collect()
 }
 
+/// Borrowed keys, as the client takes them.
+fn strs(keys: &[String]) -> Vec<&str> {
+    keys.iter().map(String::as_str).collect()
+}
+
+/// The keys (`None`: all of the caller's) and range of an unpublish.
+///
+/// # Safety
+/// As `cohort_unpublish`.
+unsafe fn unpublish_args(
+    keys: *const *const c_char,
+    nkeys: usize,
+    opts: *const cohort_publish_opts_t,
+) -> Result<(Option<Vec<String>>, DataRange), c_int> {
+    let (range, _) = publish_opts(opts)?;
+    let keys = (!keys.is_null() || nkeys > 0)
+        .then(|| keys_in(keys, nkeys))
+        .transpose()?;
+    Ok((keys, range))
+}
+
 fn found_out(found: Vec<Published>) -> (*mut cohort_published_t, usize) {
     if found.is_empty() {
         return (std::ptr::null_mut(), 0);
@@ -204,7 +225,7 @@ pub unsafe extern "C" fn cohort_lookup(
             return Err(bad_param("an address for the result is NULL"));
         }
         let keys = keys_in(keys, nkeys)?;
-        let refs: Vec<&str> = keys.iter().map(String::as_str).collect();
+        let refs = strs(&keys);
         let v = c.client.lookup(&refs, lookup_opts(opts)?).map_err(fail)?;
         let (p, n) = found_out(v);
         found.write(p);
@@ -228,7 +249,7 @@ pub unsafe extern "C" fn cohort_lookup_nb(
         let c = handle(client)?;
         let cb = cb.ok_or_else(|| bad_param("the callback is NULL"))?;
         let keys = keys_in(keys, nkeys)?;
-        let refs: Vec<&str> = keys.iter().map(String::as_str).collect();
+        let refs = strs(&keys);
         let fut = c.client.lookup_async(&refs, lookup_opts(opts)?);
         let data = CbData(cbdata);
         complete(fut, move |r| {
@@ -281,13 +302,8 @@ pub unsafe extern "C" fn cohort_unpublish(
 ) -> c_int {
     status(|| {
         let c = handle(client)?;
-        let (range, _) = publish_opts(opts)?;
-        let keys = (!keys.is_null() || nkeys > 0)
-            .then(|| keys_in(keys, nkeys))
-            .transpose()?;
-        let refs: Option<Vec<&str>> = keys
-            .as_ref()
-            .map(|ks| ks.iter().map(String::as_str).collect());
+        let (keys, range) = unpublish_args(keys, nkeys, opts)?;
+        let refs = keys.as_ref().map(|ks| strs(ks));
         c.client.unpublish(refs.as_deref(), range).map_err(fail)
     })
 }
@@ -306,13 +322,8 @@ pub unsafe extern "C" fn cohort_unpublish_nb(
     status(|| {
         let c = handle(client)?;
         let cb = cb.ok_or_else(|| bad_param("the callback is NULL"))?;
-        let (range, _) = publish_opts(opts)?;
-        let keys = (!keys.is_null() || nkeys > 0)
-            .then(|| keys_in(keys, nkeys))
-            .transpose()?;
-        let refs: Option<Vec<&str>> = keys
-            .as_ref()
-            .map(|ks| ks.iter().map(String::as_str).collect());
+        let (keys, range) = unpublish_args(keys, nkeys, opts)?;
+        let refs = keys.as_ref().map(|ks| strs(ks));
         let fut = c.client.unpublish_async(refs.as_deref(), range);
         complete_op(fut, cb, CbData(cbdata));
         Ok(())

@@ -291,6 +291,12 @@ pub unsafe extern "C" fn PMIx_Lookup_nb(
     })
 }
 
+/// Borrowed keys, as the client takes them.
+fn strs(keys: &Option<Vec<String>>) -> Option<Vec<&str>> {
+    keys.as_ref()
+        .map(|ks| ks.iter().map(String::as_str).collect())
+}
+
 /// # Safety
 /// As `PMIx_Unpublish`.
 unsafe fn unpublish_args(
@@ -320,11 +326,8 @@ pub unsafe extern "C" fn PMIx_Unpublish(
         let s = state()?;
         // SAFETY: forwarded contract.
         let (keys, range) = unsafe { unpublish_args(keys, info, ninfo) }?;
-        let refs: Option<Vec<&str>> = keys
-            .as_ref()
-            .map(|ks| ks.iter().map(String::as_str).collect());
         s.client
-            .unpublish(refs.as_deref(), range)
+            .unpublish(strs(&keys).as_deref(), range)
             .map_err(|e| status_of(&e))
     })
 }
@@ -345,10 +348,7 @@ pub unsafe extern "C" fn PMIx_Unpublish_nb(
         let s = state()?;
         // SAFETY: forwarded contract.
         let (keys, range) = unsafe { unpublish_args(keys, info, ninfo) }?;
-        let refs: Option<Vec<&str>> = keys
-            .as_ref()
-            .map(|ks| ks.iter().map(String::as_str).collect());
-        let fut = s.client.unpublish_async(refs.as_deref(), range);
+        let fut = s.client.unpublish_async(strs(&keys).as_deref(), range);
         op_callback(cbfunc, CbData(cbdata), status_after(fut))
     })
 }
