@@ -345,7 +345,7 @@ impl Launcher {
         let pmix_libdir = match args.pmix {
             true => {
                 let libdir = pmix_libdir(&launch, &args)?;
-                exports = daemon::pmix_exports(exports, &libdir, |k| std::env::var_os(k));
+                exports = daemon::pmix_exports(exports, &libdir, |k| ranks_env(&launch, k));
                 Some(libdir)
             }
             false => None,
@@ -1003,8 +1003,14 @@ impl Launcher {
                 ranks: job.ranks_on(node as NodeId).len() as u32,
             })
             .collect();
-        let env = daemon::open_mpi_transports(&nodes, &self.exports, |k| std::env::var_os(k));
-        let yields = daemon::open_mpi_yield(&nodes, &self.exports, |k| std::env::var_os(k));
+        let ssh = match self.ssh {
+            Some(_) => Launch::Ssh,
+            None => Launch::Local,
+        };
+        let env = |k: &str| ranks_env(&ssh, k);
+        let env_chosen = daemon::open_mpi_transports(&nodes, &self.exports, env);
+        let yields = daemon::open_mpi_yield(&nodes, &self.exports, env);
+        let env = env_chosen;
         let hosts: Vec<&str> = nodes.iter().map(|n| n.host.as_str()).collect();
         tracing::info!(
             hosts = ?hosts, chosen = ?env, yield_when_idle = ?yields,
@@ -1668,6 +1674,17 @@ fn ssh_hosts(args: &RunArgs) -> Result<SshHosts, String> {
     })
 }
 
+/// Variable `k` of this launcher's environment as the ranks will inherit it: locally
+/// and under Slurm (srun passes the environment on) they do; over ssh they do not (the
+/// hosts' sshd starts cohortd with its own), so it does not count there as the user's
+/// choice of a setting the ranks must get.
+fn ranks_env(launch: &Launch, k: &str) -> Option<OsString> {
+    match launch {
+        Launch::Ssh => None,
+        Launch::Local | Launch::Slurm(_) => std::env::var_os(k),
+    }
+}
+
 /// `--pmix`: where cohort's `libpmix.so.2` is on the node servers' hosts. Over ssh
 /// with `--prefix` (or `COHORT_PREFIX`), where the hosts also run `PREFIX/bin/cohortd`:
 /// the installed layout, `PREFIX/lib/cohort/pmix` (checked there, by each node server).
@@ -1781,4 +1798,18 @@ fn printable(s: &str) -> String {
         .map(|c| if c.is_control() { ' ' } else { c })
         .take(1000)
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Over ssh the ranks do not inherit this launcher's environment, so none of it
+    /// counts as a setting they get; locally and under Slurm it does.
+    #[test]
+    fn over_ssh_the_launchers_environment_is_not_the_ranks() {
+        std::env::var_os("PATH").expect("tests run with a PATH");
+        assert_eq!(ranks_env(&Launch::Ssh, "PATH"), None);
+        assert_eq!(ranks_env(&Launch::Local, "PATH"), std::env::var_os("PATH"));
+    }
 }
