@@ -206,11 +206,11 @@ fn a_construct_started_after_a_node_servers_loss_completes() {
     survivors_agree(4, "construct-after-loss", &[]);
 }
 
-/// Losing the node server that holds the job's published data (node 0; SIGKILL):
-/// lookups waiting there without a timeout, and later publishes, fail with `PeerLost`
-/// naming it on every survivor instead of hanging. Engine test:
-/// `losing_the_stores_server_fails_waiting_and_later_calls_naming_it`.
+/// The job's published data is the launcher's: losing node server 0 (SIGKILL)
+/// keeps what its rank published and the survivors' lookups, which wait without a
+/// timeout and are answered by a publish made after the loss. Engine test:
+/// `a_node_servers_loss_keeps_the_data_and_the_others_lookups`.
 #[test]
-fn losing_the_data_stores_node_server_fails_waiting_lookups() {
-    survivors_agree(3, "store-lost", &[]);
+fn published_data_and_waiting_lookups_outlive_a_node_server() {
+    survivors_agree(3, "publish-after-loss", &[]);
 }

@@ -60,7 +60,7 @@ fn main() {
         "sim-compare" => sim_compare(),
         "lost-interior" => lost_interior(),
         "construct-after-loss" => construct_after_loss(),
-        "store-lost" => store_lost(),
+        "publish-after-loss" => publish_after_loss(),
         "frozen-server" => frozen_server(),
         "two-frozen" => two_frozen(),
         "cut-off" => cut_off(),
@@ -2247,49 +2247,56 @@ fn construct_after_loss() -> R {
     partial_without(c, &g, &[x])
 }
 
-/// Run with one rank per node server and `--enable-recovery`: the job's data store
-/// (publish/lookup) is node server 0's. Every other rank starts a lookup that waits,
-/// without a timeout, for a key nobody publishes, then publishes `ready-<rank>` (which
-/// reaches the store after the lookup: one link, in order). Once every `ready-*` is
-/// published, rank 1 SIGKILLs node server 0. The waiting lookups must end with
-/// `PeerLost` naming node 0 (not hang), and so must a publish after it.
-fn store_lost() -> R {
+/// Run with one rank per node server (3 or more) and `--enable-recovery`. The job's
+/// data store (publish/lookup) is the launcher's, so losing a node server — node 0
+/// here — keeps it. Rank 0 publishes `before` and its server's pid; every other rank
+/// starts a lookup that waits, without a timeout, for `after-loss`, then publishes
+/// `ready-<rank>`. Rank 1 SIGKILLs node server 0 once all is published, then
+/// publishes `killed`; the survivors construct a group (optional, over every rank:
+/// partial success once rank 0 is known lost), then the last rank publishes
+/// `after-loss`.
+/// Every survivor's waiting lookup must be answered with it, and `before` must still
+/// be there.
+fn publish_after_loss() -> R {
     use cohort::{DataRange, LookupOpts, Persistence};
     let c = init()?;
     let n = c.size();
     check!(n >= 3, "run with 3 ranks or more, not {n}");
     let me = c.rank();
-    let server = unsafe { libc::getppid() };
-    let session = || DataRange::Session;
-    if me == 0 {
-        // The store's host: tell rank 1 its pid, then wait to be killed with it.
-        let pid = vec![("store-pid".into(), Value::U32(server as u32))];
+    let publish = |key: &str, v: Value| {
+        let what = format!("publish {key}");
         e2s(
-            c.publish(pid, session(), Persistence::App),
-            "publish store-pid",
-        )?;
+            c.publish(vec![(key.into(), v)], DataRange::Session, Persistence::App),
+            &what,
+        )
+    };
+    let wait_for = |keys: &[&str]| {
+        let opts = LookupOpts {
+            wait: Some(0),
+            timeout_ms: Some(60_000),
+            ..LookupOpts::default()
+        };
+        e2s(c.lookup(keys, opts), "lookup")
+    };
+    if me == 0 {
+        // SAFETY: getppid has no preconditions; the parent is this rank's node server.
+        let server = unsafe { libc::getppid() };
+        publish("before", Value::U32(7))?;
+        publish("store-pid", Value::U32(server as u32))?;
         std::thread::sleep(Duration::from_secs(60));
-        return Err("outlived the data store's node server".into());
+        return Err("outlived its node server".into());
     }
     let waiting = LookupOpts {
         wait: Some(0),
         ..LookupOpts::default()
     };
-    let never = c.lookup_async(&["never-published"], waiting.clone());
-    let ready = vec![(format!("ready-{me}"), Value::Bool(true))];
-    e2s(
-        c.publish(ready, session(), Persistence::App),
-        "publish ready",
-    )?;
+    let after = c.lookup_async(&["after-loss"], waiting);
+    publish(&format!("ready-{me}"), Value::Bool(true))?;
     if me == 1 {
         let mut keys: Vec<String> = (1..n).map(|r| format!("ready-{r}")).collect();
         keys.push("store-pid".into());
         let refs: Vec<&str> = keys.iter().map(String::as_str).collect();
-        let opts = LookupOpts {
-            timeout_ms: Some(60_000),
-            ..waiting
-        };
-        let found = e2s(c.lookup(&refs, opts), "lookup of ready-*")?;
+        let found = wait_for(&refs)?;
         let pid = found
             .iter()
             .find_map(|f| match (&*f.key, &f.value) {
@@ -2299,21 +2306,42 @@ fn store_lost() -> R {
             .ok_or("no store-pid")?;
         // SAFETY: kill(2) on node server 0 of this job.
         unsafe { libc::kill(pid as libc::pid_t, libc::SIGKILL) };
+        publish("killed", Value::Bool(true))?;
     }
-    let lost = |r: Result<(), CohortError>, what: &str| match r {
-        Err(CohortError::PeerLost { node: 0, reason }) if reason.contains("publish") => Ok(()),
-        other => Err(format!("{what}: {other:?}, not PeerLost naming node 0")),
+    if me == n - 1 {
+        wait_for(&["killed"])?;
+    }
+    // Every survivor's server knows rank 0 is gone (its construct leaves it out).
+    let opts = ConstructOpts {
+        optional: true,
+        ..ctx()
     };
-    lost(
-        await_reply(never, "waiting lookup")?.map(|_| ()),
-        "waiting lookup",
-    )?;
-    let after = vec![("after".into(), Value::U32(me))];
-    lost(
-        c.publish(after, session(), Persistence::App),
-        "publish after",
-    )?;
-    println!("RESULT store-lost: waiting lookup and later publish failed naming node 0");
+    // A group whose root is not the lost server.
+    let gid = (0..)
+        .map(|i| format!("after-loss-{i}"))
+        .find(|id| cohort_topology::rendezvous(id, n as usize) != 0)
+        .expect("some id");
+    let g = e2s(c.group_construct(&gid, &all(&c), opts), "construct")?;
+    check!(
+        g.status == ConstructStatus::PartialSuccess && g.failed == [p(&c, 0)],
+        "construct after the loss: {:?}, failed {}",
+        g.status,
+        ranks(&g.failed)
+    );
+    if me == n - 1 {
+        publish("after-loss", Value::U32(42))?;
+    }
+    let got = e2s(await_reply(after, "waiting lookup")?, "waiting lookup")?;
+    check!(
+        got.len() == 1 && got[0].value == Value::U32(42) && got[0].publisher.rank == n - 1,
+        "waiting lookup: {got:?}"
+    );
+    let before = wait_for(&["before"])?;
+    check!(
+        before.len() == 1 && before[0].value == Value::U32(7) && before[0].publisher.rank == 0,
+        "before: {before:?}"
+    );
+    println!("RESULT publish-after-loss: waiting lookups answered, the lost node's data kept");
     Ok(())
 }
 

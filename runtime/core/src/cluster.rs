@@ -108,6 +108,13 @@ pub struct Cluster {
     queued: VecDeque<(u32, ReqId, Request)>,
     /// Client requests made so far.
     pub requests: u64,
+    /// The job's data store, which the launcher holds in a real job
+    /// ([`crate::datastore`]): the cluster answers the engines' `Action::Data` calls
+    /// with it, in the order they were made.
+    pub store: crate::datastore::DataStore,
+    /// Data store calls made and not yet handled: (caller's server, token, process,
+    /// request).
+    data_calls: VecDeque<(NodeId, u64, ProcId, Request)>,
     /// (server, dead peer) pairs whose loss the server was told of.
     told: std::collections::HashSet<(NodeId, NodeId)>,
 }
@@ -158,6 +165,8 @@ impl Cluster {
             clock_jumps: Vec::new(),
             late_reports: Vec::new(),
             queued: VecDeque::new(),
+            store: Default::default(),
+            data_calls: VecDeque::new(),
         }
     }
 
@@ -241,7 +250,8 @@ impl Cluster {
         let node = self.node_of_rank(rank) as usize;
         let proc = self.proc(rank);
         let now = self.now;
-        self.engines[node].on_proc_exited(proc, now);
+        self.engines[node].on_proc_exited(proc.clone(), now);
+        self.store.proc_terminated(&proc);
         self.pump();
     }
 
@@ -254,7 +264,53 @@ impl Cluster {
                 e.on_timer(now);
             }
         }
+        let answers = self.store.expire(now);
+        self.data_answers(answers);
         self.pump();
+    }
+
+    /// Hands the data store's answers to the callers' servers.
+    fn data_answers(&mut self, answers: Vec<crate::datastore::Answer>) {
+        for a in answers {
+            if !self.dead.contains(&a.home) {
+                self.engines[a.home as usize].on_data_answer(a.token, a.result);
+            }
+        }
+    }
+
+    /// The data store handles call `token` of `proc` from server `home`, as the
+    /// launcher does.
+    fn data_call(&mut self, home: NodeId, token: u64, proc: ProcId, req: Request) {
+        let now = self.now;
+        let result = match req {
+            Request::Publish {
+                data,
+                range,
+                persistence,
+            } => match self.store.publish(&proc, home, data, &range, persistence) {
+                Ok(answers) => {
+                    self.data_answers(answers);
+                    Some(Ok(cohort_proto::msg::Response::Done))
+                }
+                Err(e) => Some(Err(e)),
+            },
+            Request::Lookup { keys, opts } => self
+                .store
+                .lookup(&proc, home, keys, &opts, home, token, now),
+            Request::Unpublish { keys, range } => Some(
+                self.store
+                    .unpublish(&proc, home, keys.as_deref(), &range)
+                    .map(|_| cohort_proto::msg::Response::Done),
+            ),
+            other => panic!("not a data store call: {other:?}"),
+        };
+        if let Some(result) = result {
+            self.data_answers(vec![crate::datastore::Answer {
+                home,
+                token,
+                result,
+            }]);
+        }
     }
 
     /// Holds back every message on the link `from → to` until [`Cluster::release`]
@@ -289,6 +345,13 @@ impl Cluster {
     /// only later): they learn of the loss only from other servers' messages.
     pub fn kill_node_unnoticed_by(&mut self, node: NodeId, unnoticed: &[NodeId]) {
         self.dead.insert(node);
+        // The launcher learns of it: the lookups to be answered there go, and its
+        // ranks terminated.
+        self.store.home_lost(node);
+        for rank in self.job.ranks_on(node) {
+            let proc = self.proc(rank);
+            self.store.proc_terminated(&proc);
+        }
         let mut tell: Vec<NodeId> = self
             .links
             .iter()
@@ -352,6 +415,10 @@ impl Cluster {
             return true;
         }
         self.collect_actions();
+        if let Some((home, token, proc, req)) = self.data_calls.pop_front() {
+            self.data_call(home, token, proc, req);
+            return true;
+        }
         let (from, to, msg) = match self.next_event() {
             None if !self.late_reports.is_empty() => {
                 // Quiet: the fabrics' late reports come now.
@@ -418,6 +485,9 @@ impl Cluster {
                             self.sent[i] += 1;
                             self.net.push_back((i as NodeId, node, msg.clone()))
                         }
+                    }
+                    Action::Data { token, proc, req } => {
+                        self.data_calls.push_back((i as NodeId, token, proc, req))
                     }
                 }
             }

@@ -1,8 +1,9 @@
 //! The job's data store for publish / lookup / unpublish (the PMIx "Publish/Lookup
-//! Operations" chapter), sans-IO. One node server of the job holds it (node 0, see
-//! `Engine`); the others forward their processes' calls there, so two processes
-//! publishing the same key at once are ordered in one place and exactly one gets
-//! `KeyPublished` (PMIX_ERR_DUPLICATE_KEY).
+//! Operations" chapter), sans-IO. The launcher holds it, the one process of a job that
+//! lives exactly as long as the job (no node server's loss takes the data with it);
+//! node servers forward their processes' calls there (`Action::Data`), so two
+//! processes publishing the same key at once are ordered in one place and exactly one
+//! gets `KeyPublished` (PMIX_ERR_DUPLICATE_KEY).
 //!
 //! The chapter's retrieval rules: a lookup finds a key only if it names the same kind
 //! of range as the publisher did, the same processes for a custom range, and the

@@ -110,6 +110,14 @@ pub enum Action {
         nodes: Vec<NodeId>,
         msg: PeerMsg,
     },
+    /// A publish, lookup or unpublish of local process `proc`, for the job's data
+    /// store (the launcher's; `crate::datastore`). Its answer comes back through
+    /// [`Engine::on_data_answer`] `token`.
+    Data {
+        token: u64,
+        proc: ProcId,
+        req: Request,
+    },
 }
 
 /// Static configuration of one node server's engine.
@@ -427,8 +435,6 @@ pub struct Engine {
     /// it told each peer of (bounded, oldest keys forgotten first). See `stale`.
     attempts: Recent<CollKey, Attempts>,
 
-    /// The job's published data (publish/lookup): used at `publish::DATA_HOME` only.
-    datastore: crate::datastore::DataStore,
     /// This server's processes' data store calls waiting for its answer, by token.
     data_waits: HashMap<u64, publish::DataWait>,
     next_data_token: u64,
@@ -495,7 +501,6 @@ impl Engine {
             lost_nodes: BTreeSet::new(),
             kept_outcomes: VecDeque::new(),
             attempts: Recent::new(MAX_TOMBSTONES),
-            datastore: crate::datastore::DataStore::default(),
             data_waits: HashMap::default(),
             next_data_token: 1,
             actions: Vec::new(),
@@ -576,7 +581,6 @@ impl Engine {
             .chain(modex)
             .chain(parked)
             .chain(invites)
-            .chain(self.datastore.next_deadline())
             .min()
     }
 
@@ -827,7 +831,6 @@ impl Engine {
             self.fail(&key, err, now);
         }
         self.agreement_peer_lost(peer, now);
-        self.data_node_lost(peer);
         for rank in self.job.ranks_on(peer) {
             let proc = ProcId::new(self.job.nspace.clone(), rank);
             self.mark_terminated(proc, now);
@@ -1325,8 +1328,6 @@ impl Engine {
             }
             PeerMsg::AgreeQuery { key } => self.agreement_question(from, key),
             PeerMsg::AgreeAnswer { key, failed } => self.agreement_answer(from, key, failed, now),
-            PeerMsg::Data { token, proc, req } => self.on_data(from, token, proc, req, now),
-            PeerMsg::DataReply { token, result } => self.on_data_reply(token, result),
             // The node server's failure detector takes these (`crate::detector`).
             PeerMsg::Heartbeat | PeerMsg::Ping { .. } | PeerMsg::Pong { .. } => {}
         }
@@ -1360,8 +1361,6 @@ impl Engine {
             self.finish_probe(&key, now);
         }
         self.expire_invites(now);
-        let answers = self.datastore.expire(now);
-        self.send_data_answers(answers);
         let (expired, parked): (Vec<_>, Vec<_>) = std::mem::take(&mut self.parked)
             .into_iter()
             .partition(|(_, _, _, w)| w.deadline.is_some_and(|d| d <= now));

@@ -1,7 +1,8 @@
 //! Publish / lookup / unpublish (PMIx standard, "Publish/Lookup Operations") across
 //! in-memory clusters of node servers: calls of every server reach the job's one data
-//! store (node 0), waiting lookups are answered when the data comes, and the loss of
-//! the store's server or of a process ends what waited for them.
+//! store (the launcher's; the cluster plays it), waiting lookups are answered when the
+//! data comes, and a process's end or a node server's loss ends what waited for them
+//! and nothing else.
 
 use std::time::Duration;
 
@@ -116,23 +117,54 @@ fn a_waiting_lookup_times_out_at_the_store() {
     assert!(e.to_string().contains("never"), "{e}");
 }
 
+/// The store is the launcher's: losing any node server, node 0 included, keeps what
+/// was published (but its ranks' proc-persistent values) and every other server's
+/// waiting lookups, which a later publish answers.
 #[test]
-fn losing_the_stores_server_fails_waiting_and_later_calls_naming_it() {
+fn a_node_servers_loss_keeps_the_data_and_the_others_lookups() {
     let mut c = cluster();
-    let l = lookup(&mut c, 2, &["x"], waiting(None));
+    publish(&mut c, 0, "kept", 1, Persistence::App);
+    publish(&mut c, 1, "theirs", 2, Persistence::Proc);
+    let l = lookup(&mut c, 2, &["later"], waiting(None));
+    let dead = lookup(&mut c, 0, &["later"], waiting(None));
     c.pump();
+    assert_eq!(c.store.waiting(), 2);
     c.kill_node(0);
     c.pump();
-    for e in [c.error(2, l), {
-        let p = publish(&mut c, 4, "y", 1, Persistence::App);
-        c.pump();
-        c.error(4, p)
-    }] {
-        assert!(
-            matches!(&e, CohortError::PeerLost { node: 0, reason } if reason.contains("publish")),
-            "{e}"
-        );
-    }
+    assert_eq!(c.store.waiting(), 1, "the dead server's lookup goes");
+    assert_eq!(c.reply(2, l), None, "the other one still waits");
+    publish(&mut c, 4, "later", 3, Persistence::App);
+    c.pump();
+    assert_eq!(found(&c, 2, l)[0].value, Value::U32(3));
+    assert_eq!(c.reply(0, dead), None);
+    let k = lookup(&mut c, 5, &["kept", "theirs"], LookupOpts::default());
+    c.pump();
+    let f = found(&c, 5, k);
+    assert_eq!(f.len(), 1, "{f:?}");
+    assert_eq!(f[0].key, "kept");
+}
+
+/// A call too large for the control connection is refused where it is made, naming
+/// the caller and the limit, and nothing is forwarded.
+#[test]
+fn a_call_too_large_to_forward_is_refused_at_its_server() {
+    let mut c = cluster();
+    let big = vec![0u8; cohort_proto::control::MAX_DATA_CALL + 1];
+    let p = c.request(
+        3,
+        Request::Publish {
+            data: vec![("big".into(), Value::Bytes(big.into()))],
+            range: DataRange::Session,
+            persistence: Persistence::App,
+        },
+    );
+    c.pump();
+    let e = c.error(3, p);
+    assert!(
+        matches!(&e, CohortError::BadRequest(m) if m.contains("job:3") && m.contains("bytes")),
+        "{e}"
+    );
+    assert!(c.store.is_empty());
 }
 
 #[test]

@@ -286,6 +286,11 @@ struct Launcher {
     detector: Option<cohort_core::DetectorConfig>,
     /// Judges reports of silent node servers.
     tribunal: Tribunal,
+    /// The job's data store (publish / lookup; `cohort_core::datastore`): here, in
+    /// the one process that lives exactly as long as the job, so that no node server's
+    /// loss takes it. Its clock counts from `store_epoch`.
+    store: cohort_core::datastore::DataStore,
+    store_epoch: Instant,
     daemons: Vec<Daemon>,
     started: bool,
     launched: u32,
@@ -463,6 +468,8 @@ impl Launcher {
             control_addr,
             daemons: Vec::new(),
             started: false,
+            store: Default::default(),
+            store_epoch: Instant::now(),
             launched: 0,
             tx,
             rx,
@@ -706,6 +713,7 @@ impl Launcher {
         let mut next_beat = Instant::now();
         loop {
             let judge_at = self.tribunal.deadline().map(Instant::from_std);
+            let store_at = self.store.next_deadline().map(|d| self.store_epoch + d);
             let beat = period.filter(|_| self.started);
             let event = tokio::select! {
                 _ = sleep_until(next_beat), if beat.is_some() => {
@@ -722,6 +730,12 @@ impl Launcher {
                 _ = sleep_until(job_deadline.unwrap_or(never)), if job_deadline.is_some() => {
                     return Verdict::TimedOut { secs: timeout.unwrap_or_default() };
                 }
+                _ = sleep_until(store_at.unwrap_or(never)), if store_at.is_some() => {
+                    let now = self.store_epoch.elapsed();
+                    let answers = self.store.expire(now);
+                    self.send_data_answers(answers).await;
+                    continue;
+                }
                 _ = sleep_until(judge_at.unwrap_or(never)), if judge_at.is_some() => {
                     match self.judge(Vec::new()).await {
                         Some(verdict) => return verdict,
@@ -731,6 +745,70 @@ impl Launcher {
             };
             if let Some(verdict) = self.handle(event).await {
                 return verdict;
+            }
+        }
+    }
+
+    /// A publish, lookup or unpublish of `proc`, forwarded by node server `node`, for
+    /// the job's data store; answered now, or later for a lookup that waits.
+    async fn on_data(
+        &mut self,
+        node: NodeId,
+        token: u64,
+        proc: cohort_proto::ProcId,
+        req: cohort_proto::msg::Request,
+    ) {
+        use cohort_proto::msg::{Request, Response};
+        let job = self.monitor.job();
+        if job.node_of(&proc) != Some(node) {
+            tracing::warn!(node, %proc, "ignoring a data store call for a process that node server does not host");
+            return;
+        }
+        let now = self.store_epoch.elapsed();
+        let result = match req {
+            Request::Publish {
+                data,
+                range,
+                persistence,
+            } => match self.store.publish(&proc, node, data, &range, persistence) {
+                Ok(answers) => {
+                    self.send_data_answers(answers).await;
+                    Some(Ok(Response::Done))
+                }
+                Err(e) => Some(Err(e)),
+            },
+            Request::Lookup { keys, opts } => self
+                .store
+                .lookup(&proc, node, keys, &opts, node, token, now),
+            Request::Unpublish { keys, range } => Some(
+                self.store
+                    .unpublish(&proc, node, keys.as_deref(), &range)
+                    .map(|_| Response::Done),
+            ),
+            other => Some(Err(cohort_proto::CohortError::BadRequest(format!(
+                "{} is not a data store call",
+                other.op_name()
+            )))),
+        };
+        if let Some(result) = result {
+            let answer = cohort_core::datastore::Answer {
+                home: node,
+                token,
+                result,
+            };
+            self.send_data_answers(vec![answer]).await;
+        }
+    }
+
+    /// Sends the data store's answers to the callers' node servers.
+    async fn send_data_answers(&mut self, answers: Vec<cohort_core::datastore::Answer>) {
+        for a in answers {
+            let msg = LauncherMsg::DataReply {
+                token: a.token,
+                result: a.result,
+            };
+            if let Err(e) = self.tell(a.home, &msg).await {
+                tracing::warn!(node = a.home, error = %e, "could not answer a data store call");
             }
         }
     }
@@ -805,6 +883,13 @@ impl Launcher {
                 self.tribunal.reached(node, token, nodes);
                 self.judge(Vec::new()).await
             }
+            Event::Msg {
+                node,
+                msg: DaemonMsg::Data { token, proc, req },
+            } => {
+                self.on_data(node, token, proc, req).await;
+                None
+            }
             Event::Msg { node, msg } => self.on_message(node, msg),
             Event::ControlClosed { node, error } => {
                 let reason = match error {
@@ -874,6 +959,12 @@ impl Launcher {
     }
 
     fn daemon_failed(&mut self, node: NodeId, reason: String) -> Option<Verdict> {
+        // Its lookups waiting here need no answer; its ranks' proc-persistent data goes.
+        self.store.home_lost(node);
+        for rank in self.monitor.job().ranks_on(node) {
+            let proc = cohort_proto::ProcId::new(self.monitor.job().nspace.clone(), rank);
+            self.store.proc_terminated(&proc);
+        }
         if self.started && self.monitor.recovery() {
             // Its ranks die with it (parent-death signal); the job goes on.
             return match self.monitor.node_lost(node, &reason) {
@@ -1035,6 +1126,10 @@ impl Launcher {
             }
             DaemonMsg::RankExited { rank, status } => {
                 tracing::debug!(node, rank, ?status, "rank exited");
+                let proc = cohort_proto::ProcId::new(self.monitor.job().nspace.clone(), rank);
+                if self.monitor.job().node_of(&proc) == Some(node) {
+                    self.store.proc_terminated(&proc);
+                }
                 match self.monitor.rank_exited(node, rank, status) {
                     Ok(Step::Continue) => None,
                     Ok(Step::Notice(msg)) => {
@@ -1056,7 +1151,8 @@ impl Launcher {
             DaemonMsg::PeerSilent { .. }
             | DaemonMsg::Heard { .. }
             | DaemonMsg::FabricLost { .. }
-            | DaemonMsg::Reached { .. } => None,
+            | DaemonMsg::Reached { .. }
+            | DaemonMsg::Data { .. } => None,
         }
     }
 

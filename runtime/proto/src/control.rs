@@ -98,7 +98,20 @@ pub enum DaemonMsg {
         token: u64,
         nodes: Vec<NodeId>,
     },
+    /// A publish, lookup or unpublish (`req`) of this node server's process `proc`,
+    /// for the job's data store, which the launcher holds (the job's one process that
+    /// lives exactly as long as the job); answered with [`LauncherMsg::DataReply`]
+    /// `token`. At most [`MAX_DATA_CALL`] bytes encoded.
+    Data {
+        token: u64,
+        proc: crate::ids::ProcId,
+        req: crate::msg::Request,
+    },
 }
+
+/// The largest data store call ([`DaemonMsg::Data`]) a node server forwards, encoded:
+/// well inside a control frame ([`crate::frame::MAX_CONTROL_FRAME`]).
+pub const MAX_DATA_CALL: usize = 512 << 10;
 
 /// Launcher → node server.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -137,6 +150,11 @@ pub enum LauncherMsg {
         token: u64,
         except: NodeId,
         within_ms: u64,
+    },
+    /// The data store's answer to [`DaemonMsg::Data`] `token`.
+    DataReply {
+        token: u64,
+        result: Result<crate::msg::Response, crate::CohortError>,
     },
     /// "Still here", every heartbeat period once the job started, when the failure
     /// detector runs: a node server that hears nothing from the launcher for a peer

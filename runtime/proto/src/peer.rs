@@ -279,16 +279,4 @@ pub enum PeerMsg {
         key: CollKey,
         failed: Option<Vec<ProcId>>,
     },
-    /// A publish, lookup or unpublish (`req`) of local process `proc`, for the job's
-    /// data store (`cohort_core::datastore`); answered with `DataReply`.
-    Data {
-        token: u64,
-        proc: ProcId,
-        req: crate::msg::Request,
-    },
-    /// The data store's answer to `Data` `token`.
-    DataReply {
-        token: u64,
-        result: Result<crate::msg::Response, CohortError>,
-    },
 }

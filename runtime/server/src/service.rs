@@ -185,6 +185,10 @@ impl Shared {
                         self.send_peer(node, bytes.clone());
                     }
                 }
+                // To the launcher, which holds the job's data store.
+                Action::Data { token, proc, req } => {
+                    let _ = self.reports.send(DaemonMsg::Data { token, proc, req });
+                }
             }
         }
         for (client, bytes) in out {
@@ -597,6 +601,17 @@ impl NodeService {
         } else {
             s.gone.push((node, now + grace));
         }
+        s.flush();
+    }
+
+    /// The launcher's data store answered call `token` (`LauncherMsg::DataReply`).
+    pub fn data_answer(
+        &self,
+        token: u64,
+        result: Result<cohort_proto::msg::Response, cohort_proto::CohortError>,
+    ) {
+        let mut s = self.shared.borrow_mut();
+        s.engine.on_data_answer(token, result);
         s.flush();
     }
 

@@ -556,6 +556,8 @@ impl Sim {
                             let mut out = Vec::new();
                             to_clients.encode_into(f, &mut out);
                         }
+                        // The simulated workloads publish nothing.
+                        Action::Data { .. } => {}
                     }
                 }
                 steps.push((began.elapsed(), taken_in));
@@ -596,6 +598,9 @@ impl Sim {
                         self.replies.insert((client, id), (t, result));
                     }
                 }
+                // The simulated workloads publish nothing (the data store is the
+                // launcher's, which the simulator does not model).
+                Action::Data { .. } => {}
             }
         }
     }

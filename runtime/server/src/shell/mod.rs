@@ -604,6 +604,9 @@ async fn serve(
                         svc.peer_gone(node, grace);
                     }
                     FromLauncher::Msg(LauncherMsg::KeepWatching { node }) => svc.keep_watching(node),
+                    FromLauncher::Msg(LauncherMsg::DataReply { token, result }) => {
+                        svc.data_answer(token, result)
+                    }
                     FromLauncher::Msg(LauncherMsg::Survey { token, except, within_ms }) => {
                         svc.survey(token, except, Duration::from_millis(within_ms));
                     }
