@@ -999,3 +999,73 @@ fn node_servers_raise_the_open_file_limit_and_ranks_keep_the_users() {
         assert_eq!(line, want, "{}", describe(&out));
     }
 }
+
+/// `cksum` of `data` as the `cksum` command prints it from stdin ("CRC LENGTH").
+fn cksum(data: &[u8]) -> String {
+    use std::io::Write;
+    let mut child = Command::new("cksum")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("cksum (coreutils)");
+    child.stdin.take().unwrap().write_all(data).unwrap();
+    let out = child.wait_with_output().unwrap();
+    text(&out.stdout).trim().to_string()
+}
+
+/// `cohort run` passes its stdin to the ranks `--stdin` names (rank 0 by default, as
+/// Open MPI's mpirun), whole and in order — 3 MiB, many chunks, to a rank of another
+/// node server too — and the others read /dev/null.
+#[test]
+fn stdin_goes_to_rank_0_by_default_or_to_the_ranks_named() {
+    let dir = TempDir::new("stdin");
+    let input = dir.path().join("in");
+    let data: Vec<u8> = (0..(3usize << 20) + 5).map(|i| (i % 251) as u8).collect();
+    std::fs::write(&input, &data).unwrap();
+    let (full, empty) = (cksum(&data), cksum(&[]));
+    let run = |target: Option<&str>| -> Vec<String> {
+        let mut args = vec!["run", "--nodes", "2", "-n", "4"];
+        if let Some(t) = target {
+            args.extend(["--stdin", t]);
+        }
+        args.extend(["sh", "-c", "echo RESULT $COHORT_RANK $(cksum)"]);
+        let mut cmd = cohort_command(args);
+        cmd.stdin(std::fs::File::open(&input).unwrap());
+        let out = CohortRun::spawn(cmd).wait(DEADLINE);
+        assert_eq!(out.status.code(), Some(0), "{target:?}: {}", describe(&out));
+        let mut r: Vec<String> = text(&out.stdout)
+            .lines()
+            .filter_map(|l| l.strip_prefix("RESULT ").map(str::to_string))
+            .collect();
+        r.sort();
+        r
+    };
+    let expect = |takes: &[u32]| -> Vec<String> {
+        (0..4)
+            .map(|r| {
+                let sum = if takes.contains(&r) { &full } else { &empty };
+                format!("{r} {sum}")
+            })
+            .collect()
+    };
+    assert_eq!(run(None), expect(&[0]));
+    assert_eq!(run(Some("3")), expect(&[3]), "rank 3 runs on node1");
+    assert_eq!(run(Some("all")), expect(&[0, 1, 2, 3]));
+    assert_eq!(run(Some("none")), expect(&[]));
+}
+
+/// A job whose ranks never read stdin ends as usual while cohort run's stdin never
+/// ends (/dev/zero): stdin is read only as fast as the ranks take it. A rank named
+/// by `--stdin` must exist.
+#[test]
+fn endless_stdin_does_not_hold_a_job_that_ignores_it() {
+    let mut cmd = cohort_command(["run", "--nodes", "2", "-n", "2", "--stdin", "all", "true"]);
+    cmd.stdin(std::fs::File::open("/dev/zero").unwrap());
+    let out = CohortRun::spawn(cmd).wait(DEADLINE);
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+
+    let out = run_cohort(["run", "-n", "2", "--stdin", "2", "true"], DEADLINE);
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("--stdin 2: the job has 2 rank(s)"), "{err}");
+}

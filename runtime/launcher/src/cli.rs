@@ -314,6 +314,17 @@ pub struct RunArgs {
     )]
     pub tag_output: bool,
 
+    /// Which ranks get cohort run's stdin (as Open MPI's --stdin): a rank, `all` or
+    /// `none`; the others read /dev/null. Not read when cohort run is in the
+    /// background of a terminal
+    #[arg(
+        long,
+        value_name = "RANK|all|none",
+        default_value = "0",
+        help_heading = "Output options"
+    )]
+    pub stdin: cohort_proto::control::StdinTarget,
+
     /// Export VAR from cohort's environment to every rank, or set it to VAL (repeatable;
     /// in an app context after a ':', to that app's ranks only)
     #[arg(

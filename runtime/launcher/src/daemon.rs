@@ -334,6 +334,9 @@ pub struct DaemonLaunch<'a> {
     /// This node server's first placement slot on its host (see `topo::plan_job`).
     pub first_slot: u32,
     pub tag_output: bool,
+    /// Which ranks take the launcher's stdin (`--stdin`; none: every rank reads
+    /// /dev/null).
+    pub stdin: cohort_proto::control::StdinTarget,
     /// Switch map file (`--topology`), already checked by the launcher.
     pub topology: Option<&'a Path>,
     /// `--ib-device` / `--ib-gid-index`, passed on as given (cohortd checks them).
@@ -450,6 +453,10 @@ impl DaemonLaunch<'_> {
         if let Some(us) = self.spin_us {
             a.push("--spin-us".into());
             a.push(us.to_string().into());
+        }
+        if self.stdin != cohort_proto::control::StdinTarget::None {
+            a.push("--stdin".into());
+            a.push(self.stdin.to_string().into());
         }
         if self.no_shm_fence {
             a.push("--no-shm-fence".into());
@@ -870,6 +877,7 @@ mod tests {
             bind_to: None,
             first_slot: 0,
             tag_output: false,
+            stdin: Default::default(),
             topology: None,
             ib_device: None,
             ib_gid_index: None,

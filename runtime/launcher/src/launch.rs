@@ -12,7 +12,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use cohort_proto::control::{DaemonMsg, ExitStatus, LauncherMsg};
+use cohort_proto::control::{DaemonMsg, ExitStatus, LauncherMsg, StdinTarget};
 use cohort_proto::env::{random_bytes, to_hex};
 use cohort_proto::{JobMap, NodeId};
 use cohort_topology::placement::{job_map, job_map_with_counts};
@@ -291,6 +291,15 @@ struct Launcher {
     /// loss takes it. Its clock counts from `store_epoch`.
     store: cohort_core::datastore::DataStore,
     store_epoch: Instant,
+    /// Which ranks get this launcher's stdin (`--stdin`, or none when it is not read:
+    /// see [`stdin_readable`]).
+    stdin_target: StdinTarget,
+    /// Chunks of this launcher's stdin, from its reader thread (started with the
+    /// ranks); `None` once it ended (or was never read).
+    stdin_rx: Option<mpsc::Receiver<Vec<u8>>>,
+    /// Node servers that have not yet taken the last chunk sent: the next is read only
+    /// when none is left (so a rank that does not read holds stdin, not memory).
+    stdin_waiting: std::collections::BTreeSet<NodeId>,
     daemons: Vec<Daemon>,
     started: bool,
     launched: u32,
@@ -341,6 +350,20 @@ impl Launcher {
             ));
         }
         let detector = args.detector()?;
+        let stdin_target = match args.stdin {
+            StdinTarget::Rank(r) if r >= args.plan()?.np => {
+                return Err(format!(
+                    "--stdin {r}: the job has {} rank(s)",
+                    args.plan()?.np
+                ))
+            }
+            StdinTarget::None => StdinTarget::None,
+            t if stdin_readable() => t,
+            _ => {
+                tracing::info!("stdin is a terminal this job is in the background of: not read");
+                StdinTarget::None
+            }
+        };
         let plan = args.plan()?;
         if let Some(s) = ssh_hosts.as_mut() {
             s.counts = ssh::rank_counts(plan.np, &s.hosts)?;
@@ -470,6 +493,9 @@ impl Launcher {
             started: false,
             store: Default::default(),
             store_epoch: Instant::now(),
+            stdin_target,
+            stdin_rx: None,
+            stdin_waiting: Default::default(),
             launched: 0,
             tx,
             rx,
@@ -565,6 +591,7 @@ impl Launcher {
             bind_to: self.args.bind_to,
             first_slot: 0,
             tag_output: self.args.tag_output,
+            stdin: self.stdin_target,
             topology: self.topology.as_deref(),
             ib_device: self.args.ib_device.as_deref(),
             ib_gid_index: self.args.ib_gid_index,
@@ -714,6 +741,7 @@ impl Launcher {
         loop {
             let judge_at = self.tribunal.deadline().map(Instant::from_std);
             let store_at = self.store.next_deadline().map(|d| self.store_epoch + d);
+            let stdin_ready = self.stdin_rx.is_some() && self.stdin_waiting.is_empty();
             let beat = period.filter(|_| self.started);
             let event = tokio::select! {
                 _ = sleep_until(next_beat), if beat.is_some() => {
@@ -729,6 +757,10 @@ impl Launcher {
                 }
                 _ = sleep_until(job_deadline.unwrap_or(never)), if job_deadline.is_some() => {
                     return Verdict::TimedOut { secs: timeout.unwrap_or_default() };
+                }
+                chunk = next_stdin(&mut self.stdin_rx), if stdin_ready => {
+                    self.forward_stdin(chunk).await;
+                    continue;
                 }
                 _ = sleep_until(store_at.unwrap_or(never)), if store_at.is_some() => {
                     let now = self.store_epoch.elapsed();
@@ -960,6 +992,8 @@ impl Launcher {
 
     fn daemon_failed(&mut self, node: NodeId, reason: String) -> Option<Verdict> {
         // Its lookups waiting here need no answer; its ranks' proc-persistent data goes.
+        // Nor will it take stdin.
+        self.stdin_waiting.remove(&node);
         self.store.home_lost(node);
         for rank in self.monitor.job().ranks_on(node) {
             let proc = cohort_proto::ProcId::new(self.monitor.job().nspace.clone(), rank);
@@ -1074,7 +1108,41 @@ impl Launcher {
                 });
             }
         }
+        if self.stdin_target != StdinTarget::None {
+            self.stdin_rx = Some(read_stdin());
+        }
         None
+    }
+
+    /// The next chunk of this launcher's stdin (`None`: it ended) to the node servers
+    /// of the ranks that take it; the next is read once they all took this one.
+    async fn forward_stdin(&mut self, chunk: Option<Vec<u8>>) {
+        let job = self.monitor.job();
+        let nodes: Vec<NodeId> = match self.stdin_target {
+            StdinTarget::Rank(r) => job.rank_node.get(r as usize).copied().into_iter().collect(),
+            StdinTarget::All => (0..self.nodes).collect(),
+            StdinTarget::None => Vec::new(),
+        };
+        let msg = match chunk {
+            Some(data) => LauncherMsg::Stdin { data },
+            None => {
+                self.stdin_rx = None;
+                LauncherMsg::StdinEnd
+            }
+        };
+        let more = matches!(msg, LauncherMsg::Stdin { .. });
+        for node in nodes {
+            if !self.daemons[node as usize].running {
+                continue;
+            }
+            match self.tell(node, &msg).await {
+                Ok(()) if more => {
+                    self.stdin_waiting.insert(node);
+                }
+                Ok(()) => {}
+                Err(e) => tracing::debug!(node, error = %e, "could not forward stdin"),
+            }
+        }
     }
 
     /// `--pmix`: Open MPI's transports for every rank, and per node server whether its
@@ -1153,6 +1221,10 @@ impl Launcher {
             | DaemonMsg::FabricLost { .. }
             | DaemonMsg::Reached { .. }
             | DaemonMsg::Data { .. } => None,
+            DaemonMsg::StdinTaken => {
+                self.stdin_waiting.remove(&node);
+                None
+            }
         }
     }
 
@@ -1768,6 +1840,53 @@ fn ssh_hosts(args: &RunArgs) -> Result<SshHosts, String> {
         cohortd,
         counts: None,
     })
+}
+
+/// Whether this launcher may read its stdin: not when it is a terminal whose
+/// foreground this process group is not (a read would stop the job with SIGTTIN).
+fn stdin_readable() -> bool {
+    // SAFETY: isatty, tcgetpgrp and getpgrp only read the state of fd 0 and this
+    // process.
+    unsafe { libc::isatty(0) == 0 || libc::tcgetpgrp(0) == libc::getpgrp() }
+}
+
+/// Reads this launcher's stdin on a thread of its own (a blocking read that the
+/// runtime need not wait for at exit), in chunks of at most
+/// [`cohort_proto::control::MAX_STDIN_CHUNK`]; the channel closes at its end (or on
+/// an error, which ends it too).
+fn read_stdin() -> mpsc::Receiver<Vec<u8>> {
+    let (tx, rx) = mpsc::channel(1);
+    let spawned = std::thread::Builder::new()
+        .name("cohort-stdin".into())
+        .spawn(move || {
+            use std::io::Read;
+            let mut stdin = std::io::stdin().lock();
+            let mut buf = vec![0u8; cohort_proto::control::MAX_STDIN_CHUNK];
+            loop {
+                match stdin.read(&mut buf) {
+                    Ok(0) => return,
+                    Ok(n) => {
+                        if tx.blocking_send(buf[..n].to_vec()).is_err() {
+                            return;
+                        }
+                    }
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                    Err(e) => {
+                        tracing::debug!(error = %e, "reading stdin failed; treating it as its end");
+                        return;
+                    }
+                }
+            }
+        });
+    if let Err(e) = spawned {
+        tracing::warn!(error = %e, "cannot start the stdin reader; the ranks' stdin ends at once");
+    }
+    rx
+}
+
+/// The next chunk of stdin (`None`: it ended).
+async fn next_stdin(rx: &mut Option<mpsc::Receiver<Vec<u8>>>) -> Option<Vec<u8>> {
+    rx.as_mut()?.recv().await
 }
 
 /// Variable `k` of this launcher's environment as the ranks will inherit it: locally

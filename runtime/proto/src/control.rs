@@ -107,7 +107,58 @@ pub enum DaemonMsg {
         proc: crate::ids::ProcId,
         req: crate::msg::Request,
     },
+    /// The last [`LauncherMsg::Stdin`] chunk is written to every local rank that takes
+    /// the launcher's stdin (or those ranks are gone): send the next.
+    StdinTaken,
 }
+
+/// Which ranks get the launcher's stdin (`cohort run --stdin`, as Open MPI's): one
+/// rank (rank 0 by default), all of them, or none. The others' stdin is `/dev/null`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum StdinTarget {
+    Rank(Rank),
+    All,
+    #[default]
+    None,
+}
+
+impl StdinTarget {
+    /// Whether rank `r` takes the launcher's stdin.
+    pub fn takes(self, r: Rank) -> bool {
+        match self {
+            StdinTarget::Rank(t) => t == r,
+            StdinTarget::All => true,
+            StdinTarget::None => false,
+        }
+    }
+}
+
+impl std::str::FromStr for StdinTarget {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "all" => Ok(StdinTarget::All),
+            "none" => Ok(StdinTarget::None),
+            n => n
+                .parse()
+                .map(StdinTarget::Rank)
+                .map_err(|_| format!("--stdin {n:?}: a rank number, `all` or `none`")),
+        }
+    }
+}
+
+impl std::fmt::Display for StdinTarget {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            StdinTarget::Rank(r) => write!(f, "{r}"),
+            StdinTarget::All => f.write_str("all"),
+            StdinTarget::None => f.write_str("none"),
+        }
+    }
+}
+
+/// The largest [`LauncherMsg::Stdin`] chunk.
+pub const MAX_STDIN_CHUNK: usize = 64 << 10;
 
 /// The largest data store call ([`DaemonMsg::Data`]) a node server forwards, encoded:
 /// well inside a control frame ([`crate::frame::MAX_CONTROL_FRAME`]).
@@ -156,6 +207,15 @@ pub enum LauncherMsg {
         token: u64,
         result: Result<crate::msg::Response, crate::CohortError>,
     },
+    /// The next bytes of the launcher's stdin, for this node server's ranks that take
+    /// it (`cohortd --stdin`); answered with [`DaemonMsg::StdinTaken`] once written,
+    /// and only then is the next chunk sent. At most [`MAX_STDIN_CHUNK`] bytes.
+    Stdin {
+        #[serde(with = "serde_bytes")]
+        data: Vec<u8>,
+    },
+    /// The launcher's stdin ended: close those ranks' stdin.
+    StdinEnd,
     /// "Still here", every heartbeat period once the job started, when the failure
     /// detector runs: a node server that hears nothing from the launcher for a peer
     /// timeout (its host died, it froze, the network cut it off) stops its ranks and

@@ -107,6 +107,11 @@ pub struct DaemonArgs {
     #[arg(long, value_name = "US", default_value_t = cohort_proto::env::DEFAULT_SPIN_US)]
     pub spin_us: u64,
 
+    /// Which ranks take the launcher's stdin (LauncherMsg::Stdin): a rank, `all` or
+    /// `none` (the default); the others read /dev/null
+    #[arg(long, value_name = "RANK|all|none", default_value = "none")]
+    pub stdin: cohort_proto::control::StdinTarget,
+
     /// Milliseconds between this node server's heartbeats to the next one in the ring
     /// of node servers (the failure detector)
     #[arg(long, value_name = "MS", default_value_t = 1000, value_parser = clap::value_parser!(u64).range(1..))]

@@ -341,6 +341,7 @@ async fn run(
         server_uri: svc.socket_path(),
         token_hex,
         tag_output: args.tag_output,
+        stdin: args.stdin,
     };
     let mut ranks = Ranks::new(template, exit_tx, guard::Guard::start(&node_name));
     ranks.launch_all(stdout, stderr);
@@ -573,6 +574,7 @@ async fn serve(
     tell(link, &DaemonMsg::Launched).await;
     let mut reports = svc.reports();
     let mut heard = tokio::time::Instant::now();
+    let (stdin_taken, mut stdin_acks) = mpsc::unbounded_channel::<()>();
     loop {
         if link.is_none() {
             return End::LauncherLost("cannot write to the control connection".into());
@@ -587,6 +589,7 @@ async fn serve(
                 ));
             }
             Some(msg) = async { reports.as_mut()?.recv().await } => tell(link, &msg).await,
+            Some(()) = stdin_acks.recv() => tell(link, &DaemonMsg::StdinTaken).await,
             ev = from_launcher.recv() => {
                 let ev = ev.unwrap_or(FromLauncher::Closed(None));
                 if matches!(ev, FromLauncher::Msg(_)) {
@@ -607,6 +610,8 @@ async fn serve(
                     FromLauncher::Msg(LauncherMsg::DataReply { token, result }) => {
                         svc.data_answer(token, result)
                     }
+                    FromLauncher::Msg(LauncherMsg::Stdin { data }) => ranks.feed_stdin(data, &stdin_taken),
+                    FromLauncher::Msg(LauncherMsg::StdinEnd) => ranks.end_stdin(),
                     FromLauncher::Msg(LauncherMsg::Survey { token, except, within_ms }) => {
                         svc.survey(token, except, Duration::from_millis(within_ms));
                     }

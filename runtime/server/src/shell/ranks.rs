@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use std::process::Stdio;
 use std::time::Duration;
 
-use cohort_proto::control::ExitStatus;
+use cohort_proto::control::{ExitStatus, StdinTarget};
 use cohort_proto::env;
 use cohort_proto::{JobMap, NodeId, Rank};
 use cohort_topology::affinity::CpuMask;
@@ -53,6 +53,9 @@ pub struct RankTemplate {
     pub server_uri: PathBuf,
     pub token_hex: String,
     pub tag_output: bool,
+    /// Which ranks take the launcher's stdin (a pipe fed by `LauncherMsg::Stdin`);
+    /// the others read /dev/null.
+    pub stdin: StdinTarget,
     /// Each local rank's binding (`COHORT_BINDING`); a missing rank is unbound.
     pub bindings: BTreeMap<Rank, Binding>,
     /// The CPUs unbound ranks get (cohortd's own, before it bound its progress thread).
@@ -101,7 +104,11 @@ impl RankTemplate {
                 "PMIX_SERVER_URI",
                 format!("cohort:{}", self.server_uri.display()),
             )
-            .stdin(Stdio::null())
+            .stdin(if self.stdin.takes(rank) {
+                Stdio::piped()
+            } else {
+                Stdio::null()
+            })
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .process_group(0)
@@ -164,6 +171,47 @@ pub struct Ranks {
     exits: mpsc::UnboundedSender<RankExit>,
     /// Sweeps those groups if this node server dies (see [`Guard`]).
     guard: Option<Guard>,
+    /// The stdin writers of the ranks that take the launcher's stdin.
+    stdin: BTreeMap<Rank, mpsc::UnboundedSender<StdinCmd>>,
+}
+
+/// What a rank's stdin writer does next.
+enum StdinCmd {
+    /// Write these bytes; the ack goes once every writer let go of it.
+    Data(std::rc::Rc<[u8]>, std::rc::Rc<ChunkAck>),
+    /// Close the pipe (the launcher's stdin ended).
+    End,
+}
+
+/// Tells the launcher a stdin chunk was taken when the last writer lets go of it
+/// (written, or its rank gone).
+pub struct ChunkAck(mpsc::UnboundedSender<()>);
+
+impl Drop for ChunkAck {
+    fn drop(&mut self) {
+        let _ = self.0.send(());
+    }
+}
+
+/// Writes what comes to a rank's stdin, in order; once a write fails (the rank closed
+/// its stdin or ended) the rest is dropped, still releasing each chunk.
+async fn write_stdin(
+    mut pipe: tokio::process::ChildStdin,
+    mut rx: mpsc::UnboundedReceiver<StdinCmd>,
+) {
+    use tokio::io::AsyncWriteExt;
+    let mut broken = false;
+    while let Some(cmd) = rx.recv().await {
+        match cmd {
+            StdinCmd::Data(bytes, ack) => {
+                if !broken && pipe.write_all(&bytes).await.is_err() {
+                    broken = true;
+                }
+                drop(ack);
+            }
+            StdinCmd::End => break,
+        }
+    }
 }
 
 impl Ranks {
@@ -178,6 +226,23 @@ impl Ranks {
             groups: Vec::new(),
             exits,
             guard,
+            stdin: BTreeMap::new(),
+        }
+    }
+
+    /// Hands `data`, the next bytes of the launcher's stdin, to every local rank that
+    /// takes it; `taken` hears once all wrote it (at once if there is none).
+    pub fn feed_stdin(&mut self, data: Vec<u8>, taken: &mpsc::UnboundedSender<()>) {
+        let ack = std::rc::Rc::new(ChunkAck(taken.clone()));
+        let data: std::rc::Rc<[u8]> = data.into();
+        self.stdin
+            .retain(|_, w| w.send(StdinCmd::Data(data.clone(), ack.clone())).is_ok());
+    }
+
+    /// The launcher's stdin ended: every rank's stdin pipe closes once written out.
+    pub fn end_stdin(&mut self) {
+        for (_, w) in std::mem::take(&mut self.stdin) {
+            let _ = w.send(StdinCmd::End);
         }
     }
 
@@ -213,6 +278,11 @@ impl Ranks {
         };
         let pid = child.id().unwrap_or(0);
         tracing::debug!(rank, pid, "rank started");
+        if let Some(pipe) = child.stdin.take() {
+            let (tx, rx) = mpsc::unbounded_channel();
+            spawn_local(write_stdin(pipe, rx));
+            self.stdin.insert(rank, tx);
+        }
         self.running.insert(rank, pid);
         self.groups.push(pid);
         if let Some(guard) = self.guard.as_mut() {
