@@ -281,36 +281,8 @@ impl Cluster {
     /// The data store handles call `token` of `proc` from server `home`, as the
     /// launcher does.
     fn data_call(&mut self, home: NodeId, token: u64, proc: ProcId, req: Request) {
-        let now = self.now;
-        let result = match req {
-            Request::Publish {
-                data,
-                range,
-                persistence,
-            } => match self.store.publish(&proc, home, data, &range, persistence) {
-                Ok(answers) => {
-                    self.data_answers(answers);
-                    Some(Ok(cohort_proto::msg::Response::Done))
-                }
-                Err(e) => Some(Err(e)),
-            },
-            Request::Lookup { keys, opts } => self
-                .store
-                .lookup(&proc, home, keys, &opts, home, token, now),
-            Request::Unpublish { keys, range } => Some(
-                self.store
-                    .unpublish(&proc, home, keys.as_deref(), &range)
-                    .map(|_| cohort_proto::msg::Response::Done),
-            ),
-            other => panic!("not a data store call: {other:?}"),
-        };
-        if let Some(result) = result {
-            self.data_answers(vec![crate::datastore::Answer {
-                home,
-                token,
-                result,
-            }]);
-        }
+        let answers = self.store.call(&proc, home, token, req, self.now);
+        self.data_answers(answers);
     }
 
     /// Holds back every message on the link `from → to` until [`Cluster::release`]

@@ -23,7 +23,7 @@
 use std::collections::BTreeMap;
 
 use cohort_proto::ids::{NodeId, ProcId};
-use cohort_proto::msg::Response;
+use cohort_proto::msg::{Request, Response};
 use cohort_proto::publish::{validate_key, DataRange, LookupOpts, Persistence, Published};
 use cohort_proto::{CohortError, Info, Value};
 
@@ -126,6 +126,55 @@ impl DataStore {
     /// How many lookups wait.
     pub fn waiting(&self) -> usize {
         self.waiters.len()
+    }
+
+    /// Handles call `token` of `proc` (hosted by node server `node`, which waits for
+    /// the answer): every answer it makes — its own, unless it is a lookup that waits,
+    /// and those of the waiting lookups a publish completed.
+    pub fn call(
+        &mut self,
+        proc: &ProcId,
+        node: NodeId,
+        token: u64,
+        req: Request,
+        now: Time,
+    ) -> Vec<Answer> {
+        let mut answers = Vec::new();
+        let own = match req {
+            Request::Publish {
+                data,
+                range,
+                persistence,
+            } => match self.publish(proc, node, data, &range, persistence) {
+                Ok(served) => {
+                    answers = served;
+                    Some(Ok(Response::Done))
+                }
+                Err(e) => Some(Err(e)),
+            },
+            Request::Lookup { keys, opts } => {
+                self.lookup(proc, node, keys, &opts, node, token, now)
+            }
+            Request::Unpublish { keys, range } => Some(
+                self.unpublish(proc, node, keys.as_deref(), &range)
+                    .map(|_| Response::Done),
+            ),
+            other => Some(Err(CohortError::BadRequest(format!(
+                "{} is not a data store call",
+                other.op_name()
+            )))),
+        };
+        if let Some(result) = own {
+            answers.insert(
+                0,
+                Answer {
+                    home: node,
+                    token,
+                    result,
+                },
+            );
+        }
+        answers
     }
 
     /// Publishes `data` for `publisher` (on node `node`). All or nothing. Returns the

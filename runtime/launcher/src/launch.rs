@@ -790,46 +790,14 @@ impl Launcher {
         proc: cohort_proto::ProcId,
         req: cohort_proto::msg::Request,
     ) {
-        use cohort_proto::msg::{Request, Response};
         let job = self.monitor.job();
         if job.node_of(&proc) != Some(node) {
             tracing::warn!(node, %proc, "ignoring a data store call for a process that node server does not host");
             return;
         }
         let now = self.store_epoch.elapsed();
-        let result = match req {
-            Request::Publish {
-                data,
-                range,
-                persistence,
-            } => match self.store.publish(&proc, node, data, &range, persistence) {
-                Ok(answers) => {
-                    self.send_data_answers(answers).await;
-                    Some(Ok(Response::Done))
-                }
-                Err(e) => Some(Err(e)),
-            },
-            Request::Lookup { keys, opts } => self
-                .store
-                .lookup(&proc, node, keys, &opts, node, token, now),
-            Request::Unpublish { keys, range } => Some(
-                self.store
-                    .unpublish(&proc, node, keys.as_deref(), &range)
-                    .map(|_| Response::Done),
-            ),
-            other => Some(Err(cohort_proto::CohortError::BadRequest(format!(
-                "{} is not a data store call",
-                other.op_name()
-            )))),
-        };
-        if let Some(result) = result {
-            let answer = cohort_core::datastore::Answer {
-                home: node,
-                token,
-                result,
-            };
-            self.send_data_answers(vec![answer]).await;
-        }
+        let answers = self.store.call(&proc, node, token, req, now);
+        self.send_data_answers(answers).await;
     }
 
     /// Sends the data store's answers to the callers' node servers.
