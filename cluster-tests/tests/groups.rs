@@ -80,6 +80,8 @@ on_1_and_3_nodes! {
     bad_input_typed_errors: "badinput", 6, every, true;
     bad_frames_cost_one_connection: "badframe", 6, every, true;
     private_authenticated_socket: "private-socket", 6, every, true;
+    // PMIx publish/lookup: proc persistence ends with the publisher, app stays
+    publish_persistence: "publish-persistence", 4, every, true;
 }
 
 /// In `concurrent`, ranks of both groups must report the same context id per group,

@@ -61,6 +61,7 @@ fn main() {
         "lost-interior" => lost_interior(),
         "construct-after-loss" => construct_after_loss(),
         "publish-after-loss" => publish_after_loss(),
+        "publish-persistence" => publish_persistence(),
         "frozen-server" => frozen_server(),
         "two-frozen" => two_frozen(),
         "cut-off" => cut_off(),
@@ -2247,6 +2248,42 @@ fn construct_after_loss() -> R {
     partial_without(c, &g, &[x])
 }
 
+/// The last rank publishes `p-last` (persistence: until it ends) and `a-last` (the
+/// application's), everyone fences, and it finalizes and exits normally. The job's
+/// data store (the launcher's) drops `p-last` when that rank's exit is reported: the
+/// others see it gone within 30 s, while `a-last` stays.
+fn publish_persistence() -> R {
+    use cohort::{DataRange, LookupOpts, Persistence};
+    let c = init()?;
+    let (me, n) = (c.rank(), c.size());
+    check!(n >= 2, "run with 2 ranks or more, not {n}");
+    if me == n - 1 {
+        for (key, p) in [("p-last", Persistence::Proc), ("a-last", Persistence::App)] {
+            let data = vec![(key.into(), Value::U32(me))];
+            e2s(c.publish(data, DataRange::Session, p), "publish")?;
+        }
+    }
+    e2s(c.fence(&[], FenceOpts::default()), "fence")?;
+    println!("RESULT publish-persistence ok");
+    if me == n - 1 {
+        return e2s(c.finalize(), "finalize");
+    }
+    let found = |key: &str| -> Result<bool, String> {
+        Ok(!e2s(c.lookup(&[key], LookupOpts::default()), "lookup")?.is_empty())
+    };
+    check!(found("p-last")? || found("a-last")?, "nothing published");
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while found("p-last")? {
+        check!(
+            std::time::Instant::now() < deadline,
+            "p-last still there 30 s after its publisher's exit"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    check!(found("a-last")?, "a-last went with its publisher");
+    e2s(c.finalize(), "finalize")
+}
+
 /// Run with one rank per node server (3 or more) and `--enable-recovery`. The job's
 /// data store (publish/lookup) is the launcher's, so losing a node server — node 0
 /// here — keeps it. Rank 0 publishes `before` and its server's pid; every other rank
@@ -2255,8 +2292,8 @@ fn construct_after_loss() -> R {
 /// publishes `killed`; the survivors construct a group (optional, over every rank:
 /// partial success once rank 0 is known lost), then the last rank publishes
 /// `after-loss`.
-/// Every survivor's waiting lookup must be answered with it, and `before` must still
-/// be there.
+/// Every survivor's waiting lookup must be answered with it, `before` must still be
+/// there, and rank 0's proc-persistent `rank0-only` gone.
 fn publish_after_loss() -> R {
     use cohort::{DataRange, LookupOpts, Persistence};
     let c = init()?;
@@ -2282,6 +2319,11 @@ fn publish_after_loss() -> R {
         // SAFETY: getppid has no preconditions; the parent is this rank's node server.
         let server = unsafe { libc::getppid() };
         publish("before", Value::U32(7))?;
+        let mine = vec![("rank0-only".into(), Value::U32(1))];
+        e2s(
+            c.publish(mine, DataRange::Session, Persistence::Proc),
+            "publish rank0-only",
+        )?;
         publish("store-pid", Value::U32(server as u32))?;
         std::thread::sleep(Duration::from_secs(60));
         return Err("outlived its node server".into());
@@ -2341,6 +2383,9 @@ fn publish_after_loss() -> R {
         before.len() == 1 && before[0].value == Value::U32(7) && before[0].publisher.rank == 0,
         "before: {before:?}"
     );
+    // Rank 0's proc-persistent value went with it.
+    let gone = e2s(c.lookup(&["rank0-only"], LookupOpts::default()), "lookup")?;
+    check!(gone.is_empty(), "rank0-only outlived rank 0: {gone:?}");
     println!("RESULT publish-after-loss: waiting lookups answered, the lost node's data kept");
     Ok(())
 }
