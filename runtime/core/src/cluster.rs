@@ -255,6 +255,15 @@ impl Cluster {
         self.pump();
     }
 
+    /// `rank`'s client closes its connection without finalizing (the process may live
+    /// on): its server treats it as terminated.
+    pub fn disconnect(&mut self, rank: u32) {
+        let node = self.node_of_rank(rank) as usize;
+        let now = self.now;
+        self.engines[node].on_client_disconnected(Self::client_of(rank), now);
+        self.pump();
+    }
+
     /// Advances the clock and fires timers.
     pub fn advance(&mut self, d: Duration) {
         self.now += d;
@@ -461,6 +470,7 @@ impl Cluster {
                     Action::Data { token, proc, req } => {
                         self.data_calls.push_back((i as NodeId, token, proc, req))
                     }
+                    Action::DataProcGone { proc } => self.store.proc_terminated(&proc),
                 }
             }
         }

@@ -118,6 +118,12 @@ pub enum Action {
         proc: ProcId,
         req: Request,
     },
+    /// Local process `proc` is terminated for this server (it exited, or closed its
+    /// connection without finalizing), which the data store learns no other way when
+    /// the process lives on: its waiting lookups go, and its proc-persistent values.
+    DataProcGone {
+        proc: ProcId,
+    },
 }
 
 /// Static configuration of one node server's engine.

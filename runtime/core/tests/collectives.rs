@@ -109,7 +109,9 @@ fn peers_sent_to(actions: impl IntoIterator<Item = cohort_core::Action>) -> Vec<
         .flat_map(|a| match a {
             Action::ToPeer { node, .. } => vec![node],
             Action::ToPeers { nodes, .. } => nodes,
-            Action::ToClient { .. } | Action::Data { .. } => vec![],
+            Action::ToClient { .. } | Action::Data { .. } | Action::DataProcGone { .. } => {
+                vec![]
+            }
         })
         .collect();
     to.sort_unstable();

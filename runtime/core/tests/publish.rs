@@ -213,3 +213,24 @@ fn unpublish_frees_the_key_for_another_publisher() {
     c.pump();
     assert_eq!(c.reply(5, p), Some(Ok(Response::Done)));
 }
+
+/// A client that closes its connection without finalizing is terminated for its
+/// server, which tells the data store at once (the process may live on, so its exit
+/// would come late or never): its waiting lookup does not spend a first-read value,
+/// and its proc-persistent values go.
+#[test]
+fn a_client_gone_without_finalize_is_gone_for_the_store_too() {
+    let mut c = cluster();
+    publish(&mut c, 2, "theirs", 1, Persistence::Proc);
+    lookup(&mut c, 2, &["once"], waiting(None));
+    let live = lookup(&mut c, 4, &["once"], waiting(None));
+    c.pump();
+    c.disconnect(2);
+    assert_eq!(c.store.waiting(), 1);
+    publish(&mut c, 1, "once", 9, Persistence::FirstRead);
+    c.pump();
+    assert_eq!(found(&c, 4, live)[0].value, Value::U32(9));
+    let l = lookup(&mut c, 5, &["theirs"], LookupOpts::default());
+    c.pump();
+    assert!(found(&c, 5, l).is_empty());
+}

@@ -1189,6 +1189,13 @@ impl Launcher {
             | DaemonMsg::FabricLost { .. }
             | DaemonMsg::Reached { .. }
             | DaemonMsg::Data { .. } => None,
+            DaemonMsg::DataProcGone { rank } => {
+                let proc = cohort_proto::ProcId::new(self.monitor.job().nspace.clone(), rank);
+                if self.monitor.job().node_of(&proc) == Some(node) {
+                    self.store.proc_terminated(&proc);
+                }
+                None
+            }
             DaemonMsg::StdinTaken => {
                 self.stdin_waiting.remove(&node);
                 None

@@ -107,6 +107,12 @@ pub enum DaemonMsg {
         proc: crate::ids::ProcId,
         req: crate::msg::Request,
     },
+    /// This node server's process `rank` is terminated for it (it exited, or closed
+    /// its client connection without finalizing): the data store drops its waiting
+    /// lookups and proc-persistent values.
+    DataProcGone {
+        rank: Rank,
+    },
     /// The last [`LauncherMsg::Stdin`] chunk is written to every local rank that takes
     /// the launcher's stdin (or those ranks are gone): send the next.
     StdinTaken,

@@ -189,6 +189,11 @@ impl Shared {
                 Action::Data { token, proc, req } => {
                     let _ = self.reports.send(DaemonMsg::Data { token, proc, req });
                 }
+                Action::DataProcGone { proc } => {
+                    let _ = self
+                        .reports
+                        .send(DaemonMsg::DataProcGone { rank: proc.rank });
+                }
             }
         }
         for (client, bytes) in out {

@@ -557,7 +557,7 @@ impl Sim {
                             to_clients.encode_into(f, &mut out);
                         }
                         // The simulated workloads publish nothing.
-                        Action::Data { .. } => {}
+                        Action::Data { .. } | Action::DataProcGone { .. } => {}
                     }
                 }
                 steps.push((began.elapsed(), taken_in));
@@ -600,7 +600,7 @@ impl Sim {
                 }
                 // The simulated workloads publish nothing (the data store is the
                 // launcher's, which the simulator does not model).
-                Action::Data { .. } => {}
+                Action::Data { .. } | Action::DataProcGone { .. } => {}
             }
         }
     }

@@ -48,9 +48,15 @@ impl Engine {
         }
     }
 
-    /// Process `proc` terminated: its calls here need no answer.
+    /// Process `proc` terminated: its calls here need no answer, and if it is local,
+    /// the data store is told (its rank's exit may come much later, or never for a
+    /// client that closed its connection and lives on).
     pub(super) fn data_proc_terminated(&mut self, proc: &ProcId) {
         self.data_waits.retain(|_, w| w.proc != *proc);
+        if self.job.node_of(proc) == Some(self.node) {
+            self.actions
+                .push(Action::DataProcGone { proc: proc.clone() });
+        }
     }
 
     /// How many of this server's calls wait for the data store.
