@@ -2,8 +2,10 @@
 # deploy/pmix-demos.sh OUT LIBDIR — builds the two `cohort run --pmix` test programs of
 # cluster-tests/c/ into OUT, as cluster-tests/tests/pmix.rs does: OUT/pmix_demo (a
 # PMIx program: `cc` against the system's OpenPMIx <pmix.h>, linked with cohort's
-# LIBDIR/libpmix.so.2) and OUT/mpi_demo (Open MPI's `mpicc`). Used by the Slurm and ssh
-# CI jobs (deploy/slurm/ci.sh, deploy/ssh/ci.sh).
+# LIBDIR/libpmix.so.2) and OUT/mpi_demo (Open MPI's `mpicc`); and OUT/ompi-env.sh, a
+# wrapper that makes a rank print what Open MPI gets from --pmix (one `OMPI rank=…`
+# line) and then become its program. Used by the Slurm and ssh CI jobs
+# (deploy/slurm/ci.sh, deploy/ssh/ci.sh).
 #
 # Exits 0 when both are built; 125 when a tool is missing (what is missing on stderr:
 # the callers skip their --pmix jobs, loudly; `make setup` or Debian's libpmix-dev,
@@ -37,3 +39,9 @@ if ! mpicc -Wall -Werror -o "$out/mpi_demo" "$src/mpi_demo.c"; then
     echo "pmix-demos: mpicc mpi_demo.c failed" >&2
     exit 1
 fi
+cat >"$out/ompi-env.sh" <<'EOF'
+#!/bin/sh
+echo "OMPI rank=$COHORT_RANK node=$COHORT_NODE_NAME host=$(hostname) btl=${OMPI_MCA_btl-unset} if=${OMPI_MCA_btl_tcp_if_include-unset} schizo=${OMPI_MCA_schizo-unset} lib=${LD_LIBRARY_PATH%%:*}"
+exec "$@"
+EOF
+chmod 755 "$out/ompi-env.sh"

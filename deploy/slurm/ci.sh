@@ -427,14 +427,9 @@ if ((demos_rc == 125)); then
 elif ((demos_rc != 0)); then
     fail "building mpi_demo and pmix_demo" "$work/demos.err"
 else
-    # Each rank says what Open MPI gets from --pmix, then becomes the program.
-    cat >"$work/ompi-env.sh" <<'EOF'
-#!/bin/sh
-echo "OMPI rank=$COHORT_RANK host=$(hostname) btl=${OMPI_MCA_btl-unset} if=${OMPI_MCA_btl_tcp_if_include-unset} schizo=${OMPI_MCA_schizo-unset} lib=${LD_LIBRARY_PATH%%:*}"
-exec "$@"
-EOF
-    chmod 755 "$work/ompi-env.sh"
-    alloc 3 "$cohort" run --pmix -n 6 "$work/ompi-env.sh" "$work/demos/mpi_demo"
+    # Each rank says what Open MPI gets from --pmix (deploy/pmix-demos.sh's
+    # ompi-env.sh), then becomes the program.
+    alloc 3 "$cohort" run --pmix -n 6 "$work/demos/ompi-env.sh" "$work/demos/mpi_demo"
     results=$(grep -c '^RESULT size=6 sum=6105$' "$work/out")
     if [[ $rc == 0 && $results == 6 ]] && ! grep -q 'FAIL rank' "$work/err"; then
         pass "mpi_demo: 6 Open MPI ranks on n1-n3 initialized, allgathered and finalized"
@@ -443,7 +438,7 @@ EOF
     fi
     # n1-n3 have host names of their own: Open MPI keeps its defaults (shared memory
     # inside a node, its own choice of interface between them).
-    got=$(sed -n 's/^OMPI rank=[0-9]* host=\([^ ]*\) \(.*\)/\1 \2/p' "$work/out" | sort | uniq -c |
+    got=$(sed -n 's/^OMPI rank=[0-9]* node=[^ ]* host=\([^ ]*\) \(.*\)/\1 \2/p' "$work/out" | sort | uniq -c |
         awk '{$1=$1; print}' | tr '\n' ';')
     want=""
     for n in n1 n2 n3; do

@@ -532,19 +532,14 @@ if ((demos_rc == 125)); then
 elif ((demos_rc != 0)); then
     fail "building mpi_demo and pmix_demo" "$work/demos.err"
 else
-    # Each rank says what Open MPI gets from --pmix, then becomes the program.
-    cat >"$work/ompi-env.sh" <<'EOF'
-#!/bin/sh
-echo "OMPI rank=$COHORT_RANK node=$COHORT_NODE_NAME host=$(hostname) btl=${OMPI_MCA_btl-unset} if=${OMPI_MCA_btl_tcp_if_include-unset} schizo=${OMPI_MCA_schizo-unset} lib=${LD_LIBRARY_PATH%%:*}"
-exec "$@"
-EOF
-    chmod 755 "$work/ompi-env.sh"
+    # Each rank says what Open MPI gets from --pmix (deploy/pmix-demos.sh's
+    # ompi-env.sh), then becomes the program.
     # The rank's view: node, host name and Open MPI's settings, counted per node.
     ompi_env() {
         sed -n 's/^OMPI rank=[0-9]* \(.*\)/\1/p' "$work/out" | sort | uniq -c |
             awk '{$1=$1; print}' | tr '\n' ';'
     }
-    run --host "$hosts" --launch-agent "$agent" --pmix -n 6 "$work/ompi-env.sh" "$work/demos/mpi_demo"
+    run --host "$hosts" --launch-agent "$agent" --pmix -n 6 "$work/demos/ompi-env.sh" "$work/demos/mpi_demo"
     results=$(grep -c '^RESULT size=6 sum=6105$' "$work/out")
     if [[ $rc == 0 && $results == 6 ]] && ! grep -q 'FAIL rank' "$work/err"; then
         pass "mpi_demo: 6 Open MPI ranks on 3 hosts initialized, allgathered and finalized (${took} s)"
@@ -599,7 +594,7 @@ EOF
     ln -s "$target/libpmix.so" "$work/prefix/lib/cohort/pmix/libpmix.so.2"
     ln -s "$target/cohortd" "$work/prefix-nolib/bin/cohortd"
     COHORT_PMIX_LIBDIR=/nonexistent run --host "$hosts" --launch-agent "$agent" \
-        --prefix "$work/prefix" --pmix -n 6 "$work/ompi-env.sh" "$work/demos/mpi_demo"
+        --prefix "$work/prefix" --pmix -n 6 "$work/demos/ompi-env.sh" "$work/demos/mpi_demo"
     results=$(grep -c '^RESULT size=6 sum=6105$' "$work/out")
     if [[ $rc == 0 && $results == 6 ]] &&
         [[ $(grep -c "^OMPI .* lib=$work/prefix/lib/cohort/pmix$" "$work/out") == 6 ]]; then

@@ -212,6 +212,13 @@ fn lookup_request(keys: &[&str], opts: LookupOpts) -> Result<Request> {
     })
 }
 
+fn unpublish_request(keys: Option<&[&str]>, range: DataRange) -> Request {
+    Request::Unpublish {
+        keys: keys.map(|ks| ks.iter().map(|k| k.to_string()).collect()),
+        range,
+    }
+}
+
 fn expect_value(r: Response) -> Result<Value> {
     match r {
         Response::Value(v) => Ok(v),
@@ -1114,10 +1121,7 @@ impl Client {
     /// `None`) in `range` (PMIx_Unpublish); the keys may then be published again.
     /// Keys this process did not publish there are left alone.
     pub fn unpublish(&self, keys: Option<&[&str]>, range: DataRange) -> Result<()> {
-        let req = Request::Unpublish {
-            keys: keys.map(|ks| ks.iter().map(|k| k.to_string()).collect()),
-            range,
-        };
+        let req = unpublish_request(keys, range);
         expect_done("unpublish", self.call(req, false, None)?)
     }
 
@@ -1127,11 +1131,7 @@ impl Client {
         keys: Option<&[&str]>,
         range: DataRange,
     ) -> impl Future<Output = Result<()>> + Send + 'static {
-        let req = Request::Unpublish {
-            keys: keys.map(|ks| ks.iter().map(|k| k.to_string()).collect()),
-            range,
-        };
-        let reply = self.call_async(req, false);
+        let reply = self.call_async(unpublish_request(keys, range), false);
         async move { expect_done("unpublish", reply.await?) }
     }
 

@@ -250,8 +250,8 @@ impl Cluster {
         let node = self.node_of_rank(rank) as usize;
         let proc = self.proc(rank);
         let now = self.now;
-        self.engines[node].on_proc_exited(proc.clone(), now);
-        self.store.proc_terminated(&proc);
+        // Its server tells the data store (`Action::DataProcGone`).
+        self.engines[node].on_proc_exited(proc, now);
         self.pump();
     }
 

@@ -152,9 +152,7 @@ impl DataStore {
                 }
                 Err(e) => Some(Err(e)),
             },
-            Request::Lookup { keys, opts } => {
-                self.lookup(proc, node, keys, &opts, node, token, now)
-            }
+            Request::Lookup { keys, opts } => self.lookup(proc, node, keys, &opts, token, now),
             Request::Unpublish { keys, range } => Some(
                 self.unpublish(proc, node, keys.as_deref(), &range)
                     .map(|_| Response::Done),
@@ -230,17 +228,16 @@ impl DataStore {
         Ok(self.serve_waiters(&scope, &keys))
     }
 
-    /// Looks `keys` up for `requester` (on node `node`). `Some` answer now, or `None`:
-    /// the lookup waits and its answer comes from a later [`publish`](Self::publish)
-    /// or [`expire`](Self::expire).
-    #[allow(clippy::too_many_arguments)]
+    /// Looks `keys` up for `requester` (on node `node`, whose server waits for the
+    /// answer to its call `token`). `Some` answer now, or `None`: the lookup waits and
+    /// its answer comes from a later [`publish`](Self::publish) or
+    /// [`expire`](Self::expire).
     pub fn lookup(
         &mut self,
         requester: &ProcId,
         node: NodeId,
         keys: Vec<String>,
         opts: &LookupOpts,
-        home: NodeId,
         token: u64,
         now: Time,
     ) -> Option<Result<Response, CohortError>> {
@@ -276,7 +273,7 @@ impl DataStore {
         }
         let timeout_ms = opts.timeout_ms.unwrap_or(0);
         self.waiters.push(Waiter {
-            home,
+            home: node,
             token,
             requester: requester.clone(),
             scope,
@@ -463,7 +460,7 @@ mod tests {
             range,
             ..LookupOpts::default()
         };
-        found(s.lookup(&p(who), node, keys(ks), &opts, node, 1, Duration::ZERO))
+        found(s.lookup(&p(who), node, keys(ks), &opts, 1, Duration::ZERO))
     }
 
     #[test]
@@ -557,7 +554,6 @@ mod tests {
                 ..Default::default()
             },
             1,
-            1,
             Duration::ZERO,
         );
         assert!(
@@ -628,7 +624,7 @@ mod tests {
             ..LookupOpts::default()
         };
         assert_eq!(
-            s.lookup(&p(1), 1, keys(&["a", "b"]), &opts, 1, 11, Duration::ZERO),
+            s.lookup(&p(1), 1, keys(&["a", "b"]), &opts, 11, Duration::ZERO),
             None
         );
         let first = s
@@ -663,7 +659,7 @@ mod tests {
             ..LookupOpts::default()
         };
         assert_eq!(
-            s.lookup(&p(1), 1, keys(&["c", "d"]), &one, 1, 12, Duration::ZERO),
+            s.lookup(&p(1), 1, keys(&["c", "d"]), &one, 12, Duration::ZERO),
             None
         );
         let answers = s
@@ -687,7 +683,7 @@ mod tests {
             ..LookupOpts::default()
         };
         let t0 = Duration::from_secs(1);
-        assert_eq!(s.lookup(&p(1), 1, keys(&["late"]), &opts, 1, 5, t0), None);
+        assert_eq!(s.lookup(&p(1), 1, keys(&["late"]), &opts, 5, t0), None);
         assert_eq!(s.next_deadline(), Some(t0 + Duration::from_millis(50)));
         assert!(s.expire(t0 + Duration::from_millis(49)).is_empty());
         let answers = s.expire(t0 + Duration::from_millis(50));
@@ -706,11 +702,11 @@ mod tests {
             ..LookupOpts::default()
         };
         assert_eq!(
-            s.lookup(&p(1), 0, keys(&["once"]), &opts, 0, 1, Duration::ZERO),
+            s.lookup(&p(1), 0, keys(&["once"]), &opts, 1, Duration::ZERO),
             None
         );
         assert_eq!(
-            s.lookup(&p(2), 1, keys(&["once"]), &opts, 1, 2, Duration::ZERO),
+            s.lookup(&p(2), 1, keys(&["once"]), &opts, 2, Duration::ZERO),
             None
         );
         let answers = s
@@ -761,7 +757,7 @@ mod tests {
             ..LookupOpts::default()
         };
         assert_eq!(
-            s.lookup(&p(0), 0, keys(&["never"]), &opts, 0, 1, Duration::ZERO),
+            s.lookup(&p(0), 0, keys(&["never"]), &opts, 1, Duration::ZERO),
             None
         );
         s.proc_terminated(&p(0));
@@ -836,15 +832,7 @@ mod tests {
                 Persistence::App
             )
             .is_err());
-        let r = s.lookup(
-            &p(4),
-            0,
-            vec![],
-            &LookupOpts::default(),
-            0,
-            1,
-            Duration::ZERO,
-        );
+        let r = s.lookup(&p(4), 0, vec![], &LookupOpts::default(), 1, Duration::ZERO);
         assert!(matches!(r, Some(Err(CohortError::BadRequest(_)))), "{r:?}");
     }
 }

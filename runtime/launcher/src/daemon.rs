@@ -32,7 +32,7 @@ pub fn pmix_libdirs(exe: &Path) -> Vec<PathBuf> {
     };
     let mut dirs = vec![dir.join("cohort-pmix")];
     if let Some(prefix) = dir.parent() {
-        dirs.push(prefix.join("lib").join("cohort").join("pmix"));
+        dirs.push(installed_pmix_libdir(prefix));
     }
     dirs
 }
@@ -178,7 +178,7 @@ pub fn open_mpi_transports(
     const BTL: &str = "OMPI_MCA_btl";
     const TCP_IF: &str = "OMPI_MCA_btl_tcp_if_include";
     const TCP_IF_EXCLUDE: &str = "OMPI_MCA_btl_tcp_if_exclude";
-    let chosen = |k: &str| exports.iter().any(|(n, _)| n == k) || env(k).is_some();
+    let chosen = |k: &str| user_set(exports, &env, k);
     let mut names: Vec<&str> = nodes.iter().map(|n| open_mpi_host_name(&n.host)).collect();
     names.sort_unstable();
     let shared = names.windows(2).any(|w| w[0] == w[1]);
@@ -212,8 +212,7 @@ pub fn open_mpi_yield(
     exports: &[(String, OsString)],
     env: impl Fn(&str) -> Option<OsString>,
 ) -> Vec<bool> {
-    const YIELD: &str = "OMPI_MCA_mpi_yield_when_idle";
-    if exports.iter().any(|(n, _)| n == YIELD) || env(YIELD).is_some() {
+    if user_set(exports, &env, OMPI_YIELD) {
         return vec![false; nodes.len()];
     }
     let mut hosts: std::collections::BTreeMap<&str, (u64, u32)> = Default::default();
@@ -229,6 +228,40 @@ pub fn open_mpi_yield(
             cores > 0 && ranks > u64::from(cores)
         })
         .collect()
+}
+
+/// Open MPI's setting that makes a rank yield the CPU when idle.
+const OMPI_YIELD: &str = "OMPI_MCA_mpi_yield_when_idle";
+
+/// `--pmix`: every node server's ranks' Open MPI settings, in `nodes`' order: the
+/// transports ([`open_mpi_transports`], the same for all) and yielding when idle where
+/// their host is oversubscribed ([`open_mpi_yield`]).
+pub fn open_mpi_env(
+    nodes: &[NodeHost],
+    exports: &[(String, OsString)],
+    env: impl Fn(&str) -> Option<OsString>,
+) -> Vec<Vec<(String, String)>> {
+    let transports = open_mpi_transports(nodes, exports, &env);
+    open_mpi_yield(nodes, exports, &env)
+        .into_iter()
+        .map(|yields| {
+            let mut settings = transports.clone();
+            if yields {
+                settings.push((OMPI_YIELD.into(), "1".into()));
+            }
+            settings
+        })
+        .collect()
+}
+
+/// Whether the user set variable `k` for the ranks: a `-x` export, or this launcher's
+/// environment as the ranks inherit it (`env`).
+fn user_set(
+    exports: &[(String, OsString)],
+    env: impl Fn(&str) -> Option<OsString>,
+    k: &str,
+) -> bool {
+    exports.iter().any(|(n, _)| n == k) || env(k).is_some()
 }
 
 /// A host name as Open MPI 4.1 uses it in its segment names: without the domain,

@@ -350,12 +350,10 @@ impl Launcher {
             ));
         }
         let detector = args.detector()?;
+        let plan = args.plan()?;
         let stdin_target = match args.stdin {
-            StdinTarget::Rank(r) if r >= args.plan()?.np => {
-                return Err(format!(
-                    "--stdin {r}: the job has {} rank(s)",
-                    args.plan()?.np
-                ))
+            StdinTarget::Rank(r) if r >= plan.np => {
+                return Err(format!("--stdin {r}: the job has {} rank(s)", plan.np))
             }
             StdinTarget::None => StdinTarget::None,
             t if stdin_readable() => t,
@@ -364,7 +362,6 @@ impl Launcher {
                 StdinTarget::None
             }
         };
-        let plan = args.plan()?;
         if let Some(s) = ssh_hosts.as_mut() {
             s.counts = ssh::rank_counts(plan.np, &s.hosts)?;
         }
@@ -373,7 +370,8 @@ impl Launcher {
         let pmix_libdir = match args.pmix {
             true => {
                 let libdir = pmix_libdir(&launch, &args)?;
-                exports = daemon::pmix_exports(exports, &libdir, |k| ranks_env(&launch, k));
+                let over_ssh = launch == Launch::Ssh;
+                exports = daemon::pmix_exports(exports, &libdir, |k| ranks_env(over_ssh, k));
                 Some(libdir)
             }
             false => None,
@@ -800,6 +798,13 @@ impl Launcher {
         self.send_data_answers(answers).await;
     }
 
+    /// Rank `rank` is terminated: the data store drops its waiting lookups and
+    /// proc-persistent values.
+    fn store_proc_gone(&mut self, rank: cohort_proto::Rank) {
+        let proc = cohort_proto::ProcId::new(self.monitor.job().nspace.clone(), rank);
+        self.store.proc_terminated(&proc);
+    }
+
     /// Sends the data store's answers to the callers' node servers.
     async fn send_data_answers(&mut self, answers: Vec<cohort_core::datastore::Answer>) {
         for a in answers {
@@ -964,8 +969,7 @@ impl Launcher {
         self.stdin_waiting.remove(&node);
         self.store.home_lost(node);
         for rank in self.monitor.job().ranks_on(node) {
-            let proc = cohort_proto::ProcId::new(self.monitor.job().nspace.clone(), rank);
-            self.store.proc_terminated(&proc);
+            self.store_proc_gone(rank);
         }
         if self.started && self.monitor.recovery() {
             // Its ranks die with it (parent-death signal); the job goes on.
@@ -1055,16 +1059,13 @@ impl Launcher {
         self.started = true;
         tracing::info!(?peers, "every node server registered; starting the ranks");
         self.release_held();
-        let (env, yields) = match self.args.pmix {
+        let mut envs = match self.args.pmix {
             true => self.open_mpi_settings(),
-            false => (Vec::new(), vec![false; self.daemons.len()]),
+            false => Vec::new(),
         };
         for (node, d) in self.daemons.iter_mut().enumerate() {
             let Some(w) = d.writer.as_mut() else { continue };
-            let mut env = env.clone();
-            if yields.get(node).copied().unwrap_or(false) {
-                env.push(("OMPI_MCA_mpi_yield_when_idle".into(), "1".into()));
-            }
+            let env = envs.get_mut(node).map(std::mem::take).unwrap_or_default();
             let start = LauncherMsg::Start {
                 peers: peers.clone(),
                 env,
@@ -1113,11 +1114,9 @@ impl Launcher {
         }
     }
 
-    /// `--pmix`: Open MPI's transports for every rank, and per node server whether its
-    /// ranks must yield when idle, from the node servers' host names, fabric addresses,
-    /// cores and ranks ([`daemon::open_mpi_transports`] and [`daemon::open_mpi_yield`]
-    /// say why).
-    fn open_mpi_settings(&self) -> (Vec<(String, String)>, Vec<bool>) {
+    /// `--pmix`: each node server's ranks' Open MPI settings, from the node servers'
+    /// host names, fabric addresses, cores and ranks ([`daemon::open_mpi_env`]).
+    fn open_mpi_settings(&self) -> Vec<Vec<(String, String)>> {
         let job = self.monitor.job();
         let nodes: Vec<daemon::NodeHost> = self
             .daemons
@@ -1130,20 +1129,14 @@ impl Launcher {
                 ranks: job.ranks_on(node as NodeId).len() as u32,
             })
             .collect();
-        let ssh = match self.ssh {
-            Some(_) => Launch::Ssh,
-            None => Launch::Local,
-        };
-        let env = |k: &str| ranks_env(&ssh, k);
-        let env_chosen = daemon::open_mpi_transports(&nodes, &self.exports, env);
-        let yields = daemon::open_mpi_yield(&nodes, &self.exports, env);
-        let env = env_chosen;
+        let over_ssh = self.ssh.is_some();
+        let envs = daemon::open_mpi_env(&nodes, &self.exports, |k| ranks_env(over_ssh, k));
         let hosts: Vec<&str> = nodes.iter().map(|n| n.host.as_str()).collect();
         tracing::info!(
-            hosts = ?hosts, chosen = ?env, yield_when_idle = ?yields,
-            "--pmix: Open MPI's settings for the ranks (none: Open MPI's defaults)"
+            hosts = ?hosts, chosen = ?envs,
+            "--pmix: Open MPI's settings for each node server's ranks (none: Open MPI's defaults)"
         );
-        (env, yields)
+        envs
     }
 
     fn on_message(&mut self, node: NodeId, msg: DaemonMsg) -> Option<Verdict> {
@@ -1162,10 +1155,6 @@ impl Launcher {
             }
             DaemonMsg::RankExited { rank, status } => {
                 tracing::debug!(node, rank, ?status, "rank exited");
-                let proc = cohort_proto::ProcId::new(self.monitor.job().nspace.clone(), rank);
-                if self.monitor.job().node_of(&proc) == Some(node) {
-                    self.store.proc_terminated(&proc);
-                }
                 match self.monitor.rank_exited(node, rank, status) {
                     Ok(Step::Continue) => None,
                     Ok(Step::Notice(msg)) => {
@@ -1190,9 +1179,8 @@ impl Launcher {
             | DaemonMsg::Reached { .. }
             | DaemonMsg::Data { .. } => None,
             DaemonMsg::DataProcGone { rank } => {
-                let proc = cohort_proto::ProcId::new(self.monitor.job().nspace.clone(), rank);
-                if self.monitor.job().node_of(&proc) == Some(node) {
-                    self.store.proc_terminated(&proc);
+                if self.monitor.job().rank_node.get(rank as usize) == Some(&node) {
+                    self.store_proc_gone(rank);
                 }
                 None
             }
@@ -1868,10 +1856,10 @@ async fn next_stdin(rx: &mut Option<mpsc::Receiver<Vec<u8>>>) -> Option<Vec<u8>>
 /// and under Slurm (srun passes the environment on) they do; over ssh they do not (the
 /// hosts' sshd starts cohortd with its own), so it does not count there as the user's
 /// choice of a setting the ranks must get.
-fn ranks_env(launch: &Launch, k: &str) -> Option<OsString> {
-    match launch {
-        Launch::Ssh => None,
-        Launch::Local | Launch::Slurm(_) => std::env::var_os(k),
+fn ranks_env(over_ssh: bool, k: &str) -> Option<OsString> {
+    match over_ssh {
+        true => None,
+        false => std::env::var_os(k),
     }
 }
 
@@ -1882,12 +1870,8 @@ fn ranks_env(launch: &Launch, k: &str) -> Option<OsString> {
 /// same path on every host: a shared install, as for cohortd.
 fn pmix_libdir(launch: &Launch, args: &RunArgs) -> Result<PathBuf, String> {
     if *launch == Launch::Ssh {
-        let env_prefix = std::env::var_os(ssh::PREFIX_ENV).filter(|p| !p.is_empty());
-        if let Some(prefix) = args
-            .prefix
-            .clone()
-            .or_else(|| env_prefix.map(PathBuf::from))
-        {
+        let env_prefix = std::env::var_os(ssh::PREFIX_ENV);
+        if let Some(prefix) = ssh::prefix(args.prefix.as_deref(), env_prefix.as_deref()) {
             return Ok(daemon::installed_pmix_libdir(&prefix));
         }
     }
@@ -1999,7 +1983,7 @@ mod tests {
     #[test]
     fn over_ssh_the_launchers_environment_is_not_the_ranks() {
         std::env::var_os("PATH").expect("tests run with a PATH");
-        assert_eq!(ranks_env(&Launch::Ssh, "PATH"), None);
-        assert_eq!(ranks_env(&Launch::Local, "PATH"), std::env::var_os("PATH"));
+        assert_eq!(ranks_env(true, "PATH"), None);
+        assert_eq!(ranks_env(false, "PATH"), std::env::var_os("PATH"));
     }
 }

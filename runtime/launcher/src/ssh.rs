@@ -496,14 +496,17 @@ pub fn forwarded_env(
     out
 }
 
-/// The cohortd the hosts run: `PREFIX/bin/cohortd` with `--prefix` (else
-/// `$COHORT_PREFIX`), else the same absolute path as this host's (a shared install,
-/// as mpirun assumes).
-pub fn remote_cohortd(prefix: Option<&Path>, env_prefix: Option<&OsStr>, local: &Path) -> PathBuf {
-    let prefix = prefix
+/// The hosts' install prefix: `--prefix`, else `$COHORT_PREFIX` (unless empty).
+pub fn prefix(given: Option<&Path>, env_prefix: Option<&OsStr>) -> Option<PathBuf> {
+    given
         .map(Path::to_path_buf)
-        .or_else(|| env_prefix.filter(|p| !p.is_empty()).map(PathBuf::from));
-    match prefix {
+        .or_else(|| env_prefix.filter(|p| !p.is_empty()).map(PathBuf::from))
+}
+
+/// The cohortd the hosts run: `PREFIX/bin/cohortd` with a [`prefix`], else the same
+/// absolute path as this host's (a shared install, as mpirun assumes).
+pub fn remote_cohortd(prefix: Option<&Path>, env_prefix: Option<&OsStr>, local: &Path) -> PathBuf {
+    match self::prefix(prefix, env_prefix) {
         Some(p) => p.join("bin").join("cohortd"),
         None => std::path::absolute(local).unwrap_or_else(|_| local.to_path_buf()),
     }

@@ -18,7 +18,8 @@ impl Engine {
     /// A local process's publish, lookup or unpublish: to the data store, unless it is
     /// too large to forward.
     pub(super) fn data_request(&mut self, client: ClientId, id: ReqId, proc: ProcId, req: Request) {
-        let size = cohort_proto::frame::encode_body(&req).len();
+        // The body's size, computed without encoding it (the driver encodes it once).
+        let size = cohort_proto::frame::encoded_len(&req) - 4;
         if size > MAX_DATA_CALL {
             let err = CohortError::BadRequest(format!(
                 "{} by {proc} is {size} bytes; the job's data store takes calls of up to \
@@ -57,10 +58,5 @@ impl Engine {
             self.actions
                 .push(Action::DataProcGone { proc: proc.clone() });
         }
-    }
-
-    /// How many of this server's calls wait for the data store.
-    pub fn data_calls_waiting(&self) -> usize {
-        self.data_waits.len()
     }
 }
