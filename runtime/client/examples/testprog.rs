@@ -62,6 +62,8 @@ fn main() {
         "construct-after-loss" => construct_after_loss(),
         "publish-after-loss" => publish_after_loss(),
         "publish-persistence" => publish_persistence(),
+        "spawn" => spawn(),
+        "spawn-child" => spawn_child(),
         "frozen-server" => frozen_server(),
         "two-frozen" => two_frozen(),
         "cut-off" => cut_off(),
@@ -2760,4 +2762,127 @@ fn proc_cpu_ms(pid: libc::pid_t) -> Result<u64, String> {
     // SAFETY: sysconf has no preconditions.
     let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
     Ok((tick(11)? + tick(12)?) * 1000 / hz)
+}
+
+/// PMIx_Spawn (the standard's "Process Management" chapter). Run with 2 ranks or
+/// more on several node servers. Rank 0 spawns 3 processes of `testprog spawn-child`
+/// (block-wise over the node servers) after a spawn on a host no node server runs on
+/// was refused naming it; the other ranks learn the new namespace by a fence. Then
+/// parents and children construct one group over both namespaces (wildcards), with a
+/// context id: every member sees all n + 3 of them, and each side reads the other's
+/// remote-scope data without a fence. `cohort run` returns once the children ended too.
+fn spawn() -> R {
+    use cohort::{SpawnApp, SpawnOpts};
+    let c = init()?;
+    let (me, n) = (c.rank(), c.size());
+    check!(n >= 2, "run with 2 ranks or more, not {n}");
+    check!(
+        e2s(c.parent(), "parent")?.is_none(),
+        "a launched job has no parent"
+    );
+    e2s(c.put(Scope::Remote, "side", format!("parent-{me}")), "put")?;
+    if me == 0 {
+        let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+        let app = SpawnApp {
+            command: vec![exe.display().to_string(), "spawn-child".into()],
+            maxprocs: 3,
+            env: vec![("SPAWN_TEST_WORD".into(), "hello".into())],
+            cwd: Some("/".into()),
+        };
+        let nowhere = SpawnOpts {
+            hosts: vec!["no-such-host".into()],
+            ..SpawnOpts::default()
+        };
+        match c.spawn(vec![app.clone()], nowhere) {
+            Err(CohortError::BadRequest(m)) if m.contains("no-such-host") => {}
+            other => return Err(format!("a spawn on an unknown host: {other:?}")),
+        }
+        let ns = e2s(c.spawn(vec![app], SpawnOpts::default()), "spawn")?;
+        check!(
+            ns.as_str() == format!("{}@1", c.nspace()),
+            "the first spawn's namespace is {ns}"
+        );
+        e2s(
+            c.put(Scope::Remote, "child-ns", ns.to_string()),
+            "put child-ns",
+        )?;
+    }
+    e2s(c.commit(), "commit")?;
+    let collect = FenceOpts {
+        collect: true,
+        ..FenceOpts::default()
+    };
+    e2s(c.fence(&[], collect), "fence")?;
+    let ns = match e2s(c.get(&p(&c, 0), "child-ns", None), "get child-ns")? {
+        Value::Str(s) => s,
+        other => return Err(format!("child-ns is {other:?}")),
+    };
+    let family = [ProcId::wildcard(c.nspace()), ProcId::wildcard(ns.as_str())];
+    let g = e2s(c.group_construct("family", &family, ctx()), "construct")?;
+    check!(
+        g.members.len() == n as usize + 3,
+        "{} members",
+        g.members.len()
+    );
+    let cid = g.context_id.ok_or("no context id")?;
+    let child = ProcId::new(ns.as_str(), 2);
+    let side = e2s(c.get(&child, "side", None), "get a child's data")?;
+    check!(
+        side == Value::Str("child-2".into()),
+        "child 2 posted {side:?}"
+    );
+    println!("RESULT spawn parent {me} ctx {cid}");
+    e2s(c.group_destruct("family", None), "destruct")?;
+    e2s(c.finalize(), "finalize")
+}
+
+/// The spawned side of `spawn`: checks what a spawned process knows (its parent,
+/// its job, the spawn's environment and working directory), fences its own job, and
+/// joins the parents' group.
+fn spawn_child() -> R {
+    let c = init()?;
+    let (me, n) = (c.rank(), c.size());
+    check!(n == 3, "the spawned job has {n} processes");
+    let parent = e2s(c.parent(), "parent")?.ok_or("no parent")?;
+    check!(parent.rank == 0, "spawned by {parent}");
+    check!(
+        c.nspace() == format!("{}@1", parent.nspace).as_str(),
+        "namespace {} for a spawn of {parent}",
+        c.nspace()
+    );
+    let spawned = e2s(c.get(&p(&c, me), "pmix.spawned", None), "get pmix.spawned")?;
+    check!(spawned == Value::Bool(true), "pmix.spawned is {spawned:?}");
+    let word = std::env::var("SPAWN_TEST_WORD").unwrap_or_default();
+    check!(word == "hello", "SPAWN_TEST_WORD is {word:?}");
+    let cwd = std::env::current_dir().map_err(|e| e.to_string())?;
+    check!(
+        cwd == std::path::Path::new("/"),
+        "working directory {cwd:?}"
+    );
+    e2s(c.put(Scope::Remote, "side", format!("child-{me}")), "put")?;
+    e2s(c.commit(), "commit")?;
+    e2s(
+        c.fence(&[], FenceOpts::default()),
+        "fence of the spawned job",
+    )?;
+    let family = [
+        ProcId::wildcard(parent.nspace.as_str()),
+        ProcId::wildcard(c.nspace()),
+    ];
+    let g = e2s(c.group_construct("family", &family, ctx()), "construct")?;
+    let parents = g
+        .members
+        .iter()
+        .filter(|m| m.nspace == parent.nspace)
+        .count();
+    check!(parents + 3 == g.members.len(), "members {:?}", g.members);
+    let cid = g.context_id.ok_or("no context id")?;
+    let side = e2s(c.get(&parent, "side", None), "get the parent's data")?;
+    check!(
+        side == Value::Str("parent-0".into()),
+        "parent posted {side:?}"
+    );
+    println!("RESULT spawn child {me} ctx {cid}");
+    e2s(c.group_destruct("family", None), "destruct")?;
+    e2s(c.finalize(), "finalize")
 }

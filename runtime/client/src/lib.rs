@@ -51,10 +51,11 @@ pub use cohort_proto::msg::{
     ConstructDecision, ConstructOpts, ConstructStatus, FenceOpts, GroupResult, InviteOpts,
 };
 pub use cohort_proto::publish::{validate_key, DataRange, LookupOpts, Persistence, Published};
+pub use cohort_proto::spawn::{validate_spawn, SpawnApp, SpawnMapping, SpawnOpts};
 pub use cohort_proto::value::{info_get, Bytes};
 pub use cohort_proto::{
-    CohortError, Event, EventCode, Info, JobMap, ProcId, Pset, Range, RankSet, Scope, Value,
-    RANK_WILDCARD,
+    CohortError, Event, EventCode, Info, JobMap, Nspace, ProcId, Pset, Range, RankSet, Scope,
+    Value, RANK_WILDCARD,
 };
 pub use cohort_topology::{Binding, CpuSet};
 pub use conn::LOST_REASON_KEY;
@@ -182,6 +183,7 @@ fn unexpected(op: &str, r: &Response) -> CohortError {
         Response::GroupNames(_) => "group names",
         Response::Procs(_) => "a process list",
         Response::Published(_) => "published data",
+        Response::Spawned(_) => "a namespace",
     };
     CohortError::Protocol(format!("the node server answered {op} with {kind}"))
 }
@@ -198,6 +200,19 @@ fn expect_published(r: Response) -> Result<Vec<Published>> {
         Response::Published(v) => Ok(v),
         other => Err(unexpected("lookup", &other)),
     }
+}
+
+fn expect_spawned(r: Response) -> Result<Nspace> {
+    match r {
+        Response::Spawned(ns) => Ok(ns),
+        other => Err(unexpected("spawn", &other)),
+    }
+}
+
+/// A spawn's request, checked here first.
+fn spawn_request(apps: Vec<SpawnApp>, opts: SpawnOpts) -> Result<Request> {
+    validate_spawn(&apps).map_err(|e| CohortError::BadRequest(format!("spawn: {e}")))?;
+    Ok(Request::Spawn { apps, opts })
 }
 
 /// A lookup's request, with its keys checked here first.
@@ -1133,6 +1148,43 @@ impl Client {
     ) -> impl Future<Output = Result<()>> + Send + 'static {
         let reply = self.call_async(unpublish_request(keys, range), false);
         async move { expect_done("unpublish", reply.await?) }
+    }
+
+    /// Starts a new job of `apps` in this session, on its node servers
+    /// (PMIx_Spawn): answers with the new job's namespace once every one of its
+    /// processes was started. Its processes see this process as their parent
+    /// ([`Client::parent`]), can exchange data with the session's other processes and
+    /// form groups with them; `cohort run` ends once they all ended too.
+    pub fn spawn(&self, apps: Vec<SpawnApp>, opts: SpawnOpts) -> Result<Nspace> {
+        let req = spawn_request(apps, opts)?;
+        expect_spawned(self.call(req, false, None)?)
+    }
+
+    /// Async form of [`spawn`](Self::spawn).
+    pub fn spawn_async(
+        &self,
+        apps: Vec<SpawnApp>,
+        opts: SpawnOpts,
+    ) -> impl Future<Output = Result<Nspace>> + Send + 'static {
+        let reply = match spawn_request(apps, opts) {
+            Ok(req) => self.call_async(req, false),
+            Err(e) => ReplyFuture::failed(e),
+        };
+        async move { expect_spawned(reply.await?) }
+    }
+
+    /// The process that spawned this process's job (PMIX_PARENT_ID), or `None` for a
+    /// job `cohort run` launched.
+    pub fn parent(&self) -> Result<Option<ProcId>> {
+        match self.get(self.proc_id(), keys::PARENT_ID, None) {
+            Ok(Value::Procs(p)) if p.len() == 1 => Ok(p.into_iter().next()),
+            Ok(other) => Err(CohortError::BadRequest(format!(
+                "{} is not one process: {other:?}",
+                keys::PARENT_ID
+            ))),
+            Err(CohortError::NotFound { .. }) => Ok(None),
+            Err(e) => Err(e),
+        }
     }
 
     /// Raises event `code` to `range` (never delivered back to this process).

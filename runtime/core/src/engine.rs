@@ -35,7 +35,8 @@ use cohort_proto::peer::{
 use cohort_proto::posted::Posted;
 use cohort_proto::value::info_get;
 use cohort_proto::{
-    validate_group_id, CohortError, ContextId, Event, Info, JobMap, NodeId, ProcId, Range, Value,
+    validate_group_id, CohortError, ContextId, Event, Info, JobMap, NodeId, ProcId, Range, Session,
+    Value,
 };
 use cohort_topology::{rendezvous, Allgather, Locality, StableHash, SwitchMap, Tree, TreeShape};
 
@@ -346,7 +347,8 @@ struct ModexWait {
 /// The node server's sans-IO core.
 pub struct Engine {
     node: NodeId,
-    job: JobMap,
+    /// The session's jobs: the launched one and those spawned since.
+    jobs: Session,
     shape: TreeShape,
     allgather: Allgather,
     /// The job's nodes on the switch map (from `EngineConfig::switches`).
@@ -462,7 +464,7 @@ impl Engine {
         let whole_job_sig = signature(&whole_job);
         Engine {
             node: cfg.node,
-            job: cfg.job,
+            jobs: Session::new(cfg.job),
             whole_job,
             whole_job_sig,
             shape: cfg.tree_shape,
@@ -518,8 +520,28 @@ impl Engine {
         self.node
     }
 
+    /// The launched job.
     pub fn job(&self) -> &JobMap {
-        &self.job
+        self.jobs.primary()
+    }
+
+    /// The session's jobs, spawned ones included.
+    pub fn session(&self) -> &Session {
+        &self.jobs
+    }
+
+    /// Job `index`, spawned by `parent`, exists from now on: its processes may
+    /// connect and be named. Refused unless it is the next one and well formed.
+    pub fn add_job(&mut self, index: u32, job: JobMap, parent: ProcId) -> Result<(), String> {
+        self.jobs.add(index, job, parent)
+    }
+
+    /// Why `proc` is no process of the session, for errors.
+    fn not_in_session(&self, proc: &ProcId) -> String {
+        match self.jobs.job_of(&proc.nspace) {
+            Some(job) => format!("job {} has {} ranks", job.nspace, job.size()),
+            None => format!("no job {} in this session", proc.nspace),
+        }
     }
 
     /// Whether `proc` is known to have terminated.
@@ -599,7 +621,7 @@ impl Engine {
         client: ClientId,
         proc: ProcId,
     ) -> Result<(), CohortError> {
-        match self.job.node_of(&proc) {
+        match self.jobs.node_of(&proc) {
             Some(n) if n == self.node => {}
             Some(n) => {
                 return Err(CohortError::UnknownProc {
@@ -609,7 +631,7 @@ impl Engine {
             }
             None => {
                 return Err(CohortError::UnknownProc {
-                    reason: format!("not a rank of job {}", self.job.nspace),
+                    reason: self.not_in_session(&proc),
                     proc,
                 })
             }
@@ -751,10 +773,10 @@ impl Engine {
                 self.finalized.insert(proc);
                 self.reply(client, id, Ok(Response::Done));
             }
-            req
-            @ (Request::Publish { .. } | Request::Lookup { .. } | Request::Unpublish { .. }) => {
-                self.data_request(client, id, proc, req)
-            }
+            req @ (Request::Publish { .. }
+            | Request::Lookup { .. }
+            | Request::Unpublish { .. }
+            | Request::Spawn { .. }) => self.data_request(client, id, proc, req),
         }
         self.drain_self(now);
     }
@@ -837,8 +859,7 @@ impl Engine {
             self.fail(&key, err, now);
         }
         self.agreement_peer_lost(peer, now);
-        for rank in self.job.ranks_on(peer) {
-            let proc = ProcId::new(self.job.nspace.clone(), rank);
+        for proc in self.jobs.procs_on(peer) {
             self.mark_terminated(proc, now);
         }
         let keys: Vec<CollKey> = self.colls.keys().cloned().collect();
@@ -1295,7 +1316,7 @@ impl Engine {
             }
             PeerMsg::Event { targets, event } => {
                 for p in targets {
-                    if self.job.node_of(&p) == Some(self.node) {
+                    if self.jobs.node_of(&p) == Some(self.node) {
                         self.deliver_local(&p, event.clone());
                     }
                 }
@@ -1556,7 +1577,7 @@ impl Engine {
         after_commits: u64,
         now: Time,
     ) {
-        let owner = if target.nspace != self.job.nspace {
+        let owner = if self.jobs.job_of(&target.nspace).is_none() {
             // A destructed group's ranks stay readable; a connection's nspace addresses
             // nothing once disconnected (rfc0003: the nspace is the connection's).
             let group = self.groups.get(target.nspace.as_str()).or_else(|| {
@@ -1590,13 +1611,14 @@ impl Engine {
         if let Some(v) = self.job_value(&owner, &key) {
             return self.reply(client, req, Ok(Response::Value(v)));
         }
-        if owner.is_wildcard() {
+        // A launched job has no parent: nobody will post one.
+        if owner.is_wildcard() || key == keys::PARENT_ID {
             let err = CohortError::NotFound { proc: owner, key };
             return self.reply(client, req, Err(err));
         }
-        if !self.job.contains(&owner) {
+        if !self.jobs.contains(&owner) {
             let err = CohortError::UnknownProc {
-                reason: format!("not a rank of job {}", self.job.nspace),
+                reason: self.not_in_session(&owner),
                 proc: owner,
             };
             return self.reply(client, req, Err(err));
@@ -1633,7 +1655,7 @@ impl Engine {
 
     /// Answers a get if possible; returns it back if it must wait.
     fn try_get(&mut self, mut g: PendingGet) -> Option<PendingGet> {
-        let local = self.job.node_of(&g.owner) == Some(self.node);
+        let local = self.jobs.node_of(&g.owner) == Some(self.node);
         if local && self.commits.get(&g.owner).copied().unwrap_or(0) < g.after_commits {
             // The owner's commits published at a node-local fence are still on their
             // way (on its own connection).
@@ -1668,7 +1690,7 @@ impl Engine {
                     let id = self.next_modex;
                     self.next_modex += 1;
                     self.modex_inflight.insert(g.owner.clone(), id);
-                    let node = self.job.node_of(&g.owner).unwrap_or(self.node);
+                    let node = self.jobs.node_of(&g.owner).unwrap_or(self.node);
                     let timeout_ms = g.deadline.map(|_| g.timeout_ms);
                     self.send_peer(
                         node,
@@ -1725,7 +1747,7 @@ impl Engine {
         timeout_ms: Option<u64>,
         now: Time,
     ) {
-        let result = if self.job.node_of(&proc) != Some(self.node) {
+        let result = if self.jobs.node_of(&proc) != Some(self.node) {
             Some(Err(CohortError::UnknownProc {
                 reason: format!("not hosted by node server {}", self.node),
                 proc: proc.clone(),
@@ -1781,41 +1803,39 @@ impl Engine {
 
     /// Job-level keys every process can read without anyone posting them.
     fn job_value(&self, proc: &ProcId, key: &str) -> Option<Value> {
-        if proc.nspace != self.job.nspace {
-            return None;
-        }
+        let job = self.jobs.job_of(&proc.nspace)?;
         let job_wide = match key {
-            "pmix.job.size" | "pmix.univ.size" => Some(Value::U32(self.job.size())),
-            "pmix.num.nodes" => Some(Value::U32(self.job.num_nodes)),
-            "pmix.nspace" => Some(Value::Str(self.job.nspace.to_string())),
-            keys::JOB_NUM_APPS => Some(Value::U32(self.job.num_apps())),
+            "pmix.job.size" | "pmix.univ.size" => Some(Value::U32(job.size())),
+            "pmix.num.nodes" => Some(Value::U32(job.num_nodes)),
+            "pmix.nspace" => Some(Value::Str(job.nspace.to_string())),
+            keys::JOB_NUM_APPS => Some(Value::U32(job.num_apps())),
+            keys::PARENT_ID => self
+                .jobs
+                .parent_of(&job.nspace)
+                .map(|p| Value::Procs(vec![p.clone()])),
+            keys::SPAWNED => Some(Value::Bool(self.jobs.parent_of(&job.nspace).is_some())),
             _ => None,
         };
         if job_wide.is_some() || proc.is_wildcard() {
             return job_wide;
         }
-        let node = self.job.node_of(proc)?;
+        let node = self.jobs.node_of(proc)?;
         match key {
             "pmix.rank" => Some(Value::U32(proc.rank)),
             "pmix.nodeid" => Some(Value::U32(node)),
-            "pmix.hname" => self
-                .job
-                .node_names
-                .get(node as usize)
-                .cloned()
-                .map(Value::Str),
-            "pmix.lrank" => self.job.local_rank(proc.rank).map(Value::U32),
-            "pmix.local.size" => Some(Value::U32(self.job.ranks_on(node).len() as u32)),
-            keys::APPNUM => self.job.app_of(proc.rank).map(Value::U32),
+            "pmix.hname" => job.node_names.get(node as usize).cloned().map(Value::Str),
+            "pmix.lrank" => job.local_rank(proc.rank).map(Value::U32),
+            "pmix.local.size" => Some(Value::U32(job.ranks_on(node).len() as u32)),
+            keys::APPNUM => job.app_of(proc.rank).map(Value::U32),
             keys::APP_SIZE | keys::APP_RANK => {
-                let ranks = self.job.app_ranks(self.job.app_of(proc.rank)?)?;
+                let ranks = job.app_ranks(job.app_of(proc.rank)?)?;
                 Some(Value::U32(if key == keys::APP_SIZE {
                     ranks.end - ranks.start
                 } else {
                     proc.rank - ranks.start
                 }))
             }
-            keys::PSET_NAMES => self.job.psets_of(proc.rank).map(Value::Strs),
+            keys::PSET_NAMES => job.psets_of(proc.rank).map(Value::Strs),
             _ => None,
         }
     }
@@ -1827,7 +1847,7 @@ impl Engine {
     fn names_whole_job(&self, procs: &[ProcId]) -> bool {
         match procs {
             [] => true,
-            [p] => p.is_wildcard() && p.nspace == self.job.nspace,
+            [p] => p.is_wildcard() && p.nspace == self.jobs.primary().nspace,
             _ => false,
         }
     }
@@ -1852,20 +1872,27 @@ impl Engine {
         }
         // Processes of this job, named one by one in ascending order (how leader lists
         // usually come): already the answer.
-        let own = |p: &ProcId| !p.is_wildcard() && self.job.contains(p);
-        if procs.iter().all(own) && procs.windows(2).all(|w| w[0].rank < w[1].rank) {
+        let own = |p: &ProcId| !p.is_wildcard() && self.jobs.contains(p);
+        let ascending = |w: &[ProcId]| {
+            if w[0].nspace.shares_with(&w[1].nspace) {
+                w[0].rank < w[1].rank
+            } else {
+                w[0] < w[1]
+            }
+        };
+        if procs.iter().all(own) && procs.windows(2).all(ascending) {
             return Ok(procs.to_vec());
         }
         let mut out = BTreeSet::new();
         for p in procs {
-            if p.nspace == self.job.nspace {
+            if let Some(job) = self.jobs.job_of(&p.nspace) {
                 if p.is_wildcard() {
-                    out.extend(self.job.all_procs());
-                } else if self.job.contains(p) {
+                    out.extend(job.all_procs());
+                } else if job.contains(p) {
                     out.insert(p.clone());
                 } else {
                     return Err(CohortError::UnknownProc {
-                        reason: format!("job {} has {} ranks", self.job.nspace, self.job.size()),
+                        reason: format!("job {} has {} ranks", job.nspace, job.size()),
                         proc: p.clone(),
                     });
                 }
@@ -1913,7 +1940,7 @@ impl Engine {
         let (members, sig) = if self.names_whole_job(&procs) {
             // The common fence (MPI_Init's): the server's one list and its signature,
             // not a copy of every process per request.
-            if !self.job.contains(&proc) {
+            if !self.jobs.contains(&proc) {
                 let e = CohortError::BadRequest(not_among(&self.whole_job));
                 return self.reply(client, req, Err(e));
             }
@@ -2061,7 +2088,7 @@ impl Engine {
         // A list with wildcards or group ranks expands by the groups of the moment.
         if procs
             .iter()
-            .all(|p| !p.is_wildcard() && p.nspace == self.job.nspace)
+            .all(|p| !p.is_wildcard() && self.jobs.job_of(&p.nspace).is_some())
         {
             self.leaders_memo = Some(LeadersMemo {
                 sent: Arc::downgrade(procs),
@@ -2181,7 +2208,7 @@ impl Engine {
 
     /// The node servers hosting `procs`, ascending, each once.
     fn nodes_of(&self, procs: &[ProcId]) -> Vec<NodeId> {
-        let mut nodes: Vec<NodeId> = procs.iter().filter_map(|p| self.job.node_of(p)).collect();
+        let mut nodes: Vec<NodeId> = procs.iter().filter_map(|p| self.jobs.node_of(p)).collect();
         nodes.sort_unstable();
         nodes.dedup();
         nodes
@@ -2447,7 +2474,7 @@ impl Engine {
             .unwrap_or_default()
             .iter()
             .chain(late)
-            .filter(|p| self.job.node_of(p) == Some(self.node))
+            .filter(|p| self.jobs.node_of(p) == Some(self.node))
             .filter(|p| !answered.iter().any(|w| &w.proc == *p) && !self.terminated.contains(*p))
             // Joined, but answered already (its server gave up on the root).
             .filter(|p| !joined.contains(p))
@@ -2775,7 +2802,7 @@ impl Engine {
             let hosted = coll.subtree_expected.get().unwrap_or_else(|| {
                 let n = expected_of(spec)
                     .iter()
-                    .filter(|p| self.job.node_of(p).is_some_and(|n| subtree.contains(&n)))
+                    .filter(|p| self.jobs.node_of(p).is_some_and(|n| subtree.contains(&n)))
                     .count();
                 coll.subtree_expected.set(Some(n));
                 n
@@ -2813,7 +2840,7 @@ impl Engine {
         let mut excused = Vec::new();
         for p in expected_of(spec)
             .iter()
-            .filter(|p| self.job.node_of(p).is_some_and(&on))
+            .filter(|p| self.jobs.node_of(p).is_some_and(&on))
         {
             match self.standing(key, coll, p) {
                 Standing::Pending => return None,
@@ -3448,7 +3475,7 @@ impl Engine {
         }
         if tree.as_ref().is_none_or(|t| t.root() == self.node) {
             // The root also tells the servers of expected processes that never joined.
-            targets.extend(late.iter().filter_map(|p| self.job.node_of(p)));
+            targets.extend(late.iter().filter_map(|p| self.jobs.node_of(p)));
         }
         targets.remove(&self.node);
         if !forward {
@@ -3629,7 +3656,7 @@ impl Engine {
                 let has_local = group
                     .members
                     .iter()
-                    .any(|p| self.job.node_of(p) == Some(self.node));
+                    .any(|p| self.jobs.node_of(p) == Some(self.node));
                 // Members that left right after completing may have told this server
                 // before the outcome got here; their departure applies once installed.
                 let early_leavers: Vec<ProcId> = self
@@ -3687,7 +3714,7 @@ impl Engine {
 
     fn store_foreign(&mut self, data: Vec<(ProcId, Posted)>) {
         for (p, info) in data {
-            if self.job.node_of(&p) != Some(self.node) {
+            if self.jobs.node_of(&p) != Some(self.node) {
                 self.kv.store_foreign(p, info);
             }
         }
@@ -3708,7 +3735,7 @@ impl Engine {
         let mut nodes: BTreeSet<NodeId> = group
             .original
             .iter()
-            .filter_map(|p| self.job.node_of(p))
+            .filter_map(|p| self.jobs.node_of(p))
             .collect();
         nodes.insert(self.rendezvous_node(&gid));
         nodes.remove(&self.node);
@@ -3752,7 +3779,7 @@ impl Engine {
         let locals: Vec<ProcId> = g
             .members
             .iter()
-            .filter(|p| self.job.node_of(p) == Some(self.node))
+            .filter(|p| self.jobs.node_of(p) == Some(self.node))
             .cloned()
             .collect();
         if locals.is_empty() {
@@ -3779,22 +3806,17 @@ impl Engine {
         info: Info,
     ) -> Result<(), CohortError> {
         let targets: Vec<ProcId> = match range {
-            Range::Local => self
-                .job
-                .ranks_on(self.node)
-                .into_iter()
-                .map(|r| ProcId::new(self.job.nspace.clone(), r))
-                .collect(),
-            Range::Session => self.job.all_procs(),
-            Range::Namespace(ns) => {
-                if ns != self.job.nspace {
+            Range::Local => self.jobs.procs_on(self.node),
+            Range::Session => self.jobs.all_procs(),
+            Range::Namespace(ns) => match self.jobs.job_of(&ns) {
+                Some(job) => job.all_procs(),
+                None => {
                     return Err(CohortError::UnknownProc {
                         proc: ProcId::wildcard(ns),
                         reason: "no such namespace".into(),
-                    });
+                    })
                 }
-                self.job.all_procs()
-            }
+            },
             Range::Group(gid) => self
                 .groups
                 .get(&gid)
@@ -3816,7 +3838,7 @@ impl Engine {
     fn route_event(&mut self, targets: Vec<ProcId>, event: Event) {
         let mut by_node: BTreeMap<NodeId, Vec<ProcId>> = BTreeMap::new();
         for p in targets {
-            if let Some(n) = self.job.node_of(&p) {
+            if let Some(n) = self.jobs.node_of(&p) {
                 by_node.entry(n).or_default().push(p);
             }
         }
@@ -3873,7 +3895,7 @@ impl Engine {
     fn deliver_to_locals(&mut self, audience: &[ProcId], about: &ProcId, event: Event) {
         let locals: Vec<ProcId> = audience
             .iter()
-            .filter(|p| *p != about && self.job.node_of(p) == Some(self.node))
+            .filter(|p| *p != about && self.jobs.node_of(p) == Some(self.node))
             .cloned()
             .collect();
         for p in locals {
@@ -3931,7 +3953,7 @@ impl Engine {
         }
         self.gets.retain(|g| g.reader != proc);
         // Gets and modex requests waiting for its data fail now.
-        if self.job.node_of(&proc) == Some(self.node) {
+        if self.jobs.node_of(&proc) == Some(self.node) {
             self.retry_gets(&proc, false);
             let (mine, rest): (Vec<_>, Vec<_>) = std::mem::take(&mut self.modex_waits)
                 .into_iter()

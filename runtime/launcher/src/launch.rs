@@ -37,6 +37,8 @@ use crate::slurm;
 use crate::ssh::{self, Launch};
 use crate::topo::{plan_job, JobPlacement};
 
+mod spawn;
+
 /// How long every node server has to register, unless `COHORT_STARTUP_TIMEOUT` (in
 /// seconds) says otherwise.
 pub const STARTUP_TIMEOUT: Duration = Duration::from_secs(60);
@@ -301,6 +303,8 @@ struct Launcher {
     /// when none is left (so a rank that does not read holds stdin, not memory).
     stdin_waiting: std::collections::BTreeSet<NodeId>,
     daemons: Vec<Daemon>,
+    /// Jobs the session's processes spawned, and those being spawned.
+    spawns: spawn::Spawns,
     started: bool,
     launched: u32,
     tx: mpsc::UnboundedSender<Event>,
@@ -491,6 +495,7 @@ impl Launcher {
             started: false,
             store: Default::default(),
             store_epoch: Instant::now(),
+            spawns: Default::default(),
             stdin_target,
             stdin_rx: None,
             stdin_waiting: Default::default(),
@@ -788,21 +793,25 @@ impl Launcher {
         proc: cohort_proto::ProcId,
         req: cohort_proto::msg::Request,
     ) {
-        let job = self.monitor.job();
-        if job.node_of(&proc) != Some(node) {
+        if self.monitor.session().node_of(&proc) != Some(node) {
             tracing::warn!(node, %proc, "ignoring a data store call for a process that node server does not host");
             return;
+        }
+        if let cohort_proto::msg::Request::Spawn { apps, opts } = req {
+            return self.on_spawn(node, token, proc, apps, opts).await;
         }
         let now = self.store_epoch.elapsed();
         let answers = self.store.call(&proc, node, token, req, now);
         self.send_data_answers(answers).await;
     }
 
-    /// Rank `rank` is terminated: the data store drops its waiting lookups and
-    /// proc-persistent values.
-    fn store_proc_gone(&mut self, rank: cohort_proto::Rank) {
-        let proc = cohort_proto::ProcId::new(self.monitor.job().nspace.clone(), rank);
-        self.store.proc_terminated(&proc);
+    /// Rank `rank` of job `job` is terminated: the data store drops its waiting
+    /// lookups and proc-persistent values.
+    fn store_proc_gone(&mut self, job: u32, rank: cohort_proto::Rank) {
+        if let Some(j) = self.monitor.session().get(job) {
+            let proc = cohort_proto::ProcId::new(j.nspace.clone(), rank);
+            self.store.proc_terminated(&proc);
+        }
     }
 
     /// Sends the data store's answers to the callers' node servers.
@@ -895,6 +904,10 @@ impl Launcher {
                 self.on_data(node, token, proc, req).await;
                 None
             }
+            Event::Msg {
+                node,
+                msg: msg @ (DaemonMsg::JobAdded { .. } | DaemonMsg::JobStarted { .. }),
+            } => self.on_spawn_answer(node, msg).await,
             Event::Msg { node, msg } => self.on_message(node, msg),
             Event::ControlClosed { node, error } => {
                 let reason = match error {
@@ -958,19 +971,20 @@ impl Launcher {
     /// (see [`Launcher::daemon_failed`]); the reports about it are settled now.
     async fn daemon_gone(&mut self, node: NodeId, reason: String) -> Option<Verdict> {
         self.announce_lost(node, true).await;
-        let verdict = self.daemon_failed(node, reason);
+        let verdict = self.daemon_failed(node, reason).await;
         let judged = self.judge(Vec::new()).await;
         verdict.or(judged)
     }
 
-    fn daemon_failed(&mut self, node: NodeId, reason: String) -> Option<Verdict> {
+    async fn daemon_failed(&mut self, node: NodeId, reason: String) -> Option<Verdict> {
         // Its lookups waiting here need no answer; its ranks' proc-persistent data goes.
-        // Nor will it take stdin.
+        // Nor will it take stdin, or a spawn's processes.
         self.stdin_waiting.remove(&node);
         self.store.home_lost(node);
-        for rank in self.monitor.job().ranks_on(node) {
-            self.store_proc_gone(rank);
+        for proc in self.monitor.session().procs_on(node) {
+            self.store.proc_terminated(&proc);
         }
+        self.spawns_node_lost(node).await;
         if self.started && self.monitor.recovery() {
             // Its ranks die with it (parent-death signal); the job goes on.
             return match self.monitor.node_lost(node, &reason) {
@@ -1153,9 +1167,9 @@ impl Launcher {
                 }
                 None
             }
-            DaemonMsg::RankExited { rank, status } => {
-                tracing::debug!(node, rank, ?status, "rank exited");
-                match self.monitor.rank_exited(node, rank, status) {
+            DaemonMsg::RankExited { job, rank, status } => {
+                tracing::debug!(node, job, rank, ?status, "rank exited");
+                match self.monitor.exited(node, job, rank, status) {
                     Ok(Step::Continue) => None,
                     Ok(Step::Notice(msg)) => {
                         crate::say(format_args!("{msg}"));
@@ -1177,10 +1191,17 @@ impl Launcher {
             | DaemonMsg::Heard { .. }
             | DaemonMsg::FabricLost { .. }
             | DaemonMsg::Reached { .. }
-            | DaemonMsg::Data { .. } => None,
-            DaemonMsg::DataProcGone { rank } => {
-                if self.monitor.job().rank_node.get(rank as usize) == Some(&node) {
-                    self.store_proc_gone(rank);
+            | DaemonMsg::Data { .. }
+            | DaemonMsg::JobAdded { .. }
+            | DaemonMsg::JobStarted { .. } => None,
+            DaemonMsg::DataProcGone { job, rank } => {
+                let owner = self
+                    .monitor
+                    .session()
+                    .get(job)
+                    .and_then(|j| j.rank_node.get(rank as usize).copied());
+                if owner == Some(node) {
+                    self.store_proc_gone(job, rank);
                 }
                 None
             }
@@ -1419,7 +1440,9 @@ impl Launcher {
             d.writer = None;
             d.running = false;
             self.announce_lost(node, false).await;
-            return self.daemon_failed(node, format!("(pid {pid}) {reason}; killed"));
+            return self
+                .daemon_failed(node, format!("(pid {pid}) {reason}; killed"))
+                .await;
         }
         if let (Some(hosts), Some(remote)) = (&self.ssh, self.daemons[node as usize].remote_pid) {
             // On another host: the agent runs kill there (a frozen node server does not
@@ -1450,6 +1473,7 @@ impl Launcher {
         reaper::signal_group(pid, libc::SIGKILL);
         self.announce_lost(node, false).await;
         self.daemon_failed(node, format!("(pid {pid}) {reason}; killed"))
+            .await
     }
 
     /// Tells every other running node server, once the job started and with the
@@ -1544,7 +1568,7 @@ impl Launcher {
                         tracing::debug!(node, "node server {how}");
                         self.daemons[node as usize].running = false;
                     }
-                    Event::Msg { node, msg: DaemonMsg::RankExited { rank, status } } => {
+                    Event::Msg { node, msg: DaemonMsg::RankExited { rank, status, .. } } => {
                         tracing::debug!(node, rank, ?status, "rank exited during shutdown");
                     }
                     other => tracing::trace!(?other, "ignored during shutdown"),

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use cohort_core::take_where;
 use cohort_proto::control::ExitStatus;
-use cohort_proto::{JobMap, NodeId, Rank};
+use cohort_proto::{JobMap, NodeId, Rank, Session};
 
 /// Exit status of a job stopped by `--timeout` (as coreutils' `timeout`).
 pub const TIMEOUT_EXIT: i32 = 124;
@@ -16,6 +16,8 @@ pub const FAILURE_EXIT: i32 = 1;
 /// A rank that ended abnormally.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RankFailure {
+    /// Its job: 0 for the launched one, k for the k-th spawned.
+    pub job: u32,
     pub rank: Rank,
     pub node: NodeId,
     pub status: ExitStatus,
@@ -52,8 +54,8 @@ pub enum Step {
 /// A `RankExited` the launcher will not believe.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum BogusExit {
-    #[error("node{node} reported rank {rank}, which is not in the job")]
-    UnknownRank { node: NodeId, rank: Rank },
+    #[error("node{node} reported rank {rank} of job {job}, which is not in the session")]
+    UnknownRank { node: NodeId, job: u32, rank: Rank },
     #[error("node{node} reported rank {rank}, which runs on node{owner}")]
     WrongNode {
         node: NodeId,
@@ -64,12 +66,14 @@ pub enum BogusExit {
     Duplicate { node: NodeId, rank: Rank },
 }
 
-/// Tracks every rank of the job until it ends.
+/// Tracks every rank of the session (the launched job and those spawned) until it
+/// ends.
 #[derive(Debug)]
 pub struct JobMonitor {
-    job: JobMap,
+    session: Session,
     recovery: bool,
-    exited: Vec<Option<ExitStatus>>,
+    /// `exited[j][r]`: how rank `r` of job `j` ended, once it did.
+    exited: Vec<Vec<Option<ExitStatus>>>,
     remaining: u32,
     first_failure: Option<RankFailure>,
     failures: u32,
@@ -79,17 +83,37 @@ impl JobMonitor {
     pub fn new(job: JobMap, recovery: bool) -> JobMonitor {
         let size = job.size();
         JobMonitor {
-            exited: vec![None; size as usize],
+            exited: vec![vec![None; size as usize]],
             remaining: size,
-            job,
+            session: Session::new(job),
             recovery,
             first_failure: None,
             failures: 0,
         }
     }
 
+    /// The launched job.
     pub fn job(&self) -> &JobMap {
-        &self.job
+        self.session.primary()
+    }
+
+    /// Every job of the session.
+    pub fn session(&self) -> &Session {
+        &self.session
+    }
+
+    /// Job `index`, spawned by `parent`, was started: its ranks count from now on.
+    pub fn add_job(
+        &mut self,
+        index: u32,
+        job: JobMap,
+        parent: cohort_proto::ProcId,
+    ) -> Result<(), String> {
+        let size = job.size();
+        self.session.add(index, job, parent)?;
+        self.exited.push(vec![None; size as usize]);
+        self.remaining += size;
+        Ok(())
     }
 
     /// Ranks still running.
@@ -101,22 +125,55 @@ impl JobMonitor {
         self.first_failure.as_ref()
     }
 
-    /// Node `node` says `rank` ended with `status`.
+    /// Spawned job `index` will not start (a node server refused it): its ranks no
+    /// longer count. Ends the session if they were the last ones.
+    pub fn abandon_job(&mut self, index: u32) -> Step {
+        let Some(exited) = self.exited.get_mut(index as usize).filter(|_| index > 0) else {
+            return Step::Continue;
+        };
+        let never = ExitStatus {
+            code: None,
+            signal: None,
+        };
+        for slot in exited.iter_mut().filter(|s| s.is_none()) {
+            *slot = Some(never);
+            self.remaining -= 1;
+        }
+        if self.remaining == 0 {
+            Step::End(Verdict::Completed)
+        } else {
+            Step::Continue
+        }
+    }
+
+    /// Node `node` says rank `rank` of the launched job ended with `status`.
+    #[cfg(test)]
     pub fn rank_exited(
         &mut self,
         node: NodeId,
         rank: Rank,
         status: ExitStatus,
     ) -> Result<Step, BogusExit> {
+        self.exited(node, 0, rank, status)
+    }
+
+    /// Node `node` says rank `rank` of job `job` ended with `status`.
+    pub fn exited(
+        &mut self,
+        node: NodeId,
+        job: u32,
+        rank: Rank,
+        status: ExitStatus,
+    ) -> Result<Step, BogusExit> {
         let owner = *self
-            .job
-            .rank_node
-            .get(rank as usize)
-            .ok_or(BogusExit::UnknownRank { node, rank })?;
+            .session
+            .get(job)
+            .and_then(|j| j.rank_node.get(rank as usize))
+            .ok_or(BogusExit::UnknownRank { node, job, rank })?;
         if owner != node {
             return Err(BogusExit::WrongNode { node, rank, owner });
         }
-        let slot = &mut self.exited[rank as usize];
+        let slot = &mut self.exited[job as usize][rank as usize];
         if slot.is_some() {
             return Err(BogusExit::Duplicate { node, rank });
         }
@@ -125,7 +182,12 @@ impl JobMonitor {
 
         let mut step = Step::Continue;
         if !status.success() {
-            let failure = RankFailure { rank, node, status };
+            let failure = RankFailure {
+                job,
+                rank,
+                node,
+                status,
+            };
             self.failures += 1;
             if self.first_failure.is_none() {
                 self.first_failure = Some(failure.clone());
@@ -134,7 +196,8 @@ impl JobMonitor {
                 return Ok(Step::End(Verdict::RankFailed(failure)));
             }
             step = Step::Notice(format!(
-                "rank {rank} on {} {}; continuing (--enable-recovery)",
+                "{} on {} {}; continuing (--enable-recovery)",
+                self.rank_name(job, rank),
                 self.node_name(node),
                 describe_status(&status)
             ));
@@ -156,28 +219,35 @@ impl JobMonitor {
             code: None,
             signal: Some(libc::SIGKILL),
         };
-        let ranks: Vec<Rank> = self
-            .job
-            .ranks_on(node)
-            .into_iter()
-            .filter(|&r| self.exited[r as usize].is_none())
-            .collect();
+        let mut ranks: Vec<(u32, Rank)> = Vec::new();
+        for (j, job) in self.session.jobs().iter().enumerate() {
+            let exited = &self.exited[j];
+            ranks.extend(
+                job.ranks_on(node)
+                    .into_iter()
+                    .filter(|&r| exited[r as usize].is_none())
+                    .map(|r| (j as u32, r)),
+            );
+        }
         if ranks.is_empty() {
             return Step::Continue;
         }
-        for &rank in &ranks {
-            if let Ok(Step::End(v)) = self.rank_exited(node, rank, killed) {
+        for &(job, rank) in &ranks {
+            if let Ok(Step::End(v)) = self.exited(node, job, rank, killed) {
                 return Step::End(v);
             }
         }
+        let names: Vec<String> = ranks
+            .iter()
+            .map(|&(j, r)| match j {
+                0 => r.to_string(),
+                j => format!("{r} of job {}", self.nspace_of(j)),
+            })
+            .collect();
         Step::Notice(format!(
             "node server {} {reason}; its ranks {} are lost; continuing (--enable-recovery)",
             self.node_name(node),
-            ranks
-                .iter()
-                .map(|r| r.to_string())
-                .collect::<Vec<_>>()
-                .join(",")
+            names.join(",")
         ))
     }
 
@@ -204,9 +274,9 @@ impl JobMonitor {
             Verdict::Completed => {
                 let f = self.first_failure.as_ref()?;
                 format!(
-                    "the job finished, but {} rank(s) failed; the first, rank {} on {}, {} (exit status {code})",
+                    "the job finished, but {} rank(s) failed; the first, {} on {}, {} (exit status {code})",
                     self.failures,
-                    f.rank,
+                    self.rank_name(f.job, f.rank),
                     self.node_name(f.node),
                     describe_status(&f.status),
                 )
@@ -218,8 +288,8 @@ impl JobMonitor {
                     ""
                 };
                 format!(
-                    "rank {} on {} {}{hint}; terminating the job (exit status {code})",
-                    f.rank,
+                    "{} on {} {}{hint}; terminating the job (exit status {code})",
+                    self.rank_name(f.job, f.rank),
                     self.node_name(f.node),
                     describe_status(&f.status),
                 )
@@ -241,8 +311,23 @@ impl JobMonitor {
         })
     }
 
+    /// "rank R", or "rank R of job NSPACE" for a spawned job's rank.
+    pub fn rank_name(&self, job: u32, rank: Rank) -> String {
+        match job {
+            0 => format!("rank {rank}"),
+            j => format!("rank {rank} of job {}", self.nspace_of(j)),
+        }
+    }
+
+    fn nspace_of(&self, job: u32) -> String {
+        self.session
+            .get(job)
+            .map_or_else(|| format!("#{job}"), |j| j.nspace.to_string())
+    }
+
     pub fn node_name(&self, node: NodeId) -> String {
-        self.job
+        self.session
+            .primary()
             .node_names
             .get(node as usize)
             .cloned()

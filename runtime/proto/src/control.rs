@@ -47,34 +47,27 @@ pub enum DaemonMsg {
     },
     /// Second frame, once the launcher proved the secret: this node server's proof
     /// ([`RegisterExchange::daemon_proof`]).
-    Proof {
-        proof: Proof,
-    },
+    Proof { proof: Proof },
     /// All my ranks were started.
     Launched,
+    /// Rank `rank` of job `job` (0: the launched one, k: the k-th spawned) ended.
     RankExited {
+        job: u32,
         rank: Rank,
         status: ExitStatus,
     },
     /// Unrecoverable error on this node server.
-    Fatal {
-        reason: String,
-    },
+    Fatal { reason: String },
     /// This node server's failure detector declared node server `node` lost: nothing
     /// came from it for `silent_ms` milliseconds. The launcher asks the accused
     /// ([`LauncherMsg::Probe`]: a server cut off by the network reports its own
     /// watched server too), kills the condemned server (a frozen one must not come back
     /// into a job that went on without it) and tells the others with
     /// [`LauncherMsg::PeerLost`].
-    PeerSilent {
-        node: NodeId,
-        silent_ms: u64,
-    },
+    PeerSilent { node: NodeId, silent_ms: u64 },
     /// The answer to [`LauncherMsg::Probe`]: this node server has heard from no other
     /// for `silent_ms` milliseconds (`u64::MAX`: never).
-    Heard {
-        silent_ms: u64,
-    },
+    Heard { silent_ms: u64 },
     /// This node server's fabric lost node server `node` (`reason`: a connection broke
     /// or could not be made).
     ///
@@ -94,10 +87,7 @@ pub enum DaemonMsg {
     },
     /// The answer to [`LauncherMsg::Survey`] `token`: the node servers that answered
     /// this one's pings in time.
-    Reached {
-        token: u64,
-        nodes: Vec<NodeId>,
-    },
+    Reached { token: u64, nodes: Vec<NodeId> },
     /// A publish, lookup or unpublish (`req`) of this node server's process `proc`,
     /// for the job's data store, which the launcher holds (the job's one process that
     /// lives exactly as long as the job); answered with [`LauncherMsg::DataReply`]
@@ -110,9 +100,16 @@ pub enum DaemonMsg {
     /// This node server's process `rank` is terminated for it (it exited, or closed
     /// its client connection without finalizing): the data store drops its waiting
     /// lookups and proc-persistent values.
-    DataProcGone {
-        rank: Rank,
+    DataProcGone { job: u32, rank: Rank },
+    /// The answer to [`LauncherMsg::AddJob`] `index`: this node server knows the job
+    /// (`Ok`), or could not take it (`Err`: why; the spawn fails).
+    JobAdded {
+        index: u32,
+        result: Result<(), String>,
     },
+    /// The answer to [`LauncherMsg::StartJob`] `index`: this node server's processes
+    /// of that job were started (one that could not be is reported exited, status 127).
+    JobStarted { index: u32 },
     /// The last [`LauncherMsg::Stdin`] chunk is written to every local rank that takes
     /// the launcher's stdin (or those ranks are gone): send the next.
     StdinTaken,
@@ -222,6 +219,20 @@ pub enum LauncherMsg {
     },
     /// The launcher's stdin ended: close those ranks' stdin.
     StdinEnd,
+    /// A process of the session spawned job `index` (`job`, spawned by `parent`,
+    /// running `apps`): know its processes, and prepare to start this node server's
+    /// ones. Answered with [`DaemonMsg::JobAdded`]; only once every node server knows
+    /// the job does the launcher start it, so that no server meets a process it cannot
+    /// place.
+    AddJob {
+        index: u32,
+        job: crate::JobMap,
+        parent: crate::ids::ProcId,
+        apps: Vec<crate::spawn::SpawnApp>,
+    },
+    /// Start this node server's processes of job `index` (answered with
+    /// [`DaemonMsg::JobStarted`]).
+    StartJob { index: u32 },
     /// "Still here", every heartbeat period once the job started, when the failure
     /// detector runs: a node server that hears nothing from the launcher for a peer
     /// timeout (its host died, it froze, the network cut it off) stops its ranks and

@@ -72,6 +72,11 @@ pub mod keys {
     pub const APP_RANK: &str = "pmix.apprank";
     /// PMIX_JOB_NUM_APPS: number of application contexts of a job (`u32`).
     pub const JOB_NUM_APPS: &str = "pmix.job.napps";
+    /// PMIX_PARENT_ID: the process that spawned a process's job (`Procs`, one
+    /// process); absent for the launched job.
+    pub const PARENT_ID: &str = "pmix.parent.id";
+    /// PMIX_SPAWNED: whether a process's job was spawned (`Bool`).
+    pub const SPAWNED: &str = "pmix.spawned";
     /// PMIX_PSET_NAMES: names of the process sets a process belongs to (`Strs`).
     pub const PSET_NAMES: &str = "pmix.pset.nms";
     /// PMIX_QUERY_PSET_NAMES: names of the process sets defined (query).

@@ -523,6 +523,159 @@ impl JobMap {
     }
 }
 
+// ------------------------------------------------------------------ spawned jobs
+
+impl JobMap {
+    /// The map of a job spawned in the session of `primary`: `app_sizes[a]` processes
+    /// for each application, block-wise or round-robin over `nodes` (node servers of
+    /// `primary`'s session, at least one), with `primary`'s node names.
+    pub fn spawned(
+        nspace: crate::ids::Nspace,
+        primary: &JobMap,
+        app_sizes: Vec<u32>,
+        nodes: &[NodeId],
+        round_robin: bool,
+    ) -> Result<JobMap, String> {
+        if nodes.is_empty() {
+            return Err("no node server to place the processes on".into());
+        }
+        if let Some(n) = nodes.iter().find(|&&n| n >= primary.num_nodes) {
+            return Err(format!("node server {n} is not in the session"));
+        }
+        let n: u32 = app_sizes.iter().sum();
+        let m = nodes.len() as u32;
+        let slots = if round_robin {
+            JobMap::round_robin(nspace.clone(), n, m).rank_node
+        } else {
+            JobMap::block(nspace.clone(), n, m).rank_node
+        };
+        let mut job = JobMap {
+            nspace,
+            num_nodes: primary.num_nodes,
+            rank_node: slots.iter().map(|&i| nodes[i as usize]).collect(),
+            node_names: primary.node_names.clone(),
+            app_sizes: Vec::new(),
+            psets: Vec::new(),
+        };
+        job.set_apps(app_sizes)?;
+        Ok(job)
+    }
+}
+
+/// Every job of a session: the one `cohort run` launched (index 0) and those its
+/// processes spawned (1, 2, …), each with the process that spawned it. Resolves any
+/// process of the session to its node server.
+#[derive(Clone, Debug)]
+pub struct Session {
+    jobs: Vec<JobMap>,
+    parents: Vec<Option<ProcId>>,
+}
+
+impl Session {
+    pub fn new(primary: JobMap) -> Session {
+        Session {
+            jobs: vec![primary],
+            parents: vec![None],
+        }
+    }
+
+    /// The launched job.
+    pub fn primary(&self) -> &JobMap {
+        &self.jobs[0]
+    }
+
+    /// Adds job `index` (the next one), spawned by `parent`.
+    pub fn add(&mut self, index: u32, job: JobMap, parent: ProcId) -> Result<(), String> {
+        if index as usize != self.jobs.len() {
+            return Err(format!(
+                "job {} arrived as spawn {index}; {} expected",
+                job.nspace,
+                self.jobs.len()
+            ));
+        }
+        if self.index_of(&job.nspace).is_some() {
+            return Err(format!("namespace {} exists already", job.nspace));
+        }
+        if job.num_nodes != self.primary().num_nodes {
+            return Err(format!(
+                "job {} spans {} node servers, the session {}",
+                job.nspace,
+                job.num_nodes,
+                self.primary().num_nodes
+            ));
+        }
+        job.validate()?;
+        self.jobs.push(job);
+        self.parents.push(Some(parent));
+        Ok(())
+    }
+
+    /// Number of jobs, the launched one included.
+    pub fn len(&self) -> u32 {
+        self.jobs.len() as u32
+    }
+
+    pub fn is_empty(&self) -> bool {
+        false
+    }
+
+    pub fn jobs(&self) -> &[JobMap] {
+        &self.jobs
+    }
+
+    /// Job `index` (0: the launched one).
+    pub fn get(&self, index: u32) -> Option<&JobMap> {
+        self.jobs.get(index as usize)
+    }
+
+    /// The index of the job of namespace `nspace`.
+    pub fn index_of(&self, nspace: &str) -> Option<u32> {
+        self.jobs
+            .iter()
+            .position(|j| j.nspace.as_str() == nspace)
+            .map(|i| i as u32)
+    }
+
+    /// The job of namespace `nspace`.
+    pub fn job_of(&self, nspace: &str) -> Option<&JobMap> {
+        if self.jobs[0].nspace.as_str() == nspace {
+            return Some(&self.jobs[0]);
+        }
+        self.jobs[1..].iter().find(|j| j.nspace.as_str() == nspace)
+    }
+
+    /// The process that spawned the job of `nspace` (none for the launched job).
+    pub fn parent_of(&self, nspace: &str) -> Option<&ProcId> {
+        self.parents[self.index_of(nspace)? as usize].as_ref()
+    }
+
+    /// Node server hosting `proc`, if it is a process of the session.
+    pub fn node_of(&self, proc: &ProcId) -> Option<NodeId> {
+        self.job_of(&proc.nspace)?.node_of(proc)
+    }
+
+    pub fn contains(&self, proc: &ProcId) -> bool {
+        self.node_of(proc).is_some()
+    }
+
+    /// Every process of every job hosted on `node`.
+    pub fn procs_on(&self, node: NodeId) -> Vec<ProcId> {
+        self.jobs
+            .iter()
+            .flat_map(|j| {
+                j.ranks_on(node)
+                    .into_iter()
+                    .map(|r| ProcId::new(j.nspace.clone(), r))
+            })
+            .collect()
+    }
+
+    /// Every process of the session, job by job.
+    pub fn all_procs(&self) -> Vec<ProcId> {
+        self.jobs.iter().flat_map(|j| j.all_procs()).collect()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -546,6 +699,40 @@ mod tests {
         assert_eq!(m.local_rank(3), Some(1));
         assert_eq!(m.local_rank(4), Some(2));
         assert_eq!(m.node_names, ["node0", "node1"]);
+    }
+
+    #[test]
+    fn a_session_resolves_the_processes_of_every_job() {
+        let primary = JobMap::block("j", 4, 3);
+        let mut s = Session::new(primary.clone());
+        let child = JobMap::spawned("j@1".into(), &primary, vec![2, 1], &[2, 0], false).unwrap();
+        assert_eq!(child.rank_node, vec![2, 2, 0]);
+        assert_eq!(child.app_of(2), Some(1));
+        let rr = JobMap::spawned("x".into(), &primary, vec![3], &[1, 2], true).unwrap();
+        assert_eq!(rr.rank_node, vec![1, 2, 1]);
+        assert!(JobMap::spawned("x".into(), &primary, vec![1], &[3], false).is_err());
+        assert!(JobMap::spawned("x".into(), &primary, vec![1], &[], false).is_err());
+        assert!(s.add(2, child.clone(), ProcId::new("j", 1)).is_err());
+        s.add(1, child.clone(), ProcId::new("j", 1)).unwrap();
+        assert!(s
+            .add(2, child, ProcId::new("j", 1))
+            .unwrap_err()
+            .contains("exists"));
+        assert_eq!(s.node_of(&ProcId::new("j@1", 1)), Some(2));
+        assert_eq!(s.node_of(&ProcId::new("j", 3)), Some(2));
+        assert_eq!(s.node_of(&ProcId::new("j@1", 3)), None);
+        assert_eq!(s.node_of(&ProcId::new("j@2", 0)), None);
+        assert_eq!(s.parent_of("j@1"), Some(&ProcId::new("j", 1)));
+        assert_eq!(s.parent_of("j"), None);
+        assert_eq!(
+            s.procs_on(0),
+            vec![
+                ProcId::new("j", 0),
+                ProcId::new("j", 1),
+                ProcId::new("j@1", 2)
+            ]
+        );
+        assert_eq!(s.all_procs().len(), 7);
     }
     #[test]
     fn rank_lists_parse_into_canonical_runs_and_print_back() {

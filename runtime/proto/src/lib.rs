@@ -21,6 +21,7 @@ pub mod posted;
 pub mod procset;
 pub mod publish;
 pub mod shm_fence;
+pub mod spawn;
 pub mod value;
 
 pub use error::CohortError;
@@ -28,8 +29,8 @@ pub use event::{Event, EventCode, Range};
 pub use ids::{
     validate_group_id, ContextId, NodeId, Nspace, ProcId, Rank, MAX_GROUP_ID_LEN, RANK_WILDCARD,
 };
-pub use job::{validate_pset_name, JobMap, Pset, RankSet, MAX_PSET_NAME_LEN};
+pub use job::{validate_pset_name, JobMap, Pset, RankSet, Session, MAX_PSET_NAME_LEN};
 pub use value::{Info, Scope, Value};
 
 /// Protocol version carried in every hello; bumped on any incompatible change.
-pub const PROTOCOL_VERSION: u32 = 7;
+pub const PROTOCOL_VERSION: u32 = 8;

@@ -256,6 +256,12 @@ pub enum Request {
         keys: Option<Vec<String>>,
         range: DataRange,
     },
+    /// PMIx_Spawn: start a new job of `apps` in the session ([`Response::Spawned`]
+    /// with its namespace once every one of its processes was started).
+    Spawn {
+        apps: Vec<crate::spawn::SpawnApp>,
+        opts: crate::spawn::SpawnOpts,
+    },
 }
 
 impl Request {
@@ -280,6 +286,7 @@ impl Request {
             Request::Publish { .. } => "publish",
             Request::Lookup { .. } => "lookup",
             Request::Unpublish { .. } => "unpublish",
+            Request::Spawn { .. } => "spawn",
         }
     }
 }
@@ -297,6 +304,8 @@ pub enum Response {
     Procs(#[serde(with = "crate::procset")] Vec<ProcId>),
     /// What a lookup found.
     Published(Vec<Published>),
+    /// The namespace a spawn started.
+    Spawned(crate::ids::Nspace),
 }
 
 /// Frames a client sends after its hello.

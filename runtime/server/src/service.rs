@@ -190,9 +190,10 @@ impl Shared {
                     let _ = self.reports.send(DaemonMsg::Data { token, proc, req });
                 }
                 Action::DataProcGone { proc } => {
-                    let _ = self
-                        .reports
-                        .send(DaemonMsg::DataProcGone { rank: proc.rank });
+                    if let Some(job) = self.engine.session().index_of(&proc.nspace) {
+                        let rank = proc.rank;
+                        let _ = self.reports.send(DaemonMsg::DataProcGone { job, rank });
+                    }
                 }
             }
         }
@@ -620,10 +621,20 @@ impl NodeService {
         s.flush();
     }
 
-    /// A local rank's process ended (normally or not).
-    pub fn proc_exited(&self, rank: Rank) {
+    /// Job `index` of the session (spawned by `parent`) exists from now on
+    /// (`LauncherMsg::AddJob`); refused unless it is the next one and well formed.
+    pub fn add_job(&self, index: u32, job: JobMap, parent: ProcId) -> Result<(), String> {
         let mut s = self.shared.borrow_mut();
-        let proc = ProcId::new(s.engine.job().nspace.clone(), rank);
+        s.engine.add_job(index, job, parent)
+    }
+
+    /// A local process of job `job` (0: the launched one) ended (normally or not).
+    pub fn proc_exited(&self, job: u32, rank: Rank) {
+        let mut s = self.shared.borrow_mut();
+        let Some(nspace) = s.engine.session().get(job).map(|j| j.nspace.clone()) else {
+            return;
+        };
+        let proc = ProcId::new(nspace, rank);
         let connected = s.clients.values().any(|c| c.proc.as_ref() == Some(&proc));
         if connected {
             s.exited_while_connected.insert(proc);
@@ -732,16 +743,21 @@ async fn serve_client(stream: UnixStream, shared: Rc<RefCell<Shared>>) {
         let proc = ProcId::new(h.nspace, h.rank);
         let mut s = shared.borrow_mut();
         s.engine.on_client_connected(client, proc.clone())?;
-        let job = s.engine.job().clone();
+        // The process's own job (a spawned one's, for a process it spawned).
+        let job = s.engine.session().job_of(&proc.nspace).cloned();
+        let job = job.unwrap_or_else(|| s.engine.job().clone());
+        let primary = job.nspace == s.engine.job().nspace;
         let node = s.engine.node();
         let node_name = job
             .node_names
             .get(node as usize)
             .cloned()
             .unwrap_or_default();
+        // The node-local fence segment is the launched job's.
         let fence_shm = s
             .fence_shm
             .as_ref()
+            .filter(|_| primary)
             .map(|(_, path)| path.display().to_string());
         s.send_client(
             client,

@@ -219,7 +219,7 @@ impl Engine {
             let count = step.min(n - step);
             let to = g.nodes[(g.me + n - step) % n];
             let ours = |p: &ProcId| {
-                self.job
+                self.jobs
                     .node_of(p)
                     .and_then(|v| g.offset(v))
                     .is_some_and(|o| o < count)

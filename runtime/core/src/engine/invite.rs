@@ -101,7 +101,7 @@ impl Engine {
     /// whose invitee answered and then terminated still holds the invite's home.
     fn invite_servers(&self, t: &InviteTracker) -> BTreeSet<NodeId> {
         t.procs()
-            .filter_map(|p| self.job.node_of(p))
+            .filter_map(|p| self.jobs.node_of(p))
             .filter(|n| *n != self.node && !self.lost_nodes.contains(n))
             .collect()
     }
@@ -223,7 +223,7 @@ impl Engine {
         if let Err(e) = validate_group_id(&id) {
             return self.reply(client, req, Err(e));
         }
-        let Some(home) = self.job.node_of(&leader) else {
+        let Some(home) = self.jobs.node_of(&leader) else {
             let err = CohortError::UnknownProc {
                 reason: format!("the leader of group {id:?} is not a rank of this job"),
                 proc: leader,

@@ -54,7 +54,7 @@ impl Engine {
     /// client that closed its connection and lives on).
     pub(super) fn data_proc_terminated(&mut self, proc: &ProcId) {
         self.data_waits.retain(|_, w| w.proc != *proc);
-        if self.job.node_of(proc) == Some(self.node) {
+        if self.jobs.node_of(proc) == Some(self.node) {
             self.actions
                 .push(Action::DataProcGone { proc: proc.clone() });
         }

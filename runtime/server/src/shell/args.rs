@@ -312,6 +312,8 @@ pub struct AppCommand {
     pub command: Vec<OsString>,
     /// `VAR=VAL` for this app's ranks only (after the job's `-x` ones).
     pub exports: Vec<(OsString, OsString)>,
+    /// Where they run (a spawn's PMIX_WDIR); `None`: where cohortd runs.
+    pub cwd: Option<PathBuf>,
 }
 
 /// `NP:ARGC`, both at least 1.
@@ -455,6 +457,7 @@ impl DaemonArgs {
             apps.push(AppCommand {
                 command: self.command.clone(),
                 exports: Vec::new(),
+                cwd: None,
             });
         } else {
             let total: usize = self.apps.iter().map(|&(_, argc)| argc).sum();
@@ -472,6 +475,7 @@ impl DaemonArgs {
                 apps.push(AppCommand {
                     command: command.to_vec(),
                     exports: Vec::new(),
+                    cwd: None,
                 });
             }
         }

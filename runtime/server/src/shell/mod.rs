@@ -355,6 +355,7 @@ async fn run(
         &mut exits,
         &mut signals,
         args.detector(),
+        (stdout, stderr),
     )
     .await;
     match &end {
@@ -561,6 +562,7 @@ async fn await_start(
 /// broken control connection ends it. `link` is `None` afterwards if it broke. With
 /// the failure `detector` (the launcher then sends heartbeats), a launcher silent for
 /// its timeout is lost too.
+#[allow(clippy::too_many_arguments)]
 async fn serve(
     svc: &NodeService,
     ranks: &mut Ranks,
@@ -569,6 +571,7 @@ async fn serve(
     exits: &mut mpsc::UnboundedReceiver<RankExit>,
     signals: &mut TerminatingSignals,
     detector: Option<DetectorConfig>,
+    (stdout, stderr): (&OutputSink, &OutputSink),
 ) -> End {
     let launcher_timeout = detector.map(|d| d.timeout);
     tell(link, &DaemonMsg::Launched).await;
@@ -612,6 +615,20 @@ async fn serve(
                     }
                     FromLauncher::Msg(LauncherMsg::Stdin { data }) => ranks.feed_stdin(data, &stdin_taken),
                     FromLauncher::Msg(LauncherMsg::StdinEnd) => ranks.end_stdin(),
+                    FromLauncher::Msg(LauncherMsg::AddJob { index, job, parent, apps }) => {
+                        // The engine first: it checks the job and the index.
+                        let result = svc
+                            .add_job(index, job.clone(), parent)
+                            .and_then(|()| ranks.add_job(index, job, &apps));
+                        if let Err(e) = &result {
+                            tracing::warn!(index, error = %e, "refusing a spawned job");
+                        }
+                        tell(link, &DaemonMsg::JobAdded { index, result }).await;
+                    }
+                    FromLauncher::Msg(LauncherMsg::StartJob { index }) => {
+                        ranks.launch_job(index, stdout, stderr);
+                        tell(link, &DaemonMsg::JobStarted { index }).await;
+                    }
                     FromLauncher::Msg(LauncherMsg::Survey { token, except, within_ms }) => {
                         svc.survey(token, except, Duration::from_millis(within_ms));
                     }
@@ -668,10 +685,11 @@ async fn handle_exit(
     link: &mut Option<OwnedWriteHalf>,
     exit: RankExit,
 ) {
-    tracing::debug!(rank = exit.rank, status = ?exit.status, "rank exited");
-    ranks.exited(exit.rank);
-    svc.proc_exited(exit.rank);
+    tracing::debug!(job = exit.job, rank = exit.rank, status = ?exit.status, "rank exited");
+    ranks.exited(exit.job, exit.rank);
+    svc.proc_exited(exit.job, exit.rank);
     let msg = DaemonMsg::RankExited {
+        job: exit.job,
         rank: exit.rank,
         status: exit.status,
     };

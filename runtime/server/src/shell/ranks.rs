@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use cohort_proto::control::{ExitStatus, StdinTarget};
 use cohort_proto::env;
+use cohort_proto::spawn::SpawnApp;
 use cohort_proto::{JobMap, NodeId, Rank};
 use cohort_topology::affinity::CpuMask;
 use cohort_topology::{Binding, CpuSet};
@@ -33,6 +34,8 @@ const OUTPUT_DRAIN: Duration = Duration::from_secs(2);
 /// A rank ended (its output is forwarded).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RankExit {
+    /// Its job: 0 for the launched one, k for the session's k-th spawned job.
+    pub job: u32,
     pub rank: Rank,
     pub status: ExitStatus,
 }
@@ -63,6 +66,30 @@ pub struct RankTemplate {
 }
 
 impl RankTemplate {
+    /// The template of a job spawned in the session: `job`'s processes run `apps`,
+    /// with the session's `-x` variables (an app's own ones on top), unbound, reading
+    /// /dev/null.
+    pub fn spawned(&self, job: JobMap, apps: &[SpawnApp]) -> RankTemplate {
+        RankTemplate {
+            job,
+            apps: apps
+                .iter()
+                .map(|a| AppCommand {
+                    command: a.command.iter().map(OsString::from).collect(),
+                    exports: a
+                        .env
+                        .iter()
+                        .map(|(k, v)| (OsString::from(k), OsString::from(v)))
+                        .collect(),
+                    cwd: a.cwd.as_ref().map(PathBuf::from),
+                })
+                .collect(),
+            stdin: StdinTarget::None,
+            bindings: BTreeMap::new(),
+            ..self.clone()
+        }
+    }
+
     fn node_name(&self) -> &str {
         &self.job.node_names[self.node as usize]
     }
@@ -78,6 +105,9 @@ impl RankTemplate {
         let (appnum, app) = self.app(rank);
         let mut cmd = Command::new(&app.command[0]);
         let local_rank = self.job.local_rank(rank).unwrap_or(0);
+        if let Some(dir) = &app.cwd {
+            cmd.current_dir(dir);
+        }
         cmd.args(&app.command[1..])
             .env_remove(env::JOB_SECRET)
             .env(env::SPIN_US, self.spin_us.to_string())
@@ -163,9 +193,10 @@ impl RankTemplate {
 
 /// The ranks this node server started and has not yet seen exit.
 pub struct Ranks {
-    template: RankTemplate,
-    /// rank → its pid, which is also its process group id.
-    running: BTreeMap<Rank, u32>,
+    /// What the ranks of each job of the session run (index: the job's).
+    templates: Vec<RankTemplate>,
+    /// (job, rank) → its pid, which is also its process group id.
+    running: BTreeMap<(u32, Rank), u32>,
     /// Every process group we created, for the final sweep.
     groups: Vec<u32>,
     exits: mpsc::UnboundedSender<RankExit>,
@@ -221,7 +252,7 @@ impl Ranks {
         guard: Option<Guard>,
     ) -> Ranks {
         Ranks {
-            template,
+            templates: vec![template],
             running: BTreeMap::new(),
             groups: Vec::new(),
             exits,
@@ -246,51 +277,80 @@ impl Ranks {
         }
     }
 
-    /// Starts every rank of this node. Must run on the thread that outlives them (the
-    /// parent-death signal is tied to it) and inside a `LocalSet`.
+    /// Starts every rank of this node of the launched job. Must run on the thread
+    /// that outlives them (the parent-death signal is tied to it) and inside a
+    /// `LocalSet`.
     pub fn launch_all(&mut self, stdout: &OutputSink, stderr: &OutputSink) {
-        let ranks = self.template.job.ranks_on(self.template.node);
-        for rank in ranks {
-            self.launch(rank, stdout, stderr);
+        self.launch_job(0, stdout, stderr);
+    }
+
+    /// Job `index` of the session, spawned: its ranks run as `apps` say (see
+    /// [`RankTemplate::spawned`]). Refused unless it is the next one.
+    pub fn add_job(&mut self, index: u32, job: JobMap, apps: &[SpawnApp]) -> Result<(), String> {
+        if index as usize != self.templates.len() {
+            return Err(format!(
+                "spawn {index} arrived while {} was expected",
+                self.templates.len()
+            ));
+        }
+        let template = self.templates[0].spawned(job, apps);
+        self.templates.push(template);
+        Ok(())
+    }
+
+    /// Starts this node's ranks of job `index` (as [`Ranks::launch_all`]).
+    pub fn launch_job(&mut self, index: u32, stdout: &OutputSink, stderr: &OutputSink) {
+        let Some(t) = self.templates.get(index as usize) else {
+            return;
+        };
+        for rank in t.job.ranks_on(t.node) {
+            self.launch(index, rank, stdout, stderr);
         }
     }
 
-    fn launch(&mut self, rank: Rank, stdout: &OutputSink, stderr: &OutputSink) {
-        let mut child = match self.template.command(rank).spawn() {
+    fn launch(&mut self, job: u32, rank: Rank, stdout: &OutputSink, stderr: &OutputSink) {
+        let template = &self.templates[job as usize];
+        let mut child = match template.command(rank).spawn() {
             Ok(child) => child,
             Err(e) => {
-                let bound = match self.template.binding(rank) {
+                let bound = match template.binding(rank) {
                     Binding::Cpus(cpus) => format!(" bound to CPUs {cpus}"),
                     Binding::Unbound => String::new(),
                 };
+                let of = if job > 0 {
+                    format!(" of job {}", template.job.nspace)
+                } else {
+                    String::new()
+                };
                 say(format_args!(
-                    "{}: cannot start rank {rank}{bound}: {:?}: {e}",
-                    self.template.node_name(),
-                    self.template.app(rank).1.command[0],
+                    "{}: cannot start rank {rank}{of}{bound}: {:?}: {e}",
+                    template.node_name(),
+                    template.app(rank).1.command[0],
                 ));
                 let status = ExitStatus {
                     code: Some(NOT_STARTED),
                     signal: None,
                 };
-                let _ = self.exits.send(RankExit { rank, status });
+                let _ = self.exits.send(RankExit { job, rank, status });
                 return;
             }
         };
         let pid = child.id().unwrap_or(0);
-        tracing::debug!(rank, pid, "rank started");
+        tracing::debug!(job, rank, pid, "rank started");
         if let Some(pipe) = child.stdin.take() {
             let (tx, rx) = mpsc::unbounded_channel();
             spawn_local(write_stdin(pipe, rx));
             self.stdin.insert(rank, tx);
         }
-        self.running.insert(rank, pid);
+        self.running.insert((job, rank), pid);
         self.groups.push(pid);
         if let Some(guard) = self.guard.as_mut() {
             guard.watch(pid);
         }
 
-        let (tag_out, tag_err) = if self.template.tag_output {
-            let ns = &self.template.job.nspace;
+        let template = &self.templates[job as usize];
+        let (tag_out, tag_err) = if template.tag_output {
+            let ns = &template.job.nspace;
             (
                 LineTagger::tag(ns, rank, "stdout"),
                 LineTagger::tag(ns, rank, "stderr"),
@@ -320,13 +380,13 @@ impl Ranks {
             if tokio::time::timeout(OUTPUT_DRAIN, drained).await.is_err() {
                 tracing::debug!(rank, "output still open after exit (held by a child?)");
             }
-            let _ = exits.send(RankExit { rank, status });
+            let _ = exits.send(RankExit { job, rank, status });
         });
     }
 
-    /// Records that `rank`'s exit was handled; `false` if it was not running.
-    pub fn exited(&mut self, rank: Rank) -> bool {
-        self.running.remove(&rank).is_some()
+    /// Records that rank `rank` of job `job` exited; `false` if it was not running.
+    pub fn exited(&mut self, job: u32, rank: Rank) -> bool {
+        self.running.remove(&(job, rank)).is_some()
     }
 
     pub fn running(&self) -> usize {
@@ -335,8 +395,8 @@ impl Ranks {
 
     /// Signals the process group of every rank not yet seen exiting.
     pub fn signal_running(&self, signal: i32) {
-        for (&rank, &pgid) in &self.running {
-            tracing::debug!(rank, pgid, signal, "signalling rank");
+        for (&(job, rank), &pgid) in &self.running {
+            tracing::debug!(job, rank, pgid, signal, "signalling rank");
             signal_group(pgid, signal);
         }
     }

@@ -1,0 +1,257 @@
+//! Spawn (PMIx_Spawn, MPI_Comm_spawn): a process of the session asks its node server,
+//! which forwards the call here (`DaemonMsg::Data`), for a new job.
+//!
+//! The launcher places the job on the live node servers and tells every one of them
+//! about it (`LauncherMsg::AddJob`). Only once all of them know it does it start the
+//! job's processes (`LauncherMsg::StartJob`): no node server then meets a process of a
+//! namespace it cannot place. Once every server started its share, the caller gets the
+//! job's namespace. A node server lost meanwhile no longer counts (its share of the
+//! processes is lost with it, as `--enable-recovery` says); a spawn therefore never
+//! waits for a server that is gone.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use cohort_proto::control::{DaemonMsg, LauncherMsg};
+use cohort_proto::msg::Response;
+use cohort_proto::spawn::{
+    spawned_nspace, validate_spawn, SpawnApp, SpawnMapping, SpawnOpts, MAX_SPAWNED_JOBS,
+};
+use cohort_proto::{CohortError, JobMap, NodeId, ProcId};
+
+use super::Launcher;
+use crate::monitor::{Step, Verdict};
+
+/// The session's spawns: those in progress, and the next job index.
+#[derive(Debug, Default)]
+pub(super) struct Spawns {
+    pending: BTreeMap<u32, Pending>,
+    /// Jobs spawned so far (the next one is `count + 1`).
+    count: u32,
+    /// A node server refused a spawned job: the servers may now disagree on the
+    /// session's jobs, so no further spawn is made (why).
+    refused: Option<String>,
+    /// Node servers lost: no spawn places processes there or waits for them.
+    gone: BTreeSet<NodeId>,
+}
+
+/// A spawn between its request and its answer.
+#[derive(Debug)]
+struct Pending {
+    /// Where the caller waits: its node server, and the call's token there.
+    home: NodeId,
+    token: u64,
+    nspace: cohort_proto::Nspace,
+    /// Node servers that have not answered the current step.
+    waiting: BTreeSet<NodeId>,
+    /// Every server knows the job: its processes are being started.
+    starting: bool,
+}
+
+impl Launcher {
+    /// Process `caller` (on node server `home`, call `token`) asks for a new job.
+    pub(super) async fn on_spawn(
+        &mut self,
+        home: NodeId,
+        token: u64,
+        caller: ProcId,
+        apps: Vec<SpawnApp>,
+        opts: SpawnOpts,
+    ) {
+        let index = self.spawns.count + 1;
+        let placed = self.place_spawn(index, &caller, &apps, &opts);
+        let job = match placed {
+            Ok(job) => job,
+            Err(e) => {
+                let result = Err(e);
+                let _ = self
+                    .tell(home, &LauncherMsg::DataReply { token, result })
+                    .await;
+                return;
+            }
+        };
+        tracing::info!(
+            %caller, nspace = %job.nspace, np = job.size(),
+            "spawning a job"
+        );
+        self.spawns.count = index;
+        // Counted from now on, so the session does not end while the job starts.
+        if let Err(e) = self.monitor.add_job(index, job.clone(), caller.clone()) {
+            tracing::error!(index, "the monitor refused a spawned job: {e}");
+        }
+        let msg = LauncherMsg::AddJob {
+            index,
+            job: job.clone(),
+            parent: caller,
+            apps,
+        };
+        let told = self.tell_live(&msg).await;
+        self.spawns.pending.insert(
+            index,
+            Pending {
+                home,
+                token,
+                nspace: job.nspace,
+                waiting: told,
+                starting: false,
+            },
+        );
+        self.spawn_progress(index).await;
+    }
+
+    /// The job of a spawn: checked, named and placed on the live node servers (those
+    /// `opts.hosts` names, if any).
+    fn place_spawn(
+        &self,
+        index: u32,
+        caller: &ProcId,
+        apps: &[SpawnApp],
+        opts: &SpawnOpts,
+    ) -> Result<JobMap, CohortError> {
+        let refuse = |why: String| CohortError::BadRequest(format!("spawn by {caller}: {why}"));
+        if let Some(why) = &self.spawns.refused {
+            return Err(refuse(format!("spawning is off in this session: {why}")));
+        }
+        validate_spawn(apps).map_err(refuse)?;
+        if index > MAX_SPAWNED_JOBS {
+            return Err(refuse(format!(
+                "a session spawns at most {MAX_SPAWNED_JOBS} jobs"
+            )));
+        }
+        let primary = self.monitor.job();
+        let live: Vec<NodeId> = (0..self.nodes)
+            .filter(|&n| self.daemons[n as usize].running && !self.spawns.gone.contains(&n))
+            .collect();
+        let nodes: Vec<NodeId> = if opts.hosts.is_empty() {
+            live
+        } else {
+            if let Some(h) = opts
+                .hosts
+                .iter()
+                .find(|h| !primary.node_names.iter().any(|n| n == *h))
+            {
+                return Err(refuse(format!(
+                    "no node server of the session is on host {h:?}"
+                )));
+            }
+            live.into_iter()
+                .filter(|&n| opts.hosts.contains(&primary.node_names[n as usize]))
+                .collect()
+        };
+        if nodes.is_empty() {
+            return Err(refuse(
+                "none of the node servers it may use is running".into(),
+            ));
+        }
+        let sizes = apps.iter().map(|a| a.maxprocs).collect();
+        let nspace = spawned_nspace(&primary.nspace, index);
+        let rr = opts.mapping == SpawnMapping::RoundRobin;
+        JobMap::spawned(nspace, primary, sizes, &nodes, rr).map_err(refuse)
+    }
+
+    /// A node server's answer about spawn `index` (`JobAdded`, `JobStarted`); the
+    /// session's end if a refusal left no process running.
+    pub(super) async fn on_spawn_answer(
+        &mut self,
+        node: NodeId,
+        msg: DaemonMsg,
+    ) -> Option<Verdict> {
+        let (index, refused) = match msg {
+            DaemonMsg::JobAdded { index, result } => (index, result.err()),
+            DaemonMsg::JobStarted { index } => (index, None),
+            _ => return None,
+        };
+        if let Some(why) = refused {
+            let why = format!(
+                "node server {} refused job {index}: {why}",
+                self.monitor.node_name(node)
+            );
+            tracing::error!("{why}");
+            self.spawns.refused = Some(why.clone());
+            // Every spawn not yet started fails; the processes it counted never come.
+            let mut verdict = None;
+            let unstarted: Vec<u32> = self
+                .spawns
+                .pending
+                .iter()
+                .filter(|(_, p)| !p.starting)
+                .map(|(&i, _)| i)
+                .collect();
+            for i in unstarted {
+                if let Some(p) = self.spawns.pending.remove(&i) {
+                    let err = CohortError::BadRequest(format!("spawn failed: {why}"));
+                    let reply = LauncherMsg::DataReply {
+                        token: p.token,
+                        result: Err(err),
+                    };
+                    let _ = self.tell(p.home, &reply).await;
+                    if let Step::End(v) = self.monitor.abandon_job(i) {
+                        verdict = Some(v);
+                    }
+                }
+            }
+            return verdict;
+        }
+        if let Some(p) = self.spawns.pending.get_mut(&index) {
+            p.waiting.remove(&node);
+        }
+        self.spawn_progress(index).await;
+        None
+    }
+
+    /// Node server `node` is gone: no spawn waits for it.
+    pub(super) async fn spawns_node_lost(&mut self, node: NodeId) {
+        self.spawns.gone.insert(node);
+        let indices: Vec<u32> = self.spawns.pending.keys().copied().collect();
+        for index in indices {
+            if let Some(p) = self.spawns.pending.get_mut(&index) {
+                p.waiting.remove(&node);
+            }
+            self.spawn_progress(index).await;
+        }
+    }
+
+    /// Moves spawn `index` on once no node server it waits for is left.
+    async fn spawn_progress(&mut self, index: u32) {
+        let Some(p) = self.spawns.pending.get_mut(&index) else {
+            return;
+        };
+        if !p.waiting.is_empty() {
+            return;
+        }
+        if !p.starting {
+            p.starting = true;
+            let told = self.tell_live(&LauncherMsg::StartJob { index }).await;
+            if let Some(p) = self.spawns.pending.get_mut(&index) {
+                p.waiting = told;
+            }
+            return Box::pin(self.spawn_progress(index)).await;
+        }
+        let Some(p) = self.spawns.pending.remove(&index) else {
+            return;
+        };
+        tracing::info!(nspace = %p.nspace, "spawned job started");
+        let reply = LauncherMsg::DataReply {
+            token: p.token,
+            result: Ok(Response::Spawned(p.nspace)),
+        };
+        if let Err(e) = self.tell(p.home, &reply).await {
+            tracing::warn!(node = p.home, error = %e, "could not answer a spawn");
+        }
+    }
+
+    /// Sends `msg` to every running node server; returns those it reached.
+    async fn tell_live(&mut self, msg: &LauncherMsg) -> BTreeSet<NodeId> {
+        let failed: BTreeSet<NodeId> = self
+            .tell_running(msg, None)
+            .await
+            .into_iter()
+            .map(|(n, _)| n)
+            .collect();
+        (0..self.nodes)
+            .filter(|n| {
+                let d = &self.daemons[*n as usize];
+                d.running && d.writer.is_some() && !failed.contains(n)
+            })
+            .collect()
+    }
+}
