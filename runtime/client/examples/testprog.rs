@@ -64,6 +64,7 @@ fn main() {
         "publish-persistence" => publish_persistence(),
         "spawn" => spawn(),
         "spawn-child" => spawn_child(),
+        "spawn-wait" => spawn_wait(),
         "frozen-server" => frozen_server(),
         "two-frozen" => two_frozen(),
         "cut-off" => cut_off(),
@@ -2885,4 +2886,35 @@ fn spawn_child() -> R {
     println!("RESULT spawn child {me} ctx {cid}");
     e2s(c.group_destruct("family", None), "destruct")?;
     e2s(c.finalize(), "finalize")
+}
+
+/// Rank 0 spawns `SPAWN_CMD` (split at spaces; 2 processes, one per node server in
+/// turn), prints the new namespace, then every rank waits (at most 60 s) for a key
+/// nobody publishes: the session must end because of the spawned job, as `cohort run`
+/// ends a job whose process fails.
+fn spawn_wait() -> R {
+    use cohort::{DataRange, LookupOpts, SpawnApp, SpawnMapping, SpawnOpts};
+    let c = init()?;
+    let cmd = std::env::var("SPAWN_CMD").map_err(|_| "SPAWN_CMD is not set")?;
+    if c.rank() == 0 {
+        let app = SpawnApp {
+            command: cmd.split(' ').map(String::from).collect(),
+            maxprocs: 2,
+            env: Vec::new(),
+            cwd: None,
+        };
+        let opts = SpawnOpts {
+            mapping: SpawnMapping::RoundRobin,
+            ..SpawnOpts::default()
+        };
+        let ns = e2s(c.spawn(vec![app], opts), "spawn")?;
+        println!("RESULT spawned {ns}");
+    }
+    let opts = LookupOpts {
+        range: DataRange::Session,
+        wait: Some(0),
+        timeout_ms: Some(60_000),
+    };
+    e2s(c.lookup(&["never-published"], opts), "lookup")?;
+    Err("the session outlived its failed spawned job".into())
 }

@@ -1937,10 +1937,16 @@ impl Engine {
                 fmt_procs(m)
             )
         };
+        // No processes: every process of the caller's own job.
+        let procs = if procs.is_empty() {
+            vec![ProcId::wildcard(proc.nspace.clone())]
+        } else {
+            procs
+        };
         let (members, sig) = if self.names_whole_job(&procs) {
             // The common fence (MPI_Init's): the server's one list and its signature,
             // not a copy of every process per request.
-            if !self.jobs.contains(&proc) {
+            if !self.jobs.primary().contains(&proc) {
                 let e = CohortError::BadRequest(not_among(&self.whole_job));
                 return self.reply(client, req, Err(e));
             }

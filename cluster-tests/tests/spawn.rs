@@ -1,0 +1,91 @@
+//! Spawn (the PMIx standard's PMIx_Spawn, "Process Management" chapter) on real node
+//! servers: a process of the session starts a new job, whose processes live in their
+//! own namespace, know their parent, and form groups and exchange data with the
+//! processes that were there before. `cohort run` ends once every job ended, and a
+//! spawned process that fails ends the session as a launched one does.
+
+use cohort_cluster_tests::{run_testprog_with, Job};
+
+fn spawn_job(nodes: u32, options: &[&str]) -> Job {
+    run_testprog_with(nodes, 2, "spawn", false, options)
+}
+
+/// Parents (2) and children (3) all succeed and print one RESULT line each, with one
+/// context id for the group spanning both namespaces.
+fn check_family(nodes: u32, job: &Job) {
+    let r = job.succeeded_with(&format!("spawn on {nodes} node(s)"), 5);
+    let parents = r.iter().filter(|l| l.starts_with("spawn parent ")).count();
+    let children = r.iter().filter(|l| l.starts_with("spawn child ")).count();
+    assert_eq!((parents, children), (2, 3), "{r:?}");
+    let ctx: Vec<&str> = r.iter().filter_map(|l| l.split(" ctx ").nth(1)).collect();
+    assert!(
+        ctx.len() == 5 && ctx.windows(2).all(|w| w[0] == w[1]),
+        "the members disagree on the context id: {r:?}"
+    );
+}
+
+#[test]
+fn a_spawned_job_joins_its_parents_group_on_one_node_server() {
+    check_family(1, &spawn_job(1, &[]));
+}
+
+#[test]
+fn a_spawned_job_joins_its_parents_group_on_three_node_servers() {
+    check_family(3, &spawn_job(3, &[]));
+}
+
+#[test]
+fn a_spawned_job_joins_its_parents_group_with_dissemination_allgathers() {
+    check_family(3, &spawn_job(3, &["--allgather", "dissemination"]));
+}
+
+#[test]
+fn spawned_processes_output_is_tagged_with_their_namespace() {
+    let job = spawn_job(3, &["--tag-output"]);
+    check_family(3, &job);
+    for rank in 0..3 {
+        let tagged = job.stdout.lines().any(|l| {
+            l.starts_with('[')
+                && l.contains(&format!("@1,{rank}]<stdout>: RESULT spawn child {rank} "))
+        });
+        assert!(tagged, "child {rank}'s line is not tagged:\n{}", job.stdout);
+    }
+}
+
+/// Runs `spawn-wait`: rank 0 spawns `cmd` twice; nobody else ends the session.
+fn spawn_wait(cmd: &str) -> Job {
+    let var = format!("SPAWN_CMD={cmd}");
+    run_testprog_with(3, 2, "spawn-wait", false, &["-x", &var])
+}
+
+#[test]
+fn a_failing_spawned_process_ends_the_session_naming_it() {
+    let job = spawn_wait("/bin/false");
+    assert_eq!(
+        job.status,
+        Some(1),
+        "stdout:\n{}\nstderr:\n{}",
+        job.stdout,
+        job.stderr
+    );
+    // The spawned job is the session's first: `<launched job's namespace>@1`. (Rank
+    // 0 may be stopped before it prints the namespace: /bin/false fails at once.)
+    let named = job.stderr.lines().any(|l| {
+        l.contains("rank ") && l.contains("@1 on node") && l.contains("exited with status 1")
+    });
+    assert!(named, "{}", job.stderr);
+    assert!(!job.stderr.contains("FAIL"), "{}", job.stderr);
+}
+
+#[test]
+fn a_spawned_program_that_cannot_start_ends_the_session_naming_it() {
+    let job = spawn_wait("/nonexistent/cohort-spawn-test");
+    assert_eq!(job.status, Some(127), "stderr:\n{}", job.stderr);
+    assert!(
+        job.stderr.contains("cannot start rank")
+            && job.stderr.contains("/nonexistent/cohort-spawn-test")
+            && job.stderr.contains("not startable"),
+        "{}",
+        job.stderr
+    );
+}
