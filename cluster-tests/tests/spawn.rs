@@ -89,3 +89,29 @@ fn a_spawned_program_that_cannot_start_ends_the_session_naming_it() {
         job.stderr
     );
 }
+
+/// Under `--enable-recovery`, a lost node server's spawned processes count as
+/// terminated as its launched ones do: every survivor of both jobs agrees on who
+/// failed, and the session ends with their status once the survivors are done.
+#[test]
+fn a_lost_node_server_takes_its_spawned_processes_with_it() {
+    for allgather in ["tree", "dissemination"] {
+        let job = run_testprog_with(3, 3, "spawn-loss", true, &["--allgather", allgather]);
+        let r = job.results();
+        assert_eq!(
+            r.len(),
+            4,
+            "{allgather}: 2 launched and 2 spawned survivors report\nstdout:\n{}\nstderr:\n{}",
+            job.stdout,
+            job.stderr
+        );
+        assert!(r.windows(2).all(|w| w[0] == w[1]), "{allgather}: {r:?}");
+        assert_eq!(job.status, Some(137), "{allgather}:\n{}", job.stderr);
+        assert!(
+            job.stderr.contains("its ranks 2 and job ")
+                && job.stderr.contains("@1's ranks 2 are lost"),
+            "{allgather}: the notice names both lost ranks:\n{}",
+            job.stderr
+        );
+    }
+}

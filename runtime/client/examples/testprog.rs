@@ -65,6 +65,7 @@ fn main() {
         "spawn" => spawn(),
         "spawn-child" => spawn_child(),
         "spawn-wait" => spawn_wait(),
+        "spawn-loss" => spawn_loss(),
         "frozen-server" => frozen_server(),
         "two-frozen" => two_frozen(),
         "cut-off" => cut_off(),
@@ -2917,4 +2918,103 @@ fn spawn_wait() -> R {
     };
     e2s(c.lookup(&["never-published"], opts), "lookup")?;
     Err("the session outlived its failed spawned job".into())
+}
+
+/// Run with one rank per node server on 3 node servers and `--enable-recovery`: rank 0
+/// spawns 3 processes of this scenario, one per node server; node server 2 is then
+/// killed (SIGKILL) with its two processes, a launched one and a spawned one. Every
+/// survivor of either job constructs a group over both jobs (optional): partial
+/// success, and the failed members are exactly the two processes of the lost server.
+fn spawn_loss() -> R {
+    use cohort::{DataRange, LookupOpts, Persistence, SpawnApp, SpawnMapping, SpawnOpts};
+    let c = init()?;
+    let me = c.rank();
+    let parent = e2s(c.parent(), "parent")?;
+    let publish = |key: &str, v: Value| {
+        let what = format!("publish {key}");
+        e2s(
+            c.publish(vec![(key.into(), v)], DataRange::Session, Persistence::App),
+            &what,
+        )
+    };
+    let wait_for = |keys: &[&str]| {
+        let opts = LookupOpts {
+            wait: Some(0),
+            timeout_ms: Some(60_000),
+            ..LookupOpts::default()
+        };
+        e2s(c.lookup(keys, opts), "lookup")
+    };
+    let launched = match &parent {
+        Some(p) => p.nspace.to_string(),
+        None => c.nspace().to_string(),
+    };
+    if parent.is_none() && me == 0 {
+        let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+        let app = SpawnApp {
+            command: vec![exe.display().to_string(), "spawn-loss".into()],
+            maxprocs: 3,
+            env: Vec::new(),
+            cwd: None,
+        };
+        let opts = SpawnOpts {
+            mapping: SpawnMapping::RoundRobin,
+            ..SpawnOpts::default()
+        };
+        let ns = e2s(c.spawn(vec![app], opts), "spawn")?;
+        publish("child-ns", Value::Str(ns.to_string()))?;
+    }
+    if parent.is_some() {
+        publish(&format!("ready-c{me}"), Value::Bool(true))?;
+    }
+    if me == 2 {
+        if parent.is_none() {
+            // SAFETY: getppid has no preconditions; the parent is this rank's server.
+            let server = unsafe { libc::getppid() };
+            publish("victim-pid", Value::U32(server as u32))?;
+        }
+        std::thread::sleep(Duration::from_secs(60));
+        return Err("outlived its node server".into());
+    }
+    let found = wait_for(&["child-ns", "victim-pid", "ready-c0", "ready-c1", "ready-c2"])?;
+    let value = |key: &str| found.iter().find(|f| f.key == key).map(|f| f.value.clone());
+    let Some(Value::Str(child_ns)) = value("child-ns") else {
+        return Err(format!("child-ns: {found:?}"));
+    };
+    if parent.is_none() && me == 1 {
+        let Some(Value::U32(pid)) = value("victim-pid") else {
+            return Err(format!("victim-pid: {found:?}"));
+        };
+        // SAFETY: kill(2) on node server 2 of this session.
+        unsafe { libc::kill(pid as libc::pid_t, libc::SIGKILL) };
+        publish("killed", Value::Bool(true))?;
+    }
+    wait_for(&["killed"])?;
+    // A group whose root is not the lost server.
+    let gid = (0..)
+        .map(|i| format!("spawn-loss-{i}"))
+        .find(|id| cohort_topology::rendezvous(id, 3) != 2)
+        .expect("some id");
+    let both = [
+        ProcId::wildcard(launched.as_str()),
+        ProcId::wildcard(child_ns.as_str()),
+    ];
+    let opts = ConstructOpts {
+        optional: true,
+        ..ctx()
+    };
+    let g = e2s(c.group_construct(&gid, &both, opts), "construct")?;
+    let lost = [
+        ProcId::new(launched.as_str(), 2),
+        ProcId::new(child_ns.as_str(), 2),
+    ];
+    check!(
+        g.status == ConstructStatus::PartialSuccess && g.failed == lost && g.members.len() == 4,
+        "construct after the loss: {:?}, members {:?}, failed {:?}",
+        g.status,
+        g.members,
+        g.failed
+    );
+    println!("RESULT spawn-loss: 4 members, the lost server's two processes failed");
+    Ok(())
 }

@@ -237,17 +237,27 @@ impl JobMonitor {
                 return Step::End(v);
             }
         }
-        let names: Vec<String> = ranks
-            .iter()
-            .map(|&(j, r)| match j {
-                0 => r.to_string(),
-                j => format!("{r} of job {}", self.nspace_of(j)),
-            })
-            .collect();
+        // "ranks 2,3 and job J@1's ranks 0,4": each job's ranks, the launched job's first.
+        let mut parts: Vec<String> = Vec::new();
+        for (j, job) in self.session.jobs().iter().enumerate() {
+            let list: Vec<String> = ranks
+                .iter()
+                .filter(|&&(k, _)| k as usize == j)
+                .map(|(_, r)| r.to_string())
+                .collect();
+            if list.is_empty() {
+                continue;
+            }
+            let list = list.join(",");
+            parts.push(match j {
+                0 => format!("ranks {list}"),
+                _ => format!("job {}'s ranks {list}", job.nspace),
+            });
+        }
         Step::Notice(format!(
-            "node server {} {reason}; its ranks {} are lost; continuing (--enable-recovery)",
+            "node server {} {reason}; its {} are lost; continuing (--enable-recovery)",
             self.node_name(node),
-            names.join(",")
+            parts.join(" and ")
         ))
     }
 
@@ -960,6 +970,56 @@ mod tests {
         };
         assert_eq!(m.exit_code(&lost), 1);
         assert!(m.message(&lost).unwrap().contains("node1"));
+    }
+
+    #[test]
+    fn a_spawned_job_counts_until_its_last_rank_and_is_named_in_messages() {
+        let mut m = JobMonitor::new(JobMap::block("ns", 2, 2), true);
+        let parent = cohort_proto::ProcId::new("ns", 0);
+        let child = JobMap::spawned("ns@1".into(), m.job(), vec![4], &[0, 1], true).unwrap();
+        m.add_job(1, child, parent.clone()).unwrap();
+        assert_eq!(m.remaining(), 6);
+        // The launched job's ranks end first: the session goes on for the spawned one.
+        assert_eq!(m.exited(0, 0, 0, code(0)), Ok(Step::Continue));
+        assert_eq!(m.exited(1, 0, 1, code(0)), Ok(Step::Continue));
+        assert!(matches!(
+            m.exited(0, 1, 1, code(0)),
+            Err(BogusExit::WrongNode { owner: 1, .. })
+        ));
+        assert!(matches!(
+            m.exited(0, 2, 0, code(0)),
+            Err(BogusExit::UnknownRank { job: 2, .. })
+        ));
+        let Step::Notice(msg) = m.exited(1, 1, 1, code(4)).unwrap() else {
+            panic!("a notice under recovery");
+        };
+        assert!(msg.contains("rank 1 of job ns@1 on node1"), "{msg}");
+        // node0 hosts spawned ranks 0 and 2; rank 3 (node1) still runs.
+        let Step::Notice(msg) = m.node_lost(0, "exited") else {
+            panic!("spawned rank 3 still runs: {m:?}");
+        };
+        assert!(msg.contains("its job ns@1's ranks 0,2 are lost"), "{msg}");
+        assert_eq!(m.remaining(), 1);
+        let end = m.exited(1, 1, 3, code(0)).unwrap();
+        assert_eq!(end, Step::End(Verdict::Completed));
+        assert_eq!(
+            m.exit_code(&end_verdict(end)),
+            4,
+            "the first failure's status"
+        );
+        // A second spawn the node servers refused does not keep the session alive.
+        let mut m = JobMonitor::new(JobMap::block("ns", 1, 1), false);
+        let child = JobMap::spawned("ns@1".into(), m.job(), vec![2], &[0], false).unwrap();
+        m.add_job(1, child, parent).unwrap();
+        assert_eq!(m.exited(0, 0, 0, code(0)), Ok(Step::Continue));
+        assert_eq!(m.abandon_job(1), Step::End(Verdict::Completed));
+    }
+
+    fn end_verdict(step: Step) -> Verdict {
+        match step {
+            Step::End(v) => v,
+            other => panic!("not an end: {other:?}"),
+        }
     }
 
     #[test]
