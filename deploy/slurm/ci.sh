@@ -163,6 +163,20 @@ else
 fi
 nothing_left construct
 
+echo "### 1b. salloc -N 3 cohort run -n 2 testprog spawn: a job spawned by rank 0 joins its parents' group"
+# Rank 0 spawns 3 processes of testprog (block-wise: one per node server); parents and
+# children construct one group over both namespaces and read each other's data.
+alloc 3 "$cohort" run -n 2 "$testprog" spawn
+results=$(grep -c '^RESULT spawn ' "$work/out")
+children=$(grep -c '^RESULT spawn child ' "$work/out")
+distinct=$(sed -n 's/^RESULT spawn .* ctx //p' "$work/out" | sort -u | wc -l)
+if [[ $rc == 0 && $results == 5 && $children == 3 && $distinct == 1 ]]; then
+    pass "spawn: 2 parents and 3 spawned processes in one group, one context id"
+else
+    fail "spawn: status $rc, $results RESULT lines ($children children), $distinct context ids" "$work/both"
+fi
+nothing_left spawn
+
 echo "### 2. the same construct with a switch map (--topology: n1 on one leaf switch, n2-n3 on another)"
 # Every node server must build the same trees, so each must know every node's name.
 printf 'SwitchName=s0 Nodes=n1\nSwitchName=s1 Nodes=n[2-3]\nSwitchName=top Switches=s[0-1]\n' \

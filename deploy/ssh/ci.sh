@@ -283,6 +283,20 @@ else
 fi
 nothing_left construct
 
+echo "### 1b. cohort run --host $hosts -n 2 testprog spawn: a job spawned by rank 0 joins its parents' group"
+# Rank 0 spawns 3 processes of testprog (block-wise: one per node server); parents and
+# children construct one group over both namespaces and read each other's data.
+run --host "$hosts" --launch-agent "$agent" -n 2 "$testprog" spawn
+results=$(grep -c '^RESULT spawn ' "$work/out")
+children=$(grep -c '^RESULT spawn child ' "$work/out")
+distinct=$(sed -n 's/^RESULT spawn .* ctx //p' "$work/out" | sort -u | wc -l)
+if [[ $rc == 0 && $results == 5 && $children == 3 && $distinct == 1 ]]; then
+    pass "spawn: 2 parents and 3 spawned processes in one group, one context id"
+else
+    fail "spawn: status $rc, $results RESULT lines ($children children), $distinct context ids" "$work/both"
+fi
+nothing_left spawn
+
 echo "### 2. where the ranks run, what they see, output forwarding, secrets (--launcher auto, debug logs)"
 # Each rank prints its rank, node name and namespace address; rank 0 also looks for
 # the client token (it travels with the job secret) on every command line of the
