@@ -2782,6 +2782,7 @@ fn spawn() -> R {
         e2s(c.parent(), "parent")?.is_none(),
         "a launched job has no parent"
     );
+    let ends = event_channel(&c, &[codes::JOB_END]);
     e2s(c.put(Scope::Remote, "side", format!("parent-{me}")), "put")?;
     if me == 0 {
         let exe = std::env::current_exe().map_err(|e| e.to_string())?;
@@ -2799,7 +2800,11 @@ fn spawn() -> R {
             Err(CohortError::BadRequest(m)) if m.contains("no-such-host") => {}
             other => return Err(format!("a spawn on an unknown host: {other:?}")),
         }
-        let ns = e2s(c.spawn(vec![app], SpawnOpts::default()), "spawn")?;
+        let told = SpawnOpts {
+            notify_completion: true,
+            ..SpawnOpts::default()
+        };
+        let ns = e2s(c.spawn(vec![app], told), "spawn")?;
         check!(
             ns.as_str() == format!("{}@1", c.nspace()),
             "the first spawn's namespace is {ns}"
@@ -2835,6 +2840,20 @@ fn spawn() -> R {
     );
     println!("RESULT spawn parent {me} ctx {cid}");
     e2s(c.group_destruct("family", None), "destruct")?;
+    if me == 0 {
+        // PMIX_NOTIFY_COMPLETION: told once the children all ended.
+        let ev = next_event(&ends, "JOB_END")?;
+        let code = cohort::info_get(&ev.info, cohort::keys::EXIT_CODE);
+        check!(
+            ev.affected == [ProcId::wildcard(ns.as_str())] && code == Some(&Value::I64(0)),
+            "JOB_END: {ev:?}"
+        );
+    } else {
+        check!(
+            ends.try_recv().is_err(),
+            "rank {me} did not spawn, yet got JOB_END"
+        );
+    }
     e2s(c.finalize(), "finalize")
 }
 

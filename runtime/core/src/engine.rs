@@ -536,6 +536,30 @@ impl Engine {
         self.jobs.add(index, job, parent)
     }
 
+    /// Every process of spawned job `index` ended: `parent` (a local process, which
+    /// asked) gets a `JOB_END` event naming it, with its exit code.
+    pub fn on_job_ended(&mut self, index: u32, parent: ProcId, exit_code: i32) {
+        let Some(job) = self.jobs.get(index).filter(|_| index > 0) else {
+            return;
+        };
+        if self.jobs.node_of(&parent) != Some(self.node) {
+            return;
+        }
+        let nspace = job.nspace.clone();
+        let status = if exit_code == 0 { 0 } else { -1 };
+        let event = Event {
+            code: codes::JOB_END,
+            source: ProcId::wildcard(nspace.clone()),
+            affected: vec![ProcId::wildcard(nspace.clone())],
+            info: vec![
+                (keys::NSPACE.into(), Value::Str(nspace.to_string())),
+                (keys::EXIT_CODE.into(), Value::I64(exit_code.into())),
+                (keys::JOB_TERM_STATUS.into(), Value::I64(status)),
+            ],
+        };
+        self.deliver_local(&parent, event);
+    }
+
     /// Why `proc` is no process of the session, for errors.
     fn not_in_session(&self, proc: &ProcId) -> String {
         match self.jobs.job_of(&proc.nspace) {

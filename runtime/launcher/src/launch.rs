@@ -908,6 +908,19 @@ impl Launcher {
                 node,
                 msg: msg @ (DaemonMsg::JobAdded { .. } | DaemonMsg::JobStarted { .. }),
             } => self.on_spawn_answer(node, msg).await,
+            Event::Msg {
+                node,
+                msg: msg @ DaemonMsg::RankExited { .. },
+            } => {
+                let DaemonMsg::RankExited { job, .. } = msg else {
+                    unreachable!("matched above")
+                };
+                let verdict = self.on_message(node, msg);
+                if job > 0 && verdict.is_none() {
+                    self.spawned_rank_exited(job).await;
+                }
+                verdict
+            }
             Event::Msg { node, msg } => self.on_message(node, msg),
             Event::ControlClosed { node, error } => {
                 let reason = match error {

@@ -125,6 +125,20 @@ impl JobMonitor {
         self.first_failure.as_ref()
     }
 
+    /// Whether every rank of job `index` ended; if so, its exit code: its first
+    /// failed rank's shell-style status, or 0.
+    pub fn job_exit_code(&self, index: u32) -> Option<i32> {
+        let exited = self.exited.get(index as usize)?;
+        let mut code = 0;
+        for status in exited {
+            let status = (*status)?;
+            if code == 0 && !status.success() {
+                code = nonzero(status.shell_code());
+            }
+        }
+        Some(code)
+    }
+
     /// Spawned job `index` will not start (a node server refused it): its ranks no
     /// longer count. Ends the session if they were the last ones.
     pub fn abandon_job(&mut self, index: u32) -> Step {

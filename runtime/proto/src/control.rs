@@ -233,6 +233,14 @@ pub enum LauncherMsg {
     /// Start this node server's processes of job `index` (answered with
     /// [`DaemonMsg::JobStarted`]).
     StartJob { index: u32 },
+    /// Every process of spawned job `index` ended (`exit_code`: its first failed
+    /// process's shell-style status, or 0): tell `parent`, this node server's process
+    /// that spawned it and asked to be told (PMIX_NOTIFY_COMPLETION).
+    JobEnded {
+        index: u32,
+        parent: crate::ids::ProcId,
+        exit_code: i32,
+    },
     /// "Still here", every heartbeat period once the job started, when the failure
     /// detector runs: a node server that hears nothing from the launcher for a peer
     /// timeout (its host died, it froze, the network cut it off) stops its ranks and

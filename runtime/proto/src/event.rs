@@ -32,6 +32,11 @@ pub mod codes {
     /// info carries the connection's nspace under `keys::NSPACE`.
     pub const PROC_TERMINATED: EventCode = -201;
     pub const LOST_CONNECTION: EventCode = -61;
+    /// PMIX_EVENT_JOB_END: every process of a spawned job ended; to the process that
+    /// spawned it, when it asked (`SpawnOpts::notify_completion`, PMIX_NOTIFY_COMPLETION).
+    /// Affected: `{nspace, *}`; info: `keys::NSPACE`, `keys::EXIT_CODE`,
+    /// `keys::JOB_TERM_STATUS`.
+    pub const JOB_END: EventCode = -145;
 
     /// Human name of a known code, for logs and demo output.
     pub fn name(code: EventCode) -> Option<&'static str> {
@@ -52,6 +57,7 @@ pub mod codes {
             PROC_HAS_DISCONNECTED => "PROC_HAS_DISCONNECTED",
             PROC_TERMINATED => "PROC_TERMINATED",
             LOST_CONNECTION => "LOST_CONNECTION",
+            JOB_END => "JOB_END",
             _ => return None,
         })
     }
@@ -87,6 +93,12 @@ pub mod keys {
     pub const QUERY_PSET_MEMBERSHIP: &str = "pmix.qry.pmems";
     /// PMIX_NSPACE: the nspace of a connection (rfc0003) an event is about.
     pub const NSPACE: &str = "pmix.nspace";
+    /// PMIX_EXIT_CODE: a spawned job's exit code (`I64`: its first failed process's
+    /// shell-style status, or 0), in `codes::JOB_END`.
+    pub const EXIT_CODE: &str = "pmix.exit.code";
+    /// PMIX_JOB_TERM_STATUS: how a spawned job ended (`I64`, a PMIx status: 0 when
+    /// every process exited 0, PMIX_ERROR (-1) otherwise), in `codes::JOB_END`.
+    pub const JOB_TERM_STATUS: &str = "pmix.job.term.status";
 }
 
 /// Who an event goes to (PMIX_RANGE_*). The source is never sent its own event.

@@ -47,6 +47,9 @@ pub struct SpawnOpts {
     /// Place the processes on these node servers only, by name (PMIX_HOST); empty:
     /// every live one.
     pub hosts: Vec<String>,
+    /// Tell the spawning process when every process of the job ended
+    /// (PMIX_NOTIFY_COMPLETION): a `codes::JOB_END` event.
+    pub notify_completion: bool,
 }
 
 /// Checks a spawn request: at least one app, each with a program and at least one

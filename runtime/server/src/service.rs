@@ -628,6 +628,13 @@ impl NodeService {
         s.engine.add_job(index, job, parent)
     }
 
+    /// Every process of spawned job `index` ended (`LauncherMsg::JobEnded`).
+    pub fn job_ended(&self, index: u32, parent: ProcId, exit_code: i32) {
+        let mut s = self.shared.borrow_mut();
+        s.engine.on_job_ended(index, parent, exit_code);
+        s.flush();
+    }
+
     /// A local process of job `job` (0: the launched one) ended (normally or not).
     pub fn proc_exited(&self, job: u32, rank: Rank) {
         let mut s = self.shared.borrow_mut();

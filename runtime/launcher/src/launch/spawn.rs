@@ -32,6 +32,9 @@ pub(super) struct Spawns {
     refused: Option<String>,
     /// Node servers lost: no spawn places processes there or waits for them.
     gone: BTreeSet<NodeId>,
+    /// Spawned jobs whose parent asked to be told when they end
+    /// (`SpawnOpts::notify_completion`): job index → the parent.
+    notify: BTreeMap<u32, ProcId>,
 }
 
 /// A spawn between its request and its answer.
@@ -74,6 +77,9 @@ impl Launcher {
             "spawning a job"
         );
         self.spawns.count = index;
+        if opts.notify_completion {
+            self.spawns.notify.insert(index, caller.clone());
+        }
         // Counted from now on, so the session does not end while the job starts.
         if let Err(e) = self.monitor.add_job(index, job.clone(), caller.clone()) {
             tracing::error!(index, "the monitor refused a spawned job: {e}");
@@ -236,6 +242,31 @@ impl Launcher {
         };
         if let Err(e) = self.tell(p.home, &reply).await {
             tracing::warn!(node = p.home, error = %e, "could not answer a spawn");
+        }
+    }
+
+    /// A rank of job `index` exited: once it was the job's last, the parent that asked
+    /// is told (`LauncherMsg::JobEnded`).
+    pub(super) async fn spawned_rank_exited(&mut self, index: u32) {
+        if !self.spawns.notify.contains_key(&index) {
+            return;
+        }
+        let Some(exit_code) = self.monitor.job_exit_code(index) else {
+            return;
+        };
+        let Some(parent) = self.spawns.notify.remove(&index) else {
+            return;
+        };
+        let Some(home) = self.monitor.session().node_of(&parent) else {
+            return;
+        };
+        let msg = LauncherMsg::JobEnded {
+            index,
+            parent,
+            exit_code,
+        };
+        if let Err(e) = self.tell(home, &msg).await {
+            tracing::debug!(node = home, error = %e, "could not tell a spawned job's end");
         }
     }
 

@@ -625,6 +625,9 @@ async fn serve(
                         }
                         tell(link, &DaemonMsg::JobAdded { index, result }).await;
                     }
+                    FromLauncher::Msg(LauncherMsg::JobEnded { index, parent, exit_code }) => {
+                        svc.job_ended(index, parent, exit_code);
+                    }
                     FromLauncher::Msg(LauncherMsg::StartJob { index }) => {
                         ranks.launch_job(index, stdout, stderr);
                         tell(link, &DaemonMsg::JobStarted { index }).await;
