@@ -63,6 +63,23 @@ enum What {
         #[arg(long, value_enum, default_value_t = Method::Collective)]
         method: Method,
     },
+    /// PMIx_Spawn: rank 0 spawns 1, 2, 4 … processes of a program (/bin/true by
+    /// default), timed until the call returns, i.e. every spawned process was started
+    /// on its node server. Its own iteration counts (spawns start processes).
+    Spawn {
+        /// Spawns timed per row.
+        #[arg(long, default_value_t = 50)]
+        spawns: usize,
+        /// Warm-up spawns skipped per row.
+        #[arg(long, default_value_t = 5)]
+        spawn_warmup: usize,
+        /// Largest number of processes per spawn (powers of two up to it).
+        #[arg(long, default_value_t = 8)]
+        max_procs: u32,
+        /// The program spawned, with its arguments.
+        #[arg(long, num_args = 1.., default_value = "/bin/true")]
+        program: Vec<String>,
+    },
     /// Fabric one-way latency between two processes (osu_latency format), with a
     /// same-run reference: raw TCP (tcp) or perftest ib_send_lat (verbs). Not under
     /// `cohort run`: the bench starts its peer process itself.
@@ -116,6 +133,12 @@ fn main() {
         }
         What::TransportBw(o) => transport::run(transport::Mode::Bw, o, cli.iterations, cli.warmup),
         What::TransportPeer(p) => transport::run_peer(p),
+        What::Spawn {
+            spawns,
+            spawn_warmup,
+            max_procs,
+            program,
+        } => run_spawn(spawns, spawn_warmup, max_procs, program),
         _ => run(cli),
     };
     if let Err(e) = result {
@@ -208,7 +231,10 @@ fn run(cli: Cli) -> Res<()> {
             );
             rows = group_rows;
         }
-        What::TransportLatency(_) | What::TransportBw(_) | What::TransportPeer(_) => {
+        What::TransportLatency(_)
+        | What::TransportBw(_)
+        | What::TransportPeer(_)
+        | What::Spawn { .. } => {
             unreachable!("dispatched in main")
         }
     }
@@ -223,6 +249,53 @@ fn run(cli: Cli) -> Res<()> {
 }
 
 type Rows = Vec<(String, Stats)>;
+
+/// `cohort-bench spawn`: rank 0 times its spawns; the other ranks wait at a fence.
+fn run_spawn(spawns: usize, warmup: usize, max_procs: u32, program: Vec<String>) -> Res<()> {
+    use cohort::{SpawnApp, SpawnOpts};
+    let c = Client::init()?;
+    if c.rank() == 0 {
+        println!(
+            "# cohort-bench spawn: rank 0 of {} spawns N processes of {:?} (block-wise over {} node server(s)); timed: the spawn call, which returns once every one started; {spawns} spawns per row ({warmup} warm-up)",
+            c.size(),
+            program.join(" "),
+            c.job().num_nodes
+        );
+        println!(
+            "{:<8}{:>20}{:>20}{:>20}{:>20}",
+            "# Procs", "Avg Latency(us)", "Min Latency(us)", "Max Latency(us)", "Median(us)"
+        );
+        let mut np = 1;
+        while np <= max_procs.max(1) {
+            let app = SpawnApp {
+                command: program.clone(),
+                maxprocs: np,
+                env: Vec::new(),
+                cwd: None,
+            };
+            let mut us = Vec::with_capacity(spawns);
+            for i in 0..spawns + warmup {
+                let t = Instant::now();
+                c.spawn(vec![app.clone()], SpawnOpts::default())?;
+                if i >= warmup {
+                    us.push(t.elapsed().as_secs_f64() * 1e6);
+                }
+            }
+            us.sort_by(|a, b| a.total_cmp(b));
+            let avg = us.iter().sum::<f64>() / us.len().max(1) as f64;
+            let (min, max) = (
+                us.first().copied().unwrap_or(0.0),
+                us.last().copied().unwrap_or(0.0),
+            );
+            let median = us.get(us.len() / 2).copied().unwrap_or(0.0);
+            println!("{np:<8}{avg:>20.2}{min:>20.2}{max:>20.2}{median:>20.2}");
+            np *= 2;
+        }
+    }
+    c.fence(&[], FenceOpts::default())?;
+    c.finalize()?;
+    Ok(())
+}
 
 /// Construct options every method's callers use: a context id, bounded.
 fn bench_construct_opts() -> ConstructOpts {

@@ -569,6 +569,8 @@ impl JobMap {
 pub struct Session {
     jobs: Vec<JobMap>,
     parents: Vec<Option<ProcId>>,
+    /// Spawned jobs by namespace (index into `jobs`).
+    by_nspace: std::collections::HashMap<crate::ids::Nspace, u32>,
 }
 
 impl Session {
@@ -576,6 +578,7 @@ impl Session {
         Session {
             jobs: vec![primary],
             parents: vec![None],
+            by_nspace: Default::default(),
         }
     }
 
@@ -605,6 +608,7 @@ impl Session {
             ));
         }
         job.validate()?;
+        self.by_nspace.insert(job.nspace.clone(), index);
         self.jobs.push(job);
         self.parents.push(Some(parent));
         Ok(())
@@ -630,18 +634,15 @@ impl Session {
 
     /// The index of the job of namespace `nspace`.
     pub fn index_of(&self, nspace: &str) -> Option<u32> {
-        self.jobs
-            .iter()
-            .position(|j| j.nspace.as_str() == nspace)
-            .map(|i| i as u32)
+        if self.jobs[0].nspace.as_str() == nspace {
+            return Some(0);
+        }
+        self.by_nspace.get(nspace).copied()
     }
 
     /// The job of namespace `nspace`.
     pub fn job_of(&self, nspace: &str) -> Option<&JobMap> {
-        if self.jobs[0].nspace.as_str() == nspace {
-            return Some(&self.jobs[0]);
-        }
-        self.jobs[1..].iter().find(|j| j.nspace.as_str() == nspace)
+        self.get(self.index_of(nspace)?)
     }
 
     /// The process that spawned the job of `nspace` (none for the launched job).

@@ -13,7 +13,7 @@ use crate::ids::Nspace;
 /// The most processes one spawn may start.
 pub const MAX_SPAWN_PROCS: u32 = 1 << 16;
 /// The most spawns of one session (each a namespace every node server keeps).
-pub const MAX_SPAWNED_JOBS: u32 = 1 << 10;
+pub const MAX_SPAWNED_JOBS: u32 = 1 << 14;
 
 /// One application context of a spawn (pmix_app_t): `maxprocs` processes running
 /// `command`.
