@@ -3,14 +3,19 @@
  * under `cohort run`): data exchange, a whole-job fence, a group with a context id,
  * a get by group rank, a GROUP_LEFT event, the failure views, a typed error, and
  * destruct; group info given to constructs, invites and joins and read back from
- * every member; an event's info; the non-blocking forms of each collective. Any violation prints "FAIL rank R: …" and exits 1; success prints
- * "RESULT members=N ctx=C failed=F" (equal on every rank that stays in the group).
+ * every member; an event's info; the non-blocking forms of each collective; a spawn of
+ * 2 copies of this program (argument "child"; blocking with 4 ranks, non-blocking
+ * otherwise), which find their parent, connect with the launched job over both jobs'
+ * wildcards and read its data (and it theirs). Any violation prints "FAIL rank R: …"
+ * and exits 1; success prints "RESULT members=N ctx=C failed=F conn=… spawned=2"
+ * (equal on every rank that stays in the group), and each child "SPAWNED …".
  */
 #define _POSIX_C_SOURCE 200809L
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "cohort.h"
 
@@ -85,6 +90,13 @@ static void connected(int status, const char *nspace, uint32_t rank, void *cbdat
     struct wait *w = cbdata;
     w->status = status;
     w->ctx = rank;
+    snprintf(w->text, sizeof w->text, "%s", nspace);
+    __atomic_store_n(&w->done, 1, __ATOMIC_SEQ_CST);
+}
+
+static void spawned_done(int status, const char *nspace, void *cbdata) {
+    struct wait *w = cbdata;
+    w->status = status;
     snprintf(w->text, sizeof w->text, "%s", nspace);
     __atomic_store_n(&w->done, 1, __ATOMIC_SEQ_CST);
 }
@@ -173,7 +185,111 @@ static void on_left(int code, const cohort_proc_t *source, const cohort_proc_t *
     __atomic_add_fetch(&left_events, 1, __ATOMIC_SEQ_CST);
 }
 
-int main(void) {
+#define SPAWNED 2
+
+/* Connects the launched job and the spawned one (each by its wildcard). */
+static void connect_jobs(cohort_client_t *c, const char *parents, const char *children,
+                         char *conn_ns) {
+    cohort_proc_t both[2] = {proc_of(parents, COHORT_RANK_WILDCARD),
+                             proc_of(children, COHORT_RANK_WILDCARD)};
+    cohort_connect_opts_t copts;
+    memset(&copts, 0, sizeof copts);
+    copts.connect_id = "c-spawn";
+    copts.timeout_ms = 60000;
+    OK(cohort_connect(c, both, 2, &copts, conn_ns, NULL));
+}
+
+/* A spawned copy: its parent, job, environment and directory, then the connect. */
+static int child_main(cohort_client_t *c) {
+    me = cohort_rank(c);
+    const char *ns = cohort_nspace(c);
+    CHECK(cohort_size(c) == SPAWNED, "the spawned job has %u processes", cohort_size(c));
+    cohort_proc_t parent;
+    OK(cohort_parent(c, &parent));
+    char prefix[COHORT_MAX_NSLEN + 2];
+    snprintf(prefix, sizeof prefix, "%s@", parent.nspace);
+    CHECK(parent.rank == 0 && strncmp(ns, prefix, strlen(prefix)) == 0,
+          "spawned by %s:%u into %s", parent.nspace, parent.rank, ns);
+    const char *word = getenv("CAPI_SPAWN_WORD");
+    CHECK(word != NULL && strcmp(word, "hi") == 0, "CAPI_SPAWN_WORD is %s", word ? word : "unset");
+    char cwd[256];
+    CHECK(getcwd(cwd, sizeof cwd) != NULL && strcmp(cwd, "/") == 0, "working directory %s", cwd);
+    char mine[32];
+    snprintf(mine, sizeof mine, "child-%u", me);
+    OK(cohort_put_string(c, COHORT_SCOPE_GLOBAL, "child-word", mine));
+    OK(cohort_commit(c));
+    char conn_ns[COHORT_MAX_NSLEN + 1];
+    connect_jobs(c, parent.nspace, ns, conn_ns);
+    cohort_value_t v;
+    OK(cohort_get(c, &parent, "endpoint", 10000, &v));
+    CHECK(v.type == COHORT_VALUE_STRING && strcmp(v.str, "ep-0") == 0, "the parent's endpoint");
+    printf("SPAWNED size=%u parent=%u ep=%s\n", cohort_size(c), parent.rank, v.str);
+    cohort_value_free(&v);
+    fflush(stdout);
+    OK(cohort_disconnect(c, conn_ns, 60000));
+    OK(cohort_finalize(c));
+    return 0;
+}
+
+/* The launched job's side: rank 0 spawns, everyone connects with the children and
+ * reads their data. */
+static void spawn_children(cohort_client_t *c, const char *self) {
+    const char *ns = cohort_nspace(c);
+    uint32_t n = cohort_size(c);
+    cohort_proc_t parent;
+    int rc = cohort_parent(c, &parent);
+    CHECK(rc == COHORT_ERR_NOT_FOUND, "a launched job's parent: %s", cohort_status_name(rc));
+    if (me == 0) {
+        const char *args[] = {self, "child"};
+        const char *env[] = {"CAPI_SPAWN_WORD=hi"};
+        cohort_spawn_app_t app = {args, 2, SPAWNED, env, 1, "/"};
+        cohort_spawn_opts_t sopts;
+        memset(&sopts, 0, sizeof sopts);
+        sopts.mapping = COHORT_MAP_ROUND_ROBIN;
+        char child_ns[COHORT_MAX_NSLEN + 1];
+        rc = cohort_spawn(c, &app, 0, &sopts, child_ns);
+        CHECK(rc == COHORT_ERR_BAD_PARAM, "a spawn of nothing: %s", cohort_status_name(rc));
+        sopts.mapping = 7;
+        rc = cohort_spawn(c, &app, 1, &sopts, child_ns);
+        CHECK(rc == COHORT_ERR_BAD_PARAM, "mapping 7: %s", cohort_status_name(rc));
+        sopts.mapping = COHORT_MAP_ROUND_ROBIN;
+        if (n == 4) {
+            OK(cohort_spawn(c, &app, 1, &sopts, child_ns));
+        } else {
+            struct wait w = {0};
+            OK(cohort_spawn_nb(c, &app, 1, &sopts, spawned_done, &w));
+            wait_for(&w, "non-blocking spawn");
+            snprintf(child_ns, sizeof child_ns, "%s", w.text);
+        }
+        char prefix[COHORT_MAX_NSLEN + 2];
+        snprintf(prefix, sizeof prefix, "%s@", ns);
+        CHECK(strncmp(child_ns, prefix, strlen(prefix)) == 0, "spawned namespace %s", child_ns);
+        OK(cohort_put_string(c, COHORT_SCOPE_GLOBAL, "child-ns", child_ns));
+        OK(cohort_commit(c));
+    }
+    /* Rank 0 committed before: a get of its new key needs the fence. */
+    OK(cohort_fence(c, NULL, 0, 1, 60000));
+    cohort_proc_t root = proc_of(ns, 0);
+    cohort_value_t v;
+    OK(cohort_get(c, &root, "child-ns", 60000, &v));
+    CHECK(v.type == COHORT_VALUE_STRING, "child-ns has type %d", v.type);
+    char child_ns[COHORT_MAX_NSLEN + 1];
+    snprintf(child_ns, sizeof child_ns, "%s", v.str);
+    cohort_value_free(&v);
+    char conn_ns[COHORT_MAX_NSLEN + 1];
+    connect_jobs(c, ns, child_ns, conn_ns);
+    for (uint32_t r = 0; r < SPAWNED; r++) {
+        cohort_proc_t child = proc_of(child_ns, r);
+        char want[32];
+        snprintf(want, sizeof want, "child-%u", r);
+        OK(cohort_get(c, &child, "child-word", 10000, &v));
+        CHECK(v.type == COHORT_VALUE_STRING && strcmp(v.str, want) == 0, "child %u's word", r);
+        cohort_value_free(&v);
+    }
+    OK(cohort_disconnect(c, conn_ns, 60000));
+}
+
+int main(int argc, char **argv) {
     cohort_client_t *c = NULL;
     int rc = cohort_init(&c);
     if (rc != COHORT_SUCCESS) {
@@ -181,6 +297,8 @@ int main(void) {
                 cohort_last_error());
         return 1;
     }
+    if (argc > 1 && strcmp(argv[1], "child") == 0)
+        return child_main(c);
     me = cohort_rank(c);
     uint32_t n = cohort_size(c);
     const char *ns = cohort_nspace(c);
@@ -433,6 +551,8 @@ int main(void) {
     rc = cohort_disconnect(c, conn_ns, 1000);
     CHECK(rc == COHORT_ERR_GROUP_NOT_FOUND, "a second disconnect: %s", cohort_status_name(rc));
 
+    spawn_children(c, argv[0]);
+
     /* Every rank joins "c-all", with a context id. */
     int leaves = me == n - 1;
     uint64_t handler = 0;
@@ -527,8 +647,8 @@ int main(void) {
     CHECK(cohort_fence(NULL, NULL, 0, 0, 0) == COHORT_ERR_BAD_PARAM, "NULL client");
 
     OK(cohort_group_destruct(c, "c-all", 60000));
-    printf("RESULT members=%u ctx=%llu failed=%zu conn=%s\n", n, (unsigned long long)ctx, nfailed,
-           conn_ns);
+    printf("RESULT members=%u ctx=%llu failed=%zu conn=%s spawned=%d\n", n,
+           (unsigned long long)ctx, nfailed, conn_ns, SPAWNED);
     fflush(stdout);
     OK(cohort_finalize(c));
     return 0;

@@ -1,7 +1,9 @@
 //! The C interface (`runtime/capi/include/cohort.h`, `libcohort_c`) from a C program:
 //! `cluster-tests/c/capi_demo.c` is compiled against the header and the shared
 //! library with the system C compiler (`cc`, which `make setup` installs) and run under
-//! `cohort run` on 1 and on 3 node servers (with a process set of the even ranks). The
+//! `cohort run` on 1 and on 3 node servers (with a process set of the even ranks); its
+//! rank 0 spawns 2 copies of it (`cohort_spawn`, `cohort_spawn_nb`), which find their
+//! parent (`cohort_parent`) and connect with the launched job. The
 //! ranks check every answer themselves
 //! (wrong structure layouts or codes show as wrong values) and print `FAIL` on a
 //! violation; here the job must succeed and every rank that stays in the group must
@@ -95,8 +97,18 @@ fn run(nodes: u32, n: u32) {
     );
     let expect = format!("RESULT members={n} ctx=");
     assert!(
-        results[0].starts_with(&expect) && results[0].contains(" failed=0 conn="),
+        results[0].starts_with(&expect)
+            && results[0].contains(" failed=0 conn=")
+            && results[0].ends_with(" spawned=2"),
         "{context}"
+    );
+    let children: Vec<&str> = stdout
+        .lines()
+        .filter(|l| l.starts_with("SPAWNED "))
+        .collect();
+    assert_eq!(
+        children, ["SPAWNED size=2 parent=0 ep=ep-0"; 2],
+        "one SPAWNED per child: {context}"
     );
 }
 

@@ -336,3 +336,114 @@ fn pmix_without_the_library_says_where_it_looked() {
         "{err}"
     );
 }
+
+/// Runs `prog args` (a program that spawns) on `nodes` node servers with `n` ranks
+/// and cohort's library first on the library path; checks the session succeeded and
+/// returns the parents' and the children's RESULT lines (each side's all equal, one
+/// per process: `n` parents, `children` children).
+fn run_spawner(
+    prog: &Path,
+    args: &[&str],
+    nodes: u32,
+    n: u32,
+    children: u32,
+    lib: Lib,
+) -> (String, String) {
+    let (nodes_s, n_s) = (nodes.to_string(), n.to_string());
+    let libpath = format!("LD_LIBRARY_PATH={}", pmix_lib_dir().display());
+    let mut cmd = vec!["run", "--nodes", &nodes_s, "-n", &n_s];
+    match lib {
+        Lib::Exported => cmd.extend(["-x", &libpath]),
+        Lib::PmixFlag => cmd.push("--pmix"),
+    }
+    cmd.push(prog.to_str().expect("a UTF-8 path"));
+    cmd.extend_from_slice(args);
+    let out = run_cohort(&cmd, DEADLINE);
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    let context = format!(
+        "{} {args:?} on {nodes} node server(s), {n} ranks\n--- stdout:\n{stdout}\n--- stderr:\n{stderr}",
+        prog.display()
+    );
+    assert_eq!(out.status.code(), Some(0), "{context}");
+    assert!(!stderr.contains("FAIL rank"), "{context}");
+    let side = |prefix: &str, count: u32| {
+        let lines: Vec<&str> = stdout.lines().filter(|l| l.starts_with(prefix)).collect();
+        assert_eq!(lines.len() as u32, count, "{prefix}: {context}");
+        assert!(
+            lines.windows(2).all(|w| w[0] == w[1]),
+            "{prefix}: {context}"
+        );
+        lines[0].to_string()
+    };
+    (side("RESULT parent ", n), side("RESULT child ", children))
+}
+
+/// PMIx_Spawn from C (`c/pmix_spawn.c`): rank 0 of the launched job spawns 2 copies
+/// of the program with an environment variable, a working directory and PMIX_MAPBY;
+/// the children know they were spawned and by whom (PMIX_SPAWNED, PMIX_PARENT_ID as
+/// a PMIX_PROC), their job's size, the variable and the directory; both jobs connect
+/// by their wildcards, read each other's data and job-level keys, and disconnect. Bad
+/// requests (no app, no process, an unknown required info) fail first.
+fn run_pmix_spawn(nodes: u32, n: u32, args: &[&str]) {
+    let Some(prog) = pmix_program("pmix_spawn") else {
+        return;
+    };
+    let (parents, children) = run_spawner(&prog, args, nodes, n, 2, Lib::Exported);
+    let child_sum: u32 = (0..2).map(|r| 200 + r).sum();
+    let parent_sum: u32 = (0..n).map(|r| 100 + r).sum();
+    assert_eq!(
+        parents,
+        format!("RESULT parent size={n} children=2 sum={child_sum}")
+    );
+    assert_eq!(
+        children,
+        format!("RESULT child size=2 parents={n} parent=0 sum={parent_sum}")
+    );
+}
+
+#[test]
+fn a_pmix_program_spawns_a_job_on_one_node_server() {
+    run_pmix_spawn(1, 2, &[]);
+}
+
+#[test]
+fn a_pmix_program_spawns_a_job_on_three_node_servers() {
+    run_pmix_spawn(3, 2, &[]);
+}
+
+/// The same with PMIx_Spawn_nb and PMIx_Connect_nb.
+#[test]
+fn a_pmix_program_spawns_a_job_without_blocking() {
+    run_pmix_spawn(3, 3, &["nb"]);
+}
+
+/// MPI_Comm_spawn of Open MPI 4.1 (`c/mpi_spawn.c`) under `cohort run --pmix`: the
+/// launched job spawns 2 copies of the program, which find it with
+/// MPI_Comm_get_parent; both sides reduce over the intercommunicator, exchange
+/// point-to-point messages, disconnect and finalize.
+fn run_mpi_spawn(nodes: u32, n: u32) {
+    let Some(prog) = mpi_program("mpi_spawn") else {
+        return;
+    };
+    let (parents, children) = run_spawner(&prog, &[], nodes, n, 2, Lib::PmixFlag);
+    let child_sum: u32 = (0..2).map(|r| 10 + r).sum();
+    let parent_sum: u32 = (0..n).map(|r| 1000 + r).sum();
+    assert_eq!(
+        parents,
+        format!("RESULT parent size={n} children=2 sum={child_sum} echoed=2")
+    );
+    assert_eq!(
+        children,
+        format!("RESULT child size=2 parents={n} sum={parent_sum} echoed=1")
+    );
+}
+
+#[test]
+fn open_mpi_comm_spawn_runs_on_one_node_server() {
+    run_mpi_spawn(1, 2);
+}
+
+#[test]
+fn open_mpi_comm_spawn_runs_on_three_node_servers() {
+    run_mpi_spawn(3, 3);
+}

@@ -96,6 +96,10 @@ extern "C" {
 #define COHORT_PERSIST_PROC 3          /* until the publisher terminates */
 #define COHORT_PERSIST_SESSION 4
 
+/* Placement of a spawn's processes (PMIX_MAPBY; 0, the default: block-wise). */
+#define COHORT_MAP_BLOCK 0       /* block-wise over the node servers, as `cohort run` */
+#define COHORT_MAP_ROUND_ROBIN 1 /* one per node server in turn (ppr:1:node) */
+
 /* cohort_lookup_opts_t.wait: wait until every key is published. */
 #define COHORT_WAIT_ALL -1
 
@@ -240,6 +244,26 @@ typedef struct {
     cohort_value_t value;
 } cohort_published_t;
 
+/* One application of a spawn (pmix_app_t): `maxprocs` processes running argv[0]
+ * (resolved through PATH on the node servers' host) with argv[1..] (argc strings),
+ * plus `env` ("VAR=VAL", nenv strings) over the session's `-x` variables, in `cwd`
+ * (NULL: the node server's working directory). */
+typedef struct {
+    const char *const *argv;
+    size_t argc;
+    uint32_t maxprocs;
+    const char *const *env;
+    size_t nenv;
+    const char *cwd;
+} cohort_spawn_app_t;
+
+/* Options of a spawn. Zero-initialize (block-wise over every live node server). */
+typedef struct {
+    int mapping;              /* COHORT_MAP_* (PMIX_MAPBY) */
+    const char *const *hosts; /* node server names (PMIX_HOST), nhosts strings; */
+    size_t nhosts;            /* none: every live one */
+} cohort_spawn_opts_t;
+
 typedef void (*cohort_op_cb)(int status, void *cbdata);
 typedef void (*cohort_lookup_cb)(int status, const cohort_published_t *found, size_t nfound,
                                  void *cbdata);
@@ -248,6 +272,7 @@ typedef void (*cohort_value_cb)(int status, const cohort_value_t *value, void *c
 typedef void (*cohort_failed_cb)(int status, const cohort_failed_t *failed, void *cbdata);
 /* `nspace` is "" (and `rank` UINT32_MAX) with xchg_only or on failure. */
 typedef void (*cohort_connect_cb)(int status, const char *nspace, uint32_t rank, void *cbdata);
+typedef void (*cohort_spawn_cb)(int status, const char *nspace, void *cbdata);
 
 /* An event handler. `source` and `affected` live only during the call. */
 typedef void (*cohort_event_fn)(int code, const cohort_proc_t *source,
@@ -372,6 +397,17 @@ void cohort_published_free(cohort_published_t *found, size_t nfound);
 int cohort_unpublish(cohort_client_t *client, const char *const *keys, size_t nkeys,
                      const cohort_publish_opts_t *opts);
 
+/* Spawn (PMIx_Spawn): starts `apps` (napps of them) as a new job of the session, in a
+ * namespace of its own ("<this job's namespace>@<k>", written to `nspace`,
+ * COHORT_MAX_NSLEN + 1 bytes, when not NULL); returns once every node server knows it
+ * and its processes are started. Its processes find the spawning process with
+ * cohort_parent, which answers COHORT_ERR_NOT_FOUND in a job `cohort run` launched.
+ * The two jobs reach each other by their namespaces (cohort_get, cohort_connect over
+ * both jobs' wildcards, a group construct). */
+int cohort_spawn(cohort_client_t *client, const cohort_spawn_app_t *apps, size_t napps,
+                 const cohort_spawn_opts_t *opts, char *nspace);
+int cohort_parent(cohort_client_t *client, cohort_proc_t *parent);
+
 /* Non-blocking forms (PMIx's _nb): the request starts at once; a non-zero return
  * means it did not start and `cb` will not be called. */
 int cohort_fence_nb(cohort_client_t *client, const cohort_proc_t *procs, size_t nprocs,
@@ -405,6 +441,9 @@ int cohort_lookup_nb(cohort_client_t *client, const char *const *keys, size_t nk
                      const cohort_lookup_opts_t *opts, cohort_lookup_cb cb, void *cbdata);
 int cohort_unpublish_nb(cohort_client_t *client, const char *const *keys, size_t nkeys,
                         const cohort_publish_opts_t *opts, cohort_op_cb cb, void *cbdata);
+/* `nspace` ("" on failure) lives until `cb` returns. */
+int cohort_spawn_nb(cohort_client_t *client, const cohort_spawn_app_t *apps, size_t napps,
+                    const cohort_spawn_opts_t *opts, cohort_spawn_cb cb, void *cbdata);
 
 #ifdef __cplusplus
 }

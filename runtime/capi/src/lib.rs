@@ -27,10 +27,12 @@ use cohort::{
 
 mod info;
 mod publish;
+mod spawn;
 
 pub use info::{cohort_group_info_t, cohort_info_t};
 use info::{free_group_info, group_info_out, info_in, info_out};
 pub use publish::{cohort_lookup_opts_t, cohort_publish_opts_t, cohort_published_t};
+pub use spawn::{cohort_spawn_app_t, cohort_spawn_opts_t};
 
 pub const COHORT_MAX_NSLEN: usize = 255;
 
@@ -101,6 +103,8 @@ c_constants! { OTHER_CONSTANTS:
     COHORT_PERSIST_PROC = 3,
     COHORT_PERSIST_SESSION = 4,
     COHORT_WAIT_ALL = -1,
+    COHORT_MAP_BLOCK = 0,
+    COHORT_MAP_ROUND_ROBIN = 1,
 }
 
 /// The opaque client handle.

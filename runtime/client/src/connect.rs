@@ -247,6 +247,18 @@ fn foreign_nspaces(me: &ProcId, procs: &[ProcId]) -> BTreeSet<String> {
         .collect()
 }
 
+/// The job-level key of a job's size.
+const JOB_SIZE: &str = "pmix.job.size";
+
+/// The ranks of job `ns` of the session from its size as the node server answered it
+/// (`None`: `ns` is no job).
+fn job_ranks(ns: &str, size: Result<Value>) -> Option<Vec<ProcId>> {
+    match size {
+        Ok(Value::U32(n)) => Some((0..n).map(|r| ProcId::new(ns, r)).collect()),
+        _ => None,
+    }
+}
+
 impl Client {
     /// The canonical list of a connect: sorted, without duplicates, `{nspace,*}`
     /// expanded — this job's from its size, a group's or connection's from its
@@ -373,7 +385,12 @@ impl Client {
         for ns in foreign_nspaces(self.proc_id(), procs) {
             let members = match self.group_query(&ns) {
                 Ok(g) => Some(g.members),
-                Err(CohortError::GroupNotFound { .. } | CohortError::InvalidGroupId { .. }) => None,
+                Err(CohortError::GroupNotFound { .. } | CohortError::InvalidGroupId { .. }) => {
+                    job_ranks(
+                        &ns,
+                        self.get(&ProcId::wildcard(ns.as_str()), JOB_SIZE, None),
+                    )
+                }
                 Err(e) => return Err(e),
             };
             foreign.insert(ns, members);
@@ -441,7 +458,17 @@ impl Client {
                             Err(
                                 CohortError::GroupNotFound { .. }
                                 | CohortError::InvalidGroupId { .. },
-                            ) => None,
+                            ) => {
+                                let inner = weak.upgrade().ok_or_else(|| {
+                                    CohortError::ServerLost("the client was dropped".into())
+                                })?;
+                                let size = (Client { inner }).get_async(
+                                    &ProcId::wildcard(ns.as_str()),
+                                    JOB_SIZE,
+                                    None,
+                                );
+                                job_ranks(&ns, size.await)
+                            }
                             Err(e) => return Err(e),
                         };
                         foreign.insert(ns, members);

@@ -12,8 +12,11 @@
 //! * Nothing panics across the boundary: every entry point runs under `catch_unwind`
 //!   and answers `PMIX_ERROR` if something did; NULL or malformed arguments give
 //!   `PMIX_ERR_BAD_PARAM`.
-//! * Calls this library does not implement (spawn, publish/lookup, the server and tool
-//!   APIs, …) are exported and return `PMIX_ERR_NOT_SUPPORTED` (`stubs.rs`), so that
+//! * `PMIx_Spawn` starts a new job of the session (`spawn.rs`); its processes read
+//!   `PMIX_PARENT_ID` (a `PMIX_PROC`) and `PMIX_SPAWNED` (a bool), and everyone reads
+//!   the job-level keys of every namespace of the session from its node server.
+//! * Calls this library does not implement (allocation, credentials, fabric, the
+//!   server and tool APIs, …) are exported and return `PMIX_ERR_NOT_SUPPORTED` (`stubs.rs`), so that
 //!   Open MPI's `ext3x` component, which links all of them, loads.
 
 mod control;
@@ -21,6 +24,7 @@ mod events;
 mod groups;
 mod keys;
 mod publish;
+mod spawn;
 pub mod stubs;
 pub mod types;
 pub mod value;
@@ -454,6 +458,25 @@ enum GetPlan {
 /// committed without that key).
 const IMMEDIATE_WAIT: Duration = Duration::from_millis(500);
 
+/// The job-level keys the node server answers for the processes of every job of the
+/// session (this process's own job's come from its job map, `keys.rs`).
+const FOREIGN_JOB_KEYS: &[&str] = &[
+    PMIX_JOB_SIZE,
+    PMIX_UNIV_SIZE,
+    PMIX_NUM_NODES,
+    PMIX_NSPACE,
+    PMIX_JOB_NUM_APPS,
+    PMIX_RANK,
+    PMIX_NODEID,
+    PMIX_HOSTNAME,
+    PMIX_LOCAL_RANK,
+    PMIX_LOCAL_SIZE,
+    PMIX_APPNUM,
+    PMIX_APP_SIZE,
+    PMIX_APP_RANK,
+    PMIX_PSET_NAMES,
+];
+
 /// # Safety
 /// As `PMIx_Get`.
 unsafe fn get_plan(
@@ -475,12 +498,31 @@ unsafe fn get_plan(
     if let Some(v) = lock(&s.store).get(&(p.clone(), key.clone())) {
         return Ok(GetPlan::Here(Ok(v.clone())));
     }
+    // Job-level keys the node server answers for every namespace of the session, at
+    // once (PMIX_PARENT_ID under cohort's name for it).
+    let server_side = match key.as_str() {
+        PMIX_PARENT_ID | cohort::keys::PARENT_ID => Some(cohort::keys::PARENT_ID),
+        PMIX_SPAWNED => Some(cohort::keys::SPAWNED),
+        _ => None,
+    };
+    if let Some(k) = server_side {
+        return Ok(GetPlan::Server {
+            proc: p,
+            key: k.to_string(),
+            timeout: timeout(&info),
+        });
+    }
     if let Some(v) = keys::job_value(&s.client, &p, &key) {
         return Ok(GetPlan::Here(Ok(v)));
     }
     let quick = flag(&info, PMIX_OPTIONAL) || flag(&info, PMIX_IMMEDIATE);
+    // The node server answers another job's job-level keys at once, even when asked
+    // to look locally only.
+    let foreign_job_key = p.nspace != s.client.nspace() && FOREIGN_JOB_KEYS.contains(&key.as_str());
     // Reserved keys nobody posted, and anything asked of a wildcard, are not found.
-    if p.is_wildcard() && p.nspace == s.client.nspace() || (quick && key.starts_with("pmix.")) {
+    if p.is_wildcard() && p.nspace == s.client.nspace()
+        || (quick && key.starts_with("pmix.") && !foreign_job_key)
+    {
         return Ok(GetPlan::Here(Err(PMIX_ERR_NOT_FOUND)));
     }
     let timeout = match timeout(&info) {
@@ -574,12 +616,20 @@ fn unsafe_mut<'a, T>(p: *mut T) -> Option<&'a mut T> {
 pub(crate) fn typed_for_key(key: &str, v: PVal) -> PVal {
     match (key, v) {
         (PMIX_GROUP_CONTEXT_ID, PVal::Uint64(x)) => PVal::Size(x),
-        // cohort names a group event's leader as a one-process list.
-        (PMIX_EVENT_AFFECTED_PROC | PMIX_GROUP_LEADER, PVal::Array(PMIX_PROC, mut p))
-            if p.len() == 1 =>
-        {
-            p.pop().unwrap_or(PVal::Bool(false))
+        // cohort names a group event's leader and a job's parent as a one-process
+        // list.
+        (
+            PMIX_EVENT_AFFECTED_PROC | PMIX_GROUP_LEADER | PMIX_PARENT_ID | cohort::keys::PARENT_ID,
+            PVal::Array(PMIX_PROC, mut p),
+        ) if p.len() == 1 => p.pop().unwrap_or(PVal::Bool(false)),
+        // The node server answers another namespace's ranks as plain integers.
+        (PMIX_LOCAL_RANK | PMIX_NODE_RANK, PVal::Uint32(x)) => {
+            PVal::Uint16(u16::try_from(x).unwrap_or(u16::MAX))
         }
+        (
+            PMIX_RANK | PMIX_GLOBAL_RANK | PMIX_APP_RANK | PMIX_LOCALLDR | PMIX_APPLDR,
+            PVal::Uint32(x),
+        ) => PVal::Rank(x),
         (_, v) => v,
     }
 }

@@ -27,8 +27,6 @@ macro_rules! not_supported {
 
 not_supported! {
     // Client calls Open MPI links.
-    PMIx_Spawn,
-    PMIx_Spawn_nb,
     PMIx_generate_regex,
     PMIx_generate_ppn,
     // Other client calls of pmix.h.

@@ -125,6 +125,23 @@ pub struct pmix_query_t {
     pub nqual: usize,
 }
 
+/// One application of a spawn.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct pmix_app_t {
+    pub cmd: *mut c_char,
+    pub argv: *mut *mut c_char,
+    pub env: *mut *mut c_char,
+    pub cwd: *mut c_char,
+    pub maxprocs: c_int,
+    pub info: *mut pmix_info_t,
+    pub ninfo: usize,
+}
+
+/// `pmix_spawn_cbfunc_t`: the namespace parameter is a `pmix_nspace_t`, an array,
+/// so a pointer to its first character.
+pub type pmix_spawn_cbfunc_t =
+    Option<unsafe extern "C" fn(status: pmix_status_t, nspace: *mut c_char, cbdata: *mut c_void)>;
 pub type pmix_lookup_cbfunc_t = Option<
     unsafe extern "C" fn(
         status: pmix_status_t,
@@ -355,6 +372,11 @@ keys! {
     PMIX_EVENT_AFFECTED_PROCS = "pmix.evaffected",
     PMIX_EVENT_CUSTOM_RANGE = "pmix.evrange",
     PMIX_EVENT_NON_DEFAULT = "pmix.evnondef",
+    PMIX_PARENT_ID = "pmix.parent",
+    PMIX_SPAWNED = "pmix.spawned",
+    PMIX_WDIR = "pmix.wdir",
+    PMIX_MAPBY = "pmix.mapby",
+    PMIX_HOST = "pmix.host",
     PMIX_QUERY_NAMESPACES = "pmix.qry.ns",
     PMIX_QUERY_NUM_PSETS = "pmix.qry.psetnum",
     PMIX_QUERY_PSET_NAMES = "pmix.qry.psets",
@@ -402,6 +424,12 @@ pub fn layout() -> Vec<(&'static str, &'static str, usize)> {
             "array",
             offset_of!(pmix_data_array_t, array),
         ),
+        ("pmix_app_t", "", size_of::<pmix_app_t>()),
+        ("pmix_app_t", "env", offset_of!(pmix_app_t, env)),
+        ("pmix_app_t", "cwd", offset_of!(pmix_app_t, cwd)),
+        ("pmix_app_t", "maxprocs", offset_of!(pmix_app_t, maxprocs)),
+        ("pmix_app_t", "info", offset_of!(pmix_app_t, info)),
+        ("pmix_app_t", "ninfo", offset_of!(pmix_app_t, ninfo)),
         ("pmix_query_t", "", size_of::<pmix_query_t>()),
         (
             "pmix_query_t",

@@ -1,0 +1,295 @@
+/* PMIx_Spawn and PMIx_Connect (or PMIx_Spawn_nb and PMIx_Connect_nb with the
+ * argument "nb"), written against OpenPMIx's
+ * <pmix.h> only, run under `cohort run` with cohort's libpmix.so.2
+ * (cluster-tests/tests/pmix.rs). The launched job (the parents, 2 ranks or more)
+ * checks it has no parent; its rank 0 spawns 2 copies of this program (argument
+ * "child") with an environment variable, a working directory and a mapping; the
+ * children see they were spawned (PMIX_SPAWNED, PMIX_PARENT_ID = parent rank 0, a
+ * PMIX_PROC), their job's size, the variable and the directory. Parents and
+ * children then connect over both namespaces (as Open MPI's MPI_Comm_spawn does:
+ * each side names its own job's and the other job's wildcard), read each other's
+ * posted data and job-level keys, and disconnect. Every process checks each answer
+ * itself and prints "FAIL rank R: ..." to stderr on a violation (exit 1); on success
+ * a parent prints "RESULT parent ..." and a child "RESULT child ...", the same on
+ * every process of a side. */
+#include <limits.h>
+#include <pmix.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static pmix_proc_t me;
+
+#define CHECK(cond, ...)                                                   \
+    do {                                                                   \
+        if (!(cond)) {                                                     \
+            fprintf(stderr, "FAIL rank %u: ", me.rank);                    \
+            fprintf(stderr, __VA_ARGS__);                                  \
+            fprintf(stderr, " (%s:%d)\n", __FILE__, __LINE__);             \
+            exit(1);                                                       \
+        }                                                                  \
+    } while (0)
+
+#define OK(call) CHECK((rc = (call)) == PMIX_SUCCESS, "%s -> %s (%d)", #call, PMIx_Error_string(rc), rc)
+
+#define CHILDREN 2
+#define WORKDIR "/tmp"
+
+/* A uint32 job-level key of {nspace, rank}. */
+static uint32_t job_u32(const char *nspace, pmix_rank_t rank, const char *key)
+{
+    pmix_status_t rc;
+    pmix_proc_t p;
+    pmix_value_t *v = NULL;
+    PMIX_LOAD_PROCID(&p, nspace, rank);
+    OK(PMIx_Get(&p, key, NULL, 0, &v));
+    CHECK(v->type == PMIX_UINT32, "%s of %s: type %d", key, nspace, v->type);
+    uint32_t x = v->data.uint32;
+    PMIX_VALUE_RELEASE(v);
+    return x;
+}
+
+/* The uint32 `key` posted by {nspace, rank}. */
+static uint32_t posted(const char *nspace, pmix_rank_t rank, const char *key)
+{
+    return job_u32(nspace, rank, key);
+}
+
+static void put_u32(const char *key, uint32_t x)
+{
+    pmix_status_t rc;
+    pmix_value_t v;
+    PMIX_VALUE_LOAD(&v, &x, PMIX_UINT32);
+    OK(PMIx_Put(PMIX_GLOBAL, key, &v));
+    OK(PMIx_Commit());
+}
+
+/* PMIX_SPAWNED of this process: false (or not found) for a launched job. */
+static bool spawned(void)
+{
+    pmix_value_t *v = NULL;
+    pmix_status_t rc = PMIx_Get(&me, PMIX_SPAWNED, NULL, 0, &v);
+    if (rc == PMIX_ERR_NOT_FOUND) {
+        return false;
+    }
+    CHECK(rc == PMIX_SUCCESS, "PMIX_SPAWNED: %s", PMIx_Error_string(rc));
+    CHECK(v->type == PMIX_BOOL, "PMIX_SPAWNED has type %d", v->type);
+    bool b = v->data.flag;
+    PMIX_VALUE_RELEASE(v);
+    return b;
+}
+
+/* Connects both jobs (each named by its wildcard, the launched one first), as Open
+ * MPI's dpm does after a spawn. */
+static atomic_int connect_done;
+static pmix_status_t connect_status;
+
+static void on_connected(pmix_status_t status, void *cbdata)
+{
+    (void)cbdata;
+    connect_status = status;
+    atomic_store(&connect_done, 1);
+}
+
+static void connect_jobs(const char *parents, const char *children, pmix_proc_t both[2], bool nb)
+{
+    pmix_status_t rc;
+    PMIX_LOAD_PROCID(&both[0], parents, PMIX_RANK_WILDCARD);
+    PMIX_LOAD_PROCID(&both[1], children, PMIX_RANK_WILDCARD);
+    pmix_info_t timeout;
+    uint32_t secs = 60;
+    PMIX_INFO_LOAD(&timeout, PMIX_TIMEOUT, &secs, PMIX_UINT32);
+    if (nb) {
+        OK(PMIx_Connect_nb(both, 2, &timeout, 1, on_connected, NULL));
+        for (int i = 0; i < 60000 && !atomic_load(&connect_done); i++) {
+            usleep(1000);
+        }
+        CHECK(atomic_load(&connect_done), "PMIx_Connect_nb never called back");
+        CHECK(connect_status == PMIX_SUCCESS, "PMIx_Connect_nb: %s",
+              PMIx_Error_string(connect_status));
+    } else {
+        OK(PMIx_Connect(both, 2, &timeout, 1));
+    }
+    PMIX_INFO_DESTRUCT(&timeout);
+}
+
+static atomic_int spawn_done;
+static pmix_status_t spawn_status;
+static char spawn_nspace[PMIX_MAX_NSLEN + 1];
+
+static void on_spawned(pmix_status_t status, pmix_nspace_t nspace, void *cbdata)
+{
+    (void)cbdata;
+    spawn_status = status;
+    PMIX_LOAD_NSPACE(spawn_nspace, nspace);
+    atomic_store(&spawn_done, 1);
+}
+
+/* Spawns the children from rank 0; returns their namespace in `ns`. */
+static void spawn_children(const char *self, bool nb, pmix_nspace_t ns)
+{
+    pmix_status_t rc;
+    pmix_app_t app;
+    PMIX_APP_CONSTRUCT(&app);
+    char *argv[] = {(char *)self, "child", nb ? "nb" : NULL, NULL};
+    char *env[] = {"SPAWN_TEST_WORD=hello", NULL};
+    app.cmd = NULL; /* argv[0] is the program */
+    app.argv = argv;
+    app.env = env;
+    app.maxprocs = CHILDREN;
+    PMIX_INFO_CREATE(app.info, 1);
+    app.ninfo = 1;
+    PMIX_INFO_LOAD(&app.info[0], PMIX_WDIR, WORKDIR, PMIX_STRING);
+    pmix_info_t job[1];
+    PMIX_INFO_LOAD(&job[0], PMIX_MAPBY, "ppr:1:node", PMIX_STRING);
+
+    /* Bad requests fail before anything starts. */
+    pmix_nspace_t none;
+    CHECK(PMIx_Spawn(job, 1, NULL, 0, none) == PMIX_ERR_BAD_PARAM, "a spawn of nothing");
+    app.maxprocs = 0;
+    CHECK(PMIx_Spawn(job, 1, &app, 1, none) == PMIX_ERR_BAD_PARAM, "a spawn of 0 processes");
+    app.maxprocs = CHILDREN;
+    pmix_info_t need;
+    bool yes = true;
+    PMIX_INFO_LOAD(&need, "pmix.no.such.directive", &yes, PMIX_BOOL);
+    PMIX_INFO_REQUIRED(&need);
+    rc = PMIx_Spawn(&need, 1, &app, 1, none);
+    CHECK(rc == PMIX_ERR_NOT_SUPPORTED, "a spawn with an unknown required info: %s",
+          PMIx_Error_string(rc));
+    PMIX_INFO_DESTRUCT(&need);
+
+    if (nb) {
+        OK(PMIx_Spawn_nb(job, 1, &app, 1, on_spawned, NULL));
+        for (int i = 0; i < 60000 && !atomic_load(&spawn_done); i++) {
+            usleep(1000);
+        }
+        CHECK(atomic_load(&spawn_done), "PMIx_Spawn_nb never called back");
+        CHECK(spawn_status == PMIX_SUCCESS, "PMIx_Spawn_nb: %s", PMIx_Error_string(spawn_status));
+        PMIX_LOAD_NSPACE(ns, spawn_nspace);
+    } else {
+        OK(PMIx_Spawn(job, 1, &app, 1, ns));
+    }
+    app.argv = NULL; /* ours, not malloc'd */
+    app.env = NULL;
+    PMIX_APP_DESTRUCT(&app);
+    PMIX_INFO_DESTRUCT(&job[0]);
+    char expect[PMIX_MAX_NSLEN + 2];
+    snprintf(expect, sizeof expect, "%s@", me.nspace);
+    CHECK(strncmp(ns, expect, strlen(expect)) == 0, "spawned namespace %s", ns);
+}
+
+static int parent(const char *self, bool nb)
+{
+    pmix_status_t rc;
+    uint32_t size = job_u32(me.nspace, PMIX_RANK_WILDCARD, PMIX_JOB_SIZE);
+    CHECK(!spawned(), "a launched job says it was spawned");
+    pmix_value_t *v = NULL;
+    rc = PMIx_Get(&me, PMIX_PARENT_ID, NULL, 0, &v);
+    CHECK(rc == PMIX_ERR_NOT_FOUND, "a launched process's parent: %s", PMIx_Error_string(rc));
+
+    put_u32("spawn.parent.val", 100 + me.rank);
+    pmix_nspace_t ns;
+    memset(ns, 0, sizeof ns);
+    if (me.rank == 0) {
+        spawn_children(self, nb, ns);
+        pmix_value_t nv;
+        PMIX_VALUE_LOAD(&nv, ns, PMIX_STRING);
+        OK(PMIx_Put(PMIX_GLOBAL, "spawn.child.ns", &nv));
+        PMIX_VALUE_DESTRUCT(&nv);
+        OK(PMIx_Commit());
+    }
+    pmix_proc_t wild;
+    PMIX_LOAD_PROCID(&wild, me.nspace, PMIX_RANK_WILDCARD);
+    OK(PMIx_Fence(&wild, 1, NULL, 0));
+    if (me.rank != 0) {
+        pmix_proc_t root;
+        PMIX_LOAD_PROCID(&root, me.nspace, 0);
+        OK(PMIx_Get(&root, "spawn.child.ns", NULL, 0, &v));
+        CHECK(v->type == PMIX_STRING, "spawn.child.ns has type %d", v->type);
+        PMIX_LOAD_NSPACE(ns, v->data.string);
+        PMIX_VALUE_RELEASE(v);
+    }
+
+    /* The children's job, as every node server knows it. */
+    uint32_t csize = job_u32(ns, PMIX_RANK_WILDCARD, PMIX_JOB_SIZE);
+    CHECK(csize == CHILDREN, "the children's job has %u processes", csize);
+
+    pmix_proc_t both[2];
+    connect_jobs(me.nspace, ns, both, nb);
+    uint32_t sum = 0;
+    for (pmix_rank_t r = 0; r < CHILDREN; r++) {
+        uint32_t x = posted(ns, r, "spawn.child.val");
+        CHECK(x == 200 + r, "child %u posted %u", r, x);
+        sum += x;
+        pmix_proc_t c;
+        PMIX_LOAD_PROCID(&c, ns, r);
+        OK(PMIx_Get(&c, PMIX_LOCAL_RANK, NULL, 0, &v));
+        CHECK(v->type == PMIX_UINT16, "a child's local rank has type %d", v->type);
+        PMIX_VALUE_RELEASE(v);
+    }
+    OK(PMIx_Disconnect(both, 2, NULL, 0));
+    printf("RESULT parent size=%u children=%u sum=%u\n", size, csize, sum);
+    fflush(stdout);
+    return 0;
+}
+
+static int child(bool nb)
+{
+    pmix_status_t rc;
+    uint32_t size = job_u32(me.nspace, PMIX_RANK_WILDCARD, PMIX_JOB_SIZE);
+    CHECK(size == CHILDREN, "PMIX_JOB_SIZE is %u", size);
+    CHECK(spawned(), "a spawned process does not know it");
+    pmix_value_t *v = NULL;
+    OK(PMIx_Get(&me, PMIX_PARENT_ID, NULL, 0, &v));
+    CHECK(v->type == PMIX_PROC, "PMIX_PARENT_ID has type %d", v->type);
+    pmix_proc_t parent = *v->data.proc;
+    PMIX_VALUE_RELEASE(v);
+    CHECK(parent.rank == 0, "spawned by rank %u", parent.rank);
+    char expect[PMIX_MAX_NSLEN + 2];
+    snprintf(expect, sizeof expect, "%s@", parent.nspace);
+    CHECK(strncmp(me.nspace, expect, strlen(expect)) == 0, "namespace %s for a spawn of %s",
+          me.nspace, parent.nspace);
+    /* The same through the job's wildcard. */
+    pmix_proc_t wild;
+    PMIX_LOAD_PROCID(&wild, me.nspace, PMIX_RANK_WILDCARD);
+    OK(PMIx_Get(&wild, PMIX_PARENT_ID, NULL, 0, &v));
+    CHECK(v->type == PMIX_PROC && v->data.proc->rank == 0, "the job's parent");
+    PMIX_VALUE_RELEASE(v);
+
+    const char *word = getenv("SPAWN_TEST_WORD");
+    CHECK(word && strcmp(word, "hello") == 0, "SPAWN_TEST_WORD is %s", word ? word : "unset");
+    char cwd[PATH_MAX], want[PATH_MAX];
+    CHECK(getcwd(cwd, sizeof cwd) && realpath(WORKDIR, want), "getcwd");
+    CHECK(strcmp(cwd, want) == 0, "working directory %s", cwd);
+    uint32_t psize = job_u32(parent.nspace, PMIX_RANK_WILDCARD, PMIX_JOB_SIZE);
+
+    put_u32("spawn.child.val", 200 + me.rank);
+    OK(PMIx_Fence(&wild, 1, NULL, 0));
+    pmix_proc_t both[2];
+    connect_jobs(parent.nspace, me.nspace, both, nb);
+    uint32_t sum = 0;
+    for (pmix_rank_t r = 0; r < psize; r++) {
+        uint32_t x = posted(parent.nspace, r, "spawn.parent.val");
+        CHECK(x == 100 + r, "parent %u posted %u", r, x);
+        sum += x;
+    }
+    OK(PMIx_Disconnect(both, 2, NULL, 0));
+    printf("RESULT child size=%u parents=%u parent=%u sum=%u\n", size, psize, parent.rank, sum);
+    fflush(stdout);
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    pmix_status_t rc;
+    OK(PMIx_Init(&me, NULL, 0));
+    CHECK(strncmp(PMIx_Get_version(), "cohort ", 7) == 0, "not cohort's libpmix: %s",
+          PMIx_Get_version());
+    bool is_child = argc > 1 && strcmp(argv[1], "child") == 0;
+    bool nb = argc > 1 && strcmp(argv[argc - 1], "nb") == 0;
+    int ret = is_child ? child(nb) : parent(argv[0], nb);
+    OK(PMIx_Finalize(NULL, 0));
+    return ret;
+}

@@ -1,0 +1,281 @@
+//! PMIx_Spawn and PMIx_Spawn_nb on cohort's spawn: a process of the session starts a
+//! new job in a namespace of its own (what MPI_Comm_spawn uses).
+//!
+//! Each `pmix_app_t` becomes a [`SpawnApp`]: the program is `cmd` (or `argv[0]` when
+//! `cmd` is NULL) with `argv[1..]` as its arguments, `env` entries are `VAR=VAL`, and
+//! the working directory is `cwd`, else the app's PMIX_WDIR, else the job's. Of the
+//! job's and the apps' infos, PMIX_MAPBY (`node` or `ppr:N:node`: one per node server
+//! in turn, else block-wise) and PMIX_HOST (a comma-separated list of node server
+//! names) place the processes; everything else is ignored unless it is marked
+//! required (PMIX_INFO_REQD), which fails the spawn with PMIX_ERR_NOT_SUPPORTED.
+//! Open MPI sets no info as required.
+
+use std::ffi::{c_char, c_void};
+
+use cohort::{Nspace, SpawnApp, SpawnMapping, SpawnOpts};
+
+use crate::types::*;
+use crate::value::*;
+use crate::*;
+
+/// The infos of a spawn this library reads; any other one marked required fails it.
+const UNDERSTOOD: &[&str] = &[PMIX_WDIR, PMIX_MAPBY, PMIX_HOST];
+
+/// The infos of a C array, or PMIX_ERR_NOT_SUPPORTED when one this library does not
+/// read is marked required.
+///
+/// # Safety
+/// `info` NULL or `n` valid infos.
+unsafe fn spawn_infos(
+    info: *const pmix_info_t,
+    n: usize,
+) -> Result<Vec<(String, PVal)>, pmix_status_t> {
+    if !info.is_null() && n > 0 {
+        // SAFETY: per the contract.
+        let raw = unsafe { std::slice::from_raw_parts(info, n) };
+        if let Some(i) = raw.iter().find(|i| {
+            i.flags & PMIX_INFO_REQD != 0 && !UNDERSTOOD.contains(&key_in(&i.key).as_str())
+        }) {
+            debug(|| format!("PMIx_Spawn: required info {:?}", key_in(&i.key)));
+            return Err(PMIX_ERR_NOT_SUPPORTED);
+        }
+    }
+    // SAFETY: forwarded contract.
+    Ok(unsafe { infos(info, n) })
+}
+
+/// The strings of a NULL-terminated array (NULL: none).
+///
+/// # Safety
+/// `list` NULL or a NULL-terminated array of NUL-terminated strings.
+unsafe fn argv_in(list: *const *mut c_char) -> Result<Vec<String>, pmix_status_t> {
+    let mut out = Vec::new();
+    if list.is_null() {
+        return Ok(out);
+    }
+    for i in 0.. {
+        // SAFETY: NULL-terminated, per the contract.
+        let s = unsafe { *list.add(i) };
+        if s.is_null() {
+            break;
+        }
+        // SAFETY: NUL-terminated, per the contract.
+        out.push(unsafe { text(s) }?);
+    }
+    Ok(out)
+}
+
+fn string_of(v: &PVal) -> Result<String, pmix_status_t> {
+    match v {
+        PVal::Str(s) => Ok(s.clone()),
+        _ => Err(PMIX_ERR_BAD_PARAM),
+    }
+}
+
+/// PMIX_MAPBY: `node` (optionally with modifiers after a colon) and `ppr:N:node` place
+/// one process per node server in turn; anything else block-wise.
+fn mapping_of(policy: &str) -> SpawnMapping {
+    let parts: Vec<String> = policy
+        .split(':')
+        .map(|p| p.trim().to_ascii_lowercase())
+        .collect();
+    match parts.as_slice() {
+        [first, ..] if first == "node" => SpawnMapping::RoundRobin,
+        [ppr, _, unit, ..] if ppr == "ppr" && unit == "node" => SpawnMapping::RoundRobin,
+        _ => SpawnMapping::Block,
+    }
+}
+
+/// PMIX_HOST: node server names, comma-separated.
+fn hosts_of(list: &str) -> Vec<String> {
+    list.split(',')
+        .map(str::trim)
+        .filter(|h| !h.is_empty())
+        .map(str::to_string)
+        .collect()
+}
+
+/// Reads PMIX_MAPBY and PMIX_HOST of `info` into `opts` (a later one wins).
+fn placement(info: &[(String, PVal)], opts: &mut SpawnOpts) -> Result<(), pmix_status_t> {
+    if let Some(v) = find(info, PMIX_MAPBY) {
+        opts.mapping = mapping_of(&string_of(v)?);
+    }
+    if let Some(v) = find(info, PMIX_HOST) {
+        opts.hosts = hosts_of(&string_of(v)?);
+    }
+    Ok(())
+}
+
+/// One application of a spawn.
+///
+/// # Safety
+/// `app` a valid application.
+unsafe fn app_in(
+    app: &pmix_app_t,
+    job_wdir: Option<&String>,
+    opts: &mut SpawnOpts,
+) -> Result<SpawnApp, pmix_status_t> {
+    // SAFETY: per the contract.
+    let argv = unsafe { argv_in(app.argv) }?;
+    // SAFETY: per the contract.
+    let cmd = unsafe { c_str(app.cmd) };
+    let command = match cmd {
+        Some(c) => std::iter::once(c)
+            .chain(argv.iter().skip(1).cloned())
+            .collect(),
+        None => argv,
+    };
+    if command.first().is_none_or(String::is_empty) {
+        return Err(PMIX_ERR_BAD_PARAM);
+    }
+    let maxprocs = u32::try_from(app.maxprocs)
+        .ok()
+        .filter(|&n| n > 0)
+        .ok_or(PMIX_ERR_BAD_PARAM)?;
+    // SAFETY: per the contract.
+    let env = unsafe { argv_in(app.env) }?
+        .into_iter()
+        .map(|e| match e.split_once('=') {
+            Some((k, v)) if !k.is_empty() => Ok((k.to_string(), v.to_string())),
+            _ => Err(PMIX_ERR_BAD_PARAM),
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    // SAFETY: forwarded contract.
+    let info = unsafe { spawn_infos(app.info, app.ninfo) }?;
+    placement(&info, opts)?;
+    let app_wdir = find(&info, PMIX_WDIR).map(string_of).transpose()?;
+    // SAFETY: per the contract.
+    let cwd = unsafe { c_str(app.cwd) }
+        .filter(|c| !c.is_empty())
+        .or(app_wdir)
+        .or_else(|| job_wdir.cloned());
+    Ok(SpawnApp {
+        command,
+        maxprocs,
+        env,
+        cwd,
+    })
+}
+
+/// The request of a spawn.
+///
+/// # Safety
+/// As `PMIx_Spawn`.
+unsafe fn spawn_args(
+    job_info: *const pmix_info_t,
+    ninfo: usize,
+    apps: *const pmix_app_t,
+    napps: usize,
+) -> Result<(Vec<SpawnApp>, SpawnOpts), pmix_status_t> {
+    if apps.is_null() || napps == 0 {
+        return Err(PMIX_ERR_BAD_PARAM);
+    }
+    // SAFETY: forwarded contract.
+    let job = unsafe { spawn_infos(job_info, ninfo) }?;
+    let mut opts = SpawnOpts::default();
+    placement(&job, &mut opts)?;
+    let job_wdir = find(&job, PMIX_WDIR).map(string_of).transpose()?;
+    // SAFETY: per the contract.
+    let apps = unsafe { std::slice::from_raw_parts(apps, napps) }
+        .iter()
+        // SAFETY: each a valid application, per the contract.
+        .map(|a| unsafe { app_in(a, job_wdir.as_ref(), &mut opts) })
+        .collect::<Result<Vec<_>, _>>()?;
+    debug(|| format!("PMIx_Spawn {apps:?} {opts:?}"));
+    Ok((apps, opts))
+}
+
+/// Copies `ns` into the caller's `pmix_nspace_t` (NUL-terminated, cut to
+/// PMIX_MAX_NSLEN characters).
+///
+/// # Safety
+/// `out` NULL or PMIX_MAX_NSLEN + 1 writable characters.
+unsafe fn nspace_into(ns: &Nspace, out: *mut c_char) {
+    if out.is_null() {
+        return;
+    }
+    let text = nspace_out(ns.as_str());
+    // SAFETY: `out` has room for PMIX_MAX_NSLEN + 1 characters, as `text` has.
+    unsafe { std::ptr::copy_nonoverlapping(text.as_ptr(), out, text.len()) };
+}
+
+/// Starts `apps` as a new job of this session and writes its namespace into `nspace`
+/// (when not NULL) once every node server knows it and its processes are started.
+///
+/// # Safety
+/// `job_info` NULL or `ninfo` infos; `apps` `napps` valid applications; `nspace`
+/// NULL or a `pmix_nspace_t`.
+#[no_mangle]
+pub unsafe extern "C" fn PMIx_Spawn(
+    job_info: *const pmix_info_t,
+    ninfo: usize,
+    apps: *const pmix_app_t,
+    napps: usize,
+    nspace: *mut c_char,
+) -> pmix_status_t {
+    guard(|| {
+        let s = state()?;
+        // SAFETY: forwarded contract.
+        let (apps, opts) = unsafe { spawn_args(job_info, ninfo, apps, napps) }?;
+        let ns = s.client.spawn(apps, opts).map_err(|e| status_of(&e))?;
+        debug(|| format!("PMIx_Spawn -> {ns}"));
+        // SAFETY: per the contract.
+        unsafe { nspace_into(&ns, nspace) };
+        Ok(())
+    })
+}
+
+/// As `PMIx_Spawn`; `cbfunc` gets the status and the new namespace (valid during the
+/// call; empty on failure) on the library's completion thread.
+///
+/// # Safety
+/// As `PMIx_Spawn`; `cbfunc` may be called once with `cbdata`.
+#[no_mangle]
+pub unsafe extern "C" fn PMIx_Spawn_nb(
+    job_info: *const pmix_info_t,
+    ninfo: usize,
+    apps: *const pmix_app_t,
+    napps: usize,
+    cbfunc: pmix_spawn_cbfunc_t,
+    cbdata: *mut c_void,
+) -> pmix_status_t {
+    guard(|| {
+        let s = state()?;
+        // SAFETY: forwarded contract.
+        let (apps, opts) = unsafe { spawn_args(job_info, ninfo, apps, napps) }?;
+        let fut = s.client.spawn_async(apps, opts);
+        let data = CbData(cbdata);
+        complete(fut, move |r| {
+            let data = data;
+            let Some(cb) = cbfunc else { return };
+            let (status, mut ns) = match r {
+                Ok(ns) => (PMIX_SUCCESS, nspace_out(ns.as_str())),
+                Err(e) => (status_of(&e), nspace_out("")),
+            };
+            // SAFETY: the caller's callback, with a namespace valid during the call.
+            unsafe { cb(status, ns.as_mut_ptr(), data.0) };
+        })
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn map_by_node_places_round_robin_and_anything_else_block_wise() {
+        for p in [
+            "node",
+            "NODE",
+            "node:OVERSUBSCRIBE",
+            "ppr:1:node",
+            "ppr:2:node:pe=1",
+        ] {
+            assert_eq!(mapping_of(p), SpawnMapping::RoundRobin, "{p}");
+        }
+        for p in ["slot", "core", "ppr:2:socket", "", "byslot"] {
+            assert_eq!(mapping_of(p), SpawnMapping::Block, "{p}");
+        }
+        assert_eq!(hosts_of(" a, b,,c "), ["a", "b", "c"]);
+    }
+}
