@@ -8,7 +8,8 @@
  * PMIX_PROC), their job's size, the variable and the directory. Parents and
  * children then connect over both namespaces (as Open MPI's MPI_Comm_spawn does:
  * each side names its own job's and the other job's wildcard), read each other's
- * posted data and job-level keys, and disconnect. Every process checks each answer
+ * posted data and job-level keys, and disconnect; rank 0, which asked for
+ * PMIX_NOTIFY_COMPLETION, then hears PMIX_EVENT_JOB_END for the children. Every process checks each answer
  * itself and prints "FAIL rank R: ..." to stderr on a violation (exit 1); on success
  * a parent prints "RESULT parent ..." and a child "RESULT child ...", the same on
  * every process of a side. */
@@ -127,6 +128,31 @@ static void on_spawned(pmix_status_t status, pmix_nspace_t nspace, void *cbdata)
     atomic_store(&spawn_done, 1);
 }
 
+/* PMIX_NOTIFY_COMPLETION: rank 0 hears PMIX_EVENT_JOB_END once every child ended. */
+static atomic_int job_end_seen;
+static char job_end_nspace[PMIX_MAX_NSLEN + 1];
+static int job_end_code = -1;
+
+static void on_job_end(size_t id, pmix_status_t status, const pmix_proc_t *source,
+                       pmix_info_t info[], size_t ninfo, pmix_info_t *results, size_t nresults,
+                       pmix_event_notification_cbfunc_fn_t cbfunc, void *cbdata)
+{
+    (void)id; (void)source; (void)results; (void)nresults;
+    if (status == PMIX_EVENT_JOB_END) {
+        for (size_t i = 0; i < ninfo; i++) {
+            if (0 == strcmp(info[i].key, PMIX_NSPACE) && info[i].value.type == PMIX_STRING) {
+                snprintf(job_end_nspace, sizeof job_end_nspace, "%s", info[i].value.data.string);
+            } else if (0 == strcmp(info[i].key, PMIX_EXIT_CODE) && info[i].value.type == PMIX_INT) {
+                job_end_code = info[i].value.data.integer;
+            }
+        }
+        atomic_store(&job_end_seen, 1);
+    }
+    if (NULL != cbfunc) {
+        cbfunc(PMIX_EVENT_ACTION_COMPLETE, NULL, 0, NULL, NULL, cbdata);
+    }
+}
+
 /* Spawns the children from rank 0; returns their namespace in `ns`. */
 static void spawn_children(const char *self, bool nb, pmix_nspace_t ns)
 {
@@ -142,8 +168,13 @@ static void spawn_children(const char *self, bool nb, pmix_nspace_t ns)
     PMIX_INFO_CREATE(app.info, 1);
     app.ninfo = 1;
     PMIX_INFO_LOAD(&app.info[0], PMIX_WDIR, WORKDIR, PMIX_STRING);
-    pmix_info_t job[1];
+    pmix_info_t job[2];
     PMIX_INFO_LOAD(&job[0], PMIX_MAPBY, "ppr:1:node", PMIX_STRING);
+    bool notify = true;
+    PMIX_INFO_LOAD(&job[1], PMIX_NOTIFY_COMPLETION, &notify, PMIX_BOOL);
+    pmix_status_t end = PMIX_EVENT_JOB_END;
+    CHECK(PMIx_Register_event_handler(&end, 1, NULL, 0, on_job_end, NULL, NULL) >= 0,
+          "registering a PMIX_EVENT_JOB_END handler");
 
     /* Bad requests fail before anything starts. */
     pmix_nspace_t none;
@@ -161,7 +192,7 @@ static void spawn_children(const char *self, bool nb, pmix_nspace_t ns)
     PMIX_INFO_DESTRUCT(&need);
 
     if (nb) {
-        OK(PMIx_Spawn_nb(job, 1, &app, 1, on_spawned, NULL));
+        OK(PMIx_Spawn_nb(job, 2, &app, 1, on_spawned, NULL));
         for (int i = 0; i < 60000 && !atomic_load(&spawn_done); i++) {
             usleep(1000);
         }
@@ -169,12 +200,13 @@ static void spawn_children(const char *self, bool nb, pmix_nspace_t ns)
         CHECK(spawn_status == PMIX_SUCCESS, "PMIx_Spawn_nb: %s", PMIx_Error_string(spawn_status));
         PMIX_LOAD_NSPACE(ns, spawn_nspace);
     } else {
-        OK(PMIx_Spawn(job, 1, &app, 1, ns));
+        OK(PMIx_Spawn(job, 2, &app, 1, ns));
     }
     app.argv = NULL; /* ours, not malloc'd */
     app.env = NULL;
     PMIX_APP_DESTRUCT(&app);
     PMIX_INFO_DESTRUCT(&job[0]);
+    PMIX_INFO_DESTRUCT(&job[1]);
     char expect[PMIX_MAX_NSLEN + 2];
     snprintf(expect, sizeof expect, "%s@", me.nspace);
     CHECK(strncmp(ns, expect, strlen(expect)) == 0, "spawned namespace %s", ns);
@@ -230,6 +262,14 @@ static int parent(const char *self, bool nb)
         PMIX_VALUE_RELEASE(v);
     }
     OK(PMIx_Disconnect(both, 2, NULL, 0));
+    if (me.rank == 0) {
+        for (int i = 0; i < 60000 && !atomic_load(&job_end_seen); i++) {
+            usleep(1000);
+        }
+        CHECK(atomic_load(&job_end_seen), "no PMIX_EVENT_JOB_END within 60 s");
+        CHECK(0 == strcmp(job_end_nspace, ns) && job_end_code == 0,
+              "PMIX_EVENT_JOB_END for %s, exit code %d", job_end_nspace, job_end_code);
+    }
     printf("RESULT parent size=%u children=%u sum=%u\n", size, csize, sum);
     fflush(stdout);
     return 0;

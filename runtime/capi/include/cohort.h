@@ -120,6 +120,7 @@ extern "C" {
 #define COHORT_EVENT_PROC_HAS_DISCONNECTED -172
 #define COHORT_EVENT_PROC_TERMINATED -201
 #define COHORT_EVENT_LOST_CONNECTION -61
+#define COHORT_EVENT_JOB_END -145
 
 typedef struct cohort_client cohort_client_t; /* opaque */
 
@@ -262,6 +263,8 @@ typedef struct {
     int mapping;              /* COHORT_MAP_* (PMIX_MAPBY) */
     const char *const *hosts; /* node server names (PMIX_HOST), nhosts strings; */
     size_t nhosts;            /* none: every live one */
+    int notify_completion;    /* non-zero: a COHORT_EVENT_JOB_END event to the caller once every
+                                 spawned process ended (PMIX_NOTIFY_COMPLETION) */
 } cohort_spawn_opts_t;
 
 typedef void (*cohort_op_cb)(int status, void *cbdata);

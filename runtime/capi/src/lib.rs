@@ -1657,6 +1657,7 @@ mod tests {
             ("PROC_HAS_DISCONNECTED", codes::PROC_HAS_DISCONNECTED),
             ("PROC_TERMINATED", codes::PROC_TERMINATED),
             ("LOST_CONNECTION", codes::LOST_CONNECTION),
+            ("JOB_END", codes::JOB_END),
         ];
         for (name, value) in events {
             let name = format!("COHORT_EVENT_{name}");

@@ -32,6 +32,9 @@ pub struct cohort_spawn_opts_t {
     /// Node server names (`nhosts` strings); none: every live one.
     pub hosts: *const *const c_char,
     pub nhosts: usize,
+    /// Non-zero: a COHORT_EVENT_JOB_END event to this process once every spawned process
+    /// ended (PMIX_NOTIFY_COMPLETION).
+    pub notify_completion: c_int,
 }
 
 pub type cohort_spawn_cb =
@@ -101,7 +104,15 @@ unsafe fn spawn_args(
         other => return Err(bad_param(format!("unknown mapping {other}"))),
     };
     let hosts = strings_in(o.hosts, o.nhosts, "hosts")?;
-    Ok((apps, SpawnOpts { mapping, hosts }))
+    let notify_completion = o.notify_completion != 0;
+    Ok((
+        apps,
+        SpawnOpts {
+            mapping,
+            hosts,
+            notify_completion,
+        },
+    ))
 }
 
 /// Writes `ns` into `out` (COHORT_MAX_NSLEN + 1 bytes), NUL-terminated.

@@ -499,9 +499,9 @@ unsafe fn get_plan(
         return Ok(GetPlan::Here(Ok(v.clone())));
     }
     // Job-level keys the node server answers for every namespace of the session, at
-    // once (PMIX_PARENT_ID under cohort's name for it).
+    // once.
     let server_side = match key.as_str() {
-        PMIX_PARENT_ID | cohort::keys::PARENT_ID => Some(cohort::keys::PARENT_ID),
+        PMIX_PARENT_ID => Some(cohort::keys::PARENT_ID),
         PMIX_SPAWNED => Some(cohort::keys::SPAWNED),
         _ => None,
     };
@@ -619,9 +619,14 @@ pub(crate) fn typed_for_key(key: &str, v: PVal) -> PVal {
         // cohort names a group event's leader and a job's parent as a one-process
         // list.
         (
-            PMIX_EVENT_AFFECTED_PROC | PMIX_GROUP_LEADER | PMIX_PARENT_ID | cohort::keys::PARENT_ID,
+            PMIX_EVENT_AFFECTED_PROC | PMIX_GROUP_LEADER | PMIX_PARENT_ID,
             PVal::Array(PMIX_PROC, mut p),
         ) if p.len() == 1 => p.pop().unwrap_or(PVal::Bool(false)),
+        // A spawned job's end (PMIX_EVENT_JOB_END): an int and a pmix_status_t.
+        (PMIX_EXIT_CODE, PVal::Int64(x)) => PVal::Int(i32::try_from(x).unwrap_or(i32::MAX)),
+        (PMIX_JOB_TERM_STATUS, PVal::Int64(x)) => {
+            PVal::Status(i32::try_from(x).unwrap_or(PMIX_ERROR))
+        }
         // The node server answers another namespace's ranks as plain integers.
         (PMIX_LOCAL_RANK | PMIX_NODE_RANK, PVal::Uint32(x)) => {
             PVal::Uint16(u16::try_from(x).unwrap_or(u16::MAX))

@@ -19,7 +19,7 @@ use crate::value::*;
 use crate::*;
 
 /// The infos of a spawn this library reads; any other one marked required fails it.
-const UNDERSTOOD: &[&str] = &[PMIX_WDIR, PMIX_MAPBY, PMIX_HOST];
+const UNDERSTOOD: &[&str] = &[PMIX_WDIR, PMIX_MAPBY, PMIX_HOST, PMIX_NOTIFY_COMPLETION];
 
 /// The infos of a C array, or PMIX_ERR_NOT_SUPPORTED when one this library does not
 /// read is marked required.
@@ -102,6 +102,9 @@ fn placement(info: &[(String, PVal)], opts: &mut SpawnOpts) -> Result<(), pmix_s
     }
     if let Some(v) = find(info, PMIX_HOST) {
         opts.hosts = hosts_of(&string_of(v)?);
+    }
+    if let Some(v) = find(info, PMIX_NOTIFY_COMPLETION) {
+        opts.notify_completion = v.truthy();
     }
     Ok(())
 }

@@ -80,7 +80,7 @@ pub mod keys {
     pub const JOB_NUM_APPS: &str = "pmix.job.napps";
     /// PMIX_PARENT_ID: the process that spawned a process's job (`Procs`, one
     /// process); absent for the launched job.
-    pub const PARENT_ID: &str = "pmix.parent.id";
+    pub const PARENT_ID: &str = "pmix.parent";
     /// PMIX_SPAWNED: whether a process's job was spawned (`Bool`).
     pub const SPAWNED: &str = "pmix.spawned";
     /// PMIX_PSET_NAMES: names of the process sets a process belongs to (`Strs`).
