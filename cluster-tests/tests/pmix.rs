@@ -21,7 +21,8 @@ use std::process::Command;
 use std::sync::Mutex;
 
 use cohort_cluster_tests::{
-    cohort_command, pmix_include, run_cohort, target_dir, text, tool_missing, CohortRun, DEADLINE,
+    cohort_command, example, pmix_include, run_cohort, target_dir, text, tool_missing, CohortRun,
+    DEADLINE,
 };
 
 /// A directory holding only cohort's library under its soname, `libpmix.so.2` (a
@@ -320,6 +321,41 @@ fn pmix_makes_open_mpi_yield_on_an_oversubscribed_host_only() {
     assert_eq!(job(1, 1, &[]), "RESULT yield=unset");
     let own = ["-x", "OMPI_MCA_mpi_yield_when_idle=0"];
     assert_eq!(job(2, 2 * cpus + 2, &own), "RESULT yield=0");
+}
+
+/// A spawn counts too: with `--pmix`, processes a spawn adds to an oversubscribed host
+/// are told to yield when idle (the launched rank alone is not), unless the user said
+/// otherwise.
+#[test]
+fn pmix_makes_spawned_open_mpi_processes_yield_on_an_oversubscribed_host() {
+    let _ = pmix_lib_dir();
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let np = format!("SPAWN_NP={}", 2 * cpus + 2);
+    let yields = |extra: &[&str]| {
+        let mut args = vec!["run", "--pmix", "-n", "1", "-x", "SPAWN_CMD=/usr/bin/env"];
+        args.extend(["-x", &np]);
+        args.extend_from_slice(extra);
+        let testprog = example("testprog");
+        let testprog = testprog.to_str().expect("a UTF-8 path");
+        args.extend([testprog, "spawn-run"]);
+        let out = run_cohort(&args, DEADLINE);
+        let stdout = text(&out.stdout);
+        assert_eq!(out.status.code(), Some(0), "{stdout}{}", text(&out.stderr));
+        assert!(stdout.contains("RESULT spawn-run "), "{stdout}");
+        let mut v: Vec<&str> = stdout
+            .lines()
+            .filter_map(|l| l.strip_prefix("OMPI_MCA_mpi_yield_when_idle="))
+            .collect();
+        assert_eq!(
+            v.len(),
+            2 * cpus + 2,
+            "every spawned process reports:\n{stdout}"
+        );
+        v.dedup();
+        v.join(",")
+    };
+    assert_eq!(yields(&[]), "1");
+    assert_eq!(yields(&["-x", "OMPI_MCA_mpi_yield_when_idle=0"]), "0");
 }
 
 /// `--pmix` without the library says where it looked and how to build it, before

@@ -66,6 +66,7 @@ fn main() {
         "spawn-child" => spawn_child(),
         "spawn-wait" => spawn_wait(),
         "spawn-loss" => spawn_loss(),
+        "spawn-run" => spawn_run(),
         "frozen-server" => frozen_server(),
         "two-frozen" => two_frozen(),
         "cut-off" => cut_off(),
@@ -3036,4 +3037,36 @@ fn spawn_loss() -> R {
     );
     println!("RESULT spawn-loss: 4 members, the lost server's two processes failed");
     Ok(())
+}
+
+/// Rank 0 spawns `SPAWN_NP` (default 1) processes of `SPAWN_CMD` (split at spaces),
+/// asking to be told when they end, and waits for that `JOB_END` event: the
+/// spawned job must exit 0. The other ranks just finalize.
+fn spawn_run() -> R {
+    use cohort::{SpawnApp, SpawnOpts};
+    let c = init()?;
+    if c.rank() == 0 {
+        let cmd = std::env::var("SPAWN_CMD").map_err(|_| "SPAWN_CMD is not set")?;
+        let np = std::env::var("SPAWN_NP")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(1);
+        let ends = event_channel(&c, &[codes::JOB_END]);
+        let app = SpawnApp {
+            command: cmd.split(' ').map(String::from).collect(),
+            maxprocs: np,
+            env: Vec::new(),
+            cwd: None,
+        };
+        let opts = SpawnOpts {
+            notify_completion: true,
+            ..SpawnOpts::default()
+        };
+        let ns = e2s(c.spawn(vec![app], opts), "spawn")?;
+        let ev = next_event(&ends, "JOB_END")?;
+        let code = cohort::info_get(&ev.info, cohort::keys::EXIT_CODE);
+        check!(code == Some(&Value::I64(0)), "{ns} ended with {code:?}");
+        println!("RESULT spawn-run {ns} ended");
+    }
+    e2s(c.finalize(), "finalize")
 }

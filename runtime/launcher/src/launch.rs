@@ -1143,8 +1143,10 @@ impl Launcher {
 
     /// `--pmix`: each node server's ranks' Open MPI settings, from the node servers'
     /// host names, fabric addresses, cores and ranks ([`daemon::open_mpi_env`]).
+    /// Open MPI's settings for each node server's processes (`--pmix`), counting the
+    /// processes of every job of the session.
     fn open_mpi_settings(&self) -> Vec<Vec<(String, String)>> {
-        let job = self.monitor.job();
+        let session = self.monitor.session();
         let nodes: Vec<daemon::NodeHost> = self
             .daemons
             .iter()
@@ -1153,7 +1155,11 @@ impl Launcher {
                 host: d.host.clone(),
                 fabric_addr: d.fabric_addr.clone().unwrap_or_default(),
                 cores: d.cores,
-                ranks: job.ranks_on(node as NodeId).len() as u32,
+                ranks: session
+                    .jobs()
+                    .iter()
+                    .map(|j| j.ranks_on(node as NodeId).len() as u32)
+                    .sum(),
             })
             .collect();
         let over_ssh = self.ssh.is_some();

@@ -229,6 +229,10 @@ pub enum LauncherMsg {
         job: crate::JobMap,
         parent: crate::ids::ProcId,
         apps: Vec<crate::spawn::SpawnApp>,
+        /// Per node server (index = node id; missing: none), variables added to the
+        /// job's processes after the session's `-x` ones (`--pmix`: Open MPI's
+        /// settings, with every job's processes counted).
+        env: Vec<Vec<(String, String)>>,
     },
     /// Start this node server's processes of job `index` (answered with
     /// [`DaemonMsg::JobStarted`]).

@@ -84,11 +84,17 @@ impl Launcher {
         if let Err(e) = self.monitor.add_job(index, job.clone(), caller.clone()) {
             tracing::error!(index, "the monitor refused a spawned job: {e}");
         }
+        // With --pmix, Open MPI yields when idle on hosts this job oversubscribes.
+        let env = match self.args.pmix {
+            true => self.open_mpi_settings(),
+            false => Vec::new(),
+        };
         let msg = LauncherMsg::AddJob {
             index,
             job: job.clone(),
             parent: caller,
             apps,
+            env,
         };
         let told = self.tell_live(&msg).await;
         self.spawns.pending.insert(

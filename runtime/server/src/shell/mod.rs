@@ -615,11 +615,12 @@ async fn serve(
                     }
                     FromLauncher::Msg(LauncherMsg::Stdin { data }) => ranks.feed_stdin(data, &stdin_taken),
                     FromLauncher::Msg(LauncherMsg::StdinEnd) => ranks.end_stdin(),
-                    FromLauncher::Msg(LauncherMsg::AddJob { index, job, parent, apps }) => {
+                    FromLauncher::Msg(LauncherMsg::AddJob { index, job, parent, apps, env }) => {
+                        let env = env.into_iter().nth(svc.node() as usize).unwrap_or_default();
                         // The engine first: it checks the job and the index.
                         let result = svc
                             .add_job(index, job.clone(), parent)
-                            .and_then(|()| ranks.add_job(index, job, &apps));
+                            .and_then(|()| ranks.add_job(index, job, &apps, env));
                         if let Err(e) = &result {
                             tracing::warn!(index, error = %e, "refusing a spawned job");
                         }

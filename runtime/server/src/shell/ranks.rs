@@ -67,11 +67,19 @@ pub struct RankTemplate {
 
 impl RankTemplate {
     /// The template of a job spawned in the session: `job`'s processes run `apps`,
-    /// with the session's `-x` variables (an app's own ones on top), unbound, reading
-    /// /dev/null.
-    pub fn spawned(&self, job: JobMap, apps: &[SpawnApp]) -> RankTemplate {
+    /// with the session's `-x` variables, then `env` (the launcher's), then an app's
+    /// own ones; unbound, reading /dev/null.
+    pub fn spawned(
+        &self,
+        job: JobMap,
+        apps: &[SpawnApp],
+        env: Vec<(String, String)>,
+    ) -> RankTemplate {
+        let mut exports = self.exports.clone();
+        exports.extend(env.into_iter().map(|(k, v)| (k.into(), v.into())));
         RankTemplate {
             job,
+            exports,
             apps: apps
                 .iter()
                 .map(|a| AppCommand {
@@ -286,14 +294,20 @@ impl Ranks {
 
     /// Job `index` of the session, spawned: its ranks run as `apps` say (see
     /// [`RankTemplate::spawned`]). Refused unless it is the next one.
-    pub fn add_job(&mut self, index: u32, job: JobMap, apps: &[SpawnApp]) -> Result<(), String> {
+    pub fn add_job(
+        &mut self,
+        index: u32,
+        job: JobMap,
+        apps: &[SpawnApp],
+        env: Vec<(String, String)>,
+    ) -> Result<(), String> {
         if index as usize != self.templates.len() {
             return Err(format!(
                 "spawn {index} arrived while {} was expected",
                 self.templates.len()
             ));
         }
-        let template = self.templates[0].spawned(job, apps);
+        let template = self.templates[0].spawned(job, apps, env);
         self.templates.push(template);
         Ok(())
     }
