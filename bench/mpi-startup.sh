@@ -9,7 +9,10 @@
 # wire-up in MPI_Init, the collectives, the teardown). A second program,
 # cluster-tests/c/mpi_accept.c, adds MPI_Publish_name / MPI_Lookup_name and
 # MPI_Comm_accept / MPI_Comm_connect between the job's two halves (publish/lookup on
-# cohort's data store; on ORTE's data server under mpirun). The launchers alternate, and
+# cohort's data store; on ORTE's data server under mpirun). A third,
+# cluster-tests/c/mpi_spawn.c, MPI_Comm_spawn's 2 more processes (cohort's spawn; ORTE's
+# under mpirun), which reduce and exchange messages with their parents over the
+# intercommunicator and disconnect. The launchers alternate, and
 # the order flips every round, so a slow or fast moment of the machine moves both.
 #
 #   bench/mpi-startup.sh [ROUNDS (10)]          (or: make bench-mpi-startup)
@@ -33,6 +36,7 @@ cargo build -q --release --lib -p cohort-pmix
 }
 mpicc -O2 -Wall -o target/mpi_startup cluster-tests/c/mpi_demo.c
 mpicc -O2 -Wall -o target/mpi_accept cluster-tests/c/mpi_accept.c
+mpicc -O2 -Wall -o target/mpi_spawn cluster-tests/c/mpi_spawn.c
 
 root=()
 if [ "$(id -u)" -eq 0 ]; then root=(--allow-run-as-root); fi
@@ -61,7 +65,7 @@ sample() {
     echo $(((t1 - t0) / 1000000)) >>"$work/$name.${prog##*/}.$n"
 }
 
-progs=(target/mpi_startup target/mpi_accept true)
+progs=(target/mpi_startup target/mpi_accept target/mpi_spawn true)
 # One warm-up of each (page cache, first-run set-up), not counted.
 for prog in "${progs[@]}"; do
     for n in "${sizes[@]}"; do
@@ -85,13 +89,17 @@ done
 
 median() { sort -n "$1" | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : int((a[NR/2]+a[NR/2+1])/2))}'; }
 ompi=$(mpirun --version 2>/dev/null | head -1 | awk '{print $NF}')
-for prog in mpi_startup mpi_accept true; do
+for prog in mpi_startup mpi_accept mpi_spawn true; do
     if [[ $prog == true ]]; then
         echo "# bench-mpi-startup: wall time of a job of \`true\` (launch and teardown, no MPI),"
     elif [[ $prog == mpi_accept ]]; then
         echo "# bench-mpi-startup: wall time of an Open MPI $ompi job whose halves meet by a"
         echo "# published name (MPI_Publish_name, MPI_Lookup_name, MPI_Comm_accept/connect,"
         echo "# MPI_Allreduce over the intercommunicator),"
+    elif [[ $prog == mpi_spawn ]]; then
+        echo "# bench-mpi-startup: wall time of an Open MPI $ompi job that MPI_Comm_spawn's 2"
+        echo "# more processes (MPI_Allreduce and messages over the intercommunicator,"
+        echo "# MPI_Comm_disconnect), the 2 spawned processes not counted in Ranks,"
     else
         echo "# bench-mpi-startup: wall time of an Open MPI $ompi job (MPI_Init, MPI_Allgather,"
         echo "# MPI_Barrier, MPI_Finalize),"

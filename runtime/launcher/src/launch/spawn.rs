@@ -276,7 +276,8 @@ impl Launcher {
         }
     }
 
-    /// Sends `msg` to every running node server; returns those it reached.
+    /// Sends `msg` to every running node server; returns those it reached and that
+    /// are not lost (a lost one is not waited for).
     async fn tell_live(&mut self, msg: &LauncherMsg) -> BTreeSet<NodeId> {
         let failed: BTreeSet<NodeId> = self
             .tell_running(msg, None)
@@ -287,7 +288,10 @@ impl Launcher {
         (0..self.nodes)
             .filter(|n| {
                 let d = &self.daemons[*n as usize];
-                d.running && d.writer.is_some() && !failed.contains(n)
+                d.running
+                    && d.writer.is_some()
+                    && !failed.contains(n)
+                    && !self.spawns.gone.contains(n)
             })
             .collect()
     }
