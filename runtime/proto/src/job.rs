@@ -652,7 +652,15 @@ impl Session {
 
     /// Node server hosting `proc`, if it is a process of the session.
     pub fn node_of(&self, proc: &ProcId) -> Option<NodeId> {
-        self.job_of(&proc.nspace)?.node_of(proc)
+        // The launched job's processes first, by `Nspace` (a shared name compares by
+        // pointer): the common case on every collective's path.
+        let primary = &self.jobs[0];
+        let job = if proc.nspace == primary.nspace {
+            primary
+        } else {
+            &self.jobs[*self.by_nspace.get(proc.nspace.as_str())? as usize]
+        };
+        job.rank_node.get(proc.rank as usize).copied()
     }
 
     pub fn contains(&self, proc: &ProcId) -> bool {
