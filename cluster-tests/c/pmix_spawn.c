@@ -248,6 +248,39 @@ static int parent(const char *self, bool nb)
     uint32_t csize = job_u32(ns, PMIX_RANK_WILDCARD, PMIX_JOB_SIZE);
     CHECK(csize == CHILDREN, "the children's job has %u processes", csize);
 
+    /* The children on this node, as Open MPI asks (PMIX_OPTIONAL): PMIX_LOCAL_PEERS
+     * and PMIX_LOCAL_SIZE of their wildcard name exactly the children whose
+     * PMIX_NODEID is this process's. */
+    uint32_t my_node = job_u32(me.nspace, me.rank, PMIX_NODEID);
+    pmix_proc_t cwild;
+    PMIX_LOAD_PROCID(&cwild, ns, PMIX_RANK_WILDCARD);
+    pmix_info_t optional;
+    bool yes = true;
+    PMIX_INFO_LOAD(&optional, PMIX_OPTIONAL, &yes, PMIX_BOOL);
+    char want[64] = "";
+    uint32_t here = 0;
+    for (pmix_rank_t r = 0; r < CHILDREN; r++) {
+        if (job_u32(ns, r, PMIX_NODEID) == my_node) {
+            snprintf(want + strlen(want), sizeof want - strlen(want), "%s%u", here ? "," : "", r);
+            here++;
+        }
+    }
+    rc = PMIx_Get(&cwild, PMIX_LOCAL_PEERS, &optional, 1, &v);
+    if (here == 0) {
+        /* None here: not found, never an empty list. */
+        CHECK(rc == PMIX_ERR_NOT_FOUND, "no local child, yet local peers: %s",
+              PMIx_Error_string(rc));
+    } else {
+        OK(rc);
+        CHECK(v->type == PMIX_STRING, "the children's local peers have type %d", v->type);
+        CHECK(0 == strcmp(v->data.string, want), "the children's local peers: %s, not %s",
+              v->data.string, want);
+        PMIX_VALUE_RELEASE(v);
+    }
+    PMIX_INFO_DESTRUCT(&optional);
+    uint32_t lsize = job_u32(ns, PMIX_RANK_WILDCARD, PMIX_LOCAL_SIZE);
+    CHECK(lsize == here, "the children's local size %u, not %u", lsize, here);
+
     pmix_proc_t both[2];
     connect_jobs(me.nspace, ns, both, nb);
     uint32_t sum = 0;

@@ -1840,8 +1840,25 @@ impl Engine {
             keys::SPAWNED => Some(Value::Bool(self.jobs.parent_of(&job.nspace).is_some())),
             _ => None,
         };
-        if job_wide.is_some() || proc.is_wildcard() {
+        if job_wide.is_some() {
             return job_wide;
+        }
+        if proc.is_wildcard() {
+            // Node-level keys of a job's wildcard: the asker's node, this server's.
+            // No local peers is "not found", not an empty list (Open MPI 4.1's connect
+            // crashes on an empty one).
+            let here = job.ranks_on(self.node);
+            return match key {
+                "pmix.local.size" => Some(Value::U32(here.len() as u32)),
+                "pmix.lpeers" if here.is_empty() => None,
+                "pmix.lpeers" => Some(Value::Str(
+                    here.iter()
+                        .map(|r| r.to_string())
+                        .collect::<Vec<_>>()
+                        .join(","),
+                )),
+                _ => None,
+            };
         }
         let node = self.jobs.node_of(proc)?;
         match key {
