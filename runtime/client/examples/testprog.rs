@@ -2305,21 +2305,8 @@ fn publish_after_loss() -> R {
     let n = c.size();
     check!(n >= 3, "run with 3 ranks or more, not {n}");
     let me = c.rank();
-    let publish = |key: &str, v: Value| {
-        let what = format!("publish {key}");
-        e2s(
-            c.publish(vec![(key.into(), v)], DataRange::Session, Persistence::App),
-            &what,
-        )
-    };
-    let wait_for = |keys: &[&str]| {
-        let opts = LookupOpts {
-            wait: Some(0),
-            timeout_ms: Some(60_000),
-            ..LookupOpts::default()
-        };
-        e2s(c.lookup(keys, opts), "lookup")
-    };
+    let publish = |key: &str, v: Value| publish_app(&c, key, v);
+    let wait_for = |keys: &[&str]| wait_published(&c, keys);
     if me == 0 {
         // SAFETY: getppid has no preconditions; the parent is this rank's node server.
         let server = unsafe { libc::getppid() };
@@ -2946,25 +2933,12 @@ fn spawn_wait() -> R {
 /// survivor of either job constructs a group over both jobs (optional): partial
 /// success, and the failed members are exactly the two processes of the lost server.
 fn spawn_loss() -> R {
-    use cohort::{DataRange, LookupOpts, Persistence, SpawnApp, SpawnMapping, SpawnOpts};
+    use cohort::{SpawnApp, SpawnMapping, SpawnOpts};
     let c = init()?;
     let me = c.rank();
     let parent = e2s(c.parent(), "parent")?;
-    let publish = |key: &str, v: Value| {
-        let what = format!("publish {key}");
-        e2s(
-            c.publish(vec![(key.into(), v)], DataRange::Session, Persistence::App),
-            &what,
-        )
-    };
-    let wait_for = |keys: &[&str]| {
-        let opts = LookupOpts {
-            wait: Some(0),
-            timeout_ms: Some(60_000),
-            ..LookupOpts::default()
-        };
-        e2s(c.lookup(keys, opts), "lookup")
-    };
+    let publish = |key: &str, v: Value| publish_app(&c, key, v);
+    let wait_for = |keys: &[&str]| wait_published(&c, keys);
     let launched = match &parent {
         Some(p) => p.nspace.to_string(),
         None => c.nspace().to_string(),
@@ -3069,4 +3043,24 @@ fn spawn_run() -> R {
         println!("RESULT spawn-run {ns} ended");
     }
     e2s(c.finalize(), "finalize")
+}
+
+/// Publishes `key` = `v` in the session, application-persistent.
+fn publish_app(c: &Client, key: &str, v: Value) -> R {
+    use cohort::{DataRange, Persistence};
+    let what = format!("publish {key}");
+    e2s(
+        c.publish(vec![(key.into(), v)], DataRange::Session, Persistence::App),
+        &what,
+    )
+}
+
+/// Looks `keys` up, waiting (at most 60 s) until every one is published.
+fn wait_published(c: &Client, keys: &[&str]) -> Result<Vec<cohort::Published>, String> {
+    let opts = cohort::LookupOpts {
+        wait: Some(0),
+        timeout_ms: Some(60_000),
+        ..cohort::LookupOpts::default()
+    };
+    e2s(c.lookup(keys, opts), "lookup")
 }
