@@ -115,3 +115,34 @@ fn a_lost_node_server_takes_its_spawned_processes_with_it() {
         );
     }
 }
+
+/// PMIX_UNIV_SIZE (MPI_UNIVERSE_SIZE, what a manager spawns workers up to): the cores
+/// of the node servers' hosts, each host once, or the job's size if that is more. The
+/// core count is the one `cohort run` reports when the host is oversubscribed.
+#[test]
+fn the_universe_is_the_hosts_cores_or_the_job() {
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let n = 2 * cpus as u32 + 2;
+    let universe = |job: &Job| -> u32 {
+        let r = job.results();
+        assert_eq!(job.status, Some(0), "{r:?}\n{}", job.stderr);
+        r.iter()
+            .find_map(|l| l.strip_prefix("universe ")?.parse().ok())
+            .unwrap_or_else(|| panic!("no universe: {r:?}"))
+    };
+    let big = run_testprog_with(3, n, "universe", false, &[]);
+    let cores: u32 = big
+        .stderr
+        .split(" with ")
+        .nth(1)
+        .and_then(|s| s.split(' ').next()?.parse().ok())
+        .unwrap_or_else(|| panic!("no core count in:\n{}", big.stderr));
+    assert!(
+        cores < n,
+        "{cores} cores for {n} ranks, yet oversubscribed?"
+    );
+    assert_eq!(universe(&big), n, "more ranks than cores: the job's size");
+    // Three node servers on this one host: its cores, counted once.
+    let one = run_testprog_with(3, 1, "universe", false, &[]);
+    assert_eq!(universe(&one), cores.max(1));
+}

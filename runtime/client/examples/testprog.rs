@@ -67,6 +67,7 @@ fn main() {
         "spawn-wait" => spawn_wait(),
         "spawn-loss" => spawn_loss(),
         "spawn-run" => spawn_run(),
+        "universe" => universe(),
         "frozen-server" => frozen_server(),
         "two-frozen" => two_frozen(),
         "cut-off" => cut_off(),
@@ -3063,4 +3064,26 @@ fn wait_published(c: &Client, keys: &[&str]) -> Result<Vec<cohort::Published>, S
         ..cohort::LookupOpts::default()
     };
     e2s(c.lookup(keys, opts), "lookup")
+}
+
+/// Rank 0 prints the session's universe size (PMIX_UNIV_SIZE), which is never below
+/// the job's size, and agrees with the node server's answer for the job's wildcard.
+fn universe() -> R {
+    let c = init()?;
+    let u = c.universe_size();
+    check!(
+        u >= c.size(),
+        "universe {u} below the job's {} ranks",
+        c.size()
+    );
+    let wild = ProcId::wildcard(c.nspace());
+    let served = e2s(c.get(&wild, "pmix.univ.size", None), "get pmix.univ.size")?;
+    check!(
+        served == Value::U32(u),
+        "the node server says {served:?}, the welcome {u}"
+    );
+    if c.rank() == 0 {
+        println!("RESULT universe {u}");
+    }
+    e2s(c.finalize(), "finalize")
 }

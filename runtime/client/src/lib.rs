@@ -418,6 +418,13 @@ impl Client {
         &self.inner.welcome.job
     }
 
+    /// The session's universe size (PMIX_UNIV_SIZE, MPI_UNIVERSE_SIZE): how many
+    /// processes the session's hosts hold (their cores, each host once), at least the
+    /// launched job's size. What a manager spawns workers up to.
+    pub fn universe_size(&self) -> u32 {
+        self.inner.welcome.universe
+    }
+
     /// Index of the node server this process talks to.
     pub fn node_id(&self) -> NodeId {
         self.inner.welcome.node

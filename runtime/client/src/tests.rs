@@ -78,6 +78,7 @@ fn welcome() -> Welcome {
         node: 0,
         node_name: "node0".into(),
         fence_shm: None,
+        universe: 4,
     }
 }
 
@@ -828,6 +829,7 @@ impl NodeLocalSegment {
             node: 0,
             node_name: "node0".into(),
             fence_shm: Some(path.display().to_string()),
+            universe: 4,
         };
         let dir = path.parent().expect("dir").to_path_buf();
         (welcome, NodeLocalSegment { _fence: fence, dir })

@@ -349,6 +349,8 @@ pub struct Engine {
     node: NodeId,
     /// The session's jobs: the launched one and those spawned since.
     jobs: Session,
+    /// The session's universe size (PMIX_UNIV_SIZE; [`Engine::set_universe`]).
+    universe: u32,
     shape: TreeShape,
     allgather: Allgather,
     /// The job's nodes on the switch map (from `EngineConfig::switches`).
@@ -464,6 +466,7 @@ impl Engine {
         let whole_job_sig = signature(&whole_job);
         Engine {
             node: cfg.node,
+            universe: cfg.job.size(),
             jobs: Session::new(cfg.job),
             whole_job,
             whole_job_sig,
@@ -528,6 +531,16 @@ impl Engine {
     /// The session's jobs, spawned ones included.
     pub fn session(&self) -> &Session {
         &self.jobs
+    }
+
+    /// The session's universe size, as the launcher counted it (never below the
+    /// launched job's size).
+    pub fn set_universe(&mut self, universe: u32) {
+        self.universe = universe.max(self.jobs.primary().size());
+    }
+
+    pub fn universe(&self) -> u32 {
+        self.universe
     }
 
     /// Job `index`, spawned by `parent`, exists from now on: its processes may
@@ -1829,7 +1842,8 @@ impl Engine {
     fn job_value(&self, proc: &ProcId, key: &str) -> Option<Value> {
         let job = self.jobs.job_of(&proc.nspace)?;
         let job_wide = match key {
-            "pmix.job.size" | "pmix.univ.size" => Some(Value::U32(job.size())),
+            "pmix.job.size" => Some(Value::U32(job.size())),
+            "pmix.univ.size" => Some(Value::U32(self.universe)),
             "pmix.num.nodes" => Some(Value::U32(job.num_nodes)),
             "pmix.nspace" => Some(Value::Str(job.nspace.to_string())),
             keys::JOB_NUM_APPS => Some(Value::U32(job.num_apps())),

@@ -254,6 +254,21 @@ pub fn open_mpi_env(
         .collect()
 }
 
+/// The session's universe size (PMIX_UNIV_SIZE, what MPI_UNIVERSE_SIZE reports): the
+/// cores of the node servers' hosts (`(host name, cores)` per node server), each host
+/// counted once, as PRRTE counts a host's slots by default; at least `job_size`.
+pub fn universe_size(hosts: &[(&str, u32)], job_size: u32) -> u32 {
+    let mut seen: Vec<&str> = Vec::new();
+    let mut cores: u32 = 0;
+    for &(host, n) in hosts {
+        if !seen.contains(&host) {
+            seen.push(host);
+            cores = cores.saturating_add(n);
+        }
+    }
+    cores.max(job_size)
+}
+
 /// Whether the user set variable `k` for the ranks: a `-x` export, or this launcher's
 /// environment as the ranks inherit it (`env`).
 fn user_set(
@@ -682,6 +697,14 @@ pub fn resolve_exports(specs: &[String]) -> Result<Vec<(String, OsString)>, Stri
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_universe_counts_each_hosts_cores_once_and_at_least_the_job() {
+        let hosts = [("a", 4), ("a", 4), ("b", 8), ("c", 0)];
+        assert_eq!(universe_size(&hosts, 3), 12);
+        assert_eq!(universe_size(&hosts, 20), 20);
+        assert_eq!(universe_size(&[], 2), 2);
+    }
 
     #[test]
     fn pmix_puts_the_library_first_and_tells_open_mpi_who_started_it() {

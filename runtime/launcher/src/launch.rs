@@ -1090,12 +1090,20 @@ impl Launcher {
             true => self.open_mpi_settings(),
             false => Vec::new(),
         };
+        let hosts: Vec<(&str, u32)> = self
+            .daemons
+            .iter()
+            .map(|d| (d.host.as_str(), d.cores))
+            .collect();
+        let universe = daemon::universe_size(&hosts, self.monitor.job().size());
+        tracing::info!(universe, "the session's universe size (PMIX_UNIV_SIZE)");
         for (node, d) in self.daemons.iter_mut().enumerate() {
             let Some(w) = d.writer.as_mut() else { continue };
             let env = envs.get_mut(node).map(std::mem::take).unwrap_or_default();
             let start = LauncherMsg::Start {
                 peers: peers.clone(),
                 env,
+                universe,
             };
             if let Err(e) = control::send(w, &start).await {
                 return Some(Verdict::DaemonFailed {

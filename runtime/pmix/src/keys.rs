@@ -17,7 +17,8 @@ pub fn job_value(c: &Client, proc: &ProcId, key: &str) -> Option<PVal> {
     }
     let size = job.size();
     let job_wide = match key {
-        PMIX_JOB_SIZE | PMIX_UNIV_SIZE | PMIX_MAX_PROCS => Some(PVal::Uint32(size)),
+        PMIX_JOB_SIZE | PMIX_MAX_PROCS => Some(PVal::Uint32(size)),
+        PMIX_UNIV_SIZE => Some(PVal::Uint32(c.universe_size())),
         PMIX_NUM_NODES => Some(PVal::Uint32(job.num_nodes)),
         PMIX_JOB_NUM_APPS => Some(PVal::Uint32(job.num_apps())),
         PMIX_NSPACE | PMIX_JOBID => Some(PVal::Str(c.nspace().to_string())),

@@ -180,6 +180,10 @@ pub enum LauncherMsg {
     Start {
         peers: Vec<String>,
         env: Vec<(String, String)>,
+        /// The session's universe size (PMIX_UNIV_SIZE, MPI_UNIVERSE_SIZE): the
+        /// cores of the node servers' hosts, each host counted once, or the launched
+        /// job's size if that is more.
+        universe: u32,
     },
     /// Kill every rank now (SIGTERM, then SIGKILL after a grace period) and exit.
     Shutdown,

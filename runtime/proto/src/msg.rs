@@ -32,6 +32,9 @@ pub struct Welcome {
     /// The node-local fence segment ([`crate::shm_fence`]) every rank of a one-node
     /// job must use for whole-job fences; `None` when there is none (several nodes).
     pub fence_shm: Option<String>,
+    /// The session's universe size (PMIX_UNIV_SIZE): how many processes its hosts'
+    /// cores hold, at least the launched job's size.
+    pub universe: u32,
 }
 
 /// Options of a group construct (the PMIX_GROUP_* directives).

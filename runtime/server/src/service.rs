@@ -621,6 +621,11 @@ impl NodeService {
         s.flush();
     }
 
+    /// The session's universe size (`LauncherMsg::Start`), before any client connects.
+    pub fn set_universe(&self, universe: u32) {
+        self.shared.borrow_mut().engine.set_universe(universe);
+    }
+
     /// Job `index` of the session (spawned by `parent`) exists from now on
     /// (`LauncherMsg::AddJob`); refused unless it is the next one and well formed.
     pub fn add_job(&self, index: u32, job: JobMap, parent: ProcId) -> Result<(), String> {
@@ -766,6 +771,7 @@ async fn serve_client(stream: UnixStream, shared: Rc<RefCell<Shared>>) {
             .as_ref()
             .filter(|_| primary)
             .map(|(_, path)| path.display().to_string());
+        let universe = s.engine.universe();
         s.send_client(
             client,
             &ServerFrame::Welcome(Ok(Welcome {
@@ -773,6 +779,7 @@ async fn serve_client(stream: UnixStream, shared: Rc<RefCell<Shared>>) {
                 node,
                 node_name,
                 fence_shm,
+                universe,
             })),
         );
         if let Some(c) = s.clients.get_mut(&client) {

@@ -54,6 +54,7 @@ mod tests {
         let mut bytes = encode(&LauncherMsg::Start {
             peers: vec!["127.0.1.1:1".into()],
             env: Vec::new(),
+            universe: 1,
         });
         bytes.extend(encode(&LauncherMsg::Shutdown));
         let (tx, mut rx) = mpsc::unbounded_channel();

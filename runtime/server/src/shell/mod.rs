@@ -528,7 +528,10 @@ async fn await_start(
     let (peers, env) = loop {
         tokio::select! {
             ev = from_launcher.recv() => match ev.unwrap_or(FromLauncher::Closed(None)) {
-                FromLauncher::Msg(LauncherMsg::Start { peers, env }) => break (peers, env),
+                FromLauncher::Msg(LauncherMsg::Start { peers, env, universe }) => {
+                    svc.set_universe(universe);
+                    break (peers, env);
+                }
                 FromLauncher::Msg(LauncherMsg::Heartbeat) => continue,
                 FromLauncher::Msg(LauncherMsg::Shutdown) => return Err(End::Shutdown),
                 FromLauncher::Msg(other) => {
