@@ -4058,7 +4058,10 @@ impl Engine {
         if group.notify_termination {
             self.member_failed_event(group, dead);
         }
-        if group.connect == Some(ConnectMode::Strict) {
+        // A member that finalized before it ended did not terminate "while
+        // connected" in error (Open MPI 4.1 never disconnects a spawn's connection: a
+        // spawned process still finalizing aborted on its parent's normal exit).
+        if group.connect == Some(ConnectMode::Strict) && !self.finished.contains(dead) {
             self.connected_proc_terminated_event(group, dead);
         }
     }
