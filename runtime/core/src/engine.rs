@@ -1947,7 +1947,7 @@ impl Engine {
                     out.insert(p.clone());
                 } else {
                     return Err(CohortError::UnknownProc {
-                        reason: format!("job {} has {} ranks", job.nspace, job.size()),
+                        reason: self.not_in_session(p),
                         proc: p.clone(),
                     });
                 }

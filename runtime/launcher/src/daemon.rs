@@ -215,12 +215,7 @@ pub fn open_mpi_yield(
     if user_set(exports, &env, OMPI_YIELD) {
         return vec![false; nodes.len()];
     }
-    let mut hosts: std::collections::BTreeMap<&str, (u64, u32)> = Default::default();
-    for n in nodes {
-        let h = hosts.entry(open_mpi_host_name(&n.host)).or_default();
-        h.0 += u64::from(n.ranks);
-        h.1 = h.1.max(n.cores);
-    }
+    let hosts = per_host(nodes);
     nodes
         .iter()
         .map(|n| {
@@ -228,6 +223,18 @@ pub fn open_mpi_yield(
             cores > 0 && ranks > u64::from(cores)
         })
         .collect()
+}
+
+/// The node servers' hosts (named as Open MPI names them, so that one host is one
+/// entry however its node servers spell it): their ranks and the host's cores.
+fn per_host(nodes: &[NodeHost]) -> std::collections::BTreeMap<&str, (u64, u32)> {
+    let mut hosts: std::collections::BTreeMap<&str, (u64, u32)> = Default::default();
+    for n in nodes {
+        let h = hosts.entry(open_mpi_host_name(&n.host)).or_default();
+        h.0 += u64::from(n.ranks);
+        h.1 = h.1.max(n.cores);
+    }
+    hosts
 }
 
 /// Open MPI's setting that makes a rank yield the CPU when idle.
@@ -255,18 +262,13 @@ pub fn open_mpi_env(
 }
 
 /// The session's universe size (PMIX_UNIV_SIZE, what MPI_UNIVERSE_SIZE reports): the
-/// cores of the node servers' hosts (`(host name, cores)` per node server), each host
-/// counted once, as PRRTE counts a host's slots by default; at least `job_size`.
-pub fn universe_size(hosts: &[(&str, u32)], job_size: u32) -> u32 {
-    let mut seen: Vec<&str> = Vec::new();
-    let mut cores: u32 = 0;
-    for &(host, n) in hosts {
-        if !seen.contains(&host) {
-            seen.push(host);
-            cores = cores.saturating_add(n);
-        }
-    }
-    cores.max(job_size)
+/// cores of the node servers' hosts, each host counted once (as [`open_mpi_yield`]
+/// counts them), as PRRTE counts a host's slots by default; at least `job_size`.
+pub fn universe_size(nodes: &[NodeHost], job_size: u32) -> u32 {
+    per_host(nodes)
+        .values()
+        .fold(0u32, |sum, &(_, cores)| sum.saturating_add(cores))
+        .max(job_size)
 }
 
 /// Whether the user set variable `k` for the ranks: a `-x` export, or this launcher's
@@ -700,7 +702,7 @@ mod tests {
 
     #[test]
     fn the_universe_counts_each_hosts_cores_once_and_at_least_the_job() {
-        let hosts = [("a", 4), ("a", 4), ("b", 8), ("c", 0)];
+        let hosts = loaded(&[("a", 4, 1), ("a", 4, 1), ("b", 8, 1), ("c", 0, 1)]);
         assert_eq!(universe_size(&hosts, 3), 12);
         assert_eq!(universe_size(&hosts, 20), 20);
         assert_eq!(universe_size(&[], 2), 2);

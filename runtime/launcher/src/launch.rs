@@ -805,15 +805,6 @@ impl Launcher {
         self.send_data_answers(answers).await;
     }
 
-    /// Rank `rank` of job `job` is terminated: the data store drops its waiting
-    /// lookups and proc-persistent values.
-    fn store_proc_gone(&mut self, job: u32, rank: cohort_proto::Rank) {
-        if let Some(j) = self.monitor.session().get(job) {
-            let proc = cohort_proto::ProcId::new(j.nspace.clone(), rank);
-            self.store.proc_terminated(&proc);
-        }
-    }
-
     /// Sends the data store's answers to the callers' node servers.
     async fn send_data_answers(&mut self, answers: Vec<cohort_core::datastore::Answer>) {
         for a in answers {
@@ -908,20 +899,18 @@ impl Launcher {
                 node,
                 msg: msg @ (DaemonMsg::JobAdded { .. } | DaemonMsg::JobStarted { .. }),
             } => self.on_spawn_answer(node, msg).await,
-            Event::Msg {
-                node,
-                msg: msg @ DaemonMsg::RankExited { .. },
-            } => {
-                let DaemonMsg::RankExited { job, .. } = msg else {
-                    unreachable!("matched above")
+            Event::Msg { node, msg } => {
+                // A spawned job's rank: its parent may wait to hear of the job's end.
+                let spawned = match msg {
+                    DaemonMsg::RankExited { job, .. } if job > 0 => Some(job),
+                    _ => None,
                 };
                 let verdict = self.on_message(node, msg);
-                if job > 0 && verdict.is_none() {
+                if let (Some(job), None) = (spawned, &verdict) {
                     self.spawned_rank_exited(job).await;
                 }
                 verdict
             }
-            Event::Msg { node, msg } => self.on_message(node, msg),
             Event::ControlClosed { node, error } => {
                 let reason = match error {
                     Some(e) => format!("broke its control connection ({e})"),
@@ -1090,12 +1079,7 @@ impl Launcher {
             true => self.open_mpi_settings(),
             false => Vec::new(),
         };
-        let hosts: Vec<(&str, u32)> = self
-            .daemons
-            .iter()
-            .map(|d| (d.host.as_str(), d.cores))
-            .collect();
-        let universe = daemon::universe_size(&hosts, self.monitor.job().size());
+        let universe = daemon::universe_size(&self.node_hosts(), self.monitor.job().size());
         tracing::info!(universe, "the session's universe size (PMIX_UNIV_SIZE)");
         for (node, d) in self.daemons.iter_mut().enumerate() {
             let Some(w) = d.writer.as_mut() else { continue };
@@ -1154,9 +1138,22 @@ impl Launcher {
     /// Open MPI's settings for each node server's processes (`--pmix`), counting the
     /// processes of every job of the session.
     fn open_mpi_settings(&self) -> Vec<Vec<(String, String)>> {
+        let nodes = self.node_hosts();
+        let over_ssh = self.ssh.is_some();
+        let envs = daemon::open_mpi_env(&nodes, &self.exports, |k| ranks_env(over_ssh, k));
+        let hosts: Vec<&str> = nodes.iter().map(|n| n.host.as_str()).collect();
+        tracing::info!(
+            hosts = ?hosts, chosen = ?envs,
+            "--pmix: Open MPI's settings for each node server's ranks (none: Open MPI's defaults)"
+        );
+        envs
+    }
+
+    /// Every node server's host, its cores, and the processes of every job of the
+    /// session it runs.
+    fn node_hosts(&self) -> Vec<daemon::NodeHost> {
         let session = self.monitor.session();
-        let nodes: Vec<daemon::NodeHost> = self
-            .daemons
+        self.daemons
             .iter()
             .enumerate()
             .map(|(node, d)| daemon::NodeHost {
@@ -1169,15 +1166,7 @@ impl Launcher {
                     .map(|j| j.ranks_on(node as NodeId).len() as u32)
                     .sum(),
             })
-            .collect();
-        let over_ssh = self.ssh.is_some();
-        let envs = daemon::open_mpi_env(&nodes, &self.exports, |k| ranks_env(over_ssh, k));
-        let hosts: Vec<&str> = nodes.iter().map(|n| n.host.as_str()).collect();
-        tracing::info!(
-            hosts = ?hosts, chosen = ?envs,
-            "--pmix: Open MPI's settings for each node server's ranks (none: Open MPI's defaults)"
-        );
-        envs
+            .collect()
     }
 
     fn on_message(&mut self, node: NodeId, msg: DaemonMsg) -> Option<Verdict> {
@@ -1222,13 +1211,15 @@ impl Launcher {
             | DaemonMsg::JobAdded { .. }
             | DaemonMsg::JobStarted { .. } => None,
             DaemonMsg::DataProcGone { job, rank } => {
-                let owner = self
-                    .monitor
-                    .session()
+                // The data store drops the process's waiting lookups and
+                // proc-persistent values, if that node server hosts it.
+                let session = self.monitor.session();
+                let proc = session
                     .get(job)
-                    .and_then(|j| j.rank_node.get(rank as usize).copied());
-                if owner == Some(node) {
-                    self.store_proc_gone(job, rank);
+                    .map(|j| cohort_proto::ProcId::new(j.nspace.clone(), rank))
+                    .filter(|p| session.node_of(p) == Some(node));
+                if let Some(proc) = proc {
+                    self.store.proc_terminated(&proc);
                 }
                 None
             }

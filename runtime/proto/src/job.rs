@@ -614,15 +614,6 @@ impl Session {
         Ok(())
     }
 
-    /// Number of jobs, the launched one included.
-    pub fn len(&self) -> u32 {
-        self.jobs.len() as u32
-    }
-
-    pub fn is_empty(&self) -> bool {
-        false
-    }
-
     pub fn jobs(&self) -> &[JobMap] {
         &self.jobs
     }

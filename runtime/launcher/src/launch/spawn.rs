@@ -224,19 +224,23 @@ impl Launcher {
 
     /// Moves spawn `index` on once no node server it waits for is left.
     async fn spawn_progress(&mut self, index: u32) {
-        let Some(p) = self.spawns.pending.get_mut(&index) else {
-            return;
-        };
-        if !p.waiting.is_empty() {
-            return;
-        }
-        if !p.starting {
+        // Every server knows the job: start it (a step with no server left to wait
+        // for is done at once).
+        loop {
+            let Some(p) = self.spawns.pending.get_mut(&index) else {
+                return;
+            };
+            if !p.waiting.is_empty() {
+                return;
+            }
+            if p.starting {
+                break;
+            }
             p.starting = true;
             let told = self.tell_live(&LauncherMsg::StartJob { index }).await;
             if let Some(p) = self.spawns.pending.get_mut(&index) {
                 p.waiting = told;
             }
-            return Box::pin(self.spawn_progress(index)).await;
         }
         let Some(p) = self.spawns.pending.remove(&index) else {
             return;
