@@ -146,3 +146,40 @@ fn the_universe_is_the_hosts_cores_or_the_job() {
     let one = run_testprog_with(3, 1, "universe", false, &[]);
     assert_eq!(universe(&one), cores.max(1));
 }
+
+/// A spawn with a timeout (PMIX_TIMEOUT, PMIX_SPAWN_TIMEOUT) while a node server is
+/// frozen, with the failure detector off so nothing else ends the wait: the spawn
+/// fails with a timeout that names the frozen server and the processes not started,
+/// none of the job's processes ever runs (not even once the server runs again), and
+/// the session neither waits for them nor counts them as failed. The next spawn, once
+/// the server runs again, works. Without the timeout the first spawn waited until the
+/// harness's deadline; without the cancelled job's release, the session did.
+#[test]
+fn a_spawn_that_times_out_is_cancelled_and_the_session_goes_on() {
+    let job = run_testprog_with(3, 3, "spawn-timeout", false, &["--peer-timeout", "0"]);
+    let r = job.succeeded_with("spawn-timeout", 5);
+    let timed_out: Vec<&String> = r
+        .iter()
+        .filter(|l| l.starts_with("spawn-timeout timed out: "))
+        .collect();
+    assert_eq!(timed_out.len(), 1, "{r:?}");
+    let msg = timed_out[0];
+    assert!(
+        msg.contains("@1 by ")
+            && msg.contains("node server(s) node2 had not added the job")
+            && msg.contains("timed out after 2000 ms")
+            && msg.contains("@1:0")
+            && msg.contains("@1:2"),
+        "the timeout names the job, the frozen server and the processes not started: {msg}"
+    );
+    assert!(
+        r.iter()
+            .any(|l| l.starts_with("spawn-timeout then spawned ") && l.ends_with("@2")),
+        "{r:?}"
+    );
+    let children: Vec<&String> = r.iter().filter(|l| l.contains(" child ")).collect();
+    assert!(
+        children.len() == 3 && children.iter().all(|l| l.contains("@2 (parent ")),
+        "only the second spawn's 3 processes ran: {r:?}"
+    );
+}

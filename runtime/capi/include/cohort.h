@@ -265,6 +265,8 @@ typedef struct {
     size_t nhosts;            /* none: every live one */
     int notify_completion;    /* non-zero: a COHORT_EVENT_JOB_END event to the caller once every
                                  spawned process ended (PMIX_NOTIFY_COMPLETION) */
+    int timeout_ms;           /* > 0: COHORT_ERR_TIMEOUT unless every process is started within
+                                 it (PMIX_TIMEOUT; the job is then cancelled); <= 0: none */
 } cohort_spawn_opts_t;
 
 typedef void (*cohort_op_cb)(int status, void *cbdata);

@@ -35,6 +35,9 @@ pub struct cohort_spawn_opts_t {
     /// Non-zero: a COHORT_EVENT_JOB_END event to this process once every spawned process
     /// ended (PMIX_NOTIFY_COMPLETION).
     pub notify_completion: c_int,
+    /// Positive: COHORT_ERR_TIMEOUT if the processes are not all started within this
+    /// many milliseconds (the job is then cancelled); zero or negative: no limit.
+    pub timeout_ms: c_int,
 }
 
 pub type cohort_spawn_cb =
@@ -105,12 +108,14 @@ unsafe fn spawn_args(
     };
     let hosts = strings_in(o.hosts, o.nhosts, "hosts")?;
     let notify_completion = o.notify_completion != 0;
+    let timeout_ms = u64::try_from(o.timeout_ms).ok().filter(|&ms| ms > 0);
     Ok((
         apps,
         SpawnOpts {
             mapping,
             hosts,
             notify_completion,
+            timeout_ms,
         },
     ))
 }

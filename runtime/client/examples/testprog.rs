@@ -67,6 +67,7 @@ fn main() {
         "spawn-wait" => spawn_wait(),
         "spawn-loss" => spawn_loss(),
         "spawn-run" => spawn_run(),
+        "spawn-timeout" => spawn_timeout(),
         "universe" => universe(),
         "frozen-server" => frozen_server(),
         "two-frozen" => two_frozen(),
@@ -3043,6 +3044,78 @@ fn spawn_run() -> R {
         check!(code == Some(&Value::I64(0)), "{ns} ended with {code:?}");
         println!("RESULT spawn-run {ns} ended");
     }
+    e2s(c.finalize(), "finalize")
+}
+
+/// A spawn with a timeout while node server 2 is frozen (SIGSTOP, by rank 1; run
+/// with the failure detector off, 3 node servers, 3 ranks): it fails with a timeout
+/// naming that server and the processes not started, and its job is cancelled. Once
+/// the server runs again, a spawn without a timeout starts the next job (`@2`) on all
+/// three; its processes print a line and exit. Rank 2 (on the frozen server) waits.
+fn spawn_timeout() -> R {
+    use cohort::{SpawnApp, SpawnMapping, SpawnOpts};
+    let c = init()?;
+    let me = c.rank();
+    if let Some(parent) = e2s(c.parent(), "parent")? {
+        println!(
+            "RESULT spawn-timeout child {me} of {} (parent {parent})",
+            c.nspace()
+        );
+        return e2s(c.finalize(), "finalize");
+    }
+    let publish = |key: &str, v: Value| publish_app(&c, key, v);
+    let wait_for = |keys: &[&str]| wait_published(&c, keys);
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let app = SpawnApp {
+        command: vec![exe.display().to_string(), "spawn-timeout".into()],
+        maxprocs: 3,
+        env: Vec::new(),
+        cwd: None,
+    };
+    match me {
+        2 => {
+            // SAFETY: getppid has no preconditions; the parent is this rank's server.
+            let server = unsafe { libc::getppid() };
+            publish("victim-pid", Value::U32(server as u32))?;
+        }
+        1 => {
+            let found = wait_for(&["victim-pid"])?;
+            let Some(Value::U32(pid)) = found.first().map(|f| f.value.clone()) else {
+                return Err(format!("victim-pid: {found:?}"));
+            };
+            // SAFETY: kill(2) on node server 2 of this session.
+            unsafe { libc::kill(pid as libc::pid_t, libc::SIGSTOP) };
+            publish("frozen", Value::Bool(true))?;
+            wait_for(&["timed-out"])?;
+            // SAFETY: as above.
+            unsafe { libc::kill(pid as libc::pid_t, libc::SIGCONT) };
+            publish("thawed", Value::Bool(true))?;
+        }
+        _ => {
+            wait_for(&["frozen"])?;
+            let opts = SpawnOpts {
+                mapping: SpawnMapping::RoundRobin,
+                timeout_ms: Some(2_000),
+                ..SpawnOpts::default()
+            };
+            match c.spawn(vec![app.clone()], opts) {
+                Err(e @ CohortError::Timeout { .. }) => {
+                    println!("RESULT spawn-timeout timed out: {e}")
+                }
+                other => return Err(format!("a spawn with node2 frozen: {other:?}")),
+            }
+            publish("timed-out", Value::Bool(true))?;
+            wait_for(&["thawed"])?;
+            let opts = SpawnOpts {
+                mapping: SpawnMapping::RoundRobin,
+                ..SpawnOpts::default()
+            };
+            let ns = e2s(c.spawn(vec![app], opts), "spawn after the thaw")?;
+            println!("RESULT spawn-timeout then spawned {ns}");
+            publish("done", Value::Bool(true))?;
+        }
+    }
+    wait_for(&["done"])?;
     e2s(c.finalize(), "finalize")
 }
 

@@ -744,6 +744,7 @@ impl Launcher {
         loop {
             let judge_at = self.tribunal.deadline().map(Instant::from_std);
             let store_at = self.store.next_deadline().map(|d| self.store_epoch + d);
+            let spawn_at = self.spawns.next_deadline();
             let stdin_ready = self.stdin_rx.is_some() && self.stdin_waiting.is_empty();
             let beat = period.filter(|_| self.started);
             let event = tokio::select! {
@@ -770,6 +771,12 @@ impl Launcher {
                     let answers = self.store.expire(now);
                     self.send_data_answers(answers).await;
                     continue;
+                }
+                _ = sleep_until(spawn_at.unwrap_or(never)), if spawn_at.is_some() => {
+                    match self.expire_spawns().await {
+                        Some(verdict) => return verdict,
+                        None => continue,
+                    }
                 }
                 _ = sleep_until(judge_at.unwrap_or(never)), if judge_at.is_some() => {
                     match self.judge(Vec::new()).await {

@@ -1,7 +1,7 @@
 //! The job's fate, decided without I/O: which rank exits end the job, what the user is
 //! told, and which exit status `cohort run` returns. [`crate::launch`] feeds it events.
 
-use std::collections::VecDeque;
+use std::collections::{BTreeSet, VecDeque};
 use std::time::{Duration, Instant};
 
 use cohort_core::take_where;
@@ -77,6 +77,9 @@ pub struct JobMonitor {
     remaining: u32,
     first_failure: Option<RankFailure>,
     failures: u32,
+    /// Spawned jobs that no longer count (never started, or cancelled): their ranks'
+    /// exits are not failures of the session.
+    abandoned: BTreeSet<u32>,
 }
 
 impl JobMonitor {
@@ -89,6 +92,7 @@ impl JobMonitor {
             recovery,
             first_failure: None,
             failures: 0,
+            abandoned: BTreeSet::new(),
         }
     }
 
@@ -139,12 +143,15 @@ impl JobMonitor {
         Some(code)
     }
 
-    /// Spawned job `index` will not start (a node server refused it): its ranks no
-    /// longer count. Ends the session if they were the last ones.
+    /// Spawned job `index` will not start (a node server refused it), or was cancelled
+    /// (its spawn timed out): its ranks no longer count, and those that started and
+    /// are yet to exit (killed) are no failures. Ends the session if they were the
+    /// last ones.
     pub fn abandon_job(&mut self, index: u32) -> Step {
         let Some(exited) = self.exited.get_mut(index as usize).filter(|_| index > 0) else {
             return Step::Continue;
         };
+        self.abandoned.insert(index);
         let never = ExitStatus {
             code: None,
             signal: None,
@@ -186,6 +193,9 @@ impl JobMonitor {
             .ok_or(BogusExit::UnknownRank { node, job, rank })?;
         if owner != node {
             return Err(BogusExit::WrongNode { node, rank, owner });
+        }
+        if self.abandoned.contains(&job) {
+            return Ok(Step::Continue);
         }
         let slot = &mut self.exited[job as usize][rank as usize];
         if slot.is_some() {
@@ -1027,6 +1037,28 @@ mod tests {
         m.add_job(1, child, parent).unwrap();
         assert_eq!(m.exited(0, 0, 0, code(0)), Ok(Step::Continue));
         assert_eq!(m.abandon_job(1), Step::End(Verdict::Completed));
+        // A cancelled spawn (timed out): its started ranks, killed, are no failures,
+        // and the session does not wait for the others.
+        let mut m = JobMonitor::new(JobMap::block("ns", 1, 1), false);
+        let child = JobMap::spawned("ns@1".into(), m.job(), vec![2], &[0], false).unwrap();
+        m.add_job(1, child, cohort_proto::ProcId::new("ns", 0))
+            .unwrap();
+        assert_eq!(m.abandon_job(1), Step::Continue, "rank 0 of ns still runs");
+        assert_eq!(m.remaining(), 1);
+        let killed = ExitStatus {
+            code: None,
+            signal: Some(libc::SIGKILL),
+        };
+        assert_eq!(m.exited(0, 1, 1, killed), Ok(Step::Continue));
+        assert!(m.first_failure().is_none());
+        assert!(matches!(
+            m.exited(0, 1, 2, killed),
+            Err(BogusExit::UnknownRank { job: 1, .. })
+        ));
+        assert_eq!(
+            m.exited(0, 0, 0, code(0)),
+            Ok(Step::End(Verdict::Completed))
+        );
     }
 
     fn end_verdict(step: Step) -> Verdict {

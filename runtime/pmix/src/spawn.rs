@@ -6,9 +6,11 @@
 //! the working directory is `cwd`, else the app's PMIX_WDIR, else the job's. Of the
 //! job's and the apps' infos, PMIX_MAPBY (`node` or `ppr:N:node`: one per node server
 //! in turn, else block-wise) and PMIX_HOST (a comma-separated list of node server
-//! names) place the processes; everything else is ignored unless it is marked
-//! required (PMIX_INFO_REQD), which fails the spawn with PMIX_ERR_NOT_SUPPORTED.
-//! Open MPI sets no info as required.
+//! names) place the processes; PMIX_NOTIFY_COMPLETION asks for PMIX_EVENT_JOB_END;
+//! PMIX_TIMEOUT or PMIX_SPAWN_TIMEOUT (seconds) fails the spawn with
+//! PMIX_ERR_TIMEOUT, its job cancelled, unless every process started in time.
+//! Everything else is ignored unless it is marked required (PMIX_INFO_REQD), which
+//! fails the spawn with PMIX_ERR_NOT_SUPPORTED. Open MPI sets no info as required.
 
 use std::ffi::{c_char, c_void};
 
@@ -19,7 +21,14 @@ use crate::value::*;
 use crate::*;
 
 /// The infos of a spawn this library reads; any other one marked required fails it.
-const UNDERSTOOD: &[&str] = &[PMIX_WDIR, PMIX_MAPBY, PMIX_HOST, PMIX_NOTIFY_COMPLETION];
+const UNDERSTOOD: &[&str] = &[
+    PMIX_WDIR,
+    PMIX_MAPBY,
+    PMIX_HOST,
+    PMIX_NOTIFY_COMPLETION,
+    PMIX_TIMEOUT,
+    PMIX_SPAWN_TIMEOUT,
+];
 
 /// The infos of a C array, or PMIX_ERR_NOT_SUPPORTED when one this library does not
 /// read is marked required.
@@ -95,8 +104,17 @@ fn hosts_of(list: &str) -> Vec<String> {
         .collect()
 }
 
-/// Reads PMIX_MAPBY and PMIX_HOST of `info` into `opts` (a later one wins).
+/// Reads PMIX_MAPBY, PMIX_HOST, PMIX_NOTIFY_COMPLETION and the timeout (PMIX_TIMEOUT
+/// or PMIX_SPAWN_TIMEOUT, seconds, 0: none; PMIX_SPAWN_TIMEOUT wins) of `info` into
+/// `opts` (a later info array wins).
 fn placement(info: &[(String, PVal)], opts: &mut SpawnOpts) -> Result<(), pmix_status_t> {
+    for key in [PMIX_TIMEOUT, PMIX_SPAWN_TIMEOUT] {
+        if let Some(v) = find(info, key) {
+            // As elsewhere, a negative or non-integer value is no limit.
+            let secs = v.as_u64().unwrap_or(0);
+            opts.timeout_ms = Some(secs.saturating_mul(1000)).filter(|&ms| ms > 0);
+        }
+    }
     if let Some(v) = find(info, PMIX_MAPBY) {
         opts.mapping = mapping_of(&string_of(v)?);
     }
@@ -280,5 +298,38 @@ mod tests {
             assert_eq!(mapping_of(p), SpawnMapping::Block, "{p}");
         }
         assert_eq!(hosts_of(" a, b,,c "), ["a", "b", "c"]);
+    }
+
+    #[test]
+    fn pmix_timeout_and_spawn_timeout_limit_the_spawn() {
+        let read = |info: Vec<(&str, PVal)>, start: Option<u64>| {
+            let info: Vec<(String, PVal)> =
+                info.into_iter().map(|(k, v)| (k.to_string(), v)).collect();
+            let mut opts = SpawnOpts {
+                timeout_ms: start,
+                ..SpawnOpts::default()
+            };
+            placement(&info, &mut opts).unwrap();
+            opts.timeout_ms
+        };
+        assert_eq!(read(vec![], None), None);
+        assert_eq!(read(vec![(PMIX_TIMEOUT, PVal::Int(3))], None), Some(3000));
+        assert_eq!(
+            read(vec![(PMIX_SPAWN_TIMEOUT, PVal::Uint32(2))], None),
+            Some(2000)
+        );
+        let both = vec![
+            (PMIX_SPAWN_TIMEOUT, PVal::Int(2)),
+            (PMIX_TIMEOUT, PVal::Int(9)),
+        ];
+        assert_eq!(read(both, None), Some(2000), "PMIX_SPAWN_TIMEOUT wins");
+        // 0 or a negative value: none, also over the job's infos' limit.
+        assert_eq!(read(vec![(PMIX_TIMEOUT, PVal::Int(0))], Some(5000)), None);
+        assert_eq!(read(vec![(PMIX_TIMEOUT, PVal::Int(-1))], None), None);
+        // An app's infos without a timeout keep the job's.
+        assert_eq!(
+            read(vec![(PMIX_HOST, PVal::Str("a".into()))], Some(5000)),
+            Some(5000)
+        );
     }
 }

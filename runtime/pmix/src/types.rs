@@ -380,6 +380,7 @@ keys! {
     PMIX_WDIR = "pmix.wdir",
     PMIX_MAPBY = "pmix.mapby",
     PMIX_HOST = "pmix.host",
+    PMIX_SPAWN_TIMEOUT = "pmix.sp.time",
     PMIX_QUERY_NAMESPACES = "pmix.qry.ns",
     PMIX_QUERY_NUM_PSETS = "pmix.qry.psetnum",
     PMIX_QUERY_PSET_NAMES = "pmix.qry.psets",

@@ -241,6 +241,10 @@ pub enum LauncherMsg {
     /// Start this node server's processes of job `index` (answered with
     /// [`DaemonMsg::JobStarted`]).
     StartJob { index: u32 },
+    /// Spawned job `index` is cancelled (its spawn timed out): start none of its
+    /// processes here, and kill those already started. Not answered; the launcher no
+    /// longer counts the job's processes.
+    CancelJob { index: u32 },
     /// Every process of spawned job `index` ended (`exit_code`: its first failed
     /// process's shell-style status, or 0): tell `parent`, this node server's process
     /// that spawned it and asked to be told (PMIX_NOTIFY_COMPLETION).

@@ -50,6 +50,12 @@ pub struct SpawnOpts {
     /// Tell the spawning process when every process of the job ended
     /// (PMIX_NOTIFY_COMPLETION): a `codes::JOB_END` event.
     pub notify_completion: bool,
+    /// Fail the spawn with [`CohortError::Timeout`](crate::CohortError::Timeout) if
+    /// its processes are not all started within this many milliseconds (PMIX_TIMEOUT,
+    /// PMIX_SPAWN_TIMEOUT); the job is then cancelled: whatever of it started is
+    /// killed. `None` or 0: no limit (a frozen node server then holds the spawn until
+    /// the failure detector condemns it).
+    pub timeout_ms: Option<u64>,
 }
 
 /// Checks a spawn request: at least one app, each with a program and at least one

@@ -7,7 +7,10 @@
 //! namespace it cannot place. Once every server started its share, the caller gets the
 //! job's namespace. A node server lost meanwhile no longer counts (its share of the
 //! processes is lost with it, as `--enable-recovery` says); a spawn therefore never
-//! waits for a server that is gone.
+//! waits for a server that is gone. A spawn with a timeout (`SpawnOpts::timeout_ms`)
+//! that is not done in time fails with `CohortError::Timeout`, and its job is cancelled
+//! (`LauncherMsg::CancelJob`): no server starts its processes any more, those started
+//! are killed, and the session no longer waits for them.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -17,6 +20,7 @@ use cohort_proto::spawn::{
     spawned_nspace, validate_spawn, SpawnApp, SpawnMapping, SpawnOpts, MAX_SPAWNED_JOBS,
 };
 use cohort_proto::{CohortError, JobMap, NodeId, ProcId};
+use tokio::time::{Duration, Instant};
 
 use super::Launcher;
 use crate::monitor::{Step, Verdict};
@@ -48,6 +52,20 @@ struct Pending {
     waiting: BTreeSet<NodeId>,
     /// Every server knows the job: its processes are being started.
     starting: bool,
+    /// The caller, and when its spawn times out (`SpawnOpts::timeout_ms`).
+    caller: ProcId,
+    timeout: Option<(u64, Instant)>,
+}
+
+impl Spawns {
+    /// When the next spawn with a timeout times out.
+    pub(super) fn next_deadline(&self) -> Option<Instant> {
+        self.pending
+            .values()
+            .filter_map(|p| p.timeout)
+            .map(|t| t.1)
+            .min()
+    }
 }
 
 impl Launcher {
@@ -89,10 +107,15 @@ impl Launcher {
             true => self.open_mpi_settings(),
             false => Vec::new(),
         };
+        // An absurdly large timeout is none rather than an overflow.
+        let timeout = opts.timeout_ms.filter(|&ms| ms > 0).and_then(|ms| {
+            let at = Instant::now().checked_add(Duration::from_millis(ms))?;
+            Some((ms, at))
+        });
         let msg = LauncherMsg::AddJob {
             index,
             job: job.clone(),
-            parent: caller,
+            parent: caller.clone(),
             apps,
             env,
         };
@@ -105,6 +128,8 @@ impl Launcher {
                 nspace: job.nspace,
                 waiting: told,
                 starting: false,
+                caller,
+                timeout,
             },
         );
         self.spawn_progress(index).await;
@@ -208,6 +233,78 @@ impl Launcher {
         }
         self.spawn_progress(index).await;
         None
+    }
+
+    /// Spawns whose timeout passed fail with `CohortError::Timeout`, naming the node
+    /// servers that did not answer and the processes not started; their jobs are
+    /// cancelled. The session's end, if those were the last processes it waited for.
+    pub(super) async fn expire_spawns(&mut self) -> Option<Verdict> {
+        let now = Instant::now();
+        let due: Vec<u32> = self
+            .spawns
+            .pending
+            .iter()
+            .filter(|(_, p)| p.timeout.is_some_and(|t| t.1 <= now))
+            .map(|(&i, _)| i)
+            .collect();
+        let mut verdict = None;
+        for index in due {
+            let Some(p) = self.spawns.pending.remove(&index) else {
+                continue;
+            };
+            let timeout_ms = p.timeout.map_or(0, |t| t.0);
+            let names: Vec<String> = p
+                .waiting
+                .iter()
+                .map(|&n| self.monitor.node_name(n))
+                .collect();
+            let step = match p.starting {
+                true => "started its processes",
+                false => "added the job",
+            };
+            // The job's processes not started: all of them while servers are still
+            // adding the job, else those of the servers that did not answer.
+            let missing: Vec<ProcId> = match self.monitor.session().get(index) {
+                Some(job) => (0..job.size())
+                    .filter(|&r| {
+                        !p.starting
+                            || job
+                                .rank_node
+                                .get(r as usize)
+                                .is_some_and(|n| p.waiting.contains(n))
+                    })
+                    .map(|r| ProcId::new(job.nspace.as_str(), r))
+                    .collect(),
+                None => Vec::new(),
+            };
+            let op = format!(
+                "spawn of {} by {} (node server(s) {} had not {step})",
+                p.nspace,
+                p.caller,
+                names.join(", ")
+            );
+            tracing::warn!(%op, timeout_ms, "spawn timed out; cancelling its job");
+            let err = CohortError::Timeout {
+                op,
+                timeout_ms,
+                missing,
+            };
+            let reply = LauncherMsg::DataReply {
+                token: p.token,
+                result: Err(err),
+            };
+            if let Err(e) = self.tell(p.home, &reply).await {
+                tracing::warn!(node = p.home, error = %e, "could not answer a spawn");
+            }
+            // In order after AddJob (and StartJob) on every control connection: a
+            // server that answers late still starts nothing, or kills what it started.
+            self.tell_live(&LauncherMsg::CancelJob { index }).await;
+            self.spawns.notify.remove(&index);
+            if let Step::End(v) = self.monitor.abandon_job(index) {
+                verdict = Some(v);
+            }
+        }
+        verdict
     }
 
     /// Node server `node` is gone: no spawn waits for it.

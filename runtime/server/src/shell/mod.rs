@@ -636,6 +636,10 @@ async fn serve(
                         ranks.launch_job(index, stdout, stderr);
                         tell(link, &DaemonMsg::JobStarted { index }).await;
                     }
+                    FromLauncher::Msg(LauncherMsg::CancelJob { index }) => {
+                        let killed = ranks.cancel_job(index);
+                        tracing::info!(index, killed, "spawned job cancelled (its spawn timed out)");
+                    }
                     FromLauncher::Msg(LauncherMsg::Survey { token, except, within_ms }) => {
                         svc.survey(token, except, Duration::from_millis(within_ms));
                     }

@@ -2,7 +2,7 @@
 //! group and killed if cohortd dies; output forwarded; an exit reported only after the
 //! rank's output has been forwarded; stopped all together at the end.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::ffi::OsString;
 use std::path::PathBuf;
 use std::process::Stdio;
@@ -212,6 +212,8 @@ pub struct Ranks {
     guard: Option<Guard>,
     /// The stdin writers of the ranks that take the launcher's stdin.
     stdin: BTreeMap<Rank, mpsc::UnboundedSender<StdinCmd>>,
+    /// Spawned jobs cancelled (their spawn timed out): none of their ranks starts.
+    cancelled: BTreeSet<u32>,
 }
 
 /// What a rank's stdin writer does next.
@@ -266,6 +268,7 @@ impl Ranks {
             exits,
             guard,
             stdin: BTreeMap::new(),
+            cancelled: BTreeSet::new(),
         }
     }
 
@@ -317,6 +320,9 @@ impl Ranks {
         let Some(t) = self.templates.get(index as usize) else {
             return;
         };
+        if self.cancelled.contains(&index) {
+            return;
+        }
         for rank in t.job.ranks_on(t.node) {
             self.launch(index, rank, stdout, stderr);
         }
@@ -396,6 +402,23 @@ impl Ranks {
             }
             let _ = exits.send(RankExit { job, rank, status });
         });
+    }
+
+    /// Spawned job `index` is cancelled: its ranks running here are killed (their
+    /// exits are reported as any), and none starts any more. Returns how many were
+    /// killed.
+    pub fn cancel_job(&mut self, index: u32) -> usize {
+        if index == 0 {
+            return 0;
+        }
+        self.cancelled.insert(index);
+        let mut killed = 0;
+        for (&(job, rank), &pgid) in self.running.range((index, 0)..=(index, Rank::MAX)) {
+            tracing::debug!(job, rank, pgid, "killing a rank of a cancelled job");
+            signal_group(pgid, libc::SIGKILL);
+            killed += 1;
+        }
+        killed
     }
 
     /// Records that rank `rank` of job `job` exited; `false` if it was not running.
