@@ -8,7 +8,8 @@
  * PMIX_PROC), their job's size, the variable and the directory. Parents and
  * children then connect over both namespaces (as Open MPI's MPI_Comm_spawn does:
  * each side names its own job's and the other job's wildcard), read each other's
- * posted data and job-level keys, and disconnect; rank 0, which asked for
+ * posted data and job-level keys (PMIX_NODE_RANK and PMIX_NODE_SIZE spanning both
+ * jobs among them), and disconnect; rank 0, which asked for
  * PMIX_NOTIFY_COMPLETION, then hears PMIX_EVENT_JOB_END for the children. Every process checks each answer
  * itself and prints "FAIL rank R: ..." to stderr on a violation (exit 1); on success
  * a parent prints "RESULT parent ..." and a child "RESULT child ...", the same on
@@ -280,6 +281,11 @@ static int parent(const char *self, bool nb)
     PMIX_INFO_DESTRUCT(&optional);
     uint32_t lsize = job_u32(ns, PMIX_RANK_WILDCARD, PMIX_LOCAL_SIZE);
     CHECK(lsize == here, "the children's local size %u, not %u", lsize, here);
+    /* PMIX_NODE_SIZE counts both jobs' processes on this node. */
+    uint32_t parents_here = job_u32(me.nspace, PMIX_RANK_WILDCARD, PMIX_LOCAL_SIZE);
+    uint32_t nsize = job_u32(me.nspace, me.rank, PMIX_NODE_SIZE);
+    CHECK(nsize == parents_here + here, "node size %u, not %u parents + %u children", nsize,
+          parents_here, here);
 
     pmix_proc_t both[2];
     connect_jobs(me.nspace, ns, both, nb);
@@ -337,6 +343,28 @@ static int child(bool nb)
     CHECK(getcwd(cwd, sizeof cwd) && realpath(WORKDIR, want), "getcwd");
     CHECK(strcmp(cwd, want) == 0, "working directory %s", cwd);
     uint32_t psize = job_u32(parent.nspace, PMIX_RANK_WILDCARD, PMIX_JOB_SIZE);
+
+    /* PMIX_NODE_RANK spans the jobs: the parents on this node come first, so no two
+     * processes of the node share one (what a process picks its GPU by). */
+    uint32_t my_node = job_u32(me.nspace, me.rank, PMIX_NODEID);
+    uint32_t parents_here = 0, children_here = 0;
+    for (pmix_rank_t r = 0; r < psize; r++) {
+        parents_here += job_u32(parent.nspace, r, PMIX_NODEID) == my_node;
+    }
+    for (pmix_rank_t r = 0; r < size; r++) {
+        children_here += job_u32(me.nspace, r, PMIX_NODEID) == my_node;
+    }
+    OK(PMIx_Get(&me, PMIX_LOCAL_RANK, NULL, 0, &v));
+    uint16_t lrank = v->data.uint16;
+    PMIX_VALUE_RELEASE(v);
+    OK(PMIx_Get(&me, PMIX_NODE_RANK, NULL, 0, &v));
+    CHECK(v->type == PMIX_UINT16 && v->data.uint16 == parents_here + lrank,
+          "node rank %u (type %d), not %u parents here + local rank %u", v->data.uint16, v->type,
+          parents_here, lrank);
+    PMIX_VALUE_RELEASE(v);
+    uint32_t nsize = job_u32(me.nspace, PMIX_RANK_WILDCARD, PMIX_NODE_SIZE);
+    CHECK(nsize == parents_here + children_here, "node size %u, not %u + %u", nsize,
+          parents_here, children_here);
 
     put_u32("spawn.child.val", 200 + me.rank);
     OK(PMIx_Fence(&wild, 1, NULL, 0));

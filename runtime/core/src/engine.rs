@@ -1864,6 +1864,7 @@ impl Engine {
             let here = job.ranks_on(self.node);
             return match key {
                 "pmix.local.size" => Some(Value::U32(here.len() as u32)),
+                keys::NODE_SIZE => Some(Value::U32(self.jobs.node_size(self.node))),
                 "pmix.lpeers" if here.is_empty() => None,
                 "pmix.lpeers" => Some(Value::Str(
                     here.iter()
@@ -1880,7 +1881,9 @@ impl Engine {
             "pmix.nodeid" => Some(Value::U32(node)),
             "pmix.hname" => job.node_names.get(node as usize).cloned().map(Value::Str),
             "pmix.lrank" => job.local_rank(proc.rank).map(Value::U32),
+            keys::NODE_RANK => self.jobs.node_rank(proc).map(Value::U32),
             "pmix.local.size" => Some(Value::U32(job.ranks_on(node).len() as u32)),
+            keys::NODE_SIZE => Some(Value::U32(self.jobs.node_size(node))),
             keys::APPNUM => job.app_of(proc.rank).map(Value::U32),
             keys::APP_SIZE | keys::APP_RANK => {
                 let ranks = job.app_ranks(job.app_of(proc.rank)?)?;

@@ -37,7 +37,7 @@ pub fn job_value(c: &Client, proc: &ProcId, key: &str) -> Option<PVal> {
     let node = job.node_of(&ProcId::new(c.nspace(), rank))?;
     let on_node = job.ranks_on(node);
     let node_level = match key {
-        PMIX_LOCAL_SIZE | PMIX_NODE_SIZE => Some(PVal::Uint32(on_node.len() as u32)),
+        PMIX_LOCAL_SIZE => Some(PVal::Uint32(on_node.len() as u32)),
         PMIX_LOCAL_PEERS => Some(PVal::Str(
             on_node
                 .iter()
@@ -57,7 +57,7 @@ pub fn job_value(c: &Client, proc: &ProcId, key: &str) -> Option<PVal> {
     match key {
         PMIX_RANK | PMIX_GLOBAL_RANK => Some(PVal::Rank(rank)),
         PMIX_PROCID => Some(PVal::Proc(ProcId::new(c.nspace(), rank))),
-        PMIX_LOCAL_RANK | PMIX_NODE_RANK => job
+        PMIX_LOCAL_RANK => job
             .local_rank(rank)
             .map(|l| PVal::Uint16(u16::try_from(l).unwrap_or(u16::MAX))),
         PMIX_APPNUM => app.map(PVal::Uint32),

@@ -501,9 +501,13 @@ unsafe fn get_plan(
     }
     // Job-level keys the node server answers for every namespace of the session, at
     // once.
+    // PMIX_NODE_RANK and PMIX_NODE_SIZE count every job's processes on the node, which
+    // this process's job map alone does not know.
     let server_side = match key.as_str() {
         PMIX_PARENT_ID => Some(cohort::keys::PARENT_ID),
         PMIX_SPAWNED => Some(cohort::keys::SPAWNED),
+        PMIX_NODE_RANK => Some(cohort::keys::NODE_RANK),
+        PMIX_NODE_SIZE => Some(cohort::keys::NODE_SIZE),
         _ => None,
     };
     if let Some(k) = server_side {

@@ -83,6 +83,12 @@ pub mod keys {
     pub const PARENT_ID: &str = "pmix.parent";
     /// PMIX_SPAWNED: whether a process's job was spawned (`Bool`).
     pub const SPAWNED: &str = "pmix.spawned";
+    /// PMIX_NODE_RANK: a process's rank among every process of the session on its
+    /// node, earlier jobs' first (`U32`).
+    pub const NODE_RANK: &str = "pmix.nrank";
+    /// PMIX_NODE_SIZE: how many processes of the session's jobs are placed on a node
+    /// (`U32`; asked of a job's wildcard: the asker's node).
+    pub const NODE_SIZE: &str = "pmix.node.size";
     /// PMIX_PSET_NAMES: names of the process sets a process belongs to (`Strs`).
     pub const PSET_NAMES: &str = "pmix.pset.nms";
     /// PMIX_QUERY_PSET_NAMES: names of the process sets defined (query).

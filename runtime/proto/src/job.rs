@@ -369,6 +369,11 @@ impl JobMap {
             .collect()
     }
 
+    /// How many ranks are placed on `node`.
+    pub fn count_on(&self, node: NodeId) -> u32 {
+        self.rank_node.iter().filter(|&&n| n == node).count() as u32
+    }
+
     /// Local rank of `rank` on its node (its index among the node's ranks).
     pub fn local_rank(&self, rank: Rank) -> Option<u32> {
         let node = *self.rank_node.get(rank as usize)?;
@@ -670,6 +675,23 @@ impl Session {
             .collect()
     }
 
+    /// The rank of `proc` among every process of the session on its node
+    /// (PMIX_NODE_RANK): the processes of earlier jobs there come first, then those of
+    /// its own job by rank. So two jobs' processes sharing a node never share one.
+    pub fn node_rank(&self, proc: &ProcId) -> Option<u32> {
+        let index = self.index_of(proc.nspace.as_str())? as usize;
+        let job = &self.jobs[index];
+        let node = *job.rank_node.get(proc.rank as usize)?;
+        let before: u32 = self.jobs[..index].iter().map(|j| j.count_on(node)).sum();
+        Some(before + job.local_rank(proc.rank)?)
+    }
+
+    /// How many processes of the session's jobs are placed on `node`
+    /// (PMIX_NODE_SIZE), those that ended included.
+    pub fn node_size(&self, node: NodeId) -> u32 {
+        self.jobs.iter().map(|j| j.count_on(node)).sum()
+    }
+
     /// Every process of the session, job by job.
     pub fn all_procs(&self) -> Vec<ProcId> {
         self.jobs.iter().flat_map(|j| j.all_procs()).collect()
@@ -733,6 +755,18 @@ mod tests {
             ]
         );
         assert_eq!(s.all_procs().len(), 7);
+        // Node ranks span the jobs: node 2 hosts j:3, then j@1:0 and j@1:1.
+        assert_eq!(s.node_rank(&ProcId::new("j", 3)), Some(0));
+        assert_eq!(s.node_rank(&ProcId::new("j@1", 0)), Some(1));
+        assert_eq!(s.node_rank(&ProcId::new("j@1", 1)), Some(2));
+        assert_eq!(
+            s.node_rank(&ProcId::new("j@1", 2)),
+            Some(2),
+            "after j:0, j:1"
+        );
+        assert_eq!(s.node_rank(&ProcId::new("j@1", 3)), None);
+        assert_eq!(s.node_rank(&ProcId::new("k", 0)), None);
+        assert_eq!((s.node_size(0), s.node_size(1), s.node_size(2)), (3, 1, 3));
     }
     #[test]
     fn rank_lists_parse_into_canonical_runs_and_print_back() {
