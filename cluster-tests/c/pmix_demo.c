@@ -2,6 +2,7 @@
  * with cohort's libpmix.so.2 (cluster-tests/tests/pmix.rs). Every rank checks each
  * answer itself and prints "FAIL rank R: ..." to stderr on a violation (exit 1);
  * on success it prints one "RESULT ..." line, the same on every rank. */
+#include <hwloc.h>
 #include <pmix.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -232,6 +233,33 @@ int main(void)
     v = get(&me, PMIX_APPNUM, PMIX_UINT32);
     CHECK(v->data.uint32 == 0, "appnum %u", v->data.uint32);
     PMIX_VALUE_RELEASE(v);
+    {
+        /* This host's topology, as Open MPI 4.1 asks for it ("pmix.hwlocxml2" of the
+         * job's wildcard, PMIX_IMMEDIATE): hwloc XML that loads, with as many
+         * packages, cores and PUs as hwloc finds here itself. */
+        pmix_info_t imm;
+        bool yes = true;
+        PMIX_INFO_LOAD(&imm, PMIX_IMMEDIATE, &yes, PMIX_BOOL);
+        OK(PMIx_Get(&wild, "pmix.hwlocxml2", &imm, 1, &v));
+        PMIX_INFO_DESTRUCT(&imm);
+        CHECK(v->type == PMIX_STRING, "pmix.hwlocxml2 has type %d", v->type);
+        hwloc_topology_t served, here;
+        CHECK(hwloc_topology_init(&served) == 0 &&
+                  hwloc_topology_set_xmlbuffer(served, v->data.string,
+                                               (int)strlen(v->data.string) + 1) == 0 &&
+                  hwloc_topology_load(served) == 0,
+              "the served topology does not load: %.60s...", v->data.string);
+        CHECK(hwloc_topology_init(&here) == 0 && hwloc_topology_load(here) == 0, "hwloc");
+        hwloc_obj_type_t types[] = {HWLOC_OBJ_PACKAGE, HWLOC_OBJ_CORE, HWLOC_OBJ_PU};
+        for (int t = 0; t < 3; t++) {
+            int a = hwloc_get_nbobjs_by_type(served, types[t]);
+            int b = hwloc_get_nbobjs_by_type(here, types[t]);
+            CHECK(a == b && b > 0, "%d %s served, %d here", a, hwloc_obj_type_string(types[t]), b);
+        }
+        hwloc_topology_destroy(served);
+        hwloc_topology_destroy(here);
+        PMIX_VALUE_RELEASE(v);
+    }
     v = get(&wild, PMIX_JOB_NUM_APPS, PMIX_UINT32);
     CHECK(v->data.uint32 == 1, "apps %u", v->data.uint32);
     PMIX_VALUE_RELEASE(v);

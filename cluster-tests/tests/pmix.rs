@@ -99,6 +99,9 @@ fn pmix_program(name: &'static str) -> Option<PathBuf> {
                 .arg("-L")
                 .arg(&dir)
                 .arg("-l:libpmix.so.2")
+                // pmix_demo.c checks the topology the node server serves (hwloc.h:
+                // libhwloc-dev, which `make setup` installs).
+                .arg("-lhwloc")
                 .output()
             else {
                 tool_missing("the C compiler `cc`");
@@ -257,6 +260,40 @@ fn an_open_mpi_program_runs_on_cohorts_libpmix_on_one_node_server() {
 #[test]
 fn an_open_mpi_program_runs_on_cohorts_libpmix_on_three_node_servers() {
     run_mpi_demo(3, 6, Lib::PmixFlag);
+}
+
+/// Open MPI loads the host's topology its node server serves (`pmix.hwlocxml2`)
+/// instead of discovering the host in every process (tens of milliseconds of each
+/// MPI_Init here). Its own log says which it did.
+#[test]
+fn open_mpi_loads_the_topology_its_node_server_serves() {
+    let Some(prog) = mpi_program("mpi_demo") else {
+        return;
+    };
+    let args = [
+        "run",
+        "--nodes",
+        "2",
+        "-n",
+        "4",
+        "--pmix",
+        "-x",
+        "OMPI_MCA_hwloc_base_verbose=1",
+        prog.to_str().expect("a UTF-8 path"),
+    ];
+    let out = run_cohort(args, DEADLINE);
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    let context = format!("--- stdout:\n{stdout}\n--- stderr:\n{stderr}");
+    assert_eq!(out.status.code(), Some(0), "{context}");
+    let said = |what: &str| format!("{stdout}{stderr}").matches(what).count();
+    assert_eq!(
+        (
+            said("hwloc:base loading topology from XML"),
+            said("hwloc:base discovering topology")
+        ),
+        (4, 0),
+        "every rank loads the served topology, none discovers the host: {context}"
+    );
 }
 
 /// The same by hand (`-x` of the library path and Open MPI's settings), as on a

@@ -70,6 +70,7 @@ pub fn from_affinity() -> Topology {
         cores: Vec::new(),
         pus: Vec::new(),
         nics: Vec::new(),
+        hwloc_xml: None,
     };
     for (i, cpu) in cpus.iter().enumerate() {
         t.cores.push(Core {
@@ -107,6 +108,7 @@ mod hwloc {
     use hwlocality::object::types::{OSDeviceType, ObjectType};
     use hwlocality::object::TopologyObject;
     use hwlocality::topology::builder::TypeFilter;
+    use hwlocality::topology::export::xml::XMLExportFlags;
 
     use super::*;
     use crate::machine::{NicInfo, NicKind};
@@ -176,6 +178,10 @@ mod hwloc {
             cores: Vec::new(),
             pus: Vec::new(),
             nics: Vec::new(),
+            hwloc_xml: topo
+                .export_xml(XMLExportFlags::empty())
+                .map(|x| x.as_str().to_string())
+                .ok(),
         };
 
         for p in topo.objects_with_type(ObjectType::Package) {

@@ -21,6 +21,11 @@ pub struct Topology {
     pub cores: Vec<Core>,
     pub pus: Vec<Pu>,
     pub nics: Vec<NicInfo>,
+    /// The whole topology as hwloc 2 exports it (XML, with the devices when they were
+    /// looked for), for processes that would otherwise discover it again (Open MPI
+    /// reads it as `pmix.hwlocxml2`); `None` without hwloc. Kept local: never sent.
+    #[serde(skip)]
+    pub hwloc_xml: Option<String>,
 }
 
 /// The host as a whole.
@@ -298,6 +303,7 @@ pub(crate) mod tests {
             cores: Vec::new(),
             pus: Vec::new(),
             nics: Vec::new(),
+            hwloc_xml: None,
         };
         for n in 0..numa {
             let mut cpus = CpuSet::new();

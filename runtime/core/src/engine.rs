@@ -351,6 +351,8 @@ pub struct Engine {
     jobs: Session,
     /// The session's universe size (PMIX_UNIV_SIZE; [`Engine::set_universe`]).
     universe: u32,
+    /// This host's topology as hwloc XML ([`Engine::set_local_topology`]).
+    local_topology: Option<String>,
     shape: TreeShape,
     allgather: Allgather,
     /// The job's nodes on the switch map (from `EngineConfig::switches`).
@@ -467,6 +469,7 @@ impl Engine {
         Engine {
             node: cfg.node,
             universe: cfg.job.size(),
+            local_topology: None,
             jobs: Session::new(cfg.job),
             whole_job,
             whole_job_sig,
@@ -541,6 +544,14 @@ impl Engine {
 
     pub fn universe(&self) -> u32 {
         self.universe
+    }
+
+    /// This host's topology as hwloc exported it (XML): the value of
+    /// [`keys::HWLOC_XML`] for this node's processes and any job's wildcard, so that
+    /// they need not discover the host again (Open MPI does, tens of milliseconds of
+    /// every process's start, when no one gives it the topology).
+    pub fn set_local_topology(&mut self, xml: Option<String>) {
+        self.local_topology = xml;
     }
 
     /// Job `index`, spawned by `parent`, exists from now on: its processes may
@@ -1648,8 +1659,9 @@ impl Engine {
         if let Some(v) = self.job_value(&owner, &key) {
             return self.reply(client, req, Ok(Response::Value(v)));
         }
-        // A launched job has no parent: nobody will post one.
-        if owner.is_wildcard() || key == keys::PARENT_ID {
+        // A launched job has no parent, and another host's topology is not known here:
+        // nobody will post either.
+        if owner.is_wildcard() || key == keys::PARENT_ID || key == keys::HWLOC_XML {
             let err = CohortError::NotFound { proc: owner, key };
             return self.reply(client, req, Err(err));
         }
@@ -1865,6 +1877,7 @@ impl Engine {
             return match key {
                 "pmix.local.size" => Some(Value::U32(here.len() as u32)),
                 keys::NODE_SIZE => Some(Value::U32(self.jobs.node_size(self.node))),
+                keys::HWLOC_XML => self.local_topology.clone().map(Value::Str),
                 "pmix.lpeers" if here.is_empty() => None,
                 "pmix.lpeers" => Some(Value::Str(
                     here.iter()
@@ -1884,6 +1897,8 @@ impl Engine {
             keys::NODE_RANK => self.jobs.node_rank(proc).map(Value::U32),
             "pmix.local.size" => Some(Value::U32(job.ranks_on(node).len() as u32)),
             keys::NODE_SIZE => Some(Value::U32(self.jobs.node_size(node))),
+            // Only this host's is known here.
+            keys::HWLOC_XML if node == self.node => self.local_topology.clone().map(Value::Str),
             keys::APPNUM => job.app_of(proc.rank).map(Value::U32),
             keys::APP_SIZE | keys::APP_RANK => {
                 let ranks = job.app_ranks(job.app_of(proc.rank)?)?;

@@ -508,6 +508,9 @@ unsafe fn get_plan(
         PMIX_SPAWNED => Some(cohort::keys::SPAWNED),
         PMIX_NODE_RANK => Some(cohort::keys::NODE_RANK),
         PMIX_NODE_SIZE => Some(cohort::keys::NODE_SIZE),
+        // This host's topology (Open MPI asks with PMIX_IMMEDIATE and loads it instead
+        // of discovering the host).
+        cohort::keys::HWLOC_XML => Some(cohort::keys::HWLOC_XML),
         _ => None,
     };
     if let Some(k) = server_side {

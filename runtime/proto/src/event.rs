@@ -89,6 +89,10 @@ pub mod keys {
     /// PMIX_NODE_SIZE: how many processes of the session's jobs are placed on a node
     /// (`U32`; asked of a job's wildcard: the asker's node).
     pub const NODE_SIZE: &str = "pmix.node.size";
+    /// The node's topology as hwloc 2 XML (`Str`), Open MPI's
+    /// `OPAL_PMIX_HWLOC_XML_V2`: served by the node server for the processes of its
+    /// host (and any job's wildcard), so they need not discover the host themselves.
+    pub const HWLOC_XML: &str = "pmix.hwlocxml2";
     /// PMIX_PSET_NAMES: names of the process sets a process belongs to (`Strs`).
     pub const PSET_NAMES: &str = "pmix.pset.nms";
     /// PMIX_QUERY_PSET_NAMES: names of the process sets defined (query).

@@ -305,6 +305,8 @@ async fn run(
     let Some((svc, socket_dir)) = bind_service(&args, &job, secrets, verbs).await else {
         return 1;
     };
+    // Served as `pmix.hwlocxml2`: local processes load it instead of discovering the host.
+    svc.set_local_topology(placement.hwloc_xml().map(str::to_string));
     let mut signals = match TerminatingSignals::new() {
         Ok(s) => s,
         Err(e) => {

@@ -103,4 +103,9 @@ impl NodePlacement {
     pub fn unbound_cpus(&self) -> Option<&CpuSet> {
         self.unbound_cpus.as_ref()
     }
+
+    /// The host's topology as hwloc exported it (XML), when hwloc found it.
+    pub fn hwloc_xml(&self) -> Option<&str> {
+        self.topo.hwloc_xml.as_deref()
+    }
 }
