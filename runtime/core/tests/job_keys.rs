@@ -1,0 +1,94 @@
+//! Job- and node-level keys the node server answers without anyone posting them:
+//! the host's topology (`pmix.hwlocxml2`) and the node rank and size that span every
+//! job of the session (`pmix.nrank`, `pmix.node.size`). In-memory engines.
+
+use cohort_core::cluster::Cluster;
+use cohort_proto::event::keys;
+use cohort_proto::msg::{Request, Response};
+use cohort_proto::{CohortError, JobMap, ProcId, Value};
+use cohort_topology::TreeShape;
+
+fn get(c: &mut Cluster, reader: u32, proc: ProcId, key: &str) -> Result<Response, CohortError> {
+    let id = c.request(
+        reader,
+        Request::Get {
+            proc,
+            key: key.into(),
+            timeout_ms: None,
+            after_commits: 0,
+        },
+    );
+    c.pump();
+    // No clock advance: every answer here is immediate, found or not.
+    c.reply(reader, id)
+        .unwrap_or_else(|| panic!("no immediate answer to {key}"))
+}
+
+/// Each node server serves its own host's topology, to its processes and for any
+/// job's wildcard (the asker's node); another host's is not known there and is "not
+/// found" at once, never a wait for data nobody posts.
+#[test]
+fn the_topology_is_the_asking_node_servers_own() {
+    let mut c = Cluster::new(4, 2, TreeShape::Binomial);
+    c.connect_all();
+    c.engines[0].set_local_topology(Some("<topology node0/>".into()));
+    c.engines[1].set_local_topology(Some("<topology node1/>".into()));
+    let xml = |s: &str| Ok(Response::Value(Value::Str(s.into())));
+    let wild = ProcId::wildcard("job");
+    assert_eq!(
+        get(&mut c, 0, wild.clone(), keys::HWLOC_XML),
+        xml("<topology node0/>")
+    );
+    assert_eq!(
+        get(&mut c, 3, wild, keys::HWLOC_XML),
+        xml("<topology node1/>")
+    );
+    let own = c.proc(1);
+    assert_eq!(
+        get(&mut c, 0, own, keys::HWLOC_XML),
+        xml("<topology node0/>")
+    );
+    let elsewhere = c.proc(3);
+    assert!(matches!(
+        get(&mut c, 0, elsewhere, keys::HWLOC_XML),
+        Err(CohortError::NotFound { .. })
+    ));
+    // Without hwloc there is none to give.
+    c.engines[0].set_local_topology(None);
+    assert!(matches!(
+        get(&mut c, 0, ProcId::wildcard("job"), keys::HWLOC_XML),
+        Err(CohortError::NotFound { .. })
+    ));
+}
+
+/// A spawned job's node ranks follow the launched job's processes on the same node,
+/// and the node size counts both jobs.
+#[test]
+fn node_ranks_and_sizes_span_the_jobs() {
+    let mut c = Cluster::new(4, 2, TreeShape::Binomial);
+    c.connect_all();
+    // Ranks 0, 1 on node 0, ranks 2, 3 on node 1; a spawned job of 3, round-robin.
+    let child = JobMap::spawned("job@1".into(), &c.job, vec![3], &[0, 1], true).unwrap();
+    for e in &mut c.engines {
+        e.add_job(1, child.clone(), ProcId::new("job", 0)).unwrap();
+    }
+    let u32v = |x: u32| Ok(Response::Value(Value::U32(x)));
+    for (rank, node_rank) in [(0, 2), (1, 2), (2, 3)] {
+        let p = ProcId::new("job@1", rank);
+        assert_eq!(
+            get(&mut c, 3, p, keys::NODE_RANK),
+            u32v(node_rank),
+            "job@1:{rank}"
+        );
+    }
+    let launched = c.proc(3);
+    assert_eq!(get(&mut c, 0, launched, keys::NODE_RANK), u32v(1));
+    assert_eq!(
+        get(&mut c, 0, ProcId::wildcard("job"), keys::NODE_SIZE),
+        u32v(4)
+    );
+    assert_eq!(
+        get(&mut c, 2, ProcId::wildcard("job@1"), keys::NODE_SIZE),
+        u32v(3)
+    );
+}
