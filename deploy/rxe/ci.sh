@@ -57,21 +57,26 @@ if ! "$cargo" build --bins --examples >"$build_log" 2>&1; then
 fi
 target=${CARGO_TARGET_DIR:-$repo/target}/debug
 
+# Each step's heading says when it started (seconds since the job began in the guest),
+# so a slow step shows in the log.
 job="set -e
 export COHORT_TEST_REQUIRE_VERBS=1
-echo '### verbs smoke: ibv_devices, ib_send_lat'
+t0=\$(date +%s)
+step() { echo \"### \$* (at \$((\$(date +%s) - t0)) s)\"; }
+step 'verbs smoke: ibv_devices, ib_send_lat'
 deploy/rxe/examples/verbs-smoke.sh 50
-echo '### fabric conformance on verbs (rxe0): event mode, with adaptive polling and a handler as cohortd runs it, and busy-polling (COHORT_VERBS_POLL=1)'
+step 'fabric conformance on verbs (rxe0): event mode, with adaptive polling and a handler as cohortd runs it, and busy-polling (COHORT_VERBS_POLL=1)'
 '$conformance' verbs:: verbs_polling:: verbs_busy_poll:: --test-threads=1
-echo '### backend selection on a host with an ACTIVE port'
+step 'backend selection on a host with an ACTIVE port'
 '$select' --test-threads=1
-echo '### group construct, add-members and fence across 3 node servers on verbs'
+step 'group construct, add-members and fence across 3 node servers on verbs'
 deploy/rxe/examples/groups-on-verbs.sh '$target'
-echo '### transport benchmarks on verbs (smoke run of the bench path: debug build, few iterations; not a measurement)'
+step 'transport benchmarks on verbs (smoke run of the bench path: debug build, few iterations; not a measurement)'
 '$target/cohort-bench' transport-latency --fabric verbs -i 10 -x 2 --runs 1 --max-size 1048576
 '$target/cohort-bench' transport-bw --fabric verbs -i 20 -x 2 --window 8 --runs 1 --min-size 65536 --max-size 1048576
-echo '### a node server cut off on verbs (last: it removes a guest address)'
-deploy/rxe/examples/cut-off-on-verbs.sh '$target'"
+step 'a node server cut off on verbs (last: it removes a guest address)'
+deploy/rxe/examples/cut-off-on-verbs.sh '$target'
+step done"
 status=0
 # The guest's limit only catches a hang: the job takes 5 to 8 minutes under TCG on a
 # 2-core host, depending on the day (the polling modes move less bulk data than the
