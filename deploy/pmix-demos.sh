@@ -2,9 +2,9 @@
 # deploy/pmix-demos.sh OUT LIBDIR — builds the two `cohort run --pmix` test programs of
 # cluster-tests/c/ into OUT, as cluster-tests/tests/pmix.rs does: OUT/pmix_demo (a
 # PMIx program: `cc` against the system's OpenPMIx <pmix.h>, linked with cohort's
-# LIBDIR/libpmix.so.2) and OUT/mpi_demo (Open MPI's `mpicc`); and OUT/ompi-env.sh, a
-# wrapper that makes a rank print what Open MPI gets from --pmix (one `OMPI rank=…`
-# line) and then become its program. Used by the Slurm and ssh CI jobs
+# LIBDIR/libpmix.so.2 and with hwloc) and OUT/mpi_demo (Open MPI's `mpicc`); and
+# OUT/ompi-env.sh, a wrapper that makes a rank print what Open MPI gets from --pmix
+# (one `OMPI rank=…` line) and then become its program. Used by the Slurm and ssh CI jobs
 # (deploy/slurm/ci.sh, deploy/ssh/ci.sh).
 #
 # Exits 0 when both are built; 125 when a tool is missing (what is missing on stderr:
@@ -31,7 +31,7 @@ if ((${#missing[@]})); then
 fi
 mkdir -p "$out"
 if ! cc -std=gnu11 -Wall -Wextra -Werror -o "$out/pmix_demo" "$src/pmix_demo.c" \
-    -I "$include" -L "$libdir" -l:libpmix.so.2; then
+    -I "$include" -L "$libdir" -l:libpmix.so.2 -lhwloc; then
     echo "pmix-demos: cc pmix_demo.c failed" >&2
     exit 1
 fi

@@ -362,8 +362,9 @@ fn pmix_programs_get_the_installed_libpmix(prefix: &Path, work: &Path) {
     };
     let prog = work.join("pmix_demo");
     let src = repo().join("cluster-tests/c/pmix_demo.c");
-    // Linked as a PMIx program is against any libpmix: by the soname, no rpath.
-    let script = r#"cc -std=gnu11 -Wall -Wextra -Werror -o "$1" "$2" -I"$3" -L"$4" -lpmix"#;
+    // Linked as a PMIx program is against any libpmix: by the soname, no rpath (and
+    // hwloc, with which it checks the topology its node server serves).
+    let script = r#"cc -std=gnu11 -Wall -Wextra -Werror -o "$1" "$2" -I"$3" -L"$4" -lpmix -lhwloc"#;
     let built = compile(
         "pmix_demo.c",
         script,
