@@ -183,3 +183,70 @@ fn a_spawn_that_times_out_is_cancelled_and_the_session_goes_on() {
         "only the second spawn's 3 processes ran: {r:?}"
     );
 }
+
+/// A spawned job is bound like the launched one (`--bind-to core`), on the cores its
+/// host has left: one process spawned next to a bound rank gets a core of its own;
+/// a second spawn of as many processes as the host has cores would oversubscribe it,
+/// so those run unbound, on every CPU (as a launch that oversubscribes does).
+/// Unbound before: a spawned process got every CPU of its node server.
+#[test]
+fn spawned_processes_are_bound_on_the_cores_left() {
+    let job = run_testprog_with(1, 1, "spawn-bind", false, &["--bind-to", "core"]);
+    let r = job.results();
+    assert_eq!(job.status, Some(0), "{}", job.stderr);
+    let parent = r
+        .iter()
+        .find(|l| l.starts_with("spawn-bind parent "))
+        .unwrap_or_else(|| panic!("no parent line: {r:?}"));
+    let word = |line: &str, key: &str| -> String {
+        let mut it = line.split_whitespace();
+        it.find(|w| *w == key);
+        it.next().unwrap_or_default().to_string()
+    };
+    let cores: u32 = word(parent, "cores").parse().expect("a core count");
+    let children = |ns_end: &str| -> Vec<&String> {
+        r.iter()
+            .filter(|l| l.starts_with("spawn-bind child ") && word(l, "of").ends_with(ns_end))
+            .collect()
+    };
+    let (first, second) = (children("@1"), children("@2"));
+    assert_eq!(
+        (first.len() as u32, second.len() as u32),
+        (1, cores),
+        "{r:?}"
+    );
+    // A CPU list (`0-1,4`) as a set.
+    let cpus = |list: &str| -> std::collections::BTreeSet<u32> {
+        list.split(',')
+            .filter(|p| !p.is_empty())
+            .flat_map(|p| {
+                let (a, b) = p.split_once('-').unwrap_or((p, p));
+                a.parse().unwrap_or(0)..=b.parse().unwrap_or(0)
+            })
+            .collect()
+    };
+    let pb = word(parent, "binding");
+    let all = cpus(&word(second[0], "allowed"));
+    assert!(
+        pb != "none" && word(parent, "allowed") == pb,
+        "the launched rank is bound: {parent}"
+    );
+    if cores >= 2 {
+        let cb = word(first[0], "binding");
+        assert!(
+            cb != "none" && word(first[0], "allowed") == cb && cpus(&cb).is_disjoint(&cpus(&pb)),
+            "the first spawned process gets a core of its own, not the parent's {pb}: {}",
+            first[0]
+        );
+    }
+    for l in &second {
+        assert!(
+            word(l, "binding") == "none" && cpus(&word(l, "allowed")) == all,
+            "processes that would oversubscribe the host run unbound: {l}"
+        );
+    }
+    assert!(
+        cpus(&pb).len() < all.len(),
+        "unbound means more CPUs than one core's: {all:?}"
+    );
+}

@@ -68,6 +68,7 @@ fn main() {
         "spawn-loss" => spawn_loss(),
         "spawn-run" => spawn_run(),
         "spawn-timeout" => spawn_timeout(),
+        "spawn-bind" => spawn_bind(),
         "universe" => universe(),
         "frozen-server" => frozen_server(),
         "two-frozen" => two_frozen(),
@@ -3116,6 +3117,44 @@ fn spawn_timeout() -> R {
         }
     }
     wait_for(&["done"])?;
+    e2s(c.finalize(), "finalize")
+}
+
+/// Spawned processes are bound like the launched job, on the cores left (run with 1
+/// rank and `--bind-to core` on 1 node server): rank 0 spawns 1 process, then as many
+/// as the host has cores (the universe size), which no longer fit. Every process
+/// prints its `COHORT_BINDING` and its kernel affinity (`Cpus_allowed_list`).
+fn spawn_bind() -> R {
+    use cohort::{SpawnApp, SpawnOpts};
+    let c = init()?;
+    let binding = std::env::var("COHORT_BINDING").unwrap_or_default();
+    let status = std::fs::read_to_string("/proc/self/status").map_err(|e| e.to_string())?;
+    let allowed = status
+        .lines()
+        .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+        .map(str::trim)
+        .ok_or("no Cpus_allowed_list")?
+        .to_string();
+    if e2s(c.parent(), "parent")?.is_some() {
+        println!(
+            "RESULT spawn-bind child {} of {} binding {binding} allowed {allowed}",
+            c.rank(),
+            c.nspace()
+        );
+        return e2s(c.finalize(), "finalize");
+    }
+    let cores = c.universe_size();
+    println!("RESULT spawn-bind parent binding {binding} allowed {allowed} cores {cores}");
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    for n in [1, cores] {
+        let app = SpawnApp {
+            command: vec![exe.display().to_string(), "spawn-bind".into()],
+            maxprocs: n,
+            env: Vec::new(),
+            cwd: None,
+        };
+        e2s(c.spawn(vec![app], SpawnOpts::default()), "spawn")?;
+    }
     e2s(c.finalize(), "finalize")
 }
 

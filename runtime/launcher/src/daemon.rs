@@ -261,6 +261,36 @@ pub fn open_mpi_env(
         .collect()
 }
 
+/// Where a spawned job's processes are bound, per node server: the first of its
+/// host's slots they take (after the `before[n].ranks` processes of earlier jobs on the
+/// host's node servers, and this job's on the host's earlier node servers), or `None`:
+/// unbound, because the launched job is not (`bound` false), the node server gets none
+/// of the job, its host's core count is unknown, or the host would then hold more
+/// processes than cores (as a launch does not bind when oversubscribed).
+pub fn spawn_first_slots(before: &[NodeHost], new: &[u32], bound: bool) -> Vec<Option<u32>> {
+    let hosts = per_host(before);
+    let mut added: std::collections::BTreeMap<&str, u64> = Default::default();
+    for (n, &k) in before.iter().zip(new) {
+        *added.entry(open_mpi_host_name(&n.host)).or_default() += u64::from(k);
+    }
+    let mut taken: std::collections::BTreeMap<&str, u64> = Default::default();
+    before
+        .iter()
+        .zip(new)
+        .map(|(n, &k)| {
+            let host = open_mpi_host_name(&n.host);
+            let (used, cores) = hosts[host];
+            let next = taken.entry(host).or_default();
+            let first = used + *next;
+            *next += u64::from(k);
+            let fits = cores > 0 && used + added[host] <= u64::from(cores);
+            (bound && k > 0 && fits)
+                .then(|| u32::try_from(first).ok())
+                .flatten()
+        })
+        .collect()
+}
+
 /// The session's universe size (PMIX_UNIV_SIZE, what MPI_UNIVERSE_SIZE reports): the
 /// cores of the node servers' hosts, each host counted once (as [`open_mpi_yield`]
 /// counts them), as PRRTE counts a host's slots by default; at least `job_size`.
@@ -788,6 +818,40 @@ mod tests {
     /// Open MPI yields when idle on hosts with more of the job's ranks than cores,
     /// counting every node server of a host (as mpirun does per node), unless the user
     /// chose.
+    /// A spawned job is bound after the processes already on each host, where they
+    /// all fit; unbound where they would not, or when the launched job is not bound.
+    #[test]
+    fn spawned_jobs_are_bound_after_the_processes_on_their_hosts() {
+        // One host of 4 cores, one node server with 1 rank: 2 more take slots 1, 2.
+        assert_eq!(
+            spawn_first_slots(&loaded(&[("vm", 4, 1)]), &[2], true),
+            [Some(1)]
+        );
+        // Not bound at launch: not bound now.
+        assert_eq!(
+            spawn_first_slots(&loaded(&[("vm", 4, 1)]), &[2], false),
+            [None]
+        );
+        // 4 more would be 5 on 4 cores.
+        assert_eq!(
+            spawn_first_slots(&loaded(&[("vm", 4, 1)]), &[4], true),
+            [None]
+        );
+        // Three node servers on one host of 8 cores (1, 2 and 1 ranks): this job's 1,
+        // 1 and 0 processes take slots 4 and 5; the third server gets none.
+        let emulated = loaded(&[("vm", 8, 1), ("vm.local", 8, 2), ("vm", 8, 1)]);
+        assert_eq!(
+            spawn_first_slots(&emulated, &[1, 1, 0], true),
+            [Some(4), Some(5), None]
+        );
+        // A cluster: each host on its own; the full one and the unknown one unbound.
+        let cluster = loaded(&[("n1", 4, 2), ("n2", 2, 2), ("n3", 0, 0)]);
+        assert_eq!(
+            spawn_first_slots(&cluster, &[2, 1, 1], true),
+            [Some(2), None, None]
+        );
+    }
+
     #[test]
     fn open_mpi_yields_where_a_host_has_more_ranks_than_cores() {
         let none = |_: &str| None;

@@ -237,6 +237,8 @@ pub enum LauncherMsg {
         /// job's processes after the session's `-x` ones (`--pmix`: Open MPI's
         /// settings, with every job's processes counted).
         env: Vec<Vec<(String, String)>>,
+        /// How the job's processes are bound (`None`: not at all).
+        bind: Option<Box<crate::spawn::SpawnBinding>>,
     },
     /// Start this node server's processes of job `index` (answered with
     /// [`DaemonMsg::JobStarted`]).

@@ -58,6 +58,18 @@ pub struct SpawnOpts {
     pub timeout_ms: Option<u64>,
 }
 
+/// How a spawned job's processes are bound: like the launched job, on the cores their
+/// hosts have left.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SpawnBinding {
+    /// The launched job's binding policy (`core`, `numa`).
+    pub bind_to: String,
+    /// Per node server (missing: `None`), the first of its host's slots this job's
+    /// processes there are bound from, after every earlier job's processes on the
+    /// host; `None`: unbound there (the host would hold more processes than cores).
+    pub first_slots: Vec<Option<u32>>,
+}
+
 /// Checks a spawn request: at least one app, each with a program and at least one
 /// process, at most [`MAX_SPAWN_PROCS`] in all.
 pub fn validate_spawn(apps: &[SpawnApp]) -> Result<u32, String> {

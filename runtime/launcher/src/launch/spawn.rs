@@ -17,7 +17,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use cohort_proto::control::{DaemonMsg, LauncherMsg};
 use cohort_proto::msg::Response;
 use cohort_proto::spawn::{
-    spawned_nspace, validate_spawn, SpawnApp, SpawnMapping, SpawnOpts, MAX_SPAWNED_JOBS,
+    spawned_nspace, validate_spawn, SpawnApp, SpawnBinding, SpawnMapping, SpawnOpts,
+    MAX_SPAWNED_JOBS,
 };
 use cohort_proto::{CohortError, JobMap, NodeId, ProcId};
 use tokio::time::{Duration, Instant};
@@ -98,6 +99,16 @@ impl Launcher {
         if opts.notify_completion {
             self.spawns.notify.insert(index, caller.clone());
         }
+        // Bound like the launched job, on the cores its hosts have left.
+        let bind_to = self.placement.bind_to;
+        let new: Vec<u32> = (0..self.nodes)
+            .map(|n| job.ranks_on(n).len() as u32)
+            .collect();
+        let first_slots = crate::daemon::spawn_first_slots(
+            &self.node_hosts(),
+            &new,
+            bind_to != cohort_topology::BindTo::None,
+        );
         // Counted from now on, so the session does not end while the job starts.
         if let Err(e) = self.monitor.add_job(index, job.clone(), caller.clone()) {
             tracing::error!(index, "the monitor refused a spawned job: {e}");
@@ -118,6 +129,12 @@ impl Launcher {
             parent: caller.clone(),
             apps,
             env,
+            bind: (bind_to != cohort_topology::BindTo::None).then(|| {
+                Box::new(SpawnBinding {
+                    bind_to: bind_to.as_str().to_string(),
+                    first_slots,
+                })
+            }),
         };
         let told = self.tell_live(&msg).await;
         self.spawns.pending.insert(

@@ -28,7 +28,7 @@ use cohort_proto::control::{DaemonMsg, LauncherMsg, RegisterExchange};
 use cohort_proto::env::{self, from_hex, to_hex};
 use cohort_proto::JobMap;
 use cohort_server::{NodeService, ServiceConfig};
-use cohort_topology::{hostlist, Locality, NicInfo, NicKind, SwitchMap};
+use cohort_topology::{hostlist, BindTo, Locality, NicInfo, NicKind, SwitchMap};
 use cohort_transport::{VerbsOptions, DEVICE_ENV};
 use tokio::net::tcp::OwnedWriteHalf;
 use tokio::net::TcpStream;
@@ -345,7 +345,8 @@ async fn run(
         tag_output: args.tag_output,
         stdin: args.stdin,
     };
-    let mut ranks = Ranks::new(template, exit_tx, guard::Guard::start(&node_name));
+    let mut ranks = Ranks::new(template, exit_tx, guard::Guard::start(&node_name))
+        .with_layout(placement.layout(), args.map_by);
     ranks.launch_all(stdout, stderr);
 
     let mut link = Some(link);
@@ -620,12 +621,18 @@ async fn serve(
                     }
                     FromLauncher::Msg(LauncherMsg::Stdin { data }) => ranks.feed_stdin(data, &stdin_taken),
                     FromLauncher::Msg(LauncherMsg::StdinEnd) => ranks.end_stdin(),
-                    FromLauncher::Msg(LauncherMsg::AddJob { index, job, parent, apps, env }) => {
+                    FromLauncher::Msg(LauncherMsg::AddJob { index, job, parent, apps, env, bind }) => {
                         let env = env.into_iter().nth(svc.node() as usize).unwrap_or_default();
+                        // The policy and this node's first slot, if it binds here.
+                        let bind = bind.and_then(|b| {
+                            let first = b.first_slots.get(svc.node() as usize).copied().flatten()?;
+                            let policy = b.bind_to.parse::<BindTo>().ok()?;
+                            (policy != BindTo::None).then_some((policy, first))
+                        });
                         // The engine first: it checks the job and the index.
                         let result = svc
                             .add_job(index, job.clone(), parent)
-                            .and_then(|()| ranks.add_job(index, job, &apps, env));
+                            .and_then(|()| ranks.add_job(index, job, &apps, env, bind));
                         if let Err(e) = &result {
                             tracing::warn!(index, error = %e, "refusing a spawned job");
                         }

@@ -104,6 +104,11 @@ impl NodePlacement {
         self.unbound_cpus.as_ref()
     }
 
+    /// The cores ranks are placed on, by NUMA domain.
+    pub fn layout(&self) -> NodeLayout {
+        NodeLayout::from_topology(&self.topo)
+    }
+
     /// The host's topology as hwloc exported it (XML), when hwloc found it.
     pub fn hwloc_xml(&self) -> Option<&str> {
         self.topo.hwloc_xml.as_deref()

@@ -13,6 +13,7 @@ use cohort_proto::env;
 use cohort_proto::spawn::SpawnApp;
 use cohort_proto::{JobMap, NodeId, Rank};
 use cohort_topology::affinity::CpuMask;
+use cohort_topology::{BindTo, MapBy, NodeLayout};
 use cohort_topology::{Binding, CpuSet};
 use tokio::process::{Child, Command};
 use tokio::sync::mpsc;
@@ -68,7 +69,7 @@ pub struct RankTemplate {
 impl RankTemplate {
     /// The template of a job spawned in the session: `job`'s processes run `apps`,
     /// with the session's `-x` variables, then `env` (the launcher's), then an app's
-    /// own ones; unbound, reading /dev/null.
+    /// own ones; unbound (until given bindings), reading /dev/null.
     pub fn spawned(
         &self,
         job: JobMap,
@@ -214,6 +215,8 @@ pub struct Ranks {
     stdin: BTreeMap<Rank, mpsc::UnboundedSender<StdinCmd>>,
     /// Spawned jobs cancelled (their spawn timed out): none of their ranks starts.
     cancelled: BTreeSet<u32>,
+    /// This node's cores and the session's mapping policy, for binding spawned jobs.
+    layout: Option<(NodeLayout, MapBy)>,
 }
 
 /// What a rank's stdin writer does next.
@@ -269,7 +272,15 @@ impl Ranks {
             guard,
             stdin: BTreeMap::new(),
             cancelled: BTreeSet::new(),
+            layout: None,
         }
+    }
+
+    /// This node's cores and the session's `--map-by`, by which spawned jobs are bound
+    /// when the launcher gives them slots (without: they run unbound).
+    pub fn with_layout(mut self, layout: NodeLayout, map_by: MapBy) -> Ranks {
+        self.layout = Some((layout, map_by));
+        self
     }
 
     /// Hands `data`, the next bytes of the launcher's stdin, to every local rank that
@@ -296,13 +307,15 @@ impl Ranks {
     }
 
     /// Job `index` of the session, spawned: its ranks run as `apps` say (see
-    /// [`RankTemplate::spawned`]). Refused unless it is the next one.
+    /// [`RankTemplate::spawned`]), bound by `bind` (the policy, and the first of the
+    /// host's slots they take) if given. Refused unless it is the next one.
     pub fn add_job(
         &mut self,
         index: u32,
         job: JobMap,
         apps: &[SpawnApp],
         env: Vec<(String, String)>,
+        bind: Option<(BindTo, u32)>,
     ) -> Result<(), String> {
         if index as usize != self.templates.len() {
             return Err(format!(
@@ -310,7 +323,17 @@ impl Ranks {
                 self.templates.len()
             ));
         }
-        let template = self.templates[0].spawned(job, apps, env);
+        let node = self.templates[0].node;
+        let bindings = match (&self.layout, bind) {
+            (Some((layout, map_by)), Some((bind_to, first))) => {
+                let ranks = job.ranks_on(node);
+                let plan = layout.plan(*map_by, bind_to, first, ranks.len() as u32);
+                ranks.into_iter().zip(plan).collect()
+            }
+            _ => BTreeMap::new(),
+        };
+        let mut template = self.templates[0].spawned(job, apps, env);
+        template.bindings = bindings;
         self.templates.push(template);
         Ok(())
     }
