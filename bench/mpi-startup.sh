@@ -25,15 +25,7 @@ cd "$(dirname "$0")/.."
 rounds=${1:-10}
 sizes=(2 4)
 
-scripts/apt-missing.sh bench-mpi-startup openmpi-bin libopenmpi-dev
-cargo build -q --release --bins -p cohort-launcher -p cohort-server
-# The library, not bins: cohort-pmix has none, and a stale libpmix.so.2 would speak an
-# older protocol than the new node servers.
-cargo build -q --release --lib -p cohort-pmix
-[ -e target/release/cohort-pmix/libpmix.so.2 ] || {
-    mkdir -p target/release/cohort-pmix
-    ln -sf ../libpmix.so target/release/cohort-pmix/libpmix.so.2
-}
+bench/mpi-prepare.sh bench-mpi-startup
 mpicc -O2 -Wall -o target/mpi_startup cluster-tests/c/mpi_demo.c
 mpicc -O2 -Wall -o target/mpi_accept cluster-tests/c/mpi_accept.c
 mpicc -O2 -Wall -o target/mpi_spawn cluster-tests/c/mpi_spawn.c

@@ -14,13 +14,7 @@ cd "$(dirname "$0")/../.."
 rounds=${1:-10}
 n=${2:-2}
 
-scripts/apt-missing.sh bench-mpi-phases openmpi-bin libopenmpi-dev
-cargo build -q --release --bins -p cohort-launcher -p cohort-server
-cargo build -q --release --lib -p cohort-pmix
-[ -e target/release/cohort-pmix/libpmix.so.2 ] || {
-    mkdir -p target/release/cohort-pmix
-    ln -sf ../libpmix.so target/release/cohort-pmix/libpmix.so.2
-}
+bench/mpi-prepare.sh bench-mpi-phases
 mpicc -O2 -Wall -o target/mpi_phases bench/mpi-phases/mpi_phases.c
 
 root=()
