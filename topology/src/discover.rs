@@ -13,6 +13,9 @@ use crate::machine::{Core, Machine, NumaNode, Package, Pu, Topology};
 pub struct Discover {
     /// Also look for network and OpenFabrics devices (slower: walks PCI).
     pub io: bool,
+    /// Also export the whole topology as hwloc XML ([`Topology::hwloc_xml`]), for a
+    /// node server to hand to its processes.
+    pub xml: bool,
 }
 
 /// Why discovery through hwloc failed.
@@ -35,7 +38,7 @@ impl Discover {
     /// Discovers this host through hwloc.
     #[cfg(feature = "hwloc")]
     pub fn with_hwloc(self) -> Result<Topology, DiscoveryError> {
-        hwloc::discover(self.io)
+        hwloc::discover(self.io, self.xml)
     }
 }
 
@@ -133,7 +136,7 @@ mod hwloc {
             .filter(|s| !s.is_empty())
     }
 
-    pub(super) fn discover(io: bool) -> Result<Topology, DiscoveryError> {
+    pub(super) fn discover(io: bool, xml: bool) -> Result<Topology, DiscoveryError> {
         let err = |e: &dyn std::fmt::Display| DiscoveryError(e.to_string());
         let mut builder = hwlocality::Topology::builder();
         if io {
@@ -178,10 +181,10 @@ mod hwloc {
             cores: Vec::new(),
             pus: Vec::new(),
             nics: Vec::new(),
-            hwloc_xml: topo
-                .export_xml(XMLExportFlags::empty())
-                .map(|x| x.as_str().to_string())
-                .ok(),
+            hwloc_xml: xml
+                .then(|| topo.export_xml(XMLExportFlags::empty()).ok())
+                .flatten()
+                .map(|x| x.as_str().to_string()),
         };
 
         for p in topo.objects_with_type(ObjectType::Package) {
@@ -354,8 +357,19 @@ mod tests {
     #[cfg(feature = "hwloc")]
     #[test]
     fn hwloc_finds_cores_inside_numa_nodes() {
-        let t = Discover { io: true }.with_hwloc().unwrap();
+        let t = Discover {
+            io: true,
+            xml: true,
+        }
+        .with_hwloc()
+        .unwrap();
         assert!(!t.cores.is_empty() && !t.pus.is_empty() && !t.numa_nodes.is_empty());
+        assert!(
+            t.hwloc_xml
+                .as_deref()
+                .is_some_and(|x| x.contains("<topology")),
+            "the XML asked for"
+        );
         let all: CpuSet = t.pus.iter().map(|p| p.os_index).collect();
         assert_eq!(all, t.machine.cpuset);
         for c in &t.cores {

@@ -425,7 +425,12 @@ pub unsafe extern "C" fn cohort_procs_free(procs: *mut cohort_proc_t, n: usize) 
 }
 
 fn timeout(ms: c_int) -> Option<Duration> {
-    (ms > 0).then(|| Duration::from_millis(ms as u64))
+    timeout_ms(ms).map(Duration::from_millis)
+}
+
+/// A C interface timeout (milliseconds; zero or negative: none) as the options' field.
+pub(crate) fn timeout_ms(ms: c_int) -> Option<u64> {
+    u64::try_from(ms).ok().filter(|&ms| ms > 0)
 }
 
 fn scope(s: c_int) -> Result<Scope, c_int> {
@@ -689,7 +694,7 @@ pub unsafe extern "C" fn cohort_fence(
         let procs = procs_in(procs, nprocs)?;
         let opts = FenceOpts {
             collect: collect != 0,
-            timeout_ms: (timeout_ms > 0).then_some(timeout_ms as u64),
+            timeout_ms: crate::timeout_ms(timeout_ms),
         };
         c.client.fence(&procs, opts).map_err(fail)
     })
@@ -727,7 +732,7 @@ unsafe fn construct_opts(opts: *const cohort_construct_opts_t) -> Result<Constru
         return Ok(ConstructOpts::default());
     };
     Ok(ConstructOpts {
-        timeout_ms: (o.timeout_ms > 0).then_some(o.timeout_ms as u64),
+        timeout_ms: timeout_ms(o.timeout_ms),
         optional: o.optional != 0,
         leader: o.leader != 0,
         notify_termination: o.notify_termination != 0,
@@ -746,7 +751,7 @@ unsafe fn invite_opts(opts: *const cohort_invite_opts_t) -> Result<InviteOpts, c
         return Ok(InviteOpts::default());
     };
     Ok(InviteOpts {
-        timeout_ms: (o.timeout_ms > 0).then_some(o.timeout_ms as u64),
+        timeout_ms: timeout_ms(o.timeout_ms),
         assign_context_id: o.assign_context_id != 0,
         notify_termination: o.notify_termination != 0,
         group_info: info_in(o.group_info, o.ngroup_info)?,
@@ -1097,7 +1102,7 @@ pub unsafe extern "C" fn cohort_fence_nb(
         let procs = procs_in(procs, nprocs)?;
         let opts = FenceOpts {
             collect: collect != 0,
-            timeout_ms: (timeout_ms > 0).then_some(timeout_ms as u64),
+            timeout_ms: crate::timeout_ms(timeout_ms),
         };
         complete_op(c.client.fence_async(&procs, opts), cb, CbData(cbdata));
         Ok(())

@@ -112,7 +112,7 @@ unsafe fn lookup_opts(opts: *const cohort_lookup_opts_t) -> Result<LookupOpts, c
     Ok(LookupOpts {
         range: range_in(o.range, o.procs, o.nprocs)?,
         wait,
-        timeout_ms: (o.timeout_ms > 0).then_some(o.timeout_ms as u64),
+        timeout_ms: crate::timeout_ms(o.timeout_ms),
     })
 }
 

@@ -7,8 +7,8 @@ use cohort::{Nspace, SpawnApp, SpawnMapping, SpawnOpts};
 
 use crate::{
     bad_param, cohort_client, cohort_proc_t, complete, fail, handle, proc_out, set_error, status,
-    text, CbData, COHORT_ERR_NOT_FOUND, COHORT_MAP_BLOCK, COHORT_MAP_ROUND_ROBIN, COHORT_MAX_NSLEN,
-    COHORT_SUCCESS,
+    text, timeout_ms, CbData, COHORT_ERR_NOT_FOUND, COHORT_MAP_BLOCK, COHORT_MAP_ROUND_ROBIN,
+    COHORT_MAX_NSLEN, COHORT_SUCCESS,
 };
 
 /// One application of a spawn (pmix_app_t).
@@ -108,7 +108,7 @@ unsafe fn spawn_args(
     };
     let hosts = strings_in(o.hosts, o.nhosts, "hosts")?;
     let notify_completion = o.notify_completion != 0;
-    let timeout_ms = u64::try_from(o.timeout_ms).ok().filter(|&ms| ms > 0);
+    let timeout_ms = timeout_ms(o.timeout_ms);
     Ok((
         apps,
         SpawnOpts {

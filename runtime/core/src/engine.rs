@@ -1895,7 +1895,7 @@ impl Engine {
             "pmix.hname" => job.node_names.get(node as usize).cloned().map(Value::Str),
             "pmix.lrank" => job.local_rank(proc.rank).map(Value::U32),
             keys::NODE_RANK => self.jobs.node_rank(proc).map(Value::U32),
-            "pmix.local.size" => Some(Value::U32(job.ranks_on(node).len() as u32)),
+            "pmix.local.size" => Some(Value::U32(job.count_on(node))),
             keys::NODE_SIZE => Some(Value::U32(self.jobs.node_size(node))),
             // Only this host's is known here.
             keys::HWLOC_XML if node == self.node => self.local_topology.clone().map(Value::Str),

@@ -422,7 +422,15 @@ impl Launcher {
         let topology = topology_file(args.topology.as_deref(), &job)?;
         let placement = match launch {
             // Every node server runs on this host, so this host's cores decide.
-            Launch::Local => plan_job(args.bind_to, &job, &Discover { io: false }.run()),
+            Launch::Local => plan_job(
+                args.bind_to,
+                &job,
+                &Discover {
+                    io: false,
+                    xml: false,
+                }
+                .run(),
+            ),
             // One node server per host: each decides on its own host's cores, unless
             // --bind-to says (passed on as given).
             Launch::Slurm(_) | Launch::Ssh => JobPlacement {
@@ -1170,7 +1178,7 @@ impl Launcher {
                 ranks: session
                     .jobs()
                     .iter()
-                    .map(|j| j.ranks_on(node as NodeId).len() as u32)
+                    .map(|j| j.count_on(node as NodeId))
                     .sum(),
             })
             .collect()

@@ -9,7 +9,11 @@ use crate::cli::TopoArgs;
 
 /// Runs `cohort topo`; returns the exit status.
 pub fn run(args: &TopoArgs) -> i32 {
-    let topo = Discover { io: true }.run();
+    let topo = Discover {
+        io: true,
+        xml: false,
+    }
+    .run();
     let text = if args.json {
         match serde_json::to_string_pretty(&topo) {
             Ok(j) => j + "\n",
@@ -57,7 +61,7 @@ pub fn plan_job(requested: Option<BindTo>, job: &JobMap, topo: &Topology) -> Job
     let mut next = 0;
     for node in 0..job.num_nodes {
         first_slots.push(next);
-        next += job.ranks_on(node).len() as u32;
+        next += job.count_on(node);
     }
     JobPlacement {
         bind_to: decision.bind_to,

@@ -621,13 +621,13 @@ impl NodeService {
         s.flush();
     }
 
-    /// The session's universe size (`LauncherMsg::Start`), before any client connects.
     /// This host's topology (hwloc XML), which local processes may read
     /// (`cohort_proto::keys::HWLOC_XML`).
     pub fn set_local_topology(&self, xml: Option<String>) {
         self.shared.borrow_mut().engine.set_local_topology(xml);
     }
 
+    /// The session's universe size (`LauncherMsg::Start`), before any client connects.
     pub fn set_universe(&self, universe: u32) {
         self.shared.borrow_mut().engine.set_universe(universe);
     }

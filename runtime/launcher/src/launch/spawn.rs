@@ -101,14 +101,9 @@ impl Launcher {
         }
         // Bound like the launched job, on the cores its hosts have left.
         let bind_to = self.placement.bind_to;
-        let new: Vec<u32> = (0..self.nodes)
-            .map(|n| job.ranks_on(n).len() as u32)
-            .collect();
-        let first_slots = crate::daemon::spawn_first_slots(
-            &self.node_hosts(),
-            &new,
-            bind_to != cohort_topology::BindTo::None,
-        );
+        let bound = bind_to != cohort_topology::BindTo::None;
+        let new: Vec<u32> = (0..self.nodes).map(|n| job.count_on(n)).collect();
+        let first_slots = crate::daemon::spawn_first_slots(&self.node_hosts(), &new, bound);
         // Counted from now on, so the session does not end while the job starts.
         if let Err(e) = self.monitor.add_job(index, job.clone(), caller.clone()) {
             tracing::error!(index, "the monitor refused a spawned job: {e}");
@@ -129,7 +124,7 @@ impl Launcher {
             parent: caller.clone(),
             apps,
             env,
-            bind: (bind_to != cohort_topology::BindTo::None).then(|| {
+            bind: bound.then(|| {
                 Box::new(SpawnBinding {
                     bind_to: bind_to.as_str().to_string(),
                     first_slots,

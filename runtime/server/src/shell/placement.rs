@@ -27,7 +27,12 @@ pub struct NodePlacement {
 impl NodePlacement {
     /// Discovers the host (with its network devices) and picks the NIC.
     pub fn discover() -> NodePlacement {
-        let topo = Discover { io: true }.run();
+        // The XML is served to the ranks (`pmix.hwlocxml2`).
+        let topo = Discover {
+            io: true,
+            xml: true,
+        }
+        .run();
         let nic = preferred_nic(&topo);
         NodePlacement {
             unbound_cpus: current_affinity().ok(),
