@@ -134,6 +134,18 @@ enum Lib {
 /// returns the RESULT lines after checking the job succeeded with one per rank, all
 /// equal.
 fn run(prog: &Path, nodes: u32, n: u32, lib: Lib, env: &[&str]) -> Vec<String> {
+    run_with(prog, nodes, n, lib, env, (&[], &[]))
+}
+
+/// [`run`] with more launcher options (`opts`) and program arguments (`args`).
+fn run_with(
+    prog: &Path,
+    nodes: u32,
+    n: u32,
+    lib: Lib,
+    env: &[&str],
+    (opts, prog_args): (&[&str], &[&str]),
+) -> Vec<String> {
     let (nodes_s, n_s) = (nodes.to_string(), n.to_string());
     let libpath = format!("LD_LIBRARY_PATH={}", pmix_lib_dir().display());
     let evens: Vec<String> = (0..n).step_by(2).map(|r| r.to_string()).collect();
@@ -148,7 +160,9 @@ fn run(prog: &Path, nodes: u32, n: u32, lib: Lib, env: &[&str]) -> Vec<String> {
     for e in env {
         args.extend(["-x", e]);
     }
+    args.extend(opts);
     args.push(prog.to_str().expect("a UTF-8 path"));
+    args.extend(prog_args);
     let out = run_cohort(&args, DEADLINE);
     let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
     let context = format!(
@@ -203,6 +217,8 @@ fn mpi_program(name: &'static str) -> Option<PathBuf> {
                 .args(["-Wall", "-Werror", "-o"])
                 .arg(&out)
                 .arg(root.join(format!("c/{name}.c")))
+                // mpi_split.c checks Open MPI's communicators against hwloc's view.
+                .arg("-lhwloc")
                 .output()
             else {
                 tool_missing("Open MPI's `mpicc` (libopenmpi-dev, openmpi-bin)");
@@ -294,6 +310,72 @@ fn open_mpi_loads_the_topology_its_node_server_serves() {
         (4, 0),
         "every rank loads the served topology, none discovers the host: {context}"
     );
+}
+
+/// PMIX_CPUSET and PMIX_LOCALITY_STRING of bound processes, and
+/// PMIx_Get_relative_locality of two of them, agree with hwloc's view of the host
+/// (`c/pmix_locality.c` checks every pair); unbound processes have neither.
+#[test]
+fn a_pmix_program_learns_where_its_bound_peers_sit() {
+    let Some(prog) = pmix_program("pmix_locality") else {
+        return;
+    };
+    let bound = run_with(
+        &prog,
+        1,
+        2,
+        Lib::Exported,
+        &[],
+        (&["--bind-to", "core"], &["bound"]),
+    );
+    // Two cores of one package here: they share at least the node and the package.
+    let shared = bound[0]
+        .strip_prefix("RESULT size=2 bound=1 shared=0x")
+        .and_then(|h| u16::from_str_radix(h, 16).ok())
+        .unwrap_or_else(|| panic!("{bound:?}"));
+    assert_eq!(shared & 0x4000, 0x4000, "{bound:?}");
+    let unbound = run_with(
+        &prog,
+        1,
+        2,
+        Lib::Exported,
+        &[],
+        (&["--bind-to", "none"], &["unbound"]),
+    );
+    assert_eq!(unbound[0], "RESULT size=2 bound=0 shared=0");
+}
+
+/// Open MPI's locality communicators (MPI_Comm_split_type by core, cache, package,
+/// NUMA node) hold the ranks whose bindings share that object, as under mpirun:
+/// Open MPI reads the locality strings the node server gives (`c/mpi_split.c`
+/// checks each against hwloc). Unbound, each rank is alone in them, as under
+/// `mpirun --bind-to none`.
+#[test]
+fn open_mpi_splits_communicators_by_the_locality_cohort_gives() {
+    let Some(prog) = mpi_program("mpi_split") else {
+        return;
+    };
+    let bound = run_with(
+        &prog,
+        1,
+        2,
+        Lib::PmixFlag,
+        &[],
+        (&["--bind-to", "core"], &[]),
+    );
+    assert!(
+        bound[0].starts_with("RESULT size=2 bound=1 socket="),
+        "{bound:?}"
+    );
+    let unbound = run_with(
+        &prog,
+        1,
+        2,
+        Lib::PmixFlag,
+        &[],
+        (&["--bind-to", "none"], &[]),
+    );
+    assert_eq!(unbound[0], "RESULT size=2 bound=0 socket=1");
 }
 
 /// The same by hand (`-x` of the library path and Open MPI's settings), as on a

@@ -238,11 +238,32 @@ fn spawned_processes_are_bound_on_the_cores_left() {
             "the first spawned process gets a core of its own, not the parent's {pb}: {}",
             first[0]
         );
+        // PMIX_CPUSET, as the node server answers it: each bound process's own
+        // binding, to itself and to the parent asking about its child.
+        let seen = r
+            .iter()
+            .find_map(|l| l.strip_prefix("spawn-bind parent sees its first child's cpuset "))
+            .unwrap_or_else(|| panic!("no parent's view of its child: {r:?}"));
+        assert_eq!(
+            (
+                word(parent, "cpuset"),
+                word(first[0], "cpuset"),
+                seen.to_string()
+            ),
+            (
+                format!("hwloc:{pb}"),
+                format!("hwloc:{cb}"),
+                format!("hwloc:{cb}")
+            ),
+            "{r:?}"
+        );
     }
     for l in &second {
         assert!(
-            word(l, "binding") == "none" && cpus(&word(l, "allowed")) == all,
-            "processes that would oversubscribe the host run unbound: {l}"
+            word(l, "binding") == "none"
+                && cpus(&word(l, "allowed")) == all
+                && word(l, "cpuset") == "none",
+            "processes that would oversubscribe the host run unbound (no PMIX_CPUSET): {l}"
         );
     }
     assert!(

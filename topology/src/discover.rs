@@ -72,6 +72,7 @@ pub fn from_affinity() -> Topology {
         }],
         cores: Vec::new(),
         pus: Vec::new(),
+        caches: Vec::new(),
         nics: Vec::new(),
         hwloc_xml: None,
     };
@@ -114,7 +115,7 @@ mod hwloc {
     use hwlocality::topology::export::xml::XMLExportFlags;
 
     use super::*;
-    use crate::machine::{NicInfo, NicKind};
+    use crate::machine::{Cache, NicInfo, NicKind};
 
     fn cpus(set: &HwCpuSet) -> CpuSet {
         set.iter_set().map(|i| usize::from(i) as u32).collect()
@@ -180,6 +181,7 @@ mod hwloc {
             numa_nodes: Vec::new(),
             cores: Vec::new(),
             pus: Vec::new(),
+            caches: Vec::new(),
             nics: Vec::new(),
             hwloc_xml: xml
                 .then(|| topo.export_xml(XMLExportFlags::empty()).ok())
@@ -250,6 +252,18 @@ mod hwloc {
             };
             if let Some(core) = core {
                 t.pus.push(Pu { os_index: os, core });
+            }
+        }
+        for (level, kind) in [
+            (1, ObjectType::L1Cache),
+            (2, ObjectType::L2Cache),
+            (3, ObjectType::L3Cache),
+        ] {
+            for c in topo.objects_with_type(kind) {
+                let set = obj_cpus(c).intersection(&allowed);
+                if !set.is_empty() {
+                    t.caches.push(Cache { level, cpuset: set });
+                }
             }
         }
         if io {
@@ -374,6 +388,23 @@ mod tests {
         assert_eq!(all, t.machine.cpuset);
         for c in &t.cores {
             assert!(c.numa.is_some(), "core {c:?} outside every NUMA node");
+        }
+        // Caches hold allowed CPUs only; a core's L1 (when the host reports one) is
+        // its own or shared by the core's PUs only.
+        for c in &t.caches {
+            assert!((1..=3).contains(&c.level), "{c:?}");
+            assert!(!c.cpuset.is_empty() && c.cpuset.is_subset(&t.machine.cpuset));
+        }
+        let core0 = &t.cores[0].cpuset;
+        if let Some(l1) = t
+            .caches
+            .iter()
+            .find(|c| c.level == 1 && c.cpuset.intersects(core0))
+        {
+            assert!(
+                l1.cpuset.is_subset(core0) || core0.is_subset(&l1.cpuset),
+                "{l1:?}"
+            );
         }
         assert!(t.machine.memory_bytes > 0);
     }

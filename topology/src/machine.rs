@@ -20,6 +20,10 @@ pub struct Topology {
     pub numa_nodes: Vec<NumaNode>,
     pub cores: Vec<Core>,
     pub pus: Vec<Pu>,
+    /// The L1 (data), L2 and L3 caches, each level in hwloc's logical order; empty when
+    /// unknown (the affinity fallback).
+    #[serde(default)]
+    pub caches: Vec<Cache>,
     pub nics: Vec<NicInfo>,
     /// The whole topology as hwloc 2 exports it (XML, with the devices when they were
     /// looked for), for processes that would otherwise discover it again (Open MPI
@@ -80,6 +84,14 @@ pub struct Pu {
     pub core: u32,
 }
 
+/// A CPU cache shared by the PUs of its cpuset.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Cache {
+    /// 1 (the data or unified L1), 2 or 3.
+    pub level: u8,
+    pub cpuset: CpuSet,
+}
+
 /// What kind of network device.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -114,6 +126,59 @@ impl Topology {
     /// The NUMA node with OS index `os_index`.
     pub fn numa_node(&self, os_index: u32) -> Option<&NumaNode> {
         self.numa_nodes.iter().find(|n| n.os_index == os_index)
+    }
+
+    /// Where a process bound to `cpus` sits, as a PMIx locality string
+    /// (PMIX_LOCALITY_STRING, `pmix.locstr`): for each kind of object that `cpus`
+    /// touches, its two-letter tag and the logical indexes of the objects `cpus`
+    /// intersects, in hwloc's list syntax, joined by colons. Packages (`SK`), L3, L2
+    /// and L1 caches, cores (`CR`), PUs (`HT`), then NUMA nodes (`NM`) last, as
+    /// OpenPMIx writes them; Open MPI 4.1 and `PMIx_Get_relative_locality` match the
+    /// tokens by tag, in any order. `None` for a process that is not bound: `cpus`
+    /// empty or covering every allowed CPU.
+    pub fn locality_string(&self, cpus: &CpuSet) -> Option<String> {
+        if cpus.is_empty() || self.machine.cpuset.is_subset(cpus) {
+            return None;
+        }
+        let touched = |sets: &mut dyn Iterator<Item = &CpuSet>| -> CpuSet {
+            sets.enumerate()
+                .filter(|(_, set)| set.intersects(cpus))
+                .map(|(i, _)| i as u32)
+                .collect()
+        };
+        let cache = |level: u8| {
+            touched(
+                &mut self
+                    .caches
+                    .iter()
+                    .filter(move |c| c.level == level)
+                    .map(|c| &c.cpuset),
+            )
+        };
+        let pus: Vec<CpuSet> = self
+            .pus
+            .iter()
+            .map(|p| CpuSet::from([p.os_index]))
+            .collect();
+        let tokens = [
+            ("SK", touched(&mut self.packages.iter().map(|p| &p.cpuset))),
+            ("L3", cache(3)),
+            ("L2", cache(2)),
+            ("L1", cache(1)),
+            ("CR", touched(&mut self.cores.iter().map(|c| &c.cpuset))),
+            ("HT", touched(&mut pus.iter())),
+            (
+                "NM",
+                touched(&mut self.numa_nodes.iter().map(|n| &n.cpuset)),
+            ),
+        ];
+        let s = tokens
+            .iter()
+            .filter(|(_, set)| !set.is_empty())
+            .map(|(tag, set)| format!("{tag}{set}"))
+            .collect::<Vec<_>>()
+            .join(":");
+        (!s.is_empty()).then_some(s)
     }
 
     /// Fills in what can be derived from the rest: each core's NUMA node, the
@@ -302,6 +367,7 @@ pub(crate) mod tests {
             numa_nodes: Vec::new(),
             cores: Vec::new(),
             pus: Vec::new(),
+            caches: Vec::new(),
             nics: Vec::new(),
             hwloc_xml: None,
         };
@@ -316,6 +382,13 @@ pub(crate) mod tests {
                         core: c,
                     });
                 }
+                // A private L1 and L2 per core, an L3 per package.
+                for level in [2, 1] {
+                    t.caches.push(Cache {
+                        level,
+                        cpuset: pus.clone(),
+                    });
+                }
                 t.cores.push(Core {
                     index: c,
                     package: Some(n),
@@ -323,6 +396,10 @@ pub(crate) mod tests {
                     cpuset: pus,
                 });
             }
+            t.caches.push(Cache {
+                level: 3,
+                cpuset: cpus.clone(),
+            });
             t.packages.push(Package {
                 index: n,
                 model: None,
@@ -349,6 +426,39 @@ pub(crate) mod tests {
             cpuset: CpuSet::from([0]),
             siblings: Vec::new(),
         }
+    }
+
+    /// PMIX_LOCALITY_STRING: logical indexes per kind of object, in OpenPMIx's order.
+    #[test]
+    fn a_binding_has_a_locality_string() {
+        // 2 packages (= NUMA nodes) of 2 cores of 2 PUs: core c holds PUs c and c+4,
+        // which are PUs 2c and 2c+1 in logical order.
+        let t = synthetic(2, 2, 2);
+        let loc = |cpus: &[u32]| t.locality_string(&cpus.iter().copied().collect());
+        assert_eq!(loc(&[0]).as_deref(), Some("SK0:L30:L20:L10:CR0:HT0:NM0"));
+        assert_eq!(
+            loc(&[0, 4]).as_deref(),
+            Some("SK0:L30:L20:L10:CR0:HT0-1:NM0")
+        );
+        assert_eq!(
+            loc(&[0, 1, 4, 5]).as_deref(),
+            Some("SK0:L30:L20-1:L10-1:CR0-1:HT0-3:NM0")
+        );
+        // Across both packages.
+        assert_eq!(
+            loc(&[1, 2]).as_deref(),
+            Some("SK0-1:L30-1:L21-2:L11-2:CR1-2:HT2,4:NM0-1")
+        );
+        // Unbound: no CPU, or every one.
+        assert_eq!(loc(&[]), None);
+        assert_eq!(loc(&[0, 1, 2, 3, 4, 5, 6, 7]), None);
+        // Without caches (the affinity fallback) the other tags remain.
+        let mut bare = t.clone();
+        bare.caches.clear();
+        assert_eq!(
+            bare.locality_string(&CpuSet::from([7])).as_deref(),
+            Some("SK1:CR3:HT7:NM1")
+        );
     }
 
     #[test]

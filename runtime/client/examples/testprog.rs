@@ -3123,10 +3123,18 @@ fn spawn_timeout() -> R {
 /// Spawned processes are bound like the launched job, on the cores left (run with 1
 /// rank and `--bind-to core` on 1 node server): rank 0 spawns 1 process, then as many
 /// as the host has cores (the universe size), which no longer fit. Every process
-/// prints its `COHORT_BINDING` and its kernel affinity (`Cpus_allowed_list`).
+/// prints its `COHORT_BINDING`, its kernel affinity (`Cpus_allowed_list`) and its
+/// PMIX_CPUSET as its node server has it (`none`: not found); the parent also prints
+/// its first child's.
 fn spawn_bind() -> R {
     use cohort::{SpawnApp, SpawnOpts};
     let c = init()?;
+    let cpuset = |p: &ProcId| match c.get(p, cohort::keys::CPUSET, None) {
+        Ok(Value::Str(s)) => Ok(s),
+        Err(CohortError::NotFound { .. }) => Ok("none".to_string()),
+        other => Err(format!("the cpuset of {p}: {other:?}")),
+    };
+    let mine = cpuset(c.proc_id())?;
     let binding = std::env::var("COHORT_BINDING").unwrap_or_default();
     let status = std::fs::read_to_string("/proc/self/status").map_err(|e| e.to_string())?;
     let allowed = status
@@ -3137,14 +3145,16 @@ fn spawn_bind() -> R {
         .to_string();
     if e2s(c.parent(), "parent")?.is_some() {
         println!(
-            "RESULT spawn-bind child {} of {} binding {binding} allowed {allowed}",
+            "RESULT spawn-bind child {} of {} binding {binding} allowed {allowed} cpuset {mine}",
             c.rank(),
             c.nspace()
         );
         return e2s(c.finalize(), "finalize");
     }
     let cores = c.universe_size();
-    println!("RESULT spawn-bind parent binding {binding} allowed {allowed} cores {cores}");
+    println!(
+        "RESULT spawn-bind parent binding {binding} allowed {allowed} cores {cores} cpuset {mine}"
+    );
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
     for n in [1, cores] {
         let app = SpawnApp {
@@ -3153,7 +3163,11 @@ fn spawn_bind() -> R {
             env: Vec::new(),
             cwd: None,
         };
-        e2s(c.spawn(vec![app], SpawnOpts::default()), "spawn")?;
+        let ns = e2s(c.spawn(vec![app], SpawnOpts::default()), "spawn")?;
+        if n == 1 {
+            let child = cpuset(&ProcId::new(ns.as_str(), 0))?;
+            println!("RESULT spawn-bind parent sees its first child's cpuset {child}");
+        }
     }
     e2s(c.finalize(), "finalize")
 }

@@ -49,6 +49,7 @@ use cohort_proto::{validate_group_id, NodeId};
 pub use cohort_proto::event::{codes, keys};
 pub use cohort_proto::msg::{
     ConstructDecision, ConstructOpts, ConstructStatus, FenceOpts, GroupResult, InviteOpts,
+    LocalBinding,
 };
 pub use cohort_proto::publish::{validate_key, DataRange, LookupOpts, Persistence, Published};
 pub use cohort_proto::spawn::{validate_spawn, SpawnApp, SpawnMapping, SpawnOpts};
@@ -423,6 +424,13 @@ impl Client {
     /// launched job's size. What a manager spawns workers up to.
     pub fn universe_size(&self) -> u32 {
         self.inner.welcome.universe
+    }
+
+    /// Where the bound processes of this job on this node sit (their CPUs and
+    /// locality strings, PMIX_CPUSET and PMIX_LOCALITY_STRING), as the node server
+    /// said at init; unbound ones are not listed.
+    pub fn local_bindings(&self) -> &[LocalBinding] {
+        &self.inner.welcome.local_bindings
     }
 
     /// Index of the node server this process talks to.

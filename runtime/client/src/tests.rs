@@ -79,6 +79,7 @@ fn welcome() -> Welcome {
         node_name: "node0".into(),
         fence_shm: None,
         universe: 4,
+        local_bindings: Vec::new(),
     }
 }
 
@@ -830,6 +831,7 @@ impl NodeLocalSegment {
             node_name: "node0".into(),
             fence_shm: Some(path.display().to_string()),
             universe: 4,
+            local_bindings: Vec::new(),
         };
         let dir = path.parent().expect("dir").to_path_buf();
         (welcome, NodeLocalSegment { _fence: fence, dir })

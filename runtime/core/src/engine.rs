@@ -27,7 +27,7 @@ use cohort_proto::event::{codes, keys};
 use cohort_proto::ids::fmt_procs;
 use cohort_proto::msg::{
     ConnectMode, ConstructDecision, ConstructOpts, ConstructStatus, FenceOpts, GroupResult,
-    InviteOpts, ReqId, Request, Response, ServerFrame,
+    InviteOpts, LocalBinding, ReqId, Request, Response, ServerFrame,
 };
 use cohort_proto::peer::{
     CollKey, CollKind, CollOutcome, CollSpec, ContribFlags, Contribution, PeerMsg,
@@ -353,6 +353,8 @@ pub struct Engine {
     universe: u32,
     /// This host's topology as hwloc XML ([`Engine::set_local_topology`]).
     local_topology: Option<String>,
+    /// Where this node's bound processes sit ([`Engine::set_local_bindings`]).
+    local_bindings: HashMap<ProcId, LocalBinding>,
     shape: TreeShape,
     allgather: Allgather,
     /// The job's nodes on the switch map (from `EngineConfig::switches`).
@@ -470,6 +472,7 @@ impl Engine {
             node: cfg.node,
             universe: cfg.job.size(),
             local_topology: None,
+            local_bindings: HashMap::default(),
             jobs: Session::new(cfg.job),
             whole_job,
             whole_job_sig,
@@ -552,6 +555,28 @@ impl Engine {
     /// every process's start, when no one gives it the topology).
     pub fn set_local_topology(&mut self, xml: Option<String>) {
         self.local_topology = xml;
+    }
+
+    /// Where the bound processes of job `nspace` on this node sit (the others are
+    /// unbound): their [`keys::CPUSET`] and [`keys::LOCALITY_STRING`], and what
+    /// [`Engine::local_bindings`] gives the job's processes when they connect.
+    pub fn set_local_bindings(&mut self, nspace: &str, bindings: Vec<LocalBinding>) {
+        self.local_bindings.retain(|p, _| p.nspace != nspace);
+        for b in bindings {
+            self.local_bindings.insert(ProcId::new(nspace, b.rank), b);
+        }
+    }
+
+    /// The bindings of job `nspace`'s processes on this node, by rank.
+    pub fn local_bindings(&self, nspace: &str) -> Vec<LocalBinding> {
+        let mut v: Vec<LocalBinding> = self
+            .local_bindings
+            .iter()
+            .filter(|(p, _)| p.nspace == nspace)
+            .map(|(_, b)| b.clone())
+            .collect();
+        v.sort_by_key(|b| b.rank);
+        v
     }
 
     /// Job `index`, spawned by `parent`, exists from now on: its processes may
@@ -1659,9 +1684,17 @@ impl Engine {
         if let Some(v) = self.job_value(&owner, &key) {
             return self.reply(client, req, Ok(Response::Value(v)));
         }
-        // A launched job has no parent, and another host's topology is not known here:
-        // nobody will post either.
-        if owner.is_wildcard() || key == keys::PARENT_ID || key == keys::HWLOC_XML {
+        // A launched job has no parent, another host's topology is not known here, and
+        // an unbound process (or another host's) has no binding: nobody will post any.
+        if owner.is_wildcard()
+            || [
+                keys::PARENT_ID,
+                keys::HWLOC_XML,
+                keys::LOCALITY_STRING,
+                keys::CPUSET,
+            ]
+            .contains(&key.as_str())
+        {
             let err = CohortError::NotFound { proc: owner, key };
             return self.reply(client, req, Err(err));
         }
@@ -1897,8 +1930,16 @@ impl Engine {
             keys::NODE_RANK => self.jobs.node_rank(proc).map(Value::U32),
             "pmix.local.size" => Some(Value::U32(job.count_on(node))),
             keys::NODE_SIZE => Some(Value::U32(self.jobs.node_size(node))),
-            // Only this host's is known here.
+            // Only this host's are known here.
             keys::HWLOC_XML if node == self.node => self.local_topology.clone().map(Value::Str),
+            keys::LOCALITY_STRING | keys::CPUSET if node == self.node => {
+                let b = self.local_bindings.get(proc)?;
+                Some(Value::Str(if key == keys::CPUSET {
+                    format!("hwloc:{}", b.cpus)
+                } else {
+                    b.locality.clone()
+                }))
+            }
             keys::APPNUM => job.app_of(proc.rank).map(Value::U32),
             keys::APP_SIZE | keys::APP_RANK => {
                 let ranks = job.app_ranks(job.app_of(proc.rank)?)?;

@@ -4,7 +4,7 @@
 
 use cohort_core::cluster::Cluster;
 use cohort_proto::event::keys;
-use cohort_proto::msg::{Request, Response};
+use cohort_proto::msg::{LocalBinding, Request, Response};
 use cohort_proto::{CohortError, JobMap, ProcId, Value};
 use cohort_topology::TreeShape;
 
@@ -91,4 +91,60 @@ fn node_ranks_and_sizes_span_the_jobs() {
         get(&mut c, 2, ProcId::wildcard("job@1"), keys::NODE_SIZE),
         u32v(3)
     );
+}
+
+/// PMIX_LOCALITY_STRING and PMIX_CPUSET: a node server answers them for the bound
+/// processes of its own node, of any job (a parent asks about its spawned children);
+/// an unbound process and another node's are "not found" at once. The processes of
+/// a job learn their local peers' bindings when they connect (`local_bindings`).
+#[test]
+fn bindings_are_served_for_the_node_servers_own_processes() {
+    let mut c = Cluster::new(4, 2, TreeShape::Binomial);
+    c.connect_all();
+    let bind = |rank, cpus: &str, locality: &str| LocalBinding {
+        rank,
+        cpus: cpus.into(),
+        locality: locality.into(),
+    };
+    // Ranks 0, 1 on node 0 (rank 1 unbound), ranks 2, 3 on node 1.
+    c.engines[0].set_local_bindings("job", vec![bind(0, "0", "SK0:CR0:HT0")]);
+    c.engines[1].set_local_bindings("job", vec![bind(2, "1", "SK0:CR1:HT1")]);
+    let s = |x: &str| Ok(Response::Value(Value::Str(x.into())));
+    let p = |r| ProcId::new("job", r);
+    assert_eq!(
+        get(&mut c, 1, p(0), keys::LOCALITY_STRING),
+        s("SK0:CR0:HT0")
+    );
+    assert_eq!(get(&mut c, 1, p(0), keys::CPUSET), s("hwloc:0"));
+    assert_eq!(get(&mut c, 3, p(2), keys::CPUSET), s("hwloc:1"));
+    for (reader, owner) in [(0, 1), (0, 2), (3, 0)] {
+        for key in [keys::LOCALITY_STRING, keys::CPUSET] {
+            assert!(
+                matches!(
+                    get(&mut c, reader, p(owner), key),
+                    Err(CohortError::NotFound { .. })
+                ),
+                "{key} of rank {owner} asked by rank {reader}"
+            );
+        }
+    }
+    assert_eq!(
+        c.engines[0].local_bindings("job"),
+        [bind(0, "0", "SK0:CR0:HT0")]
+    );
+    // A spawned job's bound process on node 1, asked about by the launched job.
+    let child = JobMap::spawned("job@1".into(), &c.job, vec![2], &[0, 1], true).unwrap();
+    for e in &mut c.engines {
+        e.add_job(1, child.clone(), ProcId::new("job", 0)).unwrap();
+    }
+    c.engines[1].set_local_bindings("job@1", vec![bind(1, "0-1", "SK0:CR0-1:HT0-1")]);
+    assert_eq!(
+        get(&mut c, 2, ProcId::new("job@1", 1), keys::LOCALITY_STRING),
+        s("SK0:CR0-1:HT0-1")
+    );
+    assert!(c.engines[1].local_bindings("job@1").len() == 1);
+    assert!(c.engines[1].local_bindings("job").len() == 1);
+    // Set again (the same job): replaced, not added to.
+    c.engines[1].set_local_bindings("job@1", Vec::new());
+    assert!(c.engines[1].local_bindings("job@1").is_empty());
 }

@@ -23,6 +23,7 @@ mod control;
 mod events;
 mod groups;
 mod keys;
+mod locality;
 mod publish;
 mod spawn;
 pub mod stubs;
@@ -476,6 +477,8 @@ const FOREIGN_JOB_KEYS: &[&str] = &[
     PMIX_APP_SIZE,
     PMIX_APP_RANK,
     PMIX_PSET_NAMES,
+    PMIX_LOCALITY_STRING,
+    PMIX_CPUSET,
 ];
 
 /// # Safety

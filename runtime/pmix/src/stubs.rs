@@ -49,7 +49,6 @@ not_supported! {
     PMIx_Load_topology,
     PMIx_Get_cpuset,
     PMIx_Parse_cpuset_string,
-    PMIx_Get_relative_locality,
     PMIx_Data_pack,
     PMIx_Data_unpack,
     PMIx_Data_copy,

@@ -313,6 +313,18 @@ constants! { OTHER_CONSTANTS: u32 {
     PMIX_GROUP_ACCEPT = 1,
 }}
 
+// What two processes share (`pmix_locality_t`, PMIx_Get_relative_locality).
+constants! { LOCALITIES: u16 {
+    PMIX_LOCALITY_SHARE_HWTHREAD = 0x0001,
+    PMIX_LOCALITY_SHARE_CORE = 0x0002,
+    PMIX_LOCALITY_SHARE_L1CACHE = 0x0004,
+    PMIX_LOCALITY_SHARE_L2CACHE = 0x0008,
+    PMIX_LOCALITY_SHARE_L3CACHE = 0x0010,
+    PMIX_LOCALITY_SHARE_PACKAGE = 0x0020,
+    PMIX_LOCALITY_SHARE_NUMA = 0x0040,
+    PMIX_LOCALITY_SHARE_NODE = 0x4000,
+}}
+
 /// Defines the attribute keys this library reads or serves, with their header names.
 macro_rules! keys {
     ($($name:ident = $value:expr,)*) => {

@@ -64,6 +64,7 @@ fn program(with_stubs: bool) -> String {
         pmix::types::STATUSES,
         pmix::types::DATA_TYPES,
         pmix::types::OTHER_CONSTANTS,
+        pmix::types::LOCALITIES,
     ];
     for (name, v) in lists.iter().flat_map(|l| l.iter()) {
         writeln!(

@@ -93,6 +93,13 @@ pub mod keys {
     /// `OPAL_PMIX_HWLOC_XML_V2`: served by the node server for the processes of its
     /// host (and any job's wildcard), so they need not discover the host themselves.
     pub const HWLOC_XML: &str = "pmix.hwlocxml2";
+    /// PMIX_LOCALITY_STRING: where a bound process sits on its host (`Str`, see
+    /// `cohort_topology::Topology::locality_string`); served for the processes of the
+    /// node server's host, not found for an unbound one.
+    pub const LOCALITY_STRING: &str = "pmix.locstr";
+    /// PMIX_CPUSET: the CPUs a bound process was bound to at launch (`Str`,
+    /// `hwloc:` and the list, like `hwloc:0-1`); served like [`LOCALITY_STRING`].
+    pub const CPUSET: &str = "pmix.cpuset";
     /// PMIX_PSET_NAMES: names of the process sets a process belongs to (`Strs`).
     pub const PSET_NAMES: &str = "pmix.pset.nms";
     /// PMIX_QUERY_PSET_NAMES: names of the process sets defined (query).

@@ -35,6 +35,20 @@ pub struct Welcome {
     /// The session's universe size (PMIX_UNIV_SIZE): how many processes its hosts'
     /// cores hold, at least the launched job's size.
     pub universe: u32,
+    /// Where the bound processes of the job on this node sit (the others are
+    /// unbound), so that a process learns its local peers' locality without asking.
+    pub local_bindings: Vec<LocalBinding>,
+}
+
+/// Where one bound process sits on its host: what PMIX_CPUSET and
+/// PMIX_LOCALITY_STRING say of it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LocalBinding {
+    pub rank: Rank,
+    /// The CPUs it is bound to, in the list syntax (`0-1,4`).
+    pub cpus: String,
+    /// Its locality string (`SK0:L30:L20:L10:CR0:HT0:NM0`).
+    pub locality: String,
 }
 
 /// Options of a group construct (the PMIX_GROUP_* directives).

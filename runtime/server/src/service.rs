@@ -24,7 +24,9 @@ use cohort_core::{
 };
 use cohort_proto::control::DaemonMsg;
 use cohort_proto::frame::{self, MAX_CLIENT_FRAME};
-use cohort_proto::msg::{ClientFrame, ClientFrameEncoder, Hello, ServerFrame, Welcome};
+use cohort_proto::msg::{
+    ClientFrame, ClientFrameEncoder, Hello, LocalBinding, ServerFrame, Welcome,
+};
 use cohort_proto::peer::PeerMsg;
 use cohort_proto::shm_fence::{self, ShmFence};
 use cohort_proto::{CohortError, JobMap, NodeId, ProcId, Rank, PROTOCOL_VERSION};
@@ -627,6 +629,14 @@ impl NodeService {
         self.shared.borrow_mut().engine.set_local_topology(xml);
     }
 
+    /// Where job `nspace`'s bound processes on this node sit (`Engine::set_local_bindings`).
+    pub fn set_local_bindings(&self, nspace: &str, bindings: Vec<LocalBinding>) {
+        self.shared
+            .borrow_mut()
+            .engine
+            .set_local_bindings(nspace, bindings);
+    }
+
     /// The session's universe size (`LauncherMsg::Start`), before any client connects.
     pub fn set_universe(&self, universe: u32) {
         self.shared.borrow_mut().engine.set_universe(universe);
@@ -778,6 +788,7 @@ async fn serve_client(stream: UnixStream, shared: Rc<RefCell<Shared>>) {
             .filter(|_| primary)
             .map(|(_, path)| path.display().to_string());
         let universe = s.engine.universe();
+        let local_bindings = s.engine.local_bindings(&job.nspace);
         s.send_client(
             client,
             &ServerFrame::Welcome(Ok(Welcome {
@@ -786,6 +797,7 @@ async fn serve_client(stream: UnixStream, shared: Rc<RefCell<Shared>>) {
                 node_name,
                 fence_shm,
                 universe,
+                local_bindings,
             })),
         );
         if let Some(c) = s.clients.get_mut(&client) {

@@ -345,8 +345,12 @@ async fn run(
         tag_output: args.tag_output,
         stdin: args.stdin,
     };
+    let nspace = template.job.nspace.to_string();
     let mut ranks = Ranks::new(template, exit_tx, guard::Guard::start(&node_name))
-        .with_layout(placement.layout(), args.map_by);
+        .with_layout(placement.layout(), args.map_by)
+        .with_topology(placement.topology());
+    // Before any rank can connect: each learns its local peers' locality at once.
+    svc.set_local_bindings(&nspace, ranks.local_bindings(0));
     ranks.launch_all(stdout, stderr);
 
     let mut link = Some(link);
@@ -630,9 +634,13 @@ async fn serve(
                             (policy != BindTo::None).then_some((policy, first))
                         });
                         // The engine first: it checks the job and the index.
+                        let nspace = job.nspace.to_string();
                         let result = svc
                             .add_job(index, job.clone(), parent)
                             .and_then(|()| ranks.add_job(index, job, &apps, env, bind));
+                        if result.is_ok() {
+                            svc.set_local_bindings(&nspace, ranks.local_bindings(index));
+                        }
                         if let Err(e) = &result {
                             tracing::warn!(index, error = %e, "refusing a spawned job");
                         }

@@ -114,6 +114,14 @@ impl NodePlacement {
         NodeLayout::from_topology(&self.topo)
     }
 
+    /// The host's topology, without its XML.
+    pub fn topology(&self) -> Topology {
+        Topology {
+            hwloc_xml: None,
+            ..self.topo.clone()
+        }
+    }
+
     /// The host's topology as hwloc exported it (XML), when hwloc found it.
     pub fn hwloc_xml(&self) -> Option<&str> {
         self.topo.hwloc_xml.as_deref()

@@ -10,10 +10,11 @@ use std::time::Duration;
 
 use cohort_proto::control::{ExitStatus, StdinTarget};
 use cohort_proto::env;
+use cohort_proto::msg::LocalBinding;
 use cohort_proto::spawn::SpawnApp;
 use cohort_proto::{JobMap, NodeId, Rank};
 use cohort_topology::affinity::CpuMask;
-use cohort_topology::{BindTo, MapBy, NodeLayout};
+use cohort_topology::{BindTo, MapBy, NodeLayout, Topology};
 use cohort_topology::{Binding, CpuSet};
 use tokio::process::{Child, Command};
 use tokio::sync::mpsc;
@@ -217,6 +218,8 @@ pub struct Ranks {
     cancelled: BTreeSet<u32>,
     /// This node's cores and the session's mapping policy, for binding spawned jobs.
     layout: Option<(NodeLayout, MapBy)>,
+    /// This host, by which bound ranks' locality strings are written.
+    topology: Option<Topology>,
 }
 
 /// What a rank's stdin writer does next.
@@ -273,7 +276,35 @@ impl Ranks {
             stdin: BTreeMap::new(),
             cancelled: BTreeSet::new(),
             layout: None,
+            topology: None,
         }
+    }
+
+    /// This host as the node server found it: [`Ranks::local_bindings`] places bound
+    /// ranks on it (without it, they have none).
+    pub fn with_topology(mut self, topology: Topology) -> Ranks {
+        self.topology = Some(topology);
+        self
+    }
+
+    /// Where the bound ranks of job `index` on this node sit (their PMIX_CPUSET and
+    /// PMIX_LOCALITY_STRING), by rank. A rank bound to every CPU counts as unbound,
+    /// as PMIx has it.
+    pub fn local_bindings(&self, index: u32) -> Vec<LocalBinding> {
+        let (Some(t), Some(topo)) = (self.templates.get(index as usize), &self.topology) else {
+            return Vec::new();
+        };
+        t.bindings
+            .iter()
+            .filter_map(|(&rank, b)| {
+                let cpus = b.cpus()?;
+                Some(LocalBinding {
+                    rank,
+                    cpus: cpus.to_string(),
+                    locality: topo.locality_string(cpus)?,
+                })
+            })
+            .collect()
     }
 
     /// This node's cores and the session's `--map-by`, by which spawned jobs are bound
