@@ -152,6 +152,64 @@ fn bind_to_core_gives_each_rank_its_own_core() {
     assert_one_distinct_core_each(&reports, &cores);
 }
 
+/// `--report-bindings`: each node server says, for each rank it starts, what the rank
+/// is bound to, as the rank itself sees it (CPUs, and a map of the host with one `B`
+/// per bound CPU); unbound ranks are reported as such.
+#[test]
+fn report_bindings_says_what_each_rank_is_bound_to() {
+    let cores = core_sets();
+    let reported = |stderr: &str, r: &RankReport| -> String {
+        let prefix = format!("cohortd: {} (", r.node);
+        let tail = format!("): rank {} of ", r.rank);
+        let lines: Vec<&str> = stderr
+            .lines()
+            .filter(|l| l.starts_with(&prefix) && l.contains(&tail))
+            .collect();
+        assert_eq!(lines.len(), 1, "one report of rank {}: {stderr}", r.rank);
+        lines[0].to_string()
+    };
+    if cores.len() >= 2 {
+        let (reports, stderr) = run_reports(
+            &[
+                "--nodes",
+                "2",
+                "-n",
+                "2",
+                "--bind-to",
+                "core",
+                "--report-bindings",
+            ],
+            2,
+        );
+        for r in &reports {
+            let line = reported(&stderr, r);
+            let (_, what) = line
+                .split_once(" bound to core ")
+                .unwrap_or_else(|| panic!("{line}"));
+            let map = what.rsplit_once(": ").map_or("", |(_, m)| m);
+            assert!(
+                what.contains(&format!("(CPUs {})", r.allowed))
+                    && map.matches('B').count() == r.allowed.len()
+                    && map.starts_with('['),
+                "rank {} bound to {}: {line}",
+                r.rank,
+                r.allowed
+            );
+        }
+    }
+    let (reports, stderr) = run_reports(&["-n", "2", "--bind-to", "none", "--report-bindings"], 2);
+    for r in &reports {
+        let line = reported(&stderr, r);
+        assert!(
+            line.ends_with(&format!("not bound (CPUs {})", r.allowed)),
+            "{line}"
+        );
+    }
+    // Without the option, nothing is said.
+    let (_, stderr) = run_reports(&["-n", "2", "--bind-to", "none"], 2);
+    assert!(!stderr.contains("bound"), "{stderr}");
+}
+
 #[test]
 fn bind_to_none_leaves_ranks_unbound() {
     let (reports, stderr) = run_reports(&["-n", "2", "--bind-to", "none"], 2);

@@ -181,6 +181,44 @@ impl Topology {
         (!s.is_empty()).then_some(s)
     }
 
+    /// How `--report-bindings` shows a process bound to `cpus`: the logical indexes
+    /// of the cores it touches, the CPUs, and a map of the host with one bracket per
+    /// package, its cores separated by `/`, each core's PUs `B` (bound) or `.`. On
+    /// 2 packages of 2 cores of 2 PUs: `core 1 (CPUs 1,5): [../BB][../..]`.
+    pub fn describe_binding(&self, cpus: &CpuSet) -> String {
+        let cores: CpuSet = self
+            .cores
+            .iter()
+            .filter(|c| c.cpuset.intersects(cpus))
+            .map(|c| c.index)
+            .collect();
+        let mut map = String::new();
+        let mut packages: Vec<Option<u32>> = self.packages.iter().map(|p| Some(p.index)).collect();
+        if self.cores.iter().any(|c| c.package.is_none()) {
+            packages.push(None);
+        }
+        for package in packages {
+            let cores: Vec<String> = self
+                .cores
+                .iter()
+                .filter(|c| c.package == package)
+                .map(|c| {
+                    self.pus
+                        .iter()
+                        .filter(|p| p.core == c.index)
+                        .map(|p| if cpus.contains(p.os_index) { 'B' } else { '.' })
+                        .collect()
+                })
+                .collect();
+            if !cores.is_empty() {
+                map.push('[');
+                map.push_str(&cores.join("/"));
+                map.push(']');
+            }
+        }
+        format!("core {cores} (CPUs {cpus}): {map}")
+    }
+
     /// Fills in what can be derived from the rest: each core's NUMA node, the
     /// machine's memory. Discovery calls it last.
     pub fn derive(&mut self) {
@@ -458,6 +496,19 @@ pub(crate) mod tests {
         assert_eq!(
             bare.locality_string(&CpuSet::from([7])).as_deref(),
             Some("SK1:CR3:HT7:NM1")
+        );
+    }
+
+    /// `--report-bindings`: the cores, the CPUs, and the map of the host.
+    #[test]
+    fn a_binding_is_described_with_a_map_of_the_host() {
+        let t = synthetic(2, 2, 2);
+        let describe = |cpus: &[u32]| t.describe_binding(&cpus.iter().copied().collect());
+        assert_eq!(describe(&[1, 5]), "core 1 (CPUs 1,5): [../BB][../..]");
+        assert_eq!(describe(&[2]), "core 2 (CPUs 2): [../..][B./..]");
+        assert_eq!(
+            describe(&[0, 1, 4, 5]),
+            "core 0-1 (CPUs 0-1,4-5): [BB/BB][../..]"
         );
     }
 

@@ -314,6 +314,12 @@ pub struct RunArgs {
     )]
     pub tag_output: bool,
 
+    /// Report each rank's binding on stderr as its node server starts it (and each
+    /// spawned process's), as mpirun's --report-bindings: the cores and CPUs, and a
+    /// map of the host with B for the CPUs bound to
+    #[arg(long, help_heading = "Output options")]
+    pub report_bindings: bool,
+
     /// Which ranks get cohort run's stdin (as Open MPI's --stdin): a rank, `all` or
     /// `none`; the others read /dev/null. Not read when cohort run is in the
     /// background of a terminal

@@ -414,6 +414,8 @@ pub struct DaemonLaunch<'a> {
     /// This node server's first placement slot on its host (see `topo::plan_job`).
     pub first_slot: u32,
     pub tag_output: bool,
+    /// `--report-bindings`.
+    pub report_bindings: bool,
     /// Which ranks take the launcher's stdin (`--stdin`; none: every rank reads
     /// /dev/null).
     pub stdin: cohort_proto::control::StdinTarget,
@@ -517,6 +519,9 @@ impl DaemonLaunch<'_> {
         }
         if self.tag_output {
             a.push("--tag-output".into());
+        }
+        if self.report_bindings {
+            a.push("--report-bindings".into());
         }
         if let Some(path) = self.topology {
             a.push("--topology".into());
@@ -999,6 +1004,7 @@ mod tests {
             bind_to: None,
             first_slot: 0,
             tag_output: false,
+            report_bindings: false,
             stdin: Default::default(),
             topology: None,
             ib_device: None,
@@ -1073,6 +1079,7 @@ mod tests {
             bind_to: Some(BindTo::Core),
             first_slot: 4,
             tag_output: true,
+            report_bindings: true,
             detector: Some(DetectorConfig::DEFAULT),
             exports: &exports,
             pmix_libdir: Some(Path::new("/opt/c/lib")),
@@ -1082,7 +1089,7 @@ mod tests {
         assert!(joined.starts_with("--node 2 --nodes 3 --node-name node2 --listen 127.0.1.3:0"));
         assert!(
             joined.ends_with(
-                "--np 7 --map-by node --bind-to core --first-slot 4 --tag-output \
+                "--np 7 --map-by node --bind-to core --first-slot 4 --tag-output --report-bindings \
                  --heartbeat-ms 1000 --peer-timeout-ms 10000 --pmix-libdir /opt/c/lib -x A=1 2 -- sh -c"
             ),
             "{joined}"

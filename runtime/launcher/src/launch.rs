@@ -602,6 +602,7 @@ impl Launcher {
             bind_to: self.args.bind_to,
             first_slot: 0,
             tag_output: self.args.tag_output,
+            report_bindings: self.args.report_bindings,
             stdin: self.stdin_target,
             topology: self.topology.as_deref(),
             ib_device: self.args.ib_device.as_deref(),

@@ -90,6 +90,11 @@ pub struct DaemonArgs {
     )]
     pub tag_output: bool,
 
+    /// Report each local rank's binding on stderr as it is planned (the launcher's
+    /// --report-bindings)
+    #[arg(long)]
+    pub report_bindings: bool,
+
     /// RDMA device (and port) for the verbs fabric, e.g. mlx5_0 or mlx5_0:2. Default:
     /// COHORT_IB_DEVICE, else the active OpenFabrics device nearest this node server
     /// (the one its progress thread is bound near), else the first active one

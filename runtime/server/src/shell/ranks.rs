@@ -220,6 +220,8 @@ pub struct Ranks {
     layout: Option<(NodeLayout, MapBy)>,
     /// This host, by which bound ranks' locality strings are written.
     topology: Option<Topology>,
+    /// Say how each rank is bound as it starts (`--report-bindings`).
+    report_bindings: bool,
 }
 
 /// What a rank's stdin writer does next.
@@ -277,7 +279,14 @@ impl Ranks {
             cancelled: BTreeSet::new(),
             layout: None,
             topology: None,
+            report_bindings: false,
         }
+    }
+
+    /// Reports each rank's binding on stderr as it starts (`--report-bindings`).
+    pub fn reporting_bindings(mut self, report: bool) -> Ranks {
+        self.report_bindings = report;
+        self
     }
 
     /// This host as the node server found it: [`Ranks::local_bindings`] places bound
@@ -377,8 +386,38 @@ impl Ranks {
         if self.cancelled.contains(&index) {
             return;
         }
+        if self.report_bindings {
+            self.report(index);
+        }
         for rank in t.job.ranks_on(t.node) {
             self.launch(index, rank, stdout, stderr);
+        }
+    }
+
+    /// One line per rank of job `index` on this node: what it is bound to, with a map
+    /// of the host (as mpirun's --report-bindings).
+    fn report(&self, index: u32) {
+        let t = &self.templates[index as usize];
+        let host = self
+            .topology
+            .as_ref()
+            .map_or("", |topo| topo.machine.hostname.as_str());
+        for rank in t.job.ranks_on(t.node) {
+            let what = match (t.binding(rank), &self.topology) {
+                (Binding::Cpus(cpus), Some(topo)) => {
+                    format!("bound to {}", topo.describe_binding(&cpus))
+                }
+                (Binding::Cpus(cpus), None) => format!("bound to CPUs {cpus}"),
+                (Binding::Unbound, _) => match &t.unbound_cpus {
+                    Some(cpus) => format!("not bound (CPUs {cpus})"),
+                    None => "not bound".to_string(),
+                },
+            };
+            say(format_args!(
+                "{} ({host}): rank {rank} of {} {what}",
+                t.node_name(),
+                t.job.nspace
+            ));
         }
     }
 
