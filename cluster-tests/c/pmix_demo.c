@@ -11,22 +11,12 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "pmix_check.h"
+
 #define DEMO_EVENT (PMIX_EXTERNAL_ERR_BASE - 77)
 #define DEMO_EVENT2 (PMIX_EXTERNAL_ERR_BASE - 78)
 
 static pmix_proc_t me;
-
-#define CHECK(cond, ...)                                                   \
-    do {                                                                   \
-        if (!(cond)) {                                                     \
-            fprintf(stderr, "FAIL rank %u: ", me.rank);                    \
-            fprintf(stderr, __VA_ARGS__);                                  \
-            fprintf(stderr, " (%s:%d)\n", __FILE__, __LINE__);             \
-            exit(1);                                                       \
-        }                                                                  \
-    } while (0)
-
-#define OK(call) CHECK((rc = (call)) == PMIX_SUCCESS, "%s -> %s (%d)", #call, PMIx_Error_string(rc), rc)
 
 static atomic_int event_seen = 0;
 static atomic_uint event_source = 0;

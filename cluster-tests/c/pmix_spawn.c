@@ -22,19 +22,9 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "pmix_check.h"
+
 static pmix_proc_t me;
-
-#define CHECK(cond, ...)                                                   \
-    do {                                                                   \
-        if (!(cond)) {                                                     \
-            fprintf(stderr, "FAIL rank %u: ", me.rank);                    \
-            fprintf(stderr, __VA_ARGS__);                                  \
-            fprintf(stderr, " (%s:%d)\n", __FILE__, __LINE__);             \
-            exit(1);                                                       \
-        }                                                                  \
-    } while (0)
-
-#define OK(call) CHECK((rc = (call)) == PMIX_SUCCESS, "%s -> %s (%d)", #call, PMIx_Error_string(rc), rc)
 
 #define CHILDREN 2
 #define WORKDIR "/tmp"
