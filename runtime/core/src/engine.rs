@@ -2130,7 +2130,7 @@ impl Engine {
         opts: ConstructOpts,
         now: Time,
     ) {
-        if let Err(e) = validate_group_id(&gid) {
+        if let Err(e) = self.check_group_id(&gid) {
             return self.reply(client, req, Err(e));
         }
         if let Some(g) = self.groups.get(&gid) {
@@ -2194,6 +2194,19 @@ impl Engine {
             Err(e) => return self.reply(client, req, Err(e)),
         };
         self.contribute(key, CollSpec::Construct { leaders }, contrib, waiter, now);
+    }
+
+    /// A group id a new group may take: well formed, and not a job's namespace (now or
+    /// one a spawn will give), which `{id, r}` would address as well.
+    fn check_group_id(&self, id: &str) -> Result<(), CohortError> {
+        validate_group_id(id)?;
+        match self.jobs.namespace_clash(id) {
+            Some(reason) => Err(CohortError::InvalidGroupId {
+                id: id.to_string(),
+                reason,
+            }),
+            None => Ok(()),
+        }
     }
 
     /// A construct's leader list, canonical: expanded once per list a local leader sent

@@ -636,6 +636,26 @@ impl Session {
         self.by_nspace.get(nspace).copied()
     }
 
+    /// Why `id` cannot name a group of this session: it is the namespace of one of
+    /// its jobs, or of the form the session gives the jobs it spawns
+    /// (`<launched namespace>@K`), so that `{id, r}` would address a job's rank as
+    /// well as a group member. `None` when it is free of jobs.
+    pub fn namespace_clash(&self, id: &str) -> Option<String> {
+        if self.index_of(id).is_some() {
+            return Some("it is the namespace of a job of the session".into());
+        }
+        let spawned = id
+            .strip_prefix(self.primary().nspace.as_str())
+            .and_then(|rest| rest.strip_prefix('@'))
+            .is_some_and(|k| !k.is_empty() && k.bytes().all(|b| b.is_ascii_digit()));
+        spawned.then(|| {
+            format!(
+                "it has the form of the namespaces of spawned jobs ({}@K)",
+                self.primary().nspace
+            )
+        })
+    }
+
     /// The job of namespace `nspace`.
     pub fn job_of(&self, nspace: &str) -> Option<&JobMap> {
         self.get(self.index_of(nspace)?)

@@ -131,7 +131,7 @@ impl Engine {
         opts: InviteOpts,
         now: Time,
     ) {
-        if let Err(e) = validate_group_id(&id) {
+        if let Err(e) = self.check_group_id(&id) {
             return self.reply(client, req, Err(e));
         }
         if let Some(g) = self.groups.get(&id) {

@@ -502,6 +502,34 @@ fn destruct_and_leave_of_a_group_the_caller_is_not_in_are_errors() {
     );
 }
 
+/// A group may not take a job's namespace, nor the form the session gives spawned
+/// jobs (`<nspace>@K`): `{id, r}` would name a job's rank as well as a member (a
+/// get would read the job's rank, and a later spawn's namespace would collide).
+#[test]
+fn a_group_id_that_names_a_job_is_refused() {
+    let mut c = new_cluster(4, 2, TreeShape::KAry(2));
+    c.connect_all();
+    let nspace = c.job.nspace.to_string();
+    for id in [nspace.clone(), format!("{nspace}@1"), format!("{nspace}@42")] {
+        let bad = c.construct(0, &id, &[0, 2], ctx_opts());
+        match c.error(0, bad) {
+            CohortError::InvalidGroupId { id: got, reason } => {
+                assert_eq!(got, id);
+                assert!(reason.contains("namespace"), "{reason}");
+            }
+            other => panic!("{id}: {other:?}"),
+        }
+    }
+    // Names that only look alike are groups like any other.
+    for id in [format!("{nspace}@"), format!("{nspace}@x"), format!("{nspace}.g")] {
+        let reqs: Vec<u64> = [0, 2]
+            .iter()
+            .map(|&r| c.construct(r, &id, &[0, 2], ctx_opts()))
+            .collect();
+        assert_eq!(c.group(0, reqs[0]).members, vec![c.proc(0), c.proc(2)], "{id}");
+    }
+}
+
 #[test]
 fn group_addressed_fence_and_group_rank_get() {
     let mut c = new_cluster(6, 3, TreeShape::KAry(2));

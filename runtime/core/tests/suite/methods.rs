@@ -160,6 +160,23 @@ fn bootstrap_missing_leader_ends_by_timeout() {
 
 /// §6.4.3.3: invitations arrive as events (cached if no handler yet), the leader hears
 /// each answer, returns when all answered; every member gets CONSTRUCT_COMPLETE.
+/// Invite and bootstrap constructs refuse a job's namespace as a group id, as the
+/// collective method does.
+#[test]
+fn invite_and_bootstrap_refuse_a_job_namespace_as_group_id() {
+    let mut c = cluster();
+    let nspace = c.job.nspace.to_string();
+    let r = invite(&mut c, 0, &nspace, &[1, 2], InviteOpts::default());
+    assert!(
+        matches!(c.error(0, r), CohortError::InvalidGroupId { ref id, .. } if *id == nspace)
+    );
+    let spawned = format!("{nspace}@3");
+    let r = bootstrap(&mut c, 1, &spawned, 1, &[]);
+    assert!(
+        matches!(c.error(1, r), CohortError::InvalidGroupId { ref id, .. } if *id == spawned)
+    );
+}
+
 #[test]
 fn invite_join_happy_path() {
     let mut c = cluster();
