@@ -263,6 +263,18 @@ impl Topology {
                 human_bytes(m.memory_bytes)
             ),
         );
+        let caches: Vec<String> = (1..=3u8)
+            .filter_map(|level| {
+                let of_level: Vec<&Cache> =
+                    self.caches.iter().filter(|c| c.level == level).collect();
+                let pus = of_level.first()?.cpuset.len();
+                let s = if pus == 1 { "" } else { "s" };
+                Some(format!("L{level}: {} of {pus} PU{s}", of_level.len()))
+            })
+            .collect();
+        if !caches.is_empty() {
+            line(&mut out, "caches", &caches.join(", "));
+        }
         line(&mut out, "allowed", &format!("cpus {}", m.cpuset));
         line(&mut out, "source", &m.source);
 
@@ -565,6 +577,10 @@ pub(crate) mod tests {
         );
         assert!(table.contains("mlx5_0"), "{table}");
         assert!(table.contains("(preferred)"), "{table}");
+        assert!(
+            table.contains("caches       L1: 2 of 2 PUs, L2: 2 of 2 PUs, L3: 2 of 2 PUs"),
+            "{table}"
+        );
         assert_eq!(human_bytes(3 << 30), "3.0 GiB");
     }
 }
