@@ -186,9 +186,9 @@ fn a_spawn_that_times_out_is_cancelled_and_the_session_goes_on() {
 
 /// A spawned job is bound like the launched one (`--bind-to core`), on the cores its
 /// host has left: one process spawned next to a bound rank gets a core of its own;
-/// a second spawn of as many processes as the host has cores would oversubscribe it,
-/// so those run unbound, on every CPU (as a launch that oversubscribes does).
-/// Unbound before: a spawned process got every CPU of its node server.
+/// once it ended, the next one spawned gets that core again (slots are reused); a
+/// spawn of as many processes as the host has cores would oversubscribe it, so those
+/// run unbound, on every CPU (as a launch that oversubscribes does).
 #[test]
 fn spawned_processes_are_bound_on_the_cores_left() {
     let job = run_testprog_with(1, 1, "spawn-bind", false, &["--bind-to", "core"]);
@@ -209,10 +209,10 @@ fn spawned_processes_are_bound_on_the_cores_left() {
             .filter(|l| l.starts_with("spawn-bind child ") && word(l, "of").ends_with(ns_end))
             .collect()
     };
-    let (first, second) = (children("@1"), children("@2"));
+    let (first, again, second) = (children("@1"), children("@2"), children("@3"));
     assert_eq!(
-        (first.len() as u32, second.len() as u32),
-        (1, cores),
+        (first.len() as u32, again.len() as u32, second.len() as u32),
+        (1, 1, cores),
         "{r:?}"
     );
     // A CPU list (`0-1,4`) as a set.
@@ -237,6 +237,13 @@ fn spawned_processes_are_bound_on_the_cores_left() {
             cb != "none" && word(first[0], "allowed") == cb && cpus(&cb).is_disjoint(&cpus(&pb)),
             "the first spawned process gets a core of its own, not the parent's {pb}: {}",
             first[0]
+        );
+        // Once it ended, the next spawned process takes the core it freed.
+        assert_eq!(
+            (word(again[0], "binding"), word(again[0], "allowed")),
+            (cb.clone(), cb.clone()),
+            "a spawn after the first one's end is bound to the core it freed: {}",
+            again[0]
         );
         // PMIX_CPUSET, as the node server answers it: each bound process's own
         // binding, to itself and to the parent asking about its child.

@@ -3121,8 +3121,9 @@ fn spawn_timeout() -> R {
 }
 
 /// Spawned processes are bound like the launched job, on the cores left (run with 1
-/// rank and `--bind-to core` on 1 node server): rank 0 spawns 1 process, then as many
-/// as the host has cores (the universe size), which no longer fit. Every process
+/// rank and `--bind-to core` on 1 node server): rank 0 spawns 1 process and waits for
+/// its end (JOB_END), spawns 1 again (on the core the first one freed) and waits, then
+/// spawns as many as the host has cores (the universe size), which no longer fit. Every process
 /// prints its `COHORT_BINDING`, its kernel affinity (`Cpus_allowed_list`) and its
 /// PMIX_CPUSET as its node server has it (`none`: not found); the parent also prints
 /// its first child's.
@@ -3156,17 +3157,26 @@ fn spawn_bind() -> R {
         "RESULT spawn-bind parent binding {binding} allowed {allowed} cores {cores} cpuset {mine}"
     );
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
-    for n in [1, cores] {
+    let ends = event_channel(&c, &[codes::JOB_END]);
+    for (i, n) in [1, 1, cores].into_iter().enumerate() {
         let app = SpawnApp {
             command: vec![exe.display().to_string(), "spawn-bind".into()],
             maxprocs: n,
             env: Vec::new(),
             cwd: None,
         };
-        let ns = e2s(c.spawn(vec![app], SpawnOpts::default()), "spawn")?;
-        if n == 1 {
+        let opts = SpawnOpts {
+            notify_completion: i < 2,
+            ..SpawnOpts::default()
+        };
+        let ns = e2s(c.spawn(vec![app], opts), "spawn")?;
+        if i == 0 {
             let child = cpuset(&ProcId::new(ns.as_str(), 0))?;
             println!("RESULT spawn-bind parent sees its first child's cpuset {child}");
+        }
+        if i < 2 {
+            // Its process ended: its core is free for the next spawn.
+            next_event(&ends, "JOB_END")?;
         }
     }
     e2s(c.finalize(), "finalize")

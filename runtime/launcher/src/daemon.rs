@@ -1,6 +1,7 @@
 //! Starting node servers: where `cohortd` is found, which loopback address each node
 //! gets, and the exact command line and environment it is started with.
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::ffi::OsString;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
@@ -261,32 +262,52 @@ pub fn open_mpi_env(
         .collect()
 }
 
-/// Where a spawned job's processes are bound, per node server: the first of its
-/// host's slots they take (after the `before[n].ranks` processes of earlier jobs on the
-/// host's node servers, and this job's on the host's earlier node servers), or `None`:
-/// unbound, because the launched job is not (`bound` false), the node server gets none
-/// of the job, its host's core count is unknown, or the host would then hold more
-/// processes than cores (as a launch does not bind when oversubscribed).
-pub fn spawn_first_slots(before: &[NodeHost], new: &[u32], bound: bool) -> Vec<Option<u32>> {
-    let hosts = per_host(before);
-    let mut added: std::collections::BTreeMap<&str, u64> = Default::default();
-    for (n, &k) in before.iter().zip(new) {
+/// The key by which node servers share a host (its name as Open MPI uses it).
+pub fn host_key(host: &str) -> &str {
+    open_mpi_host_name(host)
+}
+
+/// Where a spawned job's processes are bound, per node server: the slots of its host
+/// they take, the lowest ones free (`taken[host]`: the slots of the live processes
+/// bound there, by [`host_key`]; this job's on the host's earlier node servers come
+/// first), or none: unbound, because the launched job is not (`bound` false), the node
+/// server gets none of the job, its host's core count is unknown, or the host would
+/// then hold more live processes (`nodes[n].ranks`) than cores, as a launch does not
+/// bind when oversubscribed. Slots of processes that ended are taken again.
+pub fn spawn_slots(
+    nodes: &[NodeHost],
+    taken: &BTreeMap<String, BTreeSet<u32>>,
+    new: &[u32],
+    bound: bool,
+) -> Vec<Vec<u32>> {
+    let hosts = per_host(nodes);
+    let mut added: BTreeMap<&str, u64> = BTreeMap::new();
+    for (n, &k) in nodes.iter().zip(new) {
         *added.entry(open_mpi_host_name(&n.host)).or_default() += u64::from(k);
     }
-    let mut taken: std::collections::BTreeMap<&str, u64> = Default::default();
-    before
+    let mut claimed: BTreeMap<&str, BTreeSet<u32>> = BTreeMap::new();
+    nodes
         .iter()
         .zip(new)
         .map(|(n, &k)| {
             let host = open_mpi_host_name(&n.host);
-            let (used, cores) = hosts[host];
-            let next = taken.entry(host).or_default();
-            let first = used + *next;
-            *next += u64::from(k);
-            let fits = cores > 0 && used + added[host] <= u64::from(cores);
-            (bound && k > 0 && fits)
-                .then(|| u32::try_from(first).ok())
-                .flatten()
+            let (live, cores) = hosts[host];
+            let fits = cores > 0 && live + added[host] <= u64::from(cores);
+            if !(bound && k > 0 && fits) {
+                return Vec::new();
+            }
+            let mine = claimed.entry(host).or_default();
+            let held = taken.get(host);
+            let free: Vec<u32> = (0..cores)
+                .filter(|s| !mine.contains(s) && !held.is_some_and(|h| h.contains(s)))
+                .take(k as usize)
+                .collect();
+            if free.len() < k as usize {
+                // More slots held than live processes counted: do not guess.
+                return Vec::new();
+            }
+            mine.extend(&free);
+            free
         })
         .collect()
 }
@@ -823,37 +844,53 @@ mod tests {
     /// Open MPI yields when idle on hosts with more of the job's ranks than cores,
     /// counting every node server of a host (as mpirun does per node), unless the user
     /// chose.
-    /// A spawned job is bound after the processes already on each host, where they
-    /// all fit; unbound where they would not, or when the launched job is not bound.
+    /// A spawned job is bound on the free slots of each host, where its processes
+    /// fit among the live ones; unbound where they would not, or when the launched job
+    /// is not bound. Slots of processes that ended are taken again.
     #[test]
-    fn spawned_jobs_are_bound_after_the_processes_on_their_hosts() {
-        // One host of 4 cores, one node server with 1 rank: 2 more take slots 1, 2.
+    fn spawned_jobs_are_bound_on_the_free_slots_of_their_hosts() {
+        let held = |hosts: &[(&str, &[u32])]| -> BTreeMap<String, BTreeSet<u32>> {
+            hosts
+                .iter()
+                .map(|(h, s)| (h.to_string(), s.iter().copied().collect()))
+                .collect()
+        };
+        // One host of 4 cores, one node server with 1 rank (slot 0): 2 more take 1, 2.
+        let one = loaded(&[("vm", 4, 1)]);
         assert_eq!(
-            spawn_first_slots(&loaded(&[("vm", 4, 1)]), &[2], true),
-            [Some(1)]
+            spawn_slots(&one, &held(&[("vm", &[0])]), &[2], true),
+            [vec![1, 2]]
         );
         // Not bound at launch: not bound now.
         assert_eq!(
-            spawn_first_slots(&loaded(&[("vm", 4, 1)]), &[2], false),
-            [None]
+            spawn_slots(&one, &held(&[("vm", &[0])]), &[2], false),
+            [Vec::<u32>::new()]
         );
-        // 4 more would be 5 on 4 cores.
+        // 4 more would be 5 live processes on 4 cores.
         assert_eq!(
-            spawn_first_slots(&loaded(&[("vm", 4, 1)]), &[4], true),
-            [None]
+            spawn_slots(&one, &held(&[("vm", &[0])]), &[4], true),
+            [Vec::<u32>::new()]
         );
-        // Three node servers on one host of 8 cores (1, 2 and 1 ranks): this job's 1,
-        // 1 and 0 processes take slots 4 and 5; the third server gets none.
+        // 3 live (slots 0, 2, 3: the process of slot 1 ended): 1 more takes slot 1.
+        let three = loaded(&[("vm", 4, 3)]);
+        assert_eq!(
+            spawn_slots(&three, &held(&[("vm", &[0, 2, 3])]), &[1], true),
+            [vec![1]]
+        );
+        // Three node servers on one host of 8 cores (1, 2 and 1 ranks in slots 0-3):
+        // this job's 1, 1 and 0 processes take slots 4 and 5; the third server gets
+        // none.
         let emulated = loaded(&[("vm", 8, 1), ("vm.local", 8, 2), ("vm", 8, 1)]);
         assert_eq!(
-            spawn_first_slots(&emulated, &[1, 1, 0], true),
-            [Some(4), Some(5), None]
+            spawn_slots(&emulated, &held(&[("vm", &[0, 1, 2, 3])]), &[1, 1, 0], true),
+            [vec![4], vec![5], vec![]]
         );
         // A cluster: each host on its own; the full one and the unknown one unbound.
         let cluster = loaded(&[("n1", 4, 2), ("n2", 2, 2), ("n3", 0, 0)]);
+        let taken = held(&[("n1", &[0, 1]), ("n2", &[0, 1])]);
         assert_eq!(
-            spawn_first_slots(&cluster, &[2, 1, 1], true),
-            [Some(2), None, None]
+            spawn_slots(&cluster, &taken, &[2, 1, 1], true),
+            [vec![2, 3], vec![], vec![]]
         );
     }
 

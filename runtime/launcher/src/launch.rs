@@ -1165,8 +1165,8 @@ impl Launcher {
         envs
     }
 
-    /// Every node server's host, its cores, and the processes of every job of the
-    /// session it runs.
+    /// Every node server's host, its cores, and the live processes of every job of
+    /// the session it runs.
     fn node_hosts(&self) -> Vec<daemon::NodeHost> {
         let session = self.monitor.session();
         self.daemons
@@ -1176,10 +1176,12 @@ impl Launcher {
                 host: d.host.clone(),
                 fabric_addr: d.fabric_addr.clone().unwrap_or_default(),
                 cores: d.cores,
-                ranks: session
-                    .jobs()
-                    .iter()
-                    .map(|j| j.count_on(node as NodeId))
+                ranks: (0u32..)
+                    .zip(session.jobs())
+                    .map(|(index, j)| {
+                        let live = j.ranks_on(node as NodeId).into_iter();
+                        live.filter(|&r| self.monitor.alive(index, r)).count() as u32
+                    })
                     .sum(),
             })
             .collect()

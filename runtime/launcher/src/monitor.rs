@@ -96,6 +96,17 @@ impl JobMonitor {
         }
     }
 
+    /// Whether rank `rank` of job `job` still runs, as far as the session counts it:
+    /// known, not ended, and not of a cancelled job (whose processes are killed).
+    pub fn alive(&self, job: u32, rank: Rank) -> bool {
+        !self.abandoned.contains(&job)
+            && self
+                .exited
+                .get(job as usize)
+                .and_then(|j| j.get(rank as usize))
+                .is_some_and(Option::is_none)
+    }
+
     /// The launched job.
     pub fn job(&self) -> &JobMap {
         self.session.primary()
@@ -1024,6 +1035,9 @@ mod tests {
         };
         assert!(msg.contains("its job ns@1's ranks 0,2 are lost"), "{msg}");
         assert_eq!(m.remaining(), 1);
+        // What still runs (for the host slots of the next spawn): only rank 3.
+        assert!(m.alive(1, 3));
+        assert!(!m.alive(1, 1) && !m.alive(0, 0) && !m.alive(1, 9) && !m.alive(2, 0));
         let end = m.exited(1, 1, 3, code(0)).unwrap();
         assert_eq!(end, Step::End(Verdict::Completed));
         assert_eq!(
@@ -1045,6 +1059,10 @@ mod tests {
             .unwrap();
         assert_eq!(m.abandon_job(1), Step::Continue, "rank 0 of ns still runs");
         assert_eq!(m.remaining(), 1);
+        assert!(
+            m.alive(0, 0) && !m.alive(1, 0),
+            "a cancelled job's ranks are killed"
+        );
         let killed = ExitStatus {
             code: None,
             signal: Some(libc::SIGKILL),

@@ -64,10 +64,10 @@ pub struct SpawnOpts {
 pub struct SpawnBinding {
     /// The launched job's binding policy (`core`, `numa`).
     pub bind_to: String,
-    /// Per node server (missing: `None`), the first of its host's slots this job's
-    /// processes there are bound from, after every earlier job's processes on the
-    /// host; `None`: unbound there (the host would hold more processes than cores).
-    pub first_slots: Vec<Option<u32>>,
+    /// Per node server (missing: none), the host's slots this job's processes there
+    /// take, in rank order: the lowest that no live process of the session holds.
+    /// Empty: unbound there (the host would hold more live processes than cores).
+    pub slots: Vec<Vec<u32>>,
 }
 
 /// Checks a spawn request: at least one app, each with a program and at least one

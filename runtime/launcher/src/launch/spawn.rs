@@ -20,7 +20,7 @@ use cohort_proto::spawn::{
     spawned_nspace, validate_spawn, SpawnApp, SpawnBinding, SpawnMapping, SpawnOpts,
     MAX_SPAWNED_JOBS,
 };
-use cohort_proto::{CohortError, JobMap, NodeId, ProcId};
+use cohort_proto::{CohortError, JobMap, NodeId, ProcId, Rank};
 use tokio::time::{Duration, Instant};
 
 use super::Launcher;
@@ -40,6 +40,9 @@ pub(super) struct Spawns {
     /// Spawned jobs whose parent asked to be told when they end
     /// (`SpawnOpts::notify_completion`): job index → the parent.
     notify: BTreeMap<u32, ProcId>,
+    /// The host slot each bound spawned process took: (job, rank) → (host key, slot).
+    /// Entries of processes that ended are dropped at the next spawn.
+    slots: BTreeMap<(u32, Rank), (String, u32)>,
 }
 
 /// A spawn between its request and its answer.
@@ -103,7 +106,16 @@ impl Launcher {
         let bind_to = self.placement.bind_to;
         let bound = bind_to != cohort_topology::BindTo::None;
         let new: Vec<u32> = (0..self.nodes).map(|n| job.count_on(n)).collect();
-        let first_slots = crate::daemon::spawn_first_slots(&self.node_hosts(), &new, bound);
+        let slots =
+            crate::daemon::spawn_slots(&self.node_hosts(), &self.taken_slots(bound), &new, bound);
+        for (node, taken) in slots.iter().enumerate() {
+            let host = crate::daemon::host_key(&self.daemons[node].host).to_string();
+            for (rank, &slot) in job.ranks_on(node as NodeId).into_iter().zip(taken) {
+                self.spawns
+                    .slots
+                    .insert((index, rank), (host.clone(), slot));
+            }
+        }
         // Counted from now on, so the session does not end while the job starts.
         if let Err(e) = self.monitor.add_job(index, job.clone(), caller.clone()) {
             tracing::error!(index, "the monitor refused a spawned job: {e}");
@@ -127,7 +139,7 @@ impl Launcher {
             bind: bound.then(|| {
                 Box::new(SpawnBinding {
                     bind_to: bind_to.as_str().to_string(),
-                    first_slots,
+                    slots,
                 })
             }),
         };
@@ -145,6 +157,41 @@ impl Launcher {
             },
         );
         self.spawn_progress(index).await;
+    }
+
+    /// The host slots the live processes of the session hold, by host key: the
+    /// launched job's (from each node server's first slot, when it is bound) and the
+    /// spawned ones' (as [`Launcher::on_spawn`] gave them). Forgets those of processes
+    /// that ended.
+    fn taken_slots(&mut self, bound: bool) -> BTreeMap<String, BTreeSet<u32>> {
+        let mut taken: BTreeMap<String, BTreeSet<u32>> = BTreeMap::new();
+        if !bound {
+            return taken;
+        }
+        let launched = self.monitor.job().clone();
+        for node in 0..self.nodes {
+            let host = crate::daemon::host_key(&self.daemons[node as usize].host);
+            let first = self
+                .placement
+                .first_slots
+                .get(node as usize)
+                .copied()
+                .unwrap_or(0);
+            let held = taken.entry(host.to_string()).or_default();
+            for (i, rank) in launched.ranks_on(node).into_iter().enumerate() {
+                if self.monitor.alive(0, rank) {
+                    held.insert(first + i as u32);
+                }
+            }
+        }
+        let monitor = &self.monitor;
+        self.spawns
+            .slots
+            .retain(|&(job, rank), _| monitor.alive(job, rank));
+        for (host, slot) in self.spawns.slots.values() {
+            taken.entry(host.clone()).or_default().insert(*slot);
+        }
+        taken
     }
 
     /// The job of a spawn: checked, named and placed on the live node servers (those

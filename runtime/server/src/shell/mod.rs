@@ -628,11 +628,11 @@ async fn serve(
                     FromLauncher::Msg(LauncherMsg::StdinEnd) => ranks.end_stdin(),
                     FromLauncher::Msg(LauncherMsg::AddJob { index, job, parent, apps, env, bind }) => {
                         let env = env.into_iter().nth(svc.node() as usize).unwrap_or_default();
-                        // The policy and this node's first slot, if it binds here.
+                        // The policy and this node's slots, if it binds here.
                         let bind = bind.and_then(|b| {
-                            let first = b.first_slots.get(svc.node() as usize).copied().flatten()?;
+                            let slots = b.slots.into_iter().nth(svc.node() as usize)?;
                             let policy = b.bind_to.parse::<BindTo>().ok()?;
-                            (policy != BindTo::None).then_some((policy, first))
+                            (policy != BindTo::None && !slots.is_empty()).then_some((policy, slots))
                         });
                         // The engine first: it checks the job and the index.
                         let nspace = job.nspace.to_string();

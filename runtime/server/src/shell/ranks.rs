@@ -347,15 +347,15 @@ impl Ranks {
     }
 
     /// Job `index` of the session, spawned: its ranks run as `apps` say (see
-    /// [`RankTemplate::spawned`]), bound by `bind` (the policy, and the first of the
-    /// host's slots they take) if given. Refused unless it is the next one.
+    /// [`RankTemplate::spawned`]), bound by `bind` (the policy, and the host's slots
+    /// they take, in rank order) if given. Refused unless it is the next one.
     pub fn add_job(
         &mut self,
         index: u32,
         job: JobMap,
         apps: &[SpawnApp],
         env: Vec<(String, String)>,
-        bind: Option<(BindTo, u32)>,
+        bind: Option<(BindTo, Vec<u32>)>,
     ) -> Result<(), String> {
         if index as usize != self.templates.len() {
             return Err(format!(
@@ -365,11 +365,12 @@ impl Ranks {
         }
         let node = self.templates[0].node;
         let bindings = match (&self.layout, bind) {
-            (Some((layout, map_by)), Some((bind_to, first))) => {
-                let ranks = job.ranks_on(node);
-                let plan = layout.plan(*map_by, bind_to, first, ranks.len() as u32);
-                ranks.into_iter().zip(plan).collect()
-            }
+            (Some((layout, map_by)), Some((bind_to, slots))) => job
+                .ranks_on(node)
+                .into_iter()
+                .zip(slots)
+                .map(|(rank, slot)| (rank, layout.binding(*map_by, bind_to, slot)))
+                .collect(),
             _ => BTreeMap::new(),
         };
         let mut template = self.templates[0].spawned(job, apps, env);
