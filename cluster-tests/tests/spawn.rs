@@ -4,7 +4,9 @@
 //! processes that were there before. `cohort run` ends once every job ended, and a
 //! spawned process that fails ends the session as a launched one does.
 
-use cohort_cluster_tests::{run_testprog_with, Job};
+use cohort_cluster_tests::{
+    cohort_command, example, run_testprog_with, text, CohortRun, Job, DEADLINE,
+};
 
 fn spawn_job(nodes: u32, options: &[&str]) -> Job {
     run_testprog_with(nodes, 2, "spawn", false, options)
@@ -181,6 +183,52 @@ fn a_spawn_that_times_out_is_cancelled_and_the_session_goes_on() {
     assert!(
         children.len() == 3 && children.iter().all(|l| l.contains("@2 (parent ")),
         "only the second spawn's 3 processes ran: {r:?}"
+    );
+}
+
+/// A spawn cancelled in its starting phase: node servers 0 and 1 started their
+/// processes, node server 2 holds `StartJob` (COHORT_TEST_HOLD_START_JOB, a debug
+/// build's test hook) past the spawn's limit. The spawn times out naming node2 as
+/// the server that had not started its processes, the cancel kills the processes that
+/// did start (they would sleep for two minutes), node server 2 starts and kills its
+/// own late, and the session ends with status 0.
+#[test]
+fn a_spawn_cancelled_while_it_starts_kills_what_started() {
+    let prog = example("testprog").to_string_lossy().into_owned();
+    let mut cmd = cohort_command([
+        "run",
+        "--nodes",
+        "3",
+        "-n",
+        "3",
+        "--peer-timeout",
+        "0",
+        &prog,
+        "spawn-cancel-start",
+    ]);
+    cmd.env("COHORT_TEST_HOLD_START_JOB", "2:8000");
+    let out = CohortRun::spawn(cmd).wait(DEADLINE);
+    let job = Job {
+        status: out.status.code(),
+        stdout: text(&out.stdout),
+        stderr: text(&out.stderr),
+    };
+    let r = job.succeeded_with("spawn-cancel", 2);
+    let msg = r
+        .iter()
+        .find(|l| l.starts_with("spawn-cancel timed out: "))
+        .unwrap_or_else(|| panic!("{r:?}"));
+    assert!(
+        msg.contains("node server(s) node2 had not started its processes")
+            && msg.contains("timed out after 4000 ms"),
+        "the timeout names the server still starting: {msg}"
+    );
+    assert!(
+        r.iter()
+            .any(|l| l == "spawn-cancel started 2 still alive []"),
+        "the processes that started were killed: {r:?}
+{}",
+        job.stderr
     );
 }
 

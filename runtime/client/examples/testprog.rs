@@ -68,6 +68,7 @@ fn main() {
         "spawn-loss" => spawn_loss(),
         "spawn-run" => spawn_run(),
         "spawn-timeout" => spawn_timeout(),
+        "spawn-cancel-start" => spawn_cancel_start(),
         "spawn-bind" => spawn_bind(),
         "universe" => universe(),
         "frozen-server" => frozen_server(),
@@ -3117,6 +3118,74 @@ fn spawn_timeout() -> R {
         }
     }
     wait_for(&["done"])?;
+    e2s(c.finalize(), "finalize")
+}
+
+/// A spawn cancelled while it starts (run on 3 node servers, 3 ranks, with node server
+/// 2 holding `StartJob` longer than the spawn's 4 s limit: COHORT_TEST_HOLD_START_JOB,
+/// debug builds). Rank 0 spawns 3 processes, one per node server; those of node
+/// servers 0 and 1 start, write their pid into a file of SPAWN_PID_DIR and sleep. The
+/// spawn times out naming node server 2, and the processes that started must die
+/// (the cancel kills them) rather than sleep on: rank 0 waits until at least the two
+/// started ones have written their pid and every pid written is gone.
+fn spawn_cancel_start() -> R {
+    use cohort::{SpawnApp, SpawnMapping, SpawnOpts};
+    let c = init()?;
+    if e2s(c.parent(), "parent")?.is_some() {
+        let dir = std::env::var("SPAWN_PID_DIR").map_err(|_| "SPAWN_PID_DIR is not set")?;
+        let file = std::path::Path::new(&dir).join(c.rank().to_string());
+        std::fs::write(&file, std::process::id().to_string()).map_err(|e| e.to_string())?;
+        // Only the cancel ends this early.
+        std::thread::sleep(Duration::from_secs(120));
+        return e2s(c.finalize(), "finalize");
+    }
+    if c.rank() == 0 {
+        let dir = std::env::temp_dir().join(format!("cohort-cancel-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+        let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+        let app = SpawnApp {
+            command: vec![exe.display().to_string(), "spawn-cancel-start".into()],
+            maxprocs: 3,
+            env: vec![("SPAWN_PID_DIR".into(), dir.display().to_string())],
+            cwd: None,
+        };
+        let opts = SpawnOpts {
+            mapping: SpawnMapping::RoundRobin,
+            timeout_ms: Some(4_000),
+            ..SpawnOpts::default()
+        };
+        match c.spawn(vec![app], opts) {
+            Err(e @ CohortError::Timeout { .. }) => println!("RESULT spawn-cancel timed out: {e}"),
+            other => return Err(format!("a spawn with node2 holding StartJob: {other:?}")),
+        }
+        // Generous: within the harness's own deadline, so that a failure says why.
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        let (written, alive) = loop {
+            let mut pids = Vec::new();
+            for entry in std::fs::read_dir(&dir).map_err(|e| e.to_string())? {
+                let path = entry.map_err(|e| e.to_string())?.path();
+                let text = std::fs::read_to_string(&path).unwrap_or_default();
+                if let Ok(pid) = text.trim().parse::<i32>() {
+                    pids.push(pid);
+                }
+            }
+            // SAFETY: kill(2) with signal 0 only checks that the process exists.
+            let alive: Vec<i32> = pids
+                .iter()
+                .copied()
+                .filter(|&p| unsafe { libc::kill(p, 0) } == 0)
+                .collect();
+            if (pids.len() >= 2 && alive.is_empty()) || std::time::Instant::now() > deadline {
+                break (pids.len(), alive);
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        let _ = std::fs::remove_dir_all(&dir);
+        println!(
+            "RESULT spawn-cancel started {} still alive {alive:?}",
+            written.min(2)
+        );
+    }
     e2s(c.finalize(), "finalize")
 }
 

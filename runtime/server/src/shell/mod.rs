@@ -26,7 +26,7 @@ use clap::Parser;
 use cohort_core::DetectorConfig;
 use cohort_proto::control::{DaemonMsg, LauncherMsg, RegisterExchange};
 use cohort_proto::env::{self, from_hex, to_hex};
-use cohort_proto::JobMap;
+use cohort_proto::{JobMap, NodeId};
 use cohort_server::{NodeService, ServiceConfig};
 use cohort_topology::{hostlist, BindTo, Locality, NicInfo, NicKind, SwitchMap};
 use cohort_transport::{VerbsOptions, DEVICE_ENV};
@@ -569,6 +569,31 @@ async fn await_start(
     Ok((link, from_launcher, env))
 }
 
+/// Debug builds only, for the cluster tests: `COHORT_TEST_HOLD_START_JOB=NODE:MS`
+/// makes node server NODE wait MS milliseconds before it starts a spawned job's
+/// processes (and reads its next control message), as a server too slow to answer
+/// `StartJob` would: the only way to cancel a spawn in its starting phase on purpose.
+/// Release builds ignore it.
+async fn hold_start_for_tests(node: NodeId) {
+    if !cfg!(debug_assertions) {
+        return;
+    }
+    let Ok(v) = std::env::var("COHORT_TEST_HOLD_START_JOB") else {
+        return;
+    };
+    let hold = v
+        .split_once(':')
+        .and_then(|(n, ms)| Some((n.parse::<NodeId>().ok()?, ms.parse::<u64>().ok()?)));
+    if let Some((n, ms)) = hold.filter(|&(n, _)| n == node) {
+        tracing::warn!(
+            node = n,
+            ms,
+            "holding StartJob (COHORT_TEST_HOLD_START_JOB)"
+        );
+        tokio::time::sleep(Duration::from_millis(ms)).await;
+    }
+}
+
 /// Runs the job on this node: reports rank exits until the launcher, a signal or a
 /// broken control connection ends it. `link` is `None` afterwards if it broke. With
 /// the failure `detector` (the launcher then sends heartbeats), a launcher silent for
@@ -651,6 +676,7 @@ async fn serve(
                         svc.job_ended(index, parent, exit_code);
                     }
                     FromLauncher::Msg(LauncherMsg::StartJob { index }) => {
+                        hold_start_for_tests(svc.node()).await;
                         ranks.launch_job(index, stdout, stderr);
                         tell(link, &DaemonMsg::JobStarted { index }).await;
                     }
