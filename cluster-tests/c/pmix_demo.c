@@ -385,16 +385,24 @@ int main(void)
               "the default handler saw DEMO_EVENT after its handler completed it");
     }
 
-    /* A group of the whole job with a context id. */
-    PMIX_INFO_CREATE(info, 2);
+    /* A group of the whole job with a context id, its directives built as a PMIx v4
+     * info list. */
+    void *list = PMIx_Info_list_start();
+    CHECK(list != NULL, "PMIx_Info_list_start");
     bool yes = true;
-    PMIX_INFO_LOAD(&info[0], PMIX_GROUP_ASSIGN_CONTEXT_ID, &yes, PMIX_BOOL);
+    OK(PMIx_Info_list_add(list, PMIX_GROUP_ASSIGN_CONTEXT_ID, &yes, PMIX_BOOL));
     int secs = 30;
-    PMIX_INFO_LOAD(&info[1], PMIX_TIMEOUT, &secs, PMIX_INT);
+    OK(PMIx_Info_list_add(list, PMIX_TIMEOUT, &secs, PMIX_INT));
+    pmix_data_array_t directives;
+    OK(PMIx_Info_list_convert(list, &directives));
+    PMIx_Info_list_release(list);
+    CHECK(directives.type == PMIX_INFO && directives.size == 2, "an info list of %zu",
+          directives.size);
     pmix_info_t *results = NULL;
     size_t nresults = 0;
-    OK(PMIx_Group_construct("demo-grp", &wild, 1, info, 2, &results, &nresults));
-    PMIX_INFO_FREE(info, 2);
+    OK(PMIx_Group_construct("demo-grp", &wild, 1, (pmix_info_t *)directives.array,
+                            directives.size, &results, &nresults));
+    PMIx_Data_array_destruct(&directives);
     size_t ctx = 0, members = 0;
     int have_ctx = 0;
     for (size_t i = 0; i < nresults; i++) {

@@ -22,6 +22,7 @@
 mod control;
 mod events;
 mod groups;
+mod infolist;
 mod keys;
 mod locality;
 mod publish;

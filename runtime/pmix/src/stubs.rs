@@ -7,8 +7,6 @@
 //! cohort runs on (System V x86-64, AArch64), the caller owns its arguments, so a
 //! callee that ignores them may declare none.
 
-use std::ffi::c_void;
-
 use crate::types::{pmix_status_t, PMIX_ERR_NOT_SUPPORTED};
 
 macro_rules! not_supported {
@@ -57,10 +55,6 @@ not_supported! {
     PMIx_Data_load,
     PMIx_Data_unload,
     PMIx_Data_embed,
-    PMIx_Info_list_add,
-    PMIx_Info_list_insert,
-    PMIx_Info_list_xfer,
-    PMIx_Info_list_convert,
     // Server calls (a cohort rank is never a PMIx server).
     PMIx_server_init,
     PMIx_server_finalize,
@@ -100,15 +94,6 @@ pub extern "C" fn PMIx_Topology_destruct() {}
 
 #[no_mangle]
 pub extern "C" fn PMIx_Cpuset_destruct() {}
-
-#[no_mangle]
-pub extern "C" fn PMIx_Info_list_release() {}
-
-/// No info lists: NULL.
-#[no_mangle]
-pub extern "C" fn PMIx_Info_list_start() -> *mut c_void {
-    std::ptr::null_mut()
-}
 
 #[no_mangle]
 pub extern "C" fn PMIx_Data_compress() -> bool {
