@@ -116,6 +116,7 @@ const GROUP_ID: &str = "bench-group";
 const COLLECT: FenceOpts = FenceOpts {
     collect: true,
     timeout_ms: Some(60_000),
+    ft_collective: false,
 };
 
 struct Stats {

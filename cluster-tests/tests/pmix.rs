@@ -345,6 +345,40 @@ fn a_pmix_program_learns_where_its_bound_peers_sit() {
     assert_eq!(unbound[0], "RESULT size=2 bound=0 shared=0");
 }
 
+/// PMIX_GROUP_FT_COLLECTIVE and PMIX_GROUP_OPTIONAL from C, on 3 node servers: with
+/// rank 2 gone (finalized and exited), a fence and a destruct that tolerate it
+/// succeed without it; an optional construct returns PMIX_ERR_PARTIAL_SUCCESS and a
+/// fault-tolerant one PMIX_SUCCESS, both with the 2 survivors (`c/pmix_ft.c`).
+#[test]
+fn a_pmix_program_goes_on_without_a_process_that_ended() {
+    let Some(prog) = pmix_program("pmix_ft") else {
+        return;
+    };
+    let out = run_cohort(
+        [
+            "run",
+            "--nodes",
+            "3",
+            "-n",
+            "3",
+            "-x",
+            &format!("LD_LIBRARY_PATH={}", pmix_lib_dir().display()),
+            prog.to_str().expect("a UTF-8 path"),
+        ],
+        DEADLINE,
+    );
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
+    let results: Vec<&str> = stdout
+        .lines()
+        .filter(|l| l.starts_with("RESULT "))
+        .collect();
+    assert_eq!(
+        results, ["RESULT ft fence=ok optional=partial ft_construct=2 ft_destruct=ok"; 2],
+        "ranks 0 and 1: {stdout}\n{stderr}"
+    );
+}
+
 /// Open MPI's locality communicators (MPI_Comm_split_type by core, cache, package,
 /// NUMA node) hold the ranks whose bindings share that object, as under mpirun:
 /// Open MPI reads the locality strings the node server gives (`c/mpi_split.c`

@@ -695,6 +695,7 @@ pub unsafe extern "C" fn cohort_fence(
         let opts = FenceOpts {
             collect: collect != 0,
             timeout_ms: crate::timeout_ms(timeout_ms),
+            ft_collective: false,
         };
         c.client.fence(&procs, opts).map_err(fail)
     })
@@ -1103,6 +1104,7 @@ pub unsafe extern "C" fn cohort_fence_nb(
         let opts = FenceOpts {
             collect: collect != 0,
             timeout_ms: crate::timeout_ms(timeout_ms),
+            ft_collective: false,
         };
         complete_op(c.client.fence_async(&procs, opts), cb, CbData(cbdata));
         Ok(())

@@ -92,6 +92,7 @@ fn use_connection(c: &Client, conn: &Connection, key: &str, hello: i32) -> R {
             FenceOpts {
                 collect: true,
                 timeout_ms: Some(40_000),
+                ft_collective: false,
             },
         ),
         "fence over the connection",
@@ -330,6 +331,7 @@ fn killed() -> R {
     let fence = FenceOpts {
         collect: false,
         timeout_ms: Some(40_000),
+        ft_collective: false,
     };
     e2s(
         c.fence(&[ProcId::wildcard(e.as_str())], fence.clone()),

@@ -187,6 +187,7 @@ fn fence() -> R {
     let collect = FenceOpts {
         collect: true,
         timeout_ms: Some(60_000),
+        ft_collective: false,
     };
     e2s(c.fence(&[], collect.clone()), "fence all")?;
     for r in 0..n {
@@ -611,6 +612,7 @@ fn dies_before_fence() -> R {
         FenceOpts {
             collect: false,
             timeout_ms: Some(60_000),
+            ft_collective: false,
         },
     ) {
         Err(CohortError::ProcTerminated { procs, .. }) => {
@@ -894,6 +896,7 @@ fn use_group(c: &Client, g: &GroupResult) -> R {
             FenceOpts {
                 collect: false,
                 timeout_ms: Some(METHOD_TIMEOUT_MS),
+                ft_collective: false,
             },
         ),
         "group fence",
@@ -917,6 +920,7 @@ fn fence_all(c: &Client) -> R {
             FenceOpts {
                 collect: false,
                 timeout_ms: Some(METHOD_TIMEOUT_MS),
+                ft_collective: false,
             },
         ),
         "fence",
@@ -2502,6 +2506,7 @@ fn server_pids_past_fence(c: &Client, reader: u32) -> Result<Option<Vec<u32>>, S
     let fence = FenceOpts {
         collect: false,
         timeout_ms: Some(60_000),
+        ft_collective: false,
     };
     e2s(c.fence(&[], fence), "fence")?;
     // SAFETY: getppid has no preconditions; the parent is this rank's node server.
@@ -2593,6 +2598,7 @@ fn failure_views() -> R {
     let fence = FenceOpts {
         collect: false,
         timeout_ms: Some(60_000),
+        ft_collective: false,
     };
     e2s(c.fence(&survivors, fence), "fence")?;
     let lost_node = c.job().node_of(&p(&c, 4)).ok_or("rank 4 has no node")?;
@@ -2638,6 +2644,7 @@ fn idle_cpu() -> R {
     let collect = FenceOpts {
         collect: false,
         timeout_ms: Some(60_000),
+        ft_collective: false,
     };
     let both = all(&c);
     let construct = |c: &Client| {

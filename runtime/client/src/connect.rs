@@ -406,6 +406,7 @@ impl Client {
                 let fence = FenceOpts {
                     collect: true,
                     timeout_ms,
+                    ft_collective: false,
                 };
                 self.fence(&plan.members, fence)
                     .map_err(|e| relabel(e, &op))?;
@@ -516,6 +517,7 @@ impl Client {
                 let fence = FenceOpts {
                     collect: true,
                     timeout_ms: plan.opts.timeout.map(duration_ms),
+                    ft_collective: false,
                 };
                 ConnectReply::Fence(Box::pin(self.fence_async(&plan.members, fence)))
             }
@@ -557,6 +559,7 @@ impl Client {
         let req = Request::Destruct {
             id: nspace.into(),
             timeout_ms,
+            ft_collective: false,
         };
         self.call(req, false, timeout_ms)
             .and_then(|r| expect_done("disconnect", r))
@@ -584,6 +587,7 @@ impl Client {
                     Request::Destruct {
                         id: nspace.clone(),
                         timeout_ms,
+                        ft_collective: false,
                     },
                     false,
                 )
@@ -817,7 +821,8 @@ mod tests {
             next().req,
             Request::Destruct {
                 id: id.clone(),
-                timeout_ms: None
+                timeout_ms: None,
+                ft_collective: false,
             }
         );
         assert!(!client.connections().contains(&id));

@@ -903,11 +903,22 @@ impl Client {
 
     /// Collective destruct of group `id`, waiting up to `timeout` for the members.
     pub fn group_destruct(&self, id: &str, timeout: Option<Duration>) -> Result<()> {
+        self.destruct_call(id, timeout, false)
+    }
+
+    /// [`group_destruct`](Self::group_destruct) that does not wait for members that
+    /// terminated (PMIX_GROUP_FT_COLLECTIVE), when every member calls it so.
+    pub fn group_destruct_tolerant(&self, id: &str, timeout: Option<Duration>) -> Result<()> {
+        self.destruct_call(id, timeout, true)
+    }
+
+    fn destruct_call(&self, id: &str, timeout: Option<Duration>, ft: bool) -> Result<()> {
         validate_group_id(id)?;
         let timeout_ms = timeout.map(duration_ms);
         let req = Request::Destruct {
             id: id.to_string(),
             timeout_ms,
+            ft_collective: ft,
         };
         expect_done("group destruct", self.call(req, false, timeout_ms)?)
     }
@@ -919,7 +930,11 @@ impl Client {
         timeout: Option<Duration>,
     ) -> impl Future<Output = Result<()>> + Send + 'static {
         let timeout_ms = timeout.map(duration_ms);
-        let reply = self.group_call_async(id, |id| Request::Destruct { id, timeout_ms });
+        let reply = self.group_call_async(id, |id| Request::Destruct {
+            id,
+            timeout_ms,
+            ft_collective: false,
+        });
         async move { expect_done("group destruct", reply.await?) }
     }
 

@@ -681,6 +681,7 @@ fn wedged_server_hits_the_client_side_deadline() {
     let opts = FenceOpts {
         collect: false,
         timeout_ms: Some(50),
+        ft_collective: false,
     };
     let start = Instant::now();
     let got = client.fence(&[], opts);

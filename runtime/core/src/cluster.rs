@@ -204,6 +204,7 @@ impl Cluster {
         let opts = cohort_proto::msg::FenceOpts {
             collect,
             timeout_ms: None,
+            ft_collective: false,
         };
         (0..self.job.size())
             .map(|r| self.fence(r, vec![], opts.clone()))

@@ -789,7 +789,8 @@ impl Engine {
             Request::Destruct {
                 id: gid,
                 timeout_ms,
-            } => self.destruct(client, id, proc, gid, timeout_ms, now),
+                ft_collective,
+            } => self.destruct(client, id, proc, gid, (timeout_ms, ft_collective), now),
             Request::Invite {
                 id: gid,
                 procs,
@@ -2099,7 +2100,7 @@ impl Engine {
         let spec = CollSpec::Fence {
             procs: members,
             collect: opts.collect,
-            tolerate_terminated: self.early_term_connection(&procs),
+            tolerate_terminated: self.early_term_connection(&procs) || opts.ft_collective,
         };
         let waiter = waiter(client, req, proc, opts.timeout_ms, now);
         self.contribute(key, spec, contrib, waiter, now);
@@ -2284,7 +2285,7 @@ impl Engine {
         req: ReqId,
         proc: ProcId,
         gid: String,
-        timeout_ms: Option<u64>,
+        (timeout_ms, ft_collective): (Option<u64>, bool),
         now: Time,
     ) {
         let group = match self.member_group(&gid, &proc) {
@@ -2298,8 +2299,10 @@ impl Engine {
         };
         // rfc0003 PMIX_CONNECT_EARLY_TERM_ALLOWED: "adjusting completion requirements"
         // of the disconnect: members that terminated are not waited for.
-        let tolerant =
-            group.notify_termination || group.connect == Some(ConnectMode::EarlyTermAllowed);
+        // PMIX_GROUP_FT_COLLECTIVE asks the same of this destruct alone.
+        let tolerant = group.notify_termination
+            || group.connect == Some(ConnectMode::EarlyTermAllowed)
+            || ft_collective;
         let spec = CollSpec::Destruct {
             members: group.original.clone(),
             notify_termination: tolerant,
@@ -2667,7 +2670,19 @@ impl Engine {
                     })
                 }
             }
-            (CollSpec::Destruct { .. }, CollSpec::Destruct { .. }) => Ok(()),
+            (
+                CollSpec::Destruct {
+                    notify_termination, ..
+                },
+                CollSpec::Destruct {
+                    notify_termination: t,
+                    ..
+                },
+            ) => {
+                // Tolerant only if every caller is (PMIX_GROUP_FT_COLLECTIVE per call).
+                *notify_termination &= t;
+                Ok(())
+            }
             (CollSpec::Agree { members }, CollSpec::Agree { members: m }) => {
                 if Arc::ptr_eq(members, &m) || **members == *m {
                     Ok(())

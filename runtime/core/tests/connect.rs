@@ -25,6 +25,7 @@ fn disconnect(c: &mut Cluster, rank: u32, id: &str) -> u64 {
         Request::Destruct {
             id: id.into(),
             timeout_ms: None,
+            ft_collective: false,
         },
     )
 }
@@ -217,6 +218,7 @@ fn the_connection_nspace_addresses_its_members() {
                 FenceOpts {
                     collect: true,
                     timeout_ms: None,
+                    ft_collective: false,
                 },
             )
         })

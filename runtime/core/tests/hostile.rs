@@ -440,6 +440,7 @@ fn a_fence_message_contradicting_its_id_is_dropped() {
                 FenceOpts {
                     collect: true,
                     timeout_ms: Some(1_000),
+                    ft_collective: false,
                 },
             )
         })

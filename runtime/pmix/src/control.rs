@@ -79,6 +79,7 @@ pub(crate) fn clean_up(s: &State) {
     let fence = FenceOpts {
         collect: false,
         timeout_ms: Some(10_000),
+        ft_collective: false,
     };
     if let Err(e) = s.client.fence(&[], fence) {
         debug(|| format!("cleanup skipped: the finalize fence failed: {e}"));

@@ -5,7 +5,9 @@ use std::ffi::{c_char, c_void};
 use std::future::Future;
 use std::pin::Pin;
 
-use cohort::{ConnectOpts, ConstructOpts, DisconnectOpts, GroupResult, InviteOpts, ProcId};
+use cohort::{
+    ConnectOpts, ConstructOpts, ConstructStatus, DisconnectOpts, GroupResult, InviteOpts, ProcId,
+};
 
 use crate::types::*;
 use crate::value::*;
@@ -81,13 +83,13 @@ unsafe fn results_out(items: &Infos, results: *mut *mut pmix_info_t, nresults: *
 fn info_callback(
     cb: pmix_info_cbfunc_t,
     data: CbData,
-    fut: impl Future<Output = Result<Infos, pmix_status_t>> + Send + 'static,
+    fut: impl Future<Output = Result<(pmix_status_t, Infos), pmix_status_t>> + Send + 'static,
 ) -> Result<(), pmix_status_t> {
     complete(fut, move |r| {
         let data = data;
         let Some(cb) = cb else { return };
         let (status, items) = match r {
-            Ok(items) => (PMIX_SUCCESS, items),
+            Ok(done) => done,
             Err(s) => (s, Vec::new()),
         };
         let (arr, n) = info_array_out(&items);
@@ -103,6 +105,25 @@ fn group_status<T>(r: cohort::Result<T>) -> Result<T, pmix_status_t> {
     r.map_err(|e| status_of(&e))
 }
 
+/// The status a construct or invite returns with its results: PMIX_ERR_PARTIAL_SUCCESS
+/// when listed processes did not take part (the spec's PMIX_GROUP_OPTIONAL outcome),
+/// unless the caller asked only for PMIX_GROUP_FT_COLLECTIVE (`ft_only`), which
+/// completes among the survivors as a success.
+fn group_code(g: &GroupResult, ft_only: bool) -> pmix_status_t {
+    match g.status {
+        ConstructStatus::PartialSuccess if !ft_only => PMIX_ERR_PARTIAL_SUCCESS,
+        _ => PMIX_SUCCESS,
+    }
+}
+
+/// `code` as the blocking calls return it (after writing their results).
+fn as_return(code: pmix_status_t) -> Result<(), pmix_status_t> {
+    match code {
+        PMIX_SUCCESS => Ok(()),
+        c => Err(c),
+    }
+}
+
 // ------------------------------------------------------------------ construct
 
 /// # Safety
@@ -114,13 +135,17 @@ unsafe fn construct_args(
     nprocs: usize,
     info: *const pmix_info_t,
     ninfo: usize,
-) -> Result<(String, Vec<ProcId>, ConstructOpts), pmix_status_t> {
+) -> Result<(String, Vec<ProcId>, ConstructOpts, bool), pmix_status_t> {
     // SAFETY: forwarded contract.
     let (id, procs, info) = unsafe { (text(grp)?, procs_in(procs, nprocs)?, infos(info, ninfo)) };
     let procs = expand(&s.client, procs);
+    // PMIX_GROUP_FT_COLLECTIVE: processes that terminate before joining are dropped on
+    // the fly, as PMIX_GROUP_OPTIONAL has it; alone, the survivors' group is a success.
+    let optional = flag(&info, PMIX_GROUP_OPTIONAL);
+    let ft = flag(&info, PMIX_GROUP_FT_COLLECTIVE);
     let opts = ConstructOpts {
         timeout_ms: timeout(&info).map(|t| t.as_millis() as u64),
-        optional: flag(&info, PMIX_GROUP_OPTIONAL),
+        optional: optional || ft,
         leader: flag(&info, PMIX_GROUP_LEADER),
         notify_termination: flag(&info, PMIX_GROUP_NOTIFY_TERMINATION),
         assign_context_id: flag(&info, PMIX_GROUP_ASSIGN_CONTEXT_ID),
@@ -128,14 +153,17 @@ unsafe fn construct_args(
         group_info: group_info(&info),
         ..Default::default()
     };
-    Ok((id, procs, opts))
+    Ok((id, procs, opts, ft && !optional))
 }
 
 /// Collective construct of group `grp` by `procs` (every listed process calls with the
 /// same list; `{nspace, PMIX_RANK_WILDCARD}` names a whole job). Directives:
 /// PMIX_GROUP_ASSIGN_CONTEXT_ID, PMIX_TIMEOUT, PMIX_GROUP_LEADER, PMIX_GROUP_OPTIONAL,
-/// PMIX_GROUP_NOTIFY_TERMINATION, PMIX_GROUP_ADD_MEMBERS, PMIX_GROUP_INFO. Results:
-/// PMIX_GROUP_CONTEXT_ID (`size_t`) and PMIX_GROUP_MEMBERSHIP (array of processes).
+/// PMIX_GROUP_FT_COLLECTIVE, PMIX_GROUP_NOTIFY_TERMINATION, PMIX_GROUP_ADD_MEMBERS,
+/// PMIX_GROUP_INFO (PMIX_GROUP_LOCAL_ONLY is accepted: a hint). Results:
+/// PMIX_GROUP_CONTEXT_ID (`size_t`) and PMIX_GROUP_MEMBERSHIP (array of processes);
+/// PMIX_ERR_PARTIAL_SUCCESS, with the results, when optional members did not take
+/// part.
 ///
 /// # Safety
 /// `grp` NUL-terminated; `procs` NULL or `nprocs` processes; `info` NULL or `ninfo`
@@ -153,11 +181,12 @@ pub unsafe extern "C" fn PMIx_Group_construct(
     guard(|| {
         let s = state()?;
         // SAFETY: forwarded contract.
-        let (id, procs, opts) = unsafe { construct_args(&s, grp, procs, nprocs, info, ninfo) }?;
+        let (id, procs, opts, ft_only) =
+            unsafe { construct_args(&s, grp, procs, nprocs, info, ninfo) }?;
         let g = group_status(s.client.group_construct(&id, &procs, opts))?;
         // SAFETY: forwarded contract.
         unsafe { results_out(&group_results(&g), results, nresults) };
-        Ok(())
+        as_return(group_code(&g, ft_only))
     })
 }
 
@@ -179,15 +208,18 @@ pub unsafe extern "C" fn PMIx_Group_construct_nb(
     guard(|| {
         let s = state()?;
         // SAFETY: forwarded contract.
-        let (id, procs, opts) = unsafe { construct_args(&s, grp, procs, nprocs, info, ninfo) }?;
+        let (id, procs, opts, ft_only) =
+            unsafe { construct_args(&s, grp, procs, nprocs, info, ninfo) }?;
         let fut = s.client.group_construct_async(&id, &procs, opts);
         info_callback(cbfunc, CbData(cbdata), async move {
-            group_status(fut.await).map(|g| group_results(&g))
+            group_status(fut.await).map(|g| (group_code(&g, ft_only), group_results(&g)))
         })
     })
 }
 
-/// Collective destruct of group `grp` (PMIX_TIMEOUT honoured).
+/// Collective destruct of group `grp` (PMIX_TIMEOUT honoured; with
+/// PMIX_GROUP_FT_COLLECTIVE from every member, members that terminated are not waited
+/// for).
 ///
 /// # Safety
 /// `grp` NUL-terminated; `info` NULL or `ninfo` infos.
@@ -201,7 +233,12 @@ pub unsafe extern "C" fn PMIx_Group_destruct(
         let s = state()?;
         // SAFETY: forwarded contract.
         let (id, info) = unsafe { (text(grp)?, infos(info, ninfo)) };
-        group_status(s.client.group_destruct(&id, timeout(&info)))
+        let r = if flag(&info, PMIX_GROUP_FT_COLLECTIVE) {
+            s.client.group_destruct_tolerant(&id, timeout(&info))
+        } else {
+            s.client.group_destruct(&id, timeout(&info))
+        };
+        group_status(r)
     })
 }
 
@@ -276,7 +313,7 @@ pub unsafe extern "C" fn PMIx_Group_invite(
         let g = group_status(s.client.group_invite(&id, &procs, opts))?;
         // SAFETY: forwarded contract.
         unsafe { results_out(&group_results(&g), results, nresults) };
-        Ok(())
+        as_return(group_code(&g, false))
     })
 }
 
@@ -300,7 +337,7 @@ pub unsafe extern "C" fn PMIx_Group_invite_nb(
         let (id, procs, opts) = unsafe { invite_args(&s, grp, procs, nprocs, info, ninfo) }?;
         let fut = s.client.group_invite_async(&id, &procs, opts);
         info_callback(cbfunc, CbData(cbdata), async move {
-            group_status(fut.await).map(|g| group_results(&g))
+            group_status(fut.await).map(|g| (group_code(&g, false), group_results(&g)))
         })
     })
 }
@@ -386,7 +423,7 @@ pub unsafe extern "C" fn PMIx_Group_join_nb(
         let (id, leader, accept, t, gi) = unsafe { join_args(grp, leader, opt, info, ninfo) }?;
         let fut = s.client.group_join_async(&id, &leader, accept, t, gi);
         info_callback(cbfunc, CbData(cbdata), async move {
-            group_status(fut.await).map(join_results)
+            group_status(fut.await).map(|r| (PMIX_SUCCESS, join_results(r)))
         })
     })
 }
@@ -535,6 +572,7 @@ fn fence_opts(info: &Infos) -> FenceOpts {
     FenceOpts {
         collect: false,
         timeout_ms: timeout(info).map(|t| t.as_millis() as u64),
+        ft_collective: false,
     }
 }
 
@@ -818,7 +856,9 @@ pub unsafe extern "C" fn PMIx_Query_info_nb(
             })
             .map_err(|_| PMIX_ERR_OUT_OF_RESOURCE)?;
         info_callback(cbfunc, CbData(cbdata), async move {
-            rx.await.unwrap_or(Err(PMIX_ERROR))
+            rx.await
+                .unwrap_or(Err(PMIX_ERROR))
+                .map(|answers| (PMIX_SUCCESS, answers))
         })
     })
 }

@@ -718,6 +718,7 @@ unsafe fn fence_args(
     let opts = FenceOpts {
         collect: flag(&info, PMIX_COLLECT_DATA),
         timeout_ms: timeout(&info).map(|t| t.as_millis() as u64),
+        ft_collective: flag(&info, PMIX_GROUP_FT_COLLECTIVE),
     };
     Ok((procs, opts))
 }

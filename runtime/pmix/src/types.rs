@@ -373,6 +373,8 @@ keys! {
     PMIX_GROUP_LEADER = "pmix.grp.ldr",
     PMIX_GROUP_OPTIONAL = "pmix.grp.opt",
     PMIX_GROUP_NOTIFY_TERMINATION = "pmix.grp.notterm",
+    PMIX_GROUP_FT_COLLECTIVE = "pmix.grp.ftcoll",
+    PMIX_GROUP_LOCAL_ONLY = "pmix.grp.lcl",
     PMIX_GROUP_MEMBERSHIP = "pmix.grp.mbrs",
     PMIX_GROUP_ASSIGN_CONTEXT_ID = "pmix.grp.actxid",
     PMIX_GROUP_CONTEXT_ID = "pmix.grp.ctxid",

@@ -142,6 +142,11 @@ pub struct FenceOpts {
     /// PMIX_COLLECT_DATA: exchange every participant's remote-scope data.
     pub collect: bool,
     pub timeout_ms: Option<u64>,
+    /// PMIX_GROUP_FT_COLLECTIVE: a participant that terminates before taking part is
+    /// not waited for (the fence completes among the others, without its data)
+    /// instead of failing the fence. Takes effect when every participant asks.
+    #[serde(default)]
+    pub ft_collective: bool,
 }
 
 /// Outcome class of a successful construct.
@@ -204,6 +209,10 @@ pub enum Request {
     Destruct {
         id: String,
         timeout_ms: Option<u64>,
+        /// PMIX_GROUP_FT_COLLECTIVE: members that terminated are not waited for (as
+        /// with PMIX_GROUP_NOTIFY_TERMINATION). Takes effect when every caller asks.
+        #[serde(default)]
+        ft_collective: bool,
     },
     Leave {
         id: String,

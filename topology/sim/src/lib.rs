@@ -770,6 +770,7 @@ fn start_collective(sim: &mut Sim, s: &Scenario) -> Vec<ReqId> {
                 opts: FenceOpts {
                     collect: true,
                     timeout_ms: Some(600_000),
+                    ft_collective: false,
                 },
             },
             Collective::Construct => Request::Construct {
@@ -878,6 +879,7 @@ pub fn measure_steady(
                         let req = Request::Destruct {
                             id: s.group_id.clone(),
                             timeout_ms: Some(600_000),
+                            ft_collective: false,
                         };
                         sim.request(r, req, 0)
                     })
@@ -894,6 +896,7 @@ pub fn measure_steady(
                     opts: FenceOpts {
                         collect: false,
                         timeout_ms: Some(600_000),
+                        ft_collective: false,
                     },
                 };
                 sim.request(r, req, 0)

@@ -85,6 +85,7 @@ pub fn fence_all(c: &mut Cluster, collect: bool, timeout_ms: Option<u64>) {
             FenceOpts {
                 collect,
                 timeout_ms,
+                ft_collective: false,
             },
         );
     }
@@ -118,6 +119,7 @@ pub fn fences_and_data(c: &mut Cluster) {
         FenceOpts {
             collect: true,
             timeout_ms: Some(3_000),
+            ft_collective: false,
         },
     );
     c.fence(
@@ -126,6 +128,7 @@ pub fn fences_and_data(c: &mut Cluster) {
         FenceOpts {
             collect: true,
             timeout_ms: Some(3_000),
+            ft_collective: false,
         },
     );
     c.request(
@@ -176,6 +179,7 @@ pub fn collective_group(c: &mut Cluster) {
             FenceOpts {
                 collect: true,
                 timeout_ms: Some(5_000),
+                ft_collective: false,
             },
         );
     }
@@ -197,6 +201,7 @@ pub fn collective_group(c: &mut Cluster) {
             Request::Destruct {
                 id: "g".into(),
                 timeout_ms: Some(5_000),
+                ft_collective: false,
             },
         );
     }
@@ -349,6 +354,7 @@ pub fn decisions_and_refusals(c: &mut Cluster) {
             Request::Destruct {
                 id: "nt".into(),
                 timeout_ms: Some(5_000),
+                ft_collective: false,
             },
         );
     }
@@ -362,6 +368,7 @@ pub fn fence_all_alive(c: &mut Cluster) {
             FenceOpts {
                 collect: false,
                 timeout_ms: Some(2_000),
+                ft_collective: false,
             },
         );
     }

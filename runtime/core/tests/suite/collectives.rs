@@ -10,11 +10,16 @@ use cohort_proto::{CohortError, ProcId, Range, Value};
 use cohort_topology::{Allgather, TreeShape};
 
 fn destruct(c: &mut Cluster, rank: u32, id: &str, timeout_ms: Option<u64>) -> u64 {
+    destruct_ft(c, rank, id, timeout_ms, false)
+}
+
+fn destruct_ft(c: &mut Cluster, rank: u32, id: &str, timeout_ms: Option<u64>, ft: bool) -> u64 {
     c.request(
         rank,
         Request::Destruct {
             id: id.into(),
             timeout_ms,
+            ft_collective: ft,
         },
     )
 }
@@ -527,6 +532,66 @@ fn a_group_id_that_names_a_job_is_refused() {
             .map(|&r| c.construct(r, &id, &[0, 2], ctx_opts()))
             .collect();
         assert_eq!(c.group(0, reqs[0]).members, vec![c.proc(0), c.proc(2)], "{id}");
+    }
+}
+
+/// PMIX_GROUP_FT_COLLECTIVE (pmix-standard: "adjust internal tracking on-the-fly for
+/// terminated processes during a PMIx group collective operation"; rfc0033: fences
+/// across a group "will automatically be adjusted if the collective was called with
+/// the PMIX_GROUP_FT_COLLECTIVE attribute - otherwise, the standard error return
+/// behavior"): a group fence and a destruct over a member that terminated before
+/// taking part fail naming it, unless every caller asks to go on; then they complete
+/// among the others.
+#[test]
+fn ft_collective_fences_and_destructs_go_on_without_terminated_members() {
+    let mut c = new_cluster(6, 3, TreeShape::KAry(2));
+    c.connect_all();
+    let reqs: Vec<u64> = [0, 2, 4]
+        .iter()
+        .map(|&r| c.construct(r, "ft", &[0, 2, 4], ctx_opts()))
+        .collect();
+    c.group(0, reqs[0]);
+    c.exit(4);
+    let group = vec![ProcId::wildcard("ft")];
+    let terminated = |c: &Cluster, r: u32, q: u64| match c.error(r, q) {
+        CohortError::ProcTerminated { procs, .. } => assert_eq!(procs, vec![c.proc(4)]),
+        e => panic!("rank {r}: {e}"),
+    };
+    // The standard behaviour: an error naming the terminated member.
+    let plain: Vec<(u32, u64)> = [0, 2]
+        .iter()
+        .map(|&r| (r, c.fence(r, group.clone(), FenceOpts::default())))
+        .collect();
+    for (r, q) in plain {
+        terminated(&c, r, q);
+    }
+    // Asked by every caller: done without it.
+    let ft = FenceOpts {
+        ft_collective: true,
+        ..Default::default()
+    };
+    let tolerant: Vec<(u32, u64)> = [0, 2]
+        .iter()
+        .map(|&r| (r, c.fence(r, group.clone(), ft.clone())))
+        .collect();
+    for (r, q) in tolerant {
+        assert_eq!(c.reply(r, q), Some(Ok(Response::Done)), "rank {r}");
+    }
+    // A destruct asked by one caller only keeps the standard behaviour ...
+    let mixed = [
+        (0, destruct_ft(&mut c, 0, "ft", None, true)),
+        (2, destruct_ft(&mut c, 2, "ft", None, false)),
+    ];
+    for (r, q) in mixed {
+        terminated(&c, r, q);
+    }
+    // ... and by both, completes.
+    let both: Vec<(u32, u64)> = [0, 2]
+        .iter()
+        .map(|&r| (r, destruct_ft(&mut c, r, "ft", None, true)))
+        .collect();
+    for (r, q) in both {
+        assert_eq!(c.reply(r, q), Some(Ok(Response::Done)), "rank {r}");
     }
 }
 
