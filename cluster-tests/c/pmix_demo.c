@@ -447,6 +447,43 @@ int main(void)
 
     OK(PMIx_Group_destruct("demo-grp", NULL, 0));
 
+    /* Each node's ranks form a group of their own with PMIX_GROUP_LOCAL_ONLY (it meets
+     * on their node server alone), with a context id, and destruct it. */
+    {
+        v = get(&me, PMIX_LOCAL_PEERS, PMIX_STRING);
+        char *list = strdup(v->data.string), *save = NULL;
+        PMIX_VALUE_RELEASE(v);
+        pmix_proc_t peers[64];
+        size_t npeers = 0;
+        for (char *t = strtok_r(list, ",", &save); t && npeers < 64; t = strtok_r(NULL, ",", &save)) {
+            /* (The macro evaluates its first argument more than once.) */
+            PMIX_PROC_LOAD(&peers[npeers], me.nspace, (pmix_rank_t)strtoul(t, NULL, 10));
+            npeers++;
+        }
+        free(list);
+        v = get(&me, PMIX_NODEID, PMIX_UINT32);
+        char local_id[64];
+        snprintf(local_id, sizeof local_id, "demo-node-%u", v->data.uint32);
+        PMIX_VALUE_RELEASE(v);
+        pmix_info_t li[2];
+        bool on = true;
+        PMIX_INFO_LOAD(&li[0], PMIX_GROUP_LOCAL_ONLY, &on, PMIX_BOOL);
+        PMIX_INFO_LOAD(&li[1], PMIX_GROUP_ASSIGN_CONTEXT_ID, &on, PMIX_BOOL);
+        results = NULL;
+        nresults = 0;
+        OK(PMIx_Group_construct(local_id, peers, npeers, li, 2, &results, &nresults));
+        size_t local_members = 0;
+        for (size_t i = 0; i < nresults; i++) {
+            if (0 == strcmp(results[i].key, PMIX_GROUP_MEMBERSHIP)) {
+                local_members = results[i].value.data.darray->size;
+            }
+        }
+        PMIX_INFO_FREE(results, nresults);
+        CHECK(local_members == npeers, "local-only group %s has %zu members, not %zu", local_id,
+              local_members, npeers);
+        OK(PMIx_Group_destruct(local_id, NULL, 0));
+    }
+
     /* The process set "evens" (cohort run --pset evens=0,2,...): queried by name and
      * membership, and read as this rank's PMIX_PSET_NAMES. */
     PMIX_QUERY_CREATE(q, 2);

@@ -301,6 +301,11 @@ impl Cluster {
         self.held_links.insert((from, to));
     }
 
+    /// How many messages held links hold back now.
+    pub fn held_messages(&self) -> usize {
+        self.held.len()
+    }
+
     /// Delivers what was held on `from → to`, in order, and stops holding it.
     pub fn release(&mut self, from: NodeId, to: NodeId) {
         self.held_links.remove(&(from, to));

@@ -355,6 +355,9 @@ pub struct Engine {
     local_topology: Option<String>,
     /// Where this node's bound processes sit ([`Engine::set_local_bindings`]).
     local_bindings: HashMap<ProcId, LocalBinding>,
+    /// Groups constructed with PMIX_GROUP_LOCAL_ONLY (all members here): their
+    /// rendezvous is this node server, until they are destructed or fail to form.
+    local_groups: HashSet<String>,
     shape: TreeShape,
     allgather: Allgather,
     /// The job's nodes on the switch map (from `EngineConfig::switches`).
@@ -473,6 +476,7 @@ impl Engine {
             universe: cfg.job.size(),
             local_topology: None,
             local_bindings: HashMap::default(),
+            local_groups: HashSet::default(),
             jobs: Session::new(cfg.job),
             whole_job,
             whole_job_sig,
@@ -2145,6 +2149,9 @@ impl Engine {
             Ok(a) => a,
             Err(e) => return self.reply(client, req, Err(e)),
         };
+        if let Err(e) = self.mark_local(&gid, opts.local_only, &procs, &add_members) {
+            return self.reply(client, req, Err(e));
+        }
         let contrib = Contribution {
             proc: proc.clone(),
             data: self.kv.remote_view(&proc),
@@ -2739,7 +2746,50 @@ impl Engine {
     }
 
     fn rendezvous_node(&self, gid: &str) -> NodeId {
+        if self.local_groups.contains(gid) {
+            return self.node;
+        }
         self.all_nodes[rendezvous(gid, self.all_nodes.len())]
+    }
+
+    /// PMIX_GROUP_LOCAL_ONLY: checks that every process `procs` and `add_members`
+    /// name runs here, then makes this node server the rendezvous of `gid`. Without
+    /// it, a mark left by a local group of that id that no longer exists goes.
+    fn mark_local(
+        &mut self,
+        gid: &str,
+        local_only: bool,
+        procs: &[ProcId],
+        add_members: &[ProcId],
+    ) -> Result<(), CohortError> {
+        if !local_only {
+            let live = self.groups.contains_key(gid)
+                || self.colls.keys().any(|k| {
+                    k.id == gid && matches!(k.kind, CollKind::Construct | CollKind::Destruct)
+                });
+            if !live {
+                self.local_groups.remove(gid);
+            }
+            return Ok(());
+        }
+        let leaders = self.expand(procs)?;
+        let elsewhere = leaders
+            .iter()
+            .chain(add_members)
+            .find(|p| self.jobs.node_of(p) != Some(self.node));
+        if let Some(p) = elsewhere {
+            let where_ = match self.jobs.node_of(p) {
+                Some(n) => format!("on node server {n}"),
+                None => "not a process of the session".to_string(),
+            };
+            return Err(CohortError::BadRequest(format!(
+                "group {gid:?} with PMIX_GROUP_LOCAL_ONLY: {p} is {where_}, not on node \
+                 server {} with the caller",
+                self.node
+            )));
+        }
+        self.local_groups.insert(gid.to_string());
+        Ok(())
     }
 
     fn tree_for(&self, key: &CollKey, spec: &CollSpec) -> Tree {
@@ -3585,6 +3635,13 @@ impl Engine {
             self.gather_owed(&key, g);
         }
         let spec = spec.or_else(|| coll.as_ref().and_then(|c| c.spec.clone()));
+        // A local-only group's id is an ordinary one again once the group is gone, or
+        // never came to be.
+        if (key.kind == CollKind::Destruct && success)
+            || (key.kind == CollKind::Construct && !success)
+        {
+            self.local_groups.remove(&key.id);
+        }
         if key.kind == CollKind::Destruct {
             // The id may be reused now: a kept construct outcome would be stale.
             self.kept_outcomes

@@ -151,6 +151,7 @@ unsafe fn construct_args(
         assign_context_id: flag(&info, PMIX_GROUP_ASSIGN_CONTEXT_ID),
         add_members: expand(&s.client, procs_of(find(&info, PMIX_GROUP_ADD_MEMBERS))),
         group_info: group_info(&info),
+        local_only: flag(&info, PMIX_GROUP_LOCAL_ONLY),
         ..Default::default()
     };
     Ok((id, procs, opts, ft && !optional))
@@ -159,8 +160,8 @@ unsafe fn construct_args(
 /// Collective construct of group `grp` by `procs` (every listed process calls with the
 /// same list; `{nspace, PMIX_RANK_WILDCARD}` names a whole job). Directives:
 /// PMIX_GROUP_ASSIGN_CONTEXT_ID, PMIX_TIMEOUT, PMIX_GROUP_LEADER, PMIX_GROUP_OPTIONAL,
-/// PMIX_GROUP_FT_COLLECTIVE, PMIX_GROUP_NOTIFY_TERMINATION, PMIX_GROUP_ADD_MEMBERS,
-/// PMIX_GROUP_INFO (PMIX_GROUP_LOCAL_ONLY is accepted: a hint). Results:
+/// PMIX_GROUP_FT_COLLECTIVE, PMIX_GROUP_LOCAL_ONLY, PMIX_GROUP_NOTIFY_TERMINATION,
+/// PMIX_GROUP_ADD_MEMBERS, PMIX_GROUP_INFO. Results:
 /// PMIX_GROUP_CONTEXT_ID (`size_t`) and PMIX_GROUP_MEMBERSHIP (array of processes);
 /// PMIX_ERR_PARTIAL_SUCCESS, with the results, when optional members did not take
 /// part.

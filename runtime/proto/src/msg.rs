@@ -75,6 +75,13 @@ pub struct ConstructOpts {
     /// (rfc0003), whose members' termination is tracked as this mode says. `None`: a
     /// plain group.
     pub connect: Option<ConnectMode>,
+    /// PMIX_GROUP_LOCAL_ONLY: every participant (leaders and add-members) runs on the
+    /// caller's node server, and each passes this: the construct then meets on that
+    /// server alone instead of at the group id's rendezvous server (which may be
+    /// another node's), and so do the group's destruct and decisions. A listed process
+    /// elsewhere is refused (`BadRequest`).
+    #[serde(default)]
+    pub local_only: bool,
 }
 
 /// How a connection (a group made by `PMIx_Connect`, rfc0003) treats a member that

@@ -595,6 +595,56 @@ fn ft_collective_fences_and_destructs_go_on_without_terminated_members() {
     }
 }
 
+/// PMIX_GROUP_LOCAL_ONLY (pmix-standard: a group of local processes "need not
+/// execute a global collective"): a group whose participants all run on one node
+/// server forms, gets its context id and is destructed there, even when its id's
+/// rendezvous is another node server, which hears nothing (here: cut off). Without
+/// the directive the construct meets at the rendezvous. A listed process elsewhere is
+/// refused, naming it.
+#[test]
+fn a_local_only_group_never_leaves_its_node_server() {
+    // 4 ranks on 2 node servers (0, 1 on node 0); "b" meets at node 1 by default.
+    let mut c = new_cluster(4, 2, TreeShape::Binomial);
+    c.connect_all();
+    c.hold(0, 1);
+    c.hold(1, 0);
+    let local = ConstructOpts {
+        local_only: true,
+        ..ctx_opts()
+    };
+    let reqs: Vec<u64> = [0, 1]
+        .iter()
+        .map(|&r| c.construct(r, "b", &[0, 1], local.clone()))
+        .collect();
+    let g = c.group(0, reqs[0]);
+    assert_eq!(g.members, vec![c.proc(0), c.proc(1)]);
+    assert!(g.context_id.is_some());
+    assert_eq!(c.group(1, reqs[1]).context_id, g.context_id);
+    let d: Vec<u64> = [0, 1].iter().map(|&r| destruct(&mut c, r, "b", None)).collect();
+    for (r, q) in [0, 1].into_iter().zip(d) {
+        assert_eq!(c.reply(r, q), Some(Ok(Response::Done)), "rank {r}");
+    }
+    assert_eq!(c.held_messages(), 0, "nothing was sent to node 1");
+    // The same group without the directive waits for node 1, its rendezvous.
+    let plain: Vec<u64> = [0, 1]
+        .iter()
+        .map(|&r| c.construct(r, "b", &[0, 1], ctx_opts()))
+        .collect();
+    assert!(c.reply(0, plain[0]).is_none() && c.reply(1, plain[1]).is_none());
+    c.release(0, 1);
+    c.release(1, 0);
+    assert_eq!(c.group(1, plain[1]).members, vec![c.proc(0), c.proc(1)]);
+    // Rank 2 runs on node 1.
+    let bad = c.construct(0, "c", &[0, 2], local);
+    match c.error(0, bad) {
+        CohortError::BadRequest(why) => assert!(
+            why.contains("PMIX_GROUP_LOCAL_ONLY") && why.contains(&c.proc(2).to_string()),
+            "{why}"
+        ),
+        e => panic!("{e}"),
+    }
+}
+
 #[test]
 fn group_addressed_fence_and_group_rank_get() {
     let mut c = new_cluster(6, 3, TreeShape::KAry(2));
