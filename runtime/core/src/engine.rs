@@ -2763,6 +2763,9 @@ impl Engine {
         add_members: &[ProcId],
     ) -> Result<(), CohortError> {
         if !local_only {
+            if !self.local_groups.contains(gid) {
+                return Ok(());
+            }
             let live = self.groups.contains_key(gid)
                 || self.colls.keys().any(|k| {
                     k.id == gid && matches!(k.kind, CollKind::Construct | CollKind::Destruct)
