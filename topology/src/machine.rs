@@ -140,36 +140,44 @@ impl Topology {
         if cpus.is_empty() || self.machine.cpuset.is_subset(cpus) {
             return None;
         }
-        let touched = |sets: &mut dyn Iterator<Item = &CpuSet>| -> CpuSet {
-            sets.enumerate()
-                .filter(|(_, set)| set.intersects(cpus))
-                .map(|(i, _)| i as u32)
+        // The logical indexes of the objects of one kind, in order, that hold a CPU
+        // of the binding (`hits`: whether each does).
+        let touched = |hits: &mut dyn Iterator<Item = bool>| -> CpuSet {
+            (0u32..)
+                .zip(hits)
+                .filter(|&(_, hit)| hit)
+                .map(|(i, _)| i)
                 .collect()
         };
+        let meets = |set: &CpuSet| set.intersects(cpus);
         let cache = |level: u8| {
             touched(
                 &mut self
                     .caches
                     .iter()
                     .filter(move |c| c.level == level)
-                    .map(|c| &c.cpuset),
+                    .map(|c| meets(&c.cpuset)),
             )
         };
-        let pus: Vec<CpuSet> = self
-            .pus
-            .iter()
-            .map(|p| CpuSet::from([p.os_index]))
-            .collect();
         let tokens = [
-            ("SK", touched(&mut self.packages.iter().map(|p| &p.cpuset))),
+            (
+                "SK",
+                touched(&mut self.packages.iter().map(|p| meets(&p.cpuset))),
+            ),
             ("L3", cache(3)),
             ("L2", cache(2)),
             ("L1", cache(1)),
-            ("CR", touched(&mut self.cores.iter().map(|c| &c.cpuset))),
-            ("HT", touched(&mut pus.iter())),
+            (
+                "CR",
+                touched(&mut self.cores.iter().map(|c| meets(&c.cpuset))),
+            ),
+            (
+                "HT",
+                touched(&mut self.pus.iter().map(|p| cpus.contains(p.os_index))),
+            ),
             (
                 "NM",
-                touched(&mut self.numa_nodes.iter().map(|n| &n.cpuset)),
+                touched(&mut self.numa_nodes.iter().map(|n| meets(&n.cpuset))),
             ),
         ];
         let s = tokens

@@ -1938,12 +1938,7 @@ impl Engine {
             // Only this host's are known here.
             keys::HWLOC_XML if node == self.node => self.local_topology.clone().map(Value::Str),
             keys::LOCALITY_STRING | keys::CPUSET if node == self.node => {
-                let b = self.local_bindings.get(proc)?;
-                Some(Value::Str(if key == keys::CPUSET {
-                    format!("hwloc:{}", b.cpus)
-                } else {
-                    b.locality.clone()
-                }))
+                self.local_bindings.get(proc)?.value_of(key).map(Value::Str)
             }
             keys::APPNUM => job.app_of(proc.rank).map(Value::U32),
             keys::APP_SIZE | keys::APP_RANK => {

@@ -71,14 +71,12 @@ pub fn job_value(c: &Client, proc: &ProcId, key: &str) -> Option<PVal> {
         }
         // Where a bound local peer sits (the node server said at init); not found
         // for an unbound one or one on another node.
-        PMIX_LOCALITY_STRING | PMIX_CPUSET => {
-            let b = c.local_bindings().iter().find(|b| b.rank == rank)?;
-            Some(PVal::Str(if key == PMIX_CPUSET {
-                format!("hwloc:{}", b.cpus)
-            } else {
-                b.locality.clone()
-            }))
-        }
+        PMIX_LOCALITY_STRING | PMIX_CPUSET => c
+            .local_bindings()
+            .iter()
+            .find(|b| b.rank == rank)?
+            .value_of(key)
+            .map(PVal::Str),
         PMIX_PSET_NAMES => Some(PVal::Array(
             PMIX_STRING,
             job.psets_of(rank)

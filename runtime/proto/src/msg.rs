@@ -3,7 +3,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::error::CohortError;
-use crate::event::{Event, EventCode, Range};
+use crate::event::{keys, Event, EventCode, Range};
 use crate::ids::{ContextId, NodeId, ProcId, Rank};
 use crate::job::JobMap;
 use crate::publish::{DataRange, LookupOpts, Persistence, Published};
@@ -49,6 +49,19 @@ pub struct LocalBinding {
     pub cpus: String,
     /// Its locality string (`SK0:L30:L20:L10:CR0:HT0:NM0`).
     pub locality: String,
+}
+
+impl LocalBinding {
+    /// The value of `key` for this process: PMIX_CPUSET ([`keys::CPUSET`]: `hwloc:`
+    /// and the CPU list) or PMIX_LOCALITY_STRING ([`keys::LOCALITY_STRING`]); `None`
+    /// for any other key.
+    pub fn value_of(&self, key: &str) -> Option<String> {
+        match key {
+            keys::CPUSET => Some(format!("hwloc:{}", self.cpus)),
+            keys::LOCALITY_STRING => Some(self.locality.clone()),
+            _ => None,
+        }
+    }
 }
 
 /// Options of a group construct (the PMIX_GROUP_* directives).
