@@ -6,18 +6,31 @@
  *     (pmix-standard: "if some members fail to participate") with members 0 and 1;
  *   - construct "ft" of all three with PMIX_GROUP_FT_COLLECTIVE: PMIX_SUCCESS with
  *     members 0 and 1;
- *   - destruct "all" with PMIX_GROUP_FT_COLLECTIVE: PMIX_SUCCESS without rank 2.
+ *   - destruct "all" with PMIX_GROUP_FT_COLLECTIVE: PMIX_SUCCESS without rank 2, and
+ *     "all-nb" (also of all three) the same with PMIx_Group_destruct_nb.
  * Prints "FAIL rank R: ..." on stderr and exits 1 on a violation; else one RESULT line
  * from ranks 0 and 1. */
 #include <pmix.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "pmix_check.h"
 
 static pmix_proc_t me;
+
+static atomic_int nb_done = 0;
+static atomic_int nb_status = 1;
+
+static void on_destructed(pmix_status_t status, void *cbdata)
+{
+    (void)cbdata;
+    atomic_store(&nb_status, status);
+    atomic_store(&nb_done, 1);
+}
 
 /* The number of members in construct results, or -1. */
 static int members_of(pmix_info_t *results, size_t n)
@@ -62,6 +75,8 @@ int main(void)
     size_t n = 0;
     OK(PMIx_Group_construct("all", all, 3, NULL, 0, &results, &n));
     PMIX_INFO_FREE(results, n);
+    OK(PMIx_Group_construct("all-nb", all, 3, NULL, 0, &results, &n));
+    PMIX_INFO_FREE(results, n);
     if (me.rank == 2) {
         OK(PMIx_Finalize(NULL, 0));
         return 0;
@@ -82,6 +97,14 @@ int main(void)
     CHECK(rc == PMIX_SUCCESS && members == 2, "fault-tolerant construct: %s, %d members",
           PMIx_Error_string(rc), members);
     OK(PMIx_Group_destruct("all", &ft, 1));
+    OK(PMIx_Group_destruct_nb("all-nb", &ft, 1, on_destructed, NULL));
+    for (int i = 0; i < 60000 && !atomic_load(&nb_done); i++) {
+        struct timespec ms = {0, 1000000};
+        nanosleep(&ms, NULL);
+    }
+    CHECK(atomic_load(&nb_done) && atomic_load(&nb_status) == PMIX_SUCCESS,
+          "fault-tolerant PMIx_Group_destruct_nb: done %d, %s", atomic_load(&nb_done),
+          PMIx_Error_string(atomic_load(&nb_status)));
 
     printf("RESULT ft fence=ok optional=partial ft_construct=2 ft_destruct=ok\n");
     fflush(stdout);

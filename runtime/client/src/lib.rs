@@ -929,11 +929,29 @@ impl Client {
         id: &str,
         timeout: Option<Duration>,
     ) -> impl Future<Output = Result<()>> + Send + 'static {
+        self.destruct_call_async(id, timeout, false)
+    }
+
+    /// Async form of [`group_destruct_tolerant`](Self::group_destruct_tolerant).
+    pub fn group_destruct_tolerant_async(
+        &self,
+        id: &str,
+        timeout: Option<Duration>,
+    ) -> impl Future<Output = Result<()>> + Send + 'static {
+        self.destruct_call_async(id, timeout, true)
+    }
+
+    fn destruct_call_async(
+        &self,
+        id: &str,
+        timeout: Option<Duration>,
+        ft: bool,
+    ) -> impl Future<Output = Result<()>> + Send + 'static {
         let timeout_ms = timeout.map(duration_ms);
         let reply = self.group_call_async(id, |id| Request::Destruct {
             id,
             timeout_ms,
-            ft_collective: false,
+            ft_collective: ft,
         });
         async move { expect_done("group destruct", reply.await?) }
     }

@@ -259,7 +259,13 @@ pub unsafe extern "C" fn PMIx_Group_destruct_nb(
         let s = state()?;
         // SAFETY: forwarded contract.
         let (id, info) = unsafe { (text(grp)?, infos(info, ninfo)) };
-        let fut = s.client.group_destruct_async(&id, timeout(&info));
+        // PMIX_GROUP_FT_COLLECTIVE, as the blocking form.
+        let fut: Pin<Box<dyn Future<Output = cohort::Result<()>> + Send>> =
+            if flag(&info, PMIX_GROUP_FT_COLLECTIVE) {
+                Box::pin(s.client.group_destruct_tolerant_async(&id, timeout(&info)))
+            } else {
+                Box::pin(s.client.group_destruct_async(&id, timeout(&info)))
+            };
         op_callback(cbfunc, CbData(cbdata), status_after(fut))
     })
 }
