@@ -273,6 +273,7 @@ fn run_spawn(spawns: usize, warmup: usize, max_procs: u32, program: Vec<String>)
                 maxprocs: np,
                 env: Vec::new(),
                 cwd: None,
+                pset: None,
             };
             let mut us = Vec::with_capacity(spawns);
             for i in 0..spawns + warmup {

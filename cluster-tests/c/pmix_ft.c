@@ -1,7 +1,9 @@
 /* Group operations that go on without a process that ended (cluster-tests/tests/
- * pmix.rs; 3 ranks on 3 node servers). All three construct group "all"; then rank 2
- * finalizes and exits. Ranks 0 and 1, without waiting for that:
+ * pmix.rs; 3 ranks on 3 node servers, or on one, where fences over the job meet in
+ * shared memory). All three construct group "all"; then rank 2 finalizes and exits.
+ * Ranks 0 and 1, without waiting for that:
  *   - fence over the job with PMIX_GROUP_FT_COLLECTIVE: PMIX_SUCCESS once rank 2 ended;
+ *   - fence over the job without it: PMIX_PROC_TERMINATED (rank 2 never comes);
  *   - construct "opt" of all three with PMIX_GROUP_OPTIONAL: PMIX_ERR_PARTIAL_SUCCESS
  *     (pmix-standard: "if some members fail to participate") with members 0 and 1;
  *   - construct "ft" of all three with PMIX_GROUP_FT_COLLECTIVE: PMIX_SUCCESS with
@@ -88,6 +90,9 @@ int main(void)
     pmix_proc_t job;
     PMIX_PROC_LOAD(&job, me.nspace, PMIX_RANK_WILDCARD);
     OK(PMIx_Fence(&job, 1, &ft, 1));
+    rc = PMIx_Fence(&job, 1, NULL, 0);
+    CHECK(rc == PMIX_PROC_TERMINATED, "a fence without FT_COLLECTIVE: %s",
+          PMIx_Error_string(rc));
 
     int members = 0;
     rc = construct("opt", all, PMIX_GROUP_OPTIONAL, &members);
@@ -106,7 +111,7 @@ int main(void)
           "fault-tolerant PMIx_Group_destruct_nb: done %d, %s", atomic_load(&nb_done),
           PMIx_Error_string(atomic_load(&nb_status)));
 
-    printf("RESULT ft fence=ok optional=partial ft_construct=2 ft_destruct=ok\n");
+    printf("RESULT ft fence=ok strict_fence=terminated optional=partial ft_construct=2 ft_destruct=ok\n");
     fflush(stdout);
     OK(PMIx_Finalize(NULL, 0));
     return 0;

@@ -10,7 +10,12 @@
  * each side names its own job's and the other job's wildcard), read each other's
  * posted data and job-level keys (PMIX_NODE_RANK and PMIX_NODE_SIZE spanning both
  * jobs among them), and disconnect; rank 0, which asked for
- * PMIX_NOTIFY_COMPLETION, then hears PMIX_EVENT_JOB_END for the children. Every process checks each answer
+ * PMIX_NOTIFY_COMPLETION, then hears PMIX_EVENT_JOB_END for the children. The
+ * children's app names a process set (PMIX_PSET_NAME "kids"): every parent hears
+ * PMIX_PROCESS_SET_DEFINE with its name and members, finds it (and the children's
+ * namespace) with PMIx_Query_info while the children run, the children see it as
+ * their PMIX_PSET_NAMES, and every parent hears PMIX_PROCESS_SET_DELETE once they
+ * ended, after which the queries no longer list it. Every process checks each answer
  * itself and prints "FAIL rank R: ..." to stderr on a violation (exit 1); on success
  * a parent prints "RESULT parent ..." and a child "RESULT child ...", the same on
  * every process of a side. */
@@ -144,6 +149,83 @@ static void on_job_end(size_t id, pmix_status_t status, const pmix_proc_t *sourc
     }
 }
 
+/* PMIX_PROCESS_SET_DEFINE / _DELETE: what the parents were told of set "kids". */
+static atomic_int pset_defined, pset_deleted;
+static char pset_members[2 * PMIX_MAX_NSLEN + 32];
+
+static void on_pset(size_t id, pmix_status_t status, const pmix_proc_t *source,
+                    pmix_info_t info[], size_t ninfo, pmix_info_t *results, size_t nresults,
+                    pmix_event_notification_cbfunc_fn_t cbfunc, void *cbdata)
+{
+    (void)id; (void)source; (void)results; (void)nresults;
+    bool kids = false;
+    const pmix_data_array_t *members = NULL;
+    for (size_t i = 0; i < ninfo; i++) {
+        if (0 == strcmp(info[i].key, PMIX_PSET_NAME) && info[i].value.type == PMIX_STRING) {
+            kids = 0 == strcmp(info[i].value.data.string, "kids");
+        } else if (0 == strcmp(info[i].key, PMIX_PSET_MEMBERS)
+                   && info[i].value.type == PMIX_DATA_ARRAY) {
+            members = info[i].value.data.darray;
+        }
+    }
+    if (kids && status == PMIX_PROCESS_SET_DEFINE) {
+        /* "nspace:rank,nspace:rank" */
+        if (NULL != members && members->type == PMIX_PROC) {
+            const pmix_proc_t *p = (const pmix_proc_t *)members->array;
+            for (size_t i = 0; i < members->size; i++) {
+                size_t at = strlen(pset_members);
+                snprintf(pset_members + at, sizeof pset_members - at, "%s%s:%u", i ? "," : "",
+                         p[i].nspace, p[i].rank);
+            }
+        }
+        atomic_store(&pset_defined, 1);
+    } else if (kids && status == PMIX_PROCESS_SET_DELETE) {
+        atomic_store(&pset_deleted, 1);
+    }
+    if (NULL != cbfunc) {
+        cbfunc(PMIX_EVENT_ACTION_COMPLETE, NULL, 0, NULL, NULL, cbdata);
+    }
+}
+
+/* Waits (at most 60 s) for `flag`. */
+static void wait_for(atomic_int *flag, const char *what)
+{
+    for (int i = 0; i < 60000 && !atomic_load(flag); i++) {
+        usleep(1000);
+    }
+    CHECK(atomic_load(flag), "no %s within 60 s", what);
+}
+
+/* The comma-separated string PMIx_Query_info answers for `key` (malloc'd). */
+static char *query_str(const char *key)
+{
+    pmix_status_t rc;
+    pmix_query_t q;
+    PMIX_QUERY_CONSTRUCT(&q);
+    PMIX_ARGV_APPEND(rc, q.keys, key);
+    pmix_info_t *results = NULL;
+    size_t nresults = 0;
+    OK(PMIx_Query_info(&q, 1, &results, &nresults));
+    CHECK(nresults == 1 && results[0].value.type == PMIX_STRING, "%s: %zu results", key,
+          nresults);
+    char *s = strdup(results[0].value.data.string);
+    PMIX_INFO_FREE(results, nresults);
+    PMIX_QUERY_DESTRUCT(&q);
+    return s;
+}
+
+/* Whether the comma-separated `list` has `item`. */
+static bool listed(const char *list, const char *item)
+{
+    size_t n = strlen(item);
+    for (const char *p = list; p && *p; p = strchr(p, ',') ? strchr(p, ',') + 1 : NULL) {
+        if (0 == strncmp(p, item, n) && (p[n] == ',' || p[n] == '\0')) {
+            return true;
+        }
+    }
+    return false;
+}
+
 /* Spawns the children from rank 0; returns their namespace in `ns`. */
 static void spawn_children(const char *self, bool nb, pmix_nspace_t ns)
 {
@@ -156,9 +238,10 @@ static void spawn_children(const char *self, bool nb, pmix_nspace_t ns)
     app.argv = argv;
     app.env = env;
     app.maxprocs = CHILDREN;
-    PMIX_INFO_CREATE(app.info, 1);
-    app.ninfo = 1;
+    PMIX_INFO_CREATE(app.info, 2);
+    app.ninfo = 2;
     PMIX_INFO_LOAD(&app.info[0], PMIX_WDIR, WORKDIR, PMIX_STRING);
+    PMIX_INFO_LOAD(&app.info[1], PMIX_PSET_NAME, "kids", PMIX_STRING);
     pmix_info_t job[2];
     PMIX_INFO_LOAD(&job[0], PMIX_MAPBY, "ppr:1:node", PMIX_STRING);
     bool notify = true;
@@ -212,6 +295,9 @@ static int parent(const char *self, bool nb)
     rc = PMIx_Get(&me, PMIX_PARENT_ID, NULL, 0, &v);
     CHECK(rc == PMIX_ERR_NOT_FOUND, "a launched process's parent: %s", PMIx_Error_string(rc));
 
+    pmix_status_t pset_codes[] = {PMIX_PROCESS_SET_DEFINE, PMIX_PROCESS_SET_DELETE};
+    CHECK(PMIx_Register_event_handler(pset_codes, 2, NULL, 0, on_pset, NULL, NULL) >= 0,
+          "registering a process set handler");
     put_u32("spawn.parent.val", 100 + me.rank);
     pmix_nspace_t ns;
     memset(ns, 0, sizeof ns);
@@ -234,6 +320,19 @@ static int parent(const char *self, bool nb)
         PMIX_LOAD_NSPACE(ns, v->data.string);
         PMIX_VALUE_RELEASE(v);
     }
+
+    /* Every node server started its children before the spawn returned: set "kids"
+     * is defined, and this process was told. */
+    wait_for(&pset_defined, "PMIX_PROCESS_SET_DEFINE");
+    char kids[2 * PMIX_MAX_NSLEN + 32];
+    snprintf(kids, sizeof kids, "%s:0,%s:1", ns, ns);
+    CHECK(0 == strcmp(pset_members, kids), "set kids has members %s, not %s", pset_members, kids);
+    char *names = query_str(PMIX_QUERY_PSET_NAMES);
+    CHECK(listed(names, "kids"), "the process sets are %s while the children run", names);
+    free(names);
+    char *nspaces = query_str(PMIX_QUERY_NAMESPACES);
+    CHECK(listed(nspaces, me.nspace) && listed(nspaces, ns), "the namespaces are %s", nspaces);
+    free(nspaces);
 
     /* The children's job, as every node server knows it. */
     uint32_t csize = job_u32(ns, PMIX_RANK_WILDCARD, PMIX_JOB_SIZE);
@@ -291,11 +390,17 @@ static int parent(const char *self, bool nb)
         PMIX_VALUE_RELEASE(v);
     }
     OK(PMIx_Disconnect(both, 2, NULL, 0));
+    /* The children end: the set is deleted, their namespace no longer active. */
+    wait_for(&pset_deleted, "PMIX_PROCESS_SET_DELETE");
+    names = query_str(PMIX_QUERY_PSET_NAMES);
+    CHECK(!listed(names, "kids"), "the process sets are %s after the children ended", names);
+    free(names);
+    nspaces = query_str(PMIX_QUERY_NAMESPACES);
+    CHECK(0 == strcmp(nspaces, me.nspace), "the namespaces are %s after the children ended",
+          nspaces);
+    free(nspaces);
     if (me.rank == 0) {
-        for (int i = 0; i < 60000 && !atomic_load(&job_end_seen); i++) {
-            usleep(1000);
-        }
-        CHECK(atomic_load(&job_end_seen), "no PMIX_EVENT_JOB_END within 60 s");
+        wait_for(&job_end_seen, "PMIX_EVENT_JOB_END");
         CHECK(0 == strcmp(job_end_nspace, ns) && job_end_code == 0,
               "PMIX_EVENT_JOB_END for %s, exit code %d", job_end_nspace, job_end_code);
     }
@@ -333,6 +438,12 @@ static int child(bool nb)
     CHECK(getcwd(cwd, sizeof cwd) && realpath(WORKDIR, want), "getcwd");
     CHECK(strcmp(cwd, want) == 0, "working directory %s", cwd);
     uint32_t psize = job_u32(parent.nspace, PMIX_RANK_WILDCARD, PMIX_JOB_SIZE);
+    OK(PMIx_Get(&me, PMIX_PSET_NAMES, NULL, 0, &v));
+    CHECK(v->type == PMIX_DATA_ARRAY && v->data.darray->type == PMIX_STRING
+              && v->data.darray->size == 1
+              && 0 == strcmp(((char **)v->data.darray->array)[0], "kids"),
+          "a child's PMIX_PSET_NAMES");
+    PMIX_VALUE_RELEASE(v);
 
     /* PMIX_NODE_RANK spans the jobs: the parents on this node come first, so no two
      * processes of the node share one (what a process picks its GPU by). */

@@ -68,6 +68,8 @@ on_1_and_3_nodes! {
     // PMIX_GROUP_OPTIONAL → PMIX_ERR_PARTIAL_SUCCESS with the reduced membership
     optional_participation: "optional", 6, all_but_one, true;
     required_participation: "required", 6, all_but_one, true;
+    // PMIX_GROUP_FT_COLLECTIVE on fences over the job (shared memory on one node)
+    fault_tolerant_fence: "ft-fence", 4, all_but_one, true;
     // PMIX_TIMEOUT: an error naming who never called, never a hang
     construct_timeout: "timeout", 6, all_but_one, true;
     fences_all_subset_group: "fence", 6, every, true;

@@ -345,12 +345,12 @@ fn a_pmix_program_learns_where_its_bound_peers_sit() {
     assert_eq!(unbound[0], "RESULT size=2 bound=0 shared=0");
 }
 
-/// PMIX_GROUP_FT_COLLECTIVE and PMIX_GROUP_OPTIONAL from C, on 3 node servers: with
+/// PMIX_GROUP_FT_COLLECTIVE and PMIX_GROUP_OPTIONAL from C (`c/pmix_ft.c`): with
 /// rank 2 gone (finalized and exited), a fence and a destruct that tolerate it
-/// succeed without it; an optional construct returns PMIX_ERR_PARTIAL_SUCCESS and a
-/// fault-tolerant one PMIX_SUCCESS, both with the 2 survivors (`c/pmix_ft.c`).
-#[test]
-fn a_pmix_program_goes_on_without_a_process_that_ended() {
+/// succeed without it and a fence that does not fails with PMIX_PROC_TERMINATED; an
+/// optional construct returns PMIX_ERR_PARTIAL_SUCCESS and a fault-tolerant one
+/// PMIX_SUCCESS, both with the 2 survivors.
+fn run_pmix_ft(nodes: u32) {
     let Some(prog) = pmix_program("pmix_ft") else {
         return;
     };
@@ -358,7 +358,7 @@ fn a_pmix_program_goes_on_without_a_process_that_ended() {
         [
             "run",
             "--nodes",
-            "3",
+            &nodes.to_string(),
             "-n",
             "3",
             "-x",
@@ -373,10 +373,22 @@ fn a_pmix_program_goes_on_without_a_process_that_ended() {
         .lines()
         .filter(|l| l.starts_with("RESULT "))
         .collect();
-    assert_eq!(
-        results, ["RESULT ft fence=ok optional=partial ft_construct=2 ft_destruct=ok"; 2],
-        "ranks 0 and 1: {stdout}\n{stderr}"
-    );
+    let line = "RESULT ft fence=ok strict_fence=terminated optional=partial ft_construct=2 \
+                ft_destruct=ok";
+    assert_eq!(results, [line; 2], "ranks 0 and 1: {stdout}\n{stderr}");
+}
+
+#[test]
+fn a_pmix_program_goes_on_without_a_process_that_ended() {
+    run_pmix_ft(3);
+}
+
+/// The same on one node server, where a fence over the job meets in shared memory:
+/// once a rank terminated without arriving, the ranks take the fence to the node
+/// server, which honours PMIX_GROUP_FT_COLLECTIVE.
+#[test]
+fn a_pmix_program_on_one_node_goes_on_without_a_process_that_ended() {
+    run_pmix_ft(1);
 }
 
 /// Open MPI's locality communicators (MPI_Comm_split_type by core, cache, package,

@@ -326,3 +326,28 @@ fn spawned_processes_are_bound_on_the_cores_left() {
         "unbound means more CPUs than one core's: {all:?}"
     );
 }
+
+/// PMIx "Process Sets": the host may define and delete process sets while the session
+/// runs, and tells every process (PMIX_PROCESS_SET_DEFINE / _DELETE). A spawned app's
+/// set (PMIX_PSET_NAME) is defined while its job runs, on three node servers; the
+/// testprog checks the events, the queries before, during and after, and the refusal
+/// of names in use.
+#[test]
+fn a_spawned_jobs_process_set_is_defined_while_it_runs() {
+    let job = run_testprog_with(3, 3, "spawn-pset", false, &["--pset", "launched=0,1,2"]);
+    let r = job.succeeded_with("spawn-pset", 10);
+    let told = r
+        .iter()
+        .filter(|l| l.starts_with("spawn-pset parent ") && l.ends_with("told of workers 0,1"))
+        .count();
+    let children = r
+        .iter()
+        .filter(|l| l.starts_with("spawn-pset child "))
+        .count();
+    assert_eq!((told, children), (3, 6), "{r:?}");
+    assert!(
+        r.iter()
+            .any(|l| l == "spawn-pset parent spawned workers again"),
+        "{r:?}"
+    );
+}

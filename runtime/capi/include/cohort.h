@@ -362,8 +362,9 @@ int cohort_register_event_handler(cohort_client_t *client, const int *codes, siz
 int cohort_register_event_callback(cohort_client_t *client, const int *codes, size_t ncodes,
                                    cohort_event_cb cb, void *cbdata, uint64_t *id);
 int cohort_deregister_event_handler(cohort_client_t *client, uint64_t id);
-/* Process sets (fixed at launch: `cohort run --pset`): their names
- * (PMIX_QUERY_PSET_NAMES) and members (PMIX_QUERY_PSET_MEMBERSHIP), and a process's
+/* Process sets of the session (`cohort run --pset`, and those of the spawned jobs
+ * running): their names (PMIX_QUERY_PSET_NAMES) and members
+ * (PMIX_QUERY_PSET_MEMBERSHIP), and a process's
  * application context (PMIX_APPNUM). Release lists with cohort_strings_free and
  * cohort_procs_free. */
 int cohort_pset_names(cohort_client_t *client, char ***names, size_t *n);

@@ -81,6 +81,7 @@ unsafe fn app_in(app: &cohort_spawn_app_t) -> Result<SpawnApp, c_int> {
         } else {
             Some(text(app.cwd, "the working directory")?.to_string())
         },
+        pset: None,
     })
 }
 

@@ -70,6 +70,7 @@ fn main() {
         "spawn-timeout" => spawn_timeout(),
         "spawn-cancel-start" => spawn_cancel_start(),
         "spawn-bind" => spawn_bind(),
+        "spawn-pset" => spawn_pset(),
         "universe" => universe(),
         "frozen-server" => frozen_server(),
         "two-frozen" => two_frozen(),
@@ -77,6 +78,7 @@ fn main() {
         "two-cut-off" => two_cut_off(),
         "cut-apart" => partial_cut(),
         "failure-views" => failure_views(),
+        "ft-fence" => ft_fence(),
         "idle-cpu" => idle_cpu(),
         "fd-limits" => fd_limits(),
         other => Err(format!("unknown scenario {other:?}")),
@@ -354,6 +356,43 @@ fn required() -> R {
         other => return Err(format!("expected ProcTerminated, got {other:?}")),
     }
     println!("RESULT required-ok");
+    e2s(c.finalize(), "finalize")
+}
+
+/// PMIX_GROUP_FT_COLLECTIVE on fences over the job (on one node they meet in shared
+/// memory until a rank terminated): the last rank finalizes and exits; the others'
+/// fault-tolerant fence completes without it, a strict one fails naming it, and a
+/// fence where only some callers asked for tolerance fails for every caller (whichever
+/// called first), never hangs. Then a fault-tolerant fence completes again.
+fn ft_fence() -> R {
+    let c = init()?;
+    let (me, n) = (c.rank(), c.size());
+    if me == n - 1 {
+        return e2s(c.finalize(), "finalize");
+    }
+    let opts = |ft: bool| FenceOpts {
+        ft_collective: ft,
+        timeout_ms: Some(60_000),
+        ..FenceOpts::default()
+    };
+    let gone = vec![p(&c, n - 1)];
+    e2s(c.fence(&[], opts(true)), "fault-tolerant fence")?;
+    let terminated = |what: &str, r: cohort::Result<()>| match r {
+        Err(CohortError::ProcTerminated { procs, .. }) if procs == gone => Ok(()),
+        other => Err(format!("{what}: {other:?}")),
+    };
+    terminated("strict fence", c.fence(&[], opts(false)))?;
+    // Rank 0 alone asks for tolerance: first it calls first, then last.
+    for round in 0..2 {
+        let late = (me == 0) == (round == 1);
+        if late {
+            std::thread::sleep(Duration::from_millis(300));
+        }
+        let r = c.fence(&[], opts(me == 0));
+        terminated(&format!("mixed fence, round {round}"), r)?;
+    }
+    e2s(c.fence(&[], opts(true)), "fault-tolerant fence after")?;
+    println!("RESULT ft-fence ok");
     e2s(c.finalize(), "finalize")
 }
 
@@ -2790,6 +2829,7 @@ fn spawn() -> R {
             maxprocs: 3,
             env: vec![("SPAWN_TEST_WORD".into(), "hello".into())],
             cwd: Some("/".into()),
+            pset: None,
         };
         let nowhere = SpawnOpts {
             hosts: vec!["no-such-host".into()],
@@ -2921,6 +2961,7 @@ fn spawn_wait() -> R {
             maxprocs: 2,
             env: Vec::new(),
             cwd: None,
+            pset: None,
         };
         let opts = SpawnOpts {
             mapping: SpawnMapping::RoundRobin,
@@ -2961,6 +3002,7 @@ fn spawn_loss() -> R {
             maxprocs: 3,
             env: Vec::new(),
             cwd: None,
+            pset: None,
         };
         let opts = SpawnOpts {
             mapping: SpawnMapping::RoundRobin,
@@ -3042,6 +3084,7 @@ fn spawn_run() -> R {
             maxprocs: np,
             env: Vec::new(),
             cwd: None,
+            pset: None,
         };
         let opts = SpawnOpts {
             notify_completion: true,
@@ -3080,6 +3123,7 @@ fn spawn_timeout() -> R {
         maxprocs: 3,
         env: Vec::new(),
         cwd: None,
+        pset: None,
     };
     match me {
         2 => {
@@ -3155,6 +3199,7 @@ fn spawn_cancel_start() -> R {
             maxprocs: 3,
             env: vec![("SPAWN_PID_DIR".into(), dir.display().to_string())],
             cwd: None,
+            pset: None,
         };
         let opts = SpawnOpts {
             mapping: SpawnMapping::RoundRobin,
@@ -3240,6 +3285,7 @@ fn spawn_bind() -> R {
             maxprocs: n,
             env: Vec::new(),
             cwd: None,
+            pset: None,
         };
         let opts = SpawnOpts {
             notify_completion: i < 2,
@@ -3254,6 +3300,174 @@ fn spawn_bind() -> R {
             // Its process ended: its core is free for the next spawn.
             next_event(&ends, "JOB_END")?;
         }
+    }
+    e2s(c.finalize(), "finalize")
+}
+
+/// Process sets of spawned jobs (PMIx "Process Sets": the host defines and deletes
+/// sets at run time and tells every process). Run with `--pset launched=0,1,2` on 3
+/// ranks. Rank 0 spawns 3 processes, the first 2 forming set "workers"; every parent
+/// gets PROCESS_SET_DEFINE naming the set and its members, sees it (and the child's
+/// namespace) in its queries while the children run, gets PROCESS_SET_DELETE once
+/// they ended, and no longer sees it. A set name in use or naming a job is refused;
+/// once the set is deleted its name can be given again.
+fn spawn_pset() -> R {
+    use cohort::{SpawnApp, SpawnOpts};
+    let c = init()?;
+    let me = c.rank();
+    let own = c.nspace().to_string();
+    let names = |c: &Client| e2s(c.pset_names(), "pset names");
+    let nspaces = |c: &Client| -> Result<Vec<String>, String> {
+        let n = e2s(c.namespaces(), "namespaces")?;
+        Ok(n.iter().map(|n| n.to_string()).collect())
+    };
+    if let Some(parent) = e2s(c.parent(), "parent")? {
+        // A child: app 0's two processes are in "workers", app 1's is in none.
+        let mine = e2s(c.psets_of(&p(&c, me)), "psets of self")?;
+        let want: &[&str] = if me < 2 { &["workers"] } else { &[] };
+        check!(mine == want, "child {me} is in sets {mine:?}");
+        check!(
+            names(&c)? == ["launched", "workers"],
+            "child {me} sees sets {:?}",
+            names(&c)?
+        );
+        let n = nspaces(&c)?;
+        check!(
+            n == [parent.nspace.to_string(), own.clone()],
+            "child {me} sees namespaces {n:?}"
+        );
+        if std::env::var("SPAWN_PSET_AGAIN").is_ok() {
+            println!("RESULT spawn-pset child {me} of the second spawn");
+            return e2s(c.finalize(), "finalize");
+        }
+        let family = [
+            ProcId::wildcard(parent.nspace.as_str()),
+            ProcId::wildcard(own.as_str()),
+        ];
+        e2s(
+            c.group_construct("pset-family", &family, ConstructOpts::default()),
+            "construct",
+        )?;
+        e2s(c.group_destruct("pset-family", None), "destruct")?;
+        println!("RESULT spawn-pset child {me}");
+        return e2s(c.finalize(), "finalize");
+    }
+    let sets = event_channel(&c, &[codes::PROCESS_SET_DEFINE, codes::PROCESS_SET_DELETE]);
+    check!(
+        names(&c)? == ["launched"],
+        "sets at start: {:?}",
+        names(&c)?
+    );
+    let count = e2s(c.pset_count(), "pset count")?;
+    check!(count == 1, "{count} sets at start");
+    check!(nspaces(&c)? == [own.clone()], "namespaces at start");
+    // Every parent looked before rank 0 spawns.
+    e2s(c.fence(&[], FenceOpts::default()), "fence before the spawn")?;
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let app = |n: u32, pset: Option<&str>| SpawnApp {
+        command: vec![exe.display().to_string(), "spawn-pset".into()],
+        maxprocs: n,
+        env: Vec::new(),
+        cwd: None,
+        pset: pset.map(str::to_string),
+    };
+    if me == 0 {
+        for (bad, why) in [("launched", "defined already"), (own.as_str(), "namespace")] {
+            match c.spawn(vec![app(1, Some(bad))], SpawnOpts::default()) {
+                Err(CohortError::BadRequest(m)) if m.contains(bad) && m.contains(why) => {}
+                other => return Err(format!("a spawn defining set {bad:?}: {other:?}")),
+            }
+        }
+        let ns = e2s(
+            c.spawn(
+                vec![app(2, Some("workers")), app(1, None)],
+                SpawnOpts::default(),
+            ),
+            "spawn",
+        )?;
+        e2s(c.put(Scope::Remote, "child-ns", ns.to_string()), "put")?;
+    }
+    e2s(c.commit(), "commit")?;
+    let collect = FenceOpts {
+        collect: true,
+        ..FenceOpts::default()
+    };
+    e2s(c.fence(&[], collect.clone()), "fence")?;
+    let ns = match e2s(c.get(&p(&c, 0), "child-ns", None), "get child-ns")? {
+        Value::Str(s) => s,
+        other => return Err(format!("child-ns is {other:?}")),
+    };
+    let workers = vec![ProcId::new(ns.as_str(), 0), ProcId::new(ns.as_str(), 1)];
+    // Every node server started its share before the spawn returned: the set is
+    // defined everywhere, and this process was told.
+    let ev = next_event(&sets, "PROCESS_SET_DEFINE")?;
+    let name = cohort::info_get(&ev.info, cohort::keys::PSET_NAME);
+    let members = cohort::info_get(&ev.info, cohort::keys::PSET_MEMBERS);
+    check!(
+        ev.code == codes::PROCESS_SET_DEFINE
+            && name == Some(&Value::Str("workers".into()))
+            && members == Some(&Value::Procs(workers.clone())),
+        "parent {me} was told {ev:?}"
+    );
+    check!(
+        names(&c)? == ["launched", "workers"],
+        "parent {me} sees sets {:?} while the children run",
+        names(&c)?
+    );
+    check!(e2s(c.pset_count(), "pset count")? == 2, "two sets");
+    let m = e2s(c.pset_members("workers"), "members of workers")?;
+    check!(m == workers, "workers are {m:?}");
+    check!(
+        nspaces(&c)? == [own.clone(), ns.clone()],
+        "parent {me} sees namespaces {:?}",
+        nspaces(&c)?
+    );
+    let family = [
+        ProcId::wildcard(own.as_str()),
+        ProcId::wildcard(ns.as_str()),
+    ];
+    e2s(
+        c.group_construct("pset-family", &family, ConstructOpts::default()),
+        "construct",
+    )?;
+    e2s(c.group_destruct("pset-family", None), "destruct")?;
+    // The children end: the set is deleted, its namespace no longer active.
+    let ev = next_event(&sets, "PROCESS_SET_DELETE")?;
+    let name = cohort::info_get(&ev.info, cohort::keys::PSET_NAME);
+    check!(
+        ev.code == codes::PROCESS_SET_DELETE && name == Some(&Value::Str("workers".into())),
+        "parent {me} was told {ev:?} after the children ended"
+    );
+    check!(
+        names(&c)? == ["launched"],
+        "sets after the end: {:?}",
+        names(&c)?
+    );
+    check!(nspaces(&c)? == [own.clone()], "namespaces after the end");
+    match c.pset_members("workers") {
+        Err(CohortError::PsetNotFound { name }) if name == "workers" => {}
+        other => return Err(format!("members of a deleted set: {other:?}")),
+    }
+    println!(
+        "RESULT spawn-pset parent {me} told of workers {}",
+        ranks(&workers)
+    );
+    // The name is free again (the children only check and leave).
+    e2s(
+        c.fence(&[], FenceOpts::default()),
+        "fence before the second spawn",
+    )?;
+    if me == 0 {
+        let mut apps = vec![app(2, Some("workers")), app(1, None)];
+        for a in &mut apps {
+            a.env = vec![("SPAWN_PSET_AGAIN".into(), "1".into())];
+        }
+        let again = e2s(c.spawn(apps, SpawnOpts::default()), "spawn again")?;
+        check!(
+            again.as_str() != ns,
+            "the second spawn reused namespace {ns}"
+        );
+        println!("RESULT spawn-pset parent spawned workers again");
     }
     e2s(c.finalize(), "finalize")
 }

@@ -185,6 +185,7 @@ fn unexpected(op: &str, r: &Response) -> CohortError {
         Response::Procs(_) => "a process list",
         Response::Published(_) => "published data",
         Response::Spawned(_) => "a namespace",
+        Response::Session { .. } => "session information",
     };
     CohortError::Protocol(format!("the node server answered {op} with {kind}"))
 }
@@ -544,7 +545,7 @@ impl Client {
         let start = Instant::now();
         let timeout_ms = opts.timeout_ms;
         let result = match self.node_local_fence(procs) {
-            Some(shm) => self.shm_fence(shm, timeout_ms),
+            Some(shm) => self.shm_fence(shm, &opts),
             None => self
                 .call(self.fence_request(procs, opts), true, timeout_ms)
                 .and_then(|r| expect_done("fence", r)),
@@ -574,7 +575,7 @@ impl Client {
                 .name("cohort-fence".into())
                 .spawn(move || {
                     if let Some(shm) = me.node_local_fence(&[]) {
-                        let _ = tx.send(me.shm_fence(shm, opts.timeout_ms));
+                        let _ = tx.send(me.shm_fence(shm, &opts));
                     }
                 });
             let fut: Fut = match spawned {
@@ -624,7 +625,17 @@ impl Client {
     /// A whole-job fence in the node-local segment: commits pending puts (they travel
     /// to the node server, ahead of any get after the fence), then meets the other
     /// ranks there.
-    fn shm_fence(&self, shm: &ShmFence, timeout_ms: Option<u64>) -> Result<()> {
+    ///
+    /// Once a rank terminated without arriving, the fence cannot complete in the
+    /// segment; every live rank sees that (in the segment, at this fence and every
+    /// later one) and takes the fence to the node server instead, which completes it
+    /// among the others when every caller asked for PMIX_GROUP_FT_COLLECTIVE
+    /// (`FenceOpts::ft_collective`) and otherwise fails it naming the terminated
+    /// ranks, as for a fence of a job on several nodes. All live ranks decide alike, so
+    /// they meet there.
+    fn shm_fence(&self, shm: &ShmFence, opts: &FenceOpts) -> Result<()> {
+        let timeout_ms = opts.timeout_ms;
+        let start = Instant::now();
         let mut next = lock(&self.inner.shm_seq);
         if !lock(&self.inner.puts).is_empty() {
             self.commit()?;
@@ -649,10 +660,21 @@ impl Client {
                     (0..shm.ranks()).map(|r| shm.commits_of(r)).collect();
                 Ok(())
             }
-            Err(FenceFailure::Terminated(ranks)) => Err(CohortError::ProcTerminated {
-                op: "fence".into(),
-                procs: procs(ranks),
-            }),
+            Err(FenceFailure::Terminated(ranks)) => {
+                drop(next);
+                tracing::debug!(
+                    ?ranks,
+                    "node-local fence: ranks terminated; the fence goes to the node server"
+                );
+                let mut opts = opts.clone();
+                opts.timeout_ms = timeout_ms.map(|ms| {
+                    let spent = start.elapsed().as_millis().try_into().unwrap_or(u64::MAX);
+                    ms.saturating_sub(spent).max(1)
+                });
+                let left = opts.timeout_ms;
+                self.call(self.fence_request(&[], opts), true, left)
+                    .and_then(|r| expect_done("fence", r))
+            }
             Err(FenceFailure::TimedOut) => Err(CohortError::Timeout {
                 op: "fence".into(),
                 timeout_ms: timeout_ms.unwrap_or(0),
@@ -1052,26 +1074,41 @@ impl Client {
 
     // ------------------------------------------------------------ process sets
 
-    /// Names of the process sets defined for this job, in the order they were defined
-    /// at launch (PMIX_QUERY_PSET_NAMES). Sets are immutable and every rank learns them
-    /// from its node server's welcome, so this is a local lookup.
+    /// Names of the process sets defined in the session (PMIX_QUERY_PSET_NAMES): the
+    /// launched job's (`cohort run --pset`), then those of the spawned jobs still
+    /// running (`SpawnApp::pset`), each job's in the order they were defined. Asked of
+    /// the node server, which learns a spawned job's sets as it starts the job's
+    /// processes here and forgets them once every one of them ended (processes get
+    /// `PROCESS_SET_DEFINE` / `PROCESS_SET_DELETE` events then).
     pub fn pset_names(&self) -> Result<Vec<String>> {
-        Ok(self.job().pset_names())
+        Ok(self.session_info()?.1)
     }
 
-    /// Number of process sets defined for this job (PMIX_QUERY_NUM_PSETS).
+    /// Number of process sets defined in the session (PMIX_QUERY_NUM_PSETS).
     pub fn pset_count(&self) -> Result<usize> {
-        Ok(self.job().psets.len())
+        Ok(self.pset_names()?.len())
     }
 
     /// Members of process set `name`, ascending (PMIX_QUERY_PSET_MEMBERSHIP); fails with
-    /// [`CohortError::PsetNotFound`] when the job has no set of that name.
+    /// [`CohortError::PsetNotFound`] when no set of that name is defined in the session.
     pub fn pset_members(&self, name: &str) -> Result<Vec<ProcId>> {
-        self.job()
-            .pset_members(name)
-            .ok_or_else(|| CohortError::PsetNotFound {
-                name: name.to_string(),
-            })
+        let req = Request::QueryPset {
+            name: name.to_string(),
+        };
+        expect_procs("process set query", self.call(req, false, None)?)
+    }
+
+    /// The namespaces of the session's running jobs, the launched one first, then
+    /// the spawned ones not yet ended (PMIX_QUERY_NAMESPACES).
+    pub fn namespaces(&self) -> Result<Vec<Nspace>> {
+        Ok(self.session_info()?.0)
+    }
+
+    fn session_info(&self) -> Result<(Vec<Nspace>, Vec<String>)> {
+        match self.call(Request::QuerySession, false, None)? {
+            Response::Session { nspaces, psets } => Ok((nspaces, psets)),
+            other => Err(unexpected("session query", &other)),
+        }
     }
 
     /// Names of the process sets `proc` belongs to, in definition order (PMIX_PSET_NAMES,

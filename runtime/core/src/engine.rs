@@ -35,8 +35,8 @@ use cohort_proto::peer::{
 use cohort_proto::posted::Posted;
 use cohort_proto::value::info_get;
 use cohort_proto::{
-    validate_group_id, CohortError, ContextId, Event, Info, JobMap, NodeId, ProcId, Range, Session,
-    Value,
+    validate_group_id, CohortError, ContextId, Event, Info, JobMap, JobState, NodeId, ProcId,
+    Range, Session, Value,
 };
 use cohort_topology::{rendezvous, Allgather, Locality, StableHash, SwitchMap, Tree, TreeShape};
 
@@ -613,6 +613,80 @@ impl Engine {
         self.deliver_local(&parent, event);
     }
 
+    /// This node server started its processes of spawned job `index`: the job's
+    /// process sets are defined, and every local process of the other running jobs
+    /// gets a `PROCESS_SET_DEFINE` event for each (name and members).
+    pub fn on_job_started(&mut self, index: u32) {
+        if !self.jobs.set_running(index) {
+            return;
+        }
+        let Some(job) = self.jobs.get(index) else {
+            return;
+        };
+        let events: Vec<Event> = job
+            .psets
+            .iter()
+            .map(|p| Event {
+                code: codes::PROCESS_SET_DEFINE,
+                source: ProcId::wildcard(job.nspace.clone()),
+                affected: Vec::new(),
+                info: vec![
+                    (keys::PSET_NAME.into(), Value::Str(p.name.clone())),
+                    (
+                        keys::PSET_MEMBERS.into(),
+                        Value::Procs(job.pset_members(&p.name).unwrap_or_default()),
+                    ),
+                ],
+            })
+            .collect();
+        self.tell_running_locals(index, events);
+    }
+
+    /// Spawned job `index` ended or was cancelled: its process sets are deleted, and
+    /// every local process of the other running jobs gets a `PROCESS_SET_DELETE` event
+    /// for each that was defined.
+    pub fn on_job_gone(&mut self, index: u32) {
+        if !self.jobs.set_ended(index) {
+            return;
+        }
+        let Some(job) = self.jobs.get(index) else {
+            return;
+        };
+        let events: Vec<Event> = job
+            .psets
+            .iter()
+            .map(|p| Event {
+                code: codes::PROCESS_SET_DELETE,
+                source: ProcId::wildcard(job.nspace.clone()),
+                affected: Vec::new(),
+                info: vec![(keys::PSET_NAME.into(), Value::Str(p.name.clone()))],
+            })
+            .collect();
+        self.tell_running_locals(index, events);
+    }
+
+    /// Delivers `events`, in order, to every process hosted here of the running jobs
+    /// but job `except`.
+    fn tell_running_locals(&mut self, except: u32, events: Vec<Event>) {
+        if events.is_empty() {
+            return;
+        }
+        let procs: Vec<ProcId> = (0..self.jobs.jobs().len() as u32)
+            .filter(|&i| i != except && self.jobs.state(i) == Some(JobState::Running))
+            .filter_map(|i| self.jobs.get(i))
+            .flat_map(|j| {
+                j.ranks_on(self.node)
+                    .into_iter()
+                    .map(|r| ProcId::new(j.nspace.clone(), r))
+            })
+            .collect();
+        for p in procs {
+            for e in &events {
+                self.deliver_local(&p, e.clone());
+            }
+        }
+    }
+
     /// Why `proc` is no process of the session, for errors.
     fn not_in_session(&self, proc: &ProcId) -> String {
         match self.jobs.job_of(&proc.nspace) {
@@ -838,6 +912,21 @@ impl Engine {
                     .collect();
                 names.sort();
                 self.reply(client, id, Ok(Response::GroupNames(names)));
+            }
+            Request::QuerySession => {
+                let info = Response::Session {
+                    nspaces: self.jobs.active_nspaces(),
+                    psets: self.jobs.psets().map(|(_, p)| p.name.clone()).collect(),
+                };
+                self.reply(client, id, Ok(info));
+            }
+            Request::QueryPset { name } => {
+                let r = self
+                    .jobs
+                    .pset_members(&name)
+                    .map(Response::Procs)
+                    .ok_or(CohortError::PsetNotFound { name });
+                self.reply(client, id, r);
             }
             Request::FailedLocal { id: gid } => {
                 let r = self.failed_members(&gid, &proc).map(Response::Procs);

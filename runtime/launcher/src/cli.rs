@@ -76,9 +76,11 @@ ranks only. A ':' is always a separator, never an argument of a program.
 Process sets (psets): --pset NAME in an app context labels that app's ranks;
 --pset NAME=RANKLIST among the global options defines a set over any ranks of the
 job (RANKLIST: ranks and ranges, like 0,2,4 or 0-3,8). A rank may be in several
-sets. Sets are fixed at launch; ranks query them with PMIX_QUERY_PSET_NAMES,
-PMIX_QUERY_PSET_MEMBERSHIP and PMIX_PSET_NAMES. Names are 1 to 255 bytes, unique,
-and must not look like a job namespace (cohort.PID.HEX).";
+sets. These sets live as long as the session; a spawn may add sets that live while
+its job runs (PMIX_PSET_NAME; processes are told with PMIX_PROCESS_SET_DEFINE and
+_DELETE). Ranks query them with PMIX_QUERY_PSET_NAMES, PMIX_QUERY_PSET_MEMBERSHIP
+and PMIX_PSET_NAMES. Names are 1 to 255 bytes, unique, and must not look like a job
+namespace (cohort.PID.HEX).";
 
 const RUN_EXAMPLES: &str = "\
 EXAMPLES

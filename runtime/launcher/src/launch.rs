@@ -1006,9 +1006,13 @@ impl Launcher {
         if self.started && self.monitor.recovery() {
             // Its ranks die with it (parent-death signal); the job goes on.
             return match self.monitor.node_lost(node, &reason) {
-                Step::Continue => None,
+                Step::Continue => {
+                    self.spawned_jobs_lost().await;
+                    None
+                }
                 Step::Notice(msg) => {
                     crate::say(format_args!("{msg}"));
+                    self.spawned_jobs_lost().await;
                     None
                 }
                 Step::End(verdict) => {

@@ -131,6 +131,29 @@ impl JobMonitor {
         Ok(())
     }
 
+    /// Spawned job `index` ended (every rank exited): its process sets are deleted
+    /// from the session, so their names may be given again. Whether it had not ended
+    /// (nor been abandoned) before.
+    pub fn end_job(&mut self, index: u32) -> bool {
+        let ended = index == 0
+            || self
+                .session
+                .state(index)
+                .is_none_or(|s| s == cohort_proto::JobState::Ended);
+        if ended {
+            return false;
+        }
+        self.session.set_ended(index);
+        true
+    }
+
+    /// The spawned jobs that have not ended (nor been abandoned).
+    pub fn jobs_not_ended(&self) -> Vec<u32> {
+        (1..self.session.jobs().len() as u32)
+            .filter(|&i| self.session.state(i) != Some(cohort_proto::JobState::Ended))
+            .collect()
+    }
+
     /// Ranks still running.
     pub fn remaining(&self) -> u32 {
         self.remaining
@@ -163,6 +186,7 @@ impl JobMonitor {
             return Step::Continue;
         };
         self.abandoned.insert(index);
+        self.session.set_ended(index);
         let never = ExitStatus {
             code: None,
             signal: None,

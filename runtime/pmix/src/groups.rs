@@ -797,7 +797,10 @@ fn answer(s: &State, queries: &[Query]) -> Result<Infos, pmix_status_t> {
                         .map(|m| PVal::Array(PMIX_PROC, m.into_iter().map(PVal::Proc).collect())),
                     _ => None,
                 },
-                PMIX_QUERY_NAMESPACES => Some(PVal::Str(c.nspace().to_string())),
+                PMIX_QUERY_NAMESPACES => c.namespaces().ok().map(|n| {
+                    let names: Vec<&str> = n.iter().map(|n| n.as_str()).collect();
+                    PVal::Str(names.join(","))
+                }),
                 _ => None,
             };
             match v {

@@ -8,7 +8,10 @@
 //! in turn, else block-wise) and PMIX_HOST (a comma-separated list of node server
 //! names) place the processes; PMIX_NOTIFY_COMPLETION asks for PMIX_EVENT_JOB_END;
 //! PMIX_TIMEOUT or PMIX_SPAWN_TIMEOUT (seconds) fails the spawn with
-//! PMIX_ERR_TIMEOUT, its job cancelled, unless every process started in time.
+//! PMIX_ERR_TIMEOUT, its job cancelled, unless every process started in time. An
+//! app's PMIX_PSET_NAME makes its processes a process set of the session while the
+//! job runs (every process of the session is told with PMIX_PROCESS_SET_DEFINE, and
+//! PMIX_PROCESS_SET_DELETE once the job ended).
 //! Everything else is ignored unless it is marked required (PMIX_INFO_REQD), which
 //! fails the spawn with PMIX_ERR_NOT_SUPPORTED. Open MPI sets no info as required.
 
@@ -28,6 +31,7 @@ const UNDERSTOOD: &[&str] = &[
     PMIX_NOTIFY_COMPLETION,
     PMIX_TIMEOUT,
     PMIX_SPAWN_TIMEOUT,
+    PMIX_PSET_NAME,
 ];
 
 /// The infos of a C array, or PMIX_ERR_NOT_SUPPORTED when one this library does not
@@ -165,6 +169,7 @@ unsafe fn app_in(
     let info = unsafe { spawn_infos(app.info, app.ninfo) }?;
     placement(&info, opts)?;
     let app_wdir = find(&info, PMIX_WDIR).map(string_of).transpose()?;
+    let pset = find(&info, PMIX_PSET_NAME).map(string_of).transpose()?;
     // SAFETY: per the contract.
     let cwd = unsafe { c_str(app.cwd) }
         .filter(|c| !c.is_empty())
@@ -175,6 +180,7 @@ unsafe fn app_in(
         maxprocs,
         env,
         cwd,
+        pset,
     })
 }
 

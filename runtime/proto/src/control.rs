@@ -255,6 +255,10 @@ pub enum LauncherMsg {
         parent: crate::ids::ProcId,
         exit_code: i32,
     },
+    /// Every process of spawned job `index` ended: its process sets are deleted
+    /// (local processes get PMIX_PROCESS_SET_DELETE) and its namespace is no longer
+    /// active. Sent to every node server, after the job's last rank exit.
+    JobGone { index: u32 },
     /// "Still here", every heartbeat period once the job started, when the failure
     /// detector runs: a node server that hears nothing from the launcher for a peer
     /// timeout (its host died, it froze, the network cut it off) stops its ranks and

@@ -97,7 +97,7 @@ pub enum CohortError {
     #[error("not supported: {0}")]
     NotSupported(String),
 
-    #[error("process set {name:?} is not defined in this job")]
+    #[error("process set {name:?} is not defined in this session")]
     PsetNotFound { name: String },
 
     #[error("key {key:?} is already published in the {range} range (by {publisher})")]

@@ -37,6 +37,13 @@ pub mod codes {
     /// Affected: `{nspace, *}`; info: `keys::NSPACE`, `keys::EXIT_CODE`,
     /// `keys::JOB_TERM_STATUS`.
     pub const JOB_END: EventCode = -145;
+    /// PMIX_PROCESS_SET_DEFINE: a process set was defined in the session (a spawned
+    /// job's, as it starts); to every process of the other running jobs. Info:
+    /// `keys::PSET_NAME`, `keys::PSET_MEMBERS`.
+    pub const PROCESS_SET_DEFINE: EventCode = -55;
+    /// PMIX_PROCESS_SET_DELETE: a process set was deleted (its job ended); to the same
+    /// processes. Info: `keys::PSET_NAME`.
+    pub const PROCESS_SET_DELETE: EventCode = -56;
 
     /// Human name of a known code, for logs and demo output.
     pub fn name(code: EventCode) -> Option<&'static str> {
@@ -58,6 +65,8 @@ pub mod codes {
             PROC_TERMINATED => "PROC_TERMINATED",
             LOST_CONNECTION => "LOST_CONNECTION",
             JOB_END => "JOB_END",
+            PROCESS_SET_DEFINE => "PROCESS_SET_DEFINE",
+            PROCESS_SET_DELETE => "PROCESS_SET_DELETE",
             _ => return None,
         })
     }
@@ -102,6 +111,12 @@ pub mod keys {
     pub const CPUSET: &str = "pmix.cpuset";
     /// PMIX_PSET_NAMES: names of the process sets a process belongs to (`Strs`).
     pub const PSET_NAMES: &str = "pmix.pset.nms";
+    /// PMIX_PSET_NAME: the name of the process set a PROCESS_SET_DEFINE or
+    /// PROCESS_SET_DELETE event is about (`Str`).
+    pub const PSET_NAME: &str = "pmix.pset.nm";
+    /// PMIX_PSET_MEMBERS: the members of the process set a PROCESS_SET_DEFINE event
+    /// defines (`Procs`).
+    pub const PSET_MEMBERS: &str = "pmix.pset.mems";
     /// PMIX_QUERY_PSET_NAMES: names of the process sets defined (query).
     pub const QUERY_PSET_NAMES: &str = "pmix.qry.psets";
     /// PMIX_QUERY_NUM_PSETS: number of process sets defined (query).

@@ -442,7 +442,8 @@ impl JobMap {
     // ------------------------------------------------------------- process sets
 
     /// Defines process set `name` over `members`, ranks of this job. Sets are defined
-    /// at launch and never change: a name may be defined once, and must be valid (see
+    /// as the job is made (at launch, or by a spawn) and never change: a name may be
+    /// defined once, and must be valid (see
     /// [`validate_pset_name`]); the set needs a member, and only ranks of the job.
     pub fn define_pset(&mut self, name: &str, members: RankSet) -> Result<(), String> {
         validate_pset_name(name, &self.nspace)?;
@@ -574,8 +575,22 @@ impl JobMap {
 pub struct Session {
     jobs: Vec<JobMap>,
     parents: Vec<Option<ProcId>>,
+    /// Where each job is in its life (index into `jobs`).
+    states: Vec<JobState>,
     /// Spawned jobs by namespace (index into `jobs`).
     by_nspace: std::collections::HashMap<crate::ids::Nspace, u32>,
+}
+
+/// Where a job of a [`Session`] is in its life, as far as its process sets go.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum JobState {
+    /// Known (spawned, being placed and started); its sets are not defined yet.
+    Added,
+    /// Running: its process sets are defined in the session.
+    Running,
+    /// Every process ended, or its spawn was cancelled: its sets are deleted and its
+    /// namespace is no longer active (its data stays readable).
+    Ended,
 }
 
 impl Session {
@@ -583,6 +598,7 @@ impl Session {
         Session {
             jobs: vec![primary],
             parents: vec![None],
+            states: vec![JobState::Running],
             by_nspace: Default::default(),
         }
     }
@@ -616,7 +632,84 @@ impl Session {
         self.by_nspace.insert(job.nspace.clone(), index);
         self.jobs.push(job);
         self.parents.push(Some(parent));
+        self.states.push(JobState::Added);
         Ok(())
+    }
+
+    /// Where job `index` is in its life.
+    pub fn state(&self, index: u32) -> Option<JobState> {
+        self.states.get(index as usize).copied()
+    }
+
+    /// Spawned job `index` runs: its process sets are defined from now on. Whether
+    /// it was only added until now (not when it ended already).
+    pub fn set_running(&mut self, index: u32) -> bool {
+        match self.states.get_mut(index as usize) {
+            Some(state) if *state == JobState::Added => {
+                *state = JobState::Running;
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Spawned job `index` ended (or was cancelled): its process sets are deleted.
+    /// Whether it was running until now (its sets were defined). The launched job
+    /// (index 0) ends only with the session.
+    pub fn set_ended(&mut self, index: u32) -> bool {
+        match self.states.get_mut(index as usize) {
+            Some(state) if index > 0 => {
+                std::mem::replace(state, JobState::Ended) == JobState::Running
+            }
+            _ => false,
+        }
+    }
+
+    /// The namespaces of the jobs running (PMIX_QUERY_NAMESPACES), the launched one
+    /// first.
+    pub fn active_nspaces(&self) -> Vec<crate::ids::Nspace> {
+        self.jobs
+            .iter()
+            .zip(&self.states)
+            .filter(|(_, s)| **s == JobState::Running)
+            .map(|(j, _)| j.nspace.clone())
+            .collect()
+    }
+
+    /// The process sets defined in the session (those of the running jobs), by job
+    /// then in definition order, with their job.
+    pub fn psets(&self) -> impl Iterator<Item = (&JobMap, &Pset)> {
+        self.jobs
+            .iter()
+            .zip(&self.states)
+            .filter(|(_, s)| **s == JobState::Running)
+            .flat_map(|(j, _)| j.psets.iter().map(move |p| (j, p)))
+    }
+
+    /// The members of process set `name`, if it is defined in the session
+    /// (PMIX_QUERY_PSET_MEMBERSHIP).
+    pub fn pset_members(&self, name: &str) -> Option<Vec<ProcId>> {
+        self.psets()
+            .find(|(_, p)| p.name == name)
+            .and_then(|(j, _)| j.pset_members(name))
+    }
+
+    /// Why a new job may not define process set `name`: a job not ended has one of
+    /// that name, or the name is (or has the form of) a namespace of the session.
+    pub fn pset_clash(&self, name: &str) -> Option<String> {
+        let taken = self
+            .jobs
+            .iter()
+            .zip(&self.states)
+            .find(|(j, s)| **s != JobState::Ended && j.pset(name).is_some());
+        if let Some((j, _)) = taken {
+            return Some(format!(
+                "process set {name:?} is defined already (by job {})",
+                j.nspace
+            ));
+        }
+        self.namespace_clash(name)
+            .map(|why| format!("process set name {name:?}: {why}"))
     }
 
     pub fn jobs(&self) -> &[JobMap] {
@@ -741,6 +834,58 @@ mod tests {
         assert_eq!(m.local_rank(3), Some(1));
         assert_eq!(m.local_rank(4), Some(2));
         assert_eq!(m.node_names, ["node0", "node1"]);
+    }
+
+    /// PMIx "Process Sets": a spawned job's sets are defined while it runs, then
+    /// deleted; their names are taken meanwhile, and free again after.
+    #[test]
+    fn a_spawned_jobs_process_sets_live_while_it_runs() {
+        use crate::ids::Nspace;
+        let mut primary = JobMap::block("j", 4, 2);
+        primary.define_pset("io", RankSet::range(0..2)).unwrap();
+        let mut s = Session::new(primary.clone());
+        let mut child =
+            JobMap::spawned("j@1".into(), &primary, vec![2, 1], &[0, 1], false).unwrap();
+        child.define_pset("workers", RankSet::range(0..2)).unwrap();
+        assert!(s.pset_clash("workers").is_none());
+        s.add(1, child, ProcId::new("j", 0)).unwrap();
+        // Added: its name is taken, but the set is not defined yet.
+        assert_eq!(s.state(1), Some(JobState::Added));
+        assert!(s.pset_clash("workers").unwrap().contains("j@1"));
+        assert!(s.pset_clash("io").unwrap().contains("defined already"));
+        assert!(s.pset_clash("j").unwrap().contains("namespace"));
+        assert!(s
+            .pset_clash("j@7")
+            .unwrap()
+            .contains("namespaces of spawned jobs"));
+        let names = |s: &Session| s.psets().map(|(_, p)| p.name.clone()).collect::<Vec<_>>();
+        assert_eq!(names(&s), ["io"]);
+        assert_eq!(s.pset_members("workers"), None);
+        assert_eq!(s.active_nspaces(), [Nspace::new("j")]);
+        // Running: defined, once.
+        assert!(s.set_running(1));
+        assert!(!s.set_running(1));
+        assert_eq!(names(&s), ["io", "workers"]);
+        assert_eq!(
+            s.pset_members("workers"),
+            Some(vec![ProcId::new("j@1", 0), ProcId::new("j@1", 1)])
+        );
+        assert_eq!(s.active_nspaces(), [Nspace::new("j"), Nspace::new("j@1")]);
+        // Ended: deleted, once; the name is free; the job's processes still resolve.
+        assert!(s.set_ended(1));
+        assert!(!s.set_ended(1));
+        assert!(!s.set_running(1), "an ended job does not run again");
+        assert_eq!(names(&s), ["io"]);
+        assert!(s.pset_clash("workers").is_none());
+        assert_eq!(s.active_nspaces(), [Nspace::new("j")]);
+        assert_eq!(s.node_of(&ProcId::new("j@1", 2)), Some(1));
+        // The launched job never ends; a job cancelled before it ran had no sets.
+        assert!(!s.set_ended(0));
+        assert_eq!(s.state(0), Some(JobState::Running));
+        let late = JobMap::spawned("j@2".into(), &primary, vec![1], &[0], false).unwrap();
+        s.add(2, late, ProcId::new("j", 0)).unwrap();
+        assert!(!s.set_ended(2));
+        assert_eq!(s.state(2), Some(JobState::Ended));
     }
 
     #[test]

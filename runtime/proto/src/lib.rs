@@ -29,8 +29,8 @@ pub use event::{Event, EventCode, Range};
 pub use ids::{
     validate_group_id, ContextId, NodeId, Nspace, ProcId, Rank, MAX_GROUP_ID_LEN, RANK_WILDCARD,
 };
-pub use job::{validate_pset_name, JobMap, Pset, RankSet, Session, MAX_PSET_NAME_LEN};
+pub use job::{validate_pset_name, JobMap, JobState, Pset, RankSet, Session, MAX_PSET_NAME_LEN};
 pub use value::{Info, Scope, Value};
 
 /// Protocol version carried in every hello; bumped on any incompatible change.
-pub const PROTOCOL_VERSION: u32 = 10;
+pub const PROTOCOL_VERSION: u32 = 11;

@@ -308,6 +308,15 @@ pub enum Request {
         apps: Vec<crate::spawn::SpawnApp>,
         opts: crate::spawn::SpawnOpts,
     },
+    /// PMIX_QUERY_NAMESPACES, PMIX_QUERY_PSET_NAMES, PMIX_QUERY_NUM_PSETS: the running
+    /// jobs' namespaces and the process sets defined in the session
+    /// ([`Response::Session`]).
+    QuerySession,
+    /// PMIX_QUERY_PSET_MEMBERSHIP: the members of process set `name`
+    /// ([`Response::Procs`]; `PsetNotFound` when no such set is defined).
+    QueryPset {
+        name: String,
+    },
 }
 
 impl Request {
@@ -333,6 +342,8 @@ impl Request {
             Request::Lookup { .. } => "lookup",
             Request::Unpublish { .. } => "unpublish",
             Request::Spawn { .. } => "spawn",
+            Request::QuerySession => "session query",
+            Request::QueryPset { .. } => "process set query",
         }
     }
 }
@@ -352,6 +363,12 @@ pub enum Response {
     Published(Vec<Published>),
     /// The namespace a spawn started.
     Spawned(crate::ids::Nspace),
+    /// The namespaces of the session's running jobs (the launched one first) and the
+    /// names of the process sets defined, by job then in definition order.
+    Session {
+        nspaces: Vec<crate::ids::Nspace>,
+        psets: Vec<String>,
+    },
 }
 
 /// Frames a client sends after its hello.

@@ -28,6 +28,10 @@ pub struct SpawnApp {
     pub env: Vec<(String, String)>,
     /// The working directory (PMIX_WDIR); `None`: the node server's.
     pub cwd: Option<String>,
+    /// A process set these processes form (PMIX_PSET_NAME, as `--pset NAME` in an
+    /// app context of `cohort run`): defined in the whole session while the job runs.
+    #[serde(default)]
+    pub pset: Option<String>,
 }
 
 /// How a spawn's processes are placed on the session's node servers (PMIX_MAPBY).
@@ -120,6 +124,7 @@ mod tests {
             maxprocs: n,
             env: Vec::new(),
             cwd: None,
+            pset: None,
         }
     }
 

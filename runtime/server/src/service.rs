@@ -649,6 +649,22 @@ impl NodeService {
         s.engine.add_job(index, job, parent)
     }
 
+    /// This node server started its processes of spawned job `index`
+    /// (`LauncherMsg::StartJob`): the job's process sets are defined.
+    pub fn job_started(&self, index: u32) {
+        let mut s = self.shared.borrow_mut();
+        s.engine.on_job_started(index);
+        s.flush();
+    }
+
+    /// Spawned job `index` ended, or was cancelled (`LauncherMsg::JobGone`,
+    /// `LauncherMsg::CancelJob`): its process sets are deleted.
+    pub fn job_gone(&self, index: u32) {
+        let mut s = self.shared.borrow_mut();
+        s.engine.on_job_gone(index);
+        s.flush();
+    }
+
     /// Every process of spawned job `index` ended (`LauncherMsg::JobEnded`).
     pub fn job_ended(&self, index: u32, parent: ProcId, exit_code: i32) {
         let mut s = self.shared.borrow_mut();

@@ -241,7 +241,24 @@ impl Launcher {
         let sizes = apps.iter().map(|a| a.maxprocs).collect();
         let nspace = spawned_nspace(&primary.nspace, index);
         let rr = opts.mapping == SpawnMapping::RoundRobin;
-        JobMap::spawned(nspace, primary, sizes, &nodes, rr).map_err(refuse)
+        let mut job = JobMap::spawned(nspace, primary, sizes, &nodes, rr).map_err(refuse)?;
+        // Each app's process set: a name no job of the session still uses.
+        let session = self.monitor.session();
+        let mut first = 0;
+        for (i, app) in apps.iter().enumerate() {
+            let ranks = first..first + app.maxprocs;
+            first += app.maxprocs;
+            let Some(name) = &app.pset else {
+                continue;
+            };
+            if let Some(why) = session.pset_clash(name) {
+                return Err(refuse(format!("application {i}: {why}")));
+            }
+            let members = cohort_proto::RankSet::range(ranks);
+            job.define_pset(name, members)
+                .map_err(|e| refuse(format!("application {i}: {e}")))?;
+        }
+        Ok(job)
     }
 
     /// A node server's answer about spawn `index` (`JobAdded`, `JobStarted`); the
@@ -411,15 +428,17 @@ impl Launcher {
         }
     }
 
-    /// A rank of job `index` exited: once it was the job's last, the parent that asked
-    /// is told (`LauncherMsg::JobEnded`).
+    /// A rank of job `index` exited: once it was the job's last, every node server is
+    /// told (`LauncherMsg::JobGone`: its process sets are deleted, its namespace is no
+    /// longer active), and so is the parent that asked (`LauncherMsg::JobEnded`).
     pub(super) async fn spawned_rank_exited(&mut self, index: u32) {
-        if !self.spawns.notify.contains_key(&index) {
-            return;
-        }
         let Some(exit_code) = self.monitor.job_exit_code(index) else {
             return;
         };
+        if !self.monitor.end_job(index) {
+            return;
+        }
+        self.tell_live(&LauncherMsg::JobGone { index }).await;
         let Some(parent) = self.spawns.notify.remove(&index) else {
             return;
         };
@@ -433,6 +452,14 @@ impl Launcher {
         };
         if let Err(e) = self.tell(home, &msg).await {
             tracing::debug!(node = home, error = %e, "could not tell a spawned job's end");
+        }
+    }
+
+    /// Spawned jobs that ended without a rank exit report (their last ranks were lost
+    /// with a node server) are ended as [`Launcher::spawned_rank_exited`] ends them.
+    pub(super) async fn spawned_jobs_lost(&mut self) {
+        for index in self.monitor.jobs_not_ended() {
+            self.spawned_rank_exited(index).await;
         }
     }
 

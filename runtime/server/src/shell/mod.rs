@@ -678,9 +678,12 @@ async fn serve(
                     FromLauncher::Msg(LauncherMsg::StartJob { index }) => {
                         hold_start_for_tests(svc.node()).await;
                         ranks.launch_job(index, stdout, stderr);
+                        svc.job_started(index);
                         tell(link, &DaemonMsg::JobStarted { index }).await;
                     }
+                    FromLauncher::Msg(LauncherMsg::JobGone { index }) => svc.job_gone(index),
                     FromLauncher::Msg(LauncherMsg::CancelJob { index }) => {
+                        svc.job_gone(index);
                         let killed = ranks.cancel_job(index);
                         tracing::info!(index, killed, "spawned job cancelled (its spawn timed out)");
                     }
