@@ -86,6 +86,15 @@ on_1_and_3_nodes! {
     publish_persistence: "publish-persistence", 4, every, true;
 }
 
+/// A fence that timed out leaves the next fence synchronized (on one node, where
+/// fences over the job start in shared memory, and on three).
+#[test]
+fn a_fence_after_a_timed_out_one_still_waits_for_everyone() {
+    for nodes in [1, 3] {
+        ok(nodes, 2, "fence-after-timeout", 2);
+    }
+}
+
 /// In `concurrent`, ranks of both groups must report the same context id per group,
 /// and the two groups' ids differ.
 #[test]

@@ -79,6 +79,7 @@ fn main() {
         "cut-apart" => partial_cut(),
         "failure-views" => failure_views(),
         "ft-fence" => ft_fence(),
+        "fence-after-timeout" => fence_after_timeout(),
         "idle-cpu" => idle_cpu(),
         "fd-limits" => fd_limits(),
         other => Err(format!("unknown scenario {other:?}")),
@@ -393,6 +394,45 @@ fn ft_fence() -> R {
     }
     e2s(c.fence(&[], opts(true)), "fault-tolerant fence after")?;
     println!("RESULT ft-fence ok");
+    e2s(c.finalize(), "finalize")
+}
+
+/// A fence over the job that timed out does not desynchronize the next one: rank 1
+/// comes 1.5 s late to the first fence, where rank 0 gives up after 0.3 s; both get a
+/// timeout naming rank 1 (the fence failed); rank 0's next fence still waits for rank
+/// 1's next one (rank 1 leaves a marker file just before it). On one node these
+/// fences start in shared memory, where rank 0's second arrival once counted toward
+/// the first fence.
+fn fence_after_timeout() -> R {
+    let c = init()?;
+    let me = c.rank();
+    check!(c.size() == 2, "run with 2 ranks");
+    let marker = std::env::temp_dir().join(format!("cohort-fence-marker-{}", c.nspace()));
+    let opts = |ms: u64| FenceOpts {
+        timeout_ms: Some(ms),
+        ..FenceOpts::default()
+    };
+    let timed_out = |r: cohort::Result<()>| match r {
+        Err(CohortError::Timeout { missing, .. }) if missing == [p(&c, 1)] => Ok(()),
+        other => Err(format!("rank {me}'s first fence: {other:?}")),
+    };
+    if me == 1 {
+        std::thread::sleep(Duration::from_millis(1500));
+        timed_out(c.fence(&[], opts(60_000)))?;
+        std::fs::write(&marker, b"1").map_err(|e| format!("marker: {e}"))?;
+        e2s(c.fence(&[], opts(60_000)), "second fence")?;
+    } else {
+        timed_out(c.fence(&[], opts(300)))?;
+        e2s(c.fence(&[], opts(60_000)), "second fence")?;
+        check!(
+            marker.exists(),
+            "the second fence returned before rank 1 came to it"
+        );
+        let _ = std::fs::remove_file(&marker);
+    }
+    // And the fences after it still meet.
+    e2s(c.fence(&[], opts(60_000)), "third fence")?;
+    println!("RESULT fence-after-timeout ok");
     e2s(c.finalize(), "finalize")
 }
 

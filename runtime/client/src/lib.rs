@@ -631,8 +631,9 @@ impl Client {
     /// later one) and takes the fence to the node server instead, which completes it
     /// among the others when every caller asked for PMIX_GROUP_FT_COLLECTIVE
     /// (`FenceOpts::ft_collective`) and otherwise fails it naming the terminated
-    /// ranks, as for a fence of a job on several nodes. All live ranks decide alike, so
-    /// they meet there.
+    /// ranks, as for a fence of a job on several nodes. After a fence timed out, the
+    /// later ones go there too (the segment says from which one). All live ranks
+    /// decide alike, so they meet there.
     fn shm_fence(&self, shm: &ShmFence, opts: &FenceOpts) -> Result<()> {
         let timeout_ms = opts.timeout_ms;
         let start = Instant::now();
@@ -660,12 +661,9 @@ impl Client {
                     (0..shm.ranks()).map(|r| shm.commits_of(r)).collect();
                 Ok(())
             }
-            Err(FenceFailure::Terminated(ranks)) => {
+            Err(why @ (FenceFailure::Terminated(_) | FenceFailure::Abandoned)) => {
                 drop(next);
-                tracing::debug!(
-                    ?ranks,
-                    "node-local fence: ranks terminated; the fence goes to the node server"
-                );
+                tracing::debug!(?why, "node-local fence: the fence goes to the node server");
                 let mut opts = opts.clone();
                 opts.timeout_ms = timeout_ms.map(|ms| {
                     let spent = start.elapsed().as_millis().try_into().unwrap_or(u64::MAX);

@@ -21,6 +21,15 @@
 //! 4. Others wait for `generation != k`: polling with `sched_yield` for the spin
 //!    budget, then `futex` waits in slices that re-check deaths and the deadline.
 //!
+//! A rank whose fence `k` times out marks the segment: fence `k` failed for every
+//! rank (those waiting at it and those yet to come get [`FenceFailure::TimedOut`], as
+//! a node server answers every participant of a fence that timed out), and fences
+//! from `k + 1` on fail with [`FenceFailure::Abandoned`] before counting: each rank
+//! takes them to its node server, so all ranks meet there from the same fence on.
+//! (Counting here, a rank's arrival at `k + 1` would complete fence `k`.) A death
+//! ([`FenceFailure::Terminated`]) is sticky too: every later fence fails before
+//! counting.
+//!
 //! After the fence a rank reads every slot's commit count: a later `get` of rank r's
 //! data waits at the server until r's commits up to that count arrived (they were sent
 //! before r arrived, but on another connection, so a get could otherwise overtake
@@ -54,6 +63,9 @@ struct Header {
     sleepers: AtomicU32,
     /// Set (and never cleared) once a rank died: every waiter then checks the slots.
     deaths: AtomicU32,
+    /// 0, or 1 + the fence that timed out (it failed, and the later ones may no
+    /// longer meet here).
+    abandoned: AtomicU32,
 }
 
 #[repr(C, align(64))]
@@ -79,8 +91,11 @@ pub enum FenceFailure {
     /// These ranks terminated before arriving.
     Terminated(Vec<u32>),
     /// The deadline passed first (this rank's arrival stays counted, as a
-    /// contribution in flight would at a node server).
+    /// contribution in flight would at a node server). Later fences are abandoned.
     TimedOut,
+    /// A fence before this one timed out: this fence and every later one must meet
+    /// elsewhere (at the node server). Nothing was counted.
+    Abandoned,
     /// The caller's `give_up` check said so (e.g. its node server is gone).
     GaveUp,
 }
@@ -209,6 +224,33 @@ impl ShmFence {
         futex_wake(&h.generation);
     }
 
+    /// Why fence `seq` cannot meet here: it timed out (at some rank), or one before it
+    /// did.
+    fn abandoned(&self, seq: u32) -> Option<FenceFailure> {
+        match self.header().abandoned.load(Ordering::Acquire) {
+            0 => None,
+            // Wrapping order of `seq` and the fence that timed out.
+            v => match seq.wrapping_sub(v.wrapping_sub(1)) as i32 {
+                0 => Some(FenceFailure::TimedOut),
+                d if d > 0 => Some(FenceFailure::Abandoned),
+                _ => None,
+            },
+        }
+    }
+
+    /// Fence `seq` timed out here: it fails for every rank, and the later ones are
+    /// abandoned (the first timeout counts); waiters are woken to see it.
+    fn time_out(&self, seq: u32) {
+        let h = self.header();
+        let _ = h.abandoned.compare_exchange(
+            0,
+            seq.wrapping_add(1),
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        );
+        futex_wake(&h.generation);
+    }
+
     /// Ranks dead without having arrived at fence `seq`.
     fn missing_dead(&self, seq: u32) -> Vec<u32> {
         if self.header().deaths.load(Ordering::Acquire) == 0 {
@@ -236,6 +278,9 @@ impl ShmFence {
         give_up: &dyn Fn() -> bool,
     ) -> Result<(), FenceFailure> {
         let h = self.header();
+        if let Some(why) = self.abandoned(seq) {
+            return Err(why);
+        }
         let dead = self.missing_dead(seq);
         if !dead.is_empty() {
             return Err(FenceFailure::Terminated(dead));
@@ -258,12 +303,16 @@ impl ShmFence {
             if h.generation.load(Ordering::Acquire) != seq {
                 return Ok(());
             }
+            if let Some(why) = self.abandoned(seq) {
+                return Err(why);
+            }
             let dead = self.missing_dead(seq);
             if !dead.is_empty() {
                 return Err(FenceFailure::Terminated(dead));
             }
             let now = Instant::now();
             if deadline.is_some_and(|d| now >= d) {
+                self.time_out(seq);
                 return Err(FenceFailure::TimedOut);
             }
             if now.duration_since(start) < spin {
@@ -484,6 +533,35 @@ mod tests {
             &|| false,
         );
         assert_eq!(r, Err(FenceFailure::TimedOut));
+    }
+
+    /// A fence that timed out failed for every rank, late ones included (as a node
+    /// server answers them), and the later fences no longer meet here: a rank's arrival
+    /// at the next fence would otherwise complete the one that timed out.
+    #[test]
+    fn a_timed_out_fence_fails_for_all_and_abandons_the_later_ones() {
+        let (dir, server) = segment(2);
+        let other = ShmFence::open(&dir.path().join(FILE_NAME), 2).unwrap();
+        let soon = || Some(Instant::now() + Duration::from_millis(50));
+        assert_eq!(
+            server.fence(0, 0, 0, Duration::ZERO, soon(), &|| false),
+            Err(FenceFailure::TimedOut)
+        );
+        assert_eq!(
+            other.fence(1, 0, 0, Duration::ZERO, deadline(), &|| false),
+            Err(FenceFailure::TimedOut),
+            "the late rank"
+        );
+        assert_eq!(other.not_arrived(0), vec![1]);
+        for (f, rank) in [(&server, 0), (&other, 1)] {
+            for seq in [1, 2, 1000] {
+                assert_eq!(
+                    f.fence(rank, seq, 0, Duration::ZERO, deadline(), &|| false),
+                    Err(FenceFailure::Abandoned),
+                    "rank {rank}, fence {seq}"
+                );
+            }
+        }
     }
 
     /// A waiter whose `give_up` says so (its node server is gone) stops waiting.
