@@ -76,7 +76,7 @@ on_1_and_3_nodes! {
     direct_modex_get: "modex", 6, every, true;
     concurrent_overlapping_constructs_and_fence: "concurrent", 6, every, false;
     ids_reusable_context_ids_unique: "reuse", 6, every, true;
-    // rfc0033: PMIX_GROUP_LEFT to the remaining members
+    // rfc0033: PMIX_GROUP_LEFT and PMIX_GROUP_MEMBERSHIP_UPDATE to the remaining members
     leave_then_destruct: "leave", 6, every, true;
     events_by_range_and_cached: "events", 6, every, false;
     bad_input_typed_errors: "badinput", 6, every, true;

@@ -530,6 +530,7 @@ fn leave() -> R {
     let c = init()?;
     let me = c.rank();
     let rx = event_channel(&c, &[codes::GROUP_LEFT]);
+    let updates = event_channel(&c, &[codes::GROUP_MEMBERSHIP_UPDATE]);
     e2s(c.group_construct("lv", &all(&c), ctx()), "construct")?;
     if me == 1 {
         e2s(c.group_leave("lv"), "leave")?;
@@ -548,6 +549,18 @@ fn leave() -> R {
         );
         let g = e2s(c.group_query("lv"), "query")?;
         check!(!g.members.contains(&p(&c, 1)), "leaver still listed");
+        // rfc0033 / pmix-standard PMIX_GROUP_MEMBERSHIP_UPDATE: the revised membership.
+        let ev = next_event(&updates, "GROUP_MEMBERSHIP_UPDATE")?;
+        let revised: Vec<ProcId> = all(&c).into_iter().filter(|q| q.rank != 1).collect();
+        check!(
+            cohort::info_get(&ev.info, cohort::keys::GROUP_MEMBERSHIP)
+                == Some(&Value::Procs(revised.clone()))
+                && cohort::info_get(&ev.info, cohort::keys::GROUP_ID)
+                    == Some(&Value::Str("lv".into()))
+                && g.members == revised,
+            "membership update {ev:?}, query {}",
+            ranks(&g.members)
+        );
         e2s(
             c.group_destruct("lv", Some(Duration::from_secs(60))),
             "destruct",

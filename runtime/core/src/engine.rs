@@ -4068,6 +4068,19 @@ impl Engine {
             affected: vec![proc.clone()],
             info: vec![(keys::GROUP_ID.into(), Value::Str(gid.to_string()))],
         };
+        // PMIX_GROUP_MEMBERSHIP_UPDATE: "the identifiers of the revised membership".
+        let update = Event {
+            code: codes::GROUP_MEMBERSHIP_UPDATE,
+            source: proc.clone(),
+            affected: vec![proc.clone()],
+            info: vec![
+                (keys::GROUP_ID.into(), Value::Str(gid.to_string())),
+                (
+                    keys::GROUP_MEMBERSHIP.into(),
+                    Value::Procs(g.members.clone()),
+                ),
+            ],
+        };
         let locals: Vec<ProcId> = g
             .members
             .iter()
@@ -4081,6 +4094,7 @@ impl Engine {
         }
         for p in locals {
             self.deliver_local(&p, event.clone());
+            self.deliver_local(&p, update.clone());
         }
         let key = CollKey {
             kind: CollKind::Destruct,

@@ -16,6 +16,9 @@ pub mod codes {
     pub const GROUP_INVITE_ACCEPTED: EventCode = -161;
     pub const GROUP_INVITE_DECLINED: EventCode = -162;
     pub const GROUP_INVITE_FAILED: EventCode = -163;
+    /// PMIX_GROUP_MEMBERSHIP_UPDATE: a member left; to the remaining members, after
+    /// `GROUP_LEFT`. Affected: the departed process; info `keys::GROUP_ID` and
+    /// `keys::GROUP_MEMBERSHIP` (the revised membership).
     pub const GROUP_MEMBERSHIP_UPDATE: EventCode = -164;
     pub const GROUP_CONSTRUCT_ABORT: EventCode = -165;
     pub const GROUP_CONSTRUCT_COMPLETE: EventCode = -166;
