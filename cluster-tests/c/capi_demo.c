@@ -6,9 +6,13 @@
  * every member; an event's info; the non-blocking forms of each collective; a spawn of
  * 2 copies of this program (argument "child"; blocking with 4 ranks, non-blocking
  * otherwise), which find their parent, connect with the launched job over both jobs'
- * wildcards and read its data (and it theirs). Any violation prints "FAIL rank R: …"
- * and exits 1; success prints "RESULT members=N ctx=C failed=F conn=… spawned=2"
- * (equal on every rank that stays in the group), and each child "SPAWNED …".
+ * wildcards and read its data (and it theirs); the children form process set
+ * "capi-kids" while they run (the session's sets and namespaces list it and them,
+ * until COHORT_EVENT_PROCESS_SET_DELETE); local-only groups of each node server's
+ * ranks; a fault-tolerant fence and destruct once the last rank ended. Any violation
+ * prints "FAIL rank R: …" and exits 1; success prints "RESULT members=N ctx=C
+ * failed=F conn=… spawned=2" (equal on every rank that stays in the group), and each
+ * child "SPAWNED …".
  */
 #define _POSIX_C_SOURCE 200809L
 #include <stdio.h>
@@ -187,6 +191,23 @@ static void on_left(int code, const cohort_proc_t *source, const cohort_proc_t *
 
 #define SPAWNED 2
 
+/* COHORT_EVENT_PROCESS_SET_DELETE of the children's set. */
+static volatile int kids_deleted;
+
+static void on_set_deleted(const cohort_event_t *e, void *cbdata) {
+    (void)cbdata;
+    for (size_t i = 0; i < e->ninfo; i++)
+        if (strcmp(e->info[i].key, "pmix.pset.nm") == 0 &&
+            e->info[i].value.type == COHORT_VALUE_STRING &&
+            strcmp(e->info[i].value.str, "capi-kids") == 0)
+            __atomic_store_n(&kids_deleted, 1, __ATOMIC_SEQ_CST);
+}
+
+/* Whether `list` (n strings) is exactly `a` then `b` (b NULL: only a). */
+static int listed(char **list, size_t n, const char *a, const char *b) {
+    return n == (b ? 2u : 1u) && strcmp(list[0], a) == 0 && (!b || strcmp(list[1], b) == 0);
+}
+
 /* Connects the launched job and the spawned one (each by its wildcard). */
 static void connect_jobs(cohort_client_t *c, const char *parents, const char *children,
                          char *conn_ns) {
@@ -239,10 +260,13 @@ static void spawn_children(cohort_client_t *c, const char *self) {
     cohort_proc_t parent;
     int rc = cohort_parent(c, &parent);
     CHECK(rc == COHORT_ERR_NOT_FOUND, "a launched job's parent: %s", cohort_status_name(rc));
+    int deleted[1] = {COHORT_EVENT_PROCESS_SET_DELETE};
+    uint64_t deleted_handler = 0;
+    OK(cohort_register_event_callback(c, deleted, 1, on_set_deleted, NULL, &deleted_handler));
     if (me == 0) {
         const char *args[] = {self, "child"};
         const char *env[] = {"CAPI_SPAWN_WORD=hi"};
-        cohort_spawn_app_t app = {args, 2, SPAWNED, env, 1, "/"};
+        cohort_spawn_app_t app = {args, 2, SPAWNED, env, 1, "/", "capi-kids"};
         cohort_spawn_opts_t sopts;
         memset(&sopts, 0, sizeof sopts);
         sopts.mapping = COHORT_MAP_ROUND_ROBIN;
@@ -278,6 +302,16 @@ static void spawn_children(cohort_client_t *c, const char *self) {
     cohort_value_free(&v);
     char conn_ns[COHORT_MAX_NSLEN + 1];
     connect_jobs(c, ns, child_ns, conn_ns);
+    /* While the children run: their set and namespace are the session's. */
+    char **names = NULL;
+    size_t nnames = 0;
+    OK(cohort_pset_names(c, &names, &nnames));
+    CHECK(listed(names, nnames, "evens", "capi-kids"), "%zu sets while the children run",
+          nnames);
+    cohort_strings_free(names, nnames);
+    OK(cohort_namespaces(c, &names, &nnames));
+    CHECK(listed(names, nnames, ns, child_ns), "%zu namespaces while the children run", nnames);
+    cohort_strings_free(names, nnames);
     for (uint32_t r = 0; r < SPAWNED; r++) {
         cohort_proc_t child = proc_of(child_ns, r);
         char want[32];
@@ -287,6 +321,19 @@ static void spawn_children(cohort_client_t *c, const char *self) {
         cohort_value_free(&v);
     }
     OK(cohort_disconnect(c, conn_ns, 60000));
+    /* The children end: their set is deleted (bounded wait, only against a hang). */
+    for (int i = 0; i < 30000 && !__atomic_load_n(&kids_deleted, __ATOMIC_SEQ_CST); i++) {
+        struct timespec ms = {0, 1000000};
+        nanosleep(&ms, NULL);
+    }
+    CHECK(kids_deleted, "no COHORT_EVENT_PROCESS_SET_DELETE for capi-kids");
+    OK(cohort_deregister_event_handler(c, deleted_handler));
+    OK(cohort_pset_names(c, &names, &nnames));
+    CHECK(listed(names, nnames, "evens", NULL), "%zu sets after the children", nnames);
+    cohort_strings_free(names, nnames);
+    OK(cohort_namespaces(c, &names, &nnames));
+    CHECK(listed(names, nnames, ns, NULL), "%zu namespaces after the children", nnames);
+    cohort_strings_free(names, nnames);
 }
 
 int main(int argc, char **argv) {
@@ -588,6 +635,49 @@ int main(int argc, char **argv) {
     CHECK(colours == (n >= 64 ? ~0ull : (1ull << n) - 1), "each member's colour once");
     uint64_t ctx = g.context_id;
     cohort_group_free(&g);
+
+    /* Local-only groups: each node server's ranks form one that stays there. */
+    uint32_t my_node = 0, nlocal = 0;
+    cohort_proc_t *local = calloc(n, sizeof *local);
+    for (uint32_t r = 0; r < n; r++) {
+        cohort_proc_t p = proc_of(ns, r);
+        OK(cohort_get(c, &p, "pmix.nodeid", 10000, &v));
+        CHECK(v.type == COHORT_VALUE_U32, "pmix.nodeid has type %d", v.type);
+        if (r == me)
+            my_node = v.u32;
+        cohort_value_free(&v);
+    }
+    for (uint32_t r = 0; r < n; r++) {
+        cohort_proc_t p = proc_of(ns, r);
+        OK(cohort_get(c, &p, "pmix.nodeid", 10000, &v));
+        if (v.u32 == my_node)
+            local[nlocal++] = p;
+        cohort_value_free(&v);
+    }
+    char local_id[32];
+    snprintf(local_id, sizeof local_id, "c-local-%u", my_node);
+    cohort_construct_opts_t lopts;
+    memset(&lopts, 0, sizeof lopts);
+    lopts.local_only = 1;
+    lopts.assign_context_id = 1;
+    lopts.timeout_ms = 60000;
+    OK(cohort_group_construct(c, local_id, local, nlocal, &lopts, &g));
+    CHECK(g.nmembers == nlocal && g.has_context_id, "local group: %zu members", g.nmembers);
+    cohort_group_free(&g);
+    OK(cohort_group_destruct(c, local_id, 60000));
+    if (nlocal < n && me == 0) {
+        /* A process of another node server: refused, naming it. */
+        rc = cohort_group_construct(c, "c-local-bad", all, n, &lopts, &g);
+        CHECK(rc == COHORT_ERR_BAD_REQUEST && strstr(cohort_last_error(), "local"),
+              "a local-only group over several node servers: %s", cohort_status_name(rc));
+    }
+    free(local);
+
+    /* "c-ft" of every rank: destructed with FT_COLLECTIVE after the last rank ended. */
+    memset(&opts, 0, sizeof opts);
+    opts.timeout_ms = 60000;
+    OK(cohort_group_construct(c, "c-ft", all, n, &opts, &g));
+    cohort_group_free(&g);
     free(all);
 
     /* A get addressed by group rank, no fence after the construct. */
@@ -614,6 +704,15 @@ int main(int argc, char **argv) {
     }
     CHECK(left_events == 1 && left_rank == n - 1 && strcmp(left_group, "c-all") == 0,
           "GROUP_LEFT: %d events, rank %u, group %s", left_events, left_rank, left_group);
+
+    /* The last rank finalized and exits: a fault-tolerant fence over the job completes
+     * without it once it ended, a strict one fails naming it, and a fault-tolerant
+     * destruct of "c-ft" completes without it. */
+    OK(cohort_fence_ft(c, NULL, 0, 0, 60000));
+    rc = cohort_fence(c, NULL, 0, 0, 60000);
+    CHECK(rc == COHORT_ERR_PROC_TERMINATED, "a strict fence without the last rank: %s",
+          cohort_status_name(rc));
+    OK(cohort_group_destruct_ft(c, "c-ft", 60000));
     OK(cohort_deregister_event_handler(c, handler));
     CHECK(cohort_deregister_event_handler(c, handler) == COHORT_ERR_BAD_PARAM,
           "a second deregistration is refused");

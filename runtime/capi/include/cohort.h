@@ -121,6 +121,8 @@ extern "C" {
 #define COHORT_EVENT_PROC_TERMINATED -201
 #define COHORT_EVENT_LOST_CONNECTION -61
 #define COHORT_EVENT_JOB_END -145
+#define COHORT_EVENT_PROCESS_SET_DEFINE -55 /* info "pmix.pset.nm", "pmix.pset.mems" */
+#define COHORT_EVENT_PROCESS_SET_DELETE -56 /* info "pmix.pset.nm" */
 
 typedef struct cohort_client cohort_client_t; /* opaque */
 
@@ -174,6 +176,8 @@ typedef struct {
     const cohort_info_t *group_info; /* PMIX_GROUP_INFO: this process's contribution,
                                         handed to every member with the group */
     size_t ngroup_info;
+    int local_only;          /* PMIX_GROUP_LOCAL_ONLY: every participant runs on this
+                                node server, and the group stays there */
 } cohort_construct_opts_t;
 
 /* Options of an invite (the caller is the leader). Zero-initialize. Declined and
@@ -256,6 +260,9 @@ typedef struct {
     const char *const *env;
     size_t nenv;
     const char *cwd;
+    const char *pset; /* NULL, or a process set these processes form while their job
+                         runs (PMIX_PSET_NAME); the session's processes get
+                         COHORT_EVENT_PROCESS_SET_DEFINE and _DELETE */
 } cohort_spawn_app_t;
 
 /* Options of a spawn. Zero-initialize (block-wise over every live node server). */
@@ -327,6 +334,10 @@ void cohort_value_free(cohort_value_t *value);
 /* Fence over `procs` (none: the whole job; `{group, COHORT_RANK_WILDCARD}`: a group). */
 int cohort_fence(cohort_client_t *client, const cohort_proc_t *procs, size_t nprocs,
                  int collect, int timeout_ms);
+/* The same with PMIX_GROUP_FT_COLLECTIVE: participants that terminated before taking
+ * part are excused, when every caller asks (else COHORT_ERR_PROC_TERMINATED). */
+int cohort_fence_ft(cohort_client_t *client, const cohort_proc_t *procs, size_t nprocs,
+                    int collect, int timeout_ms);
 
 int cohort_group_construct(cohort_client_t *client, const char *id, const cohort_proc_t *procs,
                            size_t nprocs, const cohort_construct_opts_t *opts,
@@ -345,6 +356,9 @@ int cohort_group_join(cohort_client_t *client, const char *id, const cohort_proc
 /* Membership and context id of a group known to this process's node server. */
 int cohort_group_query(cohort_client_t *client, const char *id, cohort_group_t *group);
 int cohort_group_destruct(cohort_client_t *client, const char *id, int timeout_ms);
+/* Destruct with PMIX_GROUP_FT_COLLECTIVE: members that terminated are excused when every
+ * caller asks. (A construct drops them with `optional`.) */
+int cohort_group_destruct_ft(cohort_client_t *client, const char *id, int timeout_ms);
 int cohort_group_leave(cohort_client_t *client, const char *id);
 
 /* Failure views (spec/mpi3-ft-validate-local-global.txt): local, and agreed by all
@@ -368,6 +382,9 @@ int cohort_deregister_event_handler(cohort_client_t *client, uint64_t id);
  * application context (PMIX_APPNUM). Release lists with cohort_strings_free and
  * cohort_procs_free. */
 int cohort_pset_names(cohort_client_t *client, char ***names, size_t *n);
+/* The namespaces of the session's running jobs, the launched one first
+ * (PMIX_QUERY_NAMESPACES); release with cohort_strings_free. */
+int cohort_namespaces(cohort_client_t *client, char ***names, size_t *n);
 int cohort_pset_members(cohort_client_t *client, const char *name, cohort_proc_t **procs,
                         size_t *n);
 int cohort_appnum(cohort_client_t *client, const cohort_proc_t *proc, uint32_t *appnum);

@@ -148,6 +148,8 @@ pub struct cohort_construct_opts_t {
     pub nadd_members: usize,
     pub group_info: *const cohort_info_t,
     pub ngroup_info: usize,
+    /// PMIX_GROUP_LOCAL_ONLY: every participant runs on this node server.
+    pub local_only: c_int,
 }
 
 #[repr(C)]
@@ -702,6 +704,28 @@ pub unsafe extern "C" fn cohort_fence(
 }
 
 /// # Safety
+/// As `cohort_fence`.
+#[no_mangle]
+pub unsafe extern "C" fn cohort_fence_ft(
+    client: *mut cohort_client,
+    procs: *const cohort_proc_t,
+    nprocs: usize,
+    collect: c_int,
+    timeout_ms: c_int,
+) -> c_int {
+    status(|| {
+        let c = handle(client)?;
+        let procs = procs_in(procs, nprocs)?;
+        let opts = FenceOpts {
+            collect: collect != 0,
+            timeout_ms: crate::timeout_ms(timeout_ms),
+            ft_collective: true,
+        };
+        c.client.fence(&procs, opts).map_err(fail)
+    })
+}
+
+/// # Safety
 /// `client` is a live handle; `id` a string; `procs` points to `nprocs` processes;
 /// `opts` is NULL or options; `group` writable.
 #[no_mangle]
@@ -741,6 +765,7 @@ unsafe fn construct_opts(opts: *const cohort_construct_opts_t) -> Result<Constru
         bootstrap: (o.bootstrap > 0).then_some(o.bootstrap),
         add_members: procs_in(o.add_members, o.nadd_members)?,
         group_info: info_in(o.group_info, o.ngroup_info)?,
+        local_only: o.local_only != 0,
         ..Default::default()
     })
 }
@@ -902,6 +927,33 @@ pub unsafe extern "C" fn cohort_pset_names(
             return Err(bad_param("an address for the result is NULL"));
         }
         let v = c.client.pset_names().map_err(fail)?;
+        let (p, len) = strings_out(&v);
+        names.write(p);
+        n.write(len);
+        Ok(())
+    })
+}
+
+/// # Safety
+/// `client` is a live handle; `names` and `n` writable.
+#[no_mangle]
+pub unsafe extern "C" fn cohort_namespaces(
+    client: *mut cohort_client,
+    names: *mut *mut *mut c_char,
+    n: *mut usize,
+) -> c_int {
+    status(|| {
+        let c = handle(client)?;
+        if names.is_null() || n.is_null() {
+            return Err(bad_param("an address for the result is NULL"));
+        }
+        let v: Vec<String> = c
+            .client
+            .namespaces()
+            .map_err(fail)?
+            .iter()
+            .map(|ns| ns.to_string())
+            .collect();
         let (p, len) = strings_out(&v);
         names.write(p);
         n.write(len);
@@ -1419,6 +1471,23 @@ pub unsafe extern "C" fn cohort_group_destruct(
 /// # Safety
 /// `client` is a live handle; `id` a string.
 #[no_mangle]
+pub unsafe extern "C" fn cohort_group_destruct_ft(
+    client: *mut cohort_client,
+    id: *const c_char,
+    timeout_ms: c_int,
+) -> c_int {
+    status(|| {
+        let c = handle(client)?;
+        let id = text(id, "the group id")?;
+        c.client
+            .group_destruct_tolerant(id, timeout(timeout_ms))
+            .map_err(fail)
+    })
+}
+
+/// # Safety
+/// `client` is a live handle; `id` a string.
+#[no_mangle]
 pub unsafe extern "C" fn cohort_group_leave(
     client: *mut cohort_client,
     id: *const c_char,
@@ -1665,6 +1734,8 @@ mod tests {
             ("PROC_TERMINATED", codes::PROC_TERMINATED),
             ("LOST_CONNECTION", codes::LOST_CONNECTION),
             ("JOB_END", codes::JOB_END),
+            ("PROCESS_SET_DEFINE", codes::PROCESS_SET_DEFINE),
+            ("PROCESS_SET_DELETE", codes::PROCESS_SET_DELETE),
         ];
         for (name, value) in events {
             let name = format!("COHORT_EVENT_{name}");

@@ -23,6 +23,9 @@ pub struct cohort_spawn_app_t {
     pub nenv: usize,
     /// NULL: the node server's working directory.
     pub cwd: *const c_char,
+    /// NULL, or a process set these processes form while their job runs
+    /// (PMIX_PSET_NAME).
+    pub pset: *const c_char,
 }
 
 /// Where a spawn's processes go (zero-initialized: block-wise over every node server).
@@ -81,7 +84,11 @@ unsafe fn app_in(app: &cohort_spawn_app_t) -> Result<SpawnApp, c_int> {
         } else {
             Some(text(app.cwd, "the working directory")?.to_string())
         },
-        pset: None,
+        pset: if app.pset.is_null() {
+            None
+        } else {
+            Some(text(app.pset, "the process set name")?.to_string())
+        },
     })
 }
 
