@@ -90,8 +90,8 @@ fn segment_len(ranks: u32) -> usize {
 pub enum FenceFailure {
     /// These ranks terminated before arriving.
     Terminated(Vec<u32>),
-    /// The deadline passed first (this rank's arrival stays counted, as a
-    /// contribution in flight would at a node server). Later fences are abandoned.
+    /// The fence timed out, at this rank's deadline or another's: it failed for every
+    /// rank, and later fences are abandoned.
     TimedOut,
     /// A fence before this one timed out: this fence and every later one must meet
     /// elsewhere (at the node server). Nothing was counted.
