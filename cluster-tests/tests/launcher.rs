@@ -1069,3 +1069,52 @@ fn endless_stdin_does_not_hold_a_job_that_ignores_it() {
     assert_eq!(out.status.code(), Some(1), "{err}");
     assert!(err.contains("--stdin 2: the job has 2 rank(s)"), "{err}");
 }
+
+/// `--wdir` (mpirun's `--wdir`/`--wd`): ranks start in the given directory, relative
+/// to where `cohort run` runs; an app context's own `--wdir` wins over the global one;
+/// a directory that does not exist stops its ranks from starting, named.
+#[test]
+fn ranks_start_in_the_working_directory_asked_for() {
+    let s = scratch("wdir");
+    std::fs::create_dir_all(s.files.join("sub")).unwrap();
+    let files = s.files.canonicalize().unwrap();
+    let pwd = ["sh", "-c", "pwd -P"];
+    let mut cmd = s.cohort(&["run", "--nodes", "2", "-n", "2", "--wdir", "sub"]);
+    cmd.args(pwd).current_dir(&files);
+    let out = CohortRun::spawn(cmd).wait(DEADLINE);
+    assert_eq!(code(&out), Some(0), "{}", describe(&out));
+    let sub = format!("{}\n", files.join("sub").display());
+    assert_eq!(text(&out.stdout), sub.repeat(2), "{}", describe(&out));
+    // MPMD: the first app context takes the global --wdir, the second its own.
+    let mut cmd = s.cohort(&["run", "--nodes", "2", "--wd", "/", "-n", "1"]);
+    cmd.args(pwd)
+        .args([":", "-n", "1", "--wdir", "sub"])
+        .args(pwd);
+    cmd.current_dir(&files);
+    let out = CohortRun::spawn(cmd).wait(DEADLINE);
+    assert_eq!(code(&out), Some(0), "{}", describe(&out));
+    let mut lines: Vec<String> = text(&out.stdout).lines().map(String::from).collect();
+    lines.sort();
+    assert_eq!(
+        lines,
+        ["/".to_string(), sub.trim_end().to_string()],
+        "{}",
+        describe(&out)
+    );
+    // A directory that is not there.
+    let out = s.run(&[
+        "run",
+        "-n",
+        "1",
+        "--wdir",
+        "/nonexistent/cohort-wdir",
+        "true",
+    ]);
+    assert_eq!(code(&out), Some(127), "{}", describe(&out));
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("cannot start rank 0") && err.contains("/nonexistent/cohort-wdir"),
+        "{err}"
+    );
+    s.assert_job_dir_removed();
+}

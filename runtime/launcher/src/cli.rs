@@ -63,7 +63,8 @@ a missing cohortd fails the job with what ssh said, naming the host.
 MPMD: several programs form one job when their app contexts are separated by a
 standalone ':' argument, as with mpirun/prterun. Global options (--nodes, --map-by,
 --bind-to, --tag-output, --timeout, ...) come before the first app context's program;
-every app context has its own -n, and may have --pset NAME and -x VAR[=VAL]:
+every app context has its own -n, and may have --pset NAME, -x VAR[=VAL] and
+--wdir DIR:
 
   cohort run [GLOBAL OPTIONS] -n N1 [APP OPTIONS] PROG1 [ARGS] : -n N2 [APP OPTIONS] PROG2 [ARGS] ...
 
@@ -71,7 +72,8 @@ Ranks are numbered consecutively across app contexts (the first app's ranks come
 first), and the mapping and binding policies apply to the whole list of ranks. Each
 rank learns its app context as PMIX_APPNUM (COHORT_APPNUM; counted from 0). -x given
 before the first program applies to every rank; -x in a later app context to its
-ranks only. A ':' is always a separator, never an argument of a program.
+ranks only. --wdir before the first program is the directory of every app context
+that gives none. A ':' is always a separator, never an argument of a program.
 
 Process sets (psets): --pset NAME in an app context labels that app's ranks;
 --pset NAME=RANKLIST among the global options defines a set over any ranks of the
@@ -448,6 +450,16 @@ pub struct RunArgs {
     )]
     pub pset: Vec<String>,
 
+    /// Start the ranks in DIR (relative: to where cohort runs); among the global
+    /// options, for every app context that gives none (default: cohort's directory)
+    #[arg(
+        long = "wdir",
+        visible_alias = "wd",
+        value_name = "DIR",
+        help_heading = "Application context options"
+    )]
+    pub wdir: Option<PathBuf>,
+
     /// The program the ranks of the (first) app context run, then its arguments
     /// (everything after PROGRAM up to a standalone `:` is passed to it untouched)
     #[arg(
@@ -491,6 +503,10 @@ pub struct AppContext {
     #[arg(short = 'x', value_name = "VAR[=VAL]", action = clap::ArgAction::Append)]
     pub export: Vec<String>,
 
+    /// Start this app context's ranks in DIR (over the global --wdir)
+    #[arg(long = "wdir", visible_alias = "wd", value_name = "DIR")]
+    pub wdir: Option<PathBuf>,
+
     /// The program this app context's ranks run, then its arguments
     #[arg(
         value_names = ["PROGRAM", "ARGS"],
@@ -509,6 +525,8 @@ pub struct PlannedApp {
     pub command: Vec<OsString>,
     /// `-x` specs for this app's ranks only (the first app's `-x` are the job's).
     pub export: Vec<String>,
+    /// Where its ranks start (absolute), if not in cohort's directory (`--wdir`).
+    pub wdir: Option<PathBuf>,
 }
 
 /// The job the command line asks for: its application contexts in order (ranks
@@ -540,10 +558,22 @@ impl RunArgs {
     /// (at most `u32::MAX - 1` ranks), set names are valid and given once, rank lists
     /// name ranks of the job, and `NAME=RANKLIST` sets are among the global options.
     pub fn plan(&self) -> Result<JobPlan, String> {
+        let wdir = |dir: Option<&PathBuf>| -> Result<Option<PathBuf>, String> {
+            let Some(dir) = dir.or(self.wdir.as_ref()) else {
+                return Ok(None);
+            };
+            if dir.as_os_str().is_empty() {
+                return Err("--wdir: the directory is empty".into());
+            }
+            let here =
+                std::env::current_dir().map_err(|e| format!("--wdir {}: {e}", dir.display()))?;
+            Ok(Some(here.join(dir)))
+        };
         let mut apps = vec![PlannedApp {
             np: self.np,
             command: self.command.clone(),
             export: Vec::new(),
+            wdir: wdir(None)?,
         }];
         // Every --pset in command-line order, with the app context a plain NAME labels
         // (`None`: NAME=RANKLIST, a set over ranks of the whole job).
@@ -557,6 +587,7 @@ impl RunArgs {
                 np: app.np,
                 command: app.command.clone(),
                 export: app.export.clone(),
+                wdir: wdir(app.wdir.as_ref())?,
             });
             for s in &app.pset {
                 if s.contains('=') {

@@ -462,6 +462,8 @@ pub struct DaemonLaunch<'a> {
     pub apps: &'a [(u32, usize)],
     /// `VAR=VAL` for one application context's ranks: (app, VAR, VAL), resolved.
     pub app_exports: &'a [(u32, String, OsString)],
+    /// Where one application context's ranks start: (app, absolute directory).
+    pub app_wdirs: &'a [(u32, PathBuf)],
     /// The job's process sets.
     pub psets: &'a [Pset],
     /// The program and arguments of every application context, one after another.
@@ -597,6 +599,11 @@ impl DaemonLaunch<'_> {
         for (app, var, val) in self.app_exports {
             let mut kv = OsString::from(format!("--app-export={app}:{var}="));
             kv.push(val);
+            a.push(kv);
+        }
+        for (app, dir) in self.app_wdirs {
+            let mut kv = OsString::from(format!("--app-wdir={app}:"));
+            kv.push(dir);
             a.push(kv);
         }
         for set in self.psets {
@@ -1054,6 +1061,7 @@ mod tests {
             pmix_libdir: None,
             apps: &[],
             app_exports: &[],
+            app_wdirs: &[],
             psets: &[],
             command,
             slurm_addrs: None,
@@ -1211,14 +1219,15 @@ mod tests {
             bind_to: Some(BindTo::None),
             apps: &[(2, 2), (3, 1)],
             app_exports: &app_exports,
+            app_wdirs: &[(1, PathBuf::from("/tmp/ice dir"))],
             psets: &psets,
             ..launch(&cmd)
         };
         let joined = arg_text(&l);
         assert!(
             joined.ends_with(
-                "--app=2:2 --app=3:1 --app-export=1:ICE=-cold --pset=ocean=0-1 \
-                 --pset=-odd name=1,3-4 -- ./ocean -v ./ice"
+                "--app=2:2 --app=3:1 --app-export=1:ICE=-cold --app-wdir=1:/tmp/ice dir \
+                 --pset=ocean=0-1 --pset=-odd name=1,3-4 -- ./ocean -v ./ice"
             ),
             "{joined}"
         );

@@ -209,6 +209,8 @@ struct AppLayout {
     layout: Vec<(u32, usize)>,
     /// `-x` variables of the apps after the first, resolved: (app, VAR, VAL).
     exports: Vec<(u32, String, OsString)>,
+    /// `--wdir` of each app that has one: (app, absolute directory).
+    wdirs: Vec<(u32, PathBuf)>,
 }
 
 impl AppLayout {
@@ -222,10 +224,17 @@ impl AppLayout {
             1 => Vec::new(),
             _ => plan.apps.iter().map(|a| (a.np, a.command.len())).collect(),
         };
+        let wdirs = plan
+            .apps
+            .iter()
+            .enumerate()
+            .filter_map(|(k, a)| Some((k as u32, a.wdir.clone()?)))
+            .collect();
         Ok(AppLayout {
             command: plan.apps.iter().flat_map(|a| a.command.clone()).collect(),
             layout,
             exports,
+            wdirs,
         })
     }
 }
@@ -615,6 +624,7 @@ impl Launcher {
             pmix_libdir: self.pmix_libdir.as_deref(),
             apps: &self.apps.layout,
             app_exports: &self.apps.exports,
+            app_wdirs: &self.apps.wdirs,
             psets: &job.psets,
             command: &self.apps.command,
             slurm_addrs: None,

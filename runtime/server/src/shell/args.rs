@@ -175,6 +175,15 @@ pub struct DaemonArgs {
     )]
     pub app_exports: Vec<(u32, OsString, OsString)>,
 
+    /// Start application context K's ranks in DIR (repeatable)
+    #[arg(
+        long = "app-wdir",
+        value_name = "K:DIR",
+        value_parser = parse_app_wdir,
+        action = clap::ArgAction::Append
+    )]
+    pub app_wdirs: Vec<(u32, PathBuf)>,
+
     /// Process set NAME over the ranks of RANKLIST, e.g. ocean=0-3 or evens=0,2,4
     /// (repeatable; every node server of the job must get the same, in the same order)
     #[arg(
@@ -317,7 +326,8 @@ pub struct AppCommand {
     pub command: Vec<OsString>,
     /// `VAR=VAL` for this app's ranks only (after the job's `-x` ones).
     pub exports: Vec<(OsString, OsString)>,
-    /// Where they run (a spawn's PMIX_WDIR); `None`: where cohortd runs.
+    /// Where they run (`cohort run --wdir`, a spawn's PMIX_WDIR); `None`: where
+    /// cohortd runs.
     pub cwd: Option<PathBuf>,
 }
 
@@ -341,6 +351,18 @@ fn parse_app_export(s: &str) -> Result<(u32, OsString, OsString), String> {
         .map_err(|_| format!("expected K:VAR=VAL with K an app number, got {s:?}"))?;
     let (k, v) = parse_export(kv)?;
     Ok((app, k, v))
+}
+
+/// `K:DIR`.
+fn parse_app_wdir(s: &str) -> Result<(u32, PathBuf), String> {
+    let (app, dir) = s
+        .split_once(':')
+        .filter(|(_, dir)| !dir.is_empty())
+        .ok_or_else(|| format!("expected K:DIR, got {s:?}"))?;
+    let app = app
+        .parse::<u32>()
+        .map_err(|_| format!("expected K:DIR with K an app number, got {s:?}"))?;
+    Ok((app, PathBuf::from(dir)))
 }
 
 /// `NAME=RANKLIST` (the rank list has no `=`, the name may).
@@ -490,6 +512,13 @@ impl DaemonArgs {
                 format!("--app-export: application context {app} is not one of the {n}")
             })?;
             target.exports.push((k.clone(), v.clone()));
+        }
+        for (app, dir) in &self.app_wdirs {
+            let n = apps.len();
+            let target = apps.get_mut(*app as usize).ok_or_else(|| {
+                format!("--app-wdir: application context {app} is not one of the {n}")
+            })?;
+            target.cwd = Some(dir.clone());
         }
         Ok(apps)
     }
@@ -843,6 +872,7 @@ mod tests {
             "3:1",
             "--app-export",
             "1:ICE=yes=really",
+            "--app-wdir=1:/tmp/a:b",
             "--pset",
             "ocean=0-1",
             "--pset",
@@ -863,6 +893,8 @@ mod tests {
         assert!(apps[0].exports.is_empty());
         assert_eq!(apps[1].command, ["./ice"]);
         assert_eq!(apps[1].exports, [("ICE".into(), "yes=really".into())]);
+        assert_eq!(apps[0].cwd, None);
+        assert_eq!(apps[1].cwd, Some(PathBuf::from("/tmp/a:b")));
         let job = a.job().unwrap();
         assert_eq!(job.app_sizes, [2, 3]);
         assert_eq!(job.pset_names(), ["ocean", "ice", "evens", "-odd name"]);
@@ -888,6 +920,14 @@ mod tests {
         assert!(e.contains("3 word(s)"), "{e}");
         let e = err(&["--app", "5:1", "--app-export", "1:A=1", "--", "a"]);
         assert!(e.contains("application context 1"), "{e}");
+        let e = err(&["--app", "5:1", "--app-wdir", "1:/tmp", "--", "a"]);
+        assert!(e.contains("application context 1"), "{e}");
+        for bad in ["1:", "x:/tmp", "/tmp"] {
+            assert!(
+                err(&["--app-wdir", bad, "--", "a"]).contains("K:DIR"),
+                "{bad}"
+            );
+        }
         for bad in ["0:1", "1:0", "x", "1"] {
             assert!(err(&["--app", bad, "--", "a"]).contains("NP:ARGC"), "{bad}");
         }

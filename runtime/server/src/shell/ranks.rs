@@ -424,7 +424,15 @@ impl Ranks {
 
     fn launch(&mut self, job: u32, rank: Rank, stdout: &OutputSink, stderr: &OutputSink) {
         let template = &self.templates[job as usize];
-        let mut child = match template.command(rank).spawn() {
+        // Said apart: spawn's error for a missing directory would name the program.
+        let started = match &template.app(rank).1.cwd {
+            Some(dir) if !dir.is_dir() => Err(std::io::Error::new(
+                std::io::ErrorKind::NotFound,
+                format!("its working directory {} is not a directory", dir.display()),
+            )),
+            _ => template.command(rank).spawn(),
+        };
+        let mut child = match started {
             Ok(child) => child,
             Err(e) => {
                 let bound = match template.binding(rank) {
