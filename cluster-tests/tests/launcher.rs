@@ -1118,3 +1118,51 @@ fn ranks_start_in_the_working_directory_asked_for() {
     );
     s.assert_job_dir_removed();
 }
+
+/// `--output-filename DIR` (mpirun's): each rank's stdout and stderr go to
+/// DIR/1/rank.N/stdout and stderr, written by its node server, and not to the
+/// terminal; a relative DIR is taken from where `cohort run` runs.
+#[test]
+fn output_filename_writes_each_ranks_output_to_its_files() {
+    let s = scratch("outfile");
+    let files = s.files.canonicalize().unwrap();
+    let mut cmd = s.cohort(&["run", "--nodes", "2", "-n", "3", "--output-filename", "out"]);
+    cmd.args([
+        "sh",
+        "-c",
+        "echo \"out $COHORT_RANK\"; echo \"err $COHORT_RANK\" >&2",
+    ]);
+    cmd.current_dir(&files);
+    let out = CohortRun::spawn(cmd).wait(DEADLINE);
+    assert_eq!(code(&out), Some(0), "{}", describe(&out));
+    assert!(
+        !text(&out.stdout).contains("out ") && !text(&out.stderr).contains("err "),
+        "ranks' output reached the terminal: {}",
+        describe(&out)
+    );
+    for rank in 0..3 {
+        let dir = files.join("out").join("1").join(format!("rank.{rank}"));
+        let read = |name: &str| std::fs::read_to_string(dir.join(name)).unwrap_or_default();
+        assert_eq!(read("stdout"), format!("out {rank}\n"), "rank {rank}");
+        assert_eq!(read("stderr"), format!("err {rank}\n"), "rank {rank}");
+    }
+    // A directory that cannot be made: the ranks do not start, and it is named.
+    let blocked = files.join("a-file");
+    std::fs::write(&blocked, b"x").unwrap();
+    let dir = blocked.join("out");
+    let out = s.run(&[
+        "run",
+        "-n",
+        "1",
+        "--output-filename",
+        dir.to_str().unwrap(),
+        "true",
+    ]);
+    assert_eq!(code(&out), Some(127), "{}", describe(&out));
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("cannot start rank 0") && err.contains("output directory"),
+        "{err}"
+    );
+    s.assert_job_dir_removed();
+}

@@ -318,6 +318,13 @@ pub struct RunArgs {
     )]
     pub tag_output: bool,
 
+    /// Write each rank's stdout and stderr to DIR/1/rank.N/stdout and stderr (spawned
+    /// jobs: DIR/2, DIR/3, ...) instead of this terminal, as mpirun's
+    /// --output-filename; each node server writes its ranks' files on its host
+    /// (relative: to where cohort runs)
+    #[arg(long, value_name = "DIR", help_heading = "Output options")]
+    pub output_filename: Option<PathBuf>,
+
     /// Report each rank's binding on stderr as its node server starts it (and each
     /// spawned process's), as mpirun's --report-bindings: the cores and CPUs, and a
     /// map of the host with B for the CPUs bound to

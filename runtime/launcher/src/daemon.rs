@@ -435,6 +435,8 @@ pub struct DaemonLaunch<'a> {
     /// This node server's first placement slot on its host (see `topo::plan_job`).
     pub first_slot: u32,
     pub tag_output: bool,
+    /// `--output-filename`, absolute.
+    pub output_dir: Option<&'a Path>,
     /// `--report-bindings`.
     pub report_bindings: bool,
     /// Which ranks take the launcher's stdin (`--stdin`; none: every rank reads
@@ -542,6 +544,10 @@ impl DaemonLaunch<'_> {
         }
         if self.tag_output {
             a.push("--tag-output".into());
+        }
+        if let Some(dir) = self.output_dir {
+            a.push("--output-dir".into());
+            a.push(dir.as_os_str().to_owned());
         }
         if self.report_bindings {
             a.push("--report-bindings".into());
@@ -1048,6 +1054,7 @@ mod tests {
             bind_to: None,
             first_slot: 0,
             tag_output: false,
+            output_dir: None,
             report_bindings: false,
             stdin: Default::default(),
             topology: None,

@@ -322,7 +322,12 @@ struct Launcher {
 }
 
 impl Launcher {
-    async fn prepare(args: RunArgs) -> Result<Launcher, String> {
+    async fn prepare(mut args: RunArgs) -> Result<Launcher, String> {
+        if let Some(dir) = args.output_filename.take() {
+            let here = std::env::current_dir()
+                .map_err(|e| format!("--output-filename {}: {e}", dir.display()))?;
+            args.output_filename = Some(here.join(dir));
+        }
         let srun = slurm::find_srun(std::env::var_os("PATH").as_deref());
         let hosts_given = !args.host.is_empty() || args.hostfile.is_some();
         let launch = ssh::choose(
@@ -611,6 +616,7 @@ impl Launcher {
             bind_to: self.args.bind_to,
             first_slot: 0,
             tag_output: self.args.tag_output,
+            output_dir: self.args.output_filename.as_deref(),
             report_bindings: self.args.report_bindings,
             stdin: self.stdin_target,
             topology: self.topology.as_deref(),

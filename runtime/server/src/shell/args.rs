@@ -90,6 +90,12 @@ pub struct DaemonArgs {
     )]
     pub tag_output: bool,
 
+    /// Write each rank's stdout and stderr to DIR/<job>/rank.<rank>/stdout and stderr
+    /// (job 1: the launched one, k + 1: the session's k-th spawned job) instead of
+    /// forwarding them (the launcher's --output-filename; an absolute path)
+    #[arg(long, value_name = "DIR")]
+    pub output_dir: Option<PathBuf>,
+
     /// Report each local rank's binding on stderr as it is planned (the launcher's
     /// --report-bindings)
     #[arg(long)]

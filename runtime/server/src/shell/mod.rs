@@ -343,6 +343,7 @@ async fn run(
         server_uri: svc.socket_path(),
         token_hex,
         tag_output: args.tag_output,
+        output_dir: args.output_dir.clone(),
         stdin: args.stdin,
     };
     let nspace = template.job.nspace.to_string();

@@ -4,6 +4,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::ffi::OsString;
+use std::fs::File;
 use std::path::PathBuf;
 use std::process::Stdio;
 use std::time::Duration;
@@ -58,6 +59,8 @@ pub struct RankTemplate {
     pub server_uri: PathBuf,
     pub token_hex: String,
     pub tag_output: bool,
+    /// `--output-filename`: where each rank's output files go instead of forwarding.
+    pub output_dir: Option<PathBuf>,
     /// Which ranks take the launcher's stdin (a pipe fed by `LauncherMsg::Stdin`);
     /// the others read /dev/null.
     pub stdin: StdinTarget,
@@ -68,6 +71,28 @@ pub struct RankTemplate {
 }
 
 impl RankTemplate {
+    /// With `--output-filename`: rank `rank` of job `job`'s stdout and stderr files,
+    /// created (truncated) under `DIR/<job + 1>/rank.<rank>/`, as Open MPI lays them
+    /// out.
+    fn output_files(&self, job: u32, rank: Rank) -> std::io::Result<Option<(File, File)>> {
+        let Some(root) = &self.output_dir else {
+            return Ok(None);
+        };
+        let dir = root
+            .join((u64::from(job) + 1).to_string())
+            .join(format!("rank.{rank}"));
+        let open = |name: &str| -> std::io::Result<File> {
+            let path = dir.join(name);
+            File::create(&path).map_err(|e| {
+                std::io::Error::new(e.kind(), format!("output file {}: {e}", path.display()))
+            })
+        };
+        std::fs::create_dir_all(&dir).map_err(|e| {
+            std::io::Error::new(e.kind(), format!("output directory {}: {e}", dir.display()))
+        })?;
+        Ok(Some((open("stdout")?, open("stderr")?)))
+    }
+
     /// The template of a job spawned in the session: `job`'s processes run `apps`,
     /// with the session's `-x` variables, then `env` (the launcher's), then an app's
     /// own ones; unbound (until given bindings), reading /dev/null.
@@ -430,7 +455,13 @@ impl Ranks {
                 std::io::ErrorKind::NotFound,
                 format!("its working directory {} is not a directory", dir.display()),
             )),
-            _ => template.command(rank).spawn(),
+            _ => template.output_files(job, rank).and_then(|files| {
+                let mut cmd = template.command(rank);
+                if let Some((out, err)) = files {
+                    cmd.stdout(out).stderr(err);
+                }
+                cmd.spawn()
+            }),
         };
         let mut child = match started {
             Ok(child) => child,
