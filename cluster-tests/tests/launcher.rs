@@ -645,9 +645,10 @@ fn command_line_help_version_and_errors() {
         assert!(help.contains(part), "help lacks {part}: {help}");
     }
 
-    let out = run_cohort(["run", "true"], DEADLINE);
+    // Without -n in an MPMD job's first app context: a usage error naming -n.
+    let out = run_cohort(["run", "true", ":", "-n", "1", "true"], DEADLINE);
     assert_eq!(code(&out), Some(2), "{}", describe(&out));
-    assert!(text(&out.stderr).contains("--np"), "{}", describe(&out));
+    assert!(text(&out.stderr).contains("-n"), "{}", describe(&out));
 
     let out = run_cohort(["run", "-n", "1", "-x", "COHORT_RANK=4", "true"], DEADLINE);
     assert_eq!(code(&out), Some(1), "{}", describe(&out));
@@ -1165,4 +1166,34 @@ fn output_filename_writes_each_ranks_output_to_its_files() {
         "{err}"
     );
     s.assert_job_dir_removed();
+}
+
+/// Without `-n`, as mpirun: as many ranks as this host has cores (`cohort topo`'s
+/// count) when every node server runs here.
+#[test]
+fn without_np_a_rank_runs_on_every_core() {
+    let topo = run_cohort(["topo"], DEADLINE);
+    let cores: usize = text(&topo.stdout)
+        .split(" core(s)")
+        .next()
+        .and_then(|s| s.rsplit(' ').next()?.parse().ok())
+        .unwrap_or_else(|| panic!("no core count in:\n{}", text(&topo.stdout)));
+    let out = run_cohort(
+        [
+            "run",
+            "--nodes",
+            "2",
+            "sh",
+            "-c",
+            "echo \"$COHORT_RANK of $COHORT_SIZE\"",
+        ],
+        DEADLINE,
+    );
+    assert_eq!(code(&out), Some(0), "{}", describe(&out));
+    let mut lines: Vec<String> = text(&out.stdout).lines().map(String::from).collect();
+    lines.sort();
+    let want: Vec<String> = (0..cores).map(|r| format!("{r} of {cores}")).collect();
+    let mut want_sorted = want.clone();
+    want_sorted.sort();
+    assert_eq!(lines, want_sorted, "{}", describe(&out));
 }

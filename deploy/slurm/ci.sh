@@ -177,6 +177,17 @@ else
 fi
 nothing_left spawn
 
+echo "### 1c. salloc -N 3 -n 5 cohort run testprog construct: without -n, the allocation's tasks"
+# As mpirun: cohort run without -n starts SLURM_NTASKS ranks.
+alloc 3 -n 5 "$cohort" run "$testprog" construct
+results=$(grep -c '^RESULT members=0,1,2,3,4 ctx=' "$work/out")
+if [[ $rc == 0 && $results == 5 ]]; then
+    pass "without -n: 5 ranks, the allocation's task count"
+else
+    fail "without -n: status $rc, $results RESULT lines" "$work/both"
+fi
+nothing_left default-np
+
 echo "### 2. the same construct with a switch map (--topology: n1 on one leaf switch, n2-n3 on another)"
 # Every node server must build the same trees, so each must know every node's name.
 printf 'SwitchName=s0 Nodes=n1\nSwitchName=s1 Nodes=n[2-3]\nSwitchName=top Switches=s[0-1]\n' \

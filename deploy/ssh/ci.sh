@@ -382,6 +382,21 @@ else
     fail "hostfile block: status $rc, got: $got" "$work/both"
 fi
 nothing_left hostfile
+# Without -n, as mpirun: one rank per slot.
+run --hostfile "$work/hostfile" --launch-agent "$agent" "$work/where.sh"
+got=$(sed -n 's/^WHERE \(rank=[0-9]*\) node=\([^ ]*\) .*/\1@\2/p' "$work/out" | sort | tr '\n' ' ')
+if [[ $rc == 0 && $got == "rank=0@$net.1 rank=1@$net.2 rank=2@$net.2 rank=3@$net.2 rank=4@$net.3 rank=5@$net.3 " ]]; then
+    pass "without -n: one rank per slot (6)"
+else
+    fail "hostfile without -n: status $rc, got: $got" "$work/both"
+fi
+nothing_left hostfile-default-np
+run --host "$hosts" --launch-agent "$agent" "$work/where.sh"
+if [[ $rc == 1 ]] && grep -q 'has no slots: give -n N' "$work/err"; then
+    pass "without -n and without slots: refused, naming the host"
+else
+    fail "no -n, no slots: status $rc" "$work/both"
+fi
 run --hostfile "$work/hostfile" --launch-agent "$agent" --map-by node -n 6 "$work/where.sh"
 got=$(sed -n 's/^WHERE \(rank=[0-9]*\) node=\([^ ]*\) .*/\1@\2/p' "$work/out" | sort | tr '\n' ' ')
 if [[ $rc == 0 && $got == "rank=0@$net.1 rank=1@$net.2 rank=2@$net.3 rank=3@$net.2 rank=4@$net.3 rank=5@$net.2 " ]]; then

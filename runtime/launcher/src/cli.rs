@@ -171,7 +171,7 @@ pub enum Command {
     #[command(
         about = "Launch a parallel job of N ranks under cohort node servers (like mpirun)",
         long_about = RUN_LONG_ABOUT,
-        override_usage = "cohort run [OPTIONS] -n <N> <PROGRAM> [ARGS]...\n       \
+        override_usage = "cohort run [OPTIONS] [-n <N>] <PROGRAM> [ARGS]...\n       \
             cohort run [OPTIONS] -n <N> [--pset NAME] [-x VAR[=VAL]] <PROGRAM> [ARGS]... \
             : -n <N> [--pset NAME] [-x VAR[=VAL]] <PROGRAM> [ARGS]... [: ...]",
         after_help = RUN_EXAMPLES
@@ -205,7 +205,9 @@ pub struct TopoArgs {
 #[derive(Clone, Debug, Args)]
 pub struct RunArgs {
     /// Number of ranks to start (also --np; mpirun's -np is accepted too); with
-    /// several app contexts, of the first one (each one after a ':' has its own -n)
+    /// several app contexts, of the first one (each one after a ':' has its own -n).
+    /// Without it, as mpirun: the allocation's tasks under Slurm, the hosts' slots
+    /// over ssh, this host's cores otherwise
     #[arg(
         short = 'n',
         long = "np",
@@ -213,7 +215,7 @@ pub struct RunArgs {
         help_heading = "Application context options",
         value_parser = clap::value_parser!(u32).range(1..)
     )]
-    pub np: u32,
+    pub np: Option<u32>,
 
     /// Number of node servers (cohortd) to start; ranks are mapped block-wise unless
     /// --map-by node [default: 1; under Slurm, one per node of the allocation]
@@ -576,8 +578,16 @@ impl RunArgs {
                 std::env::current_dir().map_err(|e| format!("--wdir {}: {e}", dir.display()))?;
             Ok(Some(here.join(dir)))
         };
+        let Some(np) = self.np else {
+            return Err(match self.more_apps.is_empty() {
+                true => "-n: how many ranks to start is not known; give -n N".into(),
+                false => "-n: every app context gives its number of ranks (-n N); the \
+                          first one has none"
+                    .into(),
+            });
+        };
         let mut apps = vec![PlannedApp {
-            np: self.np,
+            np,
             command: self.command.clone(),
             export: Vec::new(),
             wdir: wdir(None)?,
@@ -778,7 +788,11 @@ pub fn parse_cli(args: impl IntoIterator<Item = OsString>) -> Result<Cli, clap::
         })?;
         run.more_apps.push(app);
     }
-    run.plan().map_err(usage_error)?;
+    // Without -n (one app context), the rank count comes from where the job runs: the
+    // launcher checks the plan once it knows it.
+    if run.np.is_some() || !run.more_apps.is_empty() {
+        run.plan().map_err(usage_error)?;
+    }
     Ok(cli)
 }
 
@@ -897,7 +911,7 @@ mod tests {
             "cohort", "run", "--nodes", "3", "-n", "2", "-x", "A=1", "./a", ":", "-n", "1", "b",
         ])
         .unwrap();
-        assert_eq!((r.nodes, r.np), (Some(3), 2));
+        assert_eq!((r.nodes, r.np), (Some(3), Some(2)));
         assert_eq!(r.export, ["A=1"]);
     }
 
@@ -1010,7 +1024,7 @@ mod tests {
             "--help",
         ])
         .unwrap();
-        assert_eq!(r.np, 3);
+        assert_eq!(r.np, Some(3));
         assert!(r.tag_output);
         assert_eq!(r.command, ["sh", "-c", "echo -n --np 2", "--help"]);
     }
@@ -1043,7 +1057,7 @@ mod tests {
         assert_eq!(r.launcher, LauncherKind::Slurm);
         assert_eq!(r.control_addr, Some("10.0.0.1".parse().unwrap()));
         assert_eq!(r.node_addrs.len(), 2);
-        assert_eq!((r.np, r.command.len()), (4, 1));
+        assert_eq!((r.np, r.command.len()), (Some(4), 1));
         let r = parse(&["cohort", "run", "--launcher", "local", "-n", "1", "p"]).unwrap();
         assert_eq!(r.launcher, LauncherKind::Local);
         let r = parse(&["cohort", "run", "--launcher", "ssh", "-n", "1", "p"]).unwrap();
@@ -1071,7 +1085,7 @@ mod tests {
         assert_eq!(r.hostfile, Some(PathBuf::from("hf")));
         assert_eq!(r.launch_agent.as_deref(), Some("ssh -F x"));
         assert_eq!(r.prefix, Some(PathBuf::from("/opt/c")));
-        assert_eq!((r.np, r.command.len()), (4, 2));
+        assert_eq!((r.np, r.command.len()), (Some(4), 2));
         assert!(parse(&["cohort", "run", "--launcher", "rsh", "-n", "1", "p"]).is_err());
         assert!(parse(&["cohort", "run", "--control-addr", "vm", "-n", "1", "p"]).is_err());
     }
@@ -1082,7 +1096,7 @@ mod tests {
             "cohort", "run", "-np", "4", "--nodes", "2", "-x", "A=1", "-x", "B", "prog", "-np",
         ])
         .unwrap();
-        assert_eq!((r.np, r.nodes), (4, Some(2)));
+        assert_eq!((r.np, r.nodes), (Some(4), Some(2)));
         assert_eq!(r.export, ["A=1", "B"]);
         assert_eq!(r.command, ["prog", "-np"]);
     }
@@ -1126,7 +1140,7 @@ mod tests {
         ])
         .unwrap();
         assert_eq!(r.topology, Some(PathBuf::from("/etc/slurm/topology.conf")));
-        assert_eq!(r.np, 4);
+        assert_eq!(r.np, Some(4));
         assert_eq!(r.command, ["prog", "--topology"]);
     }
 
@@ -1148,7 +1162,9 @@ mod tests {
         assert!(parse(&["cohort", "run", "-n", "2", "--nodes", "0", "prog"]).is_err());
         assert!(parse(&["cohort", "run", "-n", "2", "--timeout", "0", "prog"]).is_err());
         assert!(parse(&["cohort", "run", "-n", "2"]).is_err());
-        assert!(parse(&["cohort", "run", "prog"]).is_err());
+        // No -n: the launcher decides (as mpirun), except for an MPMD job's first app.
+        assert_eq!(parse(&["cohort", "run", "prog"]).unwrap().np, None);
+        assert!(parse(&["cohort", "run", "prog", ":", "-n", "1", "b"]).is_err());
         assert!(parse(&["cohort", "run", "-n", "2", "--heartbeat", "-1", "prog"]).is_err());
         assert!(parse(&["cohort", "run", "-n", "2", "--peer-timeout", "x", "prog"]).is_err());
     }

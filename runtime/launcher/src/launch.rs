@@ -201,6 +201,42 @@ impl Held {
     }
 }
 
+/// How many ranks `cohort run` without `-n` starts, as mpirun: the allocation's tasks
+/// under Slurm, the sum of the hosts' slots over ssh (every host must give slots), this
+/// host's cores when every node server runs here.
+fn default_np(launch: &Launch, ssh: Option<&SshHosts>) -> Result<u32, String> {
+    match (launch, ssh) {
+        (Launch::Slurm(alloc), _) => alloc.tasks.or(alloc.num_nodes).ok_or_else(|| {
+            "-n not given, and the Slurm allocation names no task count \
+             (SLURM_NTASKS, SLURM_TASKS_PER_NODE): give -n N"
+                .to_string()
+        }),
+        (Launch::Ssh, Some(hosts)) => {
+            let mut total: u32 = 0;
+            for h in &hosts.hosts {
+                let slots = h.slots.ok_or_else(|| {
+                    format!(
+                        "-n not given, and host {} has no slots: give -n N, or slots=N \
+                         for every host",
+                        h.name
+                    )
+                })?;
+                total = total.saturating_add(slots);
+            }
+            Ok(total)
+        }
+        _ => {
+            let topo = Discover {
+                io: false,
+                xml: false,
+            }
+            .run();
+            let cores = cohort_topology::NodeLayout::from_topology(&topo).num_cores();
+            Ok(u32::try_from(cores).unwrap_or(u32::MAX).max(1))
+        }
+    }
+}
+
 /// The job's application contexts as node servers take them (see `DaemonLaunch`).
 struct AppLayout {
     /// Every app's program and arguments, one after another.
@@ -366,6 +402,9 @@ impl Launcher {
                 args.node_addrs.len(),
                 nodes
             ));
+        }
+        if args.np.is_none() && args.more_apps.is_empty() {
+            args.np = Some(default_np(&launch, ssh_hosts.as_ref())?);
         }
         let detector = args.detector()?;
         let plan = args.plan()?;

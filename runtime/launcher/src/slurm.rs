@@ -35,6 +35,25 @@ pub struct Allocation {
     pub nodelist: String,
     /// `SLURM_JOB_NUM_NODES` (or `SLURM_NNODES`), when set.
     pub num_nodes: Option<u32>,
+    /// The tasks the allocation was made for: `SLURM_NTASKS` (or `SLURM_NPROCS`), else
+    /// the sum of `SLURM_TASKS_PER_NODE` (`2(x3),1`); what `cohort run` without `-n`
+    /// starts, as mpirun does.
+    pub tasks: Option<u32>,
+}
+
+/// The sum of a `SLURM_TASKS_PER_NODE` value: counts, each optionally repeated
+/// (`2(x3),1` is 2+2+2+1); `None` when malformed.
+pub fn sum_tasks_per_node(v: &str) -> Option<u32> {
+    let mut total: u32 = 0;
+    for part in v.trim().split(',') {
+        let (count, times) = match part.split_once("(x") {
+            Some((c, rest)) => (c, rest.strip_suffix(')')?.parse::<u32>().ok()?),
+            None => (part, 1),
+        };
+        let count: u32 = count.trim().parse().ok()?;
+        total = total.checked_add(count.checked_mul(times)?)?;
+    }
+    (total > 0).then_some(total)
 }
 
 impl Allocation {
@@ -46,10 +65,16 @@ impl Allocation {
         let num_nodes = set("SLURM_JOB_NUM_NODES")
             .or_else(|| set("SLURM_NNODES"))
             .and_then(|n| n.trim().parse().ok());
+        let tasks = set("SLURM_NTASKS")
+            .or_else(|| set("SLURM_NPROCS"))
+            .and_then(|n| n.trim().parse().ok())
+            .filter(|&n: &u32| n > 0)
+            .or_else(|| set("SLURM_TASKS_PER_NODE").and_then(|v| sum_tasks_per_node(&v)));
         Some(Allocation {
             job_id: job_id.trim().to_string(),
             nodelist: nodelist.trim().to_string(),
             num_nodes,
+            tasks,
         })
     }
 }
@@ -401,6 +426,30 @@ mod tests {
             None
         );
         assert_eq!(Allocation::from_env(env(&[])), None);
+    }
+
+    /// `cohort run` without -n starts the allocation's tasks, as mpirun does.
+    #[test]
+    fn the_allocations_task_count() {
+        let base = [("SLURM_JOB_ID", "42"), ("SLURM_JOB_NODELIST", "n[1-3]")];
+        let tasks = |more: &[(&str, &str)]| {
+            let all: Vec<(&str, &str)> = base.iter().chain(more).copied().collect();
+            Allocation::from_env(env(&all)).unwrap().tasks
+        };
+        assert_eq!(tasks(&[]), None);
+        assert_eq!(tasks(&[("SLURM_NTASKS", "6")]), Some(6));
+        assert_eq!(tasks(&[("SLURM_NPROCS", "5")]), Some(5));
+        assert_eq!(tasks(&[("SLURM_TASKS_PER_NODE", "2(x3),1")]), Some(7));
+        assert_eq!(
+            tasks(&[("SLURM_NTASKS", "4"), ("SLURM_TASKS_PER_NODE", "2(x3)")]),
+            Some(4),
+            "SLURM_NTASKS first"
+        );
+        assert_eq!(sum_tasks_per_node("3"), Some(3));
+        assert_eq!(sum_tasks_per_node("1(x2),4"), Some(6));
+        for bad in ["", "x", "2(x", "2(3)", "0", "2(x3"] {
+            assert_eq!(sum_tasks_per_node(bad), None, "{bad}");
+        }
     }
 
     #[test]
