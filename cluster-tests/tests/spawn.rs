@@ -351,3 +351,17 @@ fn a_spawned_jobs_process_set_is_defined_while_it_runs() {
         "{r:?}"
     );
 }
+
+/// A spawned job whose processes all die with a lost node server (`--enable-recovery`)
+/// ends like any other: the survivors get PROCESS_SET_DELETE for its set (the launcher
+/// learns of those deaths from the loss, not from rank exits).
+#[test]
+fn a_spawned_jobs_set_is_deleted_when_its_node_server_is_lost() {
+    let job = run_testprog_with(3, 3, "spawn-pset-loss", true, &[]);
+    let r = job.results();
+    assert_eq!(
+        r, ["spawn-pset-loss deleted"; 2],
+        "ranks 0 and 1 report\nstdout:\n{}\nstderr:\n{}",
+        job.stdout, job.stderr
+    );
+}

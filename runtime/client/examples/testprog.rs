@@ -71,6 +71,7 @@ fn main() {
         "spawn-cancel-start" => spawn_cancel_start(),
         "spawn-bind" => spawn_bind(),
         "spawn-pset" => spawn_pset(),
+        "spawn-pset-loss" => spawn_pset_loss(),
         "universe" => universe(),
         "frozen-server" => frozen_server(),
         "two-frozen" => two_frozen(),
@@ -3522,6 +3523,72 @@ fn spawn_pset() -> R {
         );
         println!("RESULT spawn-pset parent spawned workers again");
     }
+    e2s(c.finalize(), "finalize")
+}
+
+/// A spawned job whose processes all die with a lost node server still ends: its
+/// process set is deleted (PROCESS_SET_DELETE) at the survivors. Run with 3 ranks on 3
+/// node servers and `--enable-recovery`: rank 0 spawns one process, in set "doomed",
+/// on node server 2; rank 1 kills that node server (rank 2 and the child die with it);
+/// ranks 0 and 1 are told the set is gone.
+fn spawn_pset_loss() -> R {
+    use cohort::{SpawnApp, SpawnOpts};
+    let c = init()?;
+    let me = c.rank();
+    if e2s(c.parent(), "parent")?.is_some() {
+        publish_app(&c, "child-ready", Value::Bool(true))?;
+        std::thread::sleep(Duration::from_secs(60));
+        return Err("the child outlived its node server".into());
+    }
+    let sets = event_channel(&c, &[codes::PROCESS_SET_DEFINE, codes::PROCESS_SET_DELETE]);
+    if me == 2 {
+        // SAFETY: getppid has no preconditions; the parent is this rank's server.
+        let server = unsafe { libc::getppid() };
+        publish_app(&c, "victim-pid", Value::U32(server as u32))?;
+        std::thread::sleep(Duration::from_secs(60));
+        return Err("outlived its node server".into());
+    }
+    if me == 0 {
+        let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+        let app = SpawnApp {
+            command: vec![exe.display().to_string(), "spawn-pset-loss".into()],
+            maxprocs: 1,
+            env: Vec::new(),
+            cwd: None,
+            pset: Some("doomed".into()),
+        };
+        let opts = SpawnOpts {
+            hosts: vec![c.job().node_names[2].clone()],
+            ..SpawnOpts::default()
+        };
+        e2s(c.spawn(vec![app], opts), "spawn")?;
+    }
+    let found = wait_published(&c, &["victim-pid", "child-ready"])?;
+    let ev = next_event(&sets, "PROCESS_SET_DEFINE")?;
+    check!(
+        ev.code == codes::PROCESS_SET_DEFINE,
+        "rank {me} was told {ev:?} first"
+    );
+    if me == 1 {
+        let Some(Value::U32(pid)) = found
+            .iter()
+            .find(|f| f.key == "victim-pid")
+            .map(|f| f.value.clone())
+        else {
+            return Err(format!("victim-pid: {found:?}"));
+        };
+        // SAFETY: kill(2) on node server 2 of this session.
+        unsafe { libc::kill(pid as libc::pid_t, libc::SIGKILL) };
+    }
+    let ev = next_event(&sets, "PROCESS_SET_DELETE")?;
+    let name = cohort::info_get(&ev.info, cohort::keys::PSET_NAME);
+    check!(
+        ev.code == codes::PROCESS_SET_DELETE && name == Some(&Value::Str("doomed".into())),
+        "rank {me} was told {ev:?}"
+    );
+    let names = e2s(c.pset_names(), "pset names")?;
+    check!(names.is_empty(), "sets after the loss: {names:?}");
+    println!("RESULT spawn-pset-loss deleted");
     e2s(c.finalize(), "finalize")
 }
 
