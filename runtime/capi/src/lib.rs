@@ -691,13 +691,28 @@ pub unsafe extern "C" fn cohort_fence(
     collect: c_int,
     timeout_ms: c_int,
 ) -> c_int {
+    fence(client, procs, nprocs, collect, timeout_ms, false)
+}
+
+/// `cohort_fence` and `cohort_fence_ft`.
+///
+/// # Safety
+/// As `cohort_fence`.
+unsafe fn fence(
+    client: *mut cohort_client,
+    procs: *const cohort_proc_t,
+    nprocs: usize,
+    collect: c_int,
+    timeout_ms: c_int,
+    ft_collective: bool,
+) -> c_int {
     status(|| {
         let c = handle(client)?;
         let procs = procs_in(procs, nprocs)?;
         let opts = FenceOpts {
             collect: collect != 0,
             timeout_ms: crate::timeout_ms(timeout_ms),
-            ft_collective: false,
+            ft_collective,
         };
         c.client.fence(&procs, opts).map_err(fail)
     })
@@ -713,16 +728,7 @@ pub unsafe extern "C" fn cohort_fence_ft(
     collect: c_int,
     timeout_ms: c_int,
 ) -> c_int {
-    status(|| {
-        let c = handle(client)?;
-        let procs = procs_in(procs, nprocs)?;
-        let opts = FenceOpts {
-            collect: collect != 0,
-            timeout_ms: crate::timeout_ms(timeout_ms),
-            ft_collective: true,
-        };
-        c.client.fence(&procs, opts).map_err(fail)
-    })
+    fence(client, procs, nprocs, collect, timeout_ms, true)
 }
 
 /// # Safety

@@ -35,8 +35,8 @@ use cohort_proto::peer::{
 use cohort_proto::posted::Posted;
 use cohort_proto::value::info_get;
 use cohort_proto::{
-    validate_group_id, CohortError, ContextId, Event, Info, JobMap, JobState, NodeId, ProcId,
-    Range, Session, Value,
+    validate_group_id, CohortError, ContextId, Event, EventCode, Info, JobMap, JobState, NodeId,
+    ProcId, Range, Session, Value,
 };
 use cohort_topology::{rendezvous, Allgather, Locality, StableHash, SwitchMap, Tree, TreeShape};
 
@@ -617,49 +617,41 @@ impl Engine {
     /// process sets are defined, and every local process of the other running jobs
     /// gets a `PROCESS_SET_DEFINE` event for each (name and members).
     pub fn on_job_started(&mut self, index: u32) {
-        if !self.jobs.set_running(index) {
-            return;
+        if self.jobs.set_running(index) {
+            self.tell_of_psets(index, codes::PROCESS_SET_DEFINE);
         }
-        let Some(job) = self.jobs.get(index) else {
-            return;
-        };
-        let events: Vec<Event> = job
-            .psets
-            .iter()
-            .map(|p| Event {
-                code: codes::PROCESS_SET_DEFINE,
-                source: ProcId::wildcard(job.nspace.clone()),
-                affected: Vec::new(),
-                info: vec![
-                    (keys::PSET_NAME.into(), Value::Str(p.name.clone())),
-                    (
-                        keys::PSET_MEMBERS.into(),
-                        Value::Procs(job.pset_members(&p.name).unwrap_or_default()),
-                    ),
-                ],
-            })
-            .collect();
-        self.tell_running_locals(index, events);
     }
 
     /// Spawned job `index` ended or was cancelled: its process sets are deleted, and
     /// every local process of the other running jobs gets a `PROCESS_SET_DELETE` event
     /// for each that was defined.
     pub fn on_job_gone(&mut self, index: u32) {
-        if !self.jobs.set_ended(index) {
-            return;
+        if self.jobs.set_ended(index) {
+            self.tell_of_psets(index, codes::PROCESS_SET_DELETE);
         }
+    }
+
+    /// Raises `code` (`PROCESS_SET_DEFINE`, with the members, or `_DELETE`) for each
+    /// process set of job `index`.
+    fn tell_of_psets(&mut self, index: u32, code: EventCode) {
         let Some(job) = self.jobs.get(index) else {
             return;
         };
         let events: Vec<Event> = job
             .psets
             .iter()
-            .map(|p| Event {
-                code: codes::PROCESS_SET_DELETE,
-                source: ProcId::wildcard(job.nspace.clone()),
-                affected: Vec::new(),
-                info: vec![(keys::PSET_NAME.into(), Value::Str(p.name.clone()))],
+            .map(|p| {
+                let mut info = vec![(keys::PSET_NAME.into(), Value::Str(p.name.clone()))];
+                if code == codes::PROCESS_SET_DEFINE {
+                    let members = job.pset_members(&p.name).unwrap_or_default();
+                    info.push((keys::PSET_MEMBERS.into(), Value::Procs(members)));
+                }
+                Event {
+                    code,
+                    source: ProcId::wildcard(job.nspace.clone()),
+                    affected: Vec::new(),
+                    info,
+                }
             })
             .collect();
         self.tell_running_locals(index, events);
