@@ -184,6 +184,19 @@ fn run_with(
     results
 }
 
+/// PMIx event handler chains from C (`c/pmix_chain.c`): the next handler gets an
+/// event only once the previous one called its completion callback, here from
+/// another thread after it returned; PMIX_EVENT_ACTION_COMPLETE given late ends the
+/// chain; a handler that never calls it holds only its own event.
+#[test]
+fn a_pmix_handler_that_answers_later_holds_its_chain() {
+    let Some(prog) = pmix_program("pmix_chain") else {
+        return;
+    };
+    let results = run(&prog, 1, 2, Lib::Exported, &[]);
+    assert_eq!(results[0], "RESULT chain ok");
+}
+
 fn run_pmix_demo(nodes: u32, n: u32) {
     let Some(prog) = pmix_program("pmix_demo") else {
         return;

@@ -11,8 +11,13 @@
 //! code, then those for several, then those for every code, each group in registration
 //! order; a handler that answers [`EventFlow::Stop`] (PMIx's
 //! `PMIX_EVENT_ACTION_COMPLETE`) ends the chain for that event.
+//!
+//! A deferred handler ([`Client::register_event_chain_deferred`], what libpmix's
+//! handlers are) answers through a [`ChainResume`], at once or later from any thread;
+//! until it does, the rest of that event's chain waits (parked here) while other
+//! events go on, as PMIx's handlers hold their chain until they call its callback.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::panic::AssertUnwindSafe;
 use std::sync::{Arc, Mutex, Weak};
 
@@ -29,6 +34,70 @@ pub const EVENT_CACHE_CAPACITY: usize = 1024;
 pub struct HandlerId(u64);
 
 pub(crate) type HandlerFn = dyn Fn(&Client, &Event) -> EventFlow + Send + Sync + 'static;
+pub(crate) type DeferredFn = dyn Fn(&Client, &Event, ChainResume) + Send + Sync + 'static;
+
+/// How a handler answers: when it returns, or later through a [`ChainResume`].
+pub(crate) enum Handler {
+    Now(Box<HandlerFn>),
+    Deferred(Box<DeferredFn>),
+}
+
+/// A deferred handler's say in its event's chain: [`proceed`](Self::proceed) once,
+/// from any thread, during the call or after it. Until then, the handlers after it do
+/// not get that event. Dropped without an answer, it ends the chain (as
+/// [`EventFlow::Stop`]).
+pub struct ChainResume {
+    chain: u64,
+    state: Arc<Mutex<ResumeState>>,
+    events: crossbeam_channel::Sender<EventMsg>,
+    answered: bool,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum ResumeState {
+    /// The handler is running.
+    Running,
+    /// It returned without an answer: the chain waits for one.
+    Parked,
+    Answered(EventFlow),
+}
+
+impl ChainResume {
+    /// Lets the chain go on ([`EventFlow::Continue`]) or ends it ([`EventFlow::Stop`]).
+    pub fn proceed(mut self, flow: EventFlow) {
+        self.answer(flow);
+    }
+
+    fn answer(&mut self, flow: EventFlow) {
+        if std::mem::replace(&mut self.answered, true) {
+            return;
+        }
+        let mut st = lock(&self.state);
+        let parked = *st == ResumeState::Parked;
+        *st = ResumeState::Answered(flow);
+        drop(st);
+        if parked {
+            let _ = self.events.send(EventMsg::Resume {
+                chain: self.chain,
+                flow,
+            });
+        }
+    }
+}
+
+impl Drop for ChainResume {
+    fn drop(&mut self) {
+        self.answer(EventFlow::Stop);
+    }
+}
+
+impl std::fmt::Debug for ChainResume {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ChainResume")
+            .field("chain", &self.chain)
+            .finish()
+    }
+}
 
 /// What a chained handler (`Client::register_event_chain`) says after an event.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -45,13 +114,15 @@ pub(crate) enum EventMsg {
     Event(Event),
     /// A handler was registered: activate it and hand it matching cached events.
     Activate(HandlerId),
+    /// A deferred handler answered after it returned: chain `chain` goes on or ends.
+    Resume { chain: u64, flow: EventFlow },
 }
 
 struct Registered {
     id: HandlerId,
     /// `None` = every code.
     codes: Option<Vec<EventCode>>,
-    handler: Arc<HandlerFn>,
+    handler: Arc<Handler>,
     /// False until the event thread reaches this registration in the stream.
     active: bool,
 }
@@ -89,7 +160,7 @@ pub(crate) struct EventRegistry {
 impl EventRegistry {
     /// Adds an inactive handler; the caller then queues [`EventMsg::Activate`].
     /// An empty code list means every code, as in PMIx.
-    pub(crate) fn add(&self, codes: Option<&[EventCode]>, handler: Arc<HandlerFn>) -> HandlerId {
+    pub(crate) fn add(&self, codes: Option<&[EventCode]>, handler: Arc<Handler>) -> HandlerId {
         let mut st = lock(&self.state);
         st.next_id += 1;
         let id = HandlerId(st.next_id);
@@ -114,12 +185,17 @@ impl EventRegistry {
         );
     }
 
+    /// Whether `id` is still registered.
+    fn is_registered(&self, id: HandlerId) -> bool {
+        lock(&self.state).handlers.iter().any(|h| h.id == id)
+    }
+
     /// Activates `id` and takes the cached events it matches, oldest first.
-    fn activate(&self, id: HandlerId) -> Option<(Arc<HandlerFn>, Vec<Event>)> {
+    fn activate(&self, id: HandlerId) -> Option<(Target, Vec<Event>)> {
         let mut st = lock(&self.state);
         let h = st.handlers.iter_mut().find(|h| h.id == id)?;
         h.active = true;
-        let handler = Arc::clone(&h.handler);
+        let handler = (h.id, Arc::clone(&h.handler));
         let codes = h.codes.clone();
         let mut claimed = Vec::new();
         st.cache.retain(|ev| {
@@ -134,7 +210,7 @@ impl EventRegistry {
 
     /// Active handlers matching `event`, in chain order (see the module); caches it
     /// if none.
-    fn route(&self, event: &Event) -> Vec<Arc<HandlerFn>> {
+    fn route(&self, event: &Event) -> Vec<Target> {
         let mut st = lock(&self.state);
         let mut matching: Vec<&Registered> = st
             .handlers
@@ -145,7 +221,7 @@ impl EventRegistry {
         matching.sort_by_key(|h| h.rank());
         let targets: Vec<_> = matching
             .into_iter()
-            .map(|h| Arc::clone(&h.handler))
+            .map(|h| (h.id, Arc::clone(&h.handler)))
             .collect();
         if targets.is_empty() {
             if st.cache.len() >= EVENT_CACHE_CAPACITY {
@@ -164,6 +240,16 @@ impl EventRegistry {
     }
 }
 
+/// A handler an event goes to.
+type Target = (HandlerId, Arc<Handler>);
+
+/// The rest of an event's chain, waiting for a deferred handler's answer.
+struct Parked {
+    event: Event,
+    targets: Vec<Target>,
+    next: usize,
+}
+
 /// Body of the event thread. Ends when every sender is gone or the client is dropped.
 pub(crate) fn run_event_thread(
     rx: crossbeam_channel::Receiver<EventMsg>,
@@ -171,15 +257,21 @@ pub(crate) fn run_event_thread(
     client: Weak<Inner>,
     io_clock: Arc<IoClock>,
 ) {
+    let mut parked: HashMap<u64, Parked> = HashMap::new();
+    let mut next_chain: u64 = 0;
     while let Some(msg) = next_msg(&rx, &registry, &io_clock) {
-        let (targets, events) = match msg {
-            EventMsg::Event(ev) => (registry.route(&ev), vec![ev]),
+        let (targets, events, first) = match msg {
+            EventMsg::Event(ev) => (registry.route(&ev), vec![ev], 0),
             EventMsg::Activate(id) => match registry.activate(id) {
-                Some((h, evs)) => (vec![h], evs),
+                Some((h, evs)) => (vec![h], evs, 0),
                 None => continue,
             },
+            EventMsg::Resume { chain, flow } => match parked.remove(&chain) {
+                Some(p) if flow == EventFlow::Continue => (p.targets, vec![p.event], p.next),
+                _ => continue,
+            },
         };
-        if targets.is_empty() || events.is_empty() {
+        if targets.len() <= first || events.is_empty() {
             continue;
         }
         // A temporary handle; if it turns out to be the last one, the client closes here.
@@ -187,9 +279,47 @@ pub(crate) fn run_event_thread(
             return;
         };
         let handle = Client { inner };
-        for ev in &events {
-            for h in &targets {
-                if call_handler(h.as_ref(), &handle, ev) == EventFlow::Stop {
+        let resumed = first > 0;
+        for ev in events {
+            let mut i = first;
+            while i < targets.len() {
+                let (id, h) = &targets[i];
+                i += 1;
+                // A resumed chain skips handlers deregistered while it waited.
+                if resumed && !registry.is_registered(*id) {
+                    continue;
+                }
+                let flow = match h.as_ref() {
+                    Handler::Now(f) => call_handler(f.as_ref(), &handle, &ev),
+                    Handler::Deferred(f) => {
+                        next_chain += 1;
+                        let chain = next_chain;
+                        let state = Arc::new(Mutex::new(ResumeState::Running));
+                        let resume = ChainResume {
+                            chain,
+                            state: Arc::clone(&state),
+                            events: handle.inner.events.clone(),
+                            answered: false,
+                        };
+                        call_deferred(f.as_ref(), &handle, &ev, resume);
+                        let mut st = lock(&state);
+                        match *st {
+                            ResumeState::Answered(flow) => flow,
+                            _ => {
+                                *st = ResumeState::Parked;
+                                drop(st);
+                                let rest = Parked {
+                                    event: ev.clone(),
+                                    targets: targets.clone(),
+                                    next: i,
+                                };
+                                parked.insert(chain, rest);
+                                break;
+                            }
+                        }
+                    }
+                };
+                if flow == EventFlow::Stop {
                     break;
                 }
             }
@@ -227,6 +357,17 @@ fn next_msg(
         }
     }
     rx.recv().ok()
+}
+
+/// Calls a deferred handler; a panic drops its `resume`, which ends the chain.
+fn call_deferred(h: &DeferredFn, client: &Client, ev: &Event, resume: ChainResume) {
+    if std::panic::catch_unwind(AssertUnwindSafe(|| h(client, ev, resume))).is_err() {
+        tracing::error!(
+            code = ev.code,
+            source = %ev.source,
+            "an event handler panicked; the event thread carries on"
+        );
+    }
 }
 
 fn call_handler(h: &HandlerFn, client: &Client, ev: &Event) -> EventFlow {

@@ -61,7 +61,7 @@ pub use cohort_proto::{
 pub use cohort_topology::{Binding, CpuSet};
 pub use conn::LOST_REASON_KEY;
 pub use connect::{ConnectOpts, Connection, DisconnectOpts};
-pub use events::{EventFlow, HandlerId, EVENT_CACHE_CAPACITY};
+pub use events::{ChainResume, EventFlow, HandlerId, EVENT_CACHE_CAPACITY};
 pub use group_event::GroupEventInfo;
 
 use conn::{lock, Conn, ReplyFuture, Waiter};
@@ -1320,6 +1320,24 @@ impl Client {
         codes: Option<&[EventCode]>,
         handler: impl Fn(&Client, &Event) -> EventFlow + Send + Sync + 'static,
     ) -> HandlerId {
+        self.register(codes, events::Handler::Now(Box::new(handler)))
+    }
+
+    /// As [`register_event_chain`](Self::register_event_chain), for a handler that
+    /// answers through the [`ChainResume`] it is given, when it returns or later, from
+    /// any thread (PMIx's handlers, which call their callback when they are done):
+    /// the handlers after it get the event only once it answered
+    /// [`EventFlow::Continue`]; other events go on meanwhile. A resume dropped without
+    /// an answer ends the chain.
+    pub fn register_event_chain_deferred(
+        &self,
+        codes: Option<&[EventCode]>,
+        handler: impl Fn(&Client, &Event, ChainResume) + Send + Sync + 'static,
+    ) -> HandlerId {
+        self.register(codes, events::Handler::Deferred(Box::new(handler)))
+    }
+
+    fn register(&self, codes: Option<&[EventCode]>, handler: events::Handler) -> HandlerId {
         let id = self.inner.registry.add(codes, Arc::new(handler));
         self.inner.conn.want_events();
         // The event thread outlives every handle, so this send cannot fail while

@@ -300,6 +300,58 @@ fn handlers_run_in_pmix_order_and_stop_ends_the_chain() {
     server.join().expect("server thread");
 }
 
+/// A deferred handler (libpmix's kind) holds its event's chain until it answers, from
+/// another thread after it returned; other events go on meanwhile. `Stop` given late
+/// ends the chain, and so does a resume dropped without an answer.
+#[test]
+fn a_deferred_handler_holds_its_chain_until_it_answers() {
+    const A: EventCode = 1201;
+    const B: EventCode = 1202;
+    const C: EventCode = 1203;
+    let (client, server) = client_with(|s| {
+        let f = s.expect();
+        s.event(A, 1);
+        s.event(B, 2);
+        s.event(C, 3);
+        s.reply(f.id, Ok(Response::GroupNames(vec![])));
+        assert!(s.recv().is_none());
+    });
+    let log: Log = Arc::default();
+    let (done, fired) = crossbeam_channel::unbounded();
+    let (parked_tx, parked) = crossbeam_channel::unbounded::<(EventCode, ChainResume)>();
+    // First in every chain (one code each); it answers from this test's thread.
+    for code in [A, B, C] {
+        let tx = parked_tx.clone();
+        client.register_event_chain_deferred(Some(&[code]), move |_, ev, resume| {
+            let _ = tx.send((ev.code, resume));
+        });
+    }
+    client.register_event_handler(None, recording_handler("all", &log, &done));
+    client.group_names().expect("sync");
+    let mut waiting = std::collections::BTreeMap::new();
+    for _ in 0..3 {
+        let (code, resume) = parked.recv_timeout(TEST_DEADLINE).expect("deferred call");
+        waiting.insert(code, resume);
+    }
+    // All three chains wait: "all" has seen nothing.
+    assert!(fired.recv_timeout(Duration::from_millis(200)).is_err());
+    assert!(log.lock().expect("log").is_empty());
+    // B goes on (from another thread); C ends; A's resume is dropped.
+    let b = waiting.remove(&B).expect("B");
+    thread::spawn(move || b.proceed(EventFlow::Continue))
+        .join()
+        .expect("resume thread");
+    fired
+        .recv_timeout(TEST_DEADLINE)
+        .expect("B reaches the next handler");
+    waiting.remove(&C).expect("C").proceed(EventFlow::Stop);
+    drop(waiting);
+    assert!(fired.recv_timeout(Duration::from_millis(200)).is_err());
+    assert_eq!(*log.lock().expect("log"), vec![("all", B, 2)]);
+    drop(client);
+    server.join().expect("server thread");
+}
+
 #[test]
 fn cached_event_goes_to_matching_handlers_once_in_order() {
     const A: EventCode = 1001;

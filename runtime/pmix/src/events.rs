@@ -4,35 +4,33 @@
 //! Handlers run on the cohort client's event thread in PMIx's order (those registered
 //! for the event's code alone, then for several codes, then for every code; each in
 //! registration order). Each gets the event's info (plus `PMIX_EVENT_AFFECTED_PROCS`
-//! when the event names processes) and a completion callback. A handler that calls it
-//! with `PMIX_EVENT_ACTION_COMPLETE` before returning ends the chain; one that calls
-//! it later (or never) does not hold up the next handler, which gets the event at once.
+//! when the event names processes) and a completion callback, and the next handler
+//! gets the event only once it called that callback (during the call or later, from
+//! any thread), unless with `PMIX_EVENT_ACTION_COMPLETE`, which ends the chain. A
+//! handler that never calls it holds that event's chain for good; other events go on.
 //! Handlers get no results of earlier handlers.
 
 use std::ffi::c_void;
 use std::ptr;
-use std::sync::atomic::{AtomicI32, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::Ordering;
 
-use cohort::{Client, Event, EventFlow, Range};
+use cohort::{ChainResume, Client, Event, EventFlow, Range};
 
 use crate::types::*;
 use crate::value::*;
 use crate::*;
 
 /// The info a handler was given, released when it calls its completion callback, and
-/// where that callback leaves the handler's status for the chain.
+/// the event's chain, which that callback lets go on (or ends).
 struct Delivery {
     info: *mut pmix_info_t,
     ninfo: usize,
-    status: Arc<AtomicI32>,
+    resume: ChainResume,
 }
 
-/// A handler's status before it called its completion callback.
-const NOT_DONE: i32 = i32::MIN;
-
-/// The completion callback handed to handlers: releases the event's info and calls
-/// the handler's own callback, if any.
+/// The completion callback handed to handlers: releases the event's info, lets the
+/// chain go on (or ends it, with `PMIX_EVENT_ACTION_COMPLETE`) and calls the handler's
+/// own callback, if any.
 unsafe extern "C" fn event_done(
     status: pmix_status_t,
     _results: *mut pmix_info_t,
@@ -45,9 +43,12 @@ unsafe extern "C" fn event_done(
         if !notification_cbdata.is_null() {
             // SAFETY: the Delivery boxed for this handler call, released once here.
             let d = unsafe { Box::from_raw(notification_cbdata.cast::<Delivery>()) };
-            d.status.store(status, Ordering::SeqCst);
             // SAFETY: the info array we built for it.
             unsafe { info_array_free(d.info, d.ninfo) };
+            d.resume.proceed(match status {
+                PMIX_EVENT_ACTION_COMPLETE => EventFlow::Stop,
+                _ => EventFlow::Continue,
+            });
         }
         if let Some(cb) = cbfunc {
             // SAFETY: the handler's own callback with its data.
@@ -81,16 +82,15 @@ fn event_info(e: &Event) -> Vec<(String, PVal)> {
     info
 }
 
-/// Calls handler `h` (registration `id`) with event `e`: whether the chain goes on
-/// (it did not complete the event with `PMIX_EVENT_ACTION_COMPLETE` before returning).
-fn deliver(h: HandlerFn, id: usize, e: &Event) -> EventFlow {
+/// Calls handler `h` (registration `id`) with event `e`; the chain goes on once it
+/// calls its completion callback (`event_done`, which gets `resume`).
+fn deliver(h: HandlerFn, id: usize, e: &Event, resume: ChainResume) {
     let source = proc_out(&e.source);
     let (info, ninfo) = info_array_out(&event_info(e));
-    let status = Arc::new(AtomicI32::new(NOT_DONE));
     let delivery = Box::into_raw(Box::new(Delivery {
         info,
         ninfo,
-        status: Arc::clone(&status),
+        resume,
     }));
     // SAFETY: the registrant's handler, with arguments valid until it calls
     // `event_done` (which releases them).
@@ -107,11 +107,6 @@ fn deliver(h: HandlerFn, id: usize, e: &Event) -> EventFlow {
             delivery.cast(),
         )
     };
-    if status.load(Ordering::SeqCst) == PMIX_EVENT_ACTION_COMPLETE {
-        EventFlow::Stop
-    } else {
-        EventFlow::Continue
-    }
 }
 
 type HandlerFn = unsafe extern "C" fn(
@@ -155,10 +150,14 @@ pub unsafe extern "C" fn PMIx_Register_event_handler(
             .then(|| unsafe { std::slice::from_raw_parts(codes, ncodes) }.to_vec());
         refid = s.next_handler.fetch_add(1, Ordering::Relaxed);
         let id = refid;
-        let handler = move |_: &Client, e: &Event| {
-            catch_unwind(AssertUnwindSafe(|| deliver(h, id, e))).unwrap_or(EventFlow::Continue)
+        let handler = move |_: &Client, e: &Event, resume: ChainResume| {
+            // A panic here (not the handler's: that is C) leaves the chain to the
+            // dropped resume, which ends it.
+            let _ = catch_unwind(AssertUnwindSafe(|| deliver(h, id, e, resume)));
         };
-        let hid = s.client.register_event_chain(codes.as_deref(), handler);
+        let hid = s
+            .client
+            .register_event_chain_deferred(codes.as_deref(), handler);
         lock(&s.handlers).insert(id, hid);
         Ok(())
     });
