@@ -49,7 +49,9 @@ pub(crate) enum Handler {
 pub struct ChainResume {
     chain: u64,
     state: Arc<Mutex<ResumeState>>,
-    events: crossbeam_channel::Sender<EventMsg>,
+    /// Not a sender of its own: one kept unanswered must not keep the event thread
+    /// of a dropped client waiting.
+    client: Weak<Inner>,
     answered: bool,
 }
 
@@ -76,8 +78,11 @@ impl ChainResume {
         let parked = *st == ResumeState::Parked;
         *st = ResumeState::Answered(flow);
         drop(st);
-        if parked {
-            let _ = self.events.send(EventMsg::Resume {
+        if !parked {
+            return;
+        }
+        if let Some(inner) = self.client.upgrade() {
+            let _ = inner.events.send(EventMsg::Resume {
                 chain: self.chain,
                 flow,
             });
@@ -298,7 +303,7 @@ pub(crate) fn run_event_thread(
                         let resume = ChainResume {
                             chain,
                             state: Arc::clone(&state),
-                            events: handle.inner.events.clone(),
+                            client: Arc::downgrade(&handle.inner),
                             answered: false,
                         };
                         call_deferred(f.as_ref(), &handle, &ev, resume);
