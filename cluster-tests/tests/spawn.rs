@@ -5,7 +5,7 @@
 //! spawned process that fails ends the session as a launched one does.
 
 use cohort_cluster_tests::{
-    cohort_command, example, run_testprog_with, text, CohortRun, Job, DEADLINE,
+    cohort_command, example, run_testprog_with, text, CohortRun, Job, TempDir, DEADLINE,
 };
 
 fn spawn_job(nodes: u32, options: &[&str]) -> Job {
@@ -364,4 +364,29 @@ fn a_spawned_jobs_set_is_deleted_when_its_node_server_is_lost() {
         "ranks 0 and 1 report\nstdout:\n{}\nstderr:\n{}",
         job.stdout, job.stderr
     );
+}
+
+/// As OpenPMIx's PMIx_Spawn, a spawned application without a working directory runs in
+/// its parent's, and a relative one is taken from there; so a parent started with
+/// `--wdir` finds `./prog` there. (The children used to start where their node server
+/// runs, so `./prog` was not found.)
+#[test]
+fn a_spawned_job_starts_in_its_parents_working_directory() {
+    let dir = TempDir::new("spawn-cwd");
+    let wdir = dir.path().canonicalize().unwrap();
+    std::fs::create_dir(wdir.join("sub")).unwrap();
+    // `./prog` is found in each child's own directory.
+    for d in [wdir.clone(), wdir.join("sub")] {
+        std::os::unix::fs::symlink(example("testprog"), d.join("prog")).unwrap();
+    }
+    let w = wdir.display().to_string();
+    let job = run_testprog_with(2, 1, "spawn-cwd", false, &["--wdir", &w]);
+    let mut r = job.succeeded_with("spawn-cwd", 3);
+    r.sort();
+    let want = [
+        format!("spawn-cwd child {w}"),
+        format!("spawn-cwd child {w}/sub"),
+        format!("spawn-cwd parent {w}"),
+    ];
+    assert_eq!(r, want, "stderr:\n{}", job.stderr);
 }

@@ -252,7 +252,7 @@ typedef struct {
 /* One application of a spawn (pmix_app_t): `maxprocs` processes running argv[0]
  * (resolved through PATH on the node servers' host) with argv[1..] (argc strings),
  * plus `env` ("VAR=VAL", nenv strings) over the session's `-x` variables, in `cwd`
- * (NULL: the node server's working directory). */
+ * (NULL: the caller's working directory; relative: from the caller's, as OpenPMIx). */
 typedef struct {
     const char *const *argv;
     size_t argc;

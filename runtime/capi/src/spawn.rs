@@ -21,7 +21,7 @@ pub struct cohort_spawn_app_t {
     /// `VAR=VAL` entries: `nenv` strings.
     pub env: *const *const c_char,
     pub nenv: usize,
-    /// NULL: the node server's working directory.
+    /// NULL: the caller's working directory (relative: from the caller's).
     pub cwd: *const c_char,
     /// NULL, or a process set these processes form while their job runs
     /// (PMIX_PSET_NAME).

@@ -72,6 +72,7 @@ fn main() {
         "spawn-bind" => spawn_bind(),
         "spawn-pset" => spawn_pset(),
         "spawn-pset-loss" => spawn_pset_loss(),
+        "spawn-cwd" => spawn_cwd(),
         "universe" => universe(),
         "frozen-server" => frozen_server(),
         "two-frozen" => two_frozen(),
@@ -3589,6 +3590,51 @@ fn spawn_pset_loss() -> R {
     let names = e2s(c.pset_names(), "pset names")?;
     check!(names.is_empty(), "sets after the loss: {names:?}");
     println!("RESULT spawn-pset-loss deleted");
+    e2s(c.finalize(), "finalize")
+}
+
+/// Run with 1 rank in a directory holding `prog` and `sub/prog`, links to this program
+/// (`cohort run --wdir`): rank 0 spawns `./prog spawn-cwd` twice, one application without a working
+/// directory and one with the relative `sub`. As OpenPMIx's PMIx_Spawn, the first
+/// runs in the parent's directory and the second in its `sub` (each finding `./prog`
+/// there); each child checks its directory against SPAWN_EXPECT_CWD.
+fn spawn_cwd() -> R {
+    use cohort::{SpawnApp, SpawnOpts};
+    let c = init()?;
+    let here = std::env::current_dir().map_err(|e| e.to_string())?;
+    if e2s(c.parent(), "parent")?.is_some() {
+        let want = std::env::var("SPAWN_EXPECT_CWD").map_err(|e| e.to_string())?;
+        check!(
+            here == std::path::Path::new(&want),
+            "child {} runs in {here:?}, not {want:?}",
+            c.nspace()
+        );
+        println!("RESULT spawn-cwd child {}", here.display());
+        return e2s(c.finalize(), "finalize");
+    }
+    check!(c.size() == 1, "run with 1 rank, not {}", c.size());
+    let ends = event_channel(&c, &[codes::JOB_END]);
+    let app = |cwd: Option<&str>, expect: std::path::PathBuf| SpawnApp {
+        command: vec!["./prog".into(), "spawn-cwd".into()],
+        maxprocs: 1,
+        env: vec![("SPAWN_EXPECT_CWD".into(), expect.display().to_string())],
+        cwd: cwd.map(String::from),
+        pset: None,
+    };
+    let told = SpawnOpts {
+        notify_completion: true,
+        ..SpawnOpts::default()
+    };
+    for (cwd, expect) in [(None, here.clone()), (Some("sub"), here.join("sub"))] {
+        let ns = e2s(c.spawn(vec![app(cwd, expect)], told.clone()), "spawn")?;
+        let ev = next_event(&ends, "JOB_END")?;
+        let code = cohort::info_get(&ev.info, cohort::keys::EXIT_CODE);
+        check!(
+            ev.affected == [ProcId::wildcard(ns.as_str())] && code == Some(&Value::I64(0)),
+            "the child in {cwd:?} ended with {ev:?}"
+        );
+    }
+    println!("RESULT spawn-cwd parent {}", here.display());
     e2s(c.finalize(), "finalize")
 }
 

@@ -211,9 +211,23 @@ fn expect_spawned(r: Response) -> Result<Nspace> {
     }
 }
 
-/// A spawn's request, checked here first.
-fn spawn_request(apps: Vec<SpawnApp>, opts: SpawnOpts) -> Result<Request> {
+/// A spawn's request, checked here first. An application without a working directory
+/// runs in this process's, and a relative one is taken from this process's (as
+/// OpenPMIx's client does): the node servers' own directories mean nothing to the
+/// caller, and a relative program (`./worker`) is then found where the caller sees it.
+fn spawn_request(mut apps: Vec<SpawnApp>, opts: SpawnOpts) -> Result<Request> {
     validate_spawn(&apps).map_err(|e| CohortError::BadRequest(format!("spawn: {e}")))?;
+    // A caller whose directory was removed keeps the node servers' (or its relative
+    // path as given), as before.
+    if let Ok(here) = std::env::current_dir() {
+        for app in &mut apps {
+            let dir = match app.cwd.as_deref() {
+                None | Some("") => here.clone(),
+                Some(d) => here.join(d),
+            };
+            app.cwd = Some(dir.to_string_lossy().into_owned());
+        }
+    }
     Ok(Request::Spawn { apps, opts })
 }
 

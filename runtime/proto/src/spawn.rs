@@ -26,7 +26,10 @@ pub struct SpawnApp {
     pub maxprocs: u32,
     /// `VAR=VAL` added to these processes' environment, over the session's `-x` ones.
     pub env: Vec<(String, String)>,
-    /// The working directory (PMIX_WDIR); `None`: the node server's.
+    /// The working directory (PMIX_WDIR). The client library makes it absolute before
+    /// it sends the spawn: `None` is the spawning process's directory, a relative path
+    /// is taken from there (as OpenPMIx's `PMIx_Spawn`). A node server given `None` (an
+    /// older client) starts the processes in its own directory.
     pub cwd: Option<String>,
     /// A process set these processes form (PMIX_PSET_NAME, as `--pset NAME` in an
     /// app context of `cohort run`): defined in the whole session while the job runs.
