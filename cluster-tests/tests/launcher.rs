@@ -1197,3 +1197,40 @@ fn without_np_a_rank_runs_on_every_core() {
     want_sorted.sort();
     assert_eq!(lines, want_sorted, "{}", describe(&out));
 }
+
+/// `-N K` (mpirun's -N and --npernode, --map-by ppr:K:node): K ranks on each node
+/// server in turn; without `-n`, K per node server. Each node server started its
+/// share: the node id and local rank the ranks see come from the node servers' map.
+#[test]
+fn n_per_node_places_k_ranks_on_each_node_server() {
+    let show = "echo \"$COHORT_RANK $COHORT_NODE_ID $COHORT_LOCAL_RANK $COHORT_SIZE\"";
+    let lines = |args: &[&str]| {
+        let mut a = vec!["run", "--nodes", "3"];
+        a.extend_from_slice(args);
+        a.extend_from_slice(&["sh", "-c", show]);
+        let out = run_cohort(&a, DEADLINE);
+        assert_eq!(code(&out), Some(0), "{args:?}: {}", describe(&out));
+        let mut l: Vec<String> = text(&out.stdout).lines().map(String::from).collect();
+        l.sort();
+        l
+    };
+    let want: Vec<String> = (0..6)
+        .map(|r| format!("{r} {} {} 6", r / 2, r % 2))
+        .collect();
+    assert_eq!(lines(&["-N", "2"]), want);
+    // with -n, the node servers fill in turn: the last one gets none here
+    assert_eq!(
+        lines(&["--map-by", "ppr:2:node", "-n", "3"]),
+        ["0 0 0 3", "1 0 1 3", "2 1 0 3"]
+    );
+    let out = run_cohort(
+        ["run", "--nodes", "3", "--npernode", "2", "-n", "7", "true"],
+        DEADLINE,
+    );
+    assert_ne!(code(&out), Some(0), "{}", describe(&out));
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("7 ranks do not fit") && err.contains("at most 6"),
+        "{err}"
+    );
+}

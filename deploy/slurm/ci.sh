@@ -188,6 +188,17 @@ else
 fi
 nothing_left default-np
 
+echo "### 1d. salloc -N 3 cohort run -N 2 testprog construct: 2 ranks per node server"
+# As mpirun -N 2 (--npernode, --map-by ppr:2:node): without -n, 2 per node, 6 in all.
+alloc 3 "$cohort" run -N 2 "$testprog" construct
+results=$(grep -c '^RESULT members=0,1,2,3,4,5 ctx=' "$work/out")
+if [[ $rc == 0 && $results == 6 ]]; then
+    pass "-N 2 on 3 nodes: 6 ranks"
+else
+    fail "-N 2: status $rc, $results RESULT lines" "$work/both"
+fi
+nothing_left npernode
+
 echo "### 2. the same construct with a switch map (--topology: n1 on one leaf switch, n2-n3 on another)"
 # Every node server must build the same trees, so each must know every node's name.
 printf 'SwitchName=s0 Nodes=n1\nSwitchName=s1 Nodes=n[2-3]\nSwitchName=top Switches=s[0-1]\n' \

@@ -405,6 +405,21 @@ else
     fail "hostfile round-robin: status $rc, got: $got" "$work/both"
 fi
 nothing_left hostfile-by-node
+# -N 2 (mpirun's --npernode): 2 ranks per host in turn, within each host's slots.
+run --host "$hosts" --launch-agent "$agent" -N 2 "$work/where.sh"
+got=$(sed -n 's/^WHERE \(rank=[0-9]*\) node=\([^ ]*\) .*/\1@\2/p' "$work/out" | sort | tr '\n' ' ')
+if [[ $rc == 0 && $got == "rank=0@$net.1 rank=1@$net.1 rank=2@$net.2 rank=3@$net.2 rank=4@$net.3 rank=5@$net.3 " ]]; then
+    pass "-N 2: ranks 0-1 | 2-3 | 4-5"
+else
+    fail "-N 2: status $rc, got: $got" "$work/both"
+fi
+nothing_left npernode
+run --hostfile "$work/hostfile" --launch-agent "$agent" -N 2 "$work/where.sh"
+if [[ $rc == 1 ]] && grep -q "host $net.1 has 1 slot(s), fewer than the 2 rank(s)" "$work/err"; then
+    pass "-N 2 on a host with 1 slot: refused, naming the host"
+else
+    fail "-N 2 over a 1-slot host: status $rc" "$work/both"
+fi
 run --hostfile "$work/hostfile" --launch-agent "$agent" -n 7 "$testprog" construct
 if [[ $rc == 1 ]] && grep -q '7 ranks, but the hosts have only 6 slot(s)' "$work/err"; then
     pass "7 ranks for 6 slots refused before anything starts"

@@ -40,8 +40,8 @@ const RUN_LONG_ABOUT: &str = "\
 Launch a parallel job of N ranks under cohort node servers (like mpirun).
 
 cohort starts M cohortd node servers on this host (node0 … node<M-1>, each on its own
-loopback address), maps the N ranks onto them (block-wise, or round-robin with
---map-by node), binds each rank to a core unless that would oversubscribe the cores
+loopback address), maps the N ranks onto them (block-wise, round-robin with
+--map-by node, or K per node server with -N K), binds each rank to a core unless that would oversubscribe the cores
 (see --bind-to), forwards every rank's stdout and stderr, and exits with the job's
 status. When a rank fails (non-zero status or a signal) or a node server dies, the
 whole job is terminated unless --enable-recovery is given. Ctrl-C, SIGTERM and SIGHUP
@@ -96,6 +96,9 @@ EXAMPLES
   Deal 8 ranks round-robin over 2 node servers (0,2,4,6 on node0) and bind each to
   the CPUs of a NUMA domain, alternating domains:
       cohort run --nodes 2 -n 8 --map-by node --bind-to numa ./app
+
+  Run 2 ranks on each of 3 node servers, 6 in all (mpirun's -N 2, --map-by ppr:2:node):
+      cohort run --nodes 3 -N 2 ./app
 
   Export variables to every rank and stop the job after 10 minutes:
       cohort run -n 16 -x OMP_NUM_THREADS=4 -x LD_LIBRARY_PATH --timeout 600 ./solver in.dat
@@ -206,8 +209,8 @@ pub struct TopoArgs {
 pub struct RunArgs {
     /// Number of ranks to start (also --np; mpirun's -np is accepted too); with
     /// several app contexts, of the first one (each one after a ':' has its own -n).
-    /// Without it, as mpirun: the allocation's tasks under Slurm, the hosts' slots
-    /// over ssh, this host's cores otherwise
+    /// Without it, as mpirun: K per node server with -N K, else the allocation's tasks
+    /// under Slurm, the hosts' slots over ssh, this host's cores otherwise
     #[arg(
         short = 'n',
         long = "np",
@@ -291,16 +294,40 @@ pub struct RunArgs {
     pub prefix: Option<PathBuf>,
 
     /// Place ranks: slot = block over node servers; node = round-robin over node
-    /// servers; numa / core = block, and within a node spread over NUMA domains / cores
+    /// servers; numa / core = block, and within a node spread over NUMA domains / cores;
+    /// ppr:K:node = K ranks on each node server in turn (as -N K) [possible values: slot,
+    /// node, numa, core, ppr:K:node]
     #[arg(
-        long,
+        long = "map-by",
         value_name = "POLICY",
-        default_value_t = MapBy::Slot,
-        value_parser = clap::builder::PossibleValuesParser::new(MapBy::NAMES)
-            .map(|s| s.parse::<MapBy>().expect("a listed name")),
+        default_value = "slot",
+        value_parser = parse_map_by,
         help_heading = "Mapping options"
     )]
+    pub map_spec: MapSpec,
+
+    /// K ranks on each node server (mpirun's -N and --npernode, --map-by ppr:K:node):
+    /// node 0 gets ranks 0 to K-1, node 1 the next K, and so on. Without -n, K times
+    /// the node servers; with it, at most that many (the last node servers may get
+    /// fewer). Not to be mixed up with --nodes (the node server count, srun's -N)
+    #[arg(
+        short = 'N',
+        long = "npernode",
+        value_name = "K",
+        help_heading = "Mapping options",
+        value_parser = clap::value_parser!(u32).range(1..)
+    )]
+    pub npernode: Option<u32>,
+
+    /// The mapping policy (from --map-by; slot with ppr:K:node or -N), set by
+    /// [`parse_cli`].
+    #[arg(skip)]
     pub map_by: MapBy,
+
+    /// Ranks per node server (-N, --npernode or --map-by ppr:K:node), set by
+    /// [`parse_cli`].
+    #[arg(skip)]
+    pub per_node: Option<u32>,
 
     /// Bind each rank to a core, to a NUMA domain's CPUs, or not at all [default: core,
     /// or none when ranks outnumber cores]
@@ -562,7 +589,63 @@ fn looks_like_a_job_namespace(name: &str) -> bool {
         && hex.bytes().all(|b| b.is_ascii_hexdigit())
 }
 
+/// `--map-by` as given: a policy, or `ppr:K:node`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MapSpec {
+    Policy(MapBy),
+    /// `ppr:K:node`: K ranks on each node server.
+    PerNode(u32),
+}
+
+fn parse_map_by(s: &str) -> Result<MapSpec, String> {
+    if let Ok(by) = s.parse::<MapBy>() {
+        return Ok(MapSpec::Policy(by));
+    }
+    let Some(ppr) = s.strip_prefix("ppr:") else {
+        return Err(format!(
+            "{s:?} is not a mapping policy: give one of {}, or ppr:K:node",
+            MapBy::NAMES.join(", ")
+        ));
+    };
+    let (k, what) = ppr.split_once(':').unwrap_or((ppr, ""));
+    let k: u32 = match k.parse() {
+        Ok(k) if k > 0 => k,
+        _ => return Err(format!("{s}: K in ppr:K:node is a rank count of 1 or more")),
+    };
+    match what {
+        "node" => Ok(MapSpec::PerNode(k)),
+        _ => Err(format!(
+            "{s}: only ppr:K:node (K ranks per node server) is supported, not per {what:?}"
+        )),
+    }
+}
+
 impl RunArgs {
+    /// Sets [`map_by`](Self::map_by) and [`per_node`](Self::per_node) from `--map-by`
+    /// and `-N` / `--npernode`, which may not disagree.
+    fn resolve_mapping(&mut self) -> Result<(), String> {
+        let (by, ppr) = match self.map_spec {
+            MapSpec::Policy(by) => (by, None),
+            MapSpec::PerNode(k) => (MapBy::Slot, Some(k)),
+        };
+        self.per_node = match (ppr, self.npernode) {
+            (Some(a), Some(b)) if a != b => {
+                return Err(format!(
+                    "--map-by ppr:{a}:node and -N/--npernode {b} disagree: give one"
+                ))
+            }
+            (a, b) => a.or(b),
+        };
+        if self.per_node.is_some() && by != MapBy::Slot {
+            return Err(format!(
+                "-N/--npernode places ranks per node server by itself; it does not go \
+                 with --map-by {by}"
+            ));
+        }
+        self.map_by = by;
+        Ok(())
+    }
+
     /// The job's application contexts and process sets, checked: rank counts add up
     /// (at most `u32::MAX - 1` ranks), set names are valid and given once, rank lists
     /// name ranks of the job, and `NAME=RANKLIST` sets are among the global options.
@@ -720,6 +803,8 @@ const VALUE_OPTIONS: &[&str] = &[
     "--heartbeat",
     "--peer-timeout",
     "--map-by",
+    "-N",
+    "--npernode",
     "--bind-to",
     "--topology",
 ];
@@ -762,6 +847,7 @@ pub fn parse_cli(args: impl IntoIterator<Item = OsString>) -> Result<Cli, clap::
     let Command::Run(run) = &mut cli.command else {
         return Ok(cli);
     };
+    run.resolve_mapping().map_err(usage_error)?;
     let last = rest.len();
     for (k, segment) in rest.into_iter().enumerate() {
         let k = k + 1;
@@ -1122,6 +1208,47 @@ mod tests {
         assert_eq!(r.command, ["prog", "--bind-to"]);
         assert!(parse(&["cohort", "run", "-n", "2", "--map-by", "socket", "prog"]).is_err());
         assert!(parse(&["cohort", "run", "-n", "2", "--bind-to", "pu", "prog"]).is_err());
+    }
+
+    #[test]
+    fn ranks_per_node_server() {
+        let run = |extra: &[&str]| {
+            let mut a = vec!["cohort", "run", "--nodes", "3"];
+            a.extend_from_slice(extra);
+            a.push("prog");
+            parse(&a).map(|r| (r.map_by, r.per_node, r.np))
+        };
+        assert_eq!(run(&["-N", "2"]).unwrap(), (MapBy::Slot, Some(2), None));
+        assert_eq!(
+            run(&["--npernode", "4"]).unwrap(),
+            (MapBy::Slot, Some(4), None)
+        );
+        assert_eq!(
+            run(&["--map-by", "ppr:2:node", "-n", "5"]).unwrap(),
+            (MapBy::Slot, Some(2), Some(5))
+        );
+        // the same count twice is fine, two counts are not
+        assert_eq!(
+            run(&["--map-by", "ppr:3:node", "-N", "3"]).unwrap().1,
+            Some(3)
+        );
+        let e = run(&["--map-by", "ppr:3:node", "-N", "2"]).unwrap_err();
+        assert!(e.to_string().contains("disagree"), "{e}");
+        let e = run(&["--map-by", "node", "-N", "2"]).unwrap_err();
+        assert!(e.to_string().contains("--map-by node"), "{e}");
+        for bad in [
+            "ppr:0:node",
+            "ppr:x:node",
+            "ppr:2",
+            "ppr:2:socket",
+            "pp:2:node",
+        ] {
+            assert!(run(&["--map-by", bad]).is_err(), "{bad} accepted");
+        }
+        assert!(run(&["-N", "0"]).is_err());
+        // after the program, -N is the program's
+        let r = parse(&["cohort", "run", "-n", "1", "prog", "-N", "2"]).unwrap();
+        assert_eq!((r.per_node, r.command.len()), (None, 3));
     }
 
     #[test]

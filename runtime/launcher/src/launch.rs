@@ -237,6 +237,40 @@ fn default_np(launch: &Launch, ssh: Option<&SshHosts>) -> Result<u32, String> {
     }
 }
 
+/// Ranks per node server for `-N k` (`--npernode`, `--map-by ppr:k:node`): `k` on
+/// each in turn until the `np` ranks are placed, as Open MPI's ppr mapper.
+fn per_node_counts(np: u32, k: u32, nodes: u32) -> Result<Vec<u32>, String> {
+    let room = u64::from(k) * u64::from(nodes);
+    if u64::from(np) > room {
+        return Err(format!(
+            "{np} ranks do not fit: -N/--npernode {k} places at most {room} on {nodes} node \
+             server(s) (--nodes sets how many node servers run here)"
+        ));
+    }
+    let mut left = np;
+    Ok((0..nodes)
+        .map(|_| {
+            let c = left.min(k);
+            left -= c;
+            c
+        })
+        .collect())
+}
+
+/// Over ssh: a host with slots must hold the ranks -N gives it.
+fn check_slots(counts: &[u32], k: u32, hosts: &[ssh::Host]) -> Result<(), String> {
+    for (h, &c) in hosts.iter().zip(counts) {
+        if let Some(slots) = h.slots.filter(|&s| c > s) {
+            return Err(format!(
+                "host {} has {slots} slot(s), fewer than the {c} rank(s) -N/--npernode {k} \
+                 gives it",
+                h.name
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// The job's application contexts as node servers take them (see `DaemonLaunch`).
 struct AppLayout {
     /// Every app's program and arguments, one after another.
@@ -285,8 +319,6 @@ struct SshHosts {
     agent: Vec<String>,
     /// The cohortd the hosts run.
     cohortd: PathBuf,
-    /// Ranks per host when slots decided them.
-    counts: Option<Vec<u32>>,
 }
 
 /// The srun step that runs every node server under Slurm.
@@ -318,6 +350,9 @@ struct Launcher {
     /// How many node servers the job has.
     nodes: u32,
     placement: JobPlacement,
+    /// Ranks per node server when -N or the hosts' slots decided them; empty: the
+    /// even split of --map-by.
+    node_ranks: Vec<u32>,
     /// Under Slurm: the allocation's nodes the node servers run on, and their step.
     slurm: Option<SlurmStep>,
     /// Over ssh: the hosts the node servers run on.
@@ -380,7 +415,7 @@ impl Launcher {
             Some(a) => Some(slurm::resolve_nodes(a, args.nodes, &args.node_addrs)?),
             None => None,
         };
-        let mut ssh_hosts = match launch {
+        let ssh_hosts = match launch {
             Launch::Ssh => Some(ssh_hosts(&args)?),
             _ => None,
         };
@@ -404,7 +439,13 @@ impl Launcher {
             ));
         }
         if args.np.is_none() && args.more_apps.is_empty() {
-            args.np = Some(default_np(&launch, ssh_hosts.as_ref())?);
+            args.np = Some(match args.per_node {
+                Some(k) => k
+                    .checked_mul(nodes)
+                    .filter(|&n| n < cohort_proto::RANK_WILDCARD)
+                    .ok_or_else(|| format!("-N {k} on {nodes} node servers: too many ranks"))?,
+                None => default_np(&launch, ssh_hosts.as_ref())?,
+            });
         }
         let detector = args.detector()?;
         let plan = args.plan()?;
@@ -419,9 +460,19 @@ impl Launcher {
                 StdinTarget::None
             }
         };
-        if let Some(s) = ssh_hosts.as_mut() {
-            s.counts = ssh::rank_counts(plan.np, &s.hosts)?;
-        }
+        // Ranks per node server when -N or hosts' slots decide them (else an even
+        // split by --map-by).
+        let node_ranks = match (args.per_node, &ssh_hosts) {
+            (Some(k), hosts) => {
+                let counts = per_node_counts(plan.np, k, nodes)?;
+                if let Some(h) = hosts {
+                    check_slots(&counts, k, &h.hosts)?;
+                }
+                Some(counts)
+            }
+            (None, Some(h)) => ssh::rank_counts(plan.np, &h.hosts)?,
+            (None, None) => None,
+        };
         let cohortd = daemon::find_cohortd()?;
         let mut exports = daemon::resolve_exports(&args.export)?;
         let pmix_libdir = match args.pmix {
@@ -440,7 +491,7 @@ impl Launcher {
         let nspace = format!("cohort.{}.{}", std::process::id(), to_hex(&random(2)?));
         // The job map before anything exists: a set named like the job's namespace is
         // refused here.
-        let mut job = match ssh_hosts.as_ref().and_then(|s| s.counts.as_deref()) {
+        let mut job = match node_ranks.as_deref() {
             Some(counts) => job_map_with_counts(args.map_by, nspace, counts),
             None => job_map(args.map_by, nspace, plan.np, nodes),
         };
@@ -517,13 +568,13 @@ impl Launcher {
             tracing::info!(
                 hosts = %hostlist::compress(&job.node_names), addrs = ?s.addrs,
                 agent = ?s.agent, cohortd = %s.cohortd.display(), control = %control_addr,
-                counts = ?s.counts, "node servers run on the hosts, started over the launch agent"
+                "node servers run on the hosts, started over the launch agent"
             );
         }
         tracing::info!(
             nspace = %job.nspace, np = plan.np, apps = plan.apps.len(),
             psets = plan.psets.len(), nodes,
-            map_by = %args.map_by, bind_to = %placement.bind_to,
+            map_by = %args.map_by, per_node = ?node_ranks, bind_to = %placement.bind_to,
             cohortd = %cohortd.display(), job_dir = %job_dir.path().display(),
             "launching"
         );
@@ -531,6 +582,7 @@ impl Launcher {
         Ok(Launcher {
             monitor: JobMonitor::new(job, args.enable_recovery),
             placement,
+            node_ranks: node_ranks.unwrap_or_default(),
             topology,
             detector,
             tribunal: {
@@ -674,7 +726,7 @@ impl Launcher {
             command: &self.apps.command,
             slurm_addrs: None,
             ssh_names: None,
-            node_ranks: &[],
+            node_ranks: &self.node_ranks,
         }
     }
 
@@ -733,7 +785,6 @@ impl Launcher {
             let host = &hosts.hosts[node as usize];
             let launch = DaemonLaunch {
                 ssh_names: Some(&job.node_names),
-                node_ranks: hosts.counts.as_deref().unwrap_or_default(),
                 ..self.daemon_launch(&job, node, &host.name, hosts.addrs[node as usize])
             };
             let remote = ssh::remote_command(&hosts.cohortd, cwd.as_deref(), &env, &launch.args());
@@ -1920,7 +1971,6 @@ fn ssh_hosts(args: &RunArgs) -> Result<SshHosts, String> {
         addrs,
         agent,
         cohortd,
-        counts: None,
     })
 }
 
@@ -2104,5 +2154,23 @@ mod tests {
         std::env::var_os("PATH").expect("tests run with a PATH");
         assert_eq!(ranks_env(true, "PATH"), None);
         assert_eq!(ranks_env(false, "PATH"), std::env::var_os("PATH"));
+    }
+
+    #[test]
+    fn k_ranks_per_node_server_fill_them_in_turn() {
+        assert_eq!(per_node_counts(6, 2, 3), Ok(vec![2, 2, 2]));
+        assert_eq!(per_node_counts(3, 2, 3), Ok(vec![2, 1, 0]));
+        assert_eq!(per_node_counts(1, 4, 2), Ok(vec![1, 0]));
+        let e = per_node_counts(7, 2, 3).unwrap_err();
+        assert!(e.contains("7 ranks") && e.contains("at most 6"), "{e}");
+        let host = |name: &str, slots| ssh::Host {
+            user: None,
+            name: name.into(),
+            slots,
+        };
+        let hosts = [host("a", None), host("b", Some(1)), host("c", Some(2))];
+        assert_eq!(check_slots(&[2, 1, 2], 2, &hosts), Ok(()));
+        let e = check_slots(&[2, 2, 2], 2, &hosts).unwrap_err();
+        assert!(e.contains("host b has 1 slot"), "{e}");
     }
 }
