@@ -5,14 +5,20 @@
  * and PMIX_EVENT_ACTION_COMPLETE ends the chain).
  *
  * Rank 0 registers, for one code each:
- *   - A (CHAIN_GO): calls its cbfunc with PMIX_SUCCESS 300 ms later, from a thread;
+ *   - A (CHAIN_GO): calls its cbfunc with PMIX_SUCCESS 300 ms later, from a thread,
+ *     with results chain.a = 7 (PMIX_INT) and chain.who = "a", freed by its own
+ *     release callback;
  *   - S (CHAIN_STOP): calls it with PMIX_EVENT_ACTION_COMPLETE 100 ms later;
  *   - H (CHAIN_HELD): never calls it;
- * and a default handler D (every code), which runs after those. Rank 1 notifies
- * CHAIN_GO, CHAIN_STOP, CHAIN_HELD and CHAIN_LAST. Rank 0 checks that D got
- * CHAIN_GO only after A's callback, never got CHAIN_STOP or CHAIN_HELD, and got
- * CHAIN_LAST (a held chain holds only its own event). Both ranks print
- * "RESULT chain ok"; a violation prints "FAIL rank R: ..." and exits 1. */
+ * then M for CHAIN_GO and CHAIN_LAST (several codes: after those), which checks the
+ * results it is given (A's for CHAIN_GO, none for CHAIN_LAST) and answers at once
+ * with chain.who = "m" and chain.m = 3 (PMIX_UINT16); and a default handler D (every
+ * code), which runs last. Rank 1 notifies CHAIN_GO, CHAIN_STOP, CHAIN_HELD and
+ * CHAIN_LAST. Rank 0 checks that D got CHAIN_GO only after A's callback, with the
+ * chain's results aggregated (chain.a 7, chain.who "m", chain.m 3, in that order,
+ * as PMIx hands each handler the results of those before it), never got CHAIN_STOP
+ * or CHAIN_HELD, and got CHAIN_LAST (a held chain holds only its own event). Both
+ * ranks print "RESULT chain ok"; a violation prints "FAIL rank R: ..." and exits 1. */
 #include <pmix.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -35,6 +41,8 @@ static atomic_int a_answered;     /* A called its cbfunc */
 static atomic_int d_go, d_stop, d_held, d_last;
 static atomic_int d_go_after_a;   /* when D got CHAIN_GO, A had answered */
 static atomic_int held_called, stop_called;
+static atomic_int a_released;     /* A's results were handed back to it */
+static atomic_int m_go_ok, m_last_ok, d_go_results_ok;
 
 static void sleep_ms(long ms)
 {
@@ -42,14 +50,27 @@ static void sleep_ms(long ms)
     nanosleep(&t, NULL);
 }
 
-/* A deferred answer: after `ms`, `status` through the handler's cbfunc. */
+/* A deferred answer: after `ms`, `status` through the handler's cbfunc (with
+ * results, given back to `release` once used). */
 struct later {
     long ms;
     pmix_status_t status;
     atomic_int *answered;
     pmix_event_notification_cbfunc_fn_t cbfunc;
     void *cbdata;
+    pmix_info_t *results;
+    size_t nresults;
 };
+
+/* The release callback of A's results: the library is done with them. */
+static void release_results(pmix_status_t status, void *cbdata)
+{
+    (void)status;
+    struct later *l = cbdata;
+    PMIX_INFO_FREE(l->results, l->nresults);
+    atomic_store(&a_released, 1);
+    free(l);
+}
 
 static void *answer_later(void *arg)
 {
@@ -58,20 +79,38 @@ static void *answer_later(void *arg)
     if (l->answered != NULL) {
         atomic_store(l->answered, 1);
     }
+    if (l->results != NULL) {
+        l->cbfunc(l->status, l->results, l->nresults, release_results, l, l->cbdata);
+        return NULL;
+    }
     l->cbfunc(l->status, NULL, 0, NULL, NULL, l->cbdata);
     free(l);
     return NULL;
 }
 
-static void defer(long ms, pmix_status_t status, atomic_int *answered,
-                  pmix_event_notification_cbfunc_fn_t cbfunc, void *cbdata)
+static void defer_with(long ms, pmix_status_t status, atomic_int *answered,
+                       pmix_info_t *results, size_t nresults,
+                       pmix_event_notification_cbfunc_fn_t cbfunc, void *cbdata)
 {
     struct later *l = malloc(sizeof *l);
     CHECK(l != NULL && cbfunc != NULL, "no cbfunc to answer with");
-    *l = (struct later){ms, status, answered, cbfunc, cbdata};
+    *l = (struct later){ms, status, answered, cbfunc, cbdata, results, nresults};
     pthread_t t;
     CHECK(pthread_create(&t, NULL, answer_later, l) == 0, "pthread_create");
     pthread_detach(t);
+}
+
+static void defer(long ms, pmix_status_t status, atomic_int *answered,
+                  pmix_event_notification_cbfunc_fn_t cbfunc, void *cbdata)
+{
+    defer_with(ms, status, answered, NULL, 0, cbfunc, cbdata);
+}
+
+/* Whether `r` is `key` = string `want`. */
+static bool is_str(const pmix_info_t *r, const char *key, const char *want)
+{
+    return PMIX_CHECK_KEY(r, key) && r->value.type == PMIX_STRING &&
+           0 == strcmp(r->value.data.string, want);
 }
 
 static void on_go(size_t id, pmix_status_t status, const pmix_proc_t *source, pmix_info_t info[],
@@ -79,7 +118,35 @@ static void on_go(size_t id, pmix_status_t status, const pmix_proc_t *source, pm
                   pmix_event_notification_cbfunc_fn_t cbfunc, void *cbdata)
 {
     (void)id; (void)status; (void)source; (void)info; (void)ninfo; (void)results; (void)nresults;
-    defer(300, PMIX_SUCCESS, &a_answered, cbfunc, cbdata);
+    pmix_info_t *mine;
+    PMIX_INFO_CREATE(mine, 2);
+    int seven = 7;
+    PMIX_INFO_LOAD(&mine[0], "chain.a", &seven, PMIX_INT);
+    PMIX_INFO_LOAD(&mine[1], "chain.who", "a", PMIX_STRING);
+    defer_with(300, PMIX_SUCCESS, &a_answered, mine, 2, cbfunc, cbdata);
+}
+
+static void on_multi(size_t id, pmix_status_t status, const pmix_proc_t *source,
+                     pmix_info_t info[], size_t ninfo, pmix_info_t *results, size_t nresults,
+                     pmix_event_notification_cbfunc_fn_t cbfunc, void *cbdata)
+{
+    (void)id; (void)source; (void)info; (void)ninfo;
+    if (status == CHAIN_GO) {
+        atomic_store(&m_go_ok, nresults == 2 && PMIX_CHECK_KEY(&results[0], "chain.a") &&
+                                   results[0].value.type == PMIX_INT &&
+                                   results[0].value.data.integer == 7 &&
+                                   is_str(&results[1], "chain.who", "a"));
+    } else if (status == CHAIN_LAST) {
+        atomic_store(&m_last_ok, nresults == 0 && results == NULL);
+    }
+    pmix_info_t mine[2];
+    uint16_t three = 3;
+    PMIX_INFO_LOAD(&mine[0], "chain.who", "m", PMIX_STRING);
+    PMIX_INFO_LOAD(&mine[1], "chain.m", &three, PMIX_UINT16);
+    /* copied during the call: a stack array is fine without a release callback */
+    cbfunc(PMIX_SUCCESS, mine, 2, NULL, NULL, cbdata);
+    PMIX_INFO_DESTRUCT(&mine[0]);
+    PMIX_INFO_DESTRUCT(&mine[1]);
 }
 
 static void on_stop(size_t id, pmix_status_t status, const pmix_proc_t *source,
@@ -107,6 +174,14 @@ static void on_default(size_t id, pmix_status_t status, const pmix_proc_t *sourc
     (void)id; (void)source; (void)info; (void)ninfo; (void)results; (void)nresults;
     if (status == CHAIN_GO) {
         atomic_store(&d_go_after_a, atomic_load(&a_answered));
+        atomic_store(&d_go_results_ok,
+                     nresults == 3 && PMIX_CHECK_KEY(&results[0], "chain.a") &&
+                         results[0].value.type == PMIX_INT &&
+                         results[0].value.data.integer == 7 &&
+                         is_str(&results[1], "chain.who", "m") &&
+                         PMIX_CHECK_KEY(&results[2], "chain.m") &&
+                         results[2].value.type == PMIX_UINT16 &&
+                         results[2].value.data.uint16 == 3);
         atomic_store(&d_go, 1);
     } else if (status == CHAIN_STOP) {
         atomic_store(&d_stop, 1);
@@ -145,6 +220,9 @@ int main(void)
         register_one(CHAIN_GO, on_go);
         register_one(CHAIN_STOP, on_stop);
         register_one(CHAIN_HELD, on_held);
+        pmix_status_t two[] = {CHAIN_GO, CHAIN_LAST};
+        CHECK(PMIx_Register_event_handler(two, 2, NULL, 0, on_multi, NULL, NULL) >= 0,
+              "register M");
         CHECK(PMIx_Register_event_handler(NULL, 0, NULL, 0, on_default, NULL, NULL) >= 0,
               "register the default handler");
     }
@@ -162,7 +240,13 @@ int main(void)
     } else {
         wait_for(&d_go, "the default handler got CHAIN_GO");
         CHECK(atomic_load(&d_go_after_a), "the default handler got CHAIN_GO before A answered");
+        CHECK(atomic_load(&m_go_ok), "M did not get A's results (chain.a 7, chain.who a)");
+        CHECK(atomic_load(&d_go_results_ok),
+              "the default handler did not get the chain's results (chain.a 7, chain.who m, "
+              "chain.m 3)");
+        wait_for(&a_released, "A's results were released through its callback");
         wait_for(&d_last, "the default handler got CHAIN_LAST");
+        CHECK(atomic_load(&m_last_ok), "M got results for CHAIN_LAST, which no handler gave");
         wait_for(&stop_called, "S was called");
         wait_for(&held_called, "H was called");
         sleep_ms(500); /* S answered after 100 ms; give a wrong delivery time to show */

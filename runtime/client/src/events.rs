@@ -16,12 +16,16 @@
 //! handlers are) answers through a [`ChainResume`], at once or later from any thread;
 //! until it does, the rest of that event's chain waits (parked here) while other
 //! events go on, as PMIx's handlers hold their chain until they call its callback.
+//! It may answer with results ([`ChainResume::proceed_with`]), which the deferred
+//! handlers after it in that event's chain see ([`ChainResume::results`]), as PMIx
+//! hands each handler the results of those before it.
 
 use std::collections::{HashMap, VecDeque};
 use std::panic::AssertUnwindSafe;
 use std::sync::{Arc, Mutex, Weak};
 
 use cohort_proto::event::{codes, Event, EventCode};
+use cohort_proto::Info;
 
 use crate::conn::{lock, IoClock};
 use crate::{Client, Inner};
@@ -48,11 +52,20 @@ pub(crate) enum Handler {
 /// [`EventFlow::Stop`]).
 pub struct ChainResume {
     chain: u64,
-    state: Arc<Mutex<ResumeState>>,
+    state: Arc<Mutex<ResumeSlot>>,
+    /// The results of the handlers before this one in the event's chain.
+    results: Info,
     /// Not a sender of its own: one kept unanswered must not keep the event thread
     /// of a dropped client waiting.
     client: Weak<Inner>,
     answered: bool,
+}
+
+/// A deferred handler's answer as the event thread finds it.
+struct ResumeSlot {
+    state: ResumeState,
+    /// The chain's results with this handler's merged in, once it answered.
+    results: Info,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -67,32 +80,61 @@ enum ResumeState {
 impl ChainResume {
     /// Lets the chain go on ([`EventFlow::Continue`]) or ends it ([`EventFlow::Stop`]).
     pub fn proceed(mut self, flow: EventFlow) {
-        self.answer(flow);
+        self.answer(flow, Info::new());
     }
 
-    fn answer(&mut self, flow: EventFlow) {
+    /// As [`proceed`](Self::proceed), adding `results` to the chain's: the deferred
+    /// handlers after this one get them in [`results`](Self::results). A key already
+    /// there takes the new value; new keys come after the earlier ones (PMIx's
+    /// aggregation of handler results).
+    pub fn proceed_with(mut self, flow: EventFlow, results: Info) {
+        self.answer(flow, results);
+    }
+
+    /// What the handlers before this one in the event's chain answered with (empty
+    /// for the first, and after handlers that gave none).
+    pub fn results(&self) -> &Info {
+        &self.results
+    }
+
+    fn answer(&mut self, flow: EventFlow, results: Info) {
         if std::mem::replace(&mut self.answered, true) {
             return;
         }
-        let mut st = lock(&self.state);
-        let parked = *st == ResumeState::Parked;
-        *st = ResumeState::Answered(flow);
-        drop(st);
+        let mut merged = std::mem::take(&mut self.results);
+        merge_results(&mut merged, results);
+        let mut slot = lock(&self.state);
+        let parked = slot.state == ResumeState::Parked;
+        slot.state = ResumeState::Answered(flow);
         if !parked {
+            slot.results = merged;
             return;
         }
+        drop(slot);
         if let Some(inner) = self.client.upgrade() {
             let _ = inner.events.send(EventMsg::Resume {
                 chain: self.chain,
                 flow,
+                results: merged,
             });
+        }
+    }
+}
+
+/// Adds a handler's `new` results to the chain's `acc`: a key already there takes
+/// the new value, new keys are appended in their order.
+fn merge_results(acc: &mut Info, new: Info) {
+    for (k, v) in new {
+        match acc.iter_mut().find(|(key, _)| *key == k) {
+            Some(slot) => slot.1 = v,
+            None => acc.push((k, v)),
         }
     }
 }
 
 impl Drop for ChainResume {
     fn drop(&mut self) {
-        self.answer(EventFlow::Stop);
+        self.answer(EventFlow::Stop, Info::new());
     }
 }
 
@@ -119,8 +161,13 @@ pub(crate) enum EventMsg {
     Event(Event),
     /// A handler was registered: activate it and hand it matching cached events.
     Activate(HandlerId),
-    /// A deferred handler answered after it returned: chain `chain` goes on or ends.
-    Resume { chain: u64, flow: EventFlow },
+    /// A deferred handler answered after it returned: chain `chain` goes on (with
+    /// the chain's results so far) or ends.
+    Resume {
+        chain: u64,
+        flow: EventFlow,
+        results: Info,
+    },
 }
 
 struct Registered {
@@ -265,14 +312,23 @@ pub(crate) fn run_event_thread(
     let mut parked: HashMap<u64, Parked> = HashMap::new();
     let mut next_chain: u64 = 0;
     while let Some(msg) = next_msg(&rx, &registry, &io_clock) {
+        // The results a resumed chain carries on with (a new event's chain has none).
+        let mut carried = Info::new();
         let (targets, events, first) = match msg {
             EventMsg::Event(ev) => (registry.route(&ev), vec![ev], 0),
             EventMsg::Activate(id) => match registry.activate(id) {
                 Some((h, evs)) => (vec![h], evs, 0),
                 None => continue,
             },
-            EventMsg::Resume { chain, flow } => match parked.remove(&chain) {
-                Some(p) if flow == EventFlow::Continue => (p.targets, vec![p.event], p.next),
+            EventMsg::Resume {
+                chain,
+                flow,
+                results,
+            } => match parked.remove(&chain) {
+                Some(p) if flow == EventFlow::Continue => {
+                    carried = results;
+                    (p.targets, vec![p.event], p.next)
+                }
                 _ => continue,
             },
         };
@@ -286,6 +342,7 @@ pub(crate) fn run_event_thread(
         let handle = Client { inner };
         let resumed = first > 0;
         for ev in events {
+            let mut results = std::mem::take(&mut carried);
             let mut i = first;
             while i < targets.len() {
                 let (id, h) = &targets[i];
@@ -299,20 +356,27 @@ pub(crate) fn run_event_thread(
                     Handler::Deferred(f) => {
                         next_chain += 1;
                         let chain = next_chain;
-                        let state = Arc::new(Mutex::new(ResumeState::Running));
+                        let state = Arc::new(Mutex::new(ResumeSlot {
+                            state: ResumeState::Running,
+                            results: Info::new(),
+                        }));
                         let resume = ChainResume {
                             chain,
                             state: Arc::clone(&state),
+                            results: std::mem::take(&mut results),
                             client: Arc::downgrade(&handle.inner),
                             answered: false,
                         };
                         call_deferred(f.as_ref(), &handle, &ev, resume);
-                        let mut st = lock(&state);
-                        match *st {
-                            ResumeState::Answered(flow) => flow,
+                        let mut slot = lock(&state);
+                        match slot.state {
+                            ResumeState::Answered(flow) => {
+                                results = std::mem::take(&mut slot.results);
+                                flow
+                            }
                             _ => {
-                                *st = ResumeState::Parked;
-                                drop(st);
+                                slot.state = ResumeState::Parked;
+                                drop(slot);
                                 let rest = Parked {
                                     event: ev.clone(),
                                     targets: targets.clone(),

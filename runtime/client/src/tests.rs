@@ -352,6 +352,63 @@ fn a_deferred_handler_holds_its_chain_until_it_answers() {
     server.join().expect("server thread");
 }
 
+/// PMIx hands each handler the results of those before it in the event's chain: a
+/// handler's results (given at once or later) reach the deferred handlers after it,
+/// merged by key, and never another event's chain.
+#[test]
+fn a_chains_results_reach_the_handlers_after_it() {
+    const A: EventCode = 1301;
+    const B: EventCode = 1302;
+    let (client, server) = client_with(|s| {
+        let f = s.expect();
+        s.event(A, 1);
+        s.event(B, 2);
+        s.reply(f.id, Ok(Response::GroupNames(vec![])));
+        assert!(s.recv().is_none());
+    });
+    let num = |k: &str, v: u64| (k.to_string(), Value::U64(v));
+    // first for A: answers at once with x=1, y=2
+    client.register_event_chain_deferred(Some(&[A]), move |_, _, resume| {
+        assert!(resume.results().is_empty(), "{:?}", resume.results());
+        resume.proceed_with(EventFlow::Continue, vec![num("x", 1), num("y", 2)]);
+    });
+    // then, for A and B: hands its resume over, answered later with y=3, z=4
+    let (mid_tx, mid) = crossbeam_channel::unbounded::<(EventCode, ChainResume)>();
+    client.register_event_chain_deferred(Some(&[A, B]), move |_, ev, resume| {
+        let _ = mid_tx.send((ev.code, resume));
+    });
+    // last, for every code: records what it was given
+    let (last_tx, last) = crossbeam_channel::unbounded::<(EventCode, Info)>();
+    client.register_event_chain_deferred(None, move |_, ev, resume| {
+        let _ = last_tx.send((ev.code, resume.results().clone()));
+        resume.proceed(EventFlow::Continue);
+    });
+    client.group_names().expect("sync");
+    let mut seen = std::collections::BTreeMap::new();
+    for _ in 0..2 {
+        let (code, resume) = mid.recv_timeout(TEST_DEADLINE).expect("the middle handler");
+        seen.insert(code, resume);
+    }
+    assert_eq!(*seen[&A].results(), vec![num("x", 1), num("y", 2)]);
+    assert!(seen[&B].results().is_empty(), "{:?}", seen[&B].results());
+    let a = seen.remove(&A).expect("A");
+    thread::spawn(move || a.proceed_with(EventFlow::Continue, vec![num("y", 3), num("z", 4)]))
+        .join()
+        .expect("resume thread");
+    let (code, got) = last
+        .recv_timeout(TEST_DEADLINE)
+        .expect("A reaches the last");
+    assert_eq!(code, A);
+    assert_eq!(got, vec![num("x", 1), num("y", 3), num("z", 4)]);
+    seen.remove(&B).expect("B").proceed(EventFlow::Continue);
+    let (code, got) = last
+        .recv_timeout(TEST_DEADLINE)
+        .expect("B reaches the last");
+    assert_eq!((code, got), (B, Info::new()));
+    drop(client);
+    server.join().expect("server thread");
+}
+
 #[test]
 fn cached_event_goes_to_matching_handlers_once_in_order() {
     const A: EventCode = 1001;

@@ -8,10 +8,10 @@
 //! gets the event only once it called that callback (during the call or later, from
 //! any thread), unless with `PMIX_EVENT_ACTION_COMPLETE`, which ends the chain. A
 //! handler that never calls it holds that event's chain for good; other events go on.
-//! Handlers get no results of earlier handlers.
+//! The results a handler gives its callback reach the handlers after it (`results`),
+//! aggregated by key: a key given again takes the later value.
 
 use std::ffi::c_void;
-use std::ptr;
 use std::sync::atomic::Ordering;
 
 use cohort::{ChainResume, Client, Event, EventFlow, Range};
@@ -20,21 +20,25 @@ use crate::types::*;
 use crate::value::*;
 use crate::*;
 
-/// The info a handler was given, released when it calls its completion callback, and
-/// the event's chain, which that callback lets go on (or ends).
+/// The info and earlier results a handler was given, released when it calls its
+/// completion callback, and the event's chain, which that callback lets go on (or
+/// ends).
 struct Delivery {
     info: *mut pmix_info_t,
     ninfo: usize,
+    results: *mut pmix_info_t,
+    nresults: usize,
     resume: ChainResume,
 }
 
 /// The completion callback handed to handlers: releases the event's info, lets the
-/// chain go on (or ends it, with `PMIX_EVENT_ACTION_COMPLETE`) and calls the handler's
-/// own callback, if any.
+/// chain go on with the handler's `results` added to the chain's (or ends it, with
+/// `PMIX_EVENT_ACTION_COMPLETE`) and calls the handler's own callback, if any (which
+/// may release those results: they are copied first).
 unsafe extern "C" fn event_done(
     status: pmix_status_t,
-    _results: *mut pmix_info_t,
-    _nresults: usize,
+    results: *mut pmix_info_t,
+    nresults: usize,
     cbfunc: pmix_op_cbfunc_t,
     thiscbdata: *mut c_void,
     notification_cbdata: *mut c_void,
@@ -43,12 +47,22 @@ unsafe extern "C" fn event_done(
         if !notification_cbdata.is_null() {
             // SAFETY: the Delivery boxed for this handler call, released once here.
             let d = unsafe { Box::from_raw(notification_cbdata.cast::<Delivery>()) };
-            // SAFETY: the info array we built for it.
-            unsafe { info_array_free(d.info, d.ninfo) };
-            d.resume.proceed(match status {
+            // SAFETY: the arrays we built for it.
+            unsafe {
+                info_array_free(d.info, d.ninfo);
+                info_array_free(d.results, d.nresults);
+            }
+            let flow = match status {
                 PMIX_EVENT_ACTION_COMPLETE => EventFlow::Stop,
                 _ => EventFlow::Continue,
-            });
+            };
+            let given = match results.is_null() {
+                true => Vec::new(),
+                // SAFETY: the handler's results: `nresults` infos (PMIx's contract).
+                false => unsafe { infos(results, nresults) },
+            };
+            let given = given.iter().map(|(k, v)| (k.clone(), to_cohort(v)));
+            d.resume.proceed_with(flow, given.collect());
         }
         if let Some(cb) = cbfunc {
             // SAFETY: the handler's own callback with its data.
@@ -87,9 +101,20 @@ fn event_info(e: &Event) -> Vec<(String, PVal)> {
 fn deliver(h: HandlerFn, id: usize, e: &Event, resume: ChainResume) {
     let source = proc_out(&e.source);
     let (info, ninfo) = info_array_out(&event_info(e));
+    let earlier: Vec<(String, PVal)> = resume
+        .results()
+        .iter()
+        .map(|(k, v)| (k.clone(), from_cohort(v)))
+        .collect();
+    let (results, nresults) = match earlier.is_empty() {
+        true => (std::ptr::null_mut(), 0),
+        false => info_array_out(&earlier),
+    };
     let delivery = Box::into_raw(Box::new(Delivery {
         info,
         ninfo,
+        results,
+        nresults,
         resume,
     }));
     // SAFETY: the registrant's handler, with arguments valid until it calls
@@ -101,8 +126,8 @@ fn deliver(h: HandlerFn, id: usize, e: &Event, resume: ChainResume) {
             &source,
             info,
             ninfo,
-            ptr::null_mut(),
-            0,
+            results,
+            nresults,
             Some(event_done),
             delivery.cast(),
         )
