@@ -276,6 +276,15 @@ static void spawn_children(cohort_client_t *c, const char *self) {
         sopts.mapping = 7;
         rc = cohort_spawn(c, &app, 1, &sopts, child_ns);
         CHECK(rc == COHORT_ERR_BAD_PARAM, "mapping 7: %s", cohort_status_name(rc));
+        sopts.mapping = COHORT_MAP_PER_NODE; /* per_node 0 */
+        rc = cohort_spawn(c, &app, 1, &sopts, child_ns);
+        CHECK(rc == COHORT_ERR_BAD_PARAM, "per_node 0: %s", cohort_status_name(rc));
+        sopts.per_node = 1; /* ppr:1:node: 4 do not fit on 1 or 3 node servers */
+        app.maxprocs = 4;
+        rc = cohort_spawn(c, &app, 1, &sopts, child_ns);
+        CHECK(rc == COHORT_ERR_BAD_REQUEST, "4 at one per node server: %s",
+              cohort_status_name(rc));
+        app.maxprocs = SPAWNED;
         sopts.mapping = COHORT_MAP_ROUND_ROBIN;
         if (n == 4) {
             OK(cohort_spawn(c, &app, 1, &sopts, child_ns));

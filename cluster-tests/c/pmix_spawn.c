@@ -3,7 +3,8 @@
  * <pmix.h> only, run under `cohort run` with cohort's libpmix.so.2
  * (cluster-tests/tests/pmix.rs). The launched job (the parents, 2 ranks or more)
  * checks it has no parent; its rank 0 spawns 2 copies of this program (argument
- * "child") with an environment variable, a working directory and a mapping; the
+ * "child") with an environment variable, a working directory and PMIX_MAPBY
+ * ppr:2:node (both on the first node server; 4 at ppr:1:node are refused); the
  * children see they were spawned (PMIX_SPAWNED, PMIX_PARENT_ID = parent rank 0, a
  * PMIX_PROC), their job's size, the variable and the directory. Parents and
  * children then connect over both namespaces (as Open MPI's MPI_Comm_spawn does:
@@ -243,7 +244,8 @@ static void spawn_children(const char *self, bool nb, pmix_nspace_t ns)
     PMIX_INFO_LOAD(&app.info[0], PMIX_WDIR, WORKDIR, PMIX_STRING);
     PMIX_INFO_LOAD(&app.info[1], PMIX_PSET_NAME, "kids", PMIX_STRING);
     pmix_info_t job[2];
-    PMIX_INFO_LOAD(&job[0], PMIX_MAPBY, "ppr:1:node", PMIX_STRING);
+    /* ppr:2:node: both children on the first node server */
+    PMIX_INFO_LOAD(&job[0], PMIX_MAPBY, "ppr:2:node", PMIX_STRING);
     bool notify = true;
     PMIX_INFO_LOAD(&job[1], PMIX_NOTIFY_COMPLETION, &notify, PMIX_BOOL);
     pmix_status_t end = PMIX_EVENT_JOB_END;
@@ -264,6 +266,14 @@ static void spawn_children(const char *self, bool nb, pmix_nspace_t ns)
     CHECK(rc == PMIX_ERR_NOT_SUPPORTED, "a spawn with an unknown required info: %s",
           PMIx_Error_string(rc));
     PMIX_INFO_DESTRUCT(&need);
+    /* ppr:1:node holds at most one per node server: 4 do not fit on 1 or 3 */
+    pmix_info_t ppr1;
+    PMIX_INFO_LOAD(&ppr1, PMIX_MAPBY, "ppr:1:node", PMIX_STRING);
+    app.maxprocs = 4;
+    rc = PMIx_Spawn(&ppr1, 1, &app, 1, none);
+    CHECK(rc == PMIX_ERR_BAD_PARAM, "4 processes at ppr:1:node: %s", PMIx_Error_string(rc));
+    app.maxprocs = CHILDREN;
+    PMIX_INFO_DESTRUCT(&ppr1);
 
     if (nb) {
         OK(PMIx_Spawn_nb(job, 2, &app, 1, on_spawned, NULL));
@@ -466,6 +476,9 @@ static int child(bool nb)
     uint32_t nsize = job_u32(me.nspace, PMIX_RANK_WILDCARD, PMIX_NODE_SIZE);
     CHECK(nsize == parents_here + children_here, "node size %u, not %u + %u", nsize,
           parents_here, children_here);
+    /* PMIX_MAPBY ppr:2:node: the two children share the first node server */
+    CHECK(children_here == CHILDREN && my_node == 0,
+          "ppr:2:node: %u of the children on node %u", children_here, my_node);
 
     put_u32("spawn.child.val", 200 + me.rank);
     OK(PMIx_Fence(&wild, 1, NULL, 0));

@@ -98,7 +98,9 @@ extern "C" {
 
 /* Placement of a spawn's processes (PMIX_MAPBY; 0, the default: block-wise). */
 #define COHORT_MAP_BLOCK 0       /* block-wise over the node servers, as `cohort run` */
-#define COHORT_MAP_ROUND_ROBIN 1 /* one per node server in turn (ppr:1:node) */
+#define COHORT_MAP_ROUND_ROBIN 1 /* one per node server in turn (map-by node) */
+#define COHORT_MAP_PER_NODE 2    /* per_node processes on each node server in turn
+                                    (ppr:K:node); more than fit is refused */
 
 /* cohort_lookup_opts_t.wait: wait until every key is published. */
 #define COHORT_WAIT_ALL -1
@@ -274,6 +276,7 @@ typedef struct {
                                  spawned process ended (PMIX_NOTIFY_COMPLETION) */
     int timeout_ms;           /* > 0: COHORT_ERR_TIMEOUT unless every process is started within
                                  it (PMIX_TIMEOUT; the job is then cancelled); <= 0: none */
+    uint32_t per_node;        /* K of COHORT_MAP_PER_NODE (at least 1); else ignored */
 } cohort_spawn_opts_t;
 
 typedef void (*cohort_op_cb)(int status, void *cbdata);

@@ -105,6 +105,7 @@ c_constants! { OTHER_CONSTANTS:
     COHORT_WAIT_ALL = -1,
     COHORT_MAP_BLOCK = 0,
     COHORT_MAP_ROUND_ROBIN = 1,
+    COHORT_MAP_PER_NODE = 2,
 }
 
 /// The opaque client handle.

@@ -7,8 +7,8 @@ use cohort::{Nspace, SpawnApp, SpawnMapping, SpawnOpts};
 
 use crate::{
     bad_param, cohort_client, cohort_proc_t, complete, fail, handle, proc_out, set_error, status,
-    text, timeout_ms, CbData, COHORT_ERR_NOT_FOUND, COHORT_MAP_BLOCK, COHORT_MAP_ROUND_ROBIN,
-    COHORT_MAX_NSLEN, COHORT_SUCCESS,
+    text, timeout_ms, CbData, COHORT_ERR_NOT_FOUND, COHORT_MAP_BLOCK, COHORT_MAP_PER_NODE,
+    COHORT_MAP_ROUND_ROBIN, COHORT_MAX_NSLEN, COHORT_SUCCESS,
 };
 
 /// One application of a spawn (pmix_app_t).
@@ -41,6 +41,8 @@ pub struct cohort_spawn_opts_t {
     /// Positive: COHORT_ERR_TIMEOUT if the processes are not all started within this
     /// many milliseconds (the job is then cancelled); zero or negative: no limit.
     pub timeout_ms: c_int,
+    /// K of `COHORT_MAP_PER_NODE` (at least 1); else ignored.
+    pub per_node: u32,
 }
 
 pub type cohort_spawn_cb =
@@ -112,6 +114,10 @@ unsafe fn spawn_args(
     let mapping = match o.mapping {
         COHORT_MAP_BLOCK => SpawnMapping::Block,
         COHORT_MAP_ROUND_ROBIN => SpawnMapping::RoundRobin,
+        COHORT_MAP_PER_NODE if o.per_node > 0 => SpawnMapping::PerNode(o.per_node),
+        COHORT_MAP_PER_NODE => {
+            return Err(bad_param("COHORT_MAP_PER_NODE needs per_node of 1 or more"))
+        }
         other => return Err(bad_param(format!("unknown mapping {other}"))),
     };
     let hosts = strings_in(o.hosts, o.nhosts, "hosts")?;

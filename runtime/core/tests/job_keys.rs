@@ -68,7 +68,14 @@ fn node_ranks_and_sizes_span_the_jobs() {
     let mut c = Cluster::new(4, 2, TreeShape::Binomial);
     c.connect_all();
     // Ranks 0, 1 on node 0, ranks 2, 3 on node 1; a spawned job of 3, round-robin.
-    let child = JobMap::spawned("job@1".into(), &c.job, vec![3], &[0, 1], true).unwrap();
+    let child = JobMap::spawned(
+        "job@1".into(),
+        &c.job,
+        vec![3],
+        &[0, 1],
+        cohort_proto::spawn::SpawnMapping::RoundRobin,
+    )
+    .unwrap();
     for e in &mut c.engines {
         e.add_job(1, child.clone(), ProcId::new("job", 0)).unwrap();
     }
@@ -133,7 +140,14 @@ fn bindings_are_served_for_the_node_servers_own_processes() {
         [bind(0, "0", "SK0:CR0:HT0")]
     );
     // A spawned job's bound process on node 1, asked about by the launched job.
-    let child = JobMap::spawned("job@1".into(), &c.job, vec![2], &[0, 1], true).unwrap();
+    let child = JobMap::spawned(
+        "job@1".into(),
+        &c.job,
+        vec![2],
+        &[0, 1],
+        cohort_proto::spawn::SpawnMapping::RoundRobin,
+    )
+    .unwrap();
     for e in &mut c.engines {
         e.add_job(1, child.clone(), ProcId::new("job", 0)).unwrap();
     }

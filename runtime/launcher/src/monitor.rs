@@ -1035,7 +1035,14 @@ mod tests {
     fn a_spawned_job_counts_until_its_last_rank_and_is_named_in_messages() {
         let mut m = JobMonitor::new(JobMap::block("ns", 2, 2), true);
         let parent = cohort_proto::ProcId::new("ns", 0);
-        let child = JobMap::spawned("ns@1".into(), m.job(), vec![4], &[0, 1], true).unwrap();
+        let child = JobMap::spawned(
+            "ns@1".into(),
+            m.job(),
+            vec![4],
+            &[0, 1],
+            cohort_proto::spawn::SpawnMapping::RoundRobin,
+        )
+        .unwrap();
         m.add_job(1, child, parent.clone()).unwrap();
         assert_eq!(m.remaining(), 6);
         // The launched job's ranks end first: the session goes on for the spawned one.
@@ -1071,14 +1078,28 @@ mod tests {
         );
         // A second spawn the node servers refused does not keep the session alive.
         let mut m = JobMonitor::new(JobMap::block("ns", 1, 1), false);
-        let child = JobMap::spawned("ns@1".into(), m.job(), vec![2], &[0], false).unwrap();
+        let child = JobMap::spawned(
+            "ns@1".into(),
+            m.job(),
+            vec![2],
+            &[0],
+            cohort_proto::spawn::SpawnMapping::Block,
+        )
+        .unwrap();
         m.add_job(1, child, parent).unwrap();
         assert_eq!(m.exited(0, 0, 0, code(0)), Ok(Step::Continue));
         assert_eq!(m.abandon_job(1), Step::End(Verdict::Completed));
         // A cancelled spawn (timed out): its started ranks, killed, are no failures,
         // and the session does not wait for the others.
         let mut m = JobMonitor::new(JobMap::block("ns", 1, 1), false);
-        let child = JobMap::spawned("ns@1".into(), m.job(), vec![2], &[0], false).unwrap();
+        let child = JobMap::spawned(
+            "ns@1".into(),
+            m.job(),
+            vec![2],
+            &[0],
+            cohort_proto::spawn::SpawnMapping::Block,
+        )
+        .unwrap();
         m.add_job(1, child, cohort_proto::ProcId::new("ns", 0))
             .unwrap();
         assert_eq!(m.abandon_job(1), Step::Continue, "rank 0 of ns still runs");

@@ -85,18 +85,22 @@ fn string_of(v: &PVal) -> Result<String, pmix_status_t> {
     }
 }
 
-/// PMIX_MAPBY: `node` (optionally with modifiers after a colon) and `ppr:N:node` place
-/// one process per node server in turn; anything else block-wise.
-fn mapping_of(policy: &str) -> SpawnMapping {
+/// PMIX_MAPBY: `node` (optionally with modifiers after a colon) places one process per
+/// node server in turn, `ppr:N:node` N per node server in turn (PMIX_ERR_BAD_PARAM for
+/// an N that is not a count of 1 or more); anything else block-wise.
+fn mapping_of(policy: &str) -> Result<SpawnMapping, pmix_status_t> {
     let parts: Vec<String> = policy
         .split(':')
         .map(|p| p.trim().to_ascii_lowercase())
         .collect();
-    match parts.as_slice() {
+    Ok(match parts.as_slice() {
         [first, ..] if first == "node" => SpawnMapping::RoundRobin,
-        [ppr, _, unit, ..] if ppr == "ppr" && unit == "node" => SpawnMapping::RoundRobin,
+        [ppr, n, unit, ..] if ppr == "ppr" && unit == "node" => match n.parse::<u32>() {
+            Ok(n) if n > 0 => SpawnMapping::PerNode(n),
+            _ => return Err(PMIX_ERR_BAD_PARAM),
+        },
         _ => SpawnMapping::Block,
-    }
+    })
 }
 
 /// PMIX_HOST: node server names, comma-separated.
@@ -120,7 +124,7 @@ fn placement(info: &[(String, PVal)], opts: &mut SpawnOpts) -> Result<(), pmix_s
         }
     }
     if let Some(v) = find(info, PMIX_MAPBY) {
-        opts.mapping = mapping_of(&string_of(v)?);
+        opts.mapping = mapping_of(&string_of(v)?)?;
     }
     if let Some(v) = find(info, PMIX_HOST) {
         opts.hosts = hosts_of(&string_of(v)?);
@@ -290,18 +294,17 @@ mod tests {
     use super::*;
 
     #[test]
-    fn map_by_node_places_round_robin_and_anything_else_block_wise() {
-        for p in [
-            "node",
-            "NODE",
-            "node:OVERSUBSCRIBE",
-            "ppr:1:node",
-            "ppr:2:node:pe=1",
-        ] {
-            assert_eq!(mapping_of(p), SpawnMapping::RoundRobin, "{p}");
+    fn map_by_node_places_round_robin_ppr_per_node_and_anything_else_block_wise() {
+        for p in ["node", "NODE", "node:OVERSUBSCRIBE"] {
+            assert_eq!(mapping_of(p), Ok(SpawnMapping::RoundRobin), "{p}");
+        }
+        assert_eq!(mapping_of("ppr:1:node"), Ok(SpawnMapping::PerNode(1)));
+        assert_eq!(mapping_of("ppr:2:node:pe=1"), Ok(SpawnMapping::PerNode(2)));
+        for p in ["ppr:0:node", "ppr:x:node", "ppr::node"] {
+            assert_eq!(mapping_of(p), Err(PMIX_ERR_BAD_PARAM), "{p}");
         }
         for p in ["slot", "core", "ppr:2:socket", "", "byslot"] {
-            assert_eq!(mapping_of(p), SpawnMapping::Block, "{p}");
+            assert_eq!(mapping_of(p), Ok(SpawnMapping::Block), "{p}");
         }
         assert_eq!(hosts_of(" a, b,,c "), ["a", "b", "c"]);
     }

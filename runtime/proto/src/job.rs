@@ -533,15 +533,17 @@ impl JobMap {
 
 impl JobMap {
     /// The map of a job spawned in the session of `primary`: `app_sizes[a]` processes
-    /// for each application, block-wise or round-robin over `nodes` (node servers of
-    /// `primary`'s session, at least one), with `primary`'s node names.
+    /// for each application, block-wise, round-robin or K per node server in turn over
+    /// `nodes` (node servers of `primary`'s session, at least one), with `primary`'s
+    /// node names.
     pub fn spawned(
         nspace: crate::ids::Nspace,
         primary: &JobMap,
         app_sizes: Vec<u32>,
         nodes: &[NodeId],
-        round_robin: bool,
+        mapping: crate::spawn::SpawnMapping,
     ) -> Result<JobMap, String> {
+        use crate::spawn::SpawnMapping;
         if nodes.is_empty() {
             return Err("no node server to place the processes on".into());
         }
@@ -550,10 +552,18 @@ impl JobMap {
         }
         let n: u32 = app_sizes.iter().sum();
         let m = nodes.len() as u32;
-        let slots = if round_robin {
-            JobMap::round_robin(nspace.clone(), n, m).rank_node
-        } else {
-            JobMap::block(nspace.clone(), n, m).rank_node
+        let slots = match mapping {
+            SpawnMapping::RoundRobin => JobMap::round_robin(nspace.clone(), n, m).rank_node,
+            SpawnMapping::Block => JobMap::block(nspace.clone(), n, m).rank_node,
+            SpawnMapping::PerNode(k) => {
+                if k == 0 || u64::from(n) > u64::from(k) * u64::from(m) {
+                    return Err(format!(
+                        "{n} process(es) do not fit {k} per node server (ppr:{k}:node) on \
+                         {m} node server(s)"
+                    ));
+                }
+                (0..n).map(|r| r / k).collect()
+            }
         };
         let mut job = JobMap {
             nspace,
@@ -814,6 +824,7 @@ impl Session {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::spawn::SpawnMapping;
 
     #[test]
     fn block_mapping_spreads_remainder_first() {
@@ -844,8 +855,14 @@ mod tests {
         let mut primary = JobMap::block("j", 4, 2);
         primary.define_pset("io", RankSet::range(0..2)).unwrap();
         let mut s = Session::new(primary.clone());
-        let mut child =
-            JobMap::spawned("j@1".into(), &primary, vec![2, 1], &[0, 1], false).unwrap();
+        let mut child = JobMap::spawned(
+            "j@1".into(),
+            &primary,
+            vec![2, 1],
+            &[0, 1],
+            SpawnMapping::Block,
+        )
+        .unwrap();
         child.define_pset("workers", RankSet::range(0..2)).unwrap();
         assert!(s.pset_clash("workers").is_none());
         s.add(1, child, ProcId::new("j", 0)).unwrap();
@@ -882,7 +899,8 @@ mod tests {
         // The launched job never ends; a job cancelled before it ran had no sets.
         assert!(!s.set_ended(0));
         assert_eq!(s.state(0), Some(JobState::Running));
-        let late = JobMap::spawned("j@2".into(), &primary, vec![1], &[0], false).unwrap();
+        let late =
+            JobMap::spawned("j@2".into(), &primary, vec![1], &[0], SpawnMapping::Block).unwrap();
         s.add(2, late, ProcId::new("j", 0)).unwrap();
         assert!(!s.set_ended(2));
         assert_eq!(s.state(2), Some(JobState::Ended));
@@ -892,13 +910,38 @@ mod tests {
     fn a_session_resolves_the_processes_of_every_job() {
         let primary = JobMap::block("j", 4, 3);
         let mut s = Session::new(primary.clone());
-        let child = JobMap::spawned("j@1".into(), &primary, vec![2, 1], &[2, 0], false).unwrap();
+        let child = JobMap::spawned(
+            "j@1".into(),
+            &primary,
+            vec![2, 1],
+            &[2, 0],
+            SpawnMapping::Block,
+        )
+        .unwrap();
         assert_eq!(child.rank_node, vec![2, 2, 0]);
         assert_eq!(child.app_of(2), Some(1));
-        let rr = JobMap::spawned("x".into(), &primary, vec![3], &[1, 2], true).unwrap();
+        let rr = JobMap::spawned(
+            "x".into(),
+            &primary,
+            vec![3],
+            &[1, 2],
+            SpawnMapping::RoundRobin,
+        )
+        .unwrap();
         assert_eq!(rr.rank_node, vec![1, 2, 1]);
-        assert!(JobMap::spawned("x".into(), &primary, vec![1], &[3], false).is_err());
-        assert!(JobMap::spawned("x".into(), &primary, vec![1], &[], false).is_err());
+        // ppr:2:node over node servers 2, 0, 1: filled in that order
+        let ppr = SpawnMapping::PerNode(2);
+        let k = JobMap::spawned("x".into(), &primary, vec![4], &[2, 0, 1], ppr).unwrap();
+        assert_eq!(k.rank_node, vec![2, 2, 0, 0]);
+        let e = JobMap::spawned("x".into(), &primary, vec![5], &[0, 1], ppr).unwrap_err();
+        assert!(
+            e.contains("5 process(es) do not fit 2 per node server"),
+            "{e}"
+        );
+        let zero = SpawnMapping::PerNode(0);
+        assert!(JobMap::spawned("x".into(), &primary, vec![1], &[0], zero).is_err());
+        assert!(JobMap::spawned("x".into(), &primary, vec![1], &[3], SpawnMapping::Block).is_err());
+        assert!(JobMap::spawned("x".into(), &primary, vec![1], &[], SpawnMapping::Block).is_err());
         assert!(s.add(2, child.clone(), ProcId::new("j", 1)).is_err());
         s.add(1, child.clone(), ProcId::new("j", 1)).unwrap();
         assert!(s

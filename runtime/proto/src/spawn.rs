@@ -43,8 +43,12 @@ pub enum SpawnMapping {
     /// Block-wise over the node servers, as `cohort run` places ranks by default.
     #[default]
     Block,
-    /// One per node server in turn (`ppr`/`node`).
+    /// One per node server in turn (`node`, `ppr:1:node`).
     RoundRobin,
+    /// K per node server in turn (`ppr:K:node`): node servers 0 to K-1 of the
+    /// placement get ranks 0 to K-1, and so on; more processes than K per node server
+    /// is refused.
+    PerNode(u32),
 }
 
 /// Options of a spawn.

@@ -17,8 +17,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use cohort_proto::control::{DaemonMsg, LauncherMsg};
 use cohort_proto::msg::Response;
 use cohort_proto::spawn::{
-    spawned_nspace, validate_spawn, SpawnApp, SpawnBinding, SpawnMapping, SpawnOpts,
-    MAX_SPAWNED_JOBS,
+    spawned_nspace, validate_spawn, SpawnApp, SpawnBinding, SpawnOpts, MAX_SPAWNED_JOBS,
 };
 use cohort_proto::{CohortError, JobMap, NodeId, ProcId, Rank};
 use tokio::time::{Duration, Instant};
@@ -240,8 +239,8 @@ impl Launcher {
         }
         let sizes = apps.iter().map(|a| a.maxprocs).collect();
         let nspace = spawned_nspace(&primary.nspace, index);
-        let rr = opts.mapping == SpawnMapping::RoundRobin;
-        let mut job = JobMap::spawned(nspace, primary, sizes, &nodes, rr).map_err(refuse)?;
+        let mut job =
+            JobMap::spawned(nspace, primary, sizes, &nodes, opts.mapping).map_err(refuse)?;
         // Each app's process set: a name no job of the session still uses.
         let session = self.monitor.session();
         let mut first = 0;
