@@ -573,6 +573,25 @@ int main(void)
 
     printf("RESULT size=%u nodes=%u members=%zu ctx=%zu\n", size, nodes, members, ctx);
     fflush(stdout);
-    OK(PMIx_Finalize(NULL, 0));
+    /* PMIX_EMBED_BARRIER: finalize fences the job first. The last rank leaves a marker
+     * 300 ms late, before its finalize; rank 0's finalize must not return before. */
+    char marker[PMIX_MAX_NSLEN + 64];
+    snprintf(marker, sizeof marker, "/tmp/cohort-pmix-demo-%s.finalize", me.nspace);
+    if (me.rank == size - 1) {
+        usleep(300 * 1000);
+        FILE *f = fopen(marker, "w");
+        CHECK(f != NULL, "cannot create %s", marker);
+        fclose(f);
+    }
+    pmix_info_t barrier;
+    PMIX_INFO_LOAD(&barrier, PMIX_EMBED_BARRIER, &yes, PMIX_BOOL);
+    OK(PMIx_Finalize(&barrier, 1));
+    PMIX_INFO_DESTRUCT(&barrier);
+    if (me.rank == 0) {
+        CHECK(access(marker, F_OK) == 0,
+              "PMIx_Finalize with PMIX_EMBED_BARRIER returned before rank %u finalized",
+              size - 1);
+        unlink(marker);
+    }
     return 0;
 }

@@ -313,20 +313,38 @@ pub unsafe extern "C" fn PMIx_Init(
     })
 }
 
-/// Ends one `PMIx_Init`; the last tells the node server this process is done.
+/// Ends one `PMIx_Init`; the last tells the node server this process is done. With
+/// PMIX_EMBED_BARRIER, the last first fences with the rest of its job (no data): it
+/// returns once every process of the job reached that fence (in its own finalize),
+/// and finalizes even if the fence fails, returning the fence's error then.
 ///
 /// # Safety
 /// `info` is NULL or points to `ninfo` infos.
 #[no_mangle]
-pub unsafe extern "C" fn PMIx_Finalize(_info: *const pmix_info_t, _ninfo: usize) -> pmix_status_t {
+pub unsafe extern "C" fn PMIx_Finalize(info: *const pmix_info_t, ninfo: usize) -> pmix_status_t {
+    // SAFETY: per the contract.
+    let barrier = flag(&unsafe { infos(info, ninfo) }, PMIX_EMBED_BARRIER);
     guard(|| {
         let mut st = lock(&STATE);
+        let Some((state, count)) = st.as_mut() else {
+            return Err(PMIX_ERR_INIT);
+        };
+        let mut fenced = Ok(());
+        if barrier && *count == 1 {
+            // Not under the lock: event handlers may call the library meanwhile.
+            let client = state.client.clone();
+            drop(st);
+            fenced = client
+                .fence(&[], FenceOpts::default())
+                .map_err(|e| status_of(&e));
+            st = lock(&STATE);
+        }
         let Some((_, count)) = st.as_mut() else {
             return Err(PMIX_ERR_INIT);
         };
         *count -= 1;
         if *count > 0 {
-            return Ok(());
+            return fenced;
         }
         let (state, _) = st.take().ok_or(PMIX_ERR_INIT)?;
         drop(st);
@@ -336,7 +354,8 @@ pub unsafe extern "C" fn PMIx_Finalize(_info: *const pmix_info_t, _ninfo: usize)
             client.deregister_event_handler(id);
         }
         drop(state);
-        client.finalize().map_err(|e| status_of(&e))
+        let done = client.finalize().map_err(|e| status_of(&e));
+        fenced.and(done)
     })
 }
 

@@ -363,6 +363,7 @@ keys! {
     PMIX_PSET_NAME = "pmix.pset.nm",
     PMIX_TMPDIR = "pmix.tmpdir",
     PMIX_COLLECT_DATA = "pmix.collect",
+    PMIX_EMBED_BARRIER = "pmix.embed.barrier",
     PMIX_TIMEOUT = "pmix.timeout",
     PMIX_RANGE = "pmix.range",
     PMIX_PERSISTENCE = "pmix.persist",
