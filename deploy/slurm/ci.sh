@@ -187,6 +187,14 @@ else
     fail "without -n: status $rc, $results RESULT lines" "$work/both"
 fi
 nothing_left default-np
+# The universe (PMIX_UNIV_SIZE, MPI_UNIVERSE_SIZE) is the allocation's tasks, as PRRTE's.
+alloc 3 -n 5 "$cohort" run -n 2 "$testprog" universe
+if [[ $rc == 0 ]] && grep -q '^RESULT universe 5$' "$work/out"; then
+    pass "universe: the allocation's 5 tasks"
+else
+    fail "universe under -n 5: status $rc" "$work/both"
+fi
+nothing_left universe
 
 echo "### 1d. salloc -N 3 cohort run -N 2 testprog construct: 2 ranks per node server"
 # As mpirun -N 2 (--npernode, --map-by ppr:2:node): without -n, 2 per node, 6 in all.

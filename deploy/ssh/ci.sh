@@ -391,6 +391,14 @@ else
     fail "hostfile without -n: status $rc, got: $got" "$work/both"
 fi
 nothing_left hostfile-default-np
+# The universe (PMIX_UNIV_SIZE, MPI_UNIVERSE_SIZE) is the hosts' slots, as PRRTE's.
+run --hostfile "$work/hostfile" --launch-agent "$agent" -n 2 "$testprog" universe
+if [[ $rc == 0 ]] && grep -q '^RESULT universe 6$' "$work/out"; then
+    pass "universe: the hosts' 6 slots"
+else
+    fail "universe with slots 1,3,2: status $rc" "$work/both"
+fi
+nothing_left hostfile-universe
 run --host "$hosts" --launch-agent "$agent" "$work/where.sh"
 if [[ $rc == 1 ]] && grep -q 'has no slots: give -n N' "$work/err"; then
     pass "without -n and without slots: refused, naming the host"

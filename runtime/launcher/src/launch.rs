@@ -1205,7 +1205,11 @@ impl Launcher {
             true => self.open_mpi_settings(),
             false => Vec::new(),
         };
-        let universe = daemon::universe_size(&self.node_hosts(), self.monitor.job().size());
+        let job_size = self.monitor.job().size();
+        let universe = match self.stated_slots() {
+            Some(slots) => slots.max(job_size),
+            None => daemon::universe_size(&self.node_hosts(), job_size),
+        };
         tracing::info!(universe, "the session's universe size (PMIX_UNIV_SIZE)");
         for (node, d) in self.daemons.iter_mut().enumerate() {
             let Some(w) = d.writer.as_mut() else { continue };
@@ -1277,6 +1281,24 @@ impl Launcher {
 
     /// Every node server's host, its cores, and the live processes of every job of
     /// the session it runs.
+    /// The slots the allocation states, as PRRTE counts its universe: under Slurm the
+    /// allocation's tasks, over ssh each host's slots (a host given none: its cores),
+    /// once any host gives some. `None`: no slots stated (the hosts' cores decide).
+    fn stated_slots(&self) -> Option<u32> {
+        if let Some(step) = &self.slurm {
+            return step.alloc.tasks;
+        }
+        let hosts = &self.ssh.as_ref()?.hosts;
+        if hosts.iter().all(|h| h.slots.is_none()) {
+            return None;
+        }
+        let slots = hosts
+            .iter()
+            .zip(&self.daemons)
+            .map(|(h, d)| h.slots.unwrap_or(d.cores));
+        Some(slots.fold(0u32, u32::saturating_add))
+    }
+
     fn node_hosts(&self) -> Vec<daemon::NodeHost> {
         let session = self.monitor.session();
         self.daemons
