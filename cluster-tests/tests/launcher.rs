@@ -1234,3 +1234,84 @@ fn n_per_node_places_k_ranks_on_each_node_server() {
         "{err}"
     );
 }
+
+/// The CPUs of a `COHORT_BINDING` list (`0-1,4`), or `None` for `none`.
+fn cpu_list(s: &str) -> Option<BTreeSet<u32>> {
+    if s == "none" {
+        return None;
+    }
+    let mut cpus = BTreeSet::new();
+    for part in s.split(',') {
+        let (a, b) = part.split_once('-').unwrap_or((part, part));
+        let (a, b): (u32, u32) = (a.parse().unwrap(), b.parse().unwrap());
+        cpus.extend(a..=b);
+    }
+    Some(cpus)
+}
+
+/// Each rank's binding (rank → CPUs) from lines `RANK BINDING`.
+fn bindings_of(out: &Output) -> std::collections::BTreeMap<u32, Option<BTreeSet<u32>>> {
+    text(&out.stdout)
+        .lines()
+        .map(|l| {
+            let (r, b) = l.split_once(' ').unwrap_or_else(|| panic!("line {l:?}"));
+            (r.parse().unwrap(), cpu_list(b))
+        })
+        .collect()
+}
+
+/// `--map-by slot:PE=2` (`--cpus-per-rank 2`): each rank is bound to 2 consecutive
+/// cores, the union of the cores ranks 2r and 2r+1 get with one each, also across two
+/// node servers on this host; a job that needs more cores than the host has is not
+/// bound, and cohort says why.
+#[test]
+fn several_cores_per_rank_bind_each_rank_to_consecutive_cores() {
+    let topo = run_cohort(["topo"], DEADLINE);
+    let cores: u32 = text(&topo.stdout)
+        .split(" core(s)")
+        .next()
+        .and_then(|s| s.rsplit(' ').next()?.parse().ok())
+        .unwrap_or_else(|| panic!("no core count in:\n{}", text(&topo.stdout)));
+    if cores < 2 {
+        eprintln!("skipped: {cores} core(s), 2 needed");
+        return;
+    }
+    let show = "echo \"$COHORT_RANK $COHORT_BINDING\"";
+    let run = |args: &[&str]| {
+        let mut a = vec!["run", "--nodes", "2"];
+        a.extend_from_slice(args);
+        a.extend_from_slice(&["sh", "-c", show]);
+        let out = run_cohort(&a, DEADLINE);
+        assert_eq!(code(&out), Some(0), "{args:?}: {}", describe(&out));
+        out
+    };
+    let (single, pairs) = (cores.to_string(), (cores / 2).to_string());
+    let one = bindings_of(&run(&["-n", &single]));
+    for pe in [["--map-by", "slot:PE=2"], ["--cpus-per-rank", "2"]] {
+        let two = bindings_of(&run(&["-n", &pairs, pe[0], pe[1]]));
+        assert_eq!(two.len() as u32, cores / 2, "{pe:?}: {two:?}");
+        for (r, cpus) in &two {
+            let want: BTreeSet<u32> = [2 * r, 2 * r + 1]
+                .iter()
+                .flat_map(|q| one[q].clone().expect("bound with one core each"))
+                .collect();
+            assert_eq!(
+                cpus.as_ref(),
+                Some(&want),
+                "{pe:?}: rank {r}: {two:?} / {one:?}"
+            );
+        }
+    }
+    // Every rank wants 2 cores: more than the host has, so nobody is bound.
+    let out = run(&["-n", &single, "--cpus-per-rank", "2"]);
+    assert!(
+        bindings_of(&out).values().all(Option::is_none),
+        "{}",
+        describe(&out)
+    );
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("of 2 cores each") && err.contains("oversubscribed, not binding"),
+        "{err}"
+    );
+}

@@ -232,8 +232,9 @@ impl NodeLayout {
     }
 
     /// Core of placement slot `slot` (slots are numbered across every rank that shares
-    /// the host): consecutive cores, or for `numa` alternate domains first.
-    pub fn core_of_slot(&self, map_by: MapBy, slot: u32) -> Option<usize> {
+    /// the host): consecutive cores, or for `numa` alternate domains first, `pe`
+    /// consecutive slots (a rank's, with `pe` CPUs per rank) in one domain.
+    pub fn core_of_slot(&self, map_by: MapBy, slot: u32, pe: u32) -> Option<usize> {
         if self.cores.is_empty() {
             return None;
         }
@@ -241,38 +242,63 @@ impl NodeLayout {
         match map_by {
             MapBy::Slot | MapBy::Node | MapBy::Core => Some(slot % self.cores.len()),
             MapBy::Numa => {
-                let domain = slot % self.domains.len();
+                let pe = pe.max(1) as usize;
+                let (block, within) = (slot / pe, slot % pe);
+                let domain = block % self.domains.len();
                 let in_domain: Vec<usize> = (0..self.cores.len())
                     .filter(|&c| self.core_domain[c] == domain)
                     .collect();
-                let nth = (slot / self.domains.len()) % in_domain.len();
+                let nth = ((block / self.domains.len()) * pe + within) % in_domain.len();
                 Some(in_domain[nth])
             }
         }
     }
 
-    /// Binding of placement slot `slot`.
-    pub fn binding(&self, map_by: MapBy, bind_to: BindTo, slot: u32) -> Binding {
-        let Some(core) = self.core_of_slot(map_by, slot) else {
-            return Binding::Unbound;
-        };
-        match bind_to {
-            BindTo::None => Binding::Unbound,
-            BindTo::Core => Binding::Cpus(self.cores[core].clone()),
-            BindTo::Numa => Binding::Cpus(self.domains[self.core_domain[core]].clone()),
+    /// Binding of the placement slots `slots` (one process's): their cores' CPUs, or
+    /// their NUMA domains' for `--bind-to numa`. `pe` as in
+    /// [`core_of_slot`](Self::core_of_slot).
+    pub fn binding(
+        &self,
+        map_by: MapBy,
+        bind_to: BindTo,
+        slots: std::ops::Range<u32>,
+        pe: u32,
+    ) -> Binding {
+        let mut cpus: Option<CpuSet> = None;
+        for slot in slots {
+            let Some(core) = self.core_of_slot(map_by, slot, pe) else {
+                return Binding::Unbound;
+            };
+            let these = match bind_to {
+                BindTo::None => return Binding::Unbound,
+                BindTo::Core => &self.cores[core],
+                BindTo::Numa => &self.domains[self.core_domain[core]],
+            };
+            cpus = Some(match cpus {
+                Some(c) => c.union(these),
+                None => these.clone(),
+            });
         }
+        cpus.map_or(Binding::Unbound, Binding::Cpus)
     }
 
-    /// Bindings of `count` ranks occupying slots `first_slot ..`.
+    /// Bindings of `count` ranks of `pe` CPUs each (`--map-by …:PE=n`), the first being
+    /// the host's rank `first` (ranks of co-located node servers come before): rank
+    /// `first + i` occupies slots `(first + i) * pe ..` and is bound to their cores.
     pub fn plan(
         &self,
         map_by: MapBy,
         bind_to: BindTo,
-        first_slot: u32,
+        first: u32,
         count: u32,
+        pe: u32,
     ) -> Vec<Binding> {
+        let pe = pe.max(1);
         (0..count)
-            .map(|i| self.binding(map_by, bind_to, first_slot + i))
+            .map(|i| {
+                let at = (first + i) * pe;
+                self.binding(map_by, bind_to, at..at + pe, pe)
+            })
             .collect()
     }
 }
@@ -287,8 +313,9 @@ pub struct BindDecision {
     pub notice: Option<String>,
 }
 
-/// Decides the binding for `ranks` ranks sharing a host of `cores` cores. `where_`
-/// names the place in messages (`node0`, `this host (node0-node2)`).
+/// Decides the binding for `ranks` ranks of `pe` cores each (`--cpus-per-rank`)
+/// sharing a host of `cores` cores. `where_` names the place in messages (`node0`,
+/// `this host (node0-node2)`).
 ///
 /// Like mpirun: with no `--bind-to`, bind to core unless oversubscribed, and say so
 /// when not binding; an explicit `--bind-to core` while oversubscribed is obeyed
@@ -296,13 +323,19 @@ pub struct BindDecision {
 pub fn decide_binding(
     requested: Option<BindTo>,
     ranks: u32,
+    pe: u32,
     cores: usize,
     where_: &str,
 ) -> BindDecision {
-    let oversubscribed = ranks as usize > cores;
+    let needed = u64::from(ranks) * u64::from(pe.max(1));
+    let oversubscribed = needed > cores as u64;
     let plural = |n: usize, what: &str| format!("{n} {what}{}", if n == 1 { "" } else { "s" });
+    let each = match pe {
+        0 | 1 => String::new(),
+        n => format!(" of {n} cores each"),
+    };
     let what = format!(
-        "{} on {where_} with {}",
+        "{}{each} on {where_} with {}",
         plural(ranks as usize, "rank"),
         plural(cores, "core")
     );
@@ -381,21 +414,43 @@ mod tests {
     fn bind_to_core_gives_distinct_cores_with_their_threads() {
         let l = NodeLayout::from_topology(&synthetic(2, 2, 2));
         assert_eq!(l.num_cores(), 4);
-        let b = l.plan(MapBy::Core, BindTo::Core, 0, 4);
+        let b = l.plan(MapBy::Core, BindTo::Core, 0, 4, 1);
         assert_eq!(lists(&b), ["0,4", "1,5", "2,6", "3,7"]);
         // slots continue where a co-located node server's ranks ended
-        let b = l.plan(MapBy::Slot, BindTo::Core, 2, 2);
+        let b = l.plan(MapBy::Slot, BindTo::Core, 2, 2, 1);
         assert_eq!(lists(&b), ["2,6", "3,7"]);
+    }
+
+    #[test]
+    fn several_cpus_per_rank_take_consecutive_cores() {
+        // 2 domains of 4 cores, 1 PU each
+        let l = NodeLayout::from_topology(&synthetic(2, 4, 1));
+        let b = l.plan(MapBy::Slot, BindTo::Core, 0, 4, 2);
+        assert_eq!(lists(&b), ["0-1", "2-3", "4-5", "6-7"]);
+        // after a co-located node server's 1 rank of 2 CPUs
+        let b = l.plan(MapBy::Core, BindTo::Core, 1, 2, 2);
+        assert_eq!(lists(&b), ["2-3", "4-5"]);
+        // numa:PE=2: each rank's 2 cores in one domain, domains alternating
+        let b = l.plan(MapBy::Numa, BindTo::Core, 0, 4, 2);
+        assert_eq!(lists(&b), ["0-1", "4-5", "2-3", "6-7"]);
+        // with 3 CPUs per rank the second spans both domains
+        let b = l.plan(MapBy::Slot, BindTo::Numa, 0, 2, 3);
+        assert_eq!(lists(&b), ["0-3", "0-7"]);
+        // a spawned process (one slot) after them, in the same slot order
+        assert_eq!(
+            l.binding(MapBy::Numa, BindTo::Core, 8..9, 2),
+            Binding::Cpus("0".parse().unwrap())
+        );
     }
 
     #[test]
     fn map_by_numa_alternates_domains() {
         let l = NodeLayout::from_topology(&synthetic(2, 2, 1));
-        let cores = l.plan(MapBy::Numa, BindTo::Core, 0, 5);
+        let cores = l.plan(MapBy::Numa, BindTo::Core, 0, 5, 1);
         assert_eq!(lists(&cores), ["0", "2", "1", "3", "0"]);
-        let numa = l.plan(MapBy::Numa, BindTo::Numa, 0, 3);
+        let numa = l.plan(MapBy::Numa, BindTo::Numa, 0, 3, 1);
         assert_eq!(lists(&numa), ["0-1", "2-3", "0-1"]);
-        let numa = l.plan(MapBy::Core, BindTo::Numa, 0, 3);
+        let numa = l.plan(MapBy::Core, BindTo::Numa, 0, 3, 1);
         assert_eq!(lists(&numa), ["0-1", "0-1", "2-3"]);
     }
 
@@ -403,13 +458,16 @@ mod tests {
     fn bind_to_none_and_empty_layouts_leave_ranks_unbound() {
         let l = NodeLayout::from_topology(&synthetic(1, 2, 1));
         assert!(l
-            .plan(MapBy::Core, BindTo::None, 0, 3)
+            .plan(MapBy::Core, BindTo::None, 0, 3, 1)
             .iter()
             .all(|b| *b == Binding::Unbound));
         let mut empty = synthetic(1, 1, 1);
         empty.cores.clear();
         let l = NodeLayout::from_topology(&empty);
-        assert_eq!(l.plan(MapBy::Numa, BindTo::Core, 0, 1), [Binding::Unbound]);
+        assert_eq!(
+            l.plan(MapBy::Numa, BindTo::Core, 0, 1, 1),
+            [Binding::Unbound]
+        );
     }
 
     #[test]
@@ -422,18 +480,21 @@ mod tests {
         });
         let l = NodeLayout::from_topology(&t);
         assert_eq!(l.domains.len(), 1);
-        assert_eq!(lists(&l.plan(MapBy::Numa, BindTo::Core, 0, 2)), ["0", "1"]);
+        assert_eq!(
+            lists(&l.plan(MapBy::Numa, BindTo::Core, 0, 2, 1)),
+            ["0", "1"]
+        );
     }
 
     #[test]
     fn default_binds_to_core_unless_oversubscribed() {
-        let d = decide_binding(None, 2, 2, "node0");
+        let d = decide_binding(None, 2, 1, 2, "node0");
         assert_eq!(
             (d.bind_to, d.oversubscribed, d.notice),
             (BindTo::Core, false, None)
         );
 
-        let d = decide_binding(None, 4, 2, "node0");
+        let d = decide_binding(None, 4, 1, 2, "node0");
         assert_eq!(d.bind_to, BindTo::None);
         assert!(d.oversubscribed);
         assert_eq!(
@@ -441,18 +502,26 @@ mod tests {
             Some("4 ranks on node0 with 2 cores: oversubscribed, not binding (use --bind-to to override)")
         );
 
-        let d = decide_binding(Some(BindTo::Core), 4, 2, "node0");
+        let d = decide_binding(Some(BindTo::Core), 4, 1, 2, "node0");
         assert_eq!(d.bind_to, BindTo::Core);
         assert!(d.notice.unwrap().starts_with("warning:"));
 
-        let d = decide_binding(None, 2, 1, "node0");
+        let d = decide_binding(None, 2, 2, 3, "node0");
+        assert!(d.oversubscribed && d.bind_to == BindTo::None);
+        let notice = d.notice.unwrap();
+        assert!(
+            notice.contains("2 ranks of 2 cores each on node0 with 3 cores"),
+            "{notice}"
+        );
+        assert!(!decide_binding(None, 2, 2, 4, "node0").oversubscribed);
+        let d = decide_binding(None, 2, 1, 1, "node0");
         assert!(d
             .notice
             .unwrap()
             .starts_with("2 ranks on node0 with 1 core: "));
 
         for b in [BindTo::None, BindTo::Numa] {
-            let d = decide_binding(Some(b), 4, 2, "node0");
+            let d = decide_binding(Some(b), 4, 1, 2, "node0");
             assert_eq!((d.bind_to, d.notice), (b, None));
         }
     }

@@ -100,6 +100,9 @@ EXAMPLES
   Run 2 ranks on each of 3 node servers, 6 in all (mpirun's -N 2, --map-by ppr:2:node):
       cohort run --nodes 3 -N 2 ./app
 
+  Hybrid MPI+OpenMP: 4 ranks bound to 2 consecutive cores each, 2 threads apiece:
+      cohort run -n 4 --map-by slot:PE=2 -x OMP_NUM_THREADS=2 ./hybrid
+
   Export variables to every rank and stop the job after 10 minutes:
       cohort run -n 16 -x OMP_NUM_THREADS=4 -x LD_LIBRARY_PATH --timeout 600 ./solver in.dat
 
@@ -295,8 +298,10 @@ pub struct RunArgs {
 
     /// Place ranks: slot = block over node servers; node = round-robin over node
     /// servers; numa / core = block, and within a node spread over NUMA domains / cores;
-    /// ppr:K:node = K ranks on each node server in turn (as -N K) [possible values: slot,
-    /// node, numa, core, ppr:K:node]
+    /// ppr:K:node = K ranks on each node server in turn (as -N K). A :PE=n modifier
+    /// (slot:PE=4, numa:PE=2) gives each rank n consecutive cores (as
+    /// --cpus-per-rank n) [possible values: slot, node, numa, core, ppr:K:node, each
+    /// with an optional :PE=n]
     #[arg(
         long = "map-by",
         value_name = "POLICY",
@@ -328,6 +333,24 @@ pub struct RunArgs {
     /// [`parse_cli`].
     #[arg(skip)]
     pub per_node: Option<u32>,
+
+    /// N cores for each rank (Open MPI's --cpus-per-rank and --map-by …:PE=N), for
+    /// ranks running N threads: a rank is bound to N consecutive cores (in --map-by
+    /// order; with numa, in one NUMA domain), and the cores are oversubscribed (so not
+    /// bound, unless --bind-to says) when the ranks of a host need more than it has
+    #[arg(
+        long = "cpus-per-rank",
+        alias = "cpus-per-proc",
+        value_name = "N",
+        help_heading = "Mapping options",
+        value_parser = clap::value_parser!(u32).range(1..)
+    )]
+    pub cpus_per_rank_arg: Option<u32>,
+
+    /// Cores per rank (--cpus-per-rank or :PE=n; 1 without either), set by
+    /// [`parse_cli`].
+    #[arg(skip)]
+    pub cpus_per_rank: u32,
 
     /// Bind each rank to a core, to a NUMA domain's CPUs, or not at all [default: core,
     /// or none when ranks outnumber cores]
@@ -589,21 +612,48 @@ fn looks_like_a_job_namespace(name: &str) -> bool {
         && hex.bytes().all(|b| b.is_ascii_hexdigit())
 }
 
-/// `--map-by` as given: a policy, or `ppr:K:node`.
+/// `--map-by` as given.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum MapSpec {
+pub struct MapSpec {
+    pub policy: MapPolicy,
+    /// `:PE=n`: cores per rank.
+    pub pe: Option<u32>,
+}
+
+/// The policy part of `--map-by`: a policy, or `ppr:K:node`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MapPolicy {
     Policy(MapBy),
     /// `ppr:K:node`: K ranks on each node server.
     PerNode(u32),
 }
 
 fn parse_map_by(s: &str) -> Result<MapSpec, String> {
+    // A trailing :PE=n modifier (any case), as Open MPI's.
+    let (policy, pe) = match s.rsplit_once(':') {
+        Some((head, m)) if m.len() > 3 && m[..3].eq_ignore_ascii_case("pe=") => {
+            match m[3..].parse::<u32>() {
+                Ok(n) if n > 0 => (head, Some(n)),
+                _ => return Err(format!("{s}: n in :PE=n is a core count of 1 or more")),
+            }
+        }
+        _ => (s, None),
+    };
+    let policy = parse_map_policy(policy).map_err(|e| match pe {
+        Some(_) => format!("{s}: {e}"),
+        None => e,
+    })?;
+    Ok(MapSpec { policy, pe })
+}
+
+fn parse_map_policy(s: &str) -> Result<MapPolicy, String> {
     if let Ok(by) = s.parse::<MapBy>() {
-        return Ok(MapSpec::Policy(by));
+        return Ok(MapPolicy::Policy(by));
     }
     let Some(ppr) = s.strip_prefix("ppr:") else {
         return Err(format!(
-            "{s:?} is not a mapping policy: give one of {}, or ppr:K:node",
+            "{s:?} is not a mapping policy: give one of {}, or ppr:K:node (optionally \
+             with :PE=n)",
             MapBy::NAMES.join(", ")
         ));
     };
@@ -613,7 +663,7 @@ fn parse_map_by(s: &str) -> Result<MapSpec, String> {
         _ => return Err(format!("{s}: K in ppr:K:node is a rank count of 1 or more")),
     };
     match what {
-        "node" => Ok(MapSpec::PerNode(k)),
+        "node" => Ok(MapPolicy::PerNode(k)),
         _ => Err(format!(
             "{s}: only ppr:K:node (K ranks per node server) is supported, not per {what:?}"
         )),
@@ -621,12 +671,21 @@ fn parse_map_by(s: &str) -> Result<MapSpec, String> {
 }
 
 impl RunArgs {
-    /// Sets [`map_by`](Self::map_by) and [`per_node`](Self::per_node) from `--map-by`
-    /// and `-N` / `--npernode`, which may not disagree.
+    /// Sets [`map_by`](Self::map_by), [`per_node`](Self::per_node) and
+    /// [`cpus_per_rank`](Self::cpus_per_rank) from `--map-by`, `-N` / `--npernode` and
+    /// `--cpus-per-rank`, which may not disagree.
     fn resolve_mapping(&mut self) -> Result<(), String> {
-        let (by, ppr) = match self.map_spec {
-            MapSpec::Policy(by) => (by, None),
-            MapSpec::PerNode(k) => (MapBy::Slot, Some(k)),
+        let (by, ppr) = match self.map_spec.policy {
+            MapPolicy::Policy(by) => (by, None),
+            MapPolicy::PerNode(k) => (MapBy::Slot, Some(k)),
+        };
+        self.cpus_per_rank = match (self.map_spec.pe, self.cpus_per_rank_arg) {
+            (Some(a), Some(b)) if a != b => {
+                return Err(format!(
+                    "--map-by …:PE={a} and --cpus-per-rank {b} disagree: give one"
+                ))
+            }
+            (a, b) => a.or(b).unwrap_or(1),
         };
         self.per_node = match (ppr, self.npernode) {
             (Some(a), Some(b)) if a != b => {
@@ -805,6 +864,8 @@ const VALUE_OPTIONS: &[&str] = &[
     "--map-by",
     "-N",
     "--npernode",
+    "--cpus-per-rank",
+    "--cpus-per-proc",
     "--bind-to",
     "--topology",
 ];
@@ -1249,6 +1310,43 @@ mod tests {
         // after the program, -N is the program's
         let r = parse(&["cohort", "run", "-n", "1", "prog", "-N", "2"]).unwrap();
         assert_eq!((r.per_node, r.command.len()), (None, 3));
+    }
+
+    #[test]
+    fn cores_per_rank() {
+        let pe = |extra: &[&str]| {
+            let mut a = vec!["cohort", "run", "-n", "2"];
+            a.extend_from_slice(extra);
+            a.push("prog");
+            parse(&a).map(|r| (r.map_by, r.per_node, r.cpus_per_rank))
+        };
+        assert_eq!(pe(&[]).unwrap(), (MapBy::Slot, None, 1));
+        assert_eq!(
+            pe(&["--map-by", "numa:PE=4"]).unwrap(),
+            (MapBy::Numa, None, 4)
+        );
+        assert_eq!(
+            pe(&["--map-by", "core:pe=2"]).unwrap(),
+            (MapBy::Core, None, 2)
+        );
+        assert_eq!(
+            pe(&["--map-by", "ppr:2:node:PE=3"]).unwrap(),
+            (MapBy::Slot, Some(2), 3)
+        );
+        assert_eq!(pe(&["--cpus-per-rank", "2"]).unwrap().2, 2);
+        assert_eq!(pe(&["--cpus-per-proc", "3"]).unwrap().2, 3);
+        assert_eq!(
+            pe(&["--map-by", "slot:PE=2", "--cpus-per-rank", "2"])
+                .unwrap()
+                .2,
+            2
+        );
+        let e = pe(&["--map-by", "slot:PE=2", "--cpus-per-rank", "3"]).unwrap_err();
+        assert!(e.to_string().contains("disagree"), "{e}");
+        for bad in ["slot:PE=0", "slot:PE=x", "socket:PE=2", "slot:SPAN", "PE=2"] {
+            assert!(pe(&["--map-by", bad]).is_err(), "{bad} accepted");
+        }
+        assert!(pe(&["--cpus-per-rank", "0"]).is_err());
     }
 
     #[test]

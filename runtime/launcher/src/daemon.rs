@@ -132,7 +132,8 @@ pub struct NodeHost {
     pub fabric_addr: String,
     /// The cores of its host.
     pub cores: u32,
-    /// The job's ranks it runs.
+    /// The cores its live processes need: each a core, a launched rank
+    /// `--cpus-per-rank`.
     pub ranks: u32,
 }
 
@@ -434,6 +435,8 @@ pub struct DaemonLaunch<'a> {
     pub bind_to: Option<BindTo>,
     /// This node server's first placement slot on its host (see `topo::plan_job`).
     pub first_slot: u32,
+    /// `--cpus-per-rank` (1: the default, not passed).
+    pub cpus_per_rank: u32,
     pub tag_output: bool,
     /// `--output-filename`, absolute.
     pub output_dir: Option<&'a Path>,
@@ -537,6 +540,10 @@ impl DaemonLaunch<'_> {
         }
         a.push("--first-slot".into());
         a.push(self.first_slot.to_string().into());
+        if self.cpus_per_rank > 1 {
+            a.push("--cpus-per-rank".into());
+            a.push(self.cpus_per_rank.to_string().into());
+        }
         if !self.node_ranks.is_empty() {
             let counts: Vec<String> = self.node_ranks.iter().map(u32::to_string).collect();
             a.push("--node-ranks".into());
@@ -1053,6 +1060,7 @@ mod tests {
             map_by: MapBy::Slot,
             bind_to: None,
             first_slot: 0,
+            cpus_per_rank: 1,
             tag_output: false,
             output_dir: None,
             report_bindings: false,
@@ -1130,6 +1138,7 @@ mod tests {
             map_by: MapBy::Node,
             bind_to: Some(BindTo::Core),
             first_slot: 4,
+            cpus_per_rank: 1,
             tag_output: true,
             report_bindings: true,
             detector: Some(DetectorConfig::DEFAULT),

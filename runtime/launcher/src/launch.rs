@@ -528,6 +528,7 @@ impl Launcher {
             // Every node server runs on this host, so this host's cores decide.
             Launch::Local => plan_job(
                 args.bind_to,
+                args.cpus_per_rank,
                 &job,
                 &Discover {
                     io: false,
@@ -706,6 +707,7 @@ impl Launcher {
             map_by: self.args.map_by,
             bind_to: self.args.bind_to,
             first_slot: 0,
+            cpus_per_rank: self.args.cpus_per_rank,
             tag_output: self.args.tag_output,
             output_dir: self.args.output_filename.as_deref(),
             report_bindings: self.args.report_bindings,
@@ -1308,11 +1310,16 @@ impl Launcher {
                 host: d.host.clone(),
                 fabric_addr: d.fabric_addr.clone().unwrap_or_default(),
                 cores: d.cores,
+                // The cores they need: a launched rank takes --cpus-per-rank.
                 ranks: (0u32..)
                     .zip(session.jobs())
                     .map(|(index, j)| {
                         let live = j.ranks_on(node as NodeId).into_iter();
-                        live.filter(|&r| self.monitor.alive(index, r)).count() as u32
+                        let n = live.filter(|&r| self.monitor.alive(index, r)).count() as u32;
+                        match index {
+                            0 => n.saturating_mul(self.args.cpus_per_rank.max(1)),
+                            _ => n,
+                        }
                     })
                     .sum(),
             })

@@ -47,16 +47,17 @@ pub struct JobPlacement {
     pub notice: Option<String>,
 }
 
-/// Decides the binding of `job` when all its node servers share this host (as
-/// `cohort run` starts them): the host's cores are shared by every rank of the job, so
-/// oversubscription is judged over the whole job, not per node server.
-pub fn plan_job(requested: Option<BindTo>, job: &JobMap, topo: &Topology) -> JobPlacement {
+/// Decides the binding of `job`, whose ranks take `pe` cores each, when all its node
+/// servers share this host (as `cohort run` starts them): the host's cores are shared
+/// by every rank of the job, so oversubscription is judged over the whole job, not per
+/// node server.
+pub fn plan_job(requested: Option<BindTo>, pe: u32, job: &JobMap, topo: &Topology) -> JobPlacement {
     let cores = NodeLayout::from_topology(topo).num_cores();
     let where_ = match job.num_nodes {
         1 => job.node_names[0].clone(),
         m => format!("this host (node servers node0-node{})", m - 1),
     };
-    let decision = decide_binding(requested, job.size(), cores, &where_);
+    let decision = decide_binding(requested, job.size(), pe, cores, &where_);
     let mut first_slots = Vec::with_capacity(job.num_nodes as usize);
     let mut next = 0;
     for node in 0..job.num_nodes {
@@ -86,7 +87,7 @@ mod tests {
 
     #[test]
     fn one_node_within_its_cores_binds_to_core() {
-        let p = plan_job(None, &job_map(MapBy::Slot, "j", 2, 1), &two_cores());
+        let p = plan_job(None, 1, &job_map(MapBy::Slot, "j", 2, 1), &two_cores());
         assert_eq!(p.bind_to, BindTo::Core);
         assert_eq!(p.first_slots, [0]);
         assert_eq!(p.notice, None);
@@ -94,7 +95,7 @@ mod tests {
 
     #[test]
     fn oversubscription_is_judged_over_the_host() {
-        let p = plan_job(None, &job_map(MapBy::Node, "j", 4, 2), &two_cores());
+        let p = plan_job(None, 1, &job_map(MapBy::Node, "j", 4, 2), &two_cores());
         assert_eq!(p.bind_to, BindTo::None);
         assert_eq!(p.first_slots, [0, 2]);
         let notice = p.notice.unwrap();
@@ -105,7 +106,7 @@ mod tests {
             "{notice}"
         );
 
-        let p = plan_job(None, &job_map(MapBy::Slot, "j", 4, 1), &two_cores());
+        let p = plan_job(None, 1, &job_map(MapBy::Slot, "j", 4, 1), &two_cores());
         assert_eq!(
             p.notice.as_deref(),
             Some("4 ranks on node0 with 2 cores: oversubscribed, not binding (use --bind-to to override)")
@@ -116,6 +117,7 @@ mod tests {
     fn node_servers_sharing_the_host_take_consecutive_slots() {
         let p = plan_job(
             Some(BindTo::Core),
+            1,
             &job_map(MapBy::Slot, "j", 7, 3),
             &two_cores(),
         );

@@ -159,9 +159,9 @@ impl Launcher {
     }
 
     /// The host slots the live processes of the session hold, by host key: the
-    /// launched job's (from each node server's first slot, when it is bound) and the
-    /// spawned ones' (as [`Launcher::on_spawn`] gave them). Forgets those of processes
-    /// that ended.
+    /// launched job's (from each node server's first slot, when it is bound; each rank
+    /// `--cpus-per-rank` of them) and the spawned ones' (one each, as
+    /// [`Launcher::on_spawn`] gave them). Forgets those of processes that ended.
     fn taken_slots(&mut self, bound: bool) -> BTreeMap<String, BTreeSet<u32>> {
         let mut taken: BTreeMap<String, BTreeSet<u32>> = BTreeMap::new();
         if !bound {
@@ -177,9 +177,11 @@ impl Launcher {
                 .copied()
                 .unwrap_or(0);
             let held = taken.entry(host.to_string()).or_default();
+            let pe = self.args.cpus_per_rank.max(1);
             for (i, rank) in launched.ranks_on(node).into_iter().enumerate() {
                 if self.monitor.alive(0, rank) {
-                    held.insert(first + i as u32);
+                    let at = (first + i as u32) * pe;
+                    held.extend(at..at + pe);
                 }
             }
         }

@@ -84,6 +84,16 @@ pub struct DaemonArgs {
     #[arg(long, value_name = "K", default_value_t = 0)]
     pub first_slot: u32,
 
+    /// Cores each rank is bound to, consecutive in --map-by order (the launcher's
+    /// --cpus-per-rank, --map-by …:PE=n)
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = 1,
+        value_parser = clap::value_parser!(u32).range(1..)
+    )]
+    pub cpus_per_rank: u32,
+
     #[arg(
         long,
         help = "Prefix forwarded output lines with [NSPACE,RANK]<stdout>: / <stderr>:"

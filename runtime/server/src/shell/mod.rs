@@ -348,7 +348,7 @@ async fn run(
     };
     let nspace = template.job.nspace.to_string();
     let mut ranks = Ranks::new(template, exit_tx, guard::Guard::start(&node_name))
-        .with_layout(placement.layout(), args.map_by)
+        .with_layout(placement.layout(), args.map_by, args.cpus_per_rank)
         .with_topology(placement.topology())
         .reporting_bindings(args.report_bindings);
     // Before any rank can connect: each learns its local peers' locality at once.

@@ -80,6 +80,7 @@ impl NodePlacement {
                 let d = decide_binding(
                     None,
                     ranks.len() as u32,
+                    args.cpus_per_rank,
                     layout.num_cores(),
                     &args.node_name,
                 );
@@ -89,10 +90,17 @@ impl NodePlacement {
                 d.bind_to
             }
         };
-        let plan = layout.plan(args.map_by, bind_to, args.first_slot, ranks.len() as u32);
+        let plan = layout.plan(
+            args.map_by,
+            bind_to,
+            args.first_slot,
+            ranks.len() as u32,
+            args.cpus_per_rank,
+        );
         let bindings: BTreeMap<Rank, Binding> = ranks.into_iter().zip(plan).collect();
         tracing::debug!(
             map_by = %args.map_by, bind_to = %bind_to, first_slot = args.first_slot,
+            cpus_per_rank = args.cpus_per_rank,
             bindings = ?bindings.iter().map(|(r, b)| format!("{r}:{b}")).collect::<Vec<_>>(),
             "rank placement"
         );

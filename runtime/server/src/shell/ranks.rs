@@ -242,7 +242,7 @@ pub struct Ranks {
     /// Spawned jobs cancelled (their spawn timed out): none of their ranks starts.
     cancelled: BTreeSet<u32>,
     /// This node's cores and the session's mapping policy, for binding spawned jobs.
-    layout: Option<(NodeLayout, MapBy)>,
+    layout: Option<(NodeLayout, MapBy, u32)>,
     /// This host, by which bound ranks' locality strings are written.
     topology: Option<Topology>,
     /// Say how each rank is bound as it starts (`--report-bindings`).
@@ -341,10 +341,11 @@ impl Ranks {
             .collect()
     }
 
-    /// This node's cores and the session's `--map-by`, by which spawned jobs are bound
-    /// when the launcher gives them slots (without: they run unbound).
-    pub fn with_layout(mut self, layout: NodeLayout, map_by: MapBy) -> Ranks {
-        self.layout = Some((layout, map_by));
+    /// This node's cores and the session's `--map-by` and `--cpus-per-rank` (which
+    /// order the slots), by which spawned jobs are bound when the launcher gives them
+    /// slots (without: they run unbound). A spawned process takes one slot.
+    pub fn with_layout(mut self, layout: NodeLayout, map_by: MapBy, pe: u32) -> Ranks {
+        self.layout = Some((layout, map_by, pe));
         self
     }
 
@@ -390,11 +391,14 @@ impl Ranks {
         }
         let node = self.templates[0].node;
         let bindings = match (&self.layout, bind) {
-            (Some((layout, map_by)), Some((bind_to, slots))) => job
+            (Some((layout, map_by, pe)), Some((bind_to, slots))) => job
                 .ranks_on(node)
                 .into_iter()
                 .zip(slots)
-                .map(|(rank, slot)| (rank, layout.binding(*map_by, bind_to, slot)))
+                .map(|(rank, slot)| {
+                    let b = layout.binding(*map_by, bind_to, slot..slot + 1, *pe);
+                    (rank, b)
+                })
                 .collect(),
             _ => BTreeMap::new(),
         };
