@@ -661,3 +661,28 @@ fn open_mpi_comm_spawn_runs_on_one_node_server() {
 fn open_mpi_comm_spawn_runs_on_three_node_servers() {
     run_mpi_spawn(3, 3);
 }
+
+/// With `--pmix` every rank gets the `OMPI_COMM_WORLD_*` variables Open MPI's mpirun
+/// sets (scripts read them, e.g. to pick a GPU by local rank); without it, none.
+#[test]
+fn with_pmix_ranks_see_open_mpis_rank_variables() {
+    let show = "echo ${OMPI_COMM_WORLD_RANK-unset} ${OMPI_COMM_WORLD_SIZE-unset} \
+                ${OMPI_COMM_WORLD_LOCAL_RANK-unset} ${OMPI_COMM_WORLD_LOCAL_SIZE-unset} \
+                ${OMPI_COMM_WORLD_NODE_RANK-unset}";
+    let lines = |pmix: bool| {
+        let mut args = vec!["run", "--nodes", "2", "-n", "3"];
+        if pmix {
+            args.push("--pmix");
+        }
+        args.extend_from_slice(&["sh", "-c", show]);
+        let out = run_cohort(&args, DEADLINE);
+        let context = format!("{}\n{}", text(&out.stdout), text(&out.stderr));
+        assert_eq!(out.status.code(), Some(0), "{context}");
+        let mut l: Vec<String> = text(&out.stdout).lines().map(String::from).collect();
+        l.sort();
+        l
+    };
+    // block over 2 node servers: ranks 0 and 1 on node0, rank 2 on node1
+    assert_eq!(lines(true), ["0 3 0 2 0", "1 3 1 2 1", "2 3 0 1 0"]);
+    assert_eq!(lines(false), vec!["unset unset unset unset unset"; 3]);
+}

@@ -148,7 +148,8 @@ ENVIRONMENT
   Every rank sees COHORT_RANK, COHORT_SIZE, COHORT_LOCAL_RANK, COHORT_NODE_ID,
   COHORT_NODE_NAME, COHORT_NSPACE, COHORT_SERVER_URI, COHORT_TOKEN, COHORT_APPNUM
   (its app context) and COHORT_BINDING (the CPUs it is bound to, like 0-1, or none),
-  and, for PMIx programs, PMIX_NAMESPACE, PMIX_RANK and PMIX_SERVER_URI.
+  and, for PMIx programs, PMIX_NAMESPACE, PMIX_RANK and PMIX_SERVER_URI. With --pmix,
+  also Open MPI's OMPI_COMM_WORLD_RANK, _SIZE, _LOCAL_RANK, _LOCAL_SIZE and _NODE_RANK.
 
 EXIT STATUS
   0 when every rank exits 0, else the status of the first rank that failed (128+N for

@@ -345,6 +345,7 @@ async fn run(
         tag_output: args.tag_output,
         output_dir: args.output_dir.clone(),
         stdin: args.stdin,
+        ompi_env: args.pmix_libdir.is_some(),
     };
     let nspace = template.job.nspace.to_string();
     let mut ranks = Ranks::new(template, exit_tx, guard::Guard::start(&node_name))

@@ -68,6 +68,9 @@ pub struct RankTemplate {
     pub bindings: BTreeMap<Rank, Binding>,
     /// The CPUs unbound ranks get (cohortd's own, before it bound its progress thread).
     pub unbound_cpus: Option<CpuSet>,
+    /// `--pmix` (Open MPI programs): the ranks also get the `OMPI_COMM_WORLD_*`
+    /// variables Open MPI's mpirun sets, which scripts read (e.g. to pick a GPU).
+    pub ompi_env: bool,
 }
 
 impl RankTemplate {
@@ -136,10 +139,22 @@ impl RankTemplate {
         (n, app)
     }
 
-    fn command(&self, rank: Rank) -> Command {
+    /// The command of `rank`, whose rank among the session's processes on this node
+    /// (PMIX_NODE_RANK) is `node_rank`.
+    fn command(&self, rank: Rank, node_rank: u32) -> Command {
         let (appnum, app) = self.app(rank);
         let mut cmd = Command::new(&app.command[0]);
         let local_rank = self.job.local_rank(rank).unwrap_or(0);
+        if self.ompi_env {
+            cmd.env("OMPI_COMM_WORLD_RANK", rank.to_string())
+                .env("OMPI_COMM_WORLD_SIZE", self.job.size().to_string())
+                .env("OMPI_COMM_WORLD_LOCAL_RANK", local_rank.to_string())
+                .env(
+                    "OMPI_COMM_WORLD_LOCAL_SIZE",
+                    self.job.count_on(self.node).to_string(),
+                )
+                .env("OMPI_COMM_WORLD_NODE_RANK", node_rank.to_string());
+        }
         if let Some(dir) = &app.cwd {
             cmd.current_dir(dir);
         }
@@ -453,6 +468,12 @@ impl Ranks {
 
     fn launch(&mut self, job: u32, rank: Rank, stdout: &OutputSink, stderr: &OutputSink) {
         let template = &self.templates[job as usize];
+        // The processes of earlier jobs on this node come first (PMIX_NODE_RANK).
+        let node_rank = self.templates[..job as usize]
+            .iter()
+            .map(|t| t.job.count_on(template.node))
+            .sum::<u32>()
+            + template.job.local_rank(rank).unwrap_or(0);
         // Said apart: spawn's error for a missing directory would name the program.
         let started = match &template.app(rank).1.cwd {
             Some(dir) if !dir.is_dir() => Err(std::io::Error::new(
@@ -460,7 +481,7 @@ impl Ranks {
                 format!("its working directory {} is not a directory", dir.display()),
             )),
             _ => template.output_files(job, rank).and_then(|files| {
-                let mut cmd = template.command(rank);
+                let mut cmd = template.command(rank, node_rank);
                 if let Some((out, err)) = files {
                     cmd.stdout(out).stderr(err);
                 }
