@@ -1315,3 +1315,60 @@ fn several_cores_per_rank_bind_each_rank_to_consecutive_cores() {
         "{err}"
     );
 }
+
+/// `--display-map` prints the job's map before it starts: each node server and its
+/// ranks, as the node servers then run them.
+#[test]
+fn display_map_shows_where_the_ranks_run() {
+    let show = "echo \"RANK $COHORT_RANK $COHORT_NODE_NAME\"";
+    let out = run_cohort(
+        [
+            "run",
+            "--nodes",
+            "3",
+            "-N",
+            "2",
+            "-n",
+            "5",
+            "--display-map",
+            "sh",
+            "-c",
+            show,
+        ],
+        DEADLINE,
+    );
+    assert_eq!(code(&out), Some(0), "{}", describe(&out));
+    let stdout = text(&out.stdout);
+    let lines: Vec<&str> = stdout.lines().collect();
+    let map_end = lines
+        .iter()
+        .position(|l| l.starts_with("  node2"))
+        .expect("map");
+    assert!(lines[0].contains("JOB MAP"), "{stdout}");
+    assert!(
+        lines[1].ends_with(": 5 ranks on 3 node servers (-N 2)"),
+        "{stdout}"
+    );
+    assert_eq!(
+        lines[2..=map_end],
+        [
+            "  node0: 2 ranks: 0-1",
+            "  node1: 2 ranks: 2-3",
+            "  node2: 1 rank: 4"
+        ]
+    );
+    // the map comes first, and says where each rank then ran
+    let mut ran: Vec<&str> = lines[map_end + 2..].to_vec();
+    ran.sort();
+    assert_eq!(
+        ran,
+        [
+            "RANK 0 node0",
+            "RANK 1 node0",
+            "RANK 2 node1",
+            "RANK 3 node1",
+            "RANK 4 node2"
+        ],
+        "{stdout}"
+    );
+}

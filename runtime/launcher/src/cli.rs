@@ -384,6 +384,11 @@ pub struct RunArgs {
     #[arg(long, help_heading = "Output options")]
     pub report_bindings: bool,
 
+    /// Print the job's map before it starts (as mpirun's --display-map): each node
+    /// server and the ranks it runs (with several app contexts, each range's app)
+    #[arg(long, help_heading = "Output options")]
+    pub display_map: bool,
+
     /// Which ranks get cohort run's stdin (as Open MPI's --stdin): a rank, `all` or
     /// `none`; the others read /dev/null. Not read when cohort run is in the
     /// background of a terminal

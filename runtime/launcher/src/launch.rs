@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use cohort_proto::control::{DaemonMsg, ExitStatus, LauncherMsg, StdinTarget};
 use cohort_proto::env::{random_bytes, to_hex};
-use cohort_proto::{JobMap, NodeId};
+use cohort_proto::{JobMap, NodeId, Rank, RankSet};
 use cohort_topology::placement::{job_map, job_map_with_counts};
 use cohort_topology::switches::{slurm_topology_file, SLURM_CONF_ENV};
 use cohort_topology::{hostlist, Discover, Locality, SwitchMap};
@@ -235,6 +235,53 @@ fn default_np(launch: &Launch, ssh: Option<&SshHosts>) -> Result<u32, String> {
             Ok(u32::try_from(cores).unwrap_or(u32::MAX).max(1))
         }
     }
+}
+
+/// The job map `--display-map` prints: a header, then each node server with the ranks
+/// it runs (compressed, `0-3,8`), each range with its app context when the job has
+/// several.
+fn display_map(job: &JobMap, policy: &str) -> String {
+    let rule = "=".repeat(24);
+    let plural = |n: u32, what: &str| format!("{n} {what}{}", if n == 1 { "" } else { "s" });
+    let mut out = format!(
+        "{rule} JOB MAP {rule}\njob {}: {} on {} ({policy})\n",
+        job.nspace,
+        plural(job.size(), "rank"),
+        plural(job.num_nodes, "node server"),
+    );
+    for node in 0..job.num_nodes {
+        let ranks = job.ranks_on(node);
+        let name = job
+            .node_names
+            .get(node as usize)
+            .map_or("?", String::as_str);
+        let mut line = format!("  {name}: {}", plural(ranks.len() as u32, "rank"));
+        if job.num_apps() > 1 {
+            // Ranks of one app context are consecutive: one range per app here.
+            let mut by_app: Vec<(u32, Vec<Rank>)> = Vec::new();
+            for r in ranks {
+                let app = job.app_of(r).unwrap_or(0);
+                match by_app.last_mut() {
+                    Some((a, rs)) if *a == app => rs.push(r),
+                    _ => by_app.push((app, vec![r])),
+                }
+            }
+            let parts: Vec<String> = by_app
+                .into_iter()
+                .map(|(app, rs)| format!("{} (app {app})", RankSet::from_ranks(rs)))
+                .collect();
+            if !parts.is_empty() {
+                line.push_str(&format!(": {}", parts.join(", ")));
+            }
+        } else if !ranks.is_empty() {
+            line.push_str(&format!(": {}", RankSet::from_ranks(ranks)));
+        }
+        out.push_str(&line);
+        out.push('\n');
+    }
+    out.push_str(&"=".repeat(rule.len() * 2 + 9));
+    out.push('\n');
+    out
 }
 
 /// Ranks per node server for `-N k` (`--npernode`, `--map-by ppr:k:node`): `k` on
@@ -571,6 +618,20 @@ impl Launcher {
                 agent = ?s.agent, cohortd = %s.cohortd.display(), control = %control_addr,
                 "node servers run on the hosts, started over the launch agent"
             );
+        }
+        if args.display_map {
+            let mut policy = match args.per_node {
+                Some(k) => format!("-N {k}"),
+                None => format!("--map-by {}", args.map_by),
+            };
+            if args.per_node.is_none() && node_ranks.is_some() {
+                policy.push_str(", within the hosts' slots");
+            }
+            if args.cpus_per_rank > 1 {
+                policy.push_str(&format!(", {} cores per rank", args.cpus_per_rank));
+            }
+            print!("{}", display_map(&job, &policy));
+            let _ = std::io::Write::flush(&mut std::io::stdout());
         }
         tracing::info!(
             nspace = %job.nspace, np = plan.np, apps = plan.apps.len(),
@@ -2183,6 +2244,33 @@ mod tests {
         std::env::var_os("PATH").expect("tests run with a PATH");
         assert_eq!(ranks_env(true, "PATH"), None);
         assert_eq!(ranks_env(false, "PATH"), std::env::var_os("PATH"));
+    }
+
+    #[test]
+    fn the_displayed_map_lists_each_node_servers_ranks() {
+        let mut job = job_map_with_counts(cohort_topology::MapBy::Slot, "ns", &[3, 2, 0]);
+        let map = display_map(&job, "-N 3");
+        let lines: Vec<&str> = map.lines().collect();
+        assert_eq!(
+            lines[1..5],
+            [
+                "job ns: 5 ranks on 3 node servers (-N 3)",
+                "  node0: 3 ranks: 0-2",
+                "  node1: 2 ranks: 3-4",
+                "  node2: 0 ranks",
+            ]
+        );
+        assert!(
+            lines[0].contains("JOB MAP") && lines[5].starts_with("===="),
+            "{map}"
+        );
+        job.set_apps(vec![2, 3]).unwrap();
+        let map = display_map(&job, "x");
+        assert!(
+            map.contains("  node0: 3 ranks: 0-1 (app 0), 2 (app 1)\n"),
+            "{map}"
+        );
+        assert!(map.contains("  node1: 2 ranks: 3-4 (app 1)\n"), "{map}");
     }
 
     #[test]
