@@ -1372,3 +1372,36 @@ fn display_map_shows_where_the_ranks_run() {
         "{stdout}"
     );
 }
+
+/// `--bind-to socket` (a package): each rank is bound to every allowed CPU of its
+/// core's package, as `cohort topo --json` lists the cores.
+#[test]
+fn bind_to_socket_binds_each_rank_to_its_package() {
+    let topo = run_cohort(["topo", "--json"], DEADLINE);
+    let json: serde_json::Value = serde_json::from_slice(&topo.stdout).expect("topo --json");
+    let cores: Vec<(Option<u64>, BTreeSet<u32>)> = json["cores"]
+        .as_array()
+        .expect("cores")
+        .iter()
+        .map(|c| {
+            let cpus = cpu_list(c["cpuset"].as_str().expect("cpuset")).expect("CPUs");
+            (c["package"].as_u64(), cpus)
+        })
+        .collect();
+    let n = cores.len().to_string();
+    let show = "echo \"$COHORT_RANK $COHORT_BINDING\"";
+    let out = run_cohort(
+        ["run", "-n", &n, "--bind-to", "socket", "sh", "-c", show],
+        DEADLINE,
+    );
+    assert_eq!(code(&out), Some(0), "{}", describe(&out));
+    for (r, cpus) in bindings_of(&out) {
+        let package = cores[r as usize].0;
+        let want: BTreeSet<u32> = cores
+            .iter()
+            .filter(|(p, _)| *p == package)
+            .flat_map(|(_, c)| c.clone())
+            .collect();
+        assert_eq!(cpus, Some(want), "rank {r}: {}", describe(&out));
+    }
+}

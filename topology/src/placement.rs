@@ -28,6 +28,8 @@ pub enum MapBy {
     Numa,
     /// Block over node servers; within a node, consecutive cores.
     Core,
+    /// Block over node servers; within a node, alternate packages (sockets).
+    Package,
 }
 
 /// `--bind-to`: what a rank is bound to.
@@ -37,6 +39,8 @@ pub enum BindTo {
     None,
     Core,
     Numa,
+    /// The CPUs of the rank's package (socket).
+    Package,
 }
 
 macro_rules! keyword_enum {
@@ -72,8 +76,8 @@ macro_rules! keyword_enum {
     };
 }
 
-keyword_enum!(MapBy { "slot" => Slot, "node" => Node, "numa" => Numa, "core" => Core });
-keyword_enum!(BindTo { "none" => None, "core" => Core, "numa" => Numa });
+keyword_enum!(MapBy { "slot" => Slot, "node" => Node, "numa" => Numa, "core" => Core, "package" => Package });
+keyword_enum!(BindTo { "none" => None, "core" => Core, "numa" => Numa, "package" => Package });
 
 /// The job's rank → node-server map for `map_by`. The launcher and every node server
 /// build it with this one function.
@@ -85,7 +89,9 @@ pub fn job_map(
 ) -> JobMap {
     match map_by {
         MapBy::Node => JobMap::round_robin(nspace, np, nodes),
-        MapBy::Slot | MapBy::Numa | MapBy::Core => JobMap::block(nspace, np, nodes),
+        MapBy::Slot | MapBy::Numa | MapBy::Core | MapBy::Package => {
+            JobMap::block(nspace, np, nodes)
+        }
     }
 }
 
@@ -116,7 +122,7 @@ pub fn job_map_with_counts(
                 }
             }
         }
-        MapBy::Slot | MapBy::Numa | MapBy::Core => {
+        MapBy::Slot | MapBy::Numa | MapBy::Core | MapBy::Package => {
             for (node, &c) in counts.iter().enumerate() {
                 job.rank_node
                     .extend(std::iter::repeat_n(node as u32, c as usize));
@@ -193,6 +199,10 @@ pub struct NodeLayout {
     pub core_domain: Vec<usize>,
     /// The CPUs of each NUMA domain that has cores.
     pub domains: Vec<CpuSet>,
+    /// Each core's package (socket), an index into `packages`.
+    pub core_package: Vec<usize>,
+    /// The allowed CPUs of each package that has cores.
+    pub packages: Vec<CpuSet>,
 }
 
 impl NodeLayout {
@@ -201,6 +211,8 @@ impl NodeLayout {
     pub fn from_topology(topo: &Topology) -> NodeLayout {
         let mut domains: Vec<(Option<u32>, CpuSet)> = Vec::new();
         let mut core_domain = Vec::new();
+        let mut packages: Vec<(Option<u32>, CpuSet)> = Vec::new();
+        let mut core_package = Vec::new();
         let mut cores = Vec::new();
         for core in topo.cores.iter().filter(|c| !c.cpuset.is_empty()) {
             let at = match domains.iter().position(|(n, _)| *n == core.numa) {
@@ -218,12 +230,24 @@ impl NodeLayout {
             // A domain's CPUs cover its cores even when hwloc's NUMA cpuset is odd.
             domains[at].1 = domains[at].1.union(&core.cpuset);
             core_domain.push(at);
+            // Packages by the cores they hold (cores of no known package: one).
+            let p = match packages.iter().position(|(n, _)| *n == core.package) {
+                Some(p) => p,
+                None => {
+                    packages.push((core.package, CpuSet::new()));
+                    packages.len() - 1
+                }
+            };
+            packages[p].1 = packages[p].1.union(&core.cpuset);
+            core_package.push(p);
             cores.push(core.cpuset.clone());
         }
         NodeLayout {
             cores,
             core_domain,
             domains: domains.into_iter().map(|(_, c)| c).collect(),
+            core_package,
+            packages: packages.into_iter().map(|(_, c)| c).collect(),
         }
     }
 
@@ -232,26 +256,27 @@ impl NodeLayout {
     }
 
     /// Core of placement slot `slot` (slots are numbered across every rank that shares
-    /// the host): consecutive cores, or for `numa` alternate domains first, `pe`
-    /// consecutive slots (a rank's, with `pe` CPUs per rank) in one domain.
+    /// the host): consecutive cores, or for `numa` / `package` alternate domains /
+    /// packages first, `pe` consecutive slots (a rank's, with `pe` CPUs per rank) in
+    /// one of them.
     pub fn core_of_slot(&self, map_by: MapBy, slot: u32, pe: u32) -> Option<usize> {
         if self.cores.is_empty() {
             return None;
         }
         let slot = slot as usize;
-        match map_by {
-            MapBy::Slot | MapBy::Node | MapBy::Core => Some(slot % self.cores.len()),
-            MapBy::Numa => {
-                let pe = pe.max(1) as usize;
-                let (block, within) = (slot / pe, slot % pe);
-                let domain = block % self.domains.len();
-                let in_domain: Vec<usize> = (0..self.cores.len())
-                    .filter(|&c| self.core_domain[c] == domain)
-                    .collect();
-                let nth = ((block / self.domains.len()) * pe + within) % in_domain.len();
-                Some(in_domain[nth])
-            }
-        }
+        let (group_of, groups) = match map_by {
+            MapBy::Slot | MapBy::Node | MapBy::Core => return Some(slot % self.cores.len()),
+            MapBy::Numa => (&self.core_domain, self.domains.len()),
+            MapBy::Package => (&self.core_package, self.packages.len()),
+        };
+        let pe = pe.max(1) as usize;
+        let (block, within) = (slot / pe, slot % pe);
+        let group = block % groups;
+        let in_group: Vec<usize> = (0..self.cores.len())
+            .filter(|&c| group_of[c] == group)
+            .collect();
+        let nth = ((block / groups) * pe + within) % in_group.len();
+        Some(in_group[nth])
     }
 
     /// Binding of the placement slots `slots` (one process's): their cores' CPUs, or
@@ -273,6 +298,7 @@ impl NodeLayout {
                 BindTo::None => return Binding::Unbound,
                 BindTo::Core => &self.cores[core],
                 BindTo::Numa => &self.domains[self.core_domain[core]],
+                BindTo::Package => &self.packages[self.core_package[core]],
             };
             cpus = Some(match cpus {
                 Some(c) => c.union(these),
@@ -441,6 +467,26 @@ mod tests {
             l.binding(MapBy::Numa, BindTo::Core, 8..9, 2),
             Binding::Cpus("0".parse().unwrap())
         );
+    }
+
+    #[test]
+    fn map_by_and_bind_to_package() {
+        // one package of two NUMA domains of 2 cores, and a second package of one
+        let mut t = synthetic(3, 2, 1);
+        for c in &mut t.cores {
+            c.package = Some(u32::from(c.index >= 4));
+        }
+        let l = NodeLayout::from_topology(&t);
+        assert_eq!(l.packages.len(), 2);
+        let b = l.plan(MapBy::Package, BindTo::Core, 0, 4, 1);
+        assert_eq!(lists(&b), ["0", "4", "1", "5"]);
+        let b = l.plan(MapBy::Core, BindTo::Package, 0, 5, 1);
+        assert_eq!(lists(&b), ["0-3", "0-3", "0-3", "0-3", "4-5"]);
+        // package:PE=2: each rank's 2 cores in one package
+        let b = l.plan(MapBy::Package, BindTo::Core, 0, 3, 2);
+        assert_eq!(lists(&b), ["0-1", "4-5", "2-3"]);
+        assert_eq!("package".parse::<MapBy>(), Ok(MapBy::Package));
+        assert_eq!("package".parse::<BindTo>(), Ok(BindTo::Package));
     }
 
     #[test]

@@ -5,7 +5,6 @@ use std::ffi::OsString;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use clap::builder::TypedValueParser as _;
 use clap::{Args, CommandFactory, Parser, Subcommand};
 use cohort_core::DetectorConfig;
 use cohort_proto::RankSet;
@@ -298,11 +297,12 @@ pub struct RunArgs {
     pub prefix: Option<PathBuf>,
 
     /// Place ranks: slot = block over node servers; node = round-robin over node
-    /// servers; numa / core = block, and within a node spread over NUMA domains / cores;
+    /// servers; numa / package (socket) / core = block, and within a node spread over
+    /// NUMA domains / packages / cores;
     /// ppr:K:node = K ranks on each node server in turn (as -N K). A :PE=n modifier
     /// (slot:PE=4, numa:PE=2) gives each rank n consecutive cores (as
     /// --cpus-per-rank n) [possible values: slot, node, numa, core, ppr:K:node, each
-    /// with an optional :PE=n]
+    /// with an optional :PE=n; socket = package]
     #[arg(
         long = "map-by",
         value_name = "POLICY",
@@ -353,13 +353,13 @@ pub struct RunArgs {
     #[arg(skip)]
     pub cpus_per_rank: u32,
 
-    /// Bind each rank to a core, to a NUMA domain's CPUs, or not at all [default: core,
-    /// or none when ranks outnumber cores]
+    /// Bind each rank to a core, to a NUMA domain's or a package's (socket's) CPUs, or
+    /// not at all [default: core, or none when ranks outnumber cores] [possible values:
+    /// none, core, numa, package (or socket)]
     #[arg(
         long,
         value_name = "WHAT",
-        value_parser = clap::builder::PossibleValuesParser::new(BindTo::NAMES)
-            .map(|s| s.parse::<BindTo>().expect("a listed name")),
+        value_parser = parse_bind_to,
         help_heading = "Mapping options"
     )]
     pub bind_to: Option<BindTo>,
@@ -652,7 +652,23 @@ fn parse_map_by(s: &str) -> Result<MapSpec, String> {
     Ok(MapSpec { policy, pe })
 }
 
+/// `--bind-to`: a [`BindTo`] name, or `socket` (Open MPI's word for a package).
+fn parse_bind_to(s: &str) -> Result<BindTo, String> {
+    match s {
+        "socket" => Ok(BindTo::Package),
+        _ => s.parse::<BindTo>().map_err(|_| {
+            format!(
+                "{s:?} is not a binding: give one of {}, or socket",
+                BindTo::NAMES.join(", ")
+            )
+        }),
+    }
+}
+
 fn parse_map_policy(s: &str) -> Result<MapPolicy, String> {
+    if s == "socket" {
+        return Ok(MapPolicy::Policy(MapBy::Package));
+    }
     if let Ok(by) = s.parse::<MapBy>() {
         return Ok(MapPolicy::Policy(by));
     }
@@ -1273,7 +1289,23 @@ mod tests {
         .unwrap();
         assert_eq!((r.map_by, r.bind_to), (MapBy::Node, Some(BindTo::Numa)));
         assert_eq!(r.command, ["prog", "--bind-to"]);
-        assert!(parse(&["cohort", "run", "-n", "2", "--map-by", "socket", "prog"]).is_err());
+        assert!(parse(&["cohort", "run", "-n", "2", "--map-by", "board", "prog"]).is_err());
+        // socket is Open MPI's word for a package
+        let r = parse(&["cohort", "run", "-n", "2", "--map-by", "socket", "prog"]).unwrap();
+        assert_eq!(r.map_by, MapBy::Package);
+        let r = parse(&["cohort", "run", "-n", "2", "--bind-to", "socket", "prog"]).unwrap();
+        assert_eq!(r.bind_to, Some(BindTo::Package));
+        let r = parse(&[
+            "cohort",
+            "run",
+            "-n",
+            "1",
+            "--map-by",
+            "socket:PE=2",
+            "prog",
+        ])
+        .unwrap();
+        assert_eq!((r.map_by, r.cpus_per_rank), (MapBy::Package, 2));
         assert!(parse(&["cohort", "run", "-n", "2", "--bind-to", "pu", "prog"]).is_err());
     }
 
