@@ -1168,16 +1168,21 @@ fn output_filename_writes_each_ranks_output_to_its_files() {
     s.assert_job_dir_removed();
 }
 
+/// This host's cores, as `cohort topo` counts them.
+fn host_cores() -> u32 {
+    let topo = run_cohort(["topo"], DEADLINE);
+    text(&topo.stdout)
+        .split(" core(s)")
+        .next()
+        .and_then(|s| s.rsplit(' ').next()?.parse().ok())
+        .unwrap_or_else(|| panic!("no core count in:\n{}", text(&topo.stdout)))
+}
+
 /// Without `-n`, as mpirun: as many ranks as this host has cores (`cohort topo`'s
 /// count) when every node server runs here.
 #[test]
 fn without_np_a_rank_runs_on_every_core() {
-    let topo = run_cohort(["topo"], DEADLINE);
-    let cores: usize = text(&topo.stdout)
-        .split(" core(s)")
-        .next()
-        .and_then(|s| s.rsplit(' ').next()?.parse().ok())
-        .unwrap_or_else(|| panic!("no core count in:\n{}", text(&topo.stdout)));
+    let cores = host_cores() as usize;
     let out = run_cohort(
         [
             "run",
@@ -1266,12 +1271,7 @@ fn bindings_of(out: &Output) -> std::collections::BTreeMap<u32, Option<BTreeSet<
 /// bound, and cohort says why.
 #[test]
 fn several_cores_per_rank_bind_each_rank_to_consecutive_cores() {
-    let topo = run_cohort(["topo"], DEADLINE);
-    let cores: u32 = text(&topo.stdout)
-        .split(" core(s)")
-        .next()
-        .and_then(|s| s.rsplit(' ').next()?.parse().ok())
-        .unwrap_or_else(|| panic!("no core count in:\n{}", text(&topo.stdout)));
+    let cores = host_cores();
     if cores < 2 {
         eprintln!("skipped: {cores} core(s), 2 needed");
         return;

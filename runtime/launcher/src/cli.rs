@@ -1381,7 +1381,7 @@ mod tests {
         );
         let e = pe(&["--map-by", "slot:PE=2", "--cpus-per-rank", "3"]).unwrap_err();
         assert!(e.to_string().contains("disagree"), "{e}");
-        for bad in ["slot:PE=0", "slot:PE=x", "socket:PE=2", "slot:SPAN", "PE=2"] {
+        for bad in ["slot:PE=0", "slot:PE=x", "board:PE=2", "slot:SPAN", "PE=2"] {
             assert!(pe(&["--map-by", bad]).is_err(), "{bad} accepted");
         }
         assert!(pe(&["--cpus-per-rank", "0"]).is_err());
