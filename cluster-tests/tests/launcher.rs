@@ -1405,3 +1405,40 @@ fn bind_to_socket_binds_each_rank_to_its_package() {
         assert_eq!(cpus, Some(want), "rank {r}: {}", describe(&out));
     }
 }
+
+/// `--mca KEY VALUE` (and mpirun's `-mca`) hands every rank Open MPI's
+/// `OMPI_MCA_KEY=VALUE`; `-x` may override one.
+#[test]
+fn mca_parameters_reach_every_rank() {
+    let show = "echo \"$COHORT_RANK $OMPI_MCA_btl $OMPI_MCA_pml\"";
+    let out = run_cohort(
+        [
+            "run",
+            "--nodes",
+            "2",
+            "-n",
+            "2",
+            "-mca",
+            "btl",
+            "tcp,self",
+            "--mca",
+            "pml",
+            "ob1",
+            "-x",
+            "OMPI_MCA_pml=ucx",
+            "sh",
+            "-c",
+            show,
+        ],
+        DEADLINE,
+    );
+    assert_eq!(code(&out), Some(0), "{}", describe(&out));
+    let mut lines: Vec<String> = text(&out.stdout).lines().map(String::from).collect();
+    lines.sort();
+    assert_eq!(
+        lines,
+        ["0 tcp,self ucx", "1 tcp,self ucx"],
+        "{}",
+        describe(&out)
+    );
+}

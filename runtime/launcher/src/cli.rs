@@ -410,6 +410,17 @@ pub struct RunArgs {
     )]
     pub export: Vec<String>,
 
+    /// Set Open MPI's MCA parameter KEY to VALUE in every rank (as mpirun's --mca, also
+    /// -mca; the ranks get OMPI_MCA_KEY=VALUE, which -x may override); repeatable
+    #[arg(
+        long = "mca",
+        num_args = 2,
+        value_names = ["KEY", "VALUE"],
+        action = clap::ArgAction::Append,
+        help_heading = "Environment options"
+    )]
+    pub mca: Vec<String>,
+
     /// Run PMIx programs and Open MPI on cohort's libpmix.so.2 (like srun --mpi=pmix):
     /// its directory goes first on the ranks' LD_LIBRARY_PATH, and Open MPI is told
     /// that cohort started its processes (OMPI_MCA_schizo=^orte, unless set); where
@@ -965,8 +976,9 @@ pub fn parse_cli(args: impl IntoIterator<Item = OsString>) -> Result<Cli, clap::
     Ok(cli)
 }
 
-/// Rewrites mpirun's single-dash `-np N` into `--np N`, but only among cohort's own
-/// options: an `-np` after PROGRAM belongs to the program.
+/// Rewrites mpirun's single-dash `-np N` and `-mca KEY VALUE` into `--np N` and `--mca
+/// KEY VALUE`, but only among cohort's own options: an `-np` after PROGRAM belongs to
+/// the program.
 pub fn normalize_args(args: impl IntoIterator<Item = OsString>) -> Vec<OsString> {
     let out: Vec<OsString> = args.into_iter().collect();
     let Some(run_at) = out.iter().position(|a| a == "run") else {
@@ -989,8 +1001,15 @@ fn normalize_options(mut out: Vec<OsString>) -> Vec<OsString> {
         if arg == "-np" {
             out[i] = OsString::from("--np");
         }
+        if arg == "-mca" {
+            out[i] = OsString::from("--mca");
+        }
         if VALUE_OPTIONS.contains(&arg.as_str()) || arg == "-np" {
             i += 1;
+        }
+        // --mca KEY VALUE: two values
+        if arg == "--mca" || arg == "-mca" {
+            i += 2;
         }
         i += 1;
     }
@@ -1348,6 +1367,27 @@ mod tests {
         // after the program, -N is the program's
         let r = parse(&["cohort", "run", "-n", "1", "prog", "-N", "2"]).unwrap();
         assert_eq!((r.per_node, r.command.len()), (None, 3));
+    }
+
+    #[test]
+    fn mca_parameters() {
+        let r = parse(&[
+            "cohort", "run", "-mca", "btl", "tcp,self", "-n", "2", "--mca", "pml", "ob1", "prog",
+            "-mca", "x", "y",
+        ])
+        .unwrap();
+        assert_eq!(r.mca, ["btl", "tcp,self", "pml", "ob1"]);
+        assert_eq!(r.command, ["prog", "-mca", "x", "y"]);
+        assert!(parse(&["cohort", "run", "-n", "1", "--mca", "btl"]).is_err());
+        let e = crate::daemon::mca_exports(&["a-b".into(), "1".into()]).unwrap_err();
+        assert!(e.contains("a-b"), "{e}");
+        assert_eq!(
+            crate::daemon::mca_exports(&r.mca).unwrap(),
+            [
+                ("OMPI_MCA_btl".to_string(), OsString::from("tcp,self")),
+                ("OMPI_MCA_pml".to_string(), OsString::from("ob1"))
+            ]
+        );
     }
 
     #[test]

@@ -726,6 +726,30 @@ fn launch_command(
 
 /// Resolves `-x VAR` / `-x VAR=VAL` against the launcher's environment. Unset `VAR`s
 /// are skipped with a warning, as mpirun does.
+/// `--mca KEY VALUE` pairs (flattened, as clap gives them) as the variables Open MPI
+/// reads them from: `OMPI_MCA_KEY=VALUE`. A key is letters, digits and `_`.
+pub fn mca_exports(pairs: &[String]) -> Result<Vec<(String, OsString)>, String> {
+    pairs
+        .chunks(2)
+        .map(|kv| {
+            let (key, value) = match kv {
+                [k, v] => (k, v),
+                _ => return Err("--mca needs a KEY and a VALUE".to_string()),
+            };
+            let ok = |c: char| c.is_ascii_alphanumeric() || c == '_';
+            if key.is_empty() || !key.chars().all(ok) {
+                return Err(format!(
+                    "--mca {key:?}: an MCA parameter name is letters, digits and _"
+                ));
+            }
+            if value.contains('\0') {
+                return Err(format!("--mca {key}: the value holds a NUL byte"));
+            }
+            Ok((format!("OMPI_MCA_{key}"), OsString::from(value)))
+        })
+        .collect()
+}
+
 pub fn resolve_exports(specs: &[String]) -> Result<Vec<(String, OsString)>, String> {
     const RESERVED: &[&str] = &[
         env::SERVER_URI,

@@ -521,7 +521,8 @@ impl Launcher {
             (None, None) => None,
         };
         let cohortd = daemon::find_cohortd()?;
-        let mut exports = daemon::resolve_exports(&args.export)?;
+        let mut exports = daemon::mca_exports(&args.mca)?;
+        exports.extend(daemon::resolve_exports(&args.export)?);
         let pmix_libdir = match args.pmix {
             true => {
                 let libdir = pmix_libdir(&launch, &args)?;
