@@ -871,37 +871,42 @@ fn parse_secs(s: &str) -> Result<Duration, String> {
         .ok_or_else(|| format!("{s:?} is not a number of seconds (0 to 1000000)"))
 }
 
-/// Options of `cohort run` that take a separate value (for [`normalize_args`]).
-const VALUE_OPTIONS: &[&str] = &[
-    "-n",
-    "--np",
-    "--pset",
-    "--nodes",
-    "--launcher",
-    "--control-addr",
-    "-H",
-    "--host",
-    "--hostfile",
-    "--machinefile",
-    "--launch-agent",
-    "--prefix",
-    "--node-addrs",
-    "--ib-device",
-    "--ib-gid-index",
-    "--spin-us",
-    "--allgather",
-    "-x",
-    "--timeout",
-    "--heartbeat",
-    "--peer-timeout",
-    "--map-by",
-    "-N",
-    "--npernode",
-    "--cpus-per-rank",
-    "--cpus-per-proc",
-    "--bind-to",
-    "--topology",
-];
+/// How many separate values each option of `cohort run` and of an app context takes,
+/// by every spelling (`--long`, aliases, `-s`), read from their clap definitions so no
+/// option is missed; plus mpirun's single-dash `-np` and `-mca`. For
+/// [`normalize_args`], which must step over values to find where PROGRAM starts.
+fn value_options() -> &'static std::collections::HashMap<String, usize> {
+    static TABLE: std::sync::OnceLock<std::collections::HashMap<String, usize>> =
+        std::sync::OnceLock::new();
+    TABLE.get_or_init(|| {
+        let mut table = std::collections::HashMap::new();
+        let mut cli = Cli::command();
+        let run = cli
+            .find_subcommand_mut("run")
+            .expect("`run` is a subcommand")
+            .clone();
+        for cmd in [run, AppContext::command()] {
+            for arg in cmd.get_arguments() {
+                if arg.is_positional() || !arg.get_action().takes_values() {
+                    continue;
+                }
+                let n = arg.get_num_args().map_or(1, |r| r.min_values().max(1));
+                for long in arg.get_long_and_visible_aliases().into_iter().flatten() {
+                    table.insert(format!("--{long}"), n);
+                }
+                for long in arg.get_aliases().into_iter().flatten() {
+                    table.insert(format!("--{long}"), n);
+                }
+                for short in arg.get_short_and_visible_aliases().into_iter().flatten() {
+                    table.insert(format!("-{short}"), n);
+                }
+            }
+        }
+        table.insert("-np".into(), 1);
+        table.insert("-mca".into(), 2);
+        table
+    })
+}
 
 /// The standalone argument that separates app contexts (MPMD), as with mpirun.
 pub const APP_SEPARATOR: &str = ":";
@@ -1004,14 +1009,7 @@ fn normalize_options(mut out: Vec<OsString>) -> Vec<OsString> {
         if arg == "-mca" {
             out[i] = OsString::from("--mca");
         }
-        if VALUE_OPTIONS.contains(&arg.as_str()) || arg == "-np" {
-            i += 1;
-        }
-        // --mca KEY VALUE: two values
-        if arg == "--mca" || arg == "-mca" {
-            i += 2;
-        }
-        i += 1;
+        i += 1 + value_options().get(arg.as_str()).copied().unwrap_or(0);
     }
     out
 }
@@ -1367,6 +1365,37 @@ mod tests {
         // after the program, -N is the program's
         let r = parse(&["cohort", "run", "-n", "1", "prog", "-N", "2"]).unwrap();
         assert_eq!((r.per_node, r.command.len()), (None, 3));
+    }
+
+    /// mpirun's `-np` is found after any option that takes a value, whichever: each
+    /// one used to need listing by hand, and `--wdir DIR -np 4 prog` ran `-np`.
+    #[test]
+    fn single_dash_np_after_any_option_with_a_value() {
+        for (opt, val) in [
+            ("--wdir", "/tmp"),
+            ("--wd", "/tmp"),
+            ("--output-filename", "out"),
+            ("--stdin", "none"),
+            ("--prefix", "/opt/c"),
+            ("--mca", "btl"),
+            ("--map-by", "node"),
+            ("--hostfile", "h"),
+        ] {
+            let mut a = vec!["cohort", "run", opt, val];
+            if opt == "--mca" {
+                a.push("self");
+            }
+            a.extend_from_slice(&["-np", "3", "prog", "-np", "9"]);
+            let r = parse(&a).unwrap_or_else(|e| panic!("{opt}: {e}"));
+            assert_eq!(r.np, Some(3), "{opt}");
+            assert_eq!(r.command, ["prog", "-np", "9"], "{opt}");
+        }
+        // in a later app context too
+        let r = parse(&[
+            "cohort", "run", "-np", "1", "a", ":", "--wdir", "/tmp", "-np", "2", "b",
+        ])
+        .unwrap();
+        assert_eq!((r.more_apps[0].np, r.more_apps[0].command.len()), (2, 1));
     }
 
     #[test]
