@@ -1442,3 +1442,23 @@ fn mca_parameters_reach_every_rank() {
         describe(&out)
     );
 }
+
+/// `--app FILE` (Open MPI's appfile): one app context per line, global options on the
+/// command line.
+#[test]
+fn an_appfile_gives_the_jobs_app_contexts() {
+    let dir = TempDir::new("appfile");
+    let file = dir.path().join("apps");
+    std::fs::write(
+        &file,
+        "# two programs\n-n 2 sh -c 'echo A $COHORT_RANK $COHORT_APPNUM'\n\
+         -n 1 -x WORD=hi sh -c 'echo B $COHORT_RANK $COHORT_APPNUM $WORD'\n",
+    )
+    .unwrap();
+    let f = file.to_str().unwrap();
+    let out = run_cohort(["run", "--nodes", "2", "--app", f], DEADLINE);
+    assert_eq!(code(&out), Some(0), "{}", describe(&out));
+    let mut lines: Vec<String> = text(&out.stdout).lines().map(String::from).collect();
+    lines.sort();
+    assert_eq!(lines, ["A 0 0", "A 1 0", "B 2 1 hi"], "{}", describe(&out));
+}

@@ -73,6 +73,7 @@ rank learns its app context as PMIX_APPNUM (COHORT_APPNUM; counted from 0). -x g
 before the first program applies to every rank; -x in a later app context to its
 ranks only. --wdir before the first program is the directory of every app context
 that gives none. A ':' is always a separator, never an argument of a program.
+With --app FILE (Open MPI's appfile), FILE holds the app contexts, one per line.
 
 Process sets (psets): --pset NAME in an app context labels that app's ranks;
 --pset NAME=RANKLIST among the global options defines a set over any ranks of the
@@ -409,6 +410,17 @@ pub struct RunArgs {
         help_heading = "Environment options"
     )]
     pub export: Vec<String>,
+
+    /// Open MPI's appfile: the job's app contexts, one per line (`-n N [--pset NAME] [-x
+    /// VAR[=VAL]] [--wdir DIR] PROGRAM [ARGS]`, words split as a shell would; '#' starts
+    /// a comment line), in place of any on the command line: `cohort run [GLOBAL
+    /// OPTIONS] --app FILE`
+    #[arg(
+        long = "app",
+        value_name = "FILE",
+        help_heading = "Application context options"
+    )]
+    pub appfile: Option<PathBuf>,
 
     /// Set Open MPI's MCA parameter KEY to VALUE in every rank (as mpirun's --mca, also
     /// -mca; the ranks get OMPI_MCA_KEY=VALUE, which -x may override); repeatable
@@ -916,7 +928,14 @@ pub const APP_SEPARATOR: &str = ":";
 /// app context), rewrites mpirun's `-np` in each, parses them, and checks the job they
 /// describe ([`RunArgs::plan`]). Errors are usage errors (exit status 2).
 pub fn parse_cli(args: impl IntoIterator<Item = OsString>) -> Result<Cli, clap::Error> {
-    let argv: Vec<OsString> = args.into_iter().collect();
+    let usage_error = |msg: String| {
+        let mut cli = Cli::command();
+        let run = cli
+            .find_subcommand_mut("run")
+            .expect("`run` is a subcommand");
+        run.error(clap::error::ErrorKind::ValueValidation, msg)
+    };
+    let argv = expand_appfile(args.into_iter().collect()).map_err(usage_error)?;
     let run_at = argv.iter().position(|a| a == "run");
     let (first, rest) = match run_at {
         Some(at) if argv[at + 1..].iter().any(|a| a == APP_SEPARATOR) => {
@@ -927,13 +946,6 @@ pub fn parse_cli(args: impl IntoIterator<Item = OsString>) -> Result<Cli, clap::
             (first, rest)
         }
         _ => (argv, Vec::new()),
-    };
-    let usage_error = |msg: String| {
-        let mut cli = Cli::command();
-        let run = cli
-            .find_subcommand_mut("run")
-            .expect("`run` is a subcommand");
-        run.error(clap::error::ErrorKind::ValueValidation, msg)
     };
     if !rest.is_empty() && run_at.is_some_and(|at| first.len() == at + 1) {
         return Err(usage_error(
@@ -993,6 +1005,69 @@ pub fn normalize_args(args: impl IntoIterator<Item = OsString>) -> Vec<OsString>
     let mut out = head.to_vec();
     out.extend(normalize_options(options.to_vec()));
     out
+}
+
+/// `cohort run [OPTIONS] --app FILE`: the command line with FILE's app contexts in
+/// place of `--app FILE` (after the options, separated by `:`), as Open MPI reads an
+/// appfile. Unchanged without `--app`.
+fn expand_appfile(argv: Vec<OsString>) -> Result<Vec<OsString>, String> {
+    let Some(run_at) = argv.iter().position(|a| a == "run") else {
+        return Ok(argv);
+    };
+    let mut options: Vec<OsString> = argv[..=run_at].to_vec();
+    let mut file: Option<PathBuf> = None;
+    let mut i = run_at + 1;
+    while i < argv.len() {
+        let arg = argv[i].to_string_lossy().into_owned();
+        if arg == "--" || !arg.starts_with('-') || arg == "-" {
+            break;
+        }
+        if let Some(f) = arg.strip_prefix("--app=") {
+            file = Some(f.into());
+            i += 1;
+            continue;
+        }
+        if arg == "--app" {
+            let f = argv.get(i + 1).ok_or("--app needs a FILE")?;
+            file = Some(f.into());
+            i += 2;
+            continue;
+        }
+        let n = 1 + value_options().get(arg.as_str()).copied().unwrap_or(0);
+        let end = (i + n).min(argv.len());
+        options.extend(argv[i..end].iter().cloned());
+        i = end;
+    }
+    let Some(file) = file else {
+        return Ok(argv);
+    };
+    if let Some(extra) = argv.get(i) {
+        return Err(format!(
+            "--app {}: the appfile gives the app contexts; {:?} may not follow the options",
+            file.display(),
+            extra
+        ));
+    }
+    let text = std::fs::read_to_string(&file)
+        .map_err(|e| format!("--app {}: cannot read it: {e}", file.display()))?;
+    let mut apps = 0;
+    for (n, line) in text.lines().enumerate() {
+        let line = line.trim();
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let words = crate::ssh::split_words(line)
+            .map_err(|e| format!("--app {}:{}: {e}", file.display(), n + 1))?;
+        if apps > 0 {
+            options.push(APP_SEPARATOR.into());
+        }
+        options.extend(words.into_iter().map(OsString::from));
+        apps += 1;
+    }
+    if apps == 0 {
+        return Err(format!("--app {}: no app context in it", file.display()));
+    }
+    Ok(options)
 }
 
 /// [`normalize_args`] on the arguments after `run` (or of an app context).
@@ -1396,6 +1471,43 @@ mod tests {
         ])
         .unwrap();
         assert_eq!((r.more_apps[0].np, r.more_apps[0].command.len()), (2, 1));
+    }
+
+    #[test]
+    fn an_appfile_gives_the_app_contexts() {
+        let dir = std::env::temp_dir().join(format!("cohort-appfile-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("apps");
+        std::fs::write(
+            &file,
+            "# ocean and ice\n-np 2 --pset ocean prog1 x\n\n  -n 1 -x V=1 'prog 2' \"y z\"\n",
+        )
+        .unwrap();
+        let f = file.to_str().unwrap();
+        let eq = format!("--app={f}");
+        for spelling in [vec!["--app", f], vec![eq.as_str()]] {
+            let mut a = vec!["cohort", "run", "--nodes", "2"];
+            a.extend(spelling);
+            let r = parse(&a).unwrap();
+            assert_eq!((r.np, r.nodes), (Some(2), Some(2)));
+            assert_eq!(r.command, ["prog1", "x"]);
+            assert_eq!(r.pset, ["ocean"]);
+            assert_eq!(r.more_apps.len(), 1);
+            assert_eq!(r.more_apps[0].np, 1);
+            assert_eq!(r.more_apps[0].export, ["V=1"]);
+            assert_eq!(r.more_apps[0].command, ["prog 2", "y z"]);
+        }
+        let e = parse(&["cohort", "run", "--app", f, "prog"]).unwrap_err();
+        assert!(e.to_string().contains("may not follow"), "{e}");
+        std::fs::write(&file, "# nothing\n\n").unwrap();
+        let e = parse(&["cohort", "run", "--app", f]).unwrap_err();
+        assert!(e.to_string().contains("no app context"), "{e}");
+        let e = parse(&["cohort", "run", "--app", "/nonexistent/apps"]).unwrap_err();
+        assert!(
+            e.to_string().contains("/nonexistent/apps: cannot read it"),
+            "{e}"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
