@@ -1275,6 +1275,7 @@ impl Launcher {
             None => daemon::universe_size(&self.node_hosts(), job_size),
         };
         tracing::info!(universe, "the session's universe size (PMIX_UNIV_SIZE)");
+        let job_digest = self.monitor.job().digest();
         for (node, d) in self.daemons.iter_mut().enumerate() {
             let Some(w) = d.writer.as_mut() else { continue };
             let env = envs.get_mut(node).map(std::mem::take).unwrap_or_default();
@@ -1282,6 +1283,7 @@ impl Launcher {
                 peers: peers.clone(),
                 env,
                 universe,
+                job_digest,
             };
             if let Err(e) = control::send(w, &start).await {
                 return Some(Verdict::DaemonFailed {

@@ -184,6 +184,10 @@ pub enum LauncherMsg {
         /// cores of the node servers' hosts, each host counted once, or the launched
         /// job's size if that is more.
         universe: u32,
+        /// The launched job's map as the launcher built it ([`crate::JobMap::digest`]):
+        /// a node server whose own differs stops with an error naming both.
+        #[serde(default)]
+        job_digest: u64,
     },
     /// Kill every rank now (SIGTERM, then SIGKILL after a grace period) and exit.
     Shutdown,

@@ -532,6 +532,40 @@ impl JobMap {
 // ------------------------------------------------------------------ spawned jobs
 
 impl JobMap {
+    /// A digest of where the job's ranks run (namespace, node count, each rank's node
+    /// server, app sizes, process sets; not the node names, which each node server
+    /// learns for itself): the launcher and every node server build the map from the
+    /// same arguments, and compare digests at start so a disagreement is a clear
+    /// error, not a job whose ranks wait for peers nobody starts. FNV-1a, stable
+    /// across hosts and builds.
+    pub fn digest(&self) -> u64 {
+        let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+        let mut eat = |bytes: &[u8]| {
+            for &b in bytes {
+                h ^= u64::from(b);
+                h = h.wrapping_mul(0x0000_0100_0000_01b3);
+            }
+        };
+        eat(self.nspace.as_str().as_bytes());
+        eat(&[0xff]);
+        eat(&self.num_nodes.to_le_bytes());
+        eat(&(self.rank_node.len() as u64).to_le_bytes());
+        for n in &self.rank_node {
+            eat(&n.to_le_bytes());
+        }
+        eat(&(self.app_sizes.len() as u64).to_le_bytes());
+        for a in &self.app_sizes {
+            eat(&a.to_le_bytes());
+        }
+        for p in &self.psets {
+            eat(p.name.as_bytes());
+            eat(&[0xfe]);
+            eat(p.members.to_string().as_bytes());
+            eat(&[0xfd]);
+        }
+        h
+    }
+
     /// The map of a job spawned in the session of `primary`: `app_sizes[a]` processes
     /// for each application, block-wise, round-robin or K per node server in turn over
     /// `nodes` (node servers of `primary`'s session, at least one), with `primary`'s
@@ -934,6 +968,21 @@ mod tests {
         let k = JobMap::spawned("x".into(), &primary, vec![4], &[2, 0, 1], ppr).unwrap();
         assert_eq!(k.rank_node, vec![2, 2, 0, 0]);
         let e = JobMap::spawned("x".into(), &primary, vec![5], &[0, 1], ppr).unwrap_err();
+        // the digest sees where ranks run, not what a node server calls itself
+        let mut renamed = k.clone();
+        renamed.node_names[0] = "elsewhere".into();
+        assert_eq!(renamed.digest(), k.digest());
+        let mut moved = k.clone();
+        moved.rank_node[3] = 1;
+        assert_ne!(moved.digest(), k.digest());
+        let rr = JobMap::spawned(
+            "x".into(),
+            &primary,
+            vec![4],
+            &[2, 0, 1],
+            SpawnMapping::RoundRobin,
+        );
+        assert_ne!(rr.unwrap().digest(), k.digest());
         assert!(
             e.contains("5 process(es) do not fit 2 per node server"),
             "{e}"

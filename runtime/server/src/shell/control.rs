@@ -55,6 +55,7 @@ mod tests {
             peers: vec!["127.0.1.1:1".into()],
             env: Vec::new(),
             universe: 1,
+            job_digest: 0,
         });
         bytes.extend(encode(&LauncherMsg::Shutdown));
         let (tx, mut rx) = mpsc::unbounded_channel();

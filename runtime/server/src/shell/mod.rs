@@ -320,11 +320,19 @@ async fn run(
         // After the handlers: its SIGTERM is handled like any other.
         watch_stdin(node_name.clone());
     }
-    let (link, mut from_launcher, start_env) =
-        match await_start(&args, &job_secret, &svc, placement.cores(), &mut signals).await {
-            Ok(started) => started,
-            Err(end) => return finish(&svc, &socket_dir, &args, end).await,
-        };
+    let (link, mut from_launcher, start_env) = match await_start(
+        &args,
+        &job,
+        &job_secret,
+        &svc,
+        placement.cores(),
+        &mut signals,
+    )
+    .await
+    {
+        Ok(started) => started,
+        Err(end) => return finish(&svc, &socket_dir, &args, end).await,
+    };
     // The job's -x variables, then what the launcher chose once it knew every node.
     let mut exports = args.export.clone();
     exports.extend(start_env.into_iter().map(|(k, v)| (k.into(), v.into())));
@@ -522,6 +530,7 @@ type Started = (
 /// `Err` says why the node server stops before any rank ran.
 async fn await_start(
     args: &DaemonArgs,
+    job: &JobMap,
     job_secret: &[u8],
     svc: &NodeService,
     cores: u32,
@@ -535,12 +544,12 @@ async fn await_start(
             ));
             End::LauncherLost(e)
         })?;
-    let (peers, env) = loop {
+    let (peers, env, digest) = loop {
         tokio::select! {
             ev = from_launcher.recv() => match ev.unwrap_or(FromLauncher::Closed(None)) {
-                FromLauncher::Msg(LauncherMsg::Start { peers, env, universe }) => {
+                FromLauncher::Msg(LauncherMsg::Start { peers, env, universe, job_digest }) => {
                     svc.set_universe(universe);
-                    break (peers, env);
+                    break (peers, env, job_digest);
                 }
                 FromLauncher::Msg(LauncherMsg::Heartbeat) => continue,
                 FromLauncher::Msg(LauncherMsg::Shutdown) => return Err(End::Shutdown),
@@ -554,12 +563,31 @@ async fn await_start(
             sig = signals.recv() => return Err(End::Signal(sig)),
         }
     };
-    if peers.len() != args.nodes as usize {
-        let reason = format!(
+    let mismatch = if peers.len() != args.nodes as usize {
+        Some(format!(
             "the launcher sent {} peer addresses for {} nodes",
             peers.len(),
             args.nodes
-        );
+        ))
+    } else if digest != job.digest() {
+        // A bug (both build the map from the same arguments): say so rather than
+        // wait for ranks the others place elsewhere.
+        Some(format!(
+            "its map of job {} (digest {:016x}: {} ranks, here {}) differs from the \
+             launcher's (digest {digest:016x}); not starting",
+            job.nspace,
+            job.digest(),
+            job.size(),
+            job.ranks_on(args.node)
+                .iter()
+                .map(|r| r.to_string())
+                .collect::<Vec<_>>()
+                .join(",")
+        ))
+    } else {
+        None
+    };
+    if let Some(reason) = mismatch {
         let fatal = DaemonMsg::Fatal {
             reason: reason.clone(),
         };
