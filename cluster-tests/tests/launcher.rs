@@ -111,8 +111,7 @@ fn every_rank_output_is_forwarded() {
         "echo hello from $COHORT_RANK; echo complaint from $COHORT_RANK >&2",
     ]);
     assert_eq!(code(&out), Some(0), "{}", describe(&out));
-    let mut lines: Vec<String> = text(&out.stdout).lines().map(String::from).collect();
-    lines.sort();
+    let lines = sorted_stdout(&out);
     let want: Vec<String> = (0..5).map(|r| format!("hello from {r}")).collect();
     assert_eq!(lines, want, "{}", describe(&out));
     let err = text(&out.stderr);
@@ -1094,8 +1093,7 @@ fn ranks_start_in_the_working_directory_asked_for() {
     cmd.current_dir(&files);
     let out = CohortRun::spawn(cmd).wait(DEADLINE);
     assert_eq!(code(&out), Some(0), "{}", describe(&out));
-    let mut lines: Vec<String> = text(&out.stdout).lines().map(String::from).collect();
-    lines.sort();
+    let lines = sorted_stdout(&out);
     assert_eq!(
         lines,
         ["/".to_string(), sub.trim_end().to_string()],
@@ -1168,6 +1166,23 @@ fn output_filename_writes_each_ranks_output_to_its_files() {
     s.assert_job_dir_removed();
 }
 
+/// The lines of `out`'s stdout, sorted (ranks print in any order).
+fn sorted_stdout(out: &Output) -> Vec<String> {
+    let mut lines: Vec<String> = text(&out.stdout).lines().map(String::from).collect();
+    lines.sort();
+    lines
+}
+
+/// `cohort run --nodes NODES ARGS sh -c SCRIPT`, which must succeed.
+fn run_script(nodes: &str, args: &[&str], script: &str) -> Output {
+    let mut a = vec!["run", "--nodes", nodes];
+    a.extend_from_slice(args);
+    a.extend_from_slice(&["sh", "-c", script]);
+    let out = run_cohort(&a, DEADLINE);
+    assert_eq!(code(&out), Some(0), "{args:?}: {}", describe(&out));
+    out
+}
+
 /// This host's cores, as `cohort topo` counts them.
 fn host_cores() -> u32 {
     let topo = run_cohort(["topo"], DEADLINE);
@@ -1195,8 +1210,7 @@ fn without_np_a_rank_runs_on_every_core() {
         DEADLINE,
     );
     assert_eq!(code(&out), Some(0), "{}", describe(&out));
-    let mut lines: Vec<String> = text(&out.stdout).lines().map(String::from).collect();
-    lines.sort();
+    let lines = sorted_stdout(&out);
     let want: Vec<String> = (0..cores).map(|r| format!("{r} of {cores}")).collect();
     let mut want_sorted = want.clone();
     want_sorted.sort();
@@ -1209,16 +1223,7 @@ fn without_np_a_rank_runs_on_every_core() {
 #[test]
 fn n_per_node_places_k_ranks_on_each_node_server() {
     let show = "echo \"$COHORT_RANK $COHORT_NODE_ID $COHORT_LOCAL_RANK $COHORT_SIZE\"";
-    let lines = |args: &[&str]| {
-        let mut a = vec!["run", "--nodes", "3"];
-        a.extend_from_slice(args);
-        a.extend_from_slice(&["sh", "-c", show]);
-        let out = run_cohort(&a, DEADLINE);
-        assert_eq!(code(&out), Some(0), "{args:?}: {}", describe(&out));
-        let mut l: Vec<String> = text(&out.stdout).lines().map(String::from).collect();
-        l.sort();
-        l
-    };
+    let lines = |args: &[&str]| sorted_stdout(&run_script("3", args, show));
     let want: Vec<String> = (0..6)
         .map(|r| format!("{r} {} {} 6", r / 2, r % 2))
         .collect();
@@ -1277,14 +1282,7 @@ fn several_cores_per_rank_bind_each_rank_to_consecutive_cores() {
         return;
     }
     let show = "echo \"$COHORT_RANK $COHORT_BINDING\"";
-    let run = |args: &[&str]| {
-        let mut a = vec!["run", "--nodes", "2"];
-        a.extend_from_slice(args);
-        a.extend_from_slice(&["sh", "-c", show]);
-        let out = run_cohort(&a, DEADLINE);
-        assert_eq!(code(&out), Some(0), "{args:?}: {}", describe(&out));
-        out
-    };
+    let run = |args: &[&str]| run_script("2", args, show);
     let (single, pairs) = (cores.to_string(), (cores / 2).to_string());
     let one = bindings_of(&run(&["-n", &single]));
     for pe in [["--map-by", "slot:PE=2"], ["--cpus-per-rank", "2"]] {
@@ -1433,8 +1431,7 @@ fn mca_parameters_reach_every_rank() {
         DEADLINE,
     );
     assert_eq!(code(&out), Some(0), "{}", describe(&out));
-    let mut lines: Vec<String> = text(&out.stdout).lines().map(String::from).collect();
-    lines.sort();
+    let lines = sorted_stdout(&out);
     assert_eq!(
         lines,
         ["0 tcp,self ucx", "1 tcp,self ucx"],
@@ -1458,7 +1455,6 @@ fn an_appfile_gives_the_jobs_app_contexts() {
     let f = file.to_str().unwrap();
     let out = run_cohort(["run", "--nodes", "2", "--app", f], DEADLINE);
     assert_eq!(code(&out), Some(0), "{}", describe(&out));
-    let mut lines: Vec<String> = text(&out.stdout).lines().map(String::from).collect();
-    lines.sort();
+    let lines = sorted_stdout(&out);
     assert_eq!(lines, ["A 0 0", "A 1 0", "B 2 1 hi"], "{}", describe(&out));
 }

@@ -215,31 +215,21 @@ impl NodeLayout {
         let mut core_package = Vec::new();
         let mut cores = Vec::new();
         for core in topo.cores.iter().filter(|c| !c.cpuset.is_empty()) {
-            let at = match domains.iter().position(|(n, _)| *n == core.numa) {
-                Some(at) => at,
-                None => {
-                    let cpus = core
-                        .numa
-                        .and_then(|n| topo.numa_node(n))
-                        .map(|n| n.cpuset.intersection(&topo.machine.cpuset))
-                        .unwrap_or_default();
-                    domains.push((core.numa, cpus));
-                    domains.len() - 1
-                }
-            };
-            // A domain's CPUs cover its cores even when hwloc's NUMA cpuset is odd.
-            domains[at].1 = domains[at].1.union(&core.cpuset);
-            core_domain.push(at);
+            // A domain's CPUs are its NUMA node's (allowed ones), and cover its cores
+            // even when hwloc's NUMA cpuset is odd.
+            core_domain.push(group_core(&mut domains, core.numa, &core.cpuset, || {
+                core.numa
+                    .and_then(|n| topo.numa_node(n))
+                    .map(|n| n.cpuset.intersection(&topo.machine.cpuset))
+                    .unwrap_or_default()
+            }));
             // Packages by the cores they hold (cores of no known package: one).
-            let p = match packages.iter().position(|(n, _)| *n == core.package) {
-                Some(p) => p,
-                None => {
-                    packages.push((core.package, CpuSet::new()));
-                    packages.len() - 1
-                }
-            };
-            packages[p].1 = packages[p].1.union(&core.cpuset);
-            core_package.push(p);
+            core_package.push(group_core(
+                &mut packages,
+                core.package,
+                &core.cpuset,
+                CpuSet::new,
+            ));
             cores.push(core.cpuset.clone());
         }
         NodeLayout {
@@ -280,7 +270,7 @@ impl NodeLayout {
     }
 
     /// Binding of the placement slots `slots` (one process's): their cores' CPUs, or
-    /// their NUMA domains' for `--bind-to numa`. `pe` as in
+    /// their NUMA domains' / packages' for `--bind-to numa` / `package`. `pe` as in
     /// [`core_of_slot`](Self::core_of_slot).
     pub fn binding(
         &self,
@@ -327,6 +317,26 @@ impl NodeLayout {
             })
             .collect()
     }
+}
+
+/// The index in `groups` (keyed by NUMA node or package) of the group `key` of a core
+/// with CPUs `cpus`, added (with the CPUs `first` gives) when it is the first of its
+/// group; the group's CPUs then cover the core's.
+fn group_core(
+    groups: &mut Vec<(Option<u32>, CpuSet)>,
+    key: Option<u32>,
+    cpus: &CpuSet,
+    first: impl FnOnce() -> CpuSet,
+) -> usize {
+    let at = match groups.iter().position(|(k, _)| *k == key) {
+        Some(at) => at,
+        None => {
+            groups.push((key, first()));
+            groups.len() - 1
+        }
+    };
+    groups[at].1 = groups[at].1.union(cpus);
+    at
 }
 
 /// The binding policy in force, and why.

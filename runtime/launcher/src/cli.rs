@@ -1016,32 +1016,24 @@ fn expand_appfile(argv: Vec<OsString>) -> Result<Vec<OsString>, String> {
     };
     let mut options: Vec<OsString> = argv[..=run_at].to_vec();
     let mut file: Option<PathBuf> = None;
-    let mut i = run_at + 1;
-    while i < argv.len() {
-        let arg = argv[i].to_string_lossy().into_owned();
-        if arg == "--" || !arg.starts_with('-') || arg == "-" {
-            break;
-        }
-        if let Some(f) = arg.strip_prefix("--app=") {
+    let args = &argv[run_at + 1..];
+    let spans = option_spans(args);
+    let program_at = spans.last().map_or(0, |s| s.end);
+    for span in spans {
+        let opt = &args[span];
+        let name = opt[0].to_string_lossy();
+        if let Some(f) = name.strip_prefix("--app=") {
             file = Some(f.into());
-            i += 1;
-            continue;
+        } else if name == "--app" {
+            file = Some(opt.get(1).ok_or("--app needs a FILE")?.into());
+        } else {
+            options.extend(opt.iter().cloned());
         }
-        if arg == "--app" {
-            let f = argv.get(i + 1).ok_or("--app needs a FILE")?;
-            file = Some(f.into());
-            i += 2;
-            continue;
-        }
-        let n = 1 + value_options().get(arg.as_str()).copied().unwrap_or(0);
-        let end = (i + n).min(argv.len());
-        options.extend(argv[i..end].iter().cloned());
-        i = end;
     }
     let Some(file) = file else {
         return Ok(argv);
     };
-    if let Some(extra) = argv.get(i) {
+    if let Some(extra) = args.get(program_at) {
         return Err(format!(
             "--app {}: the appfile gives the app contexts; {:?} may not follow the options",
             file.display(),
@@ -1072,21 +1064,34 @@ fn expand_appfile(argv: Vec<OsString>) -> Result<Vec<OsString>, String> {
 
 /// [`normalize_args`] on the arguments after `run` (or of an app context).
 fn normalize_options(mut out: Vec<OsString>) -> Vec<OsString> {
+    for span in option_spans(&out) {
+        let opt = &mut out[span.start];
+        if opt == "-np" {
+            *opt = OsString::from("--np");
+        } else if opt == "-mca" {
+            *opt = OsString::from("--mca");
+        }
+    }
+    out
+}
+
+/// Where cohort's own options lie in `args` (the arguments after `run`, or an app
+/// context's): each option with its separate values ([`value_options`]), in order, up
+/// to PROGRAM (the first argument that is not an option, or `--`), where the last span
+/// ends.
+fn option_spans(args: &[OsString]) -> Vec<std::ops::Range<usize>> {
+    let mut spans = Vec::new();
     let mut i = 0;
-    while i < out.len() {
-        let arg = out[i].to_string_lossy().into_owned();
+    while i < args.len() {
+        let arg = args[i].to_string_lossy();
         if arg == "--" || !arg.starts_with('-') || arg == "-" {
             break;
         }
-        if arg == "-np" {
-            out[i] = OsString::from("--np");
-        }
-        if arg == "-mca" {
-            out[i] = OsString::from("--mca");
-        }
-        i += 1 + value_options().get(arg.as_str()).copied().unwrap_or(0);
+        let end = (i + 1 + value_options().get(arg.as_ref()).copied().unwrap_or(0)).min(args.len());
+        spans.push(i..end);
+        i = end;
     }
-    out
+    spans
 }
 
 #[cfg(test)]

@@ -724,8 +724,6 @@ fn launch_command(
     cmd
 }
 
-/// Resolves `-x VAR` / `-x VAR=VAL` against the launcher's environment. Unset `VAR`s
-/// are skipped with a warning, as mpirun does.
 /// `--mca KEY VALUE` pairs (flattened, as clap gives them) as the variables Open MPI
 /// reads them from: `OMPI_MCA_KEY=VALUE`. A key is letters, digits and `_`.
 pub fn mca_exports(pairs: &[String]) -> Result<Vec<(String, OsString)>, String> {
@@ -750,6 +748,8 @@ pub fn mca_exports(pairs: &[String]) -> Result<Vec<(String, OsString)>, String> 
         .collect()
 }
 
+/// Resolves `-x VAR` / `-x VAR=VAL` against the launcher's environment. Unset `VAR`s
+/// are skipped with a warning, as mpirun does.
 pub fn resolve_exports(specs: &[String]) -> Result<Vec<(String, OsString)>, String> {
     const RESERVED: &[&str] = &[
         env::SERVER_URI,

@@ -255,28 +255,26 @@ fn display_map(job: &JobMap, policy: &str) -> String {
             .node_names
             .get(node as usize)
             .map_or("?", String::as_str);
-        let mut line = format!("  {name}: {}", plural(ranks.len() as u32, "rank"));
-        if job.num_apps() > 1 {
-            // Ranks of one app context are consecutive: one range per app here.
-            let mut by_app: Vec<(u32, Vec<Rank>)> = Vec::new();
-            for r in ranks {
-                let app = job.app_of(r).unwrap_or(0);
-                match by_app.last_mut() {
-                    Some((a, rs)) if *a == app => rs.push(r),
-                    _ => by_app.push((app, vec![r])),
-                }
+        out.push_str(&format!("  {name}: {}", plural(ranks.len() as u32, "rank")));
+        // Ranks of one app context are consecutive: one range per app here.
+        let mut by_app: Vec<(u32, Vec<Rank>)> = Vec::new();
+        for r in ranks {
+            let app = job.app_of(r).unwrap_or(0);
+            match by_app.last_mut() {
+                Some((a, rs)) if *a == app => rs.push(r),
+                _ => by_app.push((app, vec![r])),
             }
-            let parts: Vec<String> = by_app
-                .into_iter()
-                .map(|(app, rs)| format!("{} (app {app})", RankSet::from_ranks(rs)))
-                .collect();
-            if !parts.is_empty() {
-                line.push_str(&format!(": {}", parts.join(", ")));
-            }
-        } else if !ranks.is_empty() {
-            line.push_str(&format!(": {}", RankSet::from_ranks(ranks)));
         }
-        out.push_str(&line);
+        let parts: Vec<String> = by_app
+            .into_iter()
+            .map(|(app, rs)| match job.num_apps() > 1 {
+                true => format!("{} (app {app})", RankSet::from_ranks(rs)),
+                false => RankSet::from_ranks(rs).to_string(),
+            })
+            .collect();
+        if !parts.is_empty() {
+            out.push_str(&format!(": {}", parts.join(", ")));
+        }
         out.push('\n');
     }
     out.push_str(&"=".repeat(rule.len() * 2 + 9));
@@ -1345,8 +1343,6 @@ impl Launcher {
         envs
     }
 
-    /// Every node server's host, its cores, and the live processes of every job of
-    /// the session it runs.
     /// The slots the allocation states, as PRRTE counts its universe: under Slurm the
     /// allocation's tasks, over ssh each host's slots (a host given none: its cores),
     /// once any host gives some. `None`: no slots stated (the hosts' cores decide).
@@ -1365,6 +1361,8 @@ impl Launcher {
         Some(slots.fold(0u32, u32::saturating_add))
     }
 
+    /// Every node server's host, its cores, and the cores the live processes of every
+    /// job of the session it runs need.
     fn node_hosts(&self) -> Vec<daemon::NodeHost> {
         let session = self.monitor.session();
         self.daemons

@@ -532,6 +532,19 @@ impl JobMap {
 // ------------------------------------------------------------------ spawned jobs
 
 impl JobMap {
+    /// The rank of `rank` among every process on its node when the processes of the
+    /// `earlier` jobs there come first, then this job's by rank (PMIX_NODE_RANK, see
+    /// [`Session::node_rank`]). `None` for a rank outside the job.
+    pub fn node_rank_after<'a>(
+        &self,
+        earlier: impl IntoIterator<Item = &'a JobMap>,
+        rank: Rank,
+    ) -> Option<u32> {
+        let node = *self.rank_node.get(rank as usize)?;
+        let before: u32 = earlier.into_iter().map(|j| j.count_on(node)).sum();
+        Some(before + self.local_rank(rank)?)
+    }
+
     /// A digest of where the job's ranks run (namespace, node count, each rank's node
     /// server, app sizes, process sets; not the node names, which each node server
     /// learns for itself): the launcher and every node server build the map from the
@@ -837,10 +850,7 @@ impl Session {
     /// its own job by rank. So two jobs' processes sharing a node never share one.
     pub fn node_rank(&self, proc: &ProcId) -> Option<u32> {
         let index = self.index_of(proc.nspace.as_str())? as usize;
-        let job = &self.jobs[index];
-        let node = *job.rank_node.get(proc.rank as usize)?;
-        let before: u32 = self.jobs[..index].iter().map(|j| j.count_on(node)).sum();
-        Some(before + job.local_rank(proc.rank)?)
+        self.jobs[index].node_rank_after(&self.jobs[..index], proc.rank)
     }
 
     /// How many processes of the session's jobs are placed on `node`

@@ -26,7 +26,7 @@ use clap::Parser;
 use cohort_core::DetectorConfig;
 use cohort_proto::control::{DaemonMsg, LauncherMsg, RegisterExchange};
 use cohort_proto::env::{self, from_hex, to_hex};
-use cohort_proto::{JobMap, NodeId};
+use cohort_proto::{JobMap, NodeId, RankSet};
 use cohort_server::{NodeService, ServiceConfig};
 use cohort_topology::{hostlist, BindTo, Locality, NicInfo, NicKind, SwitchMap};
 use cohort_transport::{VerbsOptions, DEVICE_ENV};
@@ -563,26 +563,22 @@ async fn await_start(
             sig = signals.recv() => return Err(End::Signal(sig)),
         }
     };
+    let own_digest = job.digest();
     let mismatch = if peers.len() != args.nodes as usize {
         Some(format!(
             "the launcher sent {} peer addresses for {} nodes",
             peers.len(),
             args.nodes
         ))
-    } else if digest != job.digest() {
+    } else if digest != own_digest {
         // A bug (both build the map from the same arguments): say so rather than
         // wait for ranks the others place elsewhere.
         Some(format!(
-            "its map of job {} (digest {:016x}: {} ranks, here {}) differs from the \
-             launcher's (digest {digest:016x}); not starting",
+            "its map of job {} (digest {own_digest:016x}: {} ranks, here {}) differs from \
+             the launcher's (digest {digest:016x}); not starting",
             job.nspace,
-            job.digest(),
             job.size(),
-            job.ranks_on(args.node)
-                .iter()
-                .map(|r| r.to_string())
-                .collect::<Vec<_>>()
-                .join(",")
+            RankSet::from_ranks(job.ranks_on(args.node))
         ))
     } else {
         None

@@ -469,11 +469,8 @@ impl Ranks {
     fn launch(&mut self, job: u32, rank: Rank, stdout: &OutputSink, stderr: &OutputSink) {
         let template = &self.templates[job as usize];
         // The processes of earlier jobs on this node come first (PMIX_NODE_RANK).
-        let node_rank = self.templates[..job as usize]
-            .iter()
-            .map(|t| t.job.count_on(template.node))
-            .sum::<u32>()
-            + template.job.local_rank(rank).unwrap_or(0);
+        let earlier = self.templates[..job as usize].iter().map(|t| &t.job);
+        let node_rank = template.job.node_rank_after(earlier, rank).unwrap_or(0);
         // Said apart: spawn's error for a missing directory would name the program.
         let started = match &template.app(rank).1.cwd {
             Some(dir) if !dir.is_dir() => Err(std::io::Error::new(
