@@ -36,6 +36,10 @@ pub struct Kill {
     /// messages, or when they send to it. The others are told at once, as
     /// [`Cluster::kill_node`] does.
     pub unnoticed: Vec<(NodeId, u64)>,
+    /// What it sent before it died is still delivered (its process crashed and its
+    /// kernel sent what it had written), possibly after the receiver learned of the
+    /// loss from another server. Otherwise it is lost with it (its host crashed).
+    pub flushed: bool,
 }
 
 /// Removes and returns the first entry of `v` that is `due` (the faults a run
@@ -331,6 +335,18 @@ impl Cluster {
     /// `unnoticed` are not told by their fabric (as if their connection to it broke
     /// only later): they learn of the loss only from other servers' messages.
     pub fn kill_node_unnoticed_by(&mut self, node: NodeId, unnoticed: &[NodeId]) {
+        self.kill(node, unnoticed, false);
+    }
+
+    /// Kills `node` as [`Cluster::kill_node`] does, except that what it sent before is
+    /// still delivered, after every server that talked to it was told of the loss (as
+    /// when its process crashed, its kernel sent what it had written, and the other
+    /// servers heard of the loss from each other before that arrived).
+    pub fn kill_node_flushed(&mut self, node: NodeId) {
+        self.kill(node, &[], true);
+    }
+
+    fn kill(&mut self, node: NodeId, unnoticed: &[NodeId], flushed: bool) {
         self.dead.insert(node);
         // The launcher learns of it: the lookups to be answered there go, and its
         // ranks terminated.
@@ -350,7 +366,7 @@ impl Cluster {
             .collect();
         for q in [&mut self.net, &mut self.held] {
             tell.extend(q.iter().filter(|(_, t, _)| *t == node).map(|(f, _, _)| *f));
-            q.retain(|(f, t, _)| *f != node && *t != node);
+            q.retain(|(f, t, _)| (flushed || *f != node) && *t != node);
         }
         tell.sort_unstable();
         tell.dedup();
@@ -384,7 +400,7 @@ impl Cluster {
             for &(s, later) in &k.unnoticed {
                 self.late_reports.push((n + later, s, k.node));
             }
-            self.kill_node_unnoticed_by(k.node, &unnoticed);
+            self.kill(k.node, &unnoticed, k.flushed);
             return true;
         }
         if let Some((_, d)) = take_due(&mut self.clock_jumps, |&(at, _)| n >= at) {

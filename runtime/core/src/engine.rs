@@ -30,7 +30,7 @@ use cohort_proto::msg::{
     InviteOpts, LocalBinding, ReqId, Request, Response, ServerFrame,
 };
 use cohort_proto::peer::{
-    CollKey, CollKind, CollOutcome, CollSpec, ContribFlags, Contribution, PeerMsg,
+    AgreeState, CollKey, CollKind, CollOutcome, CollSpec, ContribFlags, Contribution, PeerMsg,
 };
 use cohort_proto::posted::Posted;
 use cohort_proto::value::info_get;
@@ -402,14 +402,23 @@ pub struct Engine {
     /// abort for one of them is stale: it comes from a server that saw a participant
     /// exit after the outcome but before the outcome reached it.
     recently_done: Recent<CollKey, ()>,
-    /// Global failure views completed here, for servers that ask after their root was
-    /// lost (see [`Engine::ask_about_agreement`]).
-    agree_done: Recent<CollKey, Vec<ProcId>>,
+    /// Global failure views ended here: the view, or `None` when it was decided that
+    /// nobody had it (after its root was lost). For the deciders that ask after a
+    /// root was lost (see [`Engine::ask_about_agreement`]).
+    agree_done: Recent<CollKey, Option<Vec<ProcId>>>,
     /// Global failure views whose root was lost before their outcome arrived here: the
-    /// servers still to say whether they completed it.
-    agree_asking: HashMap<CollKey, BTreeSet<NodeId>>,
-    /// Questions about views whose root this server does not know to be lost yet.
-    agree_questions: Vec<(NodeId, CollKey)>,
+    /// decider asked (this server itself when it decides).
+    agree_asking: HashMap<CollKey, NodeId>,
+    /// Global failure views this server decides: the servers still to answer its poll.
+    agree_polling: HashMap<CollKey, BTreeSet<NodeId>>,
+    /// Servers waiting for this server's decision on a view.
+    agree_waiting: Vec<(NodeId, CollKey)>,
+    /// Queries and polls (`true`) about views that this server cannot answer yet: it
+    /// does not know the root, or a server before the decider, to be lost.
+    agree_questions: Vec<(NodeId, CollKey, bool)>,
+    /// Views this server told a decider it lacks: their outcome is dropped if it still
+    /// arrives from the lost root's tree.
+    agree_bound: Recent<CollKey, ()>,
     /// Dissemination allgathers this server completed after a fallback (a server of
     /// the operation was lost), with a lean copy of the outcome possibly still on its
     /// way: it is dropped, until the key is used again here.
@@ -502,7 +511,10 @@ impl Engine {
             recently_done: Recent::new(MAX_TOMBSTONES),
             agree_done: Recent::new(MAX_TOMBSTONES),
             agree_asking: HashMap::default(),
+            agree_polling: HashMap::default(),
+            agree_waiting: Vec::new(),
             agree_questions: Vec::new(),
+            agree_bound: Recent::new(MAX_TOMBSTONES),
             leaders_memo: None,
             fallback_done: Recent::new(MAX_TOMBSTONES),
             owed_rounds: Recent::new(MAX_TOMBSTONES),
@@ -944,6 +956,13 @@ impl Engine {
 
     /// Handles one message from a peer node server.
     pub fn on_peer(&mut self, from: NodeId, msg: PeerMsg, now: Time) {
+        if self.lost_nodes.contains(&from) {
+            // Known lost here (perhaps from another server, before its own connection
+            // delivered everything): what it sent does not count any more, so every
+            // decision taken on its loss stands.
+            tracing::debug!(from, "dropping a message from a lost node server");
+            return;
+        }
         self.handle_peer(from, msg, now);
         self.drain_self(now);
     }
@@ -1008,7 +1027,7 @@ impl Engine {
             .collect();
         rooted.sort_unstable();
         for key in rooted {
-            if self.ask_about_agreement(&key) {
+            if self.ask_about_agreement(&key, now) {
                 continue;
             }
             let err = CohortError::PeerLost {
@@ -1413,6 +1432,15 @@ impl Engine {
                 excused,
                 attempt,
             } => self.on_gather(from, key, spec, round, contribs, excused, attempt, now),
+            PeerMsg::CollDown { key, .. }
+                if key.kind == CollKind::Agree
+                    && (self.agree_bound.contains_key(&key)
+                        || self.agree_done.contains_key(&key)) =>
+            {
+                // This server told a decider it lacks this view (or already ended it): the
+                // decider's word stands, whatever the lost root's tree still delivers.
+                tracing::debug!(?key, from, "dropping a failure view decided elsewhere");
+            }
             PeerMsg::CollDown { key, attempt, .. } if attempt < self.attempt_of(&key) => {
                 tracing::debug!(
                     ?key,
@@ -1512,8 +1540,9 @@ impl Engine {
                     self.live_roots.insert(id, members);
                 }
             }
-            PeerMsg::AgreeQuery { key } => self.agreement_question(from, key),
-            PeerMsg::AgreeAnswer { key, failed } => self.agreement_answer(from, key, failed, now),
+            PeerMsg::AgreeQuery { key } => self.agreement_question(from, key, false, now),
+            PeerMsg::AgreePoll { key } => self.agreement_question(from, key, true, now),
+            PeerMsg::AgreeAnswer { key, state } => self.agreement_answer(from, key, state, now),
             // The node server's failure detector takes these (`crate::detector`).
             PeerMsg::Heartbeat | PeerMsg::Ping { .. } | PeerMsg::Pong { .. } => {}
         }
@@ -2484,118 +2513,240 @@ impl Engine {
     }
 
     /// Global failure view `key` lost its root before its outcome arrived here. The root
-    /// may have answered other servers first; failing here would leave this server's
-    /// members to call again alone. So every other live server of the view is asked
-    /// whether it completed it: one that did gives the view to apply here; if none did,
-    /// nobody has it, and it fails with `PeerLost` everywhere alike. `false` when
-    /// there is nobody to ask (then it fails at once).
-    fn ask_about_agreement(&mut self, key: &CollKey) -> bool {
-        if key.kind != CollKind::Agree {
+    /// may have answered other servers first, and a server that passed its answer on
+    /// may be lost too with the answer still on its way to some: failing here alone, or
+    /// taking "not here" from the live servers for "nowhere", would leave some members
+    /// with the view and others to call again alone. So one server decides for all —
+    /// the view's decider, the first of its servers not lost — and this one asks it.
+    /// The decider polls every other live server of the view; a server answers once
+    /// everything the lost servers before the decider sent it has arrived, and one that
+    /// lacks the view drops it if it still arrives later. The view if any server has it,
+    /// else `PeerLost` naming the root, for everyone alike. Under a decider's loss the
+    /// askers ask the next one. `false` for other operations.
+    fn ask_about_agreement(&mut self, key: &CollKey, now: Time) -> bool {
+        if key.kind != CollKind::Agree || !self.colls.contains_key(key) {
             return false;
         }
-        let Some(CollSpec::Agree { members }) = self.colls.get(key).and_then(|c| c.spec.clone())
-        else {
-            return false;
-        };
-        let ask: BTreeSet<NodeId> = self
-            .nodes_of(&members)
-            .into_iter()
-            .filter(|n| *n != self.node && !self.lost_nodes.contains(n))
-            .collect();
-        if ask.is_empty() {
-            return false;
-        }
-        for &n in &ask {
-            self.send_peer(n, PeerMsg::AgreeQuery { key: key.clone() });
-        }
-        self.agree_asking.insert(key.clone(), ask);
+        self.ask_agreement_decider(key, now);
         true
     }
 
-    /// `peer` is lost: it will not answer about any view, and the questions about views
-    /// it was the root of can be answered now.
+    /// Asks `key`'s decider (as this server knows it now) for its decision; polls the
+    /// view's servers when this server is the decider.
+    fn ask_agreement_decider(&mut self, key: &CollKey, now: Time) {
+        let decider = self.agreement_decider(key).unwrap_or(self.node);
+        self.agree_asking.insert(key.clone(), decider);
+        if decider == self.node {
+            self.poll_for_agreement(key, now);
+        } else {
+            self.send_peer(decider, PeerMsg::AgreeQuery { key: key.clone() });
+        }
+    }
+
+    /// The view's servers, in the order deciders are taken: its tracker's spec, else
+    /// the group this server knows.
+    fn agreement_servers(&self, key: &CollKey) -> Option<Vec<NodeId>> {
+        if let Some(CollSpec::Agree { members }) = self.colls.get(key).and_then(|c| c.spec.as_ref())
+        {
+            return Some(self.nodes_of(members));
+        }
+        let group = self
+            .groups
+            .get(&key.id)
+            .or_else(|| self.retired.get(&key.id))?;
+        Some(self.nodes_of(&group.original))
+    }
+
+    /// The first of `key`'s servers not known lost here.
+    fn agreement_decider(&self, key: &CollKey) -> Option<NodeId> {
+        self.agreement_servers(key)?
+            .into_iter()
+            .find(|n| !self.lost_nodes.contains(n))
+    }
+
+    /// Whether this server may answer about `key` a poll of `decider` (or, as the
+    /// decider, a query): it knows the root lost, and every server of the view before
+    /// the decider, so whatever those sent here has arrived. A server that does not
+    /// know the view at all answers at once.
+    fn may_answer_about_agreement(&self, decider: NodeId, key: &CollKey) -> bool {
+        if self
+            .agreement_root(key)
+            .is_some_and(|r| !self.lost_nodes.contains(&r))
+        {
+            return false;
+        }
+        self.agreement_servers(key).is_none_or(|servers| {
+            servers
+                .iter()
+                .take_while(|&&n| n != decider)
+                .all(|n| self.lost_nodes.contains(n))
+        })
+    }
+
+    /// This server decides `key`: it asks every other live server of the view what it
+    /// has, and lacks it itself from now on (a late copy from the old tree is dropped).
+    fn poll_for_agreement(&mut self, key: &CollKey, now: Time) {
+        if let Some(done) = self.agree_done.get(key).cloned() {
+            return self.decide_agreement(key, done, now);
+        }
+        if self.agree_polling.contains_key(key) {
+            return;
+        }
+        self.agree_bound.insert(key.clone(), ());
+        let poll: BTreeSet<NodeId> = self
+            .agreement_servers(key)
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|n| *n != self.node && !self.lost_nodes.contains(n))
+            .collect();
+        for &n in &poll {
+            self.send_peer(n, PeerMsg::AgreePoll { key: key.clone() });
+        }
+        if poll.is_empty() {
+            return self.decide_agreement(key, None, now);
+        }
+        self.agree_polling.insert(key.clone(), poll);
+    }
+
+    /// `peer` is lost: it will not answer polls; views it was to decide are asked of
+    /// the next decider; questions waiting for its loss can be answered now.
     fn agreement_peer_lost(&mut self, peer: NodeId, now: Time) {
-        let mut unanswered: Vec<CollKey> = Vec::new();
-        for (key, waiting) in self.agree_asking.iter_mut() {
+        let mut nobody: Vec<CollKey> = Vec::new();
+        for (key, waiting) in self.agree_polling.iter_mut() {
             if waiting.remove(&peer) && waiting.is_empty() {
-                unanswered.push(key.clone());
+                nobody.push(key.clone());
             }
         }
-        unanswered.sort_unstable();
-        for key in unanswered {
-            self.nobody_has_agreement(&key, now);
+        nobody.sort_unstable();
+        for key in nobody {
+            self.decide_agreement(&key, None, now);
         }
+        let mut reask: Vec<CollKey> = self
+            .agree_asking
+            .iter()
+            .filter(|(_, d)| **d == peer)
+            .map(|(k, _)| k.clone())
+            .collect();
+        reask.sort_unstable();
+        for key in reask {
+            self.ask_agreement_decider(&key, now);
+        }
+        self.agree_waiting.retain(|(n, _)| *n != peer);
         let mut questions = std::mem::take(&mut self.agree_questions);
-        let due = crate::take_where(&mut questions, |(_, key)| {
-            self.agreement_root(key)
-                .is_none_or(|r| self.lost_nodes.contains(&r))
+        let due = crate::take_where(&mut questions, |(from, key, poll)| {
+            self.may_answer_about_agreement(if *poll { *from } else { self.node }, key)
         });
         self.agree_questions = questions;
-        for (from, key) in due {
-            self.answer_agreement(from, key);
-        }
-    }
-
-    /// Another server asks whether this one completed view `key`.
-    fn agreement_question(&mut self, from: NodeId, key: CollKey) {
-        match self.agreement_root(&key) {
-            Some(root) if !self.lost_nodes.contains(&root) => {
-                // What the root sent here may still be on its way: answer once its loss
-                // is known here.
-                if self.agree_questions.len() < MAX_EARLY_MSGS {
-                    self.agree_questions.push((from, key));
-                }
+        for (from, key, poll) in due {
+            if !self.lost_nodes.contains(&from) {
+                self.answer_about_agreement(from, key, poll, now);
             }
-            _ => self.answer_agreement(from, key),
         }
     }
 
-    fn answer_agreement(&mut self, to: NodeId, key: CollKey) {
-        let failed = self.agree_done.get(&key).cloned();
-        self.send_peer(to, PeerMsg::AgreeAnswer { key, failed });
-    }
-
-    /// `from` says whether it completed view `key`, which this server asked about.
-    fn agreement_answer(
-        &mut self,
-        from: NodeId,
-        key: CollKey,
-        failed: Option<Vec<ProcId>>,
-        now: Time,
-    ) {
-        let Some(waiting) = self.agree_asking.get_mut(&key) else {
-            return;
-        };
-        if !waiting.remove(&from) {
+    /// Another server asks about view `key`: its decider (`poll`) what this server has
+    /// of it, or an asker (`!poll`) for this server's decision.
+    fn agreement_question(&mut self, from: NodeId, key: CollKey, poll: bool, now: Time) {
+        if key.kind != CollKind::Agree {
             return;
         }
-        match failed {
-            Some(failed) => {
-                let spec = self.colls.get(&key).and_then(|c| c.spec.clone());
-                self.complete(
+        let decider = if poll { from } else { self.node };
+        if self.agree_done.contains_key(&key) || self.may_answer_about_agreement(decider, &key) {
+            self.answer_about_agreement(from, key, poll, now);
+        } else if self.agree_questions.len() < MAX_EARLY_MSGS {
+            // What the lost servers sent here may still be on its way: answer once
+            // their losses are known here.
+            self.agree_questions.push((from, key, poll));
+        }
+    }
+
+    fn answer_about_agreement(&mut self, to: NodeId, key: CollKey, poll: bool, now: Time) {
+        if let Some(done) = self.agree_done.get(&key).cloned() {
+            let state = match done {
+                Some(failed) => AgreeState::Has(failed),
+                None => AgreeState::Failed,
+            };
+            return self.send_peer(to, PeerMsg::AgreeAnswer { key, state });
+        }
+        if poll {
+            self.agree_bound.insert(key.clone(), ());
+            return self.send_peer(
+                to,
+                PeerMsg::AgreeAnswer {
                     key,
-                    spec,
-                    CollOutcome::Agree { failed },
-                    Vec::new(),
-                    false,
-                    now,
-                );
+                    state: AgreeState::Lacks,
+                },
+            );
+        }
+        // This server is the decider (the asker knows every server before it lost, and
+        // so does this one): answered once it decided.
+        if !self
+            .agree_waiting
+            .iter()
+            .any(|(n, k)| *n == to && *k == key)
+            && self.agree_waiting.len() < MAX_EARLY_MSGS
+        {
+            self.agree_waiting.push((to, key.clone()));
+        }
+        self.poll_for_agreement(&key, now);
+    }
+
+    /// `from` answers this server's poll (it decides `key`) or query (`from` decides).
+    fn agreement_answer(&mut self, from: NodeId, key: CollKey, state: AgreeState, now: Time) {
+        if let Some(waiting) = self.agree_polling.get_mut(&key) {
+            if !waiting.remove(&from) {
+                return;
             }
-            None if waiting.is_empty() => self.nobody_has_agreement(&key, now),
-            None => {}
+            match state {
+                AgreeState::Has(failed) => self.decide_agreement(&key, Some(failed), now),
+                AgreeState::Failed => self.decide_agreement(&key, None, now),
+                AgreeState::Lacks if waiting.is_empty() => self.decide_agreement(&key, None, now),
+                AgreeState::Lacks => {}
+            }
+        } else if self.agree_asking.get(&key) == Some(&from) {
+            match state {
+                AgreeState::Has(failed) => self.end_agreement(&key, Some(failed), now),
+                AgreeState::Failed => self.end_agreement(&key, None, now),
+                AgreeState::Lacks => {}
+            }
         }
     }
 
-    /// No live server completed view `key`, whose root was lost: it fails here as it
-    /// does everywhere.
-    fn nobody_has_agreement(&mut self, key: &CollKey, now: Time) {
-        self.agree_asking.remove(key);
-        let root = self.root_of(key).unwrap_or(self.node);
-        let err = CohortError::PeerLost {
-            node: root,
-            reason: format!("it was the root of {}", op_name(key)),
+    /// This server, `key`'s decider, decided: the view (`Some`), or nobody has it. It
+    /// tells the servers waiting for it and ends the view here.
+    fn decide_agreement(&mut self, key: &CollKey, decision: Option<Vec<ProcId>>, now: Time) {
+        self.agree_polling.remove(key);
+        let state = match &decision {
+            Some(failed) => AgreeState::Has(failed.clone()),
+            None => AgreeState::Failed,
         };
-        self.fail(key, err, now);
+        let waiting = crate::take_where(&mut self.agree_waiting, |(_, k)| k == key);
+        for (to, key) in waiting {
+            let state = state.clone();
+            self.send_peer(to, PeerMsg::AgreeAnswer { key, state });
+        }
+        self.end_agreement(key, decision, now);
+    }
+
+    /// View `key` ends here as its decider decided.
+    fn end_agreement(&mut self, key: &CollKey, decision: Option<Vec<ProcId>>, now: Time) {
+        self.agree_asking.remove(key);
+        self.agree_done.insert(key.clone(), decision.clone());
+        if !self.colls.contains_key(key) {
+            return;
+        }
+        let spec = self.colls.get(key).and_then(|c| c.spec.clone());
+        let outcome = match decision {
+            Some(failed) => CollOutcome::Agree { failed },
+            None => {
+                let root = self.root_of(key).unwrap_or(self.node);
+                CollOutcome::Failed(CohortError::PeerLost {
+                    node: root,
+                    reason: format!("it was the root of {}", op_name(key)),
+                })
+            }
+        };
+        self.complete(key.clone(), spec, outcome, Vec::new(), false, now);
     }
 
     /// The root of view `key`: its tracker's, else the one its group's members give.
@@ -3979,7 +4130,7 @@ impl Engine {
                 }
             }
             CollOutcome::Agree { failed } => {
-                self.agree_done.insert(key.clone(), failed.clone());
+                self.agree_done.insert(key.clone(), Some(failed.clone()));
                 for w in waiters {
                     self.reply(w.client, w.req, Ok(Response::Procs(failed.clone())));
                 }

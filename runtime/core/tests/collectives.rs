@@ -117,3 +117,39 @@ fn peers_sent_to(actions: impl IntoIterator<Item = cohort_core::Action>) -> Vec<
     to.sort_unstable();
     to
 }
+
+/// A server learns of another's loss from a third before its own connection delivered
+/// everything the lost one sent: what arrives from it after that does not count, so
+/// every decision taken on the loss stands (a crashed process's kernel still sends what
+/// it wrote). Here an event it passed on is dropped; before the loss the same route
+/// delivers it.
+#[test]
+fn what_a_server_sent_is_dropped_once_it_is_known_lost() {
+    let mut c = Cluster::new(6, 3, TreeShape::KAry(2));
+    c.connect_all();
+    // Every server talks to every other: each is told of a loss by its fabric.
+    let fence = c.fence_all(false);
+    for (r, q) in fence.into_iter().enumerate() {
+        assert_eq!(c.reply(r as u32, q), Some(Ok(Response::Done)), "rank {r}");
+    }
+    let notify = |c: &mut Cluster, code: i32| {
+        let to = vec![c.proc(4)];
+        c.request(
+            0,
+            Request::Notify {
+                code,
+                range: Range::Procs(to),
+                info: vec![],
+            },
+        );
+    };
+    let codes_at_4 = |c: &Cluster| -> Vec<i32> { c.events(4).iter().map(|e| e.code).collect() };
+    notify(&mut c, -7001);
+    assert_eq!(codes_at_4(&c), [-7001], "the route delivers");
+    c.hold(0, 2);
+    notify(&mut c, -7002);
+    assert_eq!(c.held_messages(), 1, "the event is on its way to server 2");
+    c.kill_node_flushed(0);
+    c.release(0, 2);
+    assert_eq!(codes_at_4(&c), [-7001], "the late event from a lost server");
+}

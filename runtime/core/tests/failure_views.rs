@@ -5,12 +5,13 @@
 //! process agrees on ("G = union of all L at logical time T", obtained by a collective),
 //! after which each process's L is G.
 
+use std::collections::BTreeSet;
 use std::time::Duration;
 
 use cohort_core::cluster::Cluster;
 use cohort_proto::msg::{ConstructOpts, Request, Response};
 use cohort_proto::{CohortError, ProcId};
-use cohort_topology::{rendezvous, TreeShape};
+use cohort_topology::{rendezvous, Tree, TreeShape};
 
 fn local(c: &mut Cluster, rank: u32, id: &str) -> Result<Response, CohortError> {
     let q = c.request(rank, Request::FailedLocal { id: id.into() });
@@ -34,14 +35,22 @@ fn procs(c: &Cluster, ranks: &[u32]) -> Response {
 
 /// 6 ranks on 3 servers (ranks 0-1, 2-3, 4-5), all in group `id`.
 fn group_of_six(id: &str) -> Cluster {
-    let mut c = Cluster::new(6, 3, TreeShape::KAry(2));
+    group_on(3, id)
+}
+
+/// Two ranks on each of `servers` servers (ranks 2n and 2n+1 on server n), all in
+/// group `id`.
+fn group_on(servers: u32, id: &str) -> Cluster {
+    let ranks = servers * 2;
+    let mut c = Cluster::new(ranks, servers, TreeShape::KAry(2));
     c.connect_all();
     let opts = ConstructOpts {
         notify_termination: true,
         ..Default::default()
     };
-    let reqs: Vec<u64> = (0..6)
-        .map(|r| c.construct(r, id, &[0, 1, 2, 3, 4, 5], opts.clone()))
+    let all: Vec<u32> = (0..ranks).collect();
+    let reqs: Vec<u64> = (0..ranks)
+        .map(|r| c.construct(r, id, &all, opts.clone()))
         .collect();
     for (r, q) in reqs.into_iter().enumerate() {
         c.group(r as u32, q);
@@ -316,5 +325,130 @@ fn a_view_that_reached_some_servers_before_its_root_was_lost_reaches_all() {
     for r in ranks(missed) {
         let q = qs[r as usize].1;
         assert_eq!(c.reply(r, q), Some(Ok(procs(&c, &[]))), "rank {r}");
+    }
+}
+
+/// The deciding server and the server that passed its answer on to part of the tree are
+/// both lost, the answer still on its way from the second to one of its children while
+/// the others ask about it. Whatever the order, the live members all get the same: the
+/// view, or `PeerLost` — never the view here and `PeerLost` there. (A single live
+/// server decides: the first of the view's servers not lost; the servers that told it
+/// they lack the view drop it if it still arrives.) Group ids are picked so that the
+/// decider is the server that passed the answer on for one (the view wins) and another
+/// server for the other (the late answer is dropped and nobody has the view).
+#[test]
+fn a_view_passed_on_by_a_server_lost_with_the_root_ends_alike_for_every_survivor() {
+    let mut deciders = BTreeSet::new();
+    for id in ["g", "h", "i", "j", "k", "l"] {
+        let (decided_by_relay, outcome) = root_and_relay_lost(id);
+        deciders.insert(decided_by_relay);
+        assert!(
+            outcome == "view" || !decided_by_relay,
+            "group {id}: the decider had the view, yet: {outcome}"
+        );
+    }
+    assert_eq!(deciders.len(), 2, "the ids cover both kinds of decider");
+}
+
+/// The scenario above for group `id` on 5 servers: whether the decider was the relay,
+/// and what every survivor got ("view" or "PeerLost").
+fn root_and_relay_lost(id: &str) -> (bool, &'static str) {
+    let servers = 5;
+    let mut c = group_on(servers, id);
+    let nodes: Vec<u32> = (0..servers).collect();
+    let root = rendezvous(&format!("{id}#0"), servers as usize) as u32;
+    let tree = Tree::new(&nodes, root, TreeShape::KAry(2));
+    let relay = tree
+        .children(root)
+        .into_iter()
+        .find(|&n| tree.children(n).len() == 2)
+        .expect("a binary tree of 5 servers has a child of the root with two children");
+    let below = tree.children(relay);
+    let decider = nodes.iter().copied().find(|&n| n != root).unwrap();
+    // The root's answer reaches only the relay; everything the relay sends after its
+    // contribution (the answer passed on, answers about it) is held back.
+    for n in tree.children(root).into_iter().filter(|&n| n != relay) {
+        c.hold(root, n);
+    }
+    for n in nodes.iter().copied().filter(|&n| n != root) {
+        c.hold(relay, n);
+    }
+    let qs: Vec<(u32, u64)> = (0..servers * 2)
+        .map(|r| (r, global(&mut c, r, id, None)))
+        .collect();
+    for r in [relay * 2, relay * 2 + 1] {
+        let q = qs[r as usize].1;
+        assert_eq!(c.reply(r, q), Some(Ok(procs(&c, &[]))), "{id}: rank {r}");
+    }
+    c.kill_node(root);
+    // The answer the relay passed on reaches one of its children, late; then the relay
+    // is lost with everything else it sent.
+    c.release(relay, below[0]);
+    c.kill_node(relay);
+    let survivors: Vec<u32> = (0..servers * 2)
+        .filter(|r| r / 2 != root && r / 2 != relay)
+        .collect();
+    let first = c.reply(survivors[0], qs[survivors[0] as usize].1);
+    let outcome = match &first {
+        Some(Ok(view)) if *view == procs(&c, &[]) => "view",
+        Some(Err(CohortError::PeerLost { node, .. })) if *node == root => "PeerLost",
+        other => panic!("{id}: rank {}: {other:?}", survivors[0]),
+    };
+    for &r in &survivors {
+        assert_eq!(
+            format!("{:?}", c.reply(r, qs[r as usize].1)),
+            format!("{first:?}"),
+            "{id}: rank {r} (server {}) and rank {} (server {}) ended differently",
+            r / 2,
+            survivors[0],
+            survivors[0] / 2
+        );
+    }
+    (decider == relay, outcome)
+}
+
+/// The root is lost before it decided, and so is the server that was to decide for
+/// everyone after it (the first of the view's servers), before anything it sent
+/// arrived: the next server decides. Every survivor gets `PeerLost` naming the root —
+/// nobody had the view — and calling again gives them all the same view.
+#[test]
+fn the_next_server_decides_when_the_deciding_one_is_lost_too() {
+    let servers = 4;
+    let mut c = group_on(servers, "g");
+    let root = rendezvous("g#0", servers as usize) as u32;
+    let decider = (0..servers).find(|&n| n != root).unwrap();
+    for n in (0..servers).filter(|&n| n != decider) {
+        c.hold(decider, n);
+    }
+    // The root's members do not call: it cannot decide before it is lost.
+    let callers: Vec<u32> = (0..servers * 2).filter(|r| r / 2 != root).collect();
+    let qs: Vec<(u32, u64)> = callers
+        .iter()
+        .map(|&r| (r, global(&mut c, r, "g", None)))
+        .collect();
+    c.kill_node(root);
+    for &(r, q) in &qs {
+        assert_eq!(
+            c.reply(r, q),
+            None,
+            "rank {r}: the decider's answer is held"
+        );
+    }
+    c.kill_node(decider);
+    let survivors: Vec<(u32, u64)> = qs.into_iter().filter(|(r, _)| r / 2 != decider).collect();
+    for &(r, q) in &survivors {
+        match c.error(r, q) {
+            CohortError::PeerLost { node, .. } => assert_eq!(node, root, "rank {r}"),
+            other => panic!("rank {r}: {other:?}"),
+        }
+    }
+    let mut gone = vec![root * 2, root * 2 + 1, decider * 2, decider * 2 + 1];
+    gone.sort_unstable();
+    let again: Vec<(u32, u64)> = survivors
+        .iter()
+        .map(|&(r, _)| (r, global(&mut c, r, "g", None)))
+        .collect();
+    for (r, q) in again {
+        assert_eq!(c.reply(r, q), Some(Ok(procs(&c, &gone))), "rank {r}");
     }
 }

@@ -298,6 +298,9 @@ fn explore_overlapping(allgather: Allgather, losses: Losses) {
                 );
                 for k in &faults.kills {
                     case += &format!(", server {} killed after {} messages", k.node, k.after);
+                    if k.flushed {
+                        case += " (what it sent still arrives)";
+                    }
                     if !k.unnoticed.is_empty() {
                         case += &format!(" (reported late to {:?})", k.unnoticed);
                     }
@@ -434,10 +437,14 @@ impl Losses {
                     }
                 }
             }
+            // Half the time what it sent before is still delivered (a crashed
+            // process whose kernel sent what it wrote), after others heard of the loss.
+            let flushed = pick.next() % 2 == 0;
             kills.push(Kill {
                 after,
                 node,
                 unnoticed,
+                flushed,
             });
         }
         let mut exits: Vec<(u64, u32)> = Vec::new();

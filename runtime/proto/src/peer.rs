@@ -124,6 +124,18 @@ pub enum CollOutcome {
     Failed(CohortError),
 }
 
+/// What a server has of a global failure view whose root was lost (see
+/// [`PeerMsg::AgreePoll`]).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum AgreeState {
+    /// The view (the failed members).
+    Has(Vec<ProcId>),
+    /// It was decided that nobody has it: the call failed.
+    Failed,
+    /// Not here, and it will not be taken if it still arrives.
+    Lacks,
+}
+
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum PeerMsg {
     /// Aggregated contributions of a subtree, sent to the tree parent.
@@ -270,13 +282,17 @@ pub enum PeerMsg {
     Ping { token: u64 },
     /// The answer to `Ping`.
     Pong { token: u64 },
-    /// Did you complete global failure view `key`? Asked by a server whose tracker of
-    /// it lost its root before the outcome arrived. The receiver answers once it knows
-    /// that root is lost: by then everything the root sent it has arrived.
+    /// What did the lost root of global failure view `key` decide? Asked of the view's
+    /// decider — the first of the view's servers that the asker does not know to be
+    /// lost — by a server whose tracker of it lost its root before the outcome
+    /// arrived. Answered (`AgreeAnswer`, `Has` or `Failed`) once the decider decided.
     AgreeQuery { key: CollKey },
-    /// The answer to `AgreeQuery`: the view, if the sender completed it.
-    AgreeAnswer {
-        key: CollKey,
-        failed: Option<Vec<ProcId>>,
-    },
+    /// The decider of view `key` asks the receiver what it has of it. Answered once the
+    /// receiver knows the root and every server before the decider to be lost (so
+    /// everything they sent it has arrived). A receiver that answers `Lacks` drops the
+    /// view if it still arrives from the lost root's tree afterwards, which keeps the
+    /// decider's "nobody has it" true.
+    AgreePoll { key: CollKey },
+    /// The answer to `AgreeQuery` and to `AgreePoll`.
+    AgreeAnswer { key: CollKey, state: AgreeState },
 }
