@@ -883,11 +883,10 @@ fn parse_secs(s: &str) -> Result<Duration, String> {
         .ok_or_else(|| format!("{s:?} is not a number of seconds (0 to 1000000)"))
 }
 
-/// How many separate values each option of `cohort run` and of an app context takes,
-/// by every spelling (`--long`, aliases, `-s`), read from their clap definitions so no
-/// option is missed; plus mpirun's single-dash `-np` and `-mca`. For
-/// [`normalize_args`], which must step over values to find where PROGRAM starts.
-fn value_options() -> &'static std::collections::HashMap<String, usize> {
+/// Every option of `cohort run` and of an app context, by every spelling (`--long`,
+/// aliases, `-s`), with how many separate values it takes (0 for a flag), read from
+/// their clap definitions so no option is missed. See [`read_option`].
+fn known_options() -> &'static std::collections::HashMap<String, usize> {
     static TABLE: std::sync::OnceLock<std::collections::HashMap<String, usize>> =
         std::sync::OnceLock::new();
     TABLE.get_or_init(|| {
@@ -899,10 +898,13 @@ fn value_options() -> &'static std::collections::HashMap<String, usize> {
             .clone();
         for cmd in [run, AppContext::command()] {
             for arg in cmd.get_arguments() {
-                if arg.is_positional() || !arg.get_action().takes_values() {
+                if arg.is_positional() {
                     continue;
                 }
-                let n = arg.get_num_args().map_or(1, |r| r.min_values().max(1));
+                let n = match arg.get_action().takes_values() {
+                    true => arg.get_num_args().map_or(1, |r| r.min_values().max(1)),
+                    false => 0,
+                };
                 for long in arg.get_long_and_visible_aliases().into_iter().flatten() {
                     table.insert(format!("--{long}"), n);
                 }
@@ -914,8 +916,9 @@ fn value_options() -> &'static std::collections::HashMap<String, usize> {
                 }
             }
         }
-        table.insert("-np".into(), 1);
-        table.insert("-mca".into(), 2);
+        for help in ["--help", "-h"] {
+            table.insert(help.into(), 0);
+        }
         table
     })
 }
@@ -954,6 +957,11 @@ pub fn parse_cli(args: impl IntoIterator<Item = OsString>) -> Result<Cli, clap::
                 .into(),
         ));
     }
+    if let Some(at) = run_at {
+        if let Some(arg) = first.get(at + 1..).and_then(unknown_option) {
+            return Err(usage_error(unknown_option_message(&arg, "")));
+        }
+    }
     let mut cli = Cli::try_parse_from(normalize_args(first))?;
     let Command::Run(run) = &mut cli.command else {
         return Ok(cli);
@@ -970,6 +978,10 @@ pub fn parse_cli(args: impl IntoIterator<Item = OsString>) -> Result<Cli, clap::
             } else {
                 format!("app context {k} is empty: nothing between two ':'")
             }));
+        }
+        if let Some(arg) = unknown_option(&segment) {
+            let context = format!("app context {k} (after ':' number {k}): ");
+            return Err(usage_error(unknown_option_message(&arg, &context)));
         }
         let app = AppContext::try_parse_from(normalize_options(segment)).map_err(|e| {
             // clap's message, without its usage (not this one's) and tips.
@@ -1021,7 +1033,8 @@ fn expand_appfile(argv: Vec<OsString>) -> Result<Vec<OsString>, String> {
     let program_at = spans.last().map_or(0, |s| s.end);
     for span in spans {
         let opt = &args[span];
-        let name = opt[0].to_string_lossy();
+        let raw = opt[0].to_string_lossy();
+        let name = read_option(&raw).map_or(raw.to_string(), |(words, _)| words[0].clone());
         if let Some(f) = name.strip_prefix("--app=") {
             file = Some(f.into());
         } else if name == "--app" {
@@ -1062,21 +1075,51 @@ fn expand_appfile(argv: Vec<OsString>) -> Result<Vec<OsString>, String> {
     Ok(options)
 }
 
-/// [`normalize_args`] on the arguments after `run` (or of an app context).
-fn normalize_options(mut out: Vec<OsString>) -> Vec<OsString> {
-    for span in option_spans(&out) {
-        let opt = &mut out[span.start];
-        if opt == "-np" {
-            *opt = OsString::from("--np");
-        } else if opt == "-mca" {
-            *opt = OsString::from("--mca");
+/// [`normalize_args`] on the arguments after `run` (or of an app context): each of
+/// cohort's options in the spelling clap reads ([`read_option`]).
+fn normalize_options(args: Vec<OsString>) -> Vec<OsString> {
+    let spans = option_spans(&args);
+    let program_at = spans.last().map_or(0, |s| s.end);
+    let mut out = Vec::with_capacity(args.len() + 1);
+    for span in spans {
+        match read_option(&args[span.start].to_string_lossy()) {
+            Some((words, _)) => out.extend(words.into_iter().map(OsString::from)),
+            None => out.push(args[span.start].clone()),
         }
+        out.extend(args[span.start + 1..span.end].iter().cloned());
     }
+    out.extend(args[program_at..].iter().cloned());
     out
 }
 
+/// How cohort reads option word `arg` (one before PROGRAM): the words clap is given
+/// for it and how many separate values follow it; `None` when it is not one of
+/// cohort's options. mpirun's spellings are read too: a single dash before a long
+/// option (`-np 4`, `-mca btl tcp`, `-hostfile F`, `-bind-to core`), and a short
+/// option's value attached (`-n4`, `-xFOO=1`).
+fn read_option(arg: &str) -> Option<(Vec<String>, usize)> {
+    let table = known_options();
+    let (name, attached) = match arg.split_once('=') {
+        Some((n, _)) => (n, true),
+        None => (arg, false),
+    };
+    let separate = |n: usize| if attached { 0 } else { n };
+    if let Some(&n) = table.get(name) {
+        return Some((vec![arg.to_string()], separate(n)));
+    }
+    let single = name.strip_prefix('-').filter(|n| !n.starts_with('-'))?;
+    if let Some(&n) = table.get(&format!("--{single}")) {
+        return Some((vec![format!("-{arg}")], separate(n)));
+    }
+    let short = arg.get(..2)?;
+    match table.get(short) {
+        Some(&n) if n >= 1 => Some((vec![short.to_string(), arg[2..].to_string()], n - 1)),
+        _ => None,
+    }
+}
+
 /// Where cohort's own options lie in `args` (the arguments after `run`, or an app
-/// context's): each option with its separate values ([`value_options`]), in order, up
+/// context's): each option with its separate values ([`known_options`]), in order, up
 /// to PROGRAM (the first argument that is not an option, or `--`), where the last span
 /// ends.
 fn option_spans(args: &[OsString]) -> Vec<std::ops::Range<usize>> {
@@ -1087,11 +1130,32 @@ fn option_spans(args: &[OsString]) -> Vec<std::ops::Range<usize>> {
         if arg == "--" || !arg.starts_with('-') || arg == "-" {
             break;
         }
-        let end = (i + 1 + value_options().get(arg.as_ref()).copied().unwrap_or(0)).min(args.len());
+        let values = read_option(&arg).map_or(0, |(_, n)| n);
+        let end = (i + 1 + values).min(args.len());
         spans.push(i..end);
         i = end;
     }
     spans
+}
+
+/// The first of `args`' options (the arguments after `run`, or an app context's, up to
+/// PROGRAM) that is not one of cohort's: without this check clap would take it for
+/// PROGRAM (which may start with `-` after `--`), and `cohort run --rankfile f -n 4 app`
+/// would try to run `--rankfile`.
+fn unknown_option(args: &[OsString]) -> Option<String> {
+    option_spans(args).into_iter().find_map(|span| {
+        let arg = args[span.start].to_string_lossy().into_owned();
+        read_option(&arg).is_none().then_some(arg)
+    })
+}
+
+/// The usage error for option `arg`, which cohort does not have.
+fn unknown_option_message(arg: &str, context: &str) -> String {
+    format!(
+        "{context}unknown option {arg:?}: cohort run has no such option (see cohort run \
+         --help); its options come before PROGRAM, and a program whose name starts with \
+         '-' goes after --"
+    )
 }
 
 #[cfg(test)]
@@ -1476,6 +1540,77 @@ mod tests {
         ])
         .unwrap();
         assert_eq!((r.more_apps[0].np, r.more_apps[0].command.len()), (2, 1));
+    }
+
+    /// An option cohort does not have, before PROGRAM, is a usage error naming it:
+    /// clap used to take it for the program (`cohort run --rankfile f -n 4 app` ran
+    /// `--rankfile` on every core, with `-n 4` as its arguments). After PROGRAM, or
+    /// after `--`, words are the program's.
+    #[test]
+    fn an_unknown_option_is_refused_naming_it() {
+        for (args, bad) in [
+            (vec!["--rankfile", "f", "-n", "4", "app"], "--rankfile"),
+            (vec!["-n", "2", "--no-such=1", "app"], "--no-such=1"),
+            (vec!["-q", "app"], "-q"),
+            (vec!["-hostfilex", "h", "app"], "-hostfilex"),
+            (
+                vec!["-n", "1", "a", ":", "-n", "1", "--bogus", "b"],
+                "--bogus",
+            ),
+        ] {
+            let mut a = vec!["cohort", "run"];
+            a.extend_from_slice(&args);
+            let e = parse(&a).expect_err(bad).to_string();
+            assert!(
+                e.contains(&format!("unknown option {bad:?}")),
+                "{args:?}: {e}"
+            );
+        }
+        let e = parse(&["cohort", "run", "-n", "1", "a", ":", "--bogus", "b"])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("app context 1"), "{e}");
+        let r = parse(&["cohort", "run", "-n", "1", "app", "--rankfile", "f"]).unwrap();
+        assert_eq!(r.command, ["app", "--rankfile", "f"]);
+        let r = parse(&["cohort", "run", "-n", "1", "--", "-q", "x"]).unwrap();
+        assert_eq!(r.command, ["-q", "x"]);
+    }
+
+    /// mpirun's spellings carry over: a single dash before any long option (Open MPI
+    /// reads `-hostfile`, `-bind-to`, `-tag-output`, …), and a short option's value
+    /// attached (`-n4`, `-xFOO=1`); the program's own words stay untouched.
+    #[test]
+    fn mpirun_single_dash_long_options_and_attached_values() {
+        let r = parse(&[
+            "cohort",
+            "run",
+            "-bind-to",
+            "none",
+            "-tag-output",
+            "-map-by=node",
+            "-x",
+            "A=1",
+            "-xB=2",
+            "-wdir",
+            "/tmp",
+            "-n4",
+            "prog",
+            "-tag-output",
+            "-n4",
+        ])
+        .unwrap();
+        assert_eq!(r.np, Some(4));
+        assert!(r.tag_output);
+        assert_eq!(r.export, ["A=1", "B=2"]);
+        assert_eq!(r.wdir.as_deref(), Some(std::path::Path::new("/tmp")));
+        assert_eq!(r.command, ["prog", "-tag-output", "-n4"]);
+        assert_eq!(r.bind_to, Some(BindTo::None));
+        let r = parse(&[
+            "cohort", "run", "-n", "1", "a", ":", "-np", "2", "-xC=3", "b",
+        ])
+        .unwrap();
+        assert_eq!(r.more_apps[0].np, 2);
+        assert_eq!(r.more_apps[0].export, ["C=3"]);
     }
 
     #[test]
