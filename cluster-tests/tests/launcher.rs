@@ -1404,6 +1404,95 @@ fn bind_to_socket_binds_each_rank_to_its_package() {
     }
 }
 
+/// mpirun's `--bind-to hwthread` binds each rank to one hardware thread, its core's
+/// first; `--use-hwthread-cpus` makes the slots hardware threads: without `-n` one
+/// rank per thread, each bound to its own, and one more rank than threads is
+/// oversubscribed (said in threads, not bound). Across two node servers on this host
+/// (the flag reaches them).
+#[test]
+fn hwthread_binding_and_hwthread_slots() {
+    let topo = run_cohort(["topo", "--json"], DEADLINE);
+    let json: serde_json::Value = serde_json::from_slice(&topo.stdout).expect("topo --json");
+    // Each core's CPUs in order; the hardware threads, core after core.
+    let cores: Vec<BTreeSet<u32>> = json["cores"]
+        .as_array()
+        .expect("cores")
+        .iter()
+        .map(|c| cpu_list(c["cpuset"].as_str().expect("cpuset")).expect("CPUs"))
+        .collect();
+    let threads: Vec<u32> = cores.iter().flatten().copied().collect();
+    let show = "echo \"$COHORT_RANK $COHORT_BINDING\"";
+    let n = cores.len().to_string();
+    let out = run_cohort(
+        [
+            "run",
+            "--nodes",
+            "2",
+            "-n",
+            &n,
+            "--bind-to",
+            "hwthread",
+            "sh",
+            "-c",
+            show,
+        ],
+        DEADLINE,
+    );
+    assert_eq!(code(&out), Some(0), "{}", describe(&out));
+    let got = bindings_of(&out);
+    assert_eq!(got.len(), cores.len(), "{}", describe(&out));
+    for (r, cpus) in got {
+        let first = *cores[r as usize].first().expect("a core has CPUs");
+        assert_eq!(
+            cpus,
+            Some(BTreeSet::from([first])),
+            "rank {r}: {}",
+            describe(&out)
+        );
+    }
+    let out = run_cohort(
+        [
+            "run",
+            "--nodes",
+            "2",
+            "--use-hwthread-cpus",
+            "sh",
+            "-c",
+            show,
+        ],
+        DEADLINE,
+    );
+    assert_eq!(code(&out), Some(0), "{}", describe(&out));
+    let got = bindings_of(&out);
+    assert_eq!(
+        got.len(),
+        threads.len(),
+        "one rank per thread: {}",
+        describe(&out)
+    );
+    for (r, cpus) in got {
+        let own = BTreeSet::from([threads[r as usize]]);
+        assert_eq!(cpus, Some(own), "rank {r}: {}", describe(&out));
+    }
+    let more = (threads.len() + 1).to_string();
+    let out = run_cohort(
+        ["run", "--use-hwthread-cpus", "-n", &more, "sh", "-c", show],
+        DEADLINE,
+    );
+    assert_eq!(code(&out), Some(0), "{}", describe(&out));
+    let note = format!("with {} hardware thread", threads.len());
+    assert!(
+        text(&out.stderr).contains(&note) && text(&out.stderr).contains("not binding"),
+        "{}",
+        describe(&out)
+    );
+    assert!(
+        bindings_of(&out).values().all(Option::is_none),
+        "{}",
+        describe(&out)
+    );
+}
+
 /// `--mca KEY VALUE` (and mpirun's `-mca`) hands every rank Open MPI's
 /// `OMPI_MCA_KEY=VALUE`; `-x` may override one.
 #[test]

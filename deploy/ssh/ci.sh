@@ -434,6 +434,24 @@ if [[ $rc == 1 ]] && grep -q '7 ranks, but the hosts have only 6 slot(s)' "$work
 else
     fail "too many ranks: status $rc" "$work/both"
 fi
+# mpirun's --oversubscribe (in its single-dash spellings, with --allow-run-as-root as
+# CI scripts write it): the slots 1,3,2 filled, the 3 ranks left over one per host.
+run -hostfile "$work/hostfile" -launch-agent "$agent" -oversubscribe --allow-run-as-root -np 9 "$work/where.sh"
+got=$(sed -n 's/^WHERE \(rank=[0-9]*\) node=\([^ ]*\) .*/\1@\2/p' "$work/out" | sort -t= -k2 -n | tr '\n' ' ')
+want="rank=0@$net.1 rank=1@$net.1 rank=2@$net.2 rank=3@$net.2 rank=4@$net.2 rank=5@$net.2 rank=6@$net.3 rank=7@$net.3 rank=8@$net.3 "
+if [[ $rc == 0 && $got == "$want" ]]; then
+    pass "--oversubscribe: 9 ranks on slots 1,3,2 as 0-1 | 2-5 | 6-8"
+else
+    fail "--oversubscribe: status $rc, got: $got" "$work/both"
+fi
+nothing_left oversubscribe
+run --hostfile "$work/hostfile" --launch-agent "$agent" --oversubscribe -N 2 "$work/where.sh"
+if [[ $rc == 0 ]] && [[ $(grep -c '^WHERE ' "$work/out") == 6 ]]; then
+    pass "-N 2 over a 1-slot host with --oversubscribe: 6 ranks"
+else
+    fail "-N 2 --oversubscribe: status $rc" "$work/both"
+fi
+nothing_left oversubscribe-npernode
 printf '%s slots=2\n%s slots=two\n' "$net.1" "$net.2" >"$work/bad-hostfile"
 run --hostfile "$work/bad-hostfile" -n 2 "$testprog" construct
 if [[ $rc == 1 ]] && grep -q "hostfile $work/bad-hostfile:2: slots \"two\" is not a whole number" "$work/err"; then

@@ -30,7 +30,7 @@ pub mod tree;
 pub use cpuset::CpuSet;
 pub use discover::Discover;
 pub use machine::{cpus_near, preferred_nic, Cache, NicInfo, NicKind, Topology};
-pub use placement::{binding_from_env, BindTo, Binding, MapBy, NodeLayout};
+pub use placement::{binding_from_env, BindTo, Binding, MapBy, NodeLayout, SlotUnit};
 pub use radix::{ceil_log2, choose_radix, default_shape, Allgather, CostModel};
 pub use switches::{Locality, SwitchMap, TopologyFileError};
 pub use tree::{Tree, TreeShape};

@@ -41,6 +41,29 @@ pub enum BindTo {
     Numa,
     /// The CPUs of the rank's package (socket).
     Package,
+    /// One hardware thread (PU): the first of the rank's core, or the rank's own with
+    /// [`SlotUnit::Hwthread`].
+    Hwthread,
+}
+
+/// What one placement slot is: a core, or (mpirun's `--use-hwthread-cpus`) a hardware
+/// thread, so a host of C cores with T threads each holds C·T ranks before it is
+/// oversubscribed.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum SlotUnit {
+    #[default]
+    Core,
+    Hwthread,
+}
+
+impl SlotUnit {
+    /// `core` / `hardware thread`, for messages.
+    pub fn name(self) -> &'static str {
+        match self {
+            SlotUnit::Core => "core",
+            SlotUnit::Hwthread => "hardware thread",
+        }
+    }
 }
 
 macro_rules! keyword_enum {
@@ -77,7 +100,7 @@ macro_rules! keyword_enum {
 }
 
 keyword_enum!(MapBy { "slot" => Slot, "node" => Node, "numa" => Numa, "core" => Core, "package" => Package });
-keyword_enum!(BindTo { "none" => None, "core" => Core, "numa" => Numa, "package" => Package });
+keyword_enum!(BindTo { "none" => None, "core" => Core, "numa" => Numa, "package" => Package, "hwthread" => Hwthread });
 
 /// The job's rank → node-server map for `map_by`. The launcher and every node server
 /// build it with this one function.
@@ -190,10 +213,12 @@ pub fn binding_from(value: Option<&str>) -> Option<Binding> {
     value?.parse().ok()
 }
 
-/// The CPUs a node server places ranks on: its allowed cores, grouped by NUMA domain.
+/// The CPUs a node server places ranks on: its allowed cores (or hardware threads, with
+/// [`SlotUnit::Hwthread`]), grouped by NUMA domain and package.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct NodeLayout {
-    /// Each core's PUs, in logical order.
+    /// Each slot unit's PUs, in logical order: a core's, or one PU with
+    /// [`SlotUnit::Hwthread`] (the fields below say "core" for a unit).
     pub cores: Vec<CpuSet>,
     /// Each core's NUMA domain, an index into `domains`.
     pub core_domain: Vec<usize>,
@@ -241,6 +266,34 @@ impl NodeLayout {
         }
     }
 
+    /// The layout of `topo` with placement slots of `unit`: its cores, or each of
+    /// their hardware threads in turn (a core's PUs one after the other, in the core's
+    /// NUMA domain and package).
+    pub fn with_unit(topo: &Topology, unit: SlotUnit) -> NodeLayout {
+        let by_core = NodeLayout::from_topology(topo);
+        if unit == SlotUnit::Core {
+            return by_core;
+        }
+        let mut layout = NodeLayout {
+            cores: Vec::new(),
+            core_domain: Vec::new(),
+            domains: by_core.domains.clone(),
+            core_package: Vec::new(),
+            packages: by_core.packages.clone(),
+        };
+        for (i, core) in by_core.cores.iter().enumerate() {
+            for pu in core.iter() {
+                let mut one = CpuSet::new();
+                one.insert(pu);
+                layout.cores.push(one);
+                layout.core_domain.push(by_core.core_domain[i]);
+                layout.core_package.push(by_core.core_package[i]);
+            }
+        }
+        layout
+    }
+
+    /// How many slot units (cores, or hardware threads) the host has.
     pub fn num_cores(&self) -> usize {
         self.cores.len()
     }
@@ -289,6 +342,17 @@ impl NodeLayout {
                 BindTo::Core => &self.cores[core],
                 BindTo::Numa => &self.domains[self.core_domain[core]],
                 BindTo::Package => &self.packages[self.core_package[core]],
+                BindTo::Hwthread => {
+                    let mut one = CpuSet::new();
+                    if let Some(pu) = self.cores[core].first() {
+                        one.insert(pu);
+                    }
+                    cpus = Some(match cpus {
+                        Some(c) => c.union(&one),
+                        None => one,
+                    });
+                    continue;
+                }
             };
             cpus = Some(match cpus {
                 Some(c) => c.union(these),
@@ -349,18 +413,20 @@ pub struct BindDecision {
     pub notice: Option<String>,
 }
 
-/// Decides the binding for `ranks` ranks of `pe` cores each (`--cpus-per-rank`)
-/// sharing a host of `cores` cores. `where_` names the place in messages (`node0`,
-/// `this host (node0-node2)`).
+/// Decides the binding for `ranks` ranks of `pe` slots each (`--cpus-per-rank`)
+/// sharing a host of `cores` slot units (`unit`: cores, or hardware threads). `where_`
+/// names the place in messages (`node0`, `this host (node0-node2)`).
 ///
-/// Like mpirun: with no `--bind-to`, bind to core unless oversubscribed, and say so
-/// when not binding; an explicit `--bind-to core` while oversubscribed is obeyed
-/// (ranks share cores) with a warning.
+/// Like mpirun: with no `--bind-to`, bind to core (to hwthread when slots are hardware
+/// threads) unless oversubscribed, and say so when not binding; an explicit
+/// `--bind-to core` or `hwthread` while oversubscribed is obeyed (ranks share CPUs)
+/// with a warning.
 pub fn decide_binding(
     requested: Option<BindTo>,
     ranks: u32,
     pe: u32,
     cores: usize,
+    unit: SlotUnit,
     where_: &str,
 ) -> BindDecision {
     let needed = u64::from(ranks) * u64::from(pe.max(1));
@@ -368,26 +434,30 @@ pub fn decide_binding(
     let plural = |n: usize, what: &str| format!("{n} {what}{}", if n == 1 { "" } else { "s" });
     let each = match pe {
         0 | 1 => String::new(),
-        n => format!(" of {n} cores each"),
+        n => format!(" of {} each", plural(n as usize, unit.name())),
     };
     let what = format!(
         "{}{each} on {where_} with {}",
         plural(ranks as usize, "rank"),
-        plural(cores, "core")
+        plural(cores, unit.name())
     );
+    let default = match unit {
+        SlotUnit::Core => BindTo::Core,
+        SlotUnit::Hwthread => BindTo::Hwthread,
+    };
     let (bind_to, notice) = match (requested, oversubscribed) {
-        (None, false) => (BindTo::Core, None),
+        (None, false) => (default, None),
         (None, true) => (
             BindTo::None,
             Some(format!(
                 "{what}: oversubscribed, not binding (use --bind-to to override)"
             )),
         ),
-        (Some(BindTo::Core), true) => (
-            BindTo::Core,
+        (Some(b @ (BindTo::Core | BindTo::Hwthread)), true) => (
+            b,
             Some(format!(
-                "warning: {what}: oversubscribed; binding anyway as --bind-to core \
-                 asks (ranks share cores)"
+                "warning: {what}: oversubscribed; binding anyway as --bind-to {b} \
+                 asks (ranks share CPUs)"
             )),
         ),
         (Some(b), _) => (b, None),
@@ -544,13 +614,13 @@ mod tests {
 
     #[test]
     fn default_binds_to_core_unless_oversubscribed() {
-        let d = decide_binding(None, 2, 1, 2, "node0");
+        let d = decide_binding(None, 2, 1, 2, SlotUnit::Core, "node0");
         assert_eq!(
             (d.bind_to, d.oversubscribed, d.notice),
             (BindTo::Core, false, None)
         );
 
-        let d = decide_binding(None, 4, 1, 2, "node0");
+        let d = decide_binding(None, 4, 1, 2, SlotUnit::Core, "node0");
         assert_eq!(d.bind_to, BindTo::None);
         assert!(d.oversubscribed);
         assert_eq!(
@@ -558,28 +628,79 @@ mod tests {
             Some("4 ranks on node0 with 2 cores: oversubscribed, not binding (use --bind-to to override)")
         );
 
-        let d = decide_binding(Some(BindTo::Core), 4, 1, 2, "node0");
+        let d = decide_binding(Some(BindTo::Core), 4, 1, 2, SlotUnit::Core, "node0");
         assert_eq!(d.bind_to, BindTo::Core);
         assert!(d.notice.unwrap().starts_with("warning:"));
 
-        let d = decide_binding(None, 2, 2, 3, "node0");
+        let d = decide_binding(None, 2, 2, 3, SlotUnit::Core, "node0");
         assert!(d.oversubscribed && d.bind_to == BindTo::None);
         let notice = d.notice.unwrap();
         assert!(
             notice.contains("2 ranks of 2 cores each on node0 with 3 cores"),
             "{notice}"
         );
-        assert!(!decide_binding(None, 2, 2, 4, "node0").oversubscribed);
-        let d = decide_binding(None, 2, 1, 1, "node0");
+        assert!(!decide_binding(None, 2, 2, 4, SlotUnit::Core, "node0").oversubscribed);
+        let d = decide_binding(None, 2, 1, 1, SlotUnit::Core, "node0");
         assert!(d
             .notice
             .unwrap()
             .starts_with("2 ranks on node0 with 1 core: "));
 
         for b in [BindTo::None, BindTo::Numa] {
-            let d = decide_binding(Some(b), 4, 1, 2, "node0");
+            let d = decide_binding(Some(b), 4, 1, 2, SlotUnit::Core, "node0");
             assert_eq!((d.bind_to, d.notice), (b, None));
         }
+    }
+
+    /// mpirun's `--bind-to hwthread` binds a rank to one hardware thread, its core's
+    /// first; with `--use-hwthread-cpus` the slots are the hardware threads (a core's
+    /// in turn), so twice the ranks fit on a 2-way SMT host before it is
+    /// oversubscribed, each bound to its own thread by default.
+    #[test]
+    fn hwthread_binding_and_hwthread_slots() {
+        // 2 NUMA domains of 2 cores; core c has PUs c and c + 4.
+        let t = synthetic(2, 2, 2);
+        let cores = NodeLayout::from_topology(&t);
+        assert_eq!(NodeLayout::with_unit(&t, SlotUnit::Core), cores);
+        assert_eq!(
+            lists(&cores.plan(MapBy::Slot, BindTo::Hwthread, 0, 4, 1)),
+            ["0", "1", "2", "3"]
+        );
+        assert_eq!(
+            lists(&cores.plan(MapBy::Slot, BindTo::Core, 0, 2, 1)),
+            ["0,4", "1,5"]
+        );
+        let threads = NodeLayout::with_unit(&t, SlotUnit::Hwthread);
+        assert_eq!(threads.num_cores(), 8);
+        assert_eq!(
+            lists(&threads.plan(MapBy::Slot, BindTo::Hwthread, 0, 4, 1)),
+            ["0", "4", "1", "5"]
+        );
+        // numa: alternate domains; PE=2: both threads of a core; numa binding as before
+        assert_eq!(
+            lists(&threads.plan(MapBy::Numa, BindTo::Hwthread, 0, 3, 1)),
+            ["0", "2", "4"]
+        );
+        assert_eq!(
+            lists(&threads.plan(MapBy::Slot, BindTo::Hwthread, 0, 2, 2)),
+            ["0,4", "1,5"]
+        );
+        assert_eq!(
+            lists(&threads.plan(MapBy::Slot, BindTo::Numa, 0, 1, 1)),
+            lists(&cores.plan(MapBy::Slot, BindTo::Numa, 0, 1, 1))
+        );
+        let d = decide_binding(None, 8, 1, threads.num_cores(), SlotUnit::Hwthread, "n");
+        assert_eq!((d.bind_to, d.oversubscribed), (BindTo::Hwthread, false));
+        let d = decide_binding(None, 9, 1, 8, SlotUnit::Hwthread, "n");
+        assert_eq!(d.bind_to, BindTo::None);
+        let notice = d.notice.unwrap();
+        assert!(
+            notice.contains("9 ranks on n with 8 hardware threads"),
+            "{notice}"
+        );
+        let d = decide_binding(Some(BindTo::Hwthread), 9, 1, 8, SlotUnit::Hwthread, "n");
+        assert_eq!(d.bind_to, BindTo::Hwthread);
+        assert!(d.notice.unwrap().contains("--bind-to hwthread"));
     }
 
     #[test]

@@ -354,9 +354,28 @@ pub struct RunArgs {
     #[arg(skip)]
     pub cpus_per_rank: u32,
 
-    /// Bind each rank to a core, to a NUMA domain's or a package's (socket's) CPUs, or
-    /// not at all [default: core, or none when ranks outnumber cores] [possible values:
-    /// none, core, numa, package (or socket)]
+    /// Place more ranks on a host than its slots (--host H:N, a hostfile's slots=N),
+    /// as mpirun's: the slots are filled, the ranks left over spread evenly on top.
+    /// (Node servers on this host and under Slurm take more ranks than cores anyway;
+    /// such ranks are not bound unless --bind-to says.)
+    #[arg(long, help_heading = "Mapping options")]
+    pub oversubscribe: bool,
+
+    /// Placement slots are hardware threads, not cores (mpirun's --use-hwthread-cpus):
+    /// a host holds as many ranks as it has hardware threads before it is
+    /// oversubscribed, and each rank is bound to one thread unless --bind-to says
+    #[arg(long, help_heading = "Mapping options")]
+    pub use_hwthread_cpus: bool,
+
+    /// Accepted so mpirun command lines carry over; cohort runs as root without it
+    #[arg(long, help_heading = "Mapping options")]
+    pub allow_run_as_root: bool,
+
+    /// Bind each rank to a core, to one hardware thread (its core's first, or its own
+    /// with --use-hwthread-cpus), to a NUMA domain's or a package's (socket's) CPUs, or
+    /// not at all [default: core (hwthread with --use-hwthread-cpus), or none when
+    /// ranks outnumber them] [possible values: none, core, hwthread, numa, package (or
+    /// socket)]
     #[arg(
         long,
         value_name = "WHAT",
@@ -716,6 +735,14 @@ fn parse_map_policy(s: &str) -> Result<MapPolicy, String> {
 }
 
 impl RunArgs {
+    /// What a placement slot is (`--use-hwthread-cpus`: a hardware thread).
+    pub fn slot_unit(&self) -> cohort_topology::SlotUnit {
+        match self.use_hwthread_cpus {
+            true => cohort_topology::SlotUnit::Hwthread,
+            false => cohort_topology::SlotUnit::Core,
+        }
+    }
+
     /// Sets [`map_by`](Self::map_by), [`per_node`](Self::per_node) and
     /// [`cpus_per_rank`](Self::cpus_per_rank) from `--map-by`, `-N` / `--npernode` and
     /// `--cpus-per-rank`, which may not disagree.
@@ -1540,6 +1567,25 @@ mod tests {
         ])
         .unwrap();
         assert_eq!((r.more_apps[0].np, r.more_apps[0].command.len()), (2, 1));
+    }
+
+    /// mpirun's `--oversubscribe` and `--allow-run-as-root` (as CI scripts write
+    /// them, single-dash too) are cohort's options.
+    #[test]
+    fn oversubscribe_and_allow_run_as_root() {
+        let r = parse(&["cohort", "run", "-np", "2", "prog"]).unwrap();
+        assert!(!r.oversubscribe && !r.allow_run_as_root);
+        for a in [
+            ["--oversubscribe", "--allow-run-as-root"],
+            ["-oversubscribe", "-allow-run-as-root"],
+        ] {
+            let mut argv = vec!["cohort", "run"];
+            argv.extend_from_slice(&a);
+            argv.extend_from_slice(&["-np", "2", "prog"]);
+            let r = parse(&argv).unwrap();
+            assert!(r.oversubscribe && r.allow_run_as_root, "{a:?}");
+            assert_eq!((r.np, r.command.len()), (Some(2), 1), "{a:?}");
+        }
     }
 
     /// An option cohort does not have, before PROGRAM, is a usage error naming it:

@@ -437,6 +437,8 @@ pub struct DaemonLaunch<'a> {
     pub first_slot: u32,
     /// `--cpus-per-rank` (1: the default, not passed).
     pub cpus_per_rank: u32,
+    /// `--use-hwthread-cpus`.
+    pub use_hwthread_cpus: bool,
     pub tag_output: bool,
     /// `--output-filename`, absolute.
     pub output_dir: Option<&'a Path>,
@@ -543,6 +545,9 @@ impl DaemonLaunch<'_> {
         if self.cpus_per_rank > 1 {
             a.push("--cpus-per-rank".into());
             a.push(self.cpus_per_rank.to_string().into());
+        }
+        if self.use_hwthread_cpus {
+            a.push("--use-hwthread-cpus".into());
         }
         if !self.node_ranks.is_empty() {
             let counts: Vec<String> = self.node_ranks.iter().map(u32::to_string).collect();
@@ -1085,6 +1090,7 @@ mod tests {
             bind_to: None,
             first_slot: 0,
             cpus_per_rank: 1,
+            use_hwthread_cpus: false,
             tag_output: false,
             output_dir: None,
             report_bindings: false,
@@ -1163,6 +1169,7 @@ mod tests {
             bind_to: Some(BindTo::Core),
             first_slot: 4,
             cpus_per_rank: 1,
+            use_hwthread_cpus: false,
             tag_output: true,
             report_bindings: true,
             detector: Some(DetectorConfig::DEFAULT),

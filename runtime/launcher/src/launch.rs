@@ -17,7 +17,7 @@ use cohort_proto::env::{random_bytes, to_hex};
 use cohort_proto::{JobMap, NodeId, Rank, RankSet};
 use cohort_topology::placement::{job_map, job_map_with_counts};
 use cohort_topology::switches::{slurm_topology_file, SLURM_CONF_ENV};
-use cohort_topology::{hostlist, Discover, Locality, SwitchMap};
+use cohort_topology::{hostlist, Discover, Locality, SlotUnit, SwitchMap};
 use tokio::net::tcp::OwnedWriteHalf;
 use tokio::net::TcpListener;
 use tokio::sync::mpsc;
@@ -204,7 +204,7 @@ impl Held {
 /// How many ranks `cohort run` without `-n` starts, as mpirun: the allocation's tasks
 /// under Slurm, the sum of the hosts' slots over ssh (every host must give slots), this
 /// host's cores when every node server runs here.
-fn default_np(launch: &Launch, ssh: Option<&SshHosts>) -> Result<u32, String> {
+fn default_np(launch: &Launch, ssh: Option<&SshHosts>, unit: SlotUnit) -> Result<u32, String> {
     match (launch, ssh) {
         (Launch::Slurm(alloc), _) => alloc.tasks.or(alloc.num_nodes).ok_or_else(|| {
             "-n not given, and the Slurm allocation names no task count \
@@ -231,7 +231,7 @@ fn default_np(launch: &Launch, ssh: Option<&SshHosts>) -> Result<u32, String> {
                 xml: false,
             }
             .run();
-            let cores = cohort_topology::NodeLayout::from_topology(&topo).num_cores();
+            let cores = cohort_topology::NodeLayout::with_unit(&topo, unit).num_cores();
             Ok(u32::try_from(cores).unwrap_or(u32::MAX).max(1))
         }
     }
@@ -308,7 +308,7 @@ fn check_slots(counts: &[u32], k: u32, hosts: &[ssh::Host]) -> Result<(), String
         if let Some(slots) = h.slots.filter(|&s| c > s) {
             return Err(format!(
                 "host {} has {slots} slot(s), fewer than the {c} rank(s) -N/--npernode {k} \
-                 gives it",
+                 gives it (--oversubscribe allows it)",
                 h.name
             ));
         }
@@ -489,7 +489,7 @@ impl Launcher {
                     .checked_mul(nodes)
                     .filter(|&n| n < cohort_proto::RANK_WILDCARD)
                     .ok_or_else(|| format!("-N {k} on {nodes} node servers: too many ranks"))?,
-                None => default_np(&launch, ssh_hosts.as_ref())?,
+                None => default_np(&launch, ssh_hosts.as_ref(), args.slot_unit())?,
             });
         }
         let detector = args.detector()?;
@@ -510,12 +510,12 @@ impl Launcher {
         let node_ranks = match (args.per_node, &ssh_hosts) {
             (Some(k), hosts) => {
                 let counts = per_node_counts(plan.np, k, nodes)?;
-                if let Some(h) = hosts {
+                if let Some(h) = hosts.as_ref().filter(|_| !args.oversubscribe) {
                     check_slots(&counts, k, &h.hosts)?;
                 }
                 Some(counts)
             }
-            (None, Some(h)) => ssh::rank_counts(plan.np, &h.hosts)?,
+            (None, Some(h)) => ssh::rank_counts(plan.np, &h.hosts, args.oversubscribe)?,
             (None, None) => None,
         };
         let cohortd = daemon::find_cohortd()?;
@@ -575,6 +575,7 @@ impl Launcher {
             Launch::Local => plan_job(
                 args.bind_to,
                 args.cpus_per_rank,
+                args.slot_unit(),
                 &job,
                 &Discover {
                     io: false,
@@ -585,7 +586,10 @@ impl Launcher {
             // One node server per host: each decides on its own host's cores, unless
             // --bind-to says (passed on as given).
             Launch::Slurm(_) | Launch::Ssh => JobPlacement {
-                bind_to: args.bind_to.unwrap_or(cohort_topology::BindTo::Core),
+                bind_to: args.bind_to.unwrap_or(match args.slot_unit() {
+                    SlotUnit::Core => cohort_topology::BindTo::Core,
+                    SlotUnit::Hwthread => cohort_topology::BindTo::Hwthread,
+                }),
                 first_slots: vec![0; nodes as usize],
                 notice: None,
             },
@@ -768,6 +772,7 @@ impl Launcher {
             bind_to: self.args.bind_to,
             first_slot: 0,
             cpus_per_rank: self.args.cpus_per_rank,
+            use_hwthread_cpus: self.args.use_hwthread_cpus,
             tag_output: self.args.tag_output,
             output_dir: self.args.output_filename.as_deref(),
             report_bindings: self.args.report_bindings,

@@ -251,9 +251,15 @@ pub fn hosts(
 /// How many ranks each host gets: `None` when no host has a slot count (the ranks are
 /// then split as on local node servers: `--map-by` alone decides). Otherwise slots
 /// cap: the ranks are split as evenly as the caps allow (the first hosts take one more
-/// where it does not divide), hosts without a count taking what is left evenly; an
-/// error when every host is capped and they hold fewer than `np`.
-pub fn rank_counts(np: u32, hosts: &[Host]) -> Result<Option<Vec<u32>>, String> {
+/// where it does not divide), hosts without a count taking what is left evenly. When
+/// every host is capped and they hold fewer than `np`: an error, or with
+/// `oversubscribe` (mpirun's `--oversubscribe`) every host's slots filled and the
+/// ranks left over spread evenly on top (the first hosts take one more).
+pub fn rank_counts(
+    np: u32,
+    hosts: &[Host],
+    oversubscribe: bool,
+) -> Result<Option<Vec<u32>>, String> {
     if hosts.iter().all(|h| h.slots.is_none()) {
         return Ok(None);
     }
@@ -261,10 +267,24 @@ pub fn rank_counts(np: u32, hosts: &[Host]) -> Result<Option<Vec<u32>>, String> 
         .iter()
         .map(|h| h.slots.map_or(u64::MAX, u64::from))
         .fold(0, u64::saturating_add);
+    if total < u64::from(np) && oversubscribe {
+        let over = np - total as u32;
+        let n = hosts.len() as u32;
+        return Ok(Some(
+            hosts
+                .iter()
+                .enumerate()
+                .map(|(i, h)| {
+                    let extra = over / n + u32::from((i as u32) < over % n);
+                    h.slots.unwrap_or(0) + extra
+                })
+                .collect(),
+        ));
+    }
     if total < u64::from(np) {
         return Err(format!(
             "{np} ranks, but the hosts have only {total} slot(s) ({}); give fewer ranks, \
-             more hosts or more slots",
+             more hosts or more slots, or --oversubscribe",
             hosts
                 .iter()
                 .map(|h| format!("{} slots={}", h.name, h.slots.unwrap_or(0)))
@@ -665,37 +685,52 @@ mod tests {
                 .map(|(i, &s)| host(&format!("h{i}"), s))
                 .collect()
         };
-        assert_eq!(rank_counts(6, &hs(&[None, None, None])), Ok(None));
+        assert_eq!(rank_counts(6, &hs(&[None, None, None]), false), Ok(None));
         assert_eq!(
-            rank_counts(6, &hs(&[Some(2), Some(2), Some(2)])),
+            rank_counts(6, &hs(&[Some(2), Some(2), Some(2)]), false),
             Ok(Some(vec![2, 2, 2]))
         );
         assert_eq!(
-            rank_counts(4, &hs(&[Some(4), Some(4)])),
+            rank_counts(4, &hs(&[Some(4), Some(4)]), false),
             Ok(Some(vec![2, 2]))
         );
         assert_eq!(
-            rank_counts(6, &hs(&[Some(1), Some(4), Some(4)])),
+            rank_counts(6, &hs(&[Some(1), Some(4), Some(4)]), false),
             Ok(Some(vec![1, 3, 2]))
         );
         assert_eq!(
-            rank_counts(5, &hs(&[Some(1), None, None])),
+            rank_counts(5, &hs(&[Some(1), None, None]), false),
             Ok(Some(vec![1, 2, 2]))
         );
         assert_eq!(
-            rank_counts(7, &hs(&[Some(1), Some(2), None])),
+            rank_counts(7, &hs(&[Some(1), Some(2), None]), false),
             Ok(Some(vec![1, 2, 4]))
         );
         assert_eq!(
-            rank_counts(2, &hs(&[Some(3), Some(3), Some(3)])),
+            rank_counts(2, &hs(&[Some(3), Some(3), Some(3)]), false),
             Ok(Some(vec![1, 1, 0]))
         );
         assert_eq!(
-            rank_counts(7, &hs(&[Some(3), Some(3), Some(3)])),
+            rank_counts(7, &hs(&[Some(3), Some(3), Some(3)]), false),
             Ok(Some(vec![3, 2, 2]))
         );
-        let e = rank_counts(6, &hs(&[Some(1), Some(2), Some(2)])).unwrap_err();
+        let e = rank_counts(6, &hs(&[Some(1), Some(2), Some(2)]), false).unwrap_err();
         assert!(e.contains("6 ranks") && e.contains("only 5 slot"), "{e}");
+        assert!(e.contains("--oversubscribe"), "{e}");
+        // --oversubscribe: slots filled, the rest spread evenly on top.
+        assert_eq!(
+            rank_counts(6, &hs(&[Some(1), Some(2), Some(2)]), true),
+            Ok(Some(vec![2, 2, 2]))
+        );
+        assert_eq!(
+            rank_counts(9, &hs(&[Some(1), Some(1)]), true),
+            Ok(Some(vec![5, 4]))
+        );
+        // within the slots it changes nothing
+        assert_eq!(
+            rank_counts(7, &hs(&[Some(3), Some(3), Some(3)]), true),
+            Ok(Some(vec![3, 2, 2]))
+        );
     }
 
     #[test]

@@ -3,7 +3,7 @@
 
 use cohort_proto::JobMap;
 use cohort_topology::placement::decide_binding;
-use cohort_topology::{BindTo, Discover, NodeLayout, Topology};
+use cohort_topology::{BindTo, Discover, NodeLayout, SlotUnit, Topology};
 
 use crate::cli::TopoArgs;
 
@@ -51,13 +51,19 @@ pub struct JobPlacement {
 /// servers share this host (as `cohort run` starts them): the host's cores are shared
 /// by every rank of the job, so oversubscription is judged over the whole job, not per
 /// node server.
-pub fn plan_job(requested: Option<BindTo>, pe: u32, job: &JobMap, topo: &Topology) -> JobPlacement {
-    let cores = NodeLayout::from_topology(topo).num_cores();
+pub fn plan_job(
+    requested: Option<BindTo>,
+    pe: u32,
+    unit: SlotUnit,
+    job: &JobMap,
+    topo: &Topology,
+) -> JobPlacement {
+    let cores = NodeLayout::with_unit(topo, unit).num_cores();
     let where_ = match job.num_nodes {
         1 => job.node_names[0].clone(),
         m => format!("this host (node servers node0-node{})", m - 1),
     };
-    let decision = decide_binding(requested, job.size(), pe, cores, &where_);
+    let decision = decide_binding(requested, job.size(), pe, cores, unit, &where_);
     let mut first_slots = Vec::with_capacity(job.num_nodes as usize);
     let mut next = 0;
     for node in 0..job.num_nodes {
@@ -87,7 +93,13 @@ mod tests {
 
     #[test]
     fn one_node_within_its_cores_binds_to_core() {
-        let p = plan_job(None, 1, &job_map(MapBy::Slot, "j", 2, 1), &two_cores());
+        let p = plan_job(
+            None,
+            1,
+            SlotUnit::Core,
+            &job_map(MapBy::Slot, "j", 2, 1),
+            &two_cores(),
+        );
         assert_eq!(p.bind_to, BindTo::Core);
         assert_eq!(p.first_slots, [0]);
         assert_eq!(p.notice, None);
@@ -95,7 +107,13 @@ mod tests {
 
     #[test]
     fn oversubscription_is_judged_over_the_host() {
-        let p = plan_job(None, 1, &job_map(MapBy::Node, "j", 4, 2), &two_cores());
+        let p = plan_job(
+            None,
+            1,
+            SlotUnit::Core,
+            &job_map(MapBy::Node, "j", 4, 2),
+            &two_cores(),
+        );
         assert_eq!(p.bind_to, BindTo::None);
         assert_eq!(p.first_slots, [0, 2]);
         let notice = p.notice.unwrap();
@@ -106,7 +124,13 @@ mod tests {
             "{notice}"
         );
 
-        let p = plan_job(None, 1, &job_map(MapBy::Slot, "j", 4, 1), &two_cores());
+        let p = plan_job(
+            None,
+            1,
+            SlotUnit::Core,
+            &job_map(MapBy::Slot, "j", 4, 1),
+            &two_cores(),
+        );
         assert_eq!(
             p.notice.as_deref(),
             Some("4 ranks on node0 with 2 cores: oversubscribed, not binding (use --bind-to to override)")
@@ -118,6 +142,7 @@ mod tests {
         let p = plan_job(
             Some(BindTo::Core),
             1,
+            SlotUnit::Core,
             &job_map(MapBy::Slot, "j", 7, 3),
             &two_cores(),
         );

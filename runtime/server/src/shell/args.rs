@@ -94,6 +94,11 @@ pub struct DaemonArgs {
     )]
     pub cpus_per_rank: u32,
 
+    /// Placement slots are hardware threads, not cores (the launcher's
+    /// --use-hwthread-cpus): ranks bind to one thread each by default
+    #[arg(long)]
+    pub use_hwthread_cpus: bool,
+
     #[arg(
         long,
         help = "Prefix forwarded output lines with [NSPACE,RANK]<stdout>: / <stderr>:"
@@ -397,6 +402,14 @@ fn parse_export(s: &str) -> Result<(OsString, OsString), String> {
 }
 
 impl DaemonArgs {
+    /// What a placement slot is here.
+    pub fn slot_unit(&self) -> cohort_topology::SlotUnit {
+        match self.use_hwthread_cpus {
+            true => cohort_topology::SlotUnit::Hwthread,
+            false => cohort_topology::SlotUnit::Core,
+        }
+    }
+
     /// Checks what clap cannot: the node index is inside the job, the detector's
     /// timings fit together, the application contexts cover the ranks and the command,
     /// the process sets are valid.

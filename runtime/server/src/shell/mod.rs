@@ -215,7 +215,7 @@ pub fn main() -> i32 {
     // is the progress thread.
     let span = tracing::info_span!("cohortd", node = %args.node_name);
     let placement = span.in_scope(|| {
-        let placement = NodePlacement::discover();
+        let placement = NodePlacement::discover(args.slot_unit());
         placement.bind_progress_thread();
         placement
     });

@@ -8,7 +8,7 @@ use cohort_proto::{JobMap, NodeId, Rank};
 use cohort_topology::affinity::{bind_current_thread, current_affinity};
 use cohort_topology::placement::decide_binding;
 use cohort_topology::{
-    cpus_near, preferred_nic, Binding, CpuSet, Discover, NicInfo, NodeLayout, Topology,
+    cpus_near, preferred_nic, Binding, CpuSet, Discover, NicInfo, NodeLayout, SlotUnit, Topology,
 };
 
 use super::args::DaemonArgs;
@@ -22,11 +22,14 @@ pub struct NodePlacement {
     unbound_cpus: Option<CpuSet>,
     /// The NIC this node server prefers (for the fabric; `None` without any device).
     pub nic: Option<NicInfo>,
+    /// What a placement slot is (`--use-hwthread-cpus`: a hardware thread).
+    unit: SlotUnit,
 }
 
 impl NodePlacement {
-    /// Discovers the host (with its network devices) and picks the NIC.
-    pub fn discover() -> NodePlacement {
+    /// Discovers the host (with its network devices) and picks the NIC; ranks are
+    /// placed on slots of `unit`.
+    pub fn discover(unit: SlotUnit) -> NodePlacement {
         // The XML is served to the ranks (`pmix.hwlocxml2`).
         let topo = Discover {
             io: true,
@@ -38,6 +41,7 @@ impl NodePlacement {
             unbound_cpus: current_affinity().ok(),
             topo,
             nic,
+            unit,
         }
     }
 
@@ -73,7 +77,7 @@ impl NodePlacement {
     /// the node decides alone, and says so when oversubscribed.
     pub fn rank_bindings(&self, args: &DaemonArgs, job: &JobMap) -> BTreeMap<Rank, Binding> {
         let ranks = job.ranks_on(args.node as NodeId);
-        let layout = NodeLayout::from_topology(&self.topo);
+        let layout = self.layout();
         let bind_to = match args.bind_to {
             Some(b) => b,
             None => {
@@ -82,6 +86,7 @@ impl NodePlacement {
                     ranks.len() as u32,
                     args.cpus_per_rank,
                     layout.num_cores(),
+                    self.unit,
                     &args.node_name,
                 );
                 if let Some(notice) = d.notice {
@@ -107,9 +112,10 @@ impl NodePlacement {
         bindings
     }
 
-    /// The cores of this host, as binding counts them.
+    /// The placement slots of this host (cores, or hardware threads), as binding
+    /// counts them.
     pub fn cores(&self) -> u32 {
-        u32::try_from(NodeLayout::from_topology(&self.topo).num_cores()).unwrap_or(u32::MAX)
+        u32::try_from(self.layout().num_cores()).unwrap_or(u32::MAX)
     }
 
     /// CPUs for ranks that are not bound.
@@ -117,9 +123,9 @@ impl NodePlacement {
         self.unbound_cpus.as_ref()
     }
 
-    /// The cores ranks are placed on, by NUMA domain.
+    /// The slots ranks are placed on, by NUMA domain and package.
     pub fn layout(&self) -> NodeLayout {
-        NodeLayout::from_topology(&self.topo)
+        NodeLayout::with_unit(&self.topo, self.unit)
     }
 
     /// The host's topology, without its XML.
