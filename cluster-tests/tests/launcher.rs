@@ -1493,6 +1493,75 @@ fn hwthread_binding_and_hwthread_slots() {
     );
 }
 
+/// mpirun's `--timestamp-output` and `--merge-stderr-to-stdout`, and the same through
+/// PRRTE's `--output` directives (abbreviated, with `tag`): every rank's lines, both
+/// streams, reach stdout, each starting with `[TIME]` (the UTC time, RFC 3339) and
+/// then `<stream>: ` or the tag; nothing of the ranks reaches stderr.
+#[test]
+fn timestamped_and_merged_output() {
+    let prog = "echo out; echo err >&2";
+    for (opts, tagged) in [
+        (
+            vec!["--timestamp-output", "--merge-stderr-to-stdout"],
+            false,
+        ),
+        (vec!["--output", "time,merge,tag"], true),
+    ] {
+        let mut args = vec!["run", "--nodes", "2", "-n", "2"];
+        args.extend_from_slice(&opts);
+        args.extend_from_slice(&["sh", "-c", prog]);
+        let out = run_cohort(args, DEADLINE);
+        assert_eq!(code(&out), Some(0), "{opts:?}: {}", describe(&out));
+        let stdout = text(&out.stdout);
+        let mut rest: Vec<String> = stdout
+            .lines()
+            .map(|l| {
+                let (stamp, rest) = l.split_once(']').unwrap_or_else(|| panic!("{l:?}"));
+                let stamp = stamp.strip_prefix('[').unwrap_or_else(|| panic!("{l:?}"));
+                assert!(
+                    stamp.len() == 27 && stamp.starts_with("20") && stamp.ends_with('Z'),
+                    "{opts:?}: {l:?}"
+                );
+                rest.to_string()
+            })
+            .collect();
+        rest.sort();
+        let want: Vec<String> = match tagged {
+            false => [
+                "<stderr>: err",
+                "<stderr>: err",
+                "<stdout>: out",
+                "<stdout>: out",
+            ]
+            .map(String::from)
+            .to_vec(),
+            true => {
+                let ns = rest[0]
+                    .strip_prefix('[')
+                    .and_then(|r| r.split_once(','))
+                    .map(|(ns, _)| ns.to_string())
+                    .unwrap_or_else(|| panic!("{rest:?}"));
+                let mut w: Vec<String> = (0..2)
+                    .flat_map(|r| {
+                        [
+                            format!("[{ns},{r}]<stdout>: out"),
+                            format!("[{ns},{r}]<stderr>: err"),
+                        ]
+                    })
+                    .collect();
+                w.sort();
+                w
+            }
+        };
+        assert_eq!(rest, want, "{opts:?}: {}", describe(&out));
+        assert!(
+            !text(&out.stderr).contains("err"),
+            "{opts:?}: stderr: {}",
+            describe(&out)
+        );
+    }
+}
+
 /// `--mca KEY VALUE` (and mpirun's `-mca`) hands every rank Open MPI's
 /// `OMPI_MCA_KEY=VALUE`; `-x` may override one.
 #[test]

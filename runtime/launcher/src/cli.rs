@@ -391,12 +391,27 @@ pub struct RunArgs {
     )]
     pub tag_output: bool,
 
+    /// Start every output line with the UTC time it is forwarded, in brackets
+    /// ([2026-11-28T16:01:02.123456Z]), then the tag or <stdout>: / <stderr>:
+    #[arg(long, help_heading = "Output options")]
+    pub timestamp_output: bool,
+
+    /// Send the ranks' stderr to stdout (with --output-filename, into each rank's
+    /// stdout file)
+    #[arg(long, help_heading = "Output options")]
+    pub merge_stderr_to_stdout: bool,
+
     /// Write each rank's stdout and stderr to DIR/1/rank.N/stdout and stderr (spawned
     /// jobs: DIR/2, DIR/3, ...) instead of this terminal, as mpirun's
     /// --output-filename; each node server writes its ranks' files on its host
     /// (relative: to where cohort runs)
     #[arg(long, value_name = "DIR", help_heading = "Output options")]
     pub output_filename: Option<PathBuf>,
+
+    /// PRRTE's output directives, comma-separated, any unique prefix: tag (or
+    /// tag-fullname), timestamp, merge-stderr-to-stdout, dir=DIR (the options above)
+    #[arg(long = "output", value_name = "LIST", help_heading = "Output options")]
+    pub output_directives: Option<String>,
 
     /// Report each rank's binding on stderr as its node server starts it (and each
     /// spawned process's), as mpirun's --report-bindings: the cores and CPUs, and a
@@ -743,6 +758,53 @@ impl RunArgs {
         }
     }
 
+    /// Applies PRRTE's `--output LIST` to the output options it stands for.
+    fn resolve_output(&mut self) -> Result<(), String> {
+        let Some(list) = self.output_directives.clone() else {
+            return Ok(());
+        };
+        const NAMES: [&str; 4] = ["tag", "tag-fullname", "timestamp", "merge-stderr-to-stdout"];
+        for item in list.split(',').map(str::trim).filter(|i| !i.is_empty()) {
+            let lower = item.to_ascii_lowercase();
+            if let Some(dir) = lower.strip_prefix("dir=").map(|_| &item[4..]) {
+                if self.output_filename.is_some() {
+                    return Err(format!(
+                        "--output {item:?} and --output-filename both name a directory: give one"
+                    ));
+                }
+                self.output_filename = Some(PathBuf::from(dir));
+                continue;
+            }
+            // An exact name, else the one name it begins (PRRTE's abbreviations).
+            let matches: Vec<&str> = match NAMES.contains(&lower.as_str()) {
+                true => vec![NAMES[NAMES.iter().position(|n| *n == lower).unwrap_or(0)]],
+                false => NAMES
+                    .iter()
+                    .copied()
+                    .filter(|n| n.starts_with(&lower))
+                    .collect(),
+            };
+            match matches.as_slice() {
+                ["tag" | "tag-fullname"] => self.tag_output = true,
+                ["timestamp"] => self.timestamp_output = true,
+                ["merge-stderr-to-stdout"] => self.merge_stderr_to_stdout = true,
+                [] => {
+                    return Err(format!(
+                        "--output {item:?}: not a directive cohort has (tag, timestamp, \
+                         merge-stderr-to-stdout, dir=DIR)"
+                    ))
+                }
+                many => {
+                    return Err(format!(
+                        "--output {item:?} is ambiguous: {}",
+                        many.join(", ")
+                    ))
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// Sets [`map_by`](Self::map_by), [`per_node`](Self::per_node) and
     /// [`cpus_per_rank`](Self::cpus_per_rank) from `--map-by`, `-N` / `--npernode` and
     /// `--cpus-per-rank`, which may not disagree.
@@ -994,6 +1056,7 @@ pub fn parse_cli(args: impl IntoIterator<Item = OsString>) -> Result<Cli, clap::
         return Ok(cli);
     };
     run.resolve_mapping().map_err(usage_error)?;
+    run.resolve_output().map_err(usage_error)?;
     let last = rest.len();
     for (k, segment) in rest.into_iter().enumerate() {
         let k = k + 1;
@@ -1567,6 +1630,51 @@ mod tests {
         ])
         .unwrap();
         assert_eq!((r.more_apps[0].np, r.more_apps[0].command.len()), (2, 1));
+    }
+
+    /// PRRTE's `--output LIST` sets the output options it names (any unique prefix;
+    /// an exact name wins); other directives, ambiguous ones and two directories are
+    /// refused, named.
+    #[test]
+    fn prrte_output_directives() {
+        let r = parse(&["cohort", "run", "-n", "1", "prog"]).unwrap();
+        assert!(!r.tag_output && !r.timestamp_output && !r.merge_stderr_to_stdout);
+        let r = parse(&[
+            "cohort",
+            "run",
+            "--output",
+            "TAG,time,Merge,dir=/tmp/O",
+            "-n",
+            "1",
+            "prog",
+        ])
+        .unwrap();
+        assert!(r.tag_output && r.timestamp_output && r.merge_stderr_to_stdout);
+        assert_eq!(
+            r.output_filename.as_deref(),
+            Some(std::path::Path::new("/tmp/O"))
+        );
+        let r = parse(&["cohort", "run", "--output=tag-f", "-n", "1", "prog"]).unwrap();
+        assert!(r.tag_output && !r.timestamp_output);
+        for (list, says) in [
+            ("xml", "not a directive"),
+            ("ta", "ambiguous"),
+            ("dir=/a", "both name a directory"),
+        ] {
+            let e = parse(&[
+                "cohort",
+                "run",
+                "--output-filename",
+                "/b",
+                "--output",
+                list,
+                "-n",
+                "1",
+                "prog",
+            ]);
+            let e = e.map(|_| ()).expect_err(list).to_string();
+            assert!(e.contains(says) && e.contains(list), "{list}: {e}");
+        }
     }
 
     /// mpirun's `--oversubscribe` and `--allow-run-as-root` (as CI scripts write

@@ -440,6 +440,10 @@ pub struct DaemonLaunch<'a> {
     /// `--use-hwthread-cpus`.
     pub use_hwthread_cpus: bool,
     pub tag_output: bool,
+    /// `--timestamp-output`.
+    pub timestamp_output: bool,
+    /// `--merge-stderr-to-stdout`.
+    pub merge_stderr_to_stdout: bool,
     /// `--output-filename`, absolute.
     pub output_dir: Option<&'a Path>,
     /// `--report-bindings`.
@@ -556,6 +560,12 @@ impl DaemonLaunch<'_> {
         }
         if self.tag_output {
             a.push("--tag-output".into());
+        }
+        if self.timestamp_output {
+            a.push("--timestamp-output".into());
+        }
+        if self.merge_stderr_to_stdout {
+            a.push("--merge-stderr-to-stdout".into());
         }
         if let Some(dir) = self.output_dir {
             a.push("--output-dir".into());
@@ -1092,6 +1102,8 @@ mod tests {
             cpus_per_rank: 1,
             use_hwthread_cpus: false,
             tag_output: false,
+            timestamp_output: false,
+            merge_stderr_to_stdout: false,
             output_dir: None,
             report_bindings: false,
             stdin: Default::default(),
@@ -1171,6 +1183,8 @@ mod tests {
             cpus_per_rank: 1,
             use_hwthread_cpus: false,
             tag_output: true,
+            timestamp_output: false,
+            merge_stderr_to_stdout: false,
             report_bindings: true,
             detector: Some(DetectorConfig::DEFAULT),
             exports: &exports,

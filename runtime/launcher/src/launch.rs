@@ -774,6 +774,8 @@ impl Launcher {
             cpus_per_rank: self.args.cpus_per_rank,
             use_hwthread_cpus: self.args.use_hwthread_cpus,
             tag_output: self.args.tag_output,
+            timestamp_output: self.args.timestamp_output,
+            merge_stderr_to_stdout: self.args.merge_stderr_to_stdout,
             output_dir: self.args.output_filename.as_deref(),
             report_bindings: self.args.report_bindings,
             stdin: self.stdin_target,

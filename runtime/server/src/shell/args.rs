@@ -105,6 +105,15 @@ pub struct DaemonArgs {
     )]
     pub tag_output: bool,
 
+    /// Start forwarded output lines with the UTC time they are forwarded, in
+    /// brackets, then `<stdout>: ` / `<stderr>: ` (or the tag)
+    #[arg(long)]
+    pub timestamp_output: bool,
+
+    /// Forward the ranks' stderr to stdout (with --output-dir, into the stdout file)
+    #[arg(long)]
+    pub merge_stderr_to_stdout: bool,
+
     /// Write each rank's stdout and stderr to DIR/<job>/rank.<rank>/stdout and stderr
     /// (job 1: the launched one, k + 1: the session's k-th spawned job) instead of
     /// forwarding them (the launcher's --output-filename; an absolute path)

@@ -351,6 +351,8 @@ async fn run(
         server_uri: svc.socket_path(),
         token_hex,
         tag_output: args.tag_output,
+        timestamp_output: args.timestamp_output,
+        merge_stderr: args.merge_stderr_to_stdout,
         output_dir: args.output_dir.clone(),
         stdin: args.stdin,
         ompi_env: args.pmix_libdir.is_some(),

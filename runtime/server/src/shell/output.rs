@@ -16,6 +16,8 @@ pub const MAX_PENDING_LINE: usize = 64 * 1024;
 #[derive(Debug)]
 pub struct LineTagger {
     prefix: Vec<u8>,
+    /// Each line also starts with the time it is forwarded (`--timestamp-output`).
+    stamp: bool,
     pending: Vec<u8>,
     /// The last emitted bytes ended mid-line (a cut over-long line).
     mid_line: bool,
@@ -26,9 +28,32 @@ impl LineTagger {
     pub fn new(prefix: Vec<u8>) -> LineTagger {
         LineTagger {
             prefix,
+            stamp: false,
             pending: Vec::new(),
             mid_line: false,
         }
+    }
+
+    /// Every line also starts with `[TIME]`, the UTC time it is forwarded
+    /// (`2026-11-28T16:01:02.123456Z`), before the prefix.
+    pub fn stamped(mut self) -> LineTagger {
+        self.stamp = true;
+        self
+    }
+
+    /// What starts a line: the time (when stamped), then the prefix.
+    fn start_line(&self, out: &mut Vec<u8>) {
+        if self.stamp {
+            out.push(b'[');
+            out.extend_from_slice(utc_timestamp(std::time::SystemTime::now()).as_bytes());
+            out.push(b']');
+        }
+        out.extend_from_slice(&self.prefix);
+    }
+
+    /// Whether lines are rewritten at all (else bytes pass unchanged).
+    fn rewrites(&self) -> bool {
+        self.stamp || !self.prefix.is_empty()
     }
 
     /// `[NSPACE,RANK]<stdout>: ` (the prefix of `--tag-output`).
@@ -42,12 +67,12 @@ impl LineTagger {
         if let Some(last_nl) = self.pending.iter().rposition(|&b| b == b'\n') {
             let rest = self.pending.split_off(last_nl + 1);
             let complete = std::mem::replace(&mut self.pending, rest);
-            if self.prefix.is_empty() {
+            if !self.rewrites() {
                 out.extend_from_slice(&complete);
             } else {
                 for line in complete.split_inclusive(|&b| b == b'\n') {
                     if !self.mid_line {
-                        out.extend_from_slice(&self.prefix);
+                        self.start_line(out);
                     }
                     out.extend_from_slice(line);
                     self.mid_line = false;
@@ -65,7 +90,7 @@ impl LineTagger {
             self.emit_partial(out);
         }
         // Tagged output stays line-structured; untagged output stays byte-exact.
-        if self.mid_line && !self.prefix.is_empty() {
+        if self.mid_line && self.rewrites() {
             out.push(b'\n');
         }
         self.mid_line = false;
@@ -73,11 +98,35 @@ impl LineTagger {
 
     fn emit_partial(&mut self, out: &mut Vec<u8>) {
         if !self.mid_line {
-            out.extend_from_slice(&self.prefix);
+            self.start_line(out);
         }
         out.append(&mut self.pending);
         self.mid_line = true;
     }
+}
+
+/// `t` in UTC as `2026-11-28T16:01:02.123456Z` (RFC 3339, microseconds).
+pub fn utc_timestamp(t: std::time::SystemTime) -> String {
+    let d = t.duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+    let secs = d.as_secs();
+    let (days, rem) = (secs / 86_400, secs % 86_400);
+    // Days since 1970-01-01 to a civil date (Howard Hinnant's algorithm).
+    let z = days as i64 + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:06}Z",
+        rem / 3600,
+        rem / 60 % 60,
+        rem % 60,
+        d.subsec_micros()
+    )
 }
 
 /// Which of the daemon's own streams a sink writes to.
@@ -185,6 +234,39 @@ mod tests {
         }
         tagger.finish(&mut out);
         out
+    }
+
+    #[test]
+    fn timestamps_are_utc_rfc3339_with_microseconds() {
+        let at = |secs: u64, micros: u32| {
+            utc_timestamp(
+                std::time::UNIX_EPOCH
+                    + Duration::from_secs(secs)
+                    + Duration::from_micros(u64::from(micros)),
+            )
+        };
+        assert_eq!(at(0, 0), "1970-01-01T00:00:00.000000Z");
+        assert_eq!(at(1_795_881_662, 500_000), "2026-11-28T16:01:02.500000Z");
+        assert_eq!(at(1_709_251_199, 7), "2024-02-29T23:59:59.000007Z");
+        assert_eq!(at(951_868_800, 0), "2000-03-01T00:00:00.000000Z");
+    }
+
+    /// `--timestamp-output`: every line (also the halves of a line cut across reads,
+    /// once) starts with `[TIME]` and the prefix; a last line without newline is ended.
+    #[test]
+    fn stamped_lines_start_with_the_time_then_the_prefix() {
+        let mut t = LineTagger::new(b"<stdout>: ".to_vec()).stamped();
+        let out = String::from_utf8(run(&mut t, &[b"one\ntw", b"o\nthree"])).unwrap();
+        let lines: Vec<&str> = out.lines().collect();
+        assert_eq!(lines.len(), 3, "{out:?}");
+        for (line, text) in lines.iter().zip(["one", "two", "three"]) {
+            let (stamp, rest) = line.split_once(']').expect("a stamp");
+            assert_eq!(rest, format!("<stdout>: {text}"), "{out:?}");
+            let stamp = stamp.strip_prefix('[').expect("[");
+            assert_eq!(stamp.len(), "2026-11-28T16:01:02.123456Z".len(), "{stamp}");
+            assert!(stamp.starts_with("20") && stamp.ends_with('Z'), "{stamp}");
+        }
+        assert!(out.ends_with('\n'));
     }
 
     #[test]

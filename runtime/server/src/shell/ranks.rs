@@ -59,6 +59,10 @@ pub struct RankTemplate {
     pub server_uri: PathBuf,
     pub token_hex: String,
     pub tag_output: bool,
+    /// `--timestamp-output`: lines start with the time they are forwarded.
+    pub timestamp_output: bool,
+    /// `--merge-stderr-to-stdout`.
+    pub merge_stderr: bool,
     /// `--output-filename`: where each rank's output files go instead of forwarding.
     pub output_dir: Option<PathBuf>,
     /// Which ranks take the launcher's stdin (a pipe fed by `LauncherMsg::Stdin`);
@@ -93,7 +97,12 @@ impl RankTemplate {
         std::fs::create_dir_all(&dir).map_err(|e| {
             std::io::Error::new(e.kind(), format!("output directory {}: {e}", dir.display()))
         })?;
-        Ok(Some((open("stdout")?, open("stderr")?)))
+        let out = open("stdout")?;
+        let err = match self.merge_stderr {
+            true => out.try_clone()?,
+            false => open("stderr")?,
+        };
+        Ok(Some((out, err)))
     }
 
     /// The template of a job spawned in the session: `job`'s processes run `apps`,
@@ -524,23 +533,30 @@ impl Ranks {
         }
 
         let template = &self.templates[job as usize];
-        let (tag_out, tag_err) = if template.tag_output {
-            let ns = &template.job.nspace;
-            (
-                LineTagger::tag(ns, rank, "stdout"),
-                LineTagger::tag(ns, rank, "stderr"),
-            )
-        } else {
-            (Vec::new(), Vec::new())
+        let tagger = |stream: &str| {
+            let prefix = match (template.tag_output, template.timestamp_output) {
+                (true, _) => LineTagger::tag(&template.job.nspace, rank, stream),
+                // A time alone still says which stream the line came from.
+                (false, true) => format!("<{stream}>: ").into_bytes(),
+                (false, false) => Vec::new(),
+            };
+            match template.timestamp_output {
+                true => LineTagger::new(prefix).stamped(),
+                false => LineTagger::new(prefix),
+            }
+        };
+        let err_sink = match template.merge_stderr {
+            true => stdout.sender(),
+            false => stderr.sender(),
         };
         let out = child
             .stdout
             .take()
-            .map(|p| spawn_local(forward(p, LineTagger::new(tag_out), stdout.sender())));
+            .map(|p| spawn_local(forward(p, tagger("stdout"), stdout.sender())));
         let err = child
             .stderr
             .take()
-            .map(|p| spawn_local(forward(p, LineTagger::new(tag_err), stderr.sender())));
+            .map(|p| spawn_local(forward(p, tagger("stderr"), err_sink)));
         let exits = self.exits.clone();
         spawn_local(async move {
             let status = wait(&mut child, rank).await;
