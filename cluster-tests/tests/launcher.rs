@@ -1560,6 +1560,31 @@ fn timestamped_and_merged_output() {
             describe(&out)
         );
     }
+    // With --output-filename the two streams go into the stdout file.
+    let dir = std::env::temp_dir().join(format!("cohort-merge-{}", std::process::id()));
+    let d = dir.to_str().expect("a UTF-8 path");
+    let out = run_cohort(
+        [
+            "run",
+            "-n",
+            "1",
+            "--output-filename",
+            d,
+            "--merge-stderr-to-stdout",
+            "sh",
+            "-c",
+            "echo out; echo err >&2",
+        ],
+        DEADLINE,
+    );
+    assert_eq!(code(&out), Some(0), "{}", describe(&out));
+    let file = std::fs::read_to_string(dir.join("1/rank.0/stdout")).expect("the stdout file");
+    assert_eq!(file, "out\nerr\n");
+    assert!(
+        !dir.join("1/rank.0/stderr").exists(),
+        "no stderr file when merged"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// `--mca KEY VALUE` (and mpirun's `-mca`) hands every rank Open MPI's
