@@ -371,7 +371,11 @@ impl JobMonitor {
                 format!("could not start the job: {reason} (exit status {code})")
             }
             Verdict::TimedOut { secs } => format!(
-                "the job did not finish within --timeout {secs} s; terminating it (exit status {code})"
+                "the job did not finish within --timeout {secs} s{}; terminating it (exit status {code})",
+                match self.still_running() {
+                    Some(running) => format!("; still running: {running}"),
+                    None => String::new(),
+                }
             ),
             Verdict::Interrupted { signal } => format!(
                 "received {}; terminating the job (exit status {code})",
@@ -381,6 +385,40 @@ impl JobMonitor {
     }
 
     /// "rank R", or "rank R of job NSPACE" for a spawned job's rank.
+    /// The ranks that have not ended, by job and node server (`ranks 1-3 on node0,
+    /// rank 5 on node1, job X's rank 0 on node0`); `None` when none runs. What a
+    /// `--timeout` found still running: where a hang is.
+    pub fn still_running(&self) -> Option<String> {
+        let mut parts: Vec<String> = Vec::new();
+        for (j, job) in self.session.jobs().iter().enumerate() {
+            if self.abandoned.contains(&(j as u32)) {
+                continue;
+            }
+            let exited = &self.exited[j];
+            for node in 0..job.num_nodes {
+                let ranks: Vec<Rank> = job
+                    .ranks_on(node)
+                    .into_iter()
+                    .filter(|&r| exited[r as usize].is_none())
+                    .collect();
+                if ranks.is_empty() {
+                    continue;
+                }
+                let what = match ranks.len() {
+                    1 => "rank",
+                    _ => "ranks",
+                };
+                let set = cohort_proto::RankSet::from_ranks(ranks);
+                let of = match j {
+                    0 => String::new(),
+                    _ => format!("job {}'s ", job.nspace),
+                };
+                parts.push(format!("{of}{what} {set} on {}", self.node_name(node)));
+            }
+        }
+        (!parts.is_empty()).then(|| parts.join(", "))
+    }
+
     pub fn rank_name(&self, job: u32, rank: Rank) -> String {
         match job {
             0 => format!("rank {rank}"),
@@ -1029,6 +1067,25 @@ mod tests {
         };
         assert_eq!(m.exit_code(&lost), 1);
         assert!(m.message(&lost).unwrap().contains("node1"));
+    }
+
+    /// A `--timeout` names the ranks still running, by node server: where the job
+    /// hangs.
+    #[test]
+    fn a_timeout_names_the_ranks_still_running() {
+        let mut m = JobMonitor::new(JobMap::block("ns", 6, 2), false);
+        for r in [0, 4] {
+            assert!(matches!(
+                m.rank_exited(r / 3, r, code(0)),
+                Ok(Step::Continue)
+            ));
+        }
+        let msg = m.message(&Verdict::TimedOut { secs: 5 }).unwrap();
+        assert_eq!(
+            msg,
+            "the job did not finish within --timeout 5 s; still running: ranks 1-2 on \
+             node0, ranks 3,5 on node1; terminating it (exit status 124)"
+        );
     }
 
     #[test]
