@@ -4,11 +4,12 @@
 # against, cmake and libclang for the verbs backend's small C shim (sideway's
 # rdma-mummy-sys; libibverbs itself is loaded at run time, not needed to build), the
 # PMIx headers and Open MPI for the PMIx library's tests (apt), and a Rust toolchain
-# (rustup) when cargo is missing. Idempotent: does nothing when everything is present.
+# (rustup) when cargo is missing; gdb, which prints a hung job's stacks
+# (`cohort run --timeout S --get-stack-traces`). Idempotent: does nothing when everything is present.
 set -euo pipefail
 
 "$(dirname "$0")/apt-missing.sh" setup build-essential pkg-config cmake libclang-dev libhwloc-dev \
-    libudev-dev ca-certificates curl iproute2 procps
+    libudev-dev ca-certificates curl iproute2 procps gdb
 
 # OpenPMIx's headers (cohort's libpmix.so.2 is checked against them, and PMIx programs
 # are compiled with them) and Open MPI 4.1 (mpicc, and the ext3x PMIx component that

@@ -1587,6 +1587,62 @@ fn timestamped_and_merged_output() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// `--timeout` names the ranks still running; with `--get-stack-traces` each one's
+/// stack is printed first (gdb on its host: here `sleep`'s, in nanosleep), across two
+/// node servers; the job then ends with status 124. Without gdb on the host, each
+/// stack says so.
+#[test]
+fn a_timeout_names_the_running_ranks_and_prints_their_stacks() {
+    let prog = "if [ $COHORT_RANK = 0 ]; then exit 0; fi; exec sleep 60";
+    let out = run_cohort(
+        [
+            "run",
+            "--nodes",
+            "2",
+            "-n",
+            "3",
+            "--timeout",
+            "2",
+            "--get-stack-traces",
+            "sh",
+            "-c",
+            prog,
+        ],
+        DEADLINE,
+    );
+    assert_eq!(code(&out), Some(124), "{}", describe(&out));
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("still running: rank 1 on node0, rank 2 on node1;"),
+        "{}",
+        describe(&out)
+    );
+    let has_gdb = std::process::Command::new("gdb")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    for (rank, node) in [(1, 0), (2, 1)] {
+        let header = format!("cohort: stack of rank {rank} on node{node} (pid ");
+        let at = err
+            .find(&header)
+            .unwrap_or_else(|| panic!("no stack of rank {rank}: {}", describe(&out)));
+        let stack = &err[at..];
+        let stack = &stack[..stack[1..].find("cohort: ").map_or(stack.len(), |e| e + 1)];
+        if has_gdb {
+            assert!(
+                stack.contains("#0") && stack.contains("nanosleep"),
+                "rank {rank}: {stack}"
+            );
+        } else {
+            assert!(
+                stack.contains("gdb is not installed"),
+                "rank {rank}: {stack}"
+            );
+        }
+    }
+    assert!(!err.contains("stack of rank 0"), "{}", describe(&out));
+}
+
 /// `--mca KEY VALUE` (and mpirun's `-mca`) hands every rank Open MPI's
 /// `OMPI_MCA_KEY=VALUE`; `-x` may override one.
 #[test]

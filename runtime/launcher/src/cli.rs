@@ -552,7 +552,8 @@ pub struct RunArgs {
     #[arg(long, value_name = "SECS", value_parser = parse_secs, help_heading = "Fault-tolerance options")]
     pub peer_timeout: Option<Duration>,
 
-    /// Terminate the job SECS seconds after launch (exit status 124)
+    /// Terminate the job SECS seconds after launch (exit status 124), naming the ranks
+    /// still running
     #[arg(
         long,
         value_name = "SECS",
@@ -560,6 +561,15 @@ pub struct RunArgs {
         value_parser = clap::value_parser!(u64).range(1..)
     )]
     pub timeout: Option<u64>,
+
+    /// With --timeout: print every running rank's stack (gdb, on its host) before
+    /// terminating the job, as mpirun's
+    #[arg(long, requires = "timeout", help_heading = "Fault-tolerance options")]
+    pub get_stack_traces: bool,
+
+    /// Accepted as mpirun's: a --timeout always names the ranks still running
+    #[arg(long, help_heading = "Fault-tolerance options")]
+    pub report_state_on_timeout: bool,
 
     /// Process set: NAME labels this app context's ranks (PMIX_PSET_NAMES; give it in
     /// each app context, PRRTE-style); NAME=RANKLIST, among the global options, defines
@@ -1630,6 +1640,30 @@ mod tests {
         ])
         .unwrap();
         assert_eq!((r.more_apps[0].np, r.more_apps[0].command.len()), (2, 1));
+    }
+
+    /// `--get-stack-traces` needs `--timeout`; `--report-state-on-timeout` is
+    /// accepted alone.
+    #[test]
+    fn stack_traces_need_a_timeout() {
+        let e = parse(&["cohort", "run", "--get-stack-traces", "-n", "1", "prog"])
+            .map(|_| ())
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("--timeout"), "{e}");
+        let r = parse(&[
+            "cohort",
+            "run",
+            "--timeout",
+            "5",
+            "--get-stack-traces",
+            "--report-state-on-timeout",
+            "-n",
+            "1",
+            "prog",
+        ])
+        .unwrap();
+        assert!(r.get_stack_traces && r.report_state_on_timeout);
     }
 
     /// PRRTE's `--output LIST` sets the output options it names (any unique prefix;

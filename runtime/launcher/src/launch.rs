@@ -316,6 +316,10 @@ fn check_slots(counts: &[u32], k: u32, hosts: &[ssh::Host]) -> Result<(), String
     Ok(())
 }
 
+/// How long `--get-stack-traces` waits for the node servers' stacks (each gives gdb
+/// 20 s per rank, all ranks at once).
+const STACK_TRACES_WAIT: Duration = Duration::from_secs(30);
+
 /// The job's application contexts as node servers take them (see `DaemonLaunch`).
 struct AppLayout {
     /// Every app's program and arguments, one after another.
@@ -944,6 +948,9 @@ impl Launcher {
                     return Verdict::StartupFailed { reason };
                 }
                 _ = sleep_until(job_deadline.unwrap_or(never)), if job_deadline.is_some() => {
+                    if self.args.get_stack_traces {
+                        self.print_stack_traces().await;
+                    }
                     return Verdict::TimedOut { secs: timeout.unwrap_or_default() };
                 }
                 chunk = next_stdin(&mut self.stdin_rx), if stdin_ready => {
@@ -1013,6 +1020,65 @@ impl Launcher {
     /// its reading side.)
     async fn heartbeat(&mut self) {
         self.tell_running(&LauncherMsg::Heartbeat, None).await;
+    }
+
+    /// `--get-stack-traces`: has every running node server print its running ranks'
+    /// stacks with gdb, and prints them (on stderr) as they come, waiting at most a
+    /// little longer than a node server gives gdb.
+    async fn print_stack_traces(&mut self) {
+        let mut waiting: std::collections::BTreeSet<NodeId> = self
+            .daemons
+            .iter()
+            .enumerate()
+            .filter(|(_, d)| d.running && d.writer.is_some())
+            .map(|(n, _)| n as NodeId)
+            .collect();
+        for (node, _) in self.tell_running(&LauncherMsg::StackTraces, None).await {
+            waiting.remove(&node);
+        }
+        if waiting.is_empty() {
+            return;
+        }
+        crate::say(format_args!(
+            "the job timed out; the running ranks' stacks (gdb on each host):"
+        ));
+        let deadline = Instant::now() + STACK_TRACES_WAIT;
+        while !waiting.is_empty() {
+            let event = tokio::select! {
+                ev = self.rx.recv() => ev,
+                _ = sleep_until(deadline) => break,
+            };
+            match event {
+                Some(Event::Msg {
+                    node,
+                    msg: DaemonMsg::StackTraces { traces },
+                }) => {
+                    waiting.remove(&node);
+                    for t in traces {
+                        let text = t.text.trim_end();
+                        eprintln!(
+                            "cohort: stack of {} on {} (pid {}):\n{text}",
+                            self.monitor.rank_name(t.job, t.rank),
+                            self.monitor.node_name(node),
+                            t.pid
+                        );
+                    }
+                }
+                // The job goes on meanwhile (ranks exit, node servers report).
+                Some(other) => {
+                    let _ = self.handle(other).await;
+                }
+                None => break,
+            }
+        }
+        if !waiting.is_empty() {
+            let names: Vec<String> = waiting.iter().map(|&n| self.monitor.node_name(n)).collect();
+            crate::say(format_args!(
+                "no stacks from {} within {} s",
+                names.join(", "),
+                STACK_TRACES_WAIT.as_secs()
+            ));
+        }
     }
 
     /// Sends `msg` to node server `node`, if it registered.
@@ -1436,6 +1502,8 @@ impl Launcher {
             | DaemonMsg::Data { .. }
             | DaemonMsg::JobAdded { .. }
             | DaemonMsg::JobStarted { .. } => None,
+            // Late (after `--get-stack-traces` stopped waiting): dropped.
+            DaemonMsg::StackTraces { .. } => None,
             DaemonMsg::DataProcGone { job, rank } => {
                 // The data store drops the process's waiting lookups and
                 // proc-persistent values, if that node server hosts it.

@@ -27,6 +27,17 @@ impl ExitStatus {
 }
 
 /// Node server → launcher.
+/// One rank's stack, for [`DaemonMsg::StackTraces`].
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StackTrace {
+    /// The session's job index (0: the launched job).
+    pub job: u32,
+    pub rank: Rank,
+    pub pid: u32,
+    /// gdb's output, or why it could not run.
+    pub text: String,
+}
+
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum DaemonMsg {
     /// First frame: who I am, where my fabric listens, and a fresh nonce for the
@@ -68,6 +79,9 @@ pub enum DaemonMsg {
     /// The answer to [`LauncherMsg::Probe`]: this node server has heard from no other
     /// for `silent_ms` milliseconds (`u64::MAX`: never).
     Heard { silent_ms: u64 },
+    /// The answer to [`LauncherMsg::StackTraces`]: each running rank's stack (or why
+    /// there is none), as gdb printed it.
+    StackTraces { traces: Vec<StackTrace> },
     /// This node server's fabric lost node server `node` (`reason`: a connection broke
     /// or could not be made).
     ///
@@ -205,6 +219,9 @@ pub enum LauncherMsg {
     /// (Answered with [`DaemonMsg::Heard`]; a frozen server does not answer, one the
     /// network cut off answers with a long silence.)
     Probe,
+    /// The job timed out (`--get-stack-traces`): print every running rank's stack with
+    /// gdb and answer [`DaemonMsg::StackTraces`].
+    StackTraces,
     /// Which node servers can this one reach? Ping every other one not lost but
     /// `except` over the fabric and answer [`DaemonMsg::Reached`] `token` once all
     /// answered or `within_ms` passed.

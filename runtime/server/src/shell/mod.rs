@@ -24,7 +24,7 @@ use std::time::Duration;
 
 use clap::Parser;
 use cohort_core::DetectorConfig;
-use cohort_proto::control::{DaemonMsg, LauncherMsg, RegisterExchange};
+use cohort_proto::control::{DaemonMsg, LauncherMsg, RegisterExchange, StackTrace};
 use cohort_proto::env::{self, from_hex, to_hex};
 use cohort_proto::{JobMap, NodeId, RankSet};
 use cohort_server::{NodeService, ServiceConfig};
@@ -642,6 +642,7 @@ async fn serve(
     let mut reports = svc.reports();
     let mut heard = tokio::time::Instant::now();
     let (stdin_taken, mut stdin_acks) = mpsc::unbounded_channel::<()>();
+    let (traces_done, mut traces) = mpsc::unbounded_channel::<DaemonMsg>();
     loop {
         if link.is_none() {
             return End::LauncherLost("cannot write to the control connection".into());
@@ -657,6 +658,7 @@ async fn serve(
             }
             Some(msg) = async { reports.as_mut()?.recv().await } => tell(link, &msg).await,
             Some(()) = stdin_acks.recv() => tell(link, &DaemonMsg::StdinTaken).await,
+            Some(msg) = traces.recv() => tell(link, &msg).await,
             ev = from_launcher.recv() => {
                 let ev = ev.unwrap_or(FromLauncher::Closed(None));
                 if matches!(ev, FromLauncher::Msg(_)) {
@@ -718,6 +720,14 @@ async fn serve(
                     FromLauncher::Msg(LauncherMsg::Survey { token, except, within_ms }) => {
                         svc.survey(token, except, Duration::from_millis(within_ms));
                     }
+                    FromLauncher::Msg(LauncherMsg::StackTraces) => {
+                        let done = traces_done.clone();
+                        let running = ranks.running_pids();
+                        tokio::task::spawn_local(async move {
+                            let traces = stack_traces(running).await;
+                            let _ = done.send(DaemonMsg::StackTraces { traces });
+                        });
+                    }
                     FromLauncher::Msg(LauncherMsg::Probe) => {
                         let silent_ms = svc
                             .unheard()
@@ -740,6 +750,62 @@ async fn serve(
 
 /// SIGTERM, grace, SIGKILL, then whatever is left in the ranks' process groups. Exits
 /// seen meanwhile are still reported while the launcher listens.
+/// How long gdb may take to print one rank's stack.
+const STACK_TRACE_LIMIT: Duration = Duration::from_secs(20);
+
+/// The stacks of `running` ranks ((job, rank, pid)), each printed by gdb attached to
+/// it (all at once, each within [`STACK_TRACE_LIMIT`]), or why not (no gdb on this
+/// host, no permission to attach, too slow).
+async fn stack_traces(running: Vec<(u32, cohort_proto::Rank, u32)>) -> Vec<StackTrace> {
+    let mut tasks = Vec::new();
+    for (job, rank, pid) in running {
+        tasks.push((
+            job,
+            rank,
+            pid,
+            tokio::task::spawn_local(async move {
+                let gdb = tokio::process::Command::new("gdb")
+                    .args(["-batch", "-nx", "-q", "-p"])
+                    .arg(pid.to_string())
+                    .args(["-ex", "thread apply all bt"])
+                    .env("LC_ALL", "C")
+                    .stdin(std::process::Stdio::null())
+                    .kill_on_drop(true)
+                    .output();
+                match tokio::time::timeout(STACK_TRACE_LIMIT, gdb).await {
+                    Ok(Ok(out)) => {
+                        let mut text = String::from_utf8_lossy(&out.stdout).into_owned();
+                        text.push_str(&String::from_utf8_lossy(&out.stderr));
+                        text
+                    }
+                    Ok(Err(e)) if e.kind() == std::io::ErrorKind::NotFound => {
+                        "gdb is not installed on this host (it prints the stacks)".to_string()
+                    }
+                    Ok(Err(e)) => format!("cannot run gdb: {e}"),
+                    Err(_) => format!(
+                        "gdb took more than {} s; given up",
+                        STACK_TRACE_LIMIT.as_secs()
+                    ),
+                }
+            }),
+        ));
+    }
+    let mut traces = Vec::with_capacity(tasks.len());
+    for (job, rank, pid, task) in tasks {
+        let text = task
+            .await
+            .unwrap_or_else(|e| format!("gdb task failed: {e}"));
+        traces.push(StackTrace {
+            job,
+            rank,
+            pid,
+            text,
+        });
+    }
+    traces.sort_by_key(|t| (t.job, t.rank));
+    traces
+}
+
 async fn stop_ranks(
     svc: &NodeService,
     ranks: &mut Ranks,

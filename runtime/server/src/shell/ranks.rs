@@ -578,6 +578,14 @@ impl Ranks {
     /// Spawned job `index` is cancelled: its ranks running here are killed (their
     /// exits are reported as any), and none starts any more. Returns how many were
     /// killed.
+    /// The ranks running now: (job, rank, pid).
+    pub fn running_pids(&self) -> Vec<(u32, Rank, u32)> {
+        self.running
+            .iter()
+            .map(|(&(j, r), &pid)| (j, r, pid))
+            .collect()
+    }
+
     pub fn cancel_job(&mut self, index: u32) -> usize {
         if index == 0 {
             return 0;
