@@ -1643,6 +1643,48 @@ fn a_timeout_names_the_running_ranks_and_prints_their_stacks() {
     assert!(!err.contains("stack of rank 0"), "{}", describe(&out));
 }
 
+/// mpirun's `--cpu-set` (`--cpu-list`): ranks are placed on the listed CPUs only: one
+/// rank is bound to the one listed CPU, and two ranks on that one CPU are
+/// oversubscribed, not bound, yet run on it only (their affinity is the set), also on a
+/// second node server; a set with no CPU of this host is refused, named.
+#[test]
+fn a_cpu_set_limits_where_ranks_run() {
+    let topo = run_cohort(["topo", "--json"], DEADLINE);
+    let json: serde_json::Value = serde_json::from_slice(&topo.stdout).expect("topo --json");
+    let last = json["cores"]
+        .as_array()
+        .and_then(|c| c.last())
+        .and_then(|c| cpu_list(c["cpuset"].as_str()?))
+        .and_then(|cpus| cpus.into_iter().next())
+        .expect("a core");
+    let show = "echo \"$COHORT_RANK $COHORT_BINDING $(grep Cpus_allowed_list /proc/self/status | cut -f2)\"";
+    let set = last.to_string();
+    for (opt, ranks, binding) in [
+        ("--cpu-set", "1", set.clone()),
+        ("--cpu-list", "2", "none".into()),
+    ] {
+        let out = run_cohort(
+            [
+                "run", "--nodes", "2", "-n", ranks, opt, &set, "sh", "-c", show,
+            ],
+            DEADLINE,
+        );
+        assert_eq!(code(&out), Some(0), "{}", describe(&out));
+        let lines = sorted_stdout(&out);
+        let want: Vec<String> = (0..ranks.parse::<u32>().unwrap())
+            .map(|r| format!("{r} {binding} {set}"))
+            .collect();
+        assert_eq!(lines, want, "{opt} {set}: {}", describe(&out));
+    }
+    let out = run_cohort(["run", "-n", "1", "--cpu-set", "1000", "true"], DEADLINE);
+    assert_eq!(code(&out), Some(1), "{}", describe(&out));
+    assert!(
+        text(&out.stderr).contains("--cpu-set 1000: none of these CPUs is usable"),
+        "{}",
+        describe(&out)
+    );
+}
+
 /// `--mca KEY VALUE` (and mpirun's `-mca`) hands every rank Open MPI's
 /// `OMPI_MCA_KEY=VALUE`; `-x` may override one.
 #[test]

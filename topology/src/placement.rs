@@ -293,6 +293,51 @@ impl NodeLayout {
         layout
     }
 
+    /// This layout limited to `cpus` (mpirun's `--cpu-set`): each unit keeps its CPUs
+    /// in the set, units with none are left out, as are the domains and packages
+    /// left without units.
+    pub fn restricted(&self, cpus: &CpuSet) -> NodeLayout {
+        let mut out = NodeLayout {
+            cores: Vec::new(),
+            core_domain: Vec::new(),
+            domains: Vec::new(),
+            core_package: Vec::new(),
+            packages: Vec::new(),
+        };
+        // Old group index -> new one, as groups are first met.
+        let mut domain_map: Vec<Option<usize>> = vec![None; self.domains.len()];
+        let mut package_map: Vec<Option<usize>> = vec![None; self.packages.len()];
+        let regroup =
+            |map: &mut Vec<Option<usize>>, groups: &mut Vec<CpuSet>, old: usize, all: &CpuSet| {
+                *map[old].get_or_insert_with(|| {
+                    groups.push(all.intersection(cpus));
+                    groups.len() - 1
+                })
+            };
+        for (i, core) in self.cores.iter().enumerate() {
+            let kept = core.intersection(cpus);
+            if kept.is_empty() {
+                continue;
+            }
+            let d = self.core_domain[i];
+            let p = self.core_package[i];
+            out.core_domain.push(regroup(
+                &mut domain_map,
+                &mut out.domains,
+                d,
+                &self.domains[d],
+            ));
+            out.core_package.push(regroup(
+                &mut package_map,
+                &mut out.packages,
+                p,
+                &self.packages[p],
+            ));
+            out.cores.push(kept);
+        }
+        out
+    }
+
     /// How many slot units (cores, or hardware threads) the host has.
     pub fn num_cores(&self) -> usize {
         self.cores.len()
@@ -701,6 +746,32 @@ mod tests {
         let d = decide_binding(Some(BindTo::Hwthread), 9, 1, 8, SlotUnit::Hwthread, "n");
         assert_eq!(d.bind_to, BindTo::Hwthread);
         assert!(d.notice.unwrap().contains("--bind-to hwthread"));
+    }
+
+    /// mpirun's `--cpu-set`: the layout keeps the listed CPUs only; cores outside are
+    /// not placement slots, and a core partly inside keeps its listed CPUs.
+    #[test]
+    fn a_cpu_set_limits_the_slots() {
+        // 2 NUMA domains of 2 cores; core c has PUs c and c + 4.
+        let t = synthetic(2, 2, 2);
+        let all = NodeLayout::from_topology(&t);
+        let set: CpuSet = "1-2,6".parse().unwrap();
+        let l = all.restricted(&set);
+        assert_eq!(l.num_cores(), 2, "{l:?}");
+        assert_eq!(
+            lists(&l.plan(MapBy::Slot, BindTo::Core, 0, 2, 1)),
+            ["1", "2,6"]
+        );
+        // core 1 in domain 0, core 2 in domain 1: by NUMA they alternate.
+        assert_eq!(
+            lists(&l.plan(MapBy::Numa, BindTo::Numa, 0, 2, 1)),
+            ["1", "2,6"]
+        );
+        assert_eq!(l.domains.len(), 2);
+        let threads = NodeLayout::with_unit(&t, SlotUnit::Hwthread).restricted(&set);
+        assert_eq!(threads.num_cores(), 3);
+        assert_eq!(all.restricted(&"9".parse().unwrap()).num_cores(), 0);
+        assert_eq!(all.restricted(&(0..8).collect()), all);
     }
 
     #[test]

@@ -361,6 +361,18 @@ pub struct RunArgs {
     #[arg(long, help_heading = "Mapping options")]
     pub oversubscribe: bool,
 
+    /// Place and bind ranks on these CPUs only (mpirun's --cpu-set; OS CPU numbers,
+    /// as 0-3,8, the same on every host): cores outside are not slots, unbound ranks
+    /// run on these CPUs
+    #[arg(
+        long,
+        alias = "cpu-list",
+        value_name = "LIST",
+        value_parser = parse_cpu_set,
+        help_heading = "Mapping options"
+    )]
+    pub cpu_set: Option<cohort_topology::CpuSet>,
+
     /// Placement slots are hardware threads, not cores (mpirun's --use-hwthread-cpus):
     /// a host holds as many ranks as it has hardware threads before it is
     /// oversubscribed, and each rank is bound to one thread unless --bind-to says
@@ -720,6 +732,15 @@ fn parse_map_by(s: &str) -> Result<MapSpec, String> {
 }
 
 /// `--bind-to`: a [`BindTo`] name, or `socket` (Open MPI's word for a package).
+/// `--cpu-set`'s CPU list (`0-3,8`), not empty.
+fn parse_cpu_set(s: &str) -> Result<cohort_topology::CpuSet, String> {
+    let set: cohort_topology::CpuSet = s.parse().map_err(|e| format!("{e}"))?;
+    if set.is_empty() {
+        return Err(format!("{s:?} lists no CPU"));
+    }
+    Ok(set)
+}
+
 fn parse_bind_to(s: &str) -> Result<BindTo, String> {
     match s {
         "socket" => Ok(BindTo::Package),

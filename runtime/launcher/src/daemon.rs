@@ -439,6 +439,8 @@ pub struct DaemonLaunch<'a> {
     pub cpus_per_rank: u32,
     /// `--use-hwthread-cpus`.
     pub use_hwthread_cpus: bool,
+    /// `--cpu-set`.
+    pub cpu_set: Option<&'a cohort_topology::CpuSet>,
     pub tag_output: bool,
     /// `--timestamp-output`.
     pub timestamp_output: bool,
@@ -552,6 +554,10 @@ impl DaemonLaunch<'_> {
         }
         if self.use_hwthread_cpus {
             a.push("--use-hwthread-cpus".into());
+        }
+        if let Some(set) = self.cpu_set {
+            a.push("--cpu-set".into());
+            a.push(set.to_string().into());
         }
         if !self.node_ranks.is_empty() {
             let counts: Vec<String> = self.node_ranks.iter().map(u32::to_string).collect();
@@ -1101,6 +1107,7 @@ mod tests {
             first_slot: 0,
             cpus_per_rank: 1,
             use_hwthread_cpus: false,
+            cpu_set: None,
             tag_output: false,
             timestamp_output: false,
             merge_stderr_to_stdout: false,
@@ -1182,6 +1189,7 @@ mod tests {
             first_slot: 4,
             cpus_per_rank: 1,
             use_hwthread_cpus: false,
+            cpu_set: None,
             tag_output: true,
             timestamp_output: false,
             merge_stderr_to_stdout: false,

@@ -204,7 +204,12 @@ impl Held {
 /// How many ranks `cohort run` without `-n` starts, as mpirun: the allocation's tasks
 /// under Slurm, the sum of the hosts' slots over ssh (every host must give slots), this
 /// host's cores when every node server runs here.
-fn default_np(launch: &Launch, ssh: Option<&SshHosts>, unit: SlotUnit) -> Result<u32, String> {
+fn default_np(
+    launch: &Launch,
+    ssh: Option<&SshHosts>,
+    unit: SlotUnit,
+    cpu_set: Option<&cohort_topology::CpuSet>,
+) -> Result<u32, String> {
     match (launch, ssh) {
         (Launch::Slurm(alloc), _) => alloc.tasks.or(alloc.num_nodes).ok_or_else(|| {
             "-n not given, and the Slurm allocation names no task count \
@@ -231,7 +236,7 @@ fn default_np(launch: &Launch, ssh: Option<&SshHosts>, unit: SlotUnit) -> Result
                 xml: false,
             }
             .run();
-            let cores = cohort_topology::NodeLayout::with_unit(&topo, unit).num_cores();
+            let cores = crate::topo::host_layout(&topo, unit, cpu_set).num_cores();
             Ok(u32::try_from(cores).unwrap_or(u32::MAX).max(1))
         }
     }
@@ -493,7 +498,12 @@ impl Launcher {
                     .checked_mul(nodes)
                     .filter(|&n| n < cohort_proto::RANK_WILDCARD)
                     .ok_or_else(|| format!("-N {k} on {nodes} node servers: too many ranks"))?,
-                None => default_np(&launch, ssh_hosts.as_ref(), args.slot_unit())?,
+                None => default_np(
+                    &launch,
+                    ssh_hosts.as_ref(),
+                    args.slot_unit(),
+                    args.cpu_set.as_ref(),
+                )?,
             });
         }
         let detector = args.detector()?;
@@ -576,17 +586,31 @@ impl Launcher {
         let topology = topology_file(args.topology.as_deref(), &job)?;
         let placement = match launch {
             // Every node server runs on this host, so this host's cores decide.
-            Launch::Local => plan_job(
-                args.bind_to,
-                args.cpus_per_rank,
-                args.slot_unit(),
-                &job,
-                &Discover {
+            Launch::Local => {
+                let topo = Discover {
                     io: false,
                     xml: false,
                 }
-                .run(),
-            ),
+                .run();
+                if let Some(set) = &args.cpu_set {
+                    let layout = crate::topo::host_layout(&topo, args.slot_unit(), Some(set));
+                    if layout.num_cores() == 0 {
+                        return Err(format!(
+                            "--cpu-set {set}: none of these CPUs is usable on this host (it \
+                             has CPUs {})",
+                            topo.machine.cpuset
+                        ));
+                    }
+                }
+                plan_job(
+                    args.bind_to,
+                    args.cpus_per_rank,
+                    args.slot_unit(),
+                    &job,
+                    &topo,
+                    args.cpu_set.as_ref(),
+                )
+            }
             // One node server per host: each decides on its own host's cores, unless
             // --bind-to says (passed on as given).
             Launch::Slurm(_) | Launch::Ssh => JobPlacement {
@@ -777,6 +801,7 @@ impl Launcher {
             first_slot: 0,
             cpus_per_rank: self.args.cpus_per_rank,
             use_hwthread_cpus: self.args.use_hwthread_cpus,
+            cpu_set: self.args.cpu_set.as_ref(),
             tag_output: self.args.tag_output,
             timestamp_output: self.args.timestamp_output,
             merge_stderr_to_stdout: self.args.merge_stderr_to_stdout,

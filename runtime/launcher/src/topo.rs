@@ -3,7 +3,7 @@
 
 use cohort_proto::JobMap;
 use cohort_topology::placement::decide_binding;
-use cohort_topology::{BindTo, Discover, NodeLayout, SlotUnit, Topology};
+use cohort_topology::{BindTo, CpuSet, Discover, NodeLayout, SlotUnit, Topology};
 
 use crate::cli::TopoArgs;
 
@@ -57,8 +57,9 @@ pub fn plan_job(
     unit: SlotUnit,
     job: &JobMap,
     topo: &Topology,
+    cpu_set: Option<&CpuSet>,
 ) -> JobPlacement {
-    let cores = NodeLayout::with_unit(topo, unit).num_cores();
+    let cores = host_layout(topo, unit, cpu_set).num_cores();
     let where_ = match job.num_nodes {
         1 => job.node_names[0].clone(),
         m => format!("this host (node servers node0-node{})", m - 1),
@@ -74,6 +75,16 @@ pub fn plan_job(
         bind_to: decision.bind_to,
         first_slots,
         notice: decision.notice,
+    }
+}
+
+/// The placement slots of host `topo`: cores or hardware threads (`unit`), within
+/// `--cpu-set` when given.
+pub fn host_layout(topo: &Topology, unit: SlotUnit, cpu_set: Option<&CpuSet>) -> NodeLayout {
+    let layout = NodeLayout::with_unit(topo, unit);
+    match cpu_set {
+        Some(set) => layout.restricted(set),
+        None => layout,
     }
 }
 
@@ -99,6 +110,7 @@ mod tests {
             SlotUnit::Core,
             &job_map(MapBy::Slot, "j", 2, 1),
             &two_cores(),
+            None,
         );
         assert_eq!(p.bind_to, BindTo::Core);
         assert_eq!(p.first_slots, [0]);
@@ -113,6 +125,7 @@ mod tests {
             SlotUnit::Core,
             &job_map(MapBy::Node, "j", 4, 2),
             &two_cores(),
+            None,
         );
         assert_eq!(p.bind_to, BindTo::None);
         assert_eq!(p.first_slots, [0, 2]);
@@ -130,6 +143,7 @@ mod tests {
             SlotUnit::Core,
             &job_map(MapBy::Slot, "j", 4, 1),
             &two_cores(),
+            None,
         );
         assert_eq!(
             p.notice.as_deref(),
@@ -145,6 +159,7 @@ mod tests {
             SlotUnit::Core,
             &job_map(MapBy::Slot, "j", 7, 3),
             &two_cores(),
+            None,
         );
         assert_eq!(p.first_slots, [0, 3, 5]);
     }

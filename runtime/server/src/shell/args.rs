@@ -94,6 +94,11 @@ pub struct DaemonArgs {
     )]
     pub cpus_per_rank: u32,
 
+    /// Place and bind ranks on these CPUs only (the launcher's --cpu-set): cores
+    /// outside are not slots, unbound ranks run on them
+    #[arg(long, value_name = "LIST", value_parser = parse_cpu_set)]
+    pub cpu_set: Option<cohort_topology::CpuSet>,
+
     /// Placement slots are hardware threads, not cores (the launcher's
     /// --use-hwthread-cpus): ranks bind to one thread each by default
     #[arg(long)]
@@ -408,6 +413,15 @@ fn parse_export(s: &str) -> Result<(OsString, OsString), String> {
         Some((k, v)) if !k.is_empty() => Ok((k.into(), v.into())),
         _ => Err(format!("expected VAR=VAL, got {s:?}")),
     }
+}
+
+/// `--cpu-set`'s CPU list (`0-3,8`), not empty.
+fn parse_cpu_set(s: &str) -> Result<cohort_topology::CpuSet, String> {
+    let set: cohort_topology::CpuSet = s.parse().map_err(|e| format!("{e}"))?;
+    if set.is_empty() {
+        return Err(format!("{s:?} lists no CPU"));
+    }
+    Ok(set)
 }
 
 impl DaemonArgs {

@@ -215,10 +215,14 @@ pub fn main() -> i32 {
     // is the progress thread.
     let span = tracing::info_span!("cohortd", node = %args.node_name);
     let placement = span.in_scope(|| {
-        let placement = NodePlacement::discover(args.slot_unit());
+        let placement = NodePlacement::discover(args.slot_unit(), args.cpu_set.clone());
         placement.bind_progress_thread();
         placement
     });
+    if let Err(e) = placement.check_cpu_set() {
+        say(format_args!("{}: {e}", args.node_name));
+        return 1;
+    }
     let rt = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

@@ -24,12 +24,14 @@ pub struct NodePlacement {
     pub nic: Option<NicInfo>,
     /// What a placement slot is (`--use-hwthread-cpus`: a hardware thread).
     unit: SlotUnit,
+    /// `--cpu-set`: the only CPUs ranks are placed on.
+    cpu_set: Option<CpuSet>,
 }
 
 impl NodePlacement {
     /// Discovers the host (with its network devices) and picks the NIC; ranks are
-    /// placed on slots of `unit`.
-    pub fn discover(unit: SlotUnit) -> NodePlacement {
+    /// placed on slots of `unit`, within `cpu_set` when given.
+    pub fn discover(unit: SlotUnit, cpu_set: Option<CpuSet>) -> NodePlacement {
         // The XML is served to the ranks (`pmix.hwlocxml2`).
         let topo = Discover {
             io: true,
@@ -37,11 +39,16 @@ impl NodePlacement {
         }
         .run();
         let nic = preferred_nic(&topo);
+        let unbound_cpus = current_affinity().ok().map(|cpus| match &cpu_set {
+            Some(set) => cpus.intersection(set),
+            None => cpus,
+        });
         NodePlacement {
-            unbound_cpus: current_affinity().ok(),
+            unbound_cpus,
             topo,
             nic,
             unit,
+            cpu_set,
         }
     }
 
@@ -125,7 +132,22 @@ impl NodePlacement {
 
     /// The slots ranks are placed on, by NUMA domain and package.
     pub fn layout(&self) -> NodeLayout {
-        NodeLayout::with_unit(&self.topo, self.unit)
+        let layout = NodeLayout::with_unit(&self.topo, self.unit);
+        match &self.cpu_set {
+            Some(set) => layout.restricted(set),
+            None => layout,
+        }
+    }
+
+    /// With `--cpu-set`: an error when none of its CPUs is one ranks may use here.
+    pub fn check_cpu_set(&self) -> Result<(), String> {
+        match &self.cpu_set {
+            Some(set) if self.layout().num_cores() == 0 => Err(format!(
+                "--cpu-set {set}: none of these CPUs is usable on host {} (it has CPUs {})",
+                self.topo.machine.hostname, self.topo.machine.cpuset
+            )),
+            _ => Ok(()),
+        }
     }
 
     /// The host's topology, without its XML.
@@ -139,5 +161,31 @@ impl NodePlacement {
     /// The host's topology as hwloc exported it (XML), when hwloc found it.
     pub fn hwloc_xml(&self) -> Option<&str> {
         self.topo.hwloc_xml.as_deref()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A node server given a `--cpu-set` none of whose CPUs its host has refuses to
+    /// run, naming the set and the host's CPUs; one with a usable set places ranks on
+    /// it only, and its unbound ranks run there.
+    #[test]
+    fn a_cpu_set_outside_the_host_is_refused() {
+        let p = NodePlacement::discover(SlotUnit::Core, Some("1000".parse().unwrap()));
+        let e = p.check_cpu_set().unwrap_err();
+        assert!(e.contains("--cpu-set 1000: none of these CPUs"), "{e}");
+        let all = NodePlacement::discover(SlotUnit::Core, None);
+        assert!(all.check_cpu_set().is_ok());
+        let first = all.layout().cores[0].first().expect("a CPU");
+        let mut set = CpuSet::new();
+        set.insert(first);
+        let one = NodePlacement::discover(SlotUnit::Core, Some(set.clone()));
+        assert!(one.check_cpu_set().is_ok());
+        assert_eq!(one.layout().cores, [set.clone()]);
+        if let Some(unbound) = one.unbound_cpus() {
+            assert!(unbound.is_subset(&set), "{unbound}");
+        }
     }
 }
