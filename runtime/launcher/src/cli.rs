@@ -218,6 +218,8 @@ pub struct RunArgs {
     #[arg(
         short = 'n',
         long = "np",
+        visible_short_alias = 'c',
+        alias = "n",
         value_name = "N",
         help_heading = "Application context options",
         value_parser = clap::value_parser!(u32).range(1..)
@@ -634,6 +636,8 @@ pub struct AppContext {
     #[arg(
         short = 'n',
         long = "np",
+        visible_short_alias = 'c',
+        alias = "n",
         value_name = "N",
         value_parser = clap::value_parser!(u32).range(1..)
     )]
@@ -703,6 +707,10 @@ pub struct MapSpec {
     pub policy: MapPolicy,
     /// `:PE=n`: cores per rank.
     pub pe: Option<u32>,
+    /// `:OVERSUBSCRIBE` (as `--oversubscribe`).
+    pub oversubscribe: bool,
+    /// `:DISPLAY` (as `--display-map`).
+    pub display: bool,
 }
 
 /// The policy part of `--map-by`: a policy, or `ppr:K:node`.
@@ -714,24 +722,41 @@ pub enum MapPolicy {
 }
 
 fn parse_map_by(s: &str) -> Result<MapSpec, String> {
-    // A trailing :PE=n modifier (any case), as Open MPI's.
-    let (policy, pe) = match s.rsplit_once(':') {
-        Some((head, m)) if m.len() > 3 && m[..3].eq_ignore_ascii_case("pe=") => {
-            match m[3..].parse::<u32>() {
-                Ok(n) if n > 0 => (head, Some(n)),
-                _ => return Err(format!("{s}: n in :PE=n is a core count of 1 or more")),
+    // Trailing modifiers (any case), as Open MPI's, after ':' or ',': PE=n,
+    // OVERSUBSCRIBE, NOOVERSUBSCRIBE, DISPLAY; SPAN is refused by name.
+    let (mut policy, mut pe, mut oversubscribe, mut display) = (s, None, false, false);
+    while let Some(at) = policy.rfind([':', ',']) {
+        let m = policy[at + 1..].to_ascii_lowercase();
+        match m.as_str() {
+            "oversubscribe" => oversubscribe = true,
+            "nooversubscribe" => {}
+            "display" => display = true,
+            "span" => {
+                return Err(format!(
+                    "{s}: the SPAN modifier (the node servers as one) is not supported"
+                ))
             }
+            m if m.len() > 3 && m.starts_with("pe=") => match m[3..].parse::<u32>() {
+                Ok(n) if n > 0 && pe.is_none() => pe = Some(n),
+                _ => return Err(format!("{s}: n in :PE=n is a core count of 1 or more")),
+            },
+            _ => break,
         }
-        _ => (s, None),
-    };
-    let policy = parse_map_policy(policy).map_err(|e| match pe {
-        Some(_) => format!("{s}: {e}"),
-        None => e,
+        policy = &policy[..at];
+    }
+    let modified = policy.len() < s.len();
+    let policy = parse_map_policy(policy).map_err(|e| match modified {
+        true => format!("{s}: {e}"),
+        false => e,
     })?;
-    Ok(MapSpec { policy, pe })
+    Ok(MapSpec {
+        policy,
+        pe,
+        oversubscribe,
+        display,
+    })
 }
 
-/// `--bind-to`: a [`BindTo`] name, or `socket` (Open MPI's word for a package).
 /// `--cpu-set`'s CPU list (`0-3,8`), not empty.
 fn parse_cpu_set(s: &str) -> Result<cohort_topology::CpuSet, String> {
     let set: cohort_topology::CpuSet = s.parse().map_err(|e| format!("{e}"))?;
@@ -741,10 +766,24 @@ fn parse_cpu_set(s: &str) -> Result<cohort_topology::CpuSet, String> {
     Ok(set)
 }
 
+/// `--bind-to`: a [`BindTo`] name, or `socket` (Open MPI's word for a package), with
+/// Open MPI's qualifiers `:overload-allowed` (cohort binds when asked even if
+/// oversubscribed) and `:if-supported` accepted.
 fn parse_bind_to(s: &str) -> Result<BindTo, String> {
-    match s {
+    let mut base = s;
+    while let Some((head, q)) = base.rsplit_once([':', ',']) {
+        match q.to_ascii_lowercase().as_str() {
+            "overload-allowed" | "if-supported" => base = head,
+            _ => {
+                return Err(format!(
+                    "{s:?}: {q:?} is not a binding qualifier (overload-allowed, if-supported)"
+                ))
+            }
+        }
+    }
+    match base {
         "socket" => Ok(BindTo::Package),
-        _ => s.parse::<BindTo>().map_err(|_| {
+        _ => base.parse::<BindTo>().map_err(|_| {
             format!(
                 "{s:?} is not a binding: give one of {}, or socket",
                 BindTo::NAMES.join(", ")
@@ -867,6 +906,8 @@ impl RunArgs {
             ));
         }
         self.map_by = by;
+        self.oversubscribe |= self.map_spec.oversubscribe;
+        self.display_map |= self.map_spec.display;
         Ok(())
     }
 
@@ -1661,6 +1702,60 @@ mod tests {
         ])
         .unwrap();
         assert_eq!((r.more_apps[0].np, r.more_apps[0].command.len()), (2, 1));
+    }
+
+    /// Open MPI's modifiers and aliases: `--map-by …:OVERSUBSCRIBE` / `,DISPLAY` (as
+    /// `--oversubscribe`, `--display-map`; `NOOVERSUBSCRIBE` the default), with `PE=n`
+    /// in any order; `SPAN` refused by name; `--bind-to core:overload-allowed` /
+    /// `:if-supported`; `-c N` and `--n N` for `-n N`.
+    #[test]
+    fn open_mpi_modifiers_and_aliases() {
+        let r = parse(&[
+            "cohort",
+            "run",
+            "--map-by",
+            "node:OVERSUBSCRIBE,pe=2,display",
+            "-c",
+            "2",
+            "p",
+        ])
+        .unwrap();
+        assert_eq!((r.map_by, r.cpus_per_rank, r.np), (MapBy::Node, 2, Some(2)));
+        assert!(r.oversubscribe && r.display_map);
+        let r = parse(&[
+            "cohort",
+            "run",
+            "--map-by",
+            "ppr:2:node:nooversubscribe",
+            "p",
+        ])
+        .unwrap();
+        assert_eq!(r.per_node, Some(2));
+        assert!(!r.oversubscribe && !r.display_map);
+        let e = parse(&["cohort", "run", "--map-by", "node:SPAN", "-n", "1", "p"])
+            .map(|_| ())
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("SPAN"), "{e}");
+        let e = parse(&["cohort", "run", "--map-by", "node:weird", "-n", "1", "p"])
+            .map(|_| ())
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("not a mapping policy"), "{e}");
+        for b in [
+            "core:overload-allowed",
+            "core:if-supported,overload-allowed",
+        ] {
+            let r = parse(&["cohort", "run", "--bind-to", b, "-n", "1", "p"]).unwrap();
+            assert_eq!(r.bind_to, Some(BindTo::Core), "{b}");
+        }
+        let e = parse(&["cohort", "run", "--bind-to", "core:odd", "-n", "1", "p"])
+            .map(|_| ())
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("not a binding qualifier"), "{e}");
+        let r = parse(&["cohort", "run", "--n", "3", "p", ":", "-c", "2", "q"]).unwrap();
+        assert_eq!((r.np, r.more_apps[0].np), (Some(3), 2));
     }
 
     /// `--get-stack-traces` needs `--timeout`; `--report-state-on-timeout` is
