@@ -1685,6 +1685,33 @@ fn a_cpu_set_limits_where_ranks_run() {
     );
 }
 
+/// mpirun's `-q`: cohort's note about oversubscribed ranks not being bound is left
+/// out; its warning when `--bind-to core` binds them anyway still shows.
+#[test]
+fn quiet_leaves_out_notes_not_warnings() {
+    let n = (host_cores() + 1).to_string();
+    let out = run_cohort(["run", "-n", &n, "true"], DEADLINE);
+    assert_eq!(code(&out), Some(0), "{}", describe(&out));
+    assert!(
+        text(&out.stderr).contains("not binding"),
+        "{}",
+        describe(&out)
+    );
+    let out = run_cohort(["run", "-q", "-n", &n, "true"], DEADLINE);
+    assert_eq!(code(&out), Some(0), "{}", describe(&out));
+    assert_eq!(text(&out.stderr), "", "{}", describe(&out));
+    let out = run_cohort(
+        ["run", "--quiet", "--bind-to", "core", "-n", &n, "true"],
+        DEADLINE,
+    );
+    assert_eq!(code(&out), Some(0), "{}", describe(&out));
+    assert!(
+        text(&out.stderr).contains("warning: "),
+        "{}",
+        describe(&out)
+    );
+}
+
 /// `--mca KEY VALUE` (and mpirun's `-mca`) hands every rank Open MPI's
 /// `OMPI_MCA_KEY=VALUE`; `-x` may override one.
 #[test]

@@ -405,6 +405,11 @@ pub struct RunArgs {
     )]
     pub tag_output: bool,
 
+    /// Leave out cohort's notes (such as "oversubscribed, not binding"), as mpirun's
+    /// -q; warnings and errors still show
+    #[arg(short = 'q', long, help_heading = "Output options")]
+    pub quiet: bool,
+
     /// Start every output line with the UTC time it is forwarded, in brackets
     /// ([2026-11-28T16:01:02.123456Z]), then the tag or <stdout>: / <stderr>:
     #[arg(long, help_heading = "Output options")]
@@ -1855,7 +1860,7 @@ mod tests {
         for (args, bad) in [
             (vec!["--rankfile", "f", "-n", "4", "app"], "--rankfile"),
             (vec!["-n", "2", "--no-such=1", "app"], "--no-such=1"),
-            (vec!["-q", "app"], "-q"),
+            (vec!["-Q", "app"], "-Q"),
             (vec!["-hostfilex", "h", "app"], "-hostfilex"),
             (
                 vec!["-n", "1", "a", ":", "-n", "1", "--bogus", "b"],
@@ -1876,8 +1881,8 @@ mod tests {
         assert!(e.contains("app context 1"), "{e}");
         let r = parse(&["cohort", "run", "-n", "1", "app", "--rankfile", "f"]).unwrap();
         assert_eq!(r.command, ["app", "--rankfile", "f"]);
-        let r = parse(&["cohort", "run", "-n", "1", "--", "-q", "x"]).unwrap();
-        assert_eq!(r.command, ["-q", "x"]);
+        let r = parse(&["cohort", "run", "-n", "1", "--", "-Q", "x"]).unwrap();
+        assert_eq!(r.command, ["-Q", "x"]);
     }
 
     /// mpirun's spellings carry over: a single dash before any long option (Open MPI

@@ -441,6 +441,8 @@ pub struct DaemonLaunch<'a> {
     pub use_hwthread_cpus: bool,
     /// `--cpu-set`.
     pub cpu_set: Option<&'a cohort_topology::CpuSet>,
+    /// `-q` / `--quiet`.
+    pub quiet: bool,
     pub tag_output: bool,
     /// `--timestamp-output`.
     pub timestamp_output: bool,
@@ -554,6 +556,9 @@ impl DaemonLaunch<'_> {
         }
         if self.use_hwthread_cpus {
             a.push("--use-hwthread-cpus".into());
+        }
+        if self.quiet {
+            a.push("--quiet".into());
         }
         if let Some(set) = self.cpu_set {
             a.push("--cpu-set".into());
@@ -1108,6 +1113,7 @@ mod tests {
             cpus_per_rank: 1,
             use_hwthread_cpus: false,
             cpu_set: None,
+            quiet: false,
             tag_output: false,
             timestamp_output: false,
             merge_stderr_to_stdout: false,
@@ -1190,6 +1196,7 @@ mod tests {
             cpus_per_rank: 1,
             use_hwthread_cpus: false,
             cpu_set: None,
+            quiet: false,
             tag_output: true,
             timestamp_output: false,
             merge_stderr_to_stdout: false,

@@ -622,7 +622,11 @@ impl Launcher {
                 notice: None,
             },
         };
-        if let Some(notice) = &placement.notice {
+        if let Some(notice) = placement
+            .notice
+            .as_ref()
+            .filter(|n| !args.quiet || n.starts_with("warning:"))
+        {
             crate::say(format_args!("{notice}"));
         }
         let slurm = match (alloc, slurm_nodes, srun) {
@@ -801,6 +805,7 @@ impl Launcher {
             first_slot: 0,
             cpus_per_rank: self.args.cpus_per_rank,
             use_hwthread_cpus: self.args.use_hwthread_cpus,
+            quiet: self.args.quiet,
             cpu_set: self.args.cpu_set.as_ref(),
             tag_output: self.args.tag_output,
             timestamp_output: self.args.timestamp_output,

@@ -99,6 +99,11 @@ pub struct DaemonArgs {
     #[arg(long, value_name = "LIST", value_parser = parse_cpu_set)]
     pub cpu_set: Option<cohort_topology::CpuSet>,
 
+    /// Leave out notes (such as "oversubscribed, not binding"); warnings still show
+    /// (the launcher's -q)
+    #[arg(long)]
+    pub quiet: bool,
+
     /// Placement slots are hardware threads, not cores (the launcher's
     /// --use-hwthread-cpus): ranks bind to one thread each by default
     #[arg(long)]

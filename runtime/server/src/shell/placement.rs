@@ -96,7 +96,10 @@ impl NodePlacement {
                     self.unit,
                     &args.node_name,
                 );
-                if let Some(notice) = d.notice {
+                if let Some(notice) = d
+                    .notice
+                    .filter(|n| !args.quiet || n.starts_with("warning:"))
+                {
                     say(format_args!("{notice}"));
                 }
                 d.bind_to
