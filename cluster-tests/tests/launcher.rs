@@ -1685,6 +1685,51 @@ fn a_cpu_set_limits_where_ranks_run() {
     );
 }
 
+/// mpirun's `--rank-by`: the node servers hold as many ranks as `--map-by` gives them,
+/// numbered by node (round-robin) or by slot (in blocks), as the node servers agree
+/// (they build the same map: `COHORT_NODE_NAME` and `COHORT_LOCAL_RANK` are theirs);
+/// the finer orders of Open MPI are refused, named.
+#[test]
+fn rank_by_numbers_the_ranks_in_blocks_or_round_robin() {
+    let show = "echo \"$COHORT_RANK $COHORT_NODE_NAME $COHORT_LOCAL_RANK\"";
+    for (opts, want) in [
+        (
+            vec!["--rank-by", "node"],
+            [
+                "0 node0 0",
+                "1 node1 0",
+                "2 node0 1",
+                "3 node1 1",
+                "4 node0 2",
+            ],
+        ),
+        (
+            vec!["--map-by", "node", "--rank-by", "slot"],
+            [
+                "0 node0 0",
+                "1 node0 1",
+                "2 node0 2",
+                "3 node1 0",
+                "4 node1 1",
+            ],
+        ),
+    ] {
+        let mut args = vec!["run", "-q", "--nodes", "2", "-n", "5"];
+        args.extend_from_slice(&opts);
+        args.extend_from_slice(&["sh", "-c", show]);
+        let out = run_cohort(args, DEADLINE);
+        assert_eq!(code(&out), Some(0), "{opts:?}: {}", describe(&out));
+        assert_eq!(sorted_stdout(&out), want, "{opts:?}: {}", describe(&out));
+    }
+    let out = run_cohort(["run", "--rank-by", "socket", "-n", "1", "true"], DEADLINE);
+    assert_eq!(code(&out), Some(2), "{}", describe(&out));
+    assert!(
+        text(&out.stderr).contains("--rank-by socket"),
+        "{}",
+        describe(&out)
+    );
+}
+
 /// mpirun's `-q`: cohort's note about oversubscribed ranks not being bound is left
 /// out; its warning when `--bind-to core` binds them anyway still shows.
 #[test]

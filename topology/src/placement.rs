@@ -102,6 +102,30 @@ macro_rules! keyword_enum {
 keyword_enum!(MapBy { "slot" => Slot, "node" => Node, "numa" => Numa, "core" => Core, "package" => Package });
 keyword_enum!(BindTo { "none" => None, "core" => Core, "numa" => Numa, "package" => Package, "hwthread" => Hwthread });
 
+/// How ranks are numbered over the node servers (the [`MapBy`] given to [`job_map`] and
+/// [`job_map_with_counts`]): as `--rank-by` says (`Slot` in blocks, `Node`
+/// round-robin), else as `--map-by` does (round-robin for `node`, blocks otherwise).
+pub fn rank_order(map_by: MapBy, rank_by: Option<MapBy>) -> MapBy {
+    match (rank_by, map_by) {
+        (Some(order), _) => order,
+        (None, MapBy::Node) => MapBy::Node,
+        (None, _) => MapBy::Slot,
+    }
+}
+
+/// mpirun's `--rank-by`: `slot` (ranks in blocks over the node servers) or `node`
+/// (round-robin); Open MPI's finer orders (by core, socket, …) are refused by name.
+pub fn parse_rank_by(s: &str) -> Result<MapBy, String> {
+    match s.to_ascii_lowercase().as_str() {
+        "slot" => Ok(MapBy::Slot),
+        "node" => Ok(MapBy::Node),
+        _ => Err(format!(
+            "--rank-by {s}: cohort numbers ranks by slot (in blocks over the node servers) \
+             or by node (round-robin); give one of those"
+        )),
+    }
+}
+
 /// The job's rank → node-server map for `map_by`. The launcher and every node server
 /// build it with this one function.
 pub fn job_map(

@@ -315,6 +315,17 @@ pub struct RunArgs {
     )]
     pub map_spec: MapSpec,
 
+    /// Number ranks over the node servers by slot (in blocks) or by node (round-robin),
+    /// whatever --map-by placed on each [default: as --map-by: node round-robin, else
+    /// slot]
+    #[arg(
+        long,
+        value_name = "ORDER",
+        value_parser = cohort_topology::placement::parse_rank_by,
+        help_heading = "Mapping options"
+    )]
+    pub rank_by: Option<MapBy>,
+
     /// K ranks on each node server (mpirun's -N and --npernode, --map-by ppr:K:node):
     /// node 0 gets ranks 0 to K-1, node 1 the next K, and so on. Without -n, K times
     /// the node servers; with it, at most that many (the last node servers may get
@@ -825,6 +836,11 @@ fn parse_map_policy(s: &str) -> Result<MapPolicy, String> {
 }
 
 impl RunArgs {
+    /// How ranks are numbered over the node servers (`--rank-by`, else as `--map-by`).
+    pub fn rank_order(&self) -> MapBy {
+        cohort_topology::placement::rank_order(self.map_by, self.rank_by)
+    }
+
     /// What a placement slot is (`--use-hwthread-cpus`: a hardware thread).
     pub fn slot_unit(&self) -> cohort_topology::SlotUnit {
         match self.use_hwthread_cpus {

@@ -431,6 +431,8 @@ pub struct DaemonLaunch<'a> {
     pub nspace: &'a str,
     pub np: u32,
     pub map_by: MapBy,
+    /// `--rank-by`, passed on as given.
+    pub rank_by: Option<MapBy>,
     /// `None`: each node server decides (under Slurm, where hosts differ).
     pub bind_to: Option<BindTo>,
     /// This node server's first placement slot on its host (see `topo::plan_job`).
@@ -544,6 +546,10 @@ impl DaemonLaunch<'_> {
             "--map-by".into(),
             self.map_by.as_str().into(),
         ]);
+        if let Some(order) = self.rank_by {
+            a.push("--rank-by".into());
+            a.push(order.as_str().into());
+        }
         if let Some(bind) = self.bind_to {
             a.push("--bind-to".into());
             a.push(bind.as_str().into());
@@ -1108,6 +1114,7 @@ mod tests {
             nspace: "ns",
             np: 1,
             map_by: MapBy::Slot,
+            rank_by: None,
             bind_to: None,
             first_slot: 0,
             cpus_per_rank: 1,
@@ -1191,6 +1198,7 @@ mod tests {
             nspace: "cohort.1.abcd",
             np: 7,
             map_by: MapBy::Node,
+            rank_by: None,
             bind_to: Some(BindTo::Core),
             first_slot: 4,
             cpus_per_rank: 1,

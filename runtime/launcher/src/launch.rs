@@ -552,8 +552,8 @@ impl Launcher {
         // The job map before anything exists: a set named like the job's namespace is
         // refused here.
         let mut job = match node_ranks.as_deref() {
-            Some(counts) => job_map_with_counts(args.map_by, nspace, counts),
-            None => job_map(args.map_by, nspace, plan.np, nodes),
+            Some(counts) => job_map_with_counts(args.rank_order(), nspace, counts),
+            None => job_map(args.rank_order(), nspace, plan.np, nodes),
         };
         if let Some(n) = &slurm_nodes {
             job.node_names.clone_from(&n.names);
@@ -801,6 +801,7 @@ impl Launcher {
             nspace: &job.nspace,
             np: job.size(),
             map_by: self.args.map_by,
+            rank_by: self.args.rank_by,
             bind_to: self.args.bind_to,
             first_slot: 0,
             cpus_per_rank: self.args.cpus_per_rank,

@@ -69,6 +69,11 @@ pub struct DaemonArgs {
     )]
     pub map_by: MapBy,
 
+    /// How ranks are numbered over the node servers, if not as --map-by says (the
+    /// launcher's --rank-by): slot = in blocks, node = round-robin
+    #[arg(long, value_name = "ORDER", value_parser = parse_rank_by)]
+    pub rank_by: Option<MapBy>,
+
     /// What ranks are bound to [default: core, or none when this node's ranks
     /// outnumber its cores]
     #[arg(
@@ -420,6 +425,11 @@ fn parse_export(s: &str) -> Result<(OsString, OsString), String> {
     }
 }
 
+/// `--rank-by`: `slot` or `node`.
+fn parse_rank_by(s: &str) -> Result<MapBy, String> {
+    cohort_topology::placement::parse_rank_by(s)
+}
+
 /// `--cpu-set`'s CPU list (`0-3,8`), not empty.
 fn parse_cpu_set(s: &str) -> Result<cohort_topology::CpuSet, String> {
     let set: cohort_topology::CpuSet = s.parse().map_err(|e| format!("{e}"))?;
@@ -505,10 +515,11 @@ impl DaemonArgs {
     /// The job map every process of the job agrees on: ranks mapped as the launcher
     /// mapped them, split into the application contexts, with the process sets.
     pub fn job(&self) -> Result<JobMap, String> {
+        let order = cohort_topology::placement::rank_order(self.map_by, self.rank_by);
         let mut job = if self.node_ranks.is_empty() {
-            job_map(self.map_by, self.nspace.clone(), self.np, self.nodes)
+            job_map(order, self.nspace.clone(), self.np, self.nodes)
         } else {
-            job_map_with_counts(self.map_by, self.nspace.clone(), &self.node_ranks)
+            job_map_with_counts(order, self.nspace.clone(), &self.node_ranks)
         };
         if job.size() != self.np || job.num_nodes != self.nodes {
             return Err(format!(
