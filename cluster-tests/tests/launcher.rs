@@ -1270,6 +1270,21 @@ fn bindings_of(out: &Output) -> std::collections::BTreeMap<u32, Option<BTreeSet<
         .collect()
 }
 
+/// This host's cores as `cohort topo --json` lists them: each one's package and CPUs.
+fn topo_cores() -> Vec<(Option<u64>, BTreeSet<u32>)> {
+    let topo = run_cohort(["topo", "--json"], DEADLINE);
+    let json: serde_json::Value = serde_json::from_slice(&topo.stdout).expect("topo --json");
+    json["cores"]
+        .as_array()
+        .expect("cores")
+        .iter()
+        .map(|c| {
+            let cpus = cpu_list(c["cpuset"].as_str().expect("cpuset")).expect("CPUs");
+            (c["package"].as_u64(), cpus)
+        })
+        .collect()
+}
+
 /// `--map-by slot:PE=2` (`--cpus-per-rank 2`): each rank is bound to 2 consecutive
 /// cores, the union of the cores ranks 2r and 2r+1 get with one each, also across two
 /// node servers on this host; a job that needs more cores than the host has is not
@@ -1375,17 +1390,7 @@ fn display_map_shows_where_the_ranks_run() {
 /// core's package, as `cohort topo --json` lists the cores.
 #[test]
 fn bind_to_socket_binds_each_rank_to_its_package() {
-    let topo = run_cohort(["topo", "--json"], DEADLINE);
-    let json: serde_json::Value = serde_json::from_slice(&topo.stdout).expect("topo --json");
-    let cores: Vec<(Option<u64>, BTreeSet<u32>)> = json["cores"]
-        .as_array()
-        .expect("cores")
-        .iter()
-        .map(|c| {
-            let cpus = cpu_list(c["cpuset"].as_str().expect("cpuset")).expect("CPUs");
-            (c["package"].as_u64(), cpus)
-        })
-        .collect();
+    let cores = topo_cores();
     let n = cores.len().to_string();
     let show = "echo \"$COHORT_RANK $COHORT_BINDING\"";
     let out = run_cohort(
@@ -1411,15 +1416,8 @@ fn bind_to_socket_binds_each_rank_to_its_package() {
 /// (the flag reaches them).
 #[test]
 fn hwthread_binding_and_hwthread_slots() {
-    let topo = run_cohort(["topo", "--json"], DEADLINE);
-    let json: serde_json::Value = serde_json::from_slice(&topo.stdout).expect("topo --json");
     // Each core's CPUs in order; the hardware threads, core after core.
-    let cores: Vec<BTreeSet<u32>> = json["cores"]
-        .as_array()
-        .expect("cores")
-        .iter()
-        .map(|c| cpu_list(c["cpuset"].as_str().expect("cpuset")).expect("CPUs"))
-        .collect();
+    let cores: Vec<BTreeSet<u32>> = topo_cores().into_iter().map(|(_, c)| c).collect();
     let threads: Vec<u32> = cores.iter().flatten().copied().collect();
     let show = "echo \"$COHORT_RANK $COHORT_BINDING\"";
     let n = cores.len().to_string();
@@ -1649,13 +1647,9 @@ fn a_timeout_names_the_running_ranks_and_prints_their_stacks() {
 /// second node server; a set with no CPU of this host is refused, named.
 #[test]
 fn a_cpu_set_limits_where_ranks_run() {
-    let topo = run_cohort(["topo", "--json"], DEADLINE);
-    let json: serde_json::Value = serde_json::from_slice(&topo.stdout).expect("topo --json");
-    let last = json["cores"]
-        .as_array()
-        .and_then(|c| c.last())
-        .and_then(|c| cpu_list(c["cpuset"].as_str()?))
-        .and_then(|cpus| cpus.into_iter().next())
+    let last = topo_cores()
+        .pop()
+        .and_then(|(_, cpus)| cpus.into_iter().next())
         .expect("a core");
     let show = "echo \"$COHORT_RANK $COHORT_BINDING $(grep Cpus_allowed_list /proc/self/status | cut -f2)\"";
     let set = last.to_string();
