@@ -452,6 +452,19 @@ else
     fail "-N 2 --oversubscribe: status $rc" "$work/both"
 fi
 nothing_left oversubscribe-npernode
+# A hung job over ssh: --timeout names the ranks still running by host, and
+# --get-stack-traces has each host's node server print its ranks' stacks (gdb) first.
+run --host "$hosts" --launch-agent "$agent" -n 3 --timeout 3 --get-stack-traces \
+    sh -c 'if [ "$COHORT_RANK" = 0 ]; then exit 0; fi; exec sleep 60'
+if [[ $rc == 124 ]] && grep -q "still running: rank 1 on $net.2, rank 2 on $net.3;" "$work/err" \
+    && grep -q "stack of rank 1 on $net.2 (pid" "$work/err" \
+    && grep -q "stack of rank 2 on $net.3 (pid" "$work/err" \
+    && [[ $(grep -c 'nanosleep' "$work/err") -ge 2 ]]; then
+    pass "--timeout --get-stack-traces: ranks 1-2 named with their stacks from their hosts"
+else
+    fail "--get-stack-traces over ssh: status $rc" "$work/both"
+fi
+nothing_left stack-traces
 printf '%s slots=2\n%s slots=two\n' "$net.1" "$net.2" >"$work/bad-hostfile"
 run --hostfile "$work/bad-hostfile" -n 2 "$testprog" construct
 if [[ $rc == 1 ]] && grep -q "hostfile $work/bad-hostfile:2: slots \"two\" is not a whole number" "$work/err"; then
