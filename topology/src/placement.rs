@@ -57,6 +57,14 @@ pub enum SlotUnit {
 }
 
 impl SlotUnit {
+    /// Hardware threads with `--use-hwthread-cpus` (`hwthreads`), else cores.
+    pub fn of(hwthreads: bool) -> SlotUnit {
+        match hwthreads {
+            true => SlotUnit::Hwthread,
+            false => SlotUnit::Core,
+        }
+    }
+
     /// `core` / `hardware thread`, for messages.
     pub fn name(self) -> &'static str {
         match self {
@@ -124,6 +132,15 @@ pub fn parse_rank_by(s: &str) -> Result<MapBy, String> {
              or by node (round-robin); give one of those"
         )),
     }
+}
+
+/// mpirun's `--cpu-set`: a CPU list (`0-3,8`), not empty.
+pub fn parse_cpu_set(s: &str) -> Result<CpuSet, String> {
+    let set: CpuSet = s.parse().map_err(|e| format!("{e}"))?;
+    if set.is_empty() {
+        return Err(format!("{s:?} lists no CPU"));
+    }
+    Ok(set)
 }
 
 /// The job's rank → node-server map for `map_by`. The launcher and every node server
@@ -360,6 +377,16 @@ impl NodeLayout {
             out.cores.push(kept);
         }
         out
+    }
+
+    /// The placement slots of host `topo`: cores or hardware threads (`unit`), within
+    /// `--cpu-set` when given. The launcher and node servers count with this one.
+    pub fn for_slots(topo: &Topology, unit: SlotUnit, cpu_set: Option<&CpuSet>) -> NodeLayout {
+        let layout = NodeLayout::with_unit(topo, unit);
+        match cpu_set {
+            Some(set) => layout.restricted(set),
+            None => layout,
+        }
     }
 
     /// How many slot units (cores, or hardware threads) the host has.

@@ -381,7 +381,7 @@ pub struct RunArgs {
         long,
         alias = "cpu-list",
         value_name = "LIST",
-        value_parser = parse_cpu_set,
+        value_parser = cohort_topology::placement::parse_cpu_set,
         help_heading = "Mapping options"
     )]
     pub cpu_set: Option<cohort_topology::CpuSet>,
@@ -773,15 +773,6 @@ fn parse_map_by(s: &str) -> Result<MapSpec, String> {
     })
 }
 
-/// `--cpu-set`'s CPU list (`0-3,8`), not empty.
-fn parse_cpu_set(s: &str) -> Result<cohort_topology::CpuSet, String> {
-    let set: cohort_topology::CpuSet = s.parse().map_err(|e| format!("{e}"))?;
-    if set.is_empty() {
-        return Err(format!("{s:?} lists no CPU"));
-    }
-    Ok(set)
-}
-
 /// `--bind-to`: a [`BindTo`] name, or `socket` (Open MPI's word for a package), with
 /// Open MPI's qualifiers `:overload-allowed` (cohort binds when asked even if
 /// oversubscribed) and `:if-supported` accepted.
@@ -843,10 +834,7 @@ impl RunArgs {
 
     /// What a placement slot is (`--use-hwthread-cpus`: a hardware thread).
     pub fn slot_unit(&self) -> cohort_topology::SlotUnit {
-        match self.use_hwthread_cpus {
-            true => cohort_topology::SlotUnit::Hwthread,
-            false => cohort_topology::SlotUnit::Core,
-        }
+        cohort_topology::SlotUnit::of(self.use_hwthread_cpus)
     }
 
     /// Applies PRRTE's `--output LIST` to the output options it stands for.

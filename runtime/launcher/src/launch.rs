@@ -236,7 +236,7 @@ fn default_np(
                 xml: false,
             }
             .run();
-            let cores = crate::topo::host_layout(&topo, unit, cpu_set).num_cores();
+            let cores = cohort_topology::NodeLayout::for_slots(&topo, unit, cpu_set).num_cores();
             Ok(u32::try_from(cores).unwrap_or(u32::MAX).max(1))
         }
     }
@@ -593,7 +593,8 @@ impl Launcher {
                 }
                 .run();
                 if let Some(set) = &args.cpu_set {
-                    let layout = crate::topo::host_layout(&topo, args.slot_unit(), Some(set));
+                    let layout =
+                        cohort_topology::NodeLayout::for_slots(&topo, args.slot_unit(), Some(set));
                     if layout.num_cores() == 0 {
                         return Err(format!(
                             "--cpu-set {set}: none of these CPUs is usable on this host (it \

@@ -59,7 +59,7 @@ pub fn plan_job(
     topo: &Topology,
     cpu_set: Option<&CpuSet>,
 ) -> JobPlacement {
-    let cores = host_layout(topo, unit, cpu_set).num_cores();
+    let cores = NodeLayout::for_slots(topo, unit, cpu_set).num_cores();
     let where_ = match job.num_nodes {
         1 => job.node_names[0].clone(),
         m => format!("this host (node servers node0-node{})", m - 1),
@@ -75,16 +75,6 @@ pub fn plan_job(
         bind_to: decision.bind_to,
         first_slots,
         notice: decision.notice,
-    }
-}
-
-/// The placement slots of host `topo`: cores or hardware threads (`unit`), within
-/// `--cpu-set` when given.
-pub fn host_layout(topo: &Topology, unit: SlotUnit, cpu_set: Option<&CpuSet>) -> NodeLayout {
-    let layout = NodeLayout::with_unit(topo, unit);
-    match cpu_set {
-        Some(set) => layout.restricted(set),
-        None => layout,
     }
 }
 

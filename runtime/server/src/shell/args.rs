@@ -71,7 +71,7 @@ pub struct DaemonArgs {
 
     /// How ranks are numbered over the node servers, if not as --map-by says (the
     /// launcher's --rank-by): slot = in blocks, node = round-robin
-    #[arg(long, value_name = "ORDER", value_parser = parse_rank_by)]
+    #[arg(long, value_name = "ORDER", value_parser = cohort_topology::placement::parse_rank_by)]
     pub rank_by: Option<MapBy>,
 
     /// What ranks are bound to [default: core, or none when this node's ranks
@@ -101,7 +101,7 @@ pub struct DaemonArgs {
 
     /// Place and bind ranks on these CPUs only (the launcher's --cpu-set): cores
     /// outside are not slots, unbound ranks run on them
-    #[arg(long, value_name = "LIST", value_parser = parse_cpu_set)]
+    #[arg(long, value_name = "LIST", value_parser = cohort_topology::placement::parse_cpu_set)]
     pub cpu_set: Option<cohort_topology::CpuSet>,
 
     /// Leave out notes (such as "oversubscribed, not binding"); warnings still show
@@ -425,27 +425,10 @@ fn parse_export(s: &str) -> Result<(OsString, OsString), String> {
     }
 }
 
-/// `--rank-by`: `slot` or `node`.
-fn parse_rank_by(s: &str) -> Result<MapBy, String> {
-    cohort_topology::placement::parse_rank_by(s)
-}
-
-/// `--cpu-set`'s CPU list (`0-3,8`), not empty.
-fn parse_cpu_set(s: &str) -> Result<cohort_topology::CpuSet, String> {
-    let set: cohort_topology::CpuSet = s.parse().map_err(|e| format!("{e}"))?;
-    if set.is_empty() {
-        return Err(format!("{s:?} lists no CPU"));
-    }
-    Ok(set)
-}
-
 impl DaemonArgs {
     /// What a placement slot is here.
     pub fn slot_unit(&self) -> cohort_topology::SlotUnit {
-        match self.use_hwthread_cpus {
-            true => cohort_topology::SlotUnit::Hwthread,
-            false => cohort_topology::SlotUnit::Core,
-        }
+        cohort_topology::SlotUnit::of(self.use_hwthread_cpus)
     }
 
     /// Checks what clap cannot: the node index is inside the job, the detector's

@@ -135,11 +135,7 @@ impl NodePlacement {
 
     /// The slots ranks are placed on, by NUMA domain and package.
     pub fn layout(&self) -> NodeLayout {
-        let layout = NodeLayout::with_unit(&self.topo, self.unit);
-        match &self.cpu_set {
-            Some(set) => layout.restricted(set),
-            None => layout,
-        }
+        NodeLayout::for_slots(&self.topo, self.unit, self.cpu_set.as_ref())
     }
 
     /// With `--cpu-set`: an error when none of its CPUs is one ranks may use here.
