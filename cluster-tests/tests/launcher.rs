@@ -1805,3 +1805,67 @@ fn an_appfile_gives_the_jobs_app_contexts() {
     let lines = sorted_stdout(&out);
     assert_eq!(lines, ["A 0 0", "A 1 0", "B 2 1 hi"], "{}", describe(&out));
 }
+
+/// The end of a job is not a failure. A node server slow to act on the launcher's
+/// `Shutdown` (held 1.5 s here, `COHORT_TEST_HOLD_SHUTDOWN`, a debug-build hook) while
+/// the others have shut down used to send its heartbeats to them, find them gone and
+/// log each as a lost node server (a warning and an error each) — and tell the others.
+/// Every node server now hears that the job is ending before any is told to shut down
+/// (`LauncherMsg::Ending`), so the job ends as quietly as it ran.
+#[test]
+fn a_node_server_slow_to_shut_down_logs_no_loss() {
+    let prog = example("testprog").to_string_lossy().into_owned();
+    let mut cmd = cohort_command([
+        "run",
+        "-q",
+        "--nodes",
+        "3",
+        "-n",
+        "3",
+        "--heartbeat",
+        "0.2",
+        &prog,
+        "construct",
+    ]);
+    cmd.env_remove("COHORT_LOG")
+        .env_remove("RUST_LOG")
+        .env("COHORT_TEST_HOLD_SHUTDOWN", "2:1500");
+    let out = CohortRun::spawn(cmd).wait(DEADLINE);
+    assert_eq!(code(&out), Some(0), "{}", describe(&out));
+    let results: Vec<String> = text(&out.stdout)
+        .lines()
+        .filter(|l| l.starts_with("RESULT "))
+        .map(str::to_string)
+        .collect();
+    assert_eq!(results.len(), 3, "{}", describe(&out));
+    assert_eq!(text(&out.stderr), "", "{}", describe(&out));
+}
+
+/// A job of 64 node servers (128 ranks) forms one group across all of them and ends
+/// cleanly: every rank gets the same 128 members and context id, and nothing is
+/// logged. (At this size, node servers told to shut down a moment apart used to log
+/// each other as lost, see `a_node_server_slow_to_shut_down_logs_no_loss`.)
+#[test]
+fn a_group_across_64_node_servers_ends_cleanly() {
+    let demo = example("demo").to_string_lossy().into_owned();
+    let mut cmd = cohort_command(["run", "-q", "--nodes", "64", "-n", "128", &demo]);
+    cmd.env_remove("COHORT_LOG").env_remove("RUST_LOG");
+    let out = CohortRun::spawn(cmd).wait(DEADLINE);
+    assert_eq!(code(&out), Some(0), "{}", describe(&out));
+    let all: Vec<String> = (0..128).map(|r| r.to_string()).collect();
+    let members = format!("members [{}]", all.join(","));
+    let lines: Vec<String> = text(&out.stdout).lines().map(str::to_string).collect();
+    assert_eq!(lines.len(), 128, "{}", describe(&out));
+    let contexts: BTreeSet<&str> = lines
+        .iter()
+        .map(|l| {
+            assert!(l.contains(&members), "{l}");
+            l.split(" context id ")
+                .nth(1)
+                .and_then(|rest| rest.split_whitespace().next())
+                .unwrap_or_else(|| panic!("no context id in {l:?}"))
+        })
+        .collect();
+    assert_eq!(contexts.len(), 1, "one context id: {contexts:?}");
+    assert_eq!(text(&out.stderr), "", "{}", describe(&out));
+}

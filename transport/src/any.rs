@@ -222,6 +222,12 @@ impl Fabric for AnyFabric {
             AnyFabric::Verbs(f) => f.declare_lost(peer),
         }
     }
+    fn expect_departures(&self) {
+        match self {
+            AnyFabric::Tcp(f) => f.expect_departures(),
+            AnyFabric::Verbs(f) => f.expect_departures(),
+        }
+    }
     fn close(&self) {
         match self {
             AnyFabric::Tcp(f) => f.close(),

@@ -212,6 +212,12 @@ pub trait Fabric: Send + Sync + 'static {
     /// again.
     fn declare_lost(&self, peer: NodeId);
 
+    /// The owner's job is ending: its peers are being shut down, so a connection that
+    /// breaks or cannot be made from now on is what a departure looks like. Losses are
+    /// still reported as [`FabricEvent::PeerLost`], but logged at debug level rather
+    /// than as warnings.
+    fn expect_departures(&self);
+
     /// Starts a graceful close: queued messages are flushed, every connected peer is
     /// told goodbye (so it reports no loss), and no more events are delivered. Further
     /// sends fail with [`FabricError::Closed`].

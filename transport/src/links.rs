@@ -188,6 +188,9 @@ pub(crate) struct Links {
     /// Set by [`Links::abort`] (the fabric was dropped, or its goodbyes timed out):
     /// links end without a goodbye, so peers see them break.
     pub aborted: bool,
+    /// Set by [`Links::expect_departures`]: peers are leaving with the job, so their
+    /// losses are logged at debug level.
+    departures_expected: bool,
     pub liveness: Liveness,
     /// The connection each peer's payloads go out on.
     pub outbound: HashMap<NodeId, OutLink>,
@@ -208,6 +211,7 @@ impl Links {
             flushing: false,
             closing: false,
             aborted: false,
+            departures_expected: false,
             liveness: Liveness::default(),
             outbound: HashMap::new(),
             queues: HashMap::new(),
@@ -231,7 +235,11 @@ impl Links {
     pub fn apply(&mut self, verdict: Verdict) {
         if let Some((peer, err)) = verdict.lost {
             if !self.closing {
-                warn!(peer, error = %err, "fabric peer lost");
+                if self.departures_expected {
+                    debug!(peer, error = %err, "fabric peer left");
+                } else {
+                    warn!(peer, error = %err, "fabric peer lost");
+                }
                 self.emit(FabricEvent::PeerLost {
                     peer,
                     reason: err.to_string(),
@@ -398,6 +406,11 @@ impl Links {
         self.has_handler() && !self.flushing && !self.pending.is_empty()
     }
 
+    /// The owner expects its peers to leave (see [`crate::Fabric::expect_departures`]).
+    pub fn expect_departures(&mut self) {
+        self.departures_expected = true;
+    }
+
     /// Starts closing: no more events, a goodbye on every connection. `false` when
     /// already closing.
     pub fn close(&mut self) -> bool {
@@ -540,7 +553,11 @@ impl Links {
             debug!(node = me, peer, error = %err, "connect failed after the peer was reported lost");
             return;
         }
-        warn!(node = me, peer, dropped, error = %err, "fabric peer unreachable");
+        if self.departures_expected {
+            debug!(node = me, peer, dropped, error = %err, "fabric peer gone");
+        } else {
+            warn!(node = me, peer, dropped, error = %err, "fabric peer unreachable");
+        }
         let verdict = self.liveness.unreachable(peer, err);
         self.apply(verdict);
     }

@@ -195,6 +195,10 @@ impl Fabric for TcpFabric {
         self.owner.shared.lock().declare_lost(peer);
     }
 
+    fn expect_departures(&self) {
+        self.owner.shared.lock().expect_departures();
+    }
+
     fn close(&self) {
         self.owner.shared.close();
     }

@@ -18,12 +18,15 @@ use cohort_topology::Allgather;
 use scenarios::*;
 
 /// Random schedules per scenario and gathering algorithm; a longer sweep:
-/// `COHORT_SCHEDULES=2000 cargo test -p cohort-core --test schedules`.
-fn schedules() -> u64 {
-    std::env::var("COHORT_SCHEDULES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(150)
+/// `COHORT_SCHEDULES=2000 cargo test -p cohort-core --test schedules`. Seeds run
+/// from `COHORT_SCHEDULES_FROM` (default 1), so a sweep can explore schedules no
+/// earlier sweep ran; a failure names its seed, which reruns it alone with
+/// `COHORT_SCHEDULES_FROM=SEED COHORT_SCHEDULES=1`.
+fn schedules() -> std::ops::RangeInclusive<u64> {
+    let var = |name: &str| std::env::var(name).ok().and_then(|v| v.parse::<u64>().ok());
+    let from = var("COHORT_SCHEDULES_FROM").unwrap_or(1).max(1);
+    let count = var("COHORT_SCHEDULES").unwrap_or(150);
+    from..=from.saturating_add(count).saturating_sub(1)
 }
 
 /// What every rank saw: each request's reply, in request order, and its events.
@@ -249,7 +252,7 @@ fn explore(allgather: Allgather) {
                 "{name}: oldest first leaves {:?}",
                 fifo.left
             );
-            for seed in 1..=schedules() {
+            for seed in schedules() {
                 let shuffled =
                     std::panic::catch_unwind(|| run(size, scenario, allgather, Some(seed)));
                 match shuffled {
@@ -289,7 +292,7 @@ fn explore_overlapping(allgather: Allgather, losses: Losses) {
                 run_out_the_clock(&mut c);
                 c.deliveries
             };
-            for seed in 1..=schedules() {
+            for seed in schedules() {
                 let mut pick = Rng::new(seed);
                 let faults = losses.pick(&mut pick, messages, size);
                 let mut case = format!(

@@ -55,6 +55,9 @@ fn startup_timeout() -> Duration {
 /// How long node servers get to stop their ranks and exit after `Shutdown` (their own
 /// SIGTERM→SIGKILL grace for ranks is 2 s) before the launcher SIGKILLs them.
 pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(4);
+/// How long the launcher waits for every node server to acknowledge that the job is
+/// ending (`LauncherMsg::Ending`) before it tells them to shut down anyway.
+const ENDING_WAIT: Duration = Duration::from_secs(2);
 /// How long SIGKILLed node servers may take to be reaped before we stop waiting.
 const KILL_WAIT: Duration = Duration::from_secs(5);
 /// How long the srun step that kills a lost node server on its node may take.
@@ -1536,6 +1539,8 @@ impl Launcher {
             | DaemonMsg::JobStarted { .. } => None,
             // Late (after `--get-stack-traces` stopped waiting): dropped.
             DaemonMsg::StackTraces { .. } => None,
+            // Answered only while the job ends (`announce_ending` reads it).
+            DaemonMsg::Ending => None,
             DaemonMsg::DataProcGone { job, rank } => {
                 // The data store drops the process's waiting lookups and
                 // proc-persistent values, if that node server hosts it.
@@ -1868,6 +1873,7 @@ impl Launcher {
     /// Stops every node server (Shutdown, then SIGKILL after the grace period), reaps
     /// them, kills anything orphaned below us, and removes the job directory.
     async fn shut_down(&mut self, signals: &mut TerminatingSignals) {
+        self.announce_ending(signals).await;
         let mut unregistered = false;
         for (node, d) in self.daemons.iter_mut().enumerate() {
             if !d.running {
@@ -1966,6 +1972,72 @@ impl Launcher {
             tracing::info!(swept, "killed processes the job left behind");
         }
         self.job_dir.remove();
+    }
+
+    /// Before any node server is told to shut down: tells every running one that the
+    /// job is ending ([`LauncherMsg::Ending`]) and waits until each acknowledged, for
+    /// [`ENDING_WAIT`] at most (a signal ends the wait). A node server that shuts down
+    /// closes its fabric connections; another that still took the job for running
+    /// would log that as a failure and tell every other server of it, over connections
+    /// made for the purpose (as seen with 64 node servers).
+    async fn announce_ending(&mut self, signals: &mut TerminatingSignals) {
+        if !self.started {
+            // The fabric carries nothing before the job starts.
+            return;
+        }
+        let mut waiting = std::collections::BTreeSet::new();
+        for (node, d) in self.daemons.iter_mut().enumerate() {
+            let Some(w) = d.writer.as_mut().filter(|_| d.running) else {
+                continue;
+            };
+            let sent = tokio::time::timeout(
+                Duration::from_secs(1),
+                control::send(w, &LauncherMsg::Ending),
+            )
+            .await;
+            if matches!(sent, Ok(Ok(()))) {
+                waiting.insert(node as NodeId);
+            }
+        }
+        let deadline = Instant::now() + ENDING_WAIT;
+        while !waiting.is_empty() {
+            tokio::select! {
+                ev = self.rx.recv() => match ev.expect("the launcher holds a sender") {
+                    Event::Msg { node, msg: DaemonMsg::Ending } => {
+                        waiting.remove(&node);
+                    }
+                    Event::Msg { node, msg: DaemonMsg::RankExited { rank, status, .. } } => {
+                        tracing::debug!(node, rank, ?status, "rank exited while the job ends");
+                    }
+                    Event::ControlClosed { node, .. } => {
+                        waiting.remove(&node);
+                    }
+                    Event::DaemonExited { node, how } => {
+                        tracing::debug!(node, "node server {how}");
+                        if self.slurm.is_none() {
+                            self.daemons[node as usize].running = false;
+                        }
+                        waiting.remove(&node);
+                    }
+                    Event::StepEnded { how } => {
+                        tracing::debug!("srun step ended: srun {how}");
+                        if let Some(step) = self.slurm.as_mut() {
+                            step.pid = None;
+                        }
+                        waiting.clear();
+                    }
+                    other => tracing::trace!(?other, "ignored while the job ends"),
+                },
+                _ = sleep_until(deadline) => {
+                    tracing::debug!(?waiting, "node servers did not acknowledge the job's end in time");
+                    break;
+                }
+                sig = signals.recv() => {
+                    tracing::debug!(sig, "signal while the job ends; shutting down now");
+                    break;
+                }
+            }
+        }
     }
 
     /// Under Slurm: waits for srun to end after every node server was told to stop;

@@ -82,6 +82,9 @@ pub enum DaemonMsg {
     /// The answer to [`LauncherMsg::StackTraces`]: each running rank's stack (or why
     /// there is none), as gdb printed it.
     StackTraces { traces: Vec<StackTrace> },
+    /// The answer to [`LauncherMsg::Ending`]: from now on this node server takes its
+    /// peers' departures for the job's end, not for losses.
+    Ending,
     /// This node server's fabric lost node server `node` (`reason`: a connection broke
     /// or could not be made).
     ///
@@ -203,6 +206,12 @@ pub enum LauncherMsg {
         #[serde(default)]
         job_digest: u64,
     },
+    /// The job is ending: the node servers are about to be told to shut down, so a
+    /// peer that goes away (or that cannot be reached any more) has left, not failed.
+    /// Answered with [`DaemonMsg::Ending`]; the launcher sends [`LauncherMsg::Shutdown`]
+    /// to any node server only once every one answered (or a short wait passed), so
+    /// that none of them reports another's shutdown as a loss.
+    Ending,
     /// Kill every rank now (SIGTERM, then SIGKILL after a grace period) and exit.
     Shutdown,
     /// Node server `node` is lost: the launcher killed it after a report of its

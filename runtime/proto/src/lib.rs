@@ -33,4 +33,4 @@ pub use job::{validate_pset_name, JobMap, JobState, Pset, RankSet, Session, MAX_
 pub use value::{Info, Scope, Value};
 
 /// Protocol version carried in every hello; bumped on any incompatible change.
-pub const PROTOCOL_VERSION: u32 = 13;
+pub const PROTOCOL_VERSION: u32 = 14;

@@ -142,6 +142,9 @@ struct Shared {
     /// When a message from another node server last arrived (see
     /// [`NodeService::unheard`]).
     last_heard: Option<Time>,
+    /// The job is ending (see [`NodeService::job_ending`]): peers that go away have
+    /// left, not failed.
+    ending: bool,
 }
 
 impl Shared {
@@ -296,6 +299,12 @@ impl Shared {
     /// the one cut off, and the engine would make the loss everyone's, for good), and
     /// this server acts on its verdict ([`NodeService::peer_lost`]).
     fn on_fabric_loss(&mut self, peer: NodeId, reason: String, unreachable: bool, now: Time) {
+        if self.ending {
+            // Shut down with the job (or about to be): nothing is routed around it any
+            // more, and no other server needs telling.
+            tracing::debug!(peer, %reason, "peer node server left with the job");
+            return;
+        }
         let Some(d) = self.detector.as_mut() else {
             tracing::error!(peer, %reason, "peer node server lost");
             self.engine.on_peer_lost(peer, now);
@@ -461,6 +470,7 @@ impl NodeService {
             unreachable: HashSet::new(),
             surveys: Vec::new(),
             gone: Vec::new(),
+            ending: false,
             last_heard: None,
         }));
         let stop = Rc::new(Notify::new());
@@ -570,6 +580,21 @@ impl NodeService {
     pub fn unheard(&self) -> Option<Duration> {
         let s = self.shared.borrow();
         s.last_heard.map(|t| s.now().saturating_sub(t))
+    }
+
+    /// The launcher says the job is ending: every node server is about to be shut
+    /// down, so from now on a peer that goes away has left with the job. Its loss is
+    /// not reported (nor told to the other servers, nor routed around: no operation of
+    /// the job is left to need it), the failure detector stops, and the fabric logs
+    /// such losses at debug level. Without this, a server told to shut down a moment
+    /// before another made that one log the departure as a failure (and tell every
+    /// other server, over connections made for it).
+    pub fn job_ending(&self) {
+        let mut s = self.shared.borrow_mut();
+        s.ending = true;
+        s.detector = None;
+        s.gone.clear();
+        s.fabric.expect_departures();
     }
 
     /// The launcher dropped this server's report of `node`: watch it again.

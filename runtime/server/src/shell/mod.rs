@@ -559,6 +559,12 @@ async fn await_start(
                 }
                 FromLauncher::Msg(LauncherMsg::Heartbeat) => continue,
                 FromLauncher::Msg(LauncherMsg::Shutdown) => return Err(End::Shutdown),
+                FromLauncher::Msg(LauncherMsg::Ending) => {
+                    // Stopped before it started: no peer to expect anything of yet.
+                    svc.job_ending();
+                    let _ = control::send(&mut link, &DaemonMsg::Ending).await;
+                    continue;
+                }
                 FromLauncher::Msg(other) => {
                     return Err(End::Fatal(format!("the launcher sent {other:?} before Start")));
                 }
@@ -607,21 +613,27 @@ async fn await_start(
 /// `StartJob` would: the only way to cancel a spawn in its starting phase on purpose.
 /// Release builds ignore it.
 async fn hold_start_for_tests(node: NodeId) {
+    hold_for_tests("COHORT_TEST_HOLD_START_JOB", "StartJob", node).await
+}
+
+/// Debug builds only, for the cluster tests: `VAR=NODE:MS` makes node server NODE
+/// wait MS milliseconds before it acts on the launcher's `what` (and reads its next
+/// control message); its service (fabric, failure detector) runs on meanwhile.
+/// `COHORT_TEST_HOLD_START_JOB` (see [`hold_start_for_tests`]) and
+/// `COHORT_TEST_HOLD_SHUTDOWN` (a server slow to shut down while the others are gone).
+/// Release builds ignore them.
+async fn hold_for_tests(var: &str, what: &str, node: NodeId) {
     if !cfg!(debug_assertions) {
         return;
     }
-    let Ok(v) = std::env::var("COHORT_TEST_HOLD_START_JOB") else {
+    let Ok(v) = std::env::var(var) else {
         return;
     };
     let hold = v
         .split_once(':')
         .and_then(|(n, ms)| Some((n.parse::<NodeId>().ok()?, ms.parse::<u64>().ok()?)));
     if let Some((n, ms)) = hold.filter(|&(n, _)| n == node) {
-        tracing::warn!(
-            node = n,
-            ms,
-            "holding StartJob (COHORT_TEST_HOLD_START_JOB)"
-        );
+        tracing::info!(node = n, ms, "holding {what} ({var})");
         tokio::time::sleep(Duration::from_millis(ms)).await;
     }
 }
@@ -671,7 +683,14 @@ async fn serve(
                 }
                 match ev {
                     FromLauncher::Msg(LauncherMsg::Heartbeat) => {}
-                    FromLauncher::Msg(LauncherMsg::Shutdown) => return End::Shutdown,
+                    FromLauncher::Msg(LauncherMsg::Shutdown) => {
+                        hold_for_tests("COHORT_TEST_HOLD_SHUTDOWN", "Shutdown", svc.node()).await;
+                        return End::Shutdown;
+                    }
+                    FromLauncher::Msg(LauncherMsg::Ending) => {
+                        svc.job_ending();
+                        tell(link, &DaemonMsg::Ending).await;
+                    }
                     FromLauncher::Msg(LauncherMsg::PeerLost { node }) => svc.peer_lost(node),
                     FromLauncher::Msg(LauncherMsg::PeerGone { node }) => {
                         // A heartbeat period (the launcher sends this only with the
