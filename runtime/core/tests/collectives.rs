@@ -153,3 +153,53 @@ fn what_a_server_sent_is_dropped_once_it_is_known_lost() {
     c.release(0, 2);
     assert_eq!(codes_at_4(&c), [-7001], "the late event from a lost server");
 }
+
+/// A process that ends cleanly (it finalized, in no collective in progress): its
+/// server tells the servers of its groups' members at once (a global failure view must
+/// not wait for it), the other servers after `CLEAN_END_NOTICE_DELAY`, and none of
+/// those once the launcher announced the job's end (`Engine::job_ending`): at a job's
+/// end every process ends cleanly, and telling every server of each one cost one
+/// message per process and server. A process that ends without finalizing is told to
+/// every server at once.
+#[test]
+fn a_clean_end_is_told_to_its_groups_at_once_and_to_the_rest_later_or_never() {
+    use cohort_core::engine::CLEAN_END_NOTICE_DELAY;
+    // Ranks 0-1 on server 0, 2-3 on server 1, 4-5 on server 2.
+    let mut c = Cluster::new(6, 3, TreeShape::KAry(2));
+    c.connect_all();
+    let q0 = c.construct(0, "pair", &[0, 2], ConstructOpts::default());
+    let q2 = c.construct(2, "pair", &[0, 2], ConstructOpts::default());
+    c.group(0, q0);
+    c.group(2, q2);
+    let knows =
+        |c: &Cluster, server: usize, rank: u32| c.engines[server].is_terminated(&c.proc(rank));
+
+    let q = c.request(0, Request::Finalize);
+    assert_eq!(c.reply(0, q), Some(Ok(Response::Done)));
+    c.exit(0);
+    assert!(
+        knows(&c, 1, 0),
+        "server 1 hosts rank 2, in a group with rank 0"
+    );
+    assert!(
+        !knows(&c, 2, 0),
+        "server 2 hosts no member of rank 0's groups"
+    );
+    c.advance(CLEAN_END_NOTICE_DELAY / 2);
+    assert!(!knows(&c, 2, 0));
+    c.advance(CLEAN_END_NOTICE_DELAY);
+    assert!(knows(&c, 2, 0), "told after the delay");
+
+    // A failure is told to every server at once.
+    c.exit(5);
+    assert!(knows(&c, 0, 5) && knows(&c, 1, 5));
+
+    // Announced job end: clean ends not yet told are never told.
+    let q = c.request(1, Request::Finalize);
+    assert_eq!(c.reply(1, q), Some(Ok(Response::Done)));
+    c.exit(1);
+    assert!(knows(&c, 0, 1));
+    c.engines[0].job_ending();
+    c.advance(CLEAN_END_NOTICE_DELAY * 2);
+    assert!(!knows(&c, 1, 1) && !knows(&c, 2, 1));
+}

@@ -585,8 +585,9 @@ impl NodeService {
     /// The launcher says the job is ending: every node server is about to be shut
     /// down, so from now on a peer that goes away has left with the job. Its loss is
     /// not reported (nor told to the other servers, nor routed around: no operation of
-    /// the job is left to need it), the failure detector stops, and the fabric logs
-    /// such losses at debug level. Without this, a server told to shut down a moment
+    /// the job is left to need it), the failure detector stops, the fabric logs such
+    /// losses at debug level, and the news of local processes that ended cleanly is
+    /// no longer sent (`cohort_core::engine::CLEAN_END_NOTICE_DELAY`). Without this, a server told to shut down a moment
     /// before another made that one log the departure as a failure (and tell every
     /// other server, over connections made for it).
     pub fn job_ending(&self) {
@@ -595,6 +596,7 @@ impl NodeService {
         s.detector = None;
         s.gone.clear();
         s.fabric.expect_departures();
+        s.engine.job_ending();
     }
 
     /// The launcher dropped this server's report of `node`: watch it again.
