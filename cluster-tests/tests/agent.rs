@@ -124,6 +124,45 @@ fn node_servers_start_through_the_agent_with_their_secrets_on_stdin() {
     s.assert_job_dir_removed();
 }
 
+/// `--display-allocation` prints each host's slots as soon as the hosts are known,
+/// so it shows even when mapping then refuses the job for too few slots. Nothing is
+/// started then.
+#[test]
+fn display_allocation_shows_the_hosts_slots_even_when_mapping_refuses() {
+    let s = scratch("agent-alloc");
+    let out = s.run(
+        &[
+            "run",
+            "--host",
+            "127.0.1.1:2,127.0.1.2:1",
+            "--display-allocation",
+            "-n",
+            "4",
+            "true",
+        ],
+        &[],
+    );
+    assert_eq!(out.status.code(), Some(1), "{}", describe(&out));
+    assert_eq!(
+        text(&out.stdout).lines().collect::<Vec<_>>()[1..4],
+        [
+            "hosts from --host: 2 hosts, 3 slots",
+            "  127.0.1.1: slots=2",
+            "  127.0.1.2: slots=1"
+        ],
+        "{}",
+        describe(&out)
+    );
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("4 ranks, but the hosts have only 3 slot(s)"),
+        "{}",
+        describe(&out)
+    );
+    assert_eq!(s.argv(), "", "no node server was started");
+    s.assert_job_dir_removed();
+}
+
 #[test]
 fn a_host_the_agent_cannot_reach_fails_the_job_naming_it() {
     let s = scratch("agent-fail");

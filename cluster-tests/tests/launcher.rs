@@ -1386,6 +1386,51 @@ fn display_map_shows_where_the_ranks_run() {
     );
 }
 
+/// `--display allocation,map` (PRRTE's spelling of `--display-allocation
+/// --display-map`): the allocation first (this host's slots, which its node servers
+/// share), then the map, then the ranks' output.
+#[test]
+fn display_allocation_shows_this_hosts_slots_before_the_map() {
+    let cores = topo_cores().len();
+    let out = run_cohort(
+        [
+            "run",
+            "--nodes",
+            "3",
+            "-n",
+            "2",
+            "--display",
+            "allocation,map",
+            "echo",
+            "RAN",
+        ],
+        DEADLINE,
+    );
+    assert_eq!(code(&out), Some(0), "{}", describe(&out));
+    let stdout = text(&out.stdout);
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert!(lines[0].contains("ALLOCATED NODES"), "{stdout}");
+    let s = if cores == 1 { "" } else { "s" };
+    let want = format!(": {cores} slot{s} ({cores} core{s}), shared by 3 node servers");
+    assert!(
+        lines[1].starts_with("this host") && lines[1].ends_with(&want),
+        "{stdout}"
+    );
+    let slots = format!("slots={cores} (shared)");
+    assert_eq!(
+        lines[2..5],
+        [
+            format!("  node0: {slots}"),
+            format!("  node1: {slots}"),
+            format!("  node2: {slots}")
+        ]
+    );
+    assert!(lines[5].starts_with("====="), "{stdout}");
+    assert!(lines[6].contains("JOB MAP"), "{stdout}");
+    let ran = lines.iter().position(|l| *l == "RAN").expect("ran");
+    assert!(ran > 6, "{stdout}");
+}
+
 /// `--bind-to socket` (a package): each rank is bound to every allowed CPU of its
 /// core's package, as `cohort topo --json` lists the cores.
 #[test]

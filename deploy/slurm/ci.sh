@@ -196,6 +196,20 @@ else
 fi
 nothing_left universe
 
+# --display-allocation shows each node's tasks (its slots) and CPUs as Slurm gave them.
+alloc 3 -n 5 "$cohort" run --display-allocation -n 1 true
+got=$(grep -E '^(Slurm job|  n[1-3]: )' "$work/out" | sed 's/ cpus=[0-9]*$/ cpus=C/; s/^Slurm job [0-9]* /Slurm job J /')
+want="Slurm job J (n[1-3], 5 tasks): node servers on 3 of 3 node(s)
+  n1: slots=2 cpus=C
+  n2: slots=2 cpus=C
+  n3: slots=1 cpus=C"
+if [[ $rc == 0 && $got == "$want" ]]; then
+    pass "--display-allocation: n1-n3 with 2, 2 and 1 slots (the allocation's tasks)"
+else
+    fail "--display-allocation: status $rc, got: $got" "$work/both"
+fi
+nothing_left display-allocation
+
 echo "### 1d. salloc -N 3 cohort run -N 2 testprog construct: 2 ranks per node server"
 # As mpirun -N 2 (--npernode, --map-by ppr:2:node): without -n, 2 per node, 6 in all.
 alloc 3 "$cohort" run -N 2 "$testprog" construct

@@ -454,6 +454,17 @@ pub struct RunArgs {
     #[arg(long, help_heading = "Output options")]
     pub display_map: bool,
 
+    /// Print the nodes the job was given before mapping (as mpirun's
+    /// --display-allocation): this host's slots shared by its node servers, each Slurm
+    /// node's tasks (slots) and CPUs, or each --host/--hostfile host's slots
+    #[arg(long, help_heading = "Output options")]
+    pub display_allocation: bool,
+
+    /// PRRTE's display directives, comma-separated, any unique prefix: allocation, map,
+    /// bind (--display-allocation, --display-map, --report-bindings)
+    #[arg(long = "display", value_name = "LIST", help_heading = "Output options")]
+    pub display_directives: Option<String>,
+
     /// Which ranks get cohort run's stdin (as Open MPI's --stdin): a rank, `all` or
     /// `none`; the others read /dev/null. Not read when cohort run is in the
     /// background of a terminal
@@ -717,6 +728,36 @@ fn looks_like_a_job_namespace(name: &str) -> bool {
         && hex.bytes().all(|b| b.is_ascii_hexdigit())
 }
 
+/// The one name of `names` that `item` is (any case) or begins (PRRTE's
+/// abbreviations); an error naming `option` and the names (and `more`) otherwise.
+fn directive<'a>(
+    option: &str,
+    item: &str,
+    names: &[&'a str],
+    more: &str,
+) -> Result<&'a str, String> {
+    let lower = item.to_ascii_lowercase();
+    if let Some(exact) = names.iter().find(|n| **n == lower) {
+        return Ok(exact);
+    }
+    let matches: Vec<&str> = names
+        .iter()
+        .copied()
+        .filter(|n| n.starts_with(&lower))
+        .collect();
+    match matches.as_slice() {
+        [one] => Ok(one),
+        [] => Err(format!(
+            "{option} {item:?}: not a directive cohort has ({}{more})",
+            names.join(", ")
+        )),
+        many => Err(format!(
+            "{option} {item:?} is ambiguous: {}",
+            many.join(", ")
+        )),
+    }
+}
+
 /// `--map-by` as given.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct MapSpec {
@@ -727,6 +768,8 @@ pub struct MapSpec {
     pub oversubscribe: bool,
     /// `:DISPLAY` (as `--display-map`).
     pub display: bool,
+    /// `:DISPLAYALLOC` (as `--display-allocation`).
+    pub display_alloc: bool,
 }
 
 /// The policy part of `--map-by`: a policy, or `ppr:K:node`.
@@ -739,14 +782,16 @@ pub enum MapPolicy {
 
 fn parse_map_by(s: &str) -> Result<MapSpec, String> {
     // Trailing modifiers (any case), as Open MPI's, after ':' or ',': PE=n,
-    // OVERSUBSCRIBE, NOOVERSUBSCRIBE, DISPLAY; SPAN is refused by name.
+    // OVERSUBSCRIBE, NOOVERSUBSCRIBE, DISPLAY, DISPLAYALLOC; SPAN is refused by name.
     let (mut policy, mut pe, mut oversubscribe, mut display) = (s, None, false, false);
+    let mut display_alloc = false;
     while let Some(at) = policy.rfind([':', ',']) {
         let m = policy[at + 1..].to_ascii_lowercase();
         match m.as_str() {
             "oversubscribe" => oversubscribe = true,
             "nooversubscribe" => {}
             "display" => display = true,
+            "displayalloc" => display_alloc = true,
             "span" => {
                 return Err(format!(
                     "{s}: the SPAN modifier (the node servers as one) is not supported"
@@ -770,6 +815,7 @@ fn parse_map_by(s: &str) -> Result<MapSpec, String> {
         pe,
         oversubscribe,
         display,
+        display_alloc,
     })
 }
 
@@ -854,31 +900,27 @@ impl RunArgs {
                 self.output_filename = Some(PathBuf::from(dir));
                 continue;
             }
-            // An exact name, else the one name it begins (PRRTE's abbreviations).
-            let matches: Vec<&str> = match NAMES.contains(&lower.as_str()) {
-                true => vec![NAMES[NAMES.iter().position(|n| *n == lower).unwrap_or(0)]],
-                false => NAMES
-                    .iter()
-                    .copied()
-                    .filter(|n| n.starts_with(&lower))
-                    .collect(),
-            };
-            match matches.as_slice() {
-                ["tag" | "tag-fullname"] => self.tag_output = true,
-                ["timestamp"] => self.timestamp_output = true,
-                ["merge-stderr-to-stdout"] => self.merge_stderr_to_stdout = true,
-                [] => {
-                    return Err(format!(
-                        "--output {item:?}: not a directive cohort has (tag, timestamp, \
-                         merge-stderr-to-stdout, dir=DIR)"
-                    ))
-                }
-                many => {
-                    return Err(format!(
-                        "--output {item:?} is ambiguous: {}",
-                        many.join(", ")
-                    ))
-                }
+            match directive("--output", item, &NAMES, ", dir=DIR")? {
+                "tag" | "tag-fullname" => self.tag_output = true,
+                "timestamp" => self.timestamp_output = true,
+                _ => self.merge_stderr_to_stdout = true,
+            }
+        }
+        Ok(())
+    }
+
+    /// Applies PRRTE's `--display LIST` to the options it stands for: `allocation`
+    /// (`--display-allocation`), `map` (`--display-map`), `bind` (`--report-bindings`).
+    fn resolve_display(&mut self) -> Result<(), String> {
+        let Some(list) = self.display_directives.clone() else {
+            return Ok(());
+        };
+        const NAMES: [&str; 3] = ["allocation", "map", "bind"];
+        for item in list.split(',').map(str::trim).filter(|i| !i.is_empty()) {
+            match directive("--display", item, &NAMES, "")? {
+                "allocation" => self.display_allocation = true,
+                "map" => self.display_map = true,
+                _ => self.report_bindings = true,
             }
         }
         Ok(())
@@ -917,6 +959,7 @@ impl RunArgs {
         self.map_by = by;
         self.oversubscribe |= self.map_spec.oversubscribe;
         self.display_map |= self.map_spec.display;
+        self.display_allocation |= self.map_spec.display_alloc;
         Ok(())
     }
 
@@ -1138,6 +1181,7 @@ pub fn parse_cli(args: impl IntoIterator<Item = OsString>) -> Result<Cli, clap::
     };
     run.resolve_mapping().map_err(usage_error)?;
     run.resolve_output().map_err(usage_error)?;
+    run.resolve_display().map_err(usage_error)?;
     let last = rest.len();
     for (k, segment) in rest.into_iter().enumerate() {
         let k = k + 1;
@@ -1833,6 +1877,46 @@ mod tests {
             ]);
             let e = e.map(|_| ()).expect_err(list).to_string();
             assert!(e.contains(says) && e.contains(list), "{list}: {e}");
+        }
+    }
+
+    /// PRRTE's `--display LIST` (allocation, map, bind; any case, unique prefixes),
+    /// mpirun's `--display-allocation` (single-dash too) and `--map-by …:DISPLAYALLOC`;
+    /// other directives refused, named.
+    #[test]
+    fn display_directives_and_display_allocation() {
+        let r = parse(&["cohort", "run", "-n", "1", "prog"]).unwrap();
+        assert!(!r.display_allocation && !r.display_map && !r.report_bindings);
+        let r = parse(&["cohort", "run", "--display", "ALLOC,m", "-n", "1", "prog"]).unwrap();
+        assert!(r.display_allocation && r.display_map && !r.report_bindings);
+        let r = parse(&["cohort", "run", "--display=bind", "-n", "1", "prog"]).unwrap();
+        assert!(!r.display_allocation && !r.display_map && r.report_bindings);
+        let r = parse(&["cohort", "run", "-display-allocation", "-n", "1", "prog"]).unwrap();
+        assert!(r.display_allocation && !r.display_map);
+        assert_eq!(r.command, ["prog"]);
+        let r = parse(&[
+            "cohort",
+            "run",
+            "--map-by",
+            "node:DISPLAYALLOC",
+            "-n",
+            "1",
+            "p",
+        ])
+        .unwrap();
+        assert!(r.display_allocation && !r.display_map && r.map_by == MapBy::Node);
+        for (list, says) in [("topo", "not a directive"), ("", "")] {
+            let got = parse(&["cohort", "run", "--display", list, "-n", "1", "prog"]);
+            match says.is_empty() {
+                true => assert!(got.is_ok(), "an empty list displays nothing"),
+                false => {
+                    let e = got.map(|_| ()).expect_err(list).to_string();
+                    assert!(
+                        e.contains(says) && e.contains(list) && e.contains("allocation"),
+                        "{e}"
+                    );
+                }
+            }
         }
     }
 

@@ -37,7 +37,10 @@ use crate::slurm;
 use crate::ssh::{self, Launch};
 use crate::topo::{plan_job, JobPlacement};
 
+mod allocation;
 mod spawn;
+
+use allocation::{display_allocation, Allocated};
 
 /// How long every node server has to register, unless `COHORT_STARTUP_TIMEOUT` (in
 /// seconds) says otherwise.
@@ -233,16 +236,61 @@ fn default_np(
             }
             Ok(total)
         }
-        _ => {
-            let topo = Discover {
-                io: false,
-                xml: false,
-            }
-            .run();
-            let cores = cohort_topology::NodeLayout::for_slots(&topo, unit, cpu_set).num_cores();
-            Ok(u32::try_from(cores).unwrap_or(u32::MAX).max(1))
-        }
+        _ => Ok(local_slots(unit, cpu_set)),
     }
+}
+
+/// This host's slots: its cores (or hardware threads) within `cpu_set`, at least one.
+fn local_slots(unit: SlotUnit, cpu_set: Option<&cohort_topology::CpuSet>) -> u32 {
+    let topo = Discover {
+        io: false,
+        xml: false,
+    }
+    .run();
+    let cores = cohort_topology::NodeLayout::for_slots(&topo, unit, cpu_set).num_cores();
+    u32::try_from(cores).unwrap_or(u32::MAX).max(1)
+}
+
+/// Prints what `--display-allocation` shows (see [`allocation`]) on stdout.
+fn print_allocation(
+    args: &RunArgs,
+    alloc: Option<&slurm::Allocation>,
+    slurm_nodes: Option<&slurm::Nodes>,
+    ssh_hosts: Option<&SshHosts>,
+    nodes: u32,
+) {
+    let local_names: Vec<String>;
+    let shown = match (alloc, slurm_nodes, ssh_hosts) {
+        (Some(alloc), Some(n), _) => Allocated::Slurm {
+            alloc,
+            names: &n.names,
+        },
+        (_, _, Some(s)) => {
+            let mut from = Vec::new();
+            if !args.host.is_empty() {
+                from.push("--host".to_string());
+            }
+            if let Some(f) = &args.hostfile {
+                from.push(format!("--hostfile {}", f.display()));
+            }
+            Allocated::Ssh {
+                hosts: &s.hosts,
+                from: from.join(", "),
+            }
+        }
+        _ => {
+            local_names = (0..nodes).map(|i| format!("node{i}")).collect();
+            Allocated::Local {
+                host: cohort_os::host_name(),
+                slots: local_slots(args.slot_unit(), args.cpu_set.as_ref()),
+                unit: args.slot_unit(),
+                cpu_set: args.cpu_set.as_ref(),
+                names: &local_names,
+            }
+        }
+    };
+    print!("{}", display_allocation(&shown));
+    let _ = std::io::Write::flush(&mut std::io::stdout());
 }
 
 /// The job map `--display-map` prints: a header, then each node server with the ranks
@@ -494,6 +542,15 @@ impl Launcher {
                 args.node_addrs.len(),
                 nodes
             ));
+        }
+        if args.display_allocation {
+            print_allocation(
+                &args,
+                alloc.as_ref(),
+                slurm_nodes.as_ref(),
+                ssh_hosts.as_ref(),
+                nodes,
+            );
         }
         if args.np.is_none() && args.more_apps.is_empty() {
             args.np = Some(match args.per_node {

@@ -39,20 +39,41 @@ pub struct Allocation {
     /// the sum of `SLURM_TASKS_PER_NODE` (`2(x3),1`); what `cohort run` without `-n`
     /// starts, as mpirun does.
     pub tasks: Option<u32>,
+    /// `SLURM_TASKS_PER_NODE` expanded, one entry per node of the allocation in
+    /// `nodelist` order; empty when unset or malformed.
+    pub tasks_per_node: Vec<u32>,
+    /// `SLURM_JOB_CPUS_PER_NODE` expanded the same way; empty when unset or malformed.
+    pub cpus_per_node: Vec<u32>,
 }
 
-/// The sum of a `SLURM_TASKS_PER_NODE` value: counts, each optionally repeated
-/// (`2(x3),1` is 2+2+2+1); `None` when malformed.
-pub fn sum_tasks_per_node(v: &str) -> Option<u32> {
-    let mut total: u32 = 0;
+/// The most entries a per-node value expands to (`1(x4000000000)` is refused rather
+/// than allocated).
+const MAX_PER_NODE: u64 = 1 << 20;
+
+/// A per-node count list as Slurm writes `SLURM_TASKS_PER_NODE` and
+/// `SLURM_JOB_CPUS_PER_NODE`: counts, each optionally repeated (`2(x3),1` is
+/// 2,2,2,1), one per node in the node list's order; `None` when malformed.
+pub fn expand_per_node(v: &str) -> Option<Vec<u32>> {
+    let mut out = Vec::new();
     for part in v.trim().split(',') {
         let (count, times) = match part.split_once("(x") {
             Some((c, rest)) => (c, rest.strip_suffix(')')?.parse::<u32>().ok()?),
             None => (part, 1),
         };
         let count: u32 = count.trim().parse().ok()?;
-        total = total.checked_add(count.checked_mul(times)?)?;
+        if times == 0 || out.len() as u64 + u64::from(times) > MAX_PER_NODE {
+            return None;
+        }
+        out.extend(std::iter::repeat_n(count, times as usize));
     }
+    Some(out)
+}
+
+/// The sum of a `SLURM_TASKS_PER_NODE` value (`2(x3),1` is 2+2+2+1); `None` when
+/// malformed or zero.
+pub fn sum_tasks_per_node(v: &str) -> Option<u32> {
+    let counts = expand_per_node(v)?;
+    let total = counts.iter().try_fold(0u32, |t, &c| t.checked_add(c))?;
     (total > 0).then_some(total)
 }
 
@@ -75,6 +96,12 @@ impl Allocation {
             nodelist: nodelist.trim().to_string(),
             num_nodes,
             tasks,
+            tasks_per_node: set("SLURM_TASKS_PER_NODE")
+                .and_then(|v| expand_per_node(&v))
+                .unwrap_or_default(),
+            cpus_per_node: set("SLURM_JOB_CPUS_PER_NODE")
+                .and_then(|v| expand_per_node(&v))
+                .unwrap_or_default(),
         })
     }
 }
@@ -447,9 +474,43 @@ mod tests {
         );
         assert_eq!(sum_tasks_per_node("3"), Some(3));
         assert_eq!(sum_tasks_per_node("1(x2),4"), Some(6));
-        for bad in ["", "x", "2(x", "2(3)", "0", "2(x3"] {
+        for bad in [
+            "",
+            "x",
+            "2(x",
+            "2(3)",
+            "0",
+            "2(x3",
+            "1(x0)",
+            "1(x4000000000)",
+        ] {
             assert_eq!(sum_tasks_per_node(bad), None, "{bad}");
         }
+    }
+
+    /// `--display-allocation` shows each node's tasks and CPUs as Slurm lists them.
+    #[test]
+    fn per_node_counts_expand_in_node_list_order() {
+        assert_eq!(expand_per_node("2(x3),1"), Some(vec![2, 2, 2, 1]));
+        assert_eq!(expand_per_node(" 4 "), Some(vec![4]));
+        assert_eq!(expand_per_node("1,8(x2)"), Some(vec![1, 8, 8]));
+        assert_eq!(expand_per_node("1(x2000000)"), None, "too many nodes");
+        let alloc = Allocation::from_env(env(&[
+            ("SLURM_JOB_ID", "42"),
+            ("SLURM_JOB_NODELIST", "n[1-3]"),
+            ("SLURM_TASKS_PER_NODE", "2(x2),1"),
+            ("SLURM_JOB_CPUS_PER_NODE", "4(x3)"),
+        ]))
+        .unwrap();
+        assert_eq!(alloc.tasks_per_node, [2, 2, 1]);
+        assert_eq!(alloc.cpus_per_node, [4, 4, 4]);
+        let alloc = Allocation::from_env(env(&[
+            ("SLURM_JOB_ID", "42"),
+            ("SLURM_JOB_NODELIST", "n[1-3]"),
+            ("SLURM_JOB_CPUS_PER_NODE", "4(x"),
+        ]))
+        .unwrap();
+        assert!(alloc.tasks_per_node.is_empty() && alloc.cpus_per_node.is_empty());
     }
 
     #[test]

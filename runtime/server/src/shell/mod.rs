@@ -195,7 +195,7 @@ pub fn main() -> i32 {
         say(format_args!("{e}"));
         return 2;
     }
-    if let Err(e) = args.check_pmix_libdir(&host_name()) {
+    if let Err(e) = args.check_pmix_libdir(&cohort_os::host_name()) {
         say(format_args!("{e}"));
         return 1;
     }
@@ -940,7 +940,7 @@ async fn connect(
     let nonce = cohort_proto::auth::nonce().map_err(|e| format!("no random nonce: {e}"))?;
     let fabric_addr = svc.fabric_addr();
     let pid = std::process::id();
-    let host = host_name();
+    let host = cohort_os::host_name();
     let register = DaemonMsg::Register {
         node: args.node,
         nonce,
@@ -984,19 +984,6 @@ async fn connect(
     let (tx, rx) = mpsc::unbounded_channel();
     tokio::task::spawn_local(control::read_loop(reader, tx));
     Ok((writer, rx))
-}
-
-/// This host's name as `gethostname` gives it (this UTS namespace's), which is what
-/// the ranks see; empty if it cannot be read.
-fn host_name() -> String {
-    let mut buf = [0u8; 256];
-    // SAFETY: the buffer is valid for its length; gethostname writes at most that.
-    let rc = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
-    if rc != 0 {
-        return String::new();
-    }
-    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
-    String::from_utf8_lossy(&buf[..end]).into_owned()
 }
 
 /// Creates `dir` with mode 0700 (tightening it if it already exists).
