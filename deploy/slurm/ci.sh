@@ -196,17 +196,31 @@ else
 fi
 nothing_left universe
 
-# --display-allocation shows each node's tasks (its slots) and CPUs as Slurm gave them.
-alloc 3 -n 5 "$cohort" run --display-allocation -n 1 true
-got=$(grep -E '^(Slurm job|  n[1-3]: )' "$work/out" | sed 's/ cpus=[0-9]*$/ cpus=C/; s/^Slurm job [0-9]* /Slurm job J /')
-want="Slurm job J (n[1-3], 5 tasks): node servers on 3 of 3 node(s)
-  n1: slots=2 cpus=C
-  n2: slots=2 cpus=C
-  n3: slots=1 cpus=C"
-if [[ $rc == 0 && $got == "$want" ]]; then
-    pass "--display-allocation: n1-n3 with 2, 2 and 1 slots (the allocation's tasks)"
+# --display-allocation shows each node's tasks (its slots) as Slurm gave them
+# (SLURM_TASKS_PER_NODE, such as 3,1(x2) for -N 3 -n 5), and the ranks run as srun
+# would run the allocation's tasks: that many on each node.
+alloc 3 -n 5 bash -c 'echo "TPN=$SLURM_TASKS_PER_NODE"
+    exec "$0" run --display-allocation -n 5 sh -c "echo PLACED \$COHORT_NODE_NAME"' "$cohort"
+tpn=$(sed -n 's/^TPN=//p' "$work/out")
+want=""
+node=1
+for part in ${tpn//,/ }; do
+    count=${part%%(*}
+    times=1
+    [[ $part == *"(x"* ]] && { times=${part#*(x}; times=${times%)}; }
+    for ((k = 0; k < times; k++)); do
+        want+="n$node: slots=$count"$'\n'
+        node=$((node + 1))
+    done
+done
+want=${want%$'\n'}
+shown=$(grep -E '^  n[1-3]: ' "$work/out" | sed 's/^  //; s/ cpus=[0-9]*$//')
+placed=$(sed -n 's/^PLACED //p' "$work/out" | sort | uniq -c | awk '{print $2": slots="$1}')
+if [[ $rc == 0 && -n $tpn && $shown == "$want" && $placed == "$want" ]] &&
+    grep -qE '^Slurm job [0-9]+ \(n\[1-3\], 5 tasks\): node servers on 3 of 3 node\(s\)$' "$work/out"; then
+    pass "--display-allocation: n1-n3 with the allocation's tasks as slots ($tpn), and the 5 ranks placed so"
 else
-    fail "--display-allocation: status $rc, got: $got" "$work/both"
+    fail "--display-allocation: status $rc, SLURM_TASKS_PER_NODE=$tpn, shown: $shown, placed: $placed" "$work/both"
 fi
 nothing_left display-allocation
 

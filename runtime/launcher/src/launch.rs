@@ -251,6 +251,30 @@ fn local_slots(unit: SlotUnit, cpu_set: Option<&cohort_topology::CpuSet>) -> u32
     u32::try_from(cores).unwrap_or(u32::MAX).max(1)
 }
 
+/// Ranks per node server under Slurm: the allocation's tasks on each of `names` (the
+/// nodes in use, the allocation's first) cap an even split, with more ranks than
+/// tasks filling every node's tasks and spreading the rest evenly. `None` (an even
+/// split by `--map-by`) when Slurm gave no per-node task counts for them.
+fn slurm_slot_counts(
+    np: u32,
+    alloc: &slurm::Allocation,
+    names: &[String],
+) -> Result<Option<Vec<u32>>, String> {
+    if alloc.tasks_per_node.len() < names.len() {
+        return Ok(None);
+    }
+    let nodes: Vec<ssh::Host> = names
+        .iter()
+        .zip(&alloc.tasks_per_node)
+        .map(|(name, &tasks)| ssh::Host {
+            user: None,
+            name: name.clone(),
+            slots: Some(tasks),
+        })
+        .collect();
+    ssh::rank_counts(np, &nodes, true)
+}
+
 /// Prints what `--display-allocation` shows (see [`allocation`]) on stdout.
 fn print_allocation(
     args: &RunArgs,
@@ -590,7 +614,13 @@ impl Launcher {
                 Some(counts)
             }
             (None, Some(h)) => ssh::rank_counts(plan.np, &h.hosts, args.oversubscribe)?,
-            (None, None) => None,
+            // Under Slurm the allocation's tasks on each node are its slots, as mpirun
+            // counts them (srun's placement when -n is the allocation's); more ranks
+            // than tasks are spread evenly on top, as cohort always allowed there.
+            (None, None) => match (&alloc, &slurm_nodes) {
+                (Some(a), Some(n)) => slurm_slot_counts(plan.np, a, &n.names)?,
+                _ => None,
+            },
         };
         let cohortd = daemon::find_cohortd()?;
         let mut exports = daemon::mca_exports(&args.mca)?;
@@ -2508,6 +2538,41 @@ mod tests {
             "{map}"
         );
         assert!(map.contains("  node1: 2 ranks: 3-4 (app 1)\n"), "{map}");
+    }
+
+    /// Under Slurm each node's tasks are its slots: `salloc -N 2 -n 4` may give 3 and
+    /// 1, and 4 ranks then run as srun's 4 tasks would, not 2 and 2. More ranks than
+    /// tasks fill them and spread the rest; no per-node counts leave --map-by to it.
+    #[test]
+    fn under_slurm_the_allocations_tasks_are_each_nodes_slots() {
+        let alloc = |tasks: Vec<u32>| slurm::Allocation {
+            job_id: "1".into(),
+            nodelist: "n[1-3]".into(),
+            num_nodes: Some(3),
+            tasks: None,
+            tasks_per_node: tasks,
+            cpus_per_node: Vec::new(),
+        };
+        let names: Vec<String> = ["n1", "n2", "n3"].map(String::from).into();
+        let uneven = alloc(vec![3, 1, 2]);
+        assert_eq!(
+            slurm_slot_counts(6, &uneven, &names),
+            Ok(Some(vec![3, 1, 2]))
+        );
+        assert_eq!(
+            slurm_slot_counts(4, &uneven, &names),
+            Ok(Some(vec![2, 1, 1]))
+        );
+        assert_eq!(
+            slurm_slot_counts(8, &uneven, &names),
+            Ok(Some(vec![4, 2, 2]))
+        );
+        // --nodes 2: the first two nodes' tasks
+        assert_eq!(
+            slurm_slot_counts(4, &uneven, &names[..2]),
+            Ok(Some(vec![3, 1]))
+        );
+        assert_eq!(slurm_slot_counts(4, &alloc(vec![]), &names), Ok(None));
     }
 
     #[test]
