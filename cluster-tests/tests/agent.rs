@@ -163,6 +163,84 @@ fn display_allocation_shows_the_hosts_slots_even_when_mapping_refuses() {
     s.assert_job_dir_removed();
 }
 
+/// `--rankfile` over hosts: the file's hosts are --host's names, every node server
+/// gets the whole map in one argument (no --node-ranks), binds its own ranks on its
+/// own host, and refuses to start when its host lacks a rank's core, naming both.
+#[test]
+fn a_rankfile_places_ranks_on_the_hosts_it_names() {
+    let s = scratch("agent-rankfile");
+    let file = s.dir.path().join("ranks");
+    std::fs::write(
+        &file,
+        "rank 0=127.0.1.2 slot=0\nrank 1=127.0.1.1\nrank 2=+n1\n",
+    )
+    .unwrap();
+    let show = "echo RANK $COHORT_RANK on $COHORT_NODE_NAME bound $COHORT_BINDING";
+    let out = s.run(
+        &[
+            "run",
+            "--host",
+            "127.0.1.1:1,127.0.1.2:1",
+            "--rankfile",
+            file.to_str().unwrap(),
+            "sh",
+            "-c",
+            show,
+        ],
+        &[],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    let mut placed: Vec<String> = text(&out.stdout)
+        .lines()
+        .filter_map(|l| l.strip_prefix("RANK "))
+        .map(|l| l.split(" bound ").next().unwrap_or("").to_string())
+        .collect();
+    placed.sort();
+    // Two ranks on a host of one slot: a rankfile is not held to the slots.
+    assert_eq!(
+        placed,
+        ["0 on 127.0.1.2", "1 on 127.0.1.1", "2 on 127.0.1.2"],
+        "{}",
+        describe(&out)
+    );
+    let stdout = text(&out.stdout);
+    assert!(
+        stdout.contains("RANK 1 on 127.0.1.1 bound none"),
+        "{stdout}"
+    );
+    assert!(
+        !stdout.contains("RANK 0 on 127.0.1.2 bound none"),
+        "{stdout}"
+    );
+    let argv = s.argv();
+    assert!(argv.contains("--rank-map 1=0/0/1"), "{argv}");
+    assert!(!argv.contains("--node-ranks"), "{argv}");
+
+    // Over ssh the hosts are not this one: each node server checks its ranks' cores.
+    std::fs::write(&file, "rank 0=127.0.1.1\nrank 1=127.0.1.2 slot=4095\n").unwrap();
+    let out = s.run(
+        &[
+            "run",
+            "--host",
+            "127.0.1.1,127.0.1.2",
+            "--rankfile",
+            file.to_str().unwrap(),
+            "echo",
+            "RAN",
+        ],
+        &[],
+    );
+    assert_eq!(out.status.code(), Some(1), "{}", describe(&out));
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("127.0.1.2: --rankfile: rank 1 slot=4095: logical core 4095: the host has"),
+        "{}",
+        describe(&out)
+    );
+    assert!(!text(&out.stdout).contains("RAN"), "{}", describe(&out));
+    s.assert_job_dir_removed();
+}
+
 #[test]
 fn a_host_the_agent_cannot_reach_fails_the_job_naming_it() {
     let s = scratch("agent-fail");

@@ -1431,6 +1431,138 @@ fn display_allocation_shows_this_hosts_slots_before_the_map() {
     assert!(ran > 6, "{stdout}");
 }
 
+/// `--rankfile` (Open MPI's): each rank runs on the node server its line names (by
+/// name or `+nK`) and is bound to its `slot=` cores (logical cores, or a package's);
+/// a rank without a slot is not bound. Without `-n`, the file's ranks are the job.
+#[test]
+fn a_rankfile_places_and_binds_each_rank() {
+    let cores = topo_cores();
+    let last = cores.len() - 1;
+    let package0: BTreeSet<u32> = cores
+        .iter()
+        .filter(|(p, _)| *p == cores[0].0)
+        .flat_map(|(_, c)| c.iter().copied())
+        .collect();
+    let dir = TempDir::new("rankfile");
+    let file = dir.path().join("ranks");
+    std::fs::write(
+        &file,
+        format!(
+            "# Open MPI's format\n\
+             rank 2=node0 slot={last}\n\
+             rank 0 = +n2 slot=0:*\n\
+             rank 1=node2\n\
+             rank 3=node1 slot=0   # core 0\n"
+        ),
+    )
+    .unwrap();
+    let show = "echo \"$COHORT_RANK $COHORT_NODE_NAME $COHORT_BINDING \
+                $(sed -n 's/^Cpus_allowed_list:[[:space:]]*//p' /proc/self/status)\"";
+    let out = run_cohort(
+        [
+            "run",
+            "--nodes",
+            "3",
+            "--rankfile",
+            file.to_str().unwrap(),
+            "sh",
+            "-c",
+            show,
+        ],
+        DEADLINE,
+    );
+    assert_eq!(code(&out), Some(0), "{}", describe(&out));
+    // rank, node, COHORT_BINDING, the CPUs it may run on
+    type Placed = (u32, String, Option<BTreeSet<u32>>, BTreeSet<u32>);
+    let mut got: Vec<Placed> = text(&out.stdout)
+        .lines()
+        .map(|l| {
+            let w: Vec<&str> = l.split_whitespace().collect();
+            assert_eq!(w.len(), 4, "{l:?}");
+            let allowed = cpu_list(w[3]).expect("a CPU list");
+            (
+                w[0].parse().unwrap(),
+                w[1].to_string(),
+                cpu_list(w[2]),
+                allowed,
+            )
+        })
+        .collect();
+    got.sort();
+    assert_eq!(got.len(), 4, "{}", describe(&out));
+    let placed: Vec<(u32, &str)> = got.iter().map(|(r, n, _, _)| (*r, n.as_str())).collect();
+    assert_eq!(
+        placed,
+        [(0, "node2"), (1, "node2"), (2, "node0"), (3, "node1")]
+    );
+    assert_eq!(got[0].2.as_ref(), Some(&package0), "rank 0: package 0");
+    assert_eq!(got[1].2, None, "rank 1: no slot, not bound");
+    assert_eq!(
+        got[2].2.as_ref(),
+        Some(&cores[last].1),
+        "rank 2: the last core"
+    );
+    assert_eq!(got[3].2.as_ref(), Some(&cores[0].1), "rank 3: core 0");
+    for (rank, _, binding, allowed) in &got {
+        if let Some(b) = binding {
+            assert_eq!(allowed, b, "rank {rank} runs where COHORT_BINDING says");
+        }
+    }
+}
+
+/// A rankfile mistake stops the job before anything starts, naming the file and the
+/// line or rank: a rank left out, a host that is not a node server, a core the host
+/// does not have; and --rankfile with a mapping option is a usage error.
+#[test]
+fn a_rankfile_mistake_is_refused_naming_it() {
+    let dir = TempDir::new("rankfile-bad");
+    let file = dir.path().join("ranks");
+    let path = file.to_str().unwrap();
+    for (lines, np, says) in [
+        ("rank 0=node0\nrank 2=node1\n", None, "rank 1 is not placed"),
+        (
+            "rank 0=node0\nrank 1=node1\n",
+            Some("3"),
+            "rank 2 is not placed",
+        ),
+        (
+            "rank 0=node0\nrank 1=n7\n",
+            None,
+            "line 2: rank 1: host \"n7\" is not one of the job's nodes (node[0-1])",
+        ),
+        (
+            "rank 0=node1 slot=4095\n",
+            None,
+            "rank 0 slot=4095: logical core 4095: the host has",
+        ),
+    ] {
+        std::fs::write(&file, lines).unwrap();
+        let mut args = vec!["run", "--nodes", "2", "--rankfile", path];
+        if let Some(np) = np {
+            args.extend(["-n", np]);
+        }
+        args.extend(["echo", "RAN"]);
+        let out = run_cohort(args, DEADLINE);
+        assert_eq!(code(&out), Some(1), "{lines:?}: {}", describe(&out));
+        let err = text(&out.stderr);
+        assert!(
+            err.contains(&format!("--rankfile {path}: {says}")),
+            "{lines:?}: {err}"
+        );
+        assert!(!text(&out.stdout).contains("RAN"), "{lines:?}: a rank ran");
+    }
+    let out = run_cohort(
+        ["run", "--rankfile", path, "--map-by", "node", "echo", "RAN"],
+        DEADLINE,
+    );
+    assert_eq!(code(&out), Some(2), "{}", describe(&out));
+    assert!(
+        text(&out.stderr).contains("it does not go with --map-by"),
+        "{}",
+        describe(&out)
+    );
+}
+
 /// `--bind-to socket` (a package): each rank is bound to every allowed CPU of its
 /// core's package, as `cohort topo --json` lists the cores.
 #[test]

@@ -224,6 +224,21 @@ else
 fi
 nothing_left display-allocation
 
+# --rankfile: each rank on the node its line names (Slurm's node names, or +nK).
+printf 'rank 0=n3 slot=0\nrank 1=n1\nrank 2=+n1\nrank 3=n3\n' >"$work/rankfile"
+alloc 3 "$cohort" run --rankfile "$work/rankfile" sh -c 'echo "PLACED $COHORT_RANK $COHORT_NODE_NAME $(hostname) $COHORT_BINDING"'
+got=$(sed -n 's/^PLACED //p' "$work/out" | sort)
+want="0 n3 n3 0
+1 n1 n1 none
+2 n2 n2 none
+3 n3 n3 none"
+if [[ $rc == 0 && $got == "$want" ]]; then
+    pass "--rankfile: ranks 0 and 3 on n3 (0 bound to core 0), 1 on n1, 2 on +n1 (n2)"
+else
+    fail "--rankfile: status $rc, got: $got" "$work/both"
+fi
+nothing_left rankfile
+
 echo "### 1d. salloc -N 3 cohort run -N 2 testprog construct: 2 ranks per node server"
 # As mpirun -N 2 (--npernode, --map-by ppr:2:node): without -n, 2 per node, 6 in all.
 alloc 3 "$cohort" run -N 2 "$testprog" construct

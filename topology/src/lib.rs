@@ -24,6 +24,7 @@ pub mod hostlist;
 pub mod machine;
 pub mod placement;
 pub mod radix;
+pub mod rankfile;
 pub mod switches;
 pub mod tree;
 

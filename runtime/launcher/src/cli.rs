@@ -326,6 +326,20 @@ pub struct RunArgs {
     )]
     pub rank_by: Option<MapBy>,
 
+    /// Place each rank as FILE says (Open MPI's rankfile, mpirun's --rankfile / -rf):
+    /// lines `rank N=HOST [slot=LIST]`, HOST a node server's name (--host's, Slurm's,
+    /// or node0, node1, … here) or +nK, LIST logical cores (0-2,5) or PACKAGE:CORES
+    /// (1:0-1, 0:*;1:0) the rank is bound to, none: not bound. Every rank is placed;
+    /// without -n, the file's ranks are the job. Not with --map-by, -N, --rank-by,
+    /// --cpus-per-rank, --bind-to or --cpu-set
+    #[arg(
+        long,
+        alias = "rf",
+        value_name = "FILE",
+        help_heading = "Mapping options"
+    )]
+    pub rankfile: Option<PathBuf>,
+
     /// K ranks on each node server (mpirun's -N and --npernode, --map-by ppr:K:node):
     /// node 0 gets ranks 0 to K-1, node 1 the next K, and so on. Without -n, K times
     /// the node servers; with it, at most that many (the last node servers may get
@@ -956,6 +970,23 @@ impl RunArgs {
                  with --map-by {by}"
             ));
         }
+        if let Some(file) = &self.rankfile {
+            let mapping = [
+                (by != MapBy::Slot, "--map-by"),
+                (self.per_node.is_some(), "-N/--npernode"),
+                (self.rank_by.is_some(), "--rank-by"),
+                (self.cpus_per_rank > 1, "--cpus-per-rank (or :PE=n)"),
+                (self.bind_to.is_some(), "--bind-to"),
+                (self.cpu_set.is_some(), "--cpu-set"),
+            ];
+            if let Some((_, other)) = mapping.iter().find(|(given, _)| *given) {
+                return Err(format!(
+                    "--rankfile {} places and binds every rank itself; it does not go \
+                     with {other}",
+                    file.display()
+                ));
+            }
+        }
         self.map_by = by;
         self.oversubscribe |= self.map_spec.oversubscribe;
         self.display_map |= self.map_spec.display;
@@ -1355,8 +1386,8 @@ fn option_spans(args: &[OsString]) -> Vec<std::ops::Range<usize>> {
 
 /// The first of `args`' options (the arguments after `run`, or an app context's, up to
 /// PROGRAM) that is not one of cohort's: without this check clap would take it for
-/// PROGRAM (which may start with `-` after `--`), and `cohort run --rankfile f -n 4 app`
-/// would try to run `--rankfile`.
+/// PROGRAM (which may start with `-` after `--`), and `cohort run --xml f -n 4 app`
+/// would try to run `--xml`.
 fn unknown_option(args: &[OsString]) -> Option<String> {
     option_spans(args).into_iter().find_map(|span| {
         let arg = args[span.start].to_string_lossy().into_owned();
@@ -1920,6 +1951,33 @@ mod tests {
         }
     }
 
+    /// `--rankfile FILE` (mpirun's `-rf FILE` too) places and binds by itself: every
+    /// mapping or binding option with it is a usage error naming that option.
+    #[test]
+    fn a_rankfile_goes_with_no_other_mapping() {
+        let r = parse(&["cohort", "run", "-rf", "f", "prog"]).unwrap();
+        assert_eq!(r.rankfile.as_deref(), Some(std::path::Path::new("f")));
+        assert_eq!((r.np, r.command.len()), (None, 1));
+        assert!(parse(&["cohort", "run", "--rankfile", "f", "--map-by", "slot", "p"]).is_ok());
+        for (opt, val, named) in [
+            ("--map-by", "node", "--map-by"),
+            ("-N", "2", "-N/--npernode"),
+            ("--rank-by", "node", "--rank-by"),
+            ("--cpus-per-rank", "2", "--cpus-per-rank"),
+            ("--bind-to", "core", "--bind-to"),
+            ("--cpu-set", "0", "--cpu-set"),
+        ] {
+            let e = parse(&["cohort", "run", "--rankfile", "f", opt, val, "p"])
+                .map(|_| ())
+                .expect_err(opt)
+                .to_string();
+            assert!(
+                e.contains(&format!("it does not go with {named}")),
+                "{opt}: {e}"
+            );
+        }
+    }
+
     /// mpirun's `--oversubscribe` and `--allow-run-as-root` (as CI scripts write
     /// them, single-dash too) are cohort's options.
     #[test]
@@ -1940,13 +1998,13 @@ mod tests {
     }
 
     /// An option cohort does not have, before PROGRAM, is a usage error naming it:
-    /// clap used to take it for the program (`cohort run --rankfile f -n 4 app` ran
-    /// `--rankfile` on every core, with `-n 4` as its arguments). After PROGRAM, or
-    /// after `--`, words are the program's.
+    /// clap used to take it for the program (`cohort run --xml f -n 4 app` ran
+    /// `--xml` on every core, with `-n 4` as its arguments). After PROGRAM, or after
+    /// `--`, words are the program's.
     #[test]
     fn an_unknown_option_is_refused_naming_it() {
         for (args, bad) in [
-            (vec!["--rankfile", "f", "-n", "4", "app"], "--rankfile"),
+            (vec!["--xml", "f", "-n", "4", "app"], "--xml"),
             (vec!["-n", "2", "--no-such=1", "app"], "--no-such=1"),
             (vec!["-Q", "app"], "-Q"),
             (vec!["-hostfilex", "h", "app"], "-hostfilex"),

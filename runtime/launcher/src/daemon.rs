@@ -496,6 +496,8 @@ pub struct DaemonLaunch<'a> {
     /// Ranks of each node server when slots decided them (`--node-ranks`); empty for
     /// the even split `--map-by` makes alone.
     pub node_ranks: &'a [u32],
+    /// `--rankfile`: every rank's node and slot (`--rank-map`).
+    pub rank_map: Option<&'a cohort_topology::rankfile::RankMap>,
 }
 
 impl DaemonLaunch<'_> {
@@ -574,6 +576,10 @@ impl DaemonLaunch<'_> {
             let counts: Vec<String> = self.node_ranks.iter().map(u32::to_string).collect();
             a.push("--node-ranks".into());
             a.push(counts.join(",").into());
+        }
+        if let Some(map) = self.rank_map {
+            a.push("--rank-map".into());
+            a.push(map.to_string().into());
         }
         if self.tag_output {
             a.push("--tag-output".into());
@@ -1144,6 +1150,7 @@ mod tests {
             slurm_addrs: None,
             ssh_names: None,
             node_ranks: &[],
+            rank_map: None,
         }
     }
 
@@ -1160,6 +1167,7 @@ mod tests {
             np: 3,
             ssh_names: Some(&names),
             node_ranks: &[1, 2],
+            rank_map: None,
             ..launch(&prog)
         };
         let joined = arg_text(&l);

@@ -16,6 +16,7 @@ use cohort_proto::control::{DaemonMsg, ExitStatus, LauncherMsg, StdinTarget};
 use cohort_proto::env::{random_bytes, to_hex};
 use cohort_proto::{JobMap, NodeId, Rank, RankSet};
 use cohort_topology::placement::{job_map, job_map_with_counts};
+use cohort_topology::rankfile::RankMap;
 use cohort_topology::switches::{slurm_topology_file, SLURM_CONF_ENV};
 use cohort_topology::{hostlist, Discover, Locality, SlotUnit, SwitchMap};
 use tokio::net::tcp::OwnedWriteHalf;
@@ -275,6 +276,10 @@ fn slurm_slot_counts(
     ssh::rank_counts(np, &nodes, true)
 }
 
+/// The longest `--rank-map` argument handed to node servers (Linux refuses a single
+/// argument over 128 KiB).
+const MAX_RANK_MAP_ARG: usize = 100_000;
+
 /// Prints what `--display-allocation` shows (see [`allocation`]) on stdout.
 fn print_allocation(
     args: &RunArgs,
@@ -465,6 +470,8 @@ struct SlurmStep {
 
 struct Launcher {
     args: RunArgs,
+    /// `--rankfile`: every rank's node and slot, handed to every node server.
+    rank_map: Option<RankMap>,
     cohortd: PathBuf,
     exports: Vec<(String, OsString)>,
     /// `--pmix`: where cohort's `libpmix.so.2` is on every node server's host.
@@ -576,6 +583,33 @@ impl Launcher {
                 nodes,
             );
         }
+        // --rankfile: the file now (a missing one is refused before anything starts),
+        // read against the node servers' names.
+        let node_names: Vec<String> = match (&slurm_nodes, &ssh_hosts) {
+            (Some(n), _) => n.names.clone(),
+            (None, Some(s)) => s.hosts.iter().map(|h| h.name.clone()).collect(),
+            (None, None) => (0..nodes).map(|i| format!("node{i}")).collect(),
+        };
+        let rankfile = match &args.rankfile {
+            Some(path) => {
+                let text = std::fs::read_to_string(path)
+                    .map_err(|e| format!("--rankfile {}: {e}", path.display()))?;
+                Some((path.clone(), text))
+            }
+            None => None,
+        };
+        let read_rankfile = |np: Option<u32>| -> Option<Result<RankMap, String>> {
+            let (path, text) = rankfile.as_ref()?;
+            Some(
+                cohort_topology::rankfile::parse_rankfile(text, &node_names, np)
+                    .map_err(|e| format!("--rankfile {}: {e}", path.display())),
+            )
+        };
+        if args.np.is_none() && args.more_apps.is_empty() {
+            if let Some(map) = read_rankfile(None) {
+                args.np = Some(map?.ranks.len() as u32);
+            }
+        }
         if args.np.is_none() && args.more_apps.is_empty() {
             args.np = Some(match args.per_node {
                 Some(k) => k
@@ -592,6 +626,17 @@ impl Launcher {
         }
         let detector = args.detector()?;
         let plan = args.plan()?;
+        let rank_map = read_rankfile(Some(plan.np)).transpose()?;
+        if let Some(map) = &rank_map {
+            // One argument of every node server's command line (Linux takes 128 KiB).
+            if map.to_string().len() > MAX_RANK_MAP_ARG {
+                return Err(format!(
+                    "--rankfile: {} ranks with their slots are too many to hand to the node \
+                     servers (at most {MAX_RANK_MAP_ARG} bytes as text)",
+                    map.ranks.len()
+                ));
+            }
+        }
         let stdin_target = match args.stdin {
             StdinTarget::Rank(r) if r >= plan.np => {
                 return Err(format!("--stdin {r}: the job has {} rank(s)", plan.np))
@@ -606,6 +651,7 @@ impl Launcher {
         // Ranks per node server when -N or hosts' slots decide them (else an even
         // split by --map-by).
         let node_ranks = match (args.per_node, &ssh_hosts) {
+            _ if rank_map.is_some() => None,
             (Some(k), hosts) => {
                 let counts = per_node_counts(plan.np, k, nodes)?;
                 if let Some(h) = hosts.as_ref().filter(|_| !args.oversubscribe) {
@@ -645,6 +691,9 @@ impl Launcher {
             Some(counts) => job_map_with_counts(args.rank_order(), nspace, counts),
             None => job_map(args.rank_order(), nspace, plan.np, nodes),
         };
+        if let Some(map) = &rank_map {
+            job.rank_node = map.rank_node();
+        }
         if let Some(n) = &slurm_nodes {
             job.node_names.clone_from(&n.names);
         }
@@ -682,6 +731,25 @@ impl Launcher {
                     xml: false,
                 }
                 .run();
+                if let Some(map) = &rank_map {
+                    // Every node server is on this host: its cores decide for all.
+                    let layout =
+                        cohort_topology::NodeLayout::for_slots(&topo, args.slot_unit(), None);
+                    for (rank, slot) in map
+                        .ranks
+                        .iter()
+                        .enumerate()
+                        .filter_map(|(r, (_, s))| Some((r, s.as_ref()?)))
+                    {
+                        layout.slot_binding(slot).map_err(|e| {
+                            format!(
+                                "--rankfile {}: rank {rank} slot={slot}: {e} (this host, {})",
+                                args.rankfile.as_deref().unwrap_or(Path::new("")).display(),
+                                topo.machine.hostname
+                            )
+                        })?;
+                    }
+                }
                 if let Some(set) = &args.cpu_set {
                     let layout =
                         cohort_topology::NodeLayout::for_slots(&topo, args.slot_unit(), Some(set));
@@ -716,6 +784,7 @@ impl Launcher {
         if let Some(notice) = placement
             .notice
             .as_ref()
+            .filter(|_| rank_map.is_none())
             .filter(|n| !args.quiet || n.starts_with("warning:"))
         {
             crate::say(format_args!("{notice}"));
@@ -746,9 +815,10 @@ impl Launcher {
             );
         }
         if args.display_map {
-            let mut policy = match args.per_node {
-                Some(k) => format!("-N {k}"),
-                None => format!("--map-by {}", args.map_by),
+            let mut policy = match (args.per_node, &args.rankfile) {
+                (_, Some(file)) => format!("--rankfile {}", file.display()),
+                (Some(k), None) => format!("-N {k}"),
+                (None, None) => format!("--map-by {}", args.map_by),
             };
             if args.per_node.is_none() && node_ranks.is_some() {
                 policy.push_str(", within the hosts' slots");
@@ -771,6 +841,7 @@ impl Launcher {
             monitor: JobMonitor::new(job, args.enable_recovery),
             placement,
             node_ranks: node_ranks.unwrap_or_default(),
+            rank_map,
             topology,
             detector,
             tribunal: {
@@ -922,6 +993,7 @@ impl Launcher {
             slurm_addrs: None,
             ssh_names: None,
             node_ranks: &self.node_ranks,
+            rank_map: self.rank_map.as_ref(),
         }
     }
 

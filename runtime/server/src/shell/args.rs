@@ -11,6 +11,7 @@ use clap::Parser;
 use cohort_core::DetectorConfig;
 use cohort_proto::{JobMap, RankSet};
 use cohort_topology::placement::{job_map, job_map_with_counts};
+use cohort_topology::rankfile::RankMap;
 use cohort_topology::{Allgather, BindTo, MapBy};
 
 /// cohortd — the cohort node server (started by `cohort run`, not by hand)
@@ -262,6 +263,12 @@ pub struct DaemonArgs {
     #[arg(long, value_name = "N,N,…", value_delimiter = ',')]
     pub node_ranks: Vec<u32>,
 
+    /// `cohort run --rankfile`: every rank's node and `slot=` (rank order, `NODE` or
+    /// `NODE=SLOT`, joined by `/`), instead of --map-by / --node-ranks; a rank with a
+    /// slot is bound to its cores on this host, one without is not bound
+    #[arg(long, value_name = "MAP", value_parser = parse_rank_map)]
+    pub rank_map: Option<RankMap>,
+
     /// `cohort run --pmix`: the directory the ranks' LD_LIBRARY_PATH starts with, which
     /// must hold cohort's libpmix.so.2 on this host (checked before registering)
     #[arg(long, value_name = "DIR")]
@@ -411,6 +418,10 @@ fn parse_app_wdir(s: &str) -> Result<(u32, PathBuf), String> {
 }
 
 /// `NAME=RANKLIST` (the rank list has no `=`, the name may).
+fn parse_rank_map(s: &str) -> Result<RankMap, String> {
+    s.parse()
+}
+
 fn parse_pset(s: &str) -> Result<(String, RankSet), String> {
     let (name, list) = s
         .rsplit_once('=')
@@ -499,11 +510,35 @@ impl DaemonArgs {
     /// mapped them, split into the application contexts, with the process sets.
     pub fn job(&self) -> Result<JobMap, String> {
         let order = cohort_topology::placement::rank_order(self.map_by, self.rank_by);
-        let mut job = if self.node_ranks.is_empty() {
+        let mut job = if let Some(map) = &self.rank_map {
+            let mut job = job_map(order, self.nspace.clone(), self.np, self.nodes);
+            job.rank_node = map.rank_node();
+            job
+        } else if self.node_ranks.is_empty() {
             job_map(order, self.nspace.clone(), self.np, self.nodes)
         } else {
             job_map_with_counts(order, self.nspace.clone(), &self.node_ranks)
         };
+        if let Some(map) = &self.rank_map {
+            if map.ranks.len() != self.np as usize {
+                return Err(format!(
+                    "--rank-map places {} rank(s); the job has {}",
+                    map.ranks.len(),
+                    self.np
+                ));
+            }
+            if let Some((rank, (node, _))) = map
+                .ranks
+                .iter()
+                .enumerate()
+                .find(|(_, (n, _))| *n >= self.nodes)
+            {
+                return Err(format!(
+                    "--rank-map places rank {rank} on node {node}; the job has {} node(s)",
+                    self.nodes
+                ));
+            }
+        }
         if job.size() != self.np || job.num_nodes != self.nodes {
             return Err(format!(
                 "--node-ranks places {} rank(s) on {} node(s); the job has {} on {}",
@@ -654,6 +689,18 @@ mod tests {
         let a = parse(&["--node-ranks", "1,3,2"]).unwrap();
         assert!(a.validate().unwrap_err().contains("--node-ranks"));
         assert!(parse(&["--slurm", "--node-addrs", "10.0.0.1"]).is_err());
+        // --rank-map (a rankfile): any node of each rank, checked against the job.
+        let a = parse(&["--rank-map", "2=0:*/0/2/1=1-2/0"]).unwrap();
+        a.validate().unwrap();
+        assert_eq!(a.job().unwrap().rank_node, [2, 0, 2, 1, 0]);
+        let a = parse(&["--rank-map", "2/0/2/1"]).unwrap();
+        assert!(a
+            .validate()
+            .unwrap_err()
+            .contains("--rank-map places 4 rank(s)"));
+        let a = parse(&["--rank-map", "2/0/3/1/0"]).unwrap();
+        assert!(a.validate().unwrap_err().contains("rank 2 on node 3"));
+        assert!(parse(&["--rank-map", "0/x/0/0/0"]).is_err());
     }
 
     #[test]

@@ -219,7 +219,10 @@ pub fn main() -> i32 {
         placement.bind_progress_thread();
         placement
     });
-    if let Err(e) = placement.check_cpu_set() {
+    if let Err(e) = placement
+        .check_cpu_set()
+        .and_then(|()| placement.check_rank_map(&args))
+    {
         say(format_args!("{}: {e}", args.node_name));
         return 1;
     }

@@ -80,11 +80,45 @@ impl NodePlacement {
         }
     }
 
+    /// With `--rank-map` (`cohort run --rankfile`): an error naming the first rank of
+    /// this node whose `slot=` this host lacks (a logical core or package beyond its
+    /// own), before anything starts.
+    pub fn check_rank_map(&self, args: &DaemonArgs) -> Result<(), String> {
+        let Some(map) = &args.rank_map else {
+            return Ok(());
+        };
+        let layout = self.layout();
+        for (rank, (node, slot)) in map.ranks.iter().enumerate() {
+            if let Some(slot) = slot.as_ref().filter(|_| *node == args.node) {
+                layout.slot_binding(slot).map_err(|e| {
+                    format!(
+                        "--rankfile: rank {rank} slot={slot}: {e} (host {})",
+                        self.topo.machine.hostname
+                    )
+                })?;
+            }
+        }
+        Ok(())
+    }
+
     /// Each local rank's binding. Without `--bind-to` (not started by `cohort run`)
-    /// the node decides alone, and says so when oversubscribed.
+    /// the node decides alone, and says so when oversubscribed. With `--rank-map`,
+    /// the rankfile's `slot=` decides (see [`check_rank_map`](Self::check_rank_map)).
     pub fn rank_bindings(&self, args: &DaemonArgs, job: &JobMap) -> BTreeMap<Rank, Binding> {
         let ranks = job.ranks_on(args.node as NodeId);
         let layout = self.layout();
+        if let Some(map) = &args.rank_map {
+            return ranks
+                .into_iter()
+                .map(|r| {
+                    let b = map
+                        .slot(r)
+                        .and_then(|s| layout.slot_binding(s).ok())
+                        .map_or(Binding::Unbound, Binding::Cpus);
+                    (r, b)
+                })
+                .collect();
+        }
         let bind_to = match args.bind_to {
             Some(b) => b,
             None => {
