@@ -773,7 +773,7 @@ fn directive<'a>(
 }
 
 /// `--map-by` as given.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct MapSpec {
     pub policy: MapPolicy,
     /// `:PE=n`: cores per rank.
@@ -784,6 +784,8 @@ pub struct MapSpec {
     pub display: bool,
     /// `:DISPLAYALLOC` (as `--display-allocation`).
     pub display_alloc: bool,
+    /// PRRTE's `rankfile:file=PATH` (as `--rankfile PATH`).
+    pub rankfile: Option<PathBuf>,
 }
 
 /// The policy part of `--map-by`: a policy, or `ppr:K:node`.
@@ -795,6 +797,25 @@ pub enum MapPolicy {
 }
 
 fn parse_map_by(s: &str) -> Result<MapSpec, String> {
+    // PRRTE's `rankfile:file=PATH` (the path may hold ':' or ','), as --rankfile.
+    if s.get(..8)
+        .is_some_and(|p| p.eq_ignore_ascii_case("rankfile"))
+    {
+        let path = s
+            .get(8..14)
+            .filter(|f| f.eq_ignore_ascii_case(":file="))
+            .map(|_| &s[14..])
+            .filter(|p| !p.is_empty())
+            .ok_or_else(|| format!("{s}: the rankfile policy is rankfile:file=PATH"))?;
+        return Ok(MapSpec {
+            policy: MapPolicy::Policy(MapBy::Slot),
+            pe: None,
+            oversubscribe: false,
+            display: false,
+            display_alloc: false,
+            rankfile: Some(PathBuf::from(path)),
+        });
+    }
     // Trailing modifiers (any case), as Open MPI's, after ':' or ',': PE=n,
     // OVERSUBSCRIBE, NOOVERSUBSCRIBE, DISPLAY, DISPLAYALLOC; SPAN is refused by name.
     let (mut policy, mut pe, mut oversubscribe, mut display) = (s, None, false, false);
@@ -830,6 +851,7 @@ fn parse_map_by(s: &str) -> Result<MapSpec, String> {
         oversubscribe,
         display,
         display_alloc,
+        rankfile: None,
     })
 }
 
@@ -969,6 +991,16 @@ impl RunArgs {
                 "-N/--npernode places ranks per node server by itself; it does not go \
                  with --map-by {by}"
             ));
+        }
+        if let Some(file) = self.map_spec.rankfile.clone() {
+            if self.rankfile.as_ref().is_some_and(|f| *f != file) {
+                return Err(format!(
+                    "--map-by rankfile:file={} and --rankfile {} disagree: give one",
+                    file.display(),
+                    self.rankfile.as_deref().unwrap_or(&file).display()
+                ));
+            }
+            self.rankfile = Some(file);
         }
         if let Some(file) = &self.rankfile {
             let mapping = [
@@ -1958,6 +1990,28 @@ mod tests {
         let r = parse(&["cohort", "run", "-rf", "f", "prog"]).unwrap();
         assert_eq!(r.rankfile.as_deref(), Some(std::path::Path::new("f")));
         assert_eq!((r.np, r.command.len()), (None, 1));
+        // PRRTE's spelling; the path may hold ':' and ','
+        let r = parse(&["cohort", "run", "--map-by", "RANKFILE:file=/a:b,c", "p"]).unwrap();
+        assert_eq!(r.rankfile.as_deref(), Some(std::path::Path::new("/a:b,c")));
+        assert_eq!(r.map_by, MapBy::Slot);
+        for bad in ["rankfile", "rankfile:file=", "rankfile:f=x"] {
+            let e = parse(&["cohort", "run", "--map-by", bad, "p"])
+                .map(|_| ())
+                .expect_err(bad);
+            assert!(e.to_string().contains("rankfile:file=PATH"), "{bad}: {e}");
+        }
+        let e = parse(&[
+            "cohort",
+            "run",
+            "--map-by",
+            "rankfile:file=a",
+            "-rf",
+            "b",
+            "p",
+        ])
+        .map(|_| ())
+        .unwrap_err();
+        assert!(e.to_string().contains("disagree"), "{e}");
         assert!(parse(&["cohort", "run", "--rankfile", "f", "--map-by", "slot", "p"]).is_ok());
         for (opt, val, named) in [
             ("--map-by", "node", "--map-by"),
