@@ -61,10 +61,18 @@ struct RankReport {
 const REPORT: &str = "echo \"$COHORT_RANK|$COHORT_NODE_NAME|$(grep Cpus_allowed_list /proc/self/status | cut -f2)|$COHORT_BINDING\"";
 
 fn run_reports(args: &[&str], np: u32) -> (Vec<RankReport>, String) {
+    run_reports_with(&[], args, np)
+}
+
+/// [`run_reports`] with `env` set for `cohort run` (and so its node servers).
+fn run_reports_with(env: &[(&str, &str)], args: &[&str], np: u32) -> (Vec<RankReport>, String) {
     let mut argv: Vec<&str> = vec!["run"];
     argv.extend_from_slice(args);
     argv.extend_from_slice(&["sh", "-c", REPORT]);
-    let out = run_ok(&argv);
+    let mut cmd = cohort_command(&argv);
+    cmd.envs(env.iter().copied());
+    let out = CohortRun::spawn(cmd).wait(DEADLINE);
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
     let mut reports: Vec<RankReport> = text(&out.stdout)
         .lines()
         .map(|l| {
@@ -208,6 +216,71 @@ fn report_bindings_says_what_each_rank_is_bound_to() {
     // Without the option, nothing is said.
     let (_, stderr) = run_reports(&["-n", "2", "--bind-to", "none"], 2);
     assert!(!stderr.contains("bound"), "{stderr}");
+}
+
+/// Hardware threads and packages bound for real on a host of one package without SMT:
+/// hwloc's `HWLOC_SYNTHETIC` makes CPUs 0-1 one core of two hardware threads, or two
+/// packages of one core each, for `cohort run`, its node servers and what they bind.
+#[test]
+fn smt_and_package_bindings_on_a_synthetic_host() {
+    let own = own_cpus();
+    if !(own.contains(0) && own.contains(1)) {
+        eprintln!("SKIPPED: needs CPUs 0 and 1 (this process may use {own})");
+        return;
+    }
+    let ranks = |env, args: &[&str], np| -> Vec<(String, String)> {
+        let (reports, _) = run_reports_with(&[("HWLOC_SYNTHETIC", env)], args, np);
+        reports
+            .iter()
+            .map(|r| (r.allowed.to_string(), r.binding.clone()))
+            .collect()
+    };
+    let pair = |a: &str, b: &str| (a.to_string(), b.to_string());
+    let smt = "pack:1 core:1 pu:2";
+    // A slot is a hardware thread: each rank gets its own.
+    assert_eq!(
+        ranks(smt, &["-n", "2", "--use-hwthread-cpus"], 2),
+        [pair("0", "0"), pair("1", "1")]
+    );
+    // A core's first hardware thread.
+    assert_eq!(
+        ranks(smt, &["-n", "1", "--bind-to", "hwthread"], 1),
+        [pair("0", "0")]
+    );
+    // A rank bound to the core runs on both of its threads; two ranks on the one core
+    // oversubscribe it and are not bound.
+    assert_eq!(ranks(smt, &["-n", "1"], 1), [pair("0-1", "0-1")]);
+    assert_eq!(
+        ranks(smt, &["-n", "2"], 2),
+        [pair("0-1", "none"), pair("0-1", "none")]
+    );
+    let (_, stderr) = run_reports_with(
+        &[("HWLOC_SYNTHETIC", smt)],
+        &["-n", "2", "--use-hwthread-cpus", "--report-bindings"],
+        2,
+    );
+    assert!(
+        stderr.contains("(CPUs 0): [B.]") && stderr.contains("(CPUs 1): [.B]"),
+        "{stderr}"
+    );
+    let packages = "pack:2 core:1 pu:1";
+    // --map-by package alternates the packages; --bind-to package binds to one.
+    assert_eq!(
+        ranks(
+            packages,
+            &["-n", "2", "--map-by", "package", "--bind-to", "package"],
+            2
+        ),
+        [pair("0", "0"), pair("1", "1")]
+    );
+    // A rankfile's PACKAGE:CORES counts cores within the package.
+    let dir = TempDir::new("synthetic-rankfile");
+    let file = dir.path().join("ranks");
+    std::fs::write(&file, "rank 0=node0 slot=1:0\nrank 1=node0 slot=0:*;1:*\n").unwrap();
+    assert_eq!(
+        ranks(packages, &["--rankfile", file.to_str().unwrap()], 2),
+        [pair("1", "1"), pair("0-1", "0-1")]
+    );
 }
 
 #[test]
