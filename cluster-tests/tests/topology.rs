@@ -218,9 +218,10 @@ fn report_bindings_says_what_each_rank_is_bound_to() {
     assert!(!stderr.contains("bound"), "{stderr}");
 }
 
-/// Hardware threads and packages bound for real on a host of one package without SMT:
-/// hwloc's `HWLOC_SYNTHETIC` makes CPUs 0-1 one core of two hardware threads, or two
-/// packages of one core each, for `cohort run`, its node servers and what they bind.
+/// Hardware threads, packages and NUMA domains bound for real on a host of one package
+/// and one NUMA domain without SMT: hwloc's `HWLOC_SYNTHETIC` makes CPUs 0-1 one core
+/// of two hardware threads, two packages or two NUMA domains of one core each, for
+/// `cohort run`, its node servers and what they bind.
 #[test]
 fn smt_and_package_bindings_on_a_synthetic_host() {
     let own = own_cpus();
@@ -269,6 +270,15 @@ fn smt_and_package_bindings_on_a_synthetic_host() {
         ranks(
             packages,
             &["-n", "2", "--map-by", "package", "--bind-to", "package"],
+            2
+        ),
+        [pair("0", "0"), pair("1", "1")]
+    );
+    // Two NUMA domains of one CPU each: --bind-to numa binds to one domain's CPUs.
+    assert_eq!(
+        ranks(
+            "pack:1 numa:2 core:1 pu:1",
+            &["-n", "2", "--map-by", "numa", "--bind-to", "numa"],
             2
         ),
         [pair("0", "0"), pair("1", "1")]
