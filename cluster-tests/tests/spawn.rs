@@ -232,6 +232,46 @@ fn a_spawn_cancelled_while_it_starts_kills_what_started() {
     );
 }
 
+/// Under `--rankfile` the launched ranks hold whatever cores the file gave them, so a
+/// spawned job is not bound (rather than bound onto a core a rank may hold).
+#[test]
+fn under_a_rankfile_spawned_processes_are_not_bound() {
+    let dir = TempDir::new("spawn-rankfile");
+    let file = dir.path().join("ranks");
+    std::fs::write(&file, "rank 0=node0 slot=0\n").unwrap();
+    let job = run_testprog_with(
+        1,
+        1,
+        "spawn-bind",
+        false,
+        &["--rankfile", file.to_str().unwrap()],
+    );
+    let r = job.results();
+    assert_eq!(job.status, Some(0), "{}", job.stderr);
+    let binding = |line: &str| -> String {
+        let mut it = line.split_whitespace();
+        it.find(|w| *w == "binding");
+        it.next().unwrap_or_default().to_string()
+    };
+    let parent = r
+        .iter()
+        .find(|l| l.starts_with("spawn-bind parent "))
+        .unwrap_or_else(|| panic!("no parent line: {r:?}"));
+    assert_ne!(
+        binding(parent),
+        "none",
+        "the rankfile binds rank 0: {parent}"
+    );
+    let children: Vec<&String> = r
+        .iter()
+        .filter(|l| l.starts_with("spawn-bind child "))
+        .collect();
+    assert!(children.len() >= 2, "{r:?}");
+    for c in children {
+        assert_eq!(binding(c), "none", "{c}");
+    }
+}
+
 /// A spawned job is bound like the launched one (`--bind-to core`), on the cores its
 /// host has left: one process spawned next to a bound rank gets a core of its own;
 /// once it ended, the next one spawned gets that core again (slots are reused); a

@@ -101,9 +101,10 @@ impl Launcher {
         if opts.notify_completion {
             self.spawns.notify.insert(index, caller.clone());
         }
-        // Bound like the launched job, on the cores its hosts have left.
+        // Bound like the launched job, on the cores its hosts have left. Under a
+        // rankfile, which cores are left is the file's business: not bound.
         let bind_to = self.placement.bind_to;
-        let bound = bind_to != cohort_topology::BindTo::None;
+        let bound = bind_to != cohort_topology::BindTo::None && self.rank_map.is_none();
         let new: Vec<u32> = (0..self.nodes).map(|n| job.count_on(n)).collect();
         let slots =
             crate::daemon::spawn_slots(&self.node_hosts(), &self.taken_slots(bound), &new, bound);
