@@ -6,8 +6,8 @@
 use std::process::{Command, Stdio};
 
 use cohort_cluster_tests::{
-    cohort_bin, cohortd_bin, example, run_testprog_with, survivors_agree, survivors_agree_by, text,
-    CohortRun, Job, DEADLINE,
+    cohort_bin, cohortd_bin, example, run_testprog_with, server_warnings, survivors_agree,
+    survivors_agree_by, text, CohortRun, Job, DEADLINE,
 };
 
 /// The failure detector's timings for these tests: short, so that a test takes
@@ -32,6 +32,11 @@ fn a_frozen_node_server_is_declared_lost_and_the_job_goes_on() {
                 && job.stderr.contains("--enable-recovery"),
             "{allgather}: the launcher says which node server fell silent and why:\n{}",
             job.stderr
+        );
+        assert_eq!(
+            server_warnings(&job.stderr),
+            Vec::<&str>::new(),
+            "{allgather}: the launcher's verdict is the one report"
         );
     }
 }

@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use bytes::{BufMut, Bytes, BytesMut};
 use tokio::sync::mpsc::UnboundedSender;
 use tokio::task::AbortHandle;
-use tracing::{debug, warn};
+use tracing::debug;
 
 use crate::handshake::TaskCount;
 use crate::liveness::{ConnId, LinkEnd, Liveness, Verdict};
@@ -238,7 +238,8 @@ impl Links {
                 if self.departures_expected {
                     debug!(peer, error = %err, "fabric peer left");
                 } else {
-                    warn!(peer, error = %err, "fabric peer lost");
+                    // The node server says so (and the launcher tells the user once).
+                    debug!(peer, error = %err, "fabric peer lost");
                 }
                 self.emit(FabricEvent::PeerLost {
                     peer,
@@ -556,7 +557,7 @@ impl Links {
         if self.departures_expected {
             debug!(node = me, peer, dropped, error = %err, "fabric peer gone");
         } else {
-            warn!(node = me, peer, dropped, error = %err, "fabric peer unreachable");
+            debug!(node = me, peer, dropped, error = %err, "fabric peer unreachable");
         }
         let verdict = self.liveness.unreachable(peer, err);
         self.apply(verdict);

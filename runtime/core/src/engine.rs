@@ -1013,7 +1013,7 @@ impl Engine {
         if peer == self.node || !self.lost_nodes.insert(peer) {
             return;
         }
-        tracing::warn!(node = peer, "node server lost; collectives route around it");
+        tracing::debug!(node = peer, "node server lost; collectives route around it");
         // Requests waiting for the lost server's answer (a decision it was to apply, a
         // join it was to accept) get an error now instead of waiting for ever.
         let mut orphans: Vec<u64> = self

@@ -1731,7 +1731,7 @@ impl Launcher {
         if !self.names_a_peer(by, silent, "silent") {
             return None;
         }
-        tracing::warn!(by, silent, silent_ms, "node server reported silent");
+        tracing::info!(by, silent, silent_ms, "node server reported silent");
         let accusation = Accusation {
             by,
             silent,
@@ -1771,7 +1771,7 @@ impl Launcher {
             return None;
         }
         let reason = printable(&reason);
-        tracing::warn!(by, lost, %reason, unreachable, "node server's fabric lost another");
+        tracing::info!(by, lost, %reason, unreachable, "node server's fabric lost another");
         let report = LinkReport {
             by,
             lost,
@@ -1879,7 +1879,9 @@ impl Launcher {
                         verdict.get_or_insert(v);
                     }
                 }
-                Judgement::Ignored { report, why } => tracing::warn!(
+                // Every server that had a connection to a lost one reports it: the
+                // echoes of a loss already acted upon.
+                Judgement::Ignored { report, why } => tracing::debug!(
                     by = report.by,
                     lost = report.lost,
                     "not acting on a report of a lost node server: {why}"
@@ -1921,7 +1923,7 @@ impl Launcher {
             // On another host: a step of its own on that node SIGKILLs it there, and
             // closing its control connection stops it (and its ranks) should that
             // fail while it still runs.
-            tracing::warn!(
+            tracing::info!(
                 node,
                 pid,
                 "killing a node server declared lost (srun … kill)"
@@ -1955,7 +1957,7 @@ impl Launcher {
         if let (Some(hosts), Some(remote)) = (&self.ssh, self.daemons[node as usize].remote_pid) {
             // On another host: the agent runs kill there (a frozen node server does not
             // notice its session ending); ending the session stops it otherwise.
-            tracing::warn!(
+            tracing::info!(
                 node,
                 pid = remote,
                 "killing a node server declared lost (over the launch agent)"
@@ -1977,7 +1979,8 @@ impl Launcher {
                 }
             }));
         }
-        tracing::warn!(node, pid, "killing a node server declared lost");
+        // The verdict's own message (condemned: …; killed) says so.
+        tracing::info!(node, pid, "killing a node server declared lost");
         reaper::signal_group(pid, libc::SIGKILL);
         self.announce_lost(node, false).await;
         self.daemon_failed(node, format!("(pid {pid}) {reason}; killed"))

@@ -244,8 +244,8 @@ impl Shared {
                 }
                 Detection::Declare { node, silent } => {
                     // Only the launcher's verdict makes it a loss (`NodeService::peer_lost`):
-                    // this server may be the one cut off.
-                    tracing::error!(
+                    // this server may be the one cut off. The launcher tells the user.
+                    tracing::info!(
                         peer = node,
                         silent_ms = silent.as_millis() as u64,
                         "no message from peer node server {node} for {:.1} s; reported to \
@@ -297,7 +297,9 @@ impl Shared {
     /// the server if it still runs (every server routes around it now). An
     /// `unreachable` loss is only reported: the launcher judges (this server may be
     /// the one cut off, and the engine would make the loss everyone's, for good), and
-    /// this server acts on its verdict ([`NodeService::peer_lost`]).
+    /// this server acts on its verdict ([`NodeService::peer_lost`]). Logged at info
+    /// only: every server connected to the lost one sees it, and the launcher tells
+    /// the user once.
     fn on_fabric_loss(&mut self, peer: NodeId, reason: String, unreachable: bool, now: Time) {
         if self.ending {
             // Shut down with the job (or about to be): nothing is routed around it any
@@ -306,17 +308,17 @@ impl Shared {
             return;
         }
         let Some(d) = self.detector.as_mut() else {
-            tracing::error!(peer, %reason, "peer node server lost");
+            tracing::info!(peer, %reason, "peer node server lost");
             self.engine.on_peer_lost(peer, now);
             return;
         };
         // No heartbeats into it meanwhile: each would be another failed connection.
         d.unreachable(peer, now);
         if !unreachable {
-            tracing::error!(peer, %reason, "peer node server lost");
+            tracing::info!(peer, %reason, "peer node server lost");
             self.engine.on_peer_lost(peer, now);
         } else if self.unreachable.insert(peer) {
-            tracing::error!(
+            tracing::info!(
                 peer,
                 %reason,
                 "peer node server {peer} unreachable; reported to the launcher"
@@ -337,7 +339,7 @@ impl Shared {
     /// nothing), so nothing more is read from it or queued for it, and the engine
     /// routes around it.
     fn lose(&mut self, node: NodeId, why: &str, now: Time) {
-        tracing::error!(peer = node, "peer node server lost: {why}");
+        tracing::info!(peer = node, "peer node server lost: {why}");
         self.fabric.declare_lost(node);
         if let Some(d) = self.detector.as_mut() {
             d.lost(node, now);
