@@ -208,7 +208,7 @@ pub fn parse_rankfile(text: &str, nodes: &[String], np: Option<u32>) -> Result<R
             continue;
         }
         // `rank 0 = aa slot = 1:0` reads as `rank 0=aa slot=1:0`.
-        let squeezed = line.replace(" =", "=").replace("= ", "=");
+        let squeezed = line.split('=').map(str::trim).collect::<Vec<_>>().join("=");
         let mut words = squeezed.split_whitespace();
         if words.next().map(str::to_ascii_lowercase).as_deref() != Some("rank") {
             return Err(err(format!(
@@ -310,7 +310,7 @@ mod tests {
         let text = "# two sockets each\n\
                     rank 0=aa slot=1:0-2\n\
                     \n\
-                    rank 2 = cc slot = 1-2   # cores 1 and 2\n\
+                    rank 2  =\tcc slot =  1-2   # cores 1 and 2\n\
                     rank 1=+n1 slot=0:0,1;1:*\n\
                     RANK 3=aa\n";
         let map = parse_rankfile(text, &names(), None).unwrap();
