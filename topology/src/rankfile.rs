@@ -152,6 +152,20 @@ impl RankMap {
     pub fn slot(&self, rank: u32) -> Option<&SlotSpec> {
         self.ranks.get(rank as usize).and_then(|(_, s)| s.as_ref())
     }
+
+    /// Whether `layout` (a host's) has every core the `slot=` values of the ranks on
+    /// `node` name (of every rank, with `None`): an error naming the first rank whose
+    /// cores it lacks.
+    pub fn check_slots(&self, layout: &NodeLayout, node: Option<u32>) -> Result<(), String> {
+        for (rank, (on, slot)) in self.ranks.iter().enumerate() {
+            if let Some(slot) = slot.as_ref().filter(|_| node.is_none_or(|n| n == *on)) {
+                layout
+                    .slot_binding(slot)
+                    .map_err(|e| format!("rank {rank} slot={slot}: {e}"))?;
+            }
+        }
+        Ok(())
+    }
 }
 
 /// The form handed to node servers: one item per rank in rank order, `NODE` or
@@ -390,5 +404,11 @@ mod tests {
         );
         assert_eq!(bind("2:0").unwrap_err(), "package 2: the host has 2");
         assert_eq!(bind("1:2").unwrap_err(), "core 2 of package 1: it has 2");
+        // A map's check: the ranks of one node, or of all.
+        let map: RankMap = "0=0:*/1=1:2/0".parse().unwrap();
+        assert_eq!(map.check_slots(&l, Some(0)), Ok(()));
+        let e = "rank 1 slot=1:2: core 2 of package 1: it has 2";
+        assert_eq!(map.check_slots(&l, Some(1)).unwrap_err(), e);
+        assert_eq!(map.check_slots(&l, None).unwrap_err(), e);
     }
 }

@@ -496,8 +496,9 @@ pub struct DaemonLaunch<'a> {
     /// Ranks of each node server when slots decided them (`--node-ranks`); empty for
     /// the even split `--map-by` makes alone.
     pub node_ranks: &'a [u32],
-    /// `--rankfile`: every rank's node and slot (`--rank-map`).
-    pub rank_map: Option<&'a cohort_topology::rankfile::RankMap>,
+    /// `--rankfile`: every rank's node and slot, as `--rank-map` takes them
+    /// ([`cohort_topology::rankfile::RankMap`]'s text).
+    pub rank_map: Option<&'a str>,
 }
 
 impl DaemonLaunch<'_> {
@@ -579,7 +580,7 @@ impl DaemonLaunch<'_> {
         }
         if let Some(map) = self.rank_map {
             a.push("--rank-map".into());
-            a.push(map.to_string().into());
+            a.push(map.into());
         }
         if self.tag_output {
             a.push("--tag-output".into());

@@ -41,7 +41,7 @@ use crate::topo::{plan_job, JobPlacement};
 mod allocation;
 mod spawn;
 
-use allocation::{display_allocation, Allocated};
+use allocation::{display_allocation, plural, Allocated};
 
 /// How long every node server has to register, unless `COHORT_STARTUP_TIMEOUT` (in
 /// seconds) says otherwise.
@@ -286,9 +286,8 @@ fn print_allocation(
     alloc: Option<&slurm::Allocation>,
     slurm_nodes: Option<&slurm::Nodes>,
     ssh_hosts: Option<&SshHosts>,
-    nodes: u32,
+    node_names: &[String],
 ) {
-    let local_names: Vec<String>;
     let shown = match (alloc, slurm_nodes, ssh_hosts) {
         (Some(alloc), Some(n), _) => Allocated::Slurm {
             alloc,
@@ -307,16 +306,13 @@ fn print_allocation(
                 from: from.join(", "),
             }
         }
-        _ => {
-            local_names = (0..nodes).map(|i| format!("node{i}")).collect();
-            Allocated::Local {
-                host: cohort_os::host_name(),
-                slots: local_slots(args.slot_unit(), args.cpu_set.as_ref()),
-                unit: args.slot_unit(),
-                cpu_set: args.cpu_set.as_ref(),
-                names: &local_names,
-            }
-        }
+        _ => Allocated::Local {
+            host: cohort_os::host_name(),
+            slots: local_slots(args.slot_unit(), args.cpu_set.as_ref()),
+            unit: args.slot_unit(),
+            cpu_set: args.cpu_set.as_ref(),
+            names: node_names,
+        },
     };
     print!("{}", display_allocation(&shown));
     let _ = std::io::Write::flush(&mut std::io::stdout());
@@ -327,7 +323,6 @@ fn print_allocation(
 /// several.
 fn display_map(job: &JobMap, policy: &str) -> String {
     let rule = "=".repeat(24);
-    let plural = |n: u32, what: &str| format!("{n} {what}{}", if n == 1 { "" } else { "s" });
     let mut out = format!(
         "{rule} JOB MAP {rule}\njob {}: {} on {} ({policy})\n",
         job.nspace,
@@ -470,8 +465,9 @@ struct SlurmStep {
 
 struct Launcher {
     args: RunArgs,
-    /// `--rankfile`: every rank's node and slot, handed to every node server.
-    rank_map: Option<RankMap>,
+    /// `--rankfile`: every rank's node and slot as node servers take it
+    /// (`cohortd --rank-map`).
+    rank_map: Option<String>,
     cohortd: PathBuf,
     exports: Vec<(String, OsString)>,
     /// `--pmix`: where cohort's `libpmix.so.2` is on every node server's host.
@@ -574,22 +570,23 @@ impl Launcher {
                 nodes
             ));
         }
+        // The node servers' names, as the job map will give them.
+        let node_names: Vec<String> = match (&slurm_nodes, &ssh_hosts) {
+            (Some(n), _) => n.names.clone(),
+            (None, Some(s)) => s.hosts.iter().map(|h| h.name.clone()).collect(),
+            (None, None) => (0..nodes).map(|i| format!("node{i}")).collect(),
+        };
         if args.display_allocation {
             print_allocation(
                 &args,
                 alloc.as_ref(),
                 slurm_nodes.as_ref(),
                 ssh_hosts.as_ref(),
-                nodes,
+                &node_names,
             );
         }
         // --rankfile: the file now (a missing one is refused before anything starts),
         // read against the node servers' names.
-        let node_names: Vec<String> = match (&slurm_nodes, &ssh_hosts) {
-            (Some(n), _) => n.names.clone(),
-            (None, Some(s)) => s.hosts.iter().map(|h| h.name.clone()).collect(),
-            (None, None) => (0..nodes).map(|i| format!("node{i}")).collect(),
-        };
         let rankfile = match &args.rankfile {
             Some(path) => {
                 let text = std::fs::read_to_string(path)
@@ -605,9 +602,12 @@ impl Launcher {
                     .map_err(|e| format!("--rankfile {}: {e}", path.display())),
             )
         };
+        // Without -n, the file's ranks are the job: read once, here.
+        let mut rank_map = None;
         if args.np.is_none() && args.more_apps.is_empty() {
-            if let Some(map) = read_rankfile(None) {
-                args.np = Some(map?.ranks.len() as u32);
+            if let Some(map) = read_rankfile(None).transpose()? {
+                args.np = Some(map.ranks.len() as u32);
+                rank_map = Some(map);
             }
         }
         if args.np.is_none() && args.more_apps.is_empty() {
@@ -626,16 +626,20 @@ impl Launcher {
         }
         let detector = args.detector()?;
         let plan = args.plan()?;
-        let rank_map = read_rankfile(Some(plan.np)).transpose()?;
-        if let Some(map) = &rank_map {
-            // One argument of every node server's command line (Linux takes 128 KiB).
-            if map.to_string().len() > MAX_RANK_MAP_ARG {
-                return Err(format!(
-                    "--rankfile: {} ranks with their slots are too many to hand to the node \
-                     servers (at most {MAX_RANK_MAP_ARG} bytes as text)",
-                    map.ranks.len()
-                ));
-            }
+        let rank_map = match rank_map {
+            Some(map) => Some(map),
+            None => read_rankfile(Some(plan.np)).transpose()?,
+        };
+        // The map as node servers take it (`cohortd --rank-map`): one argument of every
+        // node server's command line (Linux takes 128 KiB).
+        let rank_map_arg = rank_map.as_ref().map(RankMap::to_string);
+        if let Some(text) = rank_map_arg.as_ref().filter(|t| t.len() > MAX_RANK_MAP_ARG) {
+            return Err(format!(
+                "--rankfile: {} ranks with their slots are too many to hand to the node \
+                 servers ({} bytes as text, at most {MAX_RANK_MAP_ARG})",
+                plan.np,
+                text.len()
+            ));
         }
         let stdin_target = match args.stdin {
             StdinTarget::Rank(r) if r >= plan.np => {
@@ -735,20 +739,13 @@ impl Launcher {
                     // Every node server is on this host: its cores decide for all.
                     let layout =
                         cohort_topology::NodeLayout::for_slots(&topo, args.slot_unit(), None);
-                    for (rank, slot) in map
-                        .ranks
-                        .iter()
-                        .enumerate()
-                        .filter_map(|(r, (_, s))| Some((r, s.as_ref()?)))
-                    {
-                        layout.slot_binding(slot).map_err(|e| {
-                            format!(
-                                "--rankfile {}: rank {rank} slot={slot}: {e} (this host, {})",
-                                args.rankfile.as_deref().unwrap_or(Path::new("")).display(),
-                                topo.machine.hostname
-                            )
-                        })?;
-                    }
+                    map.check_slots(&layout, None).map_err(|e| {
+                        format!(
+                            "--rankfile {}: {e} (this host, {})",
+                            args.rankfile.as_deref().unwrap_or(Path::new("")).display(),
+                            topo.machine.hostname
+                        )
+                    })?;
                 }
                 if let Some(set) = &args.cpu_set {
                     let layout =
@@ -841,7 +838,7 @@ impl Launcher {
             monitor: JobMonitor::new(job, args.enable_recovery),
             placement,
             node_ranks: node_ranks.unwrap_or_default(),
-            rank_map,
+            rank_map: rank_map_arg,
             topology,
             detector,
             tribunal: {
@@ -993,7 +990,7 @@ impl Launcher {
             slurm_addrs: None,
             ssh_names: None,
             node_ranks: &self.node_ranks,
-            rank_map: self.rank_map.as_ref(),
+            rank_map: self.rank_map.as_deref(),
         }
     }
 

@@ -30,8 +30,8 @@ pub(super) enum Allocated<'a> {
     Ssh { hosts: &'a [Host], from: String },
 }
 
-/// `n thing` or `n things`.
-fn plural(n: impl Into<u64>, what: &str) -> String {
+/// `n thing` or `n things` (also the job map's).
+pub(super) fn plural(n: impl Into<u64>, what: &str) -> String {
     let n = n.into();
     format!("{n} {what}{}", if n == 1 { "" } else { "s" })
 }

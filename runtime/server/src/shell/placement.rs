@@ -87,18 +87,8 @@ impl NodePlacement {
         let Some(map) = &args.rank_map else {
             return Ok(());
         };
-        let layout = self.layout();
-        for (rank, (node, slot)) in map.ranks.iter().enumerate() {
-            if let Some(slot) = slot.as_ref().filter(|_| *node == args.node) {
-                layout.slot_binding(slot).map_err(|e| {
-                    format!(
-                        "--rankfile: rank {rank} slot={slot}: {e} (host {})",
-                        self.topo.machine.hostname
-                    )
-                })?;
-            }
-        }
-        Ok(())
+        map.check_slots(&self.layout(), Some(args.node))
+            .map_err(|e| format!("--rankfile: {e} (host {})", self.topo.machine.hostname))
     }
 
     /// Each local rank's binding. Without `--bind-to` (not started by `cohort run`)
