@@ -466,9 +466,6 @@ pub fn run_example(
     }
 }
 
-/// Runs testprog `scenario` on `servers` node servers (one rank each,
-/// `--enable-recovery`, and `options`) with both gathering algorithms; see
-/// [`survivors_agree_by`].
 /// The warning and error lines the node servers' log (tracing: cohort_server,
 /// cohort_core, cohort_transport) put on `stderr`. A loss the launcher reports to the
 /// user must not also come out of every node server that saw it (one loss, one
@@ -485,6 +482,9 @@ pub fn server_warnings(stderr: &str) -> Vec<&str> {
         .collect()
 }
 
+/// Runs testprog `scenario` on `servers` node servers (one rank each,
+/// `--enable-recovery`, and `options`) with both gathering algorithms; see
+/// [`survivors_agree_by`].
 pub fn survivors_agree(servers: u32, scenario: &str, options: &[&str]) -> Vec<(&'static str, Job)> {
     survivors_agree_by(servers, 1, |allgather| {
         let mut all = vec!["--allgather", allgather];
