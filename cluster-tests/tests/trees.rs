@@ -213,6 +213,22 @@ fn a_construct_started_after_a_node_servers_loss_completes() {
     }
 }
 
+/// A construct started after the loss of its group id's rendezvous node server (its
+/// root; real servers, SIGKILL) meets at the id's next one: the survivors get partial
+/// success without the lost rank, all the same group, with both gathering algorithms.
+/// Engine tests: `an_id_whose_rendezvous_is_lost_meets_at_the_next_one` and the
+/// schedule explorer.
+#[test]
+fn a_construct_whose_rendezvous_server_was_lost_meets_at_the_next_one() {
+    for (allgather, job) in survivors_agree(4, "construct-after-rendezvous-loss", &[]) {
+        assert!(
+            server_warnings(&job.stderr).is_empty(),
+            "{allgather}: one loss, reported once, by the launcher:\n{}",
+            job.stderr
+        );
+    }
+}
+
 /// The job's published data is the launcher's: losing node server 0 (SIGKILL)
 /// keeps what its rank published and the survivors' lookups, which wait without a
 /// timeout and are answered by a publish made after the loss. Engine test:

@@ -60,6 +60,7 @@ fn main() {
         "sim-compare" => sim_compare(),
         "lost-interior" => lost_interior(),
         "construct-after-loss" => construct_after_loss(),
+        "construct-after-rendezvous-loss" => construct_after_rendezvous_loss(),
         "publish-after-loss" => publish_after_loss(),
         "publish-persistence" => publish_persistence(),
         "spawn" => spawn(),
@@ -2333,11 +2334,24 @@ fn partial_without(c: Client, g: &GroupResult, lost: &[u32]) -> R {
 /// is lost, so it sends straight to the root instead of waiting for that server's
 /// rounds (which used to hang until the 60 s timeout).
 fn construct_after_loss() -> R {
-    const GID: &str = "after-loss";
+    construct_after_losing("after-loss", 1)
+}
+
+/// As `construct-after-loss`, with the lost node server the group id's rendezvous
+/// itself (the construct's root; its rank is a listed process as well): the construct
+/// meets at the id's next rendezvous, so the id stays usable.
+fn construct_after_rendezvous_loss() -> R {
+    construct_after_losing("after-rendezvous-loss", 0)
+}
+
+/// Node server `root + offset` (the root: the group id's rendezvous) is SIGKILLed once
+/// every rank is past a fence; 2 s later the survivors construct the id, optional:
+/// partial success without its rank.
+fn construct_after_losing(gid: &'static str, offset: u32) -> R {
     let c = init()?;
     let n = c.size();
-    let root = cohort_topology::rendezvous(GID, n as usize) as u32;
-    let x = (root + 1) % n;
+    let root = cohort_topology::rendezvous(gid, n as usize) as u32;
+    let x = (root + offset) % n;
     // x's server may be the fence's root.
     if let Some(pids) = server_pids_past_fence(&c, x)? {
         // SAFETY: kill(2) on this rank's own node server.
@@ -2351,7 +2365,7 @@ fn construct_after_loss() -> R {
         optional: true,
         ..ctx()
     };
-    let g = e2s(c.group_construct(GID, &all(&c), opts), "construct")?;
+    let g = e2s(c.group_construct(gid, &all(&c), opts), "construct")?;
     partial_without(c, &g, &[x])
 }
 

@@ -377,6 +377,13 @@ impl Cluster {
         self.pump();
     }
 
+    /// Server `to`'s fabric reports `lost` lost now (it may have heard of it
+    /// already, from another server).
+    pub fn report_lost(&mut self, to: NodeId, lost: NodeId) {
+        self.tell_lost(to, lost);
+        self.pump();
+    }
+
     fn tell_lost(&mut self, to: NodeId, lost: NodeId) {
         if self.dead.contains(&to) || !self.told.insert((to, lost)) {
             return;

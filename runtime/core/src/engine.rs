@@ -471,6 +471,11 @@ pub struct Engine {
     /// Node servers known to be lost (this server's fabric reported them, or another
     /// server did with `NodeLost`). Trees route around them.
     lost_nodes: BTreeSet<NodeId>,
+    /// (peer, lost): `peer` told this server of `lost`'s loss (`NodeLost`, on their
+    /// link, which keeps order): what `peer` sent after it, it sent knowing. A group
+    /// id's rendezvous that passes over a lost server is used only with peers known to
+    /// know of it (see [`Engine::behind_on`]).
+    heard_lost: HashSet<(NodeId, NodeId)>,
     /// Interior servers: the latest outcomes they forwarded (key, spec, outcome).
     kept_outcomes: VecDeque<(CollKey, Option<CollSpec>, CollOutcome)>,
     /// Failed attempts per collective key: how many this server applied, and how many
@@ -549,6 +554,7 @@ impl Engine {
             acks: HashMap::default(),
             next_token: 1,
             lost_nodes: BTreeSet::new(),
+            heard_lost: HashSet::default(),
             kept_outcomes: VecDeque::new(),
             attempts: Recent::new(MAX_TOMBSTONES),
             data_waits: HashMap::default(),
@@ -1010,8 +1016,32 @@ impl Engine {
     /// * trees built from now on skip `peer`: its children send up to its parent, and
     ///   outcomes go down to its children.
     fn node_lost(&mut self, peer: NodeId, now: Time) {
-        if peer == self.node || !self.lost_nodes.insert(peer) {
+        if peer == self.node || self.lost_nodes.contains(&peer) {
             return;
+        }
+        // Collectives in progress whose root it was, found before the loss counts
+        // here: a construct without a tree yet would take the id's next rendezvous
+        // for its root from then on.
+        let mut rooted: Vec<CollKey> = self
+            .colls
+            .keys()
+            .filter(|k| self.root_of(k) == Some(peer))
+            .cloned()
+            .collect();
+        rooted.sort_unstable();
+        // Live groups with members here whose rendezvous it was: the next one learns
+        // of them, so their ids stay in use there.
+        let mut moved: Vec<(String, Vec<ProcId>)> = self
+            .groups
+            .values()
+            .filter(|g| self.rendezvous_node(&g.id) == peer)
+            .map(|g| (g.id.clone(), g.members.clone()))
+            .collect();
+        moved.sort_unstable();
+        self.lost_nodes.insert(peer);
+        for (id, members) in moved {
+            let next = self.rendezvous_node(&id);
+            self.send_peer(next, PeerMsg::GroupLive { id, members });
         }
         tracing::debug!(node = peer, "node server lost; collectives route around it");
         // Requests waiting for the lost server's answer (a decision it was to apply, a
@@ -1037,23 +1067,35 @@ impl Engine {
         // Collectives in progress whose root it was fail naming it, before its
         // processes count as terminated: those may have taken part (the root may have
         // answered them before it was lost), which a server the outcome did not reach
-        // cannot tell. `fail` ends each here.
-        let mut rooted: Vec<CollKey> = self
-            .colls
-            .keys()
-            .filter(|k| self.root_of(k) == Some(peer))
-            .cloned()
-            .collect();
-        rooted.sort_unstable();
+        // cannot tell. Each ends here.
         for key in rooted {
-            if self.ask_about_agreement(&key, now) {
+            if !self.colls.contains_key(&key) || self.ask_about_agreement(&key, now) {
                 continue;
             }
             let err = CohortError::PeerLost {
                 node: peer,
                 reason: format!("it was the root of {}", op_name(&key)),
             };
-            self.fail(&key, err, now);
+            let spec = self.colls.get(&key).and_then(|c| c.spec.clone());
+            if matches!(key.kind, CollKind::Construct | CollKind::Destruct) {
+                // Servers that heard of the loss before they started their part went
+                // to the id's next rendezvous: it fails this attempt for them too
+                // (this server's own processes will not come there for it).
+                let next = self.rendezvous_node(&key.id);
+                if next != self.node {
+                    let attempt = self.stamp(&key);
+                    self.send_peer(
+                        next,
+                        PeerMsg::CollAbort {
+                            key: key.clone(),
+                            spec: spec.clone(),
+                            error: err.clone(),
+                            attempt,
+                        },
+                    );
+                }
+            }
+            self.complete(key, spec, CollOutcome::Failed(err), Vec::new(), false, now);
         }
         self.agreement_peer_lost(peer, now);
         for proc in self.jobs.procs_on(peer) {
@@ -1120,7 +1162,20 @@ impl Engine {
                 // Every server of a failed attempt gets the failure (down the tree):
                 // its messages with fewer failures are leftovers. (A server new to
                 // the key, joining a retry, stamps with fewer and is not one.)
-                || (attempt < a.seen && a.servers.contains(&from)))
+                || (attempt < a.seen && a.servers.contains(&from))
+                // An attempt that failed with the loss of the id's rendezvous failed
+                // for everyone: a message of it, from whichever server, is answered
+                // with the failure (its sender started its part before it heard of
+                // the outcome, or of the loss) and not taken into a later attempt.
+                || (attempt < a.seen && self.failed_with_rendezvous(key, a)))
+    }
+
+    /// Whether `a`'s last failure of construct or destruct `key` was the loss of a
+    /// node server that the group id's rendezvous has passed over since.
+    fn failed_with_rendezvous(&self, key: &CollKey, a: &Attempts) -> bool {
+        matches!(key.kind, CollKind::Construct | CollKind::Destruct)
+            && matches!(&a.error, Some(CohortError::PeerLost { node, .. })
+                if self.lost_ahead(&key.id).contains(node))
     }
 
     /// The stamp for this server's messages about `key`.
@@ -1170,6 +1225,21 @@ impl Engine {
                 ..
             }
             | PeerMsg::CollAbort { key, attempt, .. } => (key, *attempt),
+            // A server that came to this one as the id's next rendezvous (its first
+            // pick lost) after this one's own part of the attempt failed, or that sent
+            // its part of an attempt that failed with the rendezvous's loss.
+            PeerMsg::CollUp { key, attempt, .. }
+            | PeerMsg::CollJoin { key, attempt, .. }
+            | PeerMsg::CollGather { key, attempt, .. }
+                if matches!(key.kind, CollKind::Construct | CollKind::Destruct)
+                    && (self.root_of(key) == Some(self.node)
+                        || self
+                            .attempts
+                            .get(key)
+                            .is_some_and(|a| self.failed_with_rendezvous(key, a))) =>
+            {
+                (key, *attempt)
+            }
             _ => return,
         };
         let Some(a) = self.attempts.get(key) else {
@@ -1209,10 +1279,7 @@ impl Engine {
             .unwrap_or_default();
         if !children.is_empty() {
             let msg = msg();
-            self.actions.push(Action::ToPeers {
-                nodes: children.clone(),
-                msg,
-            });
+            self.send_peers(children.clone(), msg);
         }
         children
     }
@@ -1260,6 +1327,17 @@ impl Engine {
                 );
                 return;
             }
+        }
+        if let Some(behind) = self.behind_on(from, &msg) {
+            tracing::debug!(
+                from,
+                ?behind,
+                "dropping a message sent before its sender knew of its rendezvous's loss"
+            );
+            for node in behind {
+                self.send_peer(from, PeerMsg::NodeLost { node });
+            }
+            return;
         }
         let stamped = match &msg {
             PeerMsg::CollUp { key, attempt, .. }
@@ -1460,13 +1538,35 @@ impl Engine {
                 // decider's word stands, whatever the lost root's tree still delivers.
                 tracing::debug!(?key, from, "dropping a failure view decided elsewhere");
             }
-            PeerMsg::CollDown { key, attempt, .. } if attempt < self.attempt_of(&key) => {
+            PeerMsg::CollDown {
+                key,
+                spec,
+                outcome,
+                late,
+                attempt,
+                lean,
+            } if attempt < self.attempt_of(&key) => {
                 tracing::debug!(
                     ?key,
                     from,
                     attempt,
-                    "dropping the outcome of an attempt this server already ended"
+                    "not applying the outcome of an attempt this server already ended"
                 );
+                if matches!(key.kind, CollKind::Construct | CollKind::Destruct) {
+                    // This server's part may have ended on its own (its root, as it
+                    // knew it, was lost): the servers below it in the tree the outcome
+                    // follows still need it.
+                    let tree = spec.as_ref().map(|s| self.tree_for(&key, s));
+                    let k = key.clone();
+                    self.pass_down(tree.as_ref(), || PeerMsg::CollDown {
+                        key: k,
+                        spec,
+                        outcome,
+                        late,
+                        attempt,
+                        lean,
+                    });
+                }
             }
             PeerMsg::CollDown {
                 key,
@@ -1505,7 +1605,11 @@ impl Engine {
                 lean,
                 ..
             } => self.on_down(key, spec, outcome, late, lean, now),
-            PeerMsg::NodeLost { node } => self.node_lost(node, now),
+            PeerMsg::NodeLost { node } => {
+                // At most one entry per server and loss.
+                self.heard_lost.insert((from, node));
+                self.node_lost(node, now)
+            }
             PeerMsg::ProcTerminated {
                 proc,
                 contributed,
@@ -1555,7 +1659,14 @@ impl Engine {
             }
             PeerMsg::Ack { token, result } => self.on_ack(token, result),
             PeerMsg::GroupLive { id, members } => {
-                if self.rendezvous_node(&id) == self.node {
+                // A group passed on after its rendezvous's loss may have been destructed
+                // here already (its members' contributions came another way).
+                let destructed = self.recently_done.contains_key(&CollKey {
+                    kind: CollKind::Destruct,
+                    id: id.clone(),
+                    seq: 0,
+                });
+                if self.rendezvous_node(&id) == self.node && !destructed {
                     self.live_roots.insert(id, members);
                 }
             }
@@ -2999,11 +3110,67 @@ impl Engine {
         }
     }
 
+    /// The node server where group `gid`'s constructs and destructs meet: the first
+    /// live one in the id's order (its hash's pick, then the next ones in turn), so an
+    /// id whose first pick was lost stays usable. A server that learns of a loss before
+    /// starting its part goes to the next one; a message about such an operation is
+    /// preceded on its link by the losses passed over ([`Self::lost_ahead`]), so its
+    /// receiver routes it alike. Operations in flight when their root is lost fail with
+    /// `PeerLost`, also at the next one for the servers that went there
+    /// ([`Self::node_lost`]).
     fn rendezvous_node(&self, gid: &str) -> NodeId {
         if self.local_groups.contains(gid) {
             return self.node;
         }
-        self.all_nodes[rendezvous(gid, self.all_nodes.len())]
+        let n = self.all_nodes.len();
+        let first = rendezvous(gid, n);
+        (0..n)
+            .map(|i| self.all_nodes[(first + i) % n])
+            .find(|x| *x == self.node || !self.lost_nodes.contains(x))
+            .unwrap_or(self.node)
+    }
+
+    /// The losses that `from` did not know of when it sent `msg`, a contribution to a
+    /// construct or destruct (an Up, a join, a gather round, an abort) whose group id's
+    /// rendezvous passes over them here: `from` sent it toward the lost rendezvous, so
+    /// its part of the operation fails there once it hears (and the next rendezvous
+    /// with it, see [`Self::node_lost`]); taking it here would let the next rendezvous
+    /// decide with it while `from` fails, a split. `None`: `from` knew (a sender tells
+    /// the losses ahead of such a message first, on the same link).
+    fn behind_on(&self, from: NodeId, msg: &PeerMsg) -> Option<Vec<NodeId>> {
+        if from == self.node || self.lost_nodes.is_empty() {
+            return None;
+        }
+        let key = match msg {
+            PeerMsg::CollUp { key, .. }
+            | PeerMsg::CollJoin { key, .. }
+            | PeerMsg::CollGather { key, .. }
+            | PeerMsg::CollAbort { key, .. } => key,
+            _ => return None,
+        };
+        if !matches!(key.kind, CollKind::Construct | CollKind::Destruct) {
+            return None;
+        }
+        let behind: Vec<NodeId> = self
+            .lost_ahead(&key.id)
+            .into_iter()
+            .filter(|x| !self.heard_lost.contains(&(from, *x)))
+            .collect();
+        (!behind.is_empty()).then_some(behind)
+    }
+
+    /// The lost node servers that group `gid`'s rendezvous passes over (none while its
+    /// first pick lives).
+    fn lost_ahead(&self, gid: &str) -> Vec<NodeId> {
+        if self.lost_nodes.is_empty() || self.local_groups.contains(gid) {
+            return Vec::new();
+        }
+        let n = self.all_nodes.len();
+        let first = rendezvous(gid, n);
+        (0..n)
+            .map(|i| self.all_nodes[(first + i) % n])
+            .take_while(|x| *x != self.node && self.lost_nodes.contains(x))
+            .collect()
     }
 
     /// PMIX_GROUP_LOCAL_ONLY: checks that every process `procs` and `add_members`
@@ -3122,7 +3289,14 @@ impl Engine {
     /// The root of `key`, when it can be known here.
     fn root_of(&self, key: &CollKey) -> Option<NodeId> {
         match key.kind {
-            CollKind::Construct | CollKind::Destruct => Some(self.rendezvous_node(&key.id)),
+            // The tracker's tree keeps the root it was started with (a root lost since
+            // fails it); a new one meets at the id's rendezvous as known now.
+            CollKind::Construct | CollKind::Destruct => Some(
+                self.colls
+                    .get(key)
+                    .and_then(|c| c.tree.as_ref())
+                    .map_or_else(|| self.rendezvous_node(&key.id), |t| t.root()),
+            ),
             CollKind::Invite => self.invite_home(&key.id),
             CollKind::Fence | CollKind::Agree => self
                 .colls
@@ -3999,17 +4173,11 @@ impl Engine {
         };
         if let Some((lean, gathered)) = lean.filter(|_| !lean_to.is_empty()) {
             let msg = down(lean, Some(gathered));
-            self.actions.push(Action::ToPeers {
-                nodes: lean_to,
-                msg,
-            });
+            self.send_peers(lean_to, msg);
         }
         if !whole_to.is_empty() {
             let msg = down(outcome.clone(), None);
-            self.actions.push(Action::ToPeers {
-                nodes: whole_to,
-                msg,
-            });
+            self.send_peers(whole_to, msg);
         }
         if coll
             .as_ref()
@@ -4548,7 +4716,49 @@ impl Engine {
         if node == self.node {
             self.self_inbox.push_back(msg);
         } else {
+            for lost in self.lost_ahead_of(&msg) {
+                self.actions.push(Action::ToPeer {
+                    node,
+                    msg: PeerMsg::NodeLost { node: lost },
+                });
+            }
             self.actions.push(Action::ToPeer { node, msg });
+        }
+    }
+
+    /// Sends `msg` to `nodes` as one message object, after the losses its group id's
+    /// rendezvous passes over (see [`Self::rendezvous_node`]).
+    fn send_peers(&mut self, nodes: Vec<NodeId>, msg: PeerMsg) {
+        for lost in self.lost_ahead_of(&msg) {
+            self.actions.push(Action::ToPeers {
+                nodes: nodes.clone(),
+                msg: PeerMsg::NodeLost { node: lost },
+            });
+        }
+        self.actions.push(Action::ToPeers { nodes, msg });
+    }
+
+    /// The losses a receiver of `msg` must know first: a construct's or destruct's
+    /// message, or a group's news for its rendezvous, routed past its id's lost first
+    /// picks.
+    fn lost_ahead_of(&self, msg: &PeerMsg) -> Vec<NodeId> {
+        let key = match msg {
+            PeerMsg::CollUp { key, .. }
+            | PeerMsg::CollJoin { key, .. }
+            | PeerMsg::CollAbort { key, .. }
+            | PeerMsg::CollDown { key, .. }
+            | PeerMsg::CollGather { key, .. }
+            | PeerMsg::CollProbe { key }
+            | PeerMsg::CollProbeReply { key, .. }
+            | PeerMsg::Decide { key, .. } => key,
+            PeerMsg::GroupLive { id, .. } | PeerMsg::GroupLeft { id, .. } => {
+                return self.lost_ahead(id)
+            }
+            _ => return Vec::new(),
+        };
+        match key.kind {
+            CollKind::Construct | CollKind::Destruct => self.lost_ahead(&key.id),
+            _ => Vec::new(),
         }
     }
 

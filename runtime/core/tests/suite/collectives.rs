@@ -1115,18 +1115,143 @@ fn lost_root_fails_the_construct_everywhere_with_peer_lost() {
             e => panic!("rank {r}: expected PeerLost, got {e}"),
         }
     }
-    // A new construct with an id whose rendezvous server is lost fails at once.
+    // The id stays usable: the survivors' next construct of it meets at the id's next
+    // rendezvous server.
     let survivors: Vec<u32> = (0..7).filter(|&r| r != root).collect();
-    let again = c.construct(
-        survivors[0],
-        id,
-        &survivors,
-        ConstructOpts::default(),
-    );
-    match c.error(survivors[0], again) {
-        CohortError::PeerLost { node, .. } => assert_eq!(node, root),
-        e => panic!("expected PeerLost, got {e}"),
+    survivors_construct_again(&mut c, id, &survivors);
+}
+
+/// Every rank of `survivors` constructs `id` over `survivors` (with a context id); all
+/// get the same group of exactly them.
+fn survivors_construct_again(c: &mut Cluster, id: &str, survivors: &[u32]) -> GroupResult {
+    let opts = || ConstructOpts {
+        assign_context_id: true,
+        ..Default::default()
+    };
+    let reqs: Vec<u64> = survivors
+        .iter()
+        .map(|&r| c.construct(r, id, survivors, opts()))
+        .collect();
+    let first = c.group(survivors[0], reqs[0]);
+    let procs: Vec<ProcId> = survivors.iter().map(|&r| c.proc(r)).collect();
+    assert_eq!(first.members, procs);
+    assert!(first.context_id.is_some());
+    for (&r, &q) in survivors.iter().zip(&reqs) {
+        let g = c.group(r, q);
+        assert_eq!(
+            (&g.members, g.context_id),
+            (&first.members, first.context_id),
+            "rank {r}"
+        );
     }
+    first
+}
+
+/// A construct whose id's rendezvous server is lost meets at the id's next one
+/// (pmix-standard-sets-and-groups.tex: the group operation of the survivors must not
+/// depend on a server that hosts none of them). A server that starts its part before
+/// it hears of the loss sends it to the lost server and fails with `PeerLost` when it
+/// hears; the servers that went to the next rendezvous then fail too, instead of
+/// waiting for processes that will not come; a retry by everyone succeeds. Destruct
+/// and a second construct with another membership (`GroupIdInUse`) go there too.
+#[test]
+fn an_id_whose_rendezvous_is_lost_meets_at_the_next_one() {
+    let id = "failover";
+    let nodes: Vec<u32> = (0..7).collect();
+    let first = cohort_topology::rendezvous(id, nodes.len()) as u32;
+    let next = (first + 1) % 7;
+    // `late` hears of the loss last; it is neither of the two rendezvous servers.
+    let late = (next + 1) % 7;
+    let mut c = new_cluster(7, 7, TreeShape::KAry(2));
+    c.connect_all();
+    for n in (0..7).filter(|&n| n != late) {
+        c.hold(n, late);
+    }
+    // Every server but `late` hears of the loss before anyone calls.
+    c.kill_node(first);
+    for n in (0..7).filter(|&n| n != first && n != late) {
+        c.report_lost(n, first);
+    }
+    let survivors: Vec<u32> = (0..7).filter(|&r| r != first).collect();
+    let opts = || ConstructOpts {
+        assign_context_id: true,
+        ..Default::default()
+    };
+    let reqs: Vec<u64> = survivors
+        .iter()
+        .map(|&r| c.construct(r, id, &survivors, opts()))
+        .collect();
+    for n in (0..7).filter(|&n| n != late) {
+        c.release(n, late);
+    }
+    // `late` started before it heard (it hears when its message to the lost server
+    // fails): every survivor gets PeerLost naming the lost server, none waits.
+    for (&r, &q) in survivors.iter().zip(&reqs) {
+        match c.error(r, q) {
+            CohortError::PeerLost { node, .. } => assert_eq!(node, first, "rank {r}"),
+            e => panic!("rank {r}: expected PeerLost, got {e}"),
+        }
+    }
+    let g = survivors_construct_again(&mut c, id, &survivors);
+    // The id is in use at the next rendezvous: another membership is refused.
+    let pair = [survivors[0], survivors[1]];
+    let clash: Vec<u64> = pair
+        .iter()
+        .map(|&r| c.construct(r, id, &pair, opts()))
+        .collect();
+    for (&r, &q) in pair.iter().zip(&clash) {
+        assert!(
+            matches!(c.error(r, q), CohortError::GroupIdInUse { .. }),
+            "rank {r}"
+        );
+    }
+    let gone: Vec<u64> = survivors
+        .iter()
+        .map(|&r| destruct(&mut c, r, id, None))
+        .collect();
+    for (&r, &q) in survivors.iter().zip(&gone) {
+        assert!(matches!(c.reply(r, q), Some(Ok(_))), "rank {r} destructs");
+    }
+    // Free again once destructed, with another context id.
+    let again = survivors_construct_again(&mut c, id, &survivors);
+    assert_ne!(again.context_id, g.context_id);
+}
+
+/// A group made before its id's rendezvous server was lost stays known as live there
+/// after: its members' servers tell the id's next rendezvous, which refuses a second
+/// construct of the id with another membership.
+#[test]
+fn a_live_group_stays_in_use_after_its_rendezvous_is_lost() {
+    let id = "moved";
+    let first = cohort_topology::rendezvous(id, 7) as u32;
+    let mut c = new_cluster(7, 7, TreeShape::KAry(2));
+    c.connect_all();
+    let members: Vec<u32> = (0..7).filter(|&r| r != first).collect();
+    let g = survivors_construct_again(&mut c, id, &members);
+    c.kill_node(first);
+    let pair = [members[0], members[1]];
+    let opts = || ConstructOpts {
+        assign_context_id: true,
+        ..Default::default()
+    };
+    let clash: Vec<u64> = pair
+        .iter()
+        .map(|&r| c.construct(r, id, &pair, opts()))
+        .collect();
+    for (&r, &q) in pair.iter().zip(&clash) {
+        match c.error(r, q) {
+            CohortError::GroupIdInUse { members: m, .. } => assert_eq!(m, g.members),
+            e => panic!("rank {r}: expected GroupIdInUse, got {e}"),
+        }
+    }
+    let gone: Vec<u64> = members
+        .iter()
+        .map(|&r| destruct(&mut c, r, id, None))
+        .collect();
+    for (&r, &q) in members.iter().zip(&gone) {
+        assert!(matches!(c.reply(r, q), Some(Ok(_))), "rank {r} destructs");
+    }
+    survivors_construct_again(&mut c, id, &pair);
 }
 
 #[test]
