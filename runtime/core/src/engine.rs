@@ -1077,6 +1077,7 @@ impl Engine {
                 reason: format!("it was the root of {}", op_name(&key)),
             };
             let spec = self.colls.get(&key).and_then(|c| c.spec.clone());
+            let mut forward = false;
             if matches!(key.kind, CollKind::Construct | CollKind::Destruct) {
                 // Servers that heard of the loss before they started their part went
                 // to the id's next rendezvous: it fails this attempt for them too
@@ -1093,9 +1094,24 @@ impl Engine {
                             attempt,
                         },
                     );
+                } else {
+                    // This server is the next rendezvous: it ends the attempt as its
+                    // root, down the tree the servers that came here use.
+                    let tree = spec.as_ref().map(|s| self.tree_for(&key, s));
+                    if let Some(c) = self.colls.get_mut(&key) {
+                        c.tree = tree;
+                    }
+                    forward = true;
                 }
             }
-            self.complete(key, spec, CollOutcome::Failed(err), Vec::new(), false, now);
+            self.complete(
+                key,
+                spec,
+                CollOutcome::Failed(err),
+                Vec::new(),
+                forward,
+                now,
+            );
         }
         self.agreement_peer_lost(peer, now);
         for proc in self.jobs.procs_on(peer) {
