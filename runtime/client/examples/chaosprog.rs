@@ -21,7 +21,8 @@
 //! `CALL` (construct, fence, destruct) of round `ROUND`, a thread of it waits
 //! `DELAY_US` µs (the call may end first: the failure lands later) and then does
 //! `WHAT`: `kill` (SIGKILL itself), `exit` (`_exit(3)`, no finalize), `server`
-//! (SIGKILL its node server, whose death kills its ranks).
+//! (SIGKILL its node server, whose death kills its ranks). `CALL` `between`: once the
+//! round's last call returned, the rank itself waits and does it.
 //!
 //! Spec: pmix-standard-sets-and-groups.tex (PMIX_GROUP_OPTIONAL,
 //! PMIX_GROUP_FT_COLLECTIVE); group-construction-methods.txt §6.4.3.1.
@@ -87,26 +88,37 @@ fn plan_for(me: u32) -> Result<Vec<Failure>, String> {
     Ok(mine)
 }
 
-/// Starts the failure planned for `call` of `round`, if any.
+/// Starts the failure planned for `call` of `round`, if any. `between` (after the
+/// round's last call returned, before the next round) acts at once, in this thread.
 fn arm(plan: &[Failure], round: u32, call: &str) {
     for f in plan.iter().filter(|f| f.round == round && f.call == call) {
+        if call == "between" {
+            std::thread::sleep(f.delay);
+            fail_now(f.action);
+            // Killed with its node server, or by itself.
+            std::thread::sleep(Duration::from_secs(60));
+        }
         let (action, delay) = (f.action, f.delay);
         std::thread::spawn(move || {
             std::thread::sleep(delay);
-            // SAFETY: signals to this process or its parent (its node server), and
-            // _exit, which ends the process without running anything of ours.
-            unsafe {
-                match action {
-                    Action::Kill => {
-                        libc::kill(libc::getpid(), libc::SIGKILL);
-                    }
-                    Action::Exit => libc::_exit(3),
-                    Action::Server => {
-                        libc::kill(libc::getppid(), libc::SIGKILL);
-                    }
-                }
-            }
+            fail_now(action);
         });
+    }
+}
+
+fn fail_now(action: Action) {
+    // SAFETY: signals to this process or its parent (its node server), and _exit,
+    // which ends the process without running anything of ours.
+    unsafe {
+        match action {
+            Action::Kill => {
+                libc::kill(libc::getpid(), libc::SIGKILL);
+            }
+            Action::Exit => libc::_exit(3),
+            Action::Server => {
+                libc::kill(libc::getppid(), libc::SIGKILL);
+            }
+        }
     }
 }
 
@@ -182,6 +194,7 @@ fn round(
         Err(e) => {
             println!("RESULT {k} construct err {}", kind(&e));
             eprintln!("chaos: rank {me}: {e}");
+            arm(plan, k, "between");
             return Ok(());
         }
     };
@@ -206,5 +219,6 @@ fn round(
     arm(plan, k, "destruct");
     let r = c.group_destruct_tolerant(&gid, timeout);
     println!("RESULT {k} destruct {}", outcome(&r));
+    arm(plan, k, "between");
     Ok(())
 }
