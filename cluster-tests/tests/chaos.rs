@@ -22,7 +22,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use cohort_cluster_tests::{cohort_command, example, CohortRun};
+use cohort_cluster_tests::{cohort_command, example, text, CohortRun};
 
 const NODES: u32 = 4;
 const RANKS: u32 = 8;
@@ -127,8 +127,7 @@ fn run_seed(seed: u64) {
     ]);
     cmd.env("COHORT_CHAOS_PLAN", &plan);
     let out = CohortRun::spawn(cmd).wait(JOB_DEADLINE);
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
     let ctx = format!(
         "seed {seed}, plan {plan:?} (rerun: COHORT_CHAOS_FROM={seed} COHORT_CHAOS_SEEDS=1)\n\
          --- stdout:\n{stdout}\n--- stderr:\n{stderr}"

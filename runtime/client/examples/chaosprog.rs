@@ -92,17 +92,18 @@ fn plan_for(me: u32) -> Result<Vec<Failure>, String> {
 /// round's last call returned, before the next round) acts at once, in this thread.
 fn arm(plan: &[Failure], round: u32, call: &str) {
     for f in plan.iter().filter(|f| f.round == round && f.call == call) {
-        if call == "between" {
-            std::thread::sleep(f.delay);
-            fail_now(f.action);
-            // Killed with its node server, or by itself.
-            std::thread::sleep(Duration::from_secs(60));
-        }
         let (action, delay) = (f.action, f.delay);
-        std::thread::spawn(move || {
+        if call == "between" {
             std::thread::sleep(delay);
             fail_now(action);
-        });
+            // Killed with its node server, or by itself.
+            std::thread::sleep(Duration::from_secs(60));
+        } else {
+            std::thread::spawn(move || {
+                std::thread::sleep(delay);
+                fail_now(action);
+            });
+        }
     }
 }
 
@@ -131,14 +132,12 @@ fn kind(e: &CohortError) -> String {
         .to_string()
 }
 
-fn outcome(r: &Result<(), CohortError>) -> String {
+/// What a call's line says: `ok`, or `err KIND` (the error itself goes to stderr).
+fn outcome<T>(me: u32, r: &Result<T, CohortError>) -> String {
     match r {
-        Ok(()) => "ok".into(),
+        Ok(_) => "ok".into(),
         Err(e) => {
-            eprintln!(
-                "chaos: rank {}: {e}",
-                std::env::var("COHORT_RANK").unwrap_or_default()
-            );
+            eprintln!("chaos: rank {me}: {e}");
             format!("err {}", kind(e))
         }
     }
@@ -158,27 +157,21 @@ fn run() -> R {
     let me = c.rank();
     let plan = plan_for(me)?;
     let everyone: Vec<ProcId> = (0..c.size()).map(|r| p(&c, r)).collect();
-    let timeout = Some(Duration::from_millis(CALL_TIMEOUT_MS));
     for k in 0..rounds {
-        round(&c, &plan, &everyone, k, timeout)?;
+        round(&c, &plan, &everyone, k)?;
     }
     e2s(c.finalize(), "finalize")?;
     println!("CHAOS done rank {me}");
     Ok(())
 }
 
-fn round(
-    c: &Client,
-    plan: &[Failure],
-    everyone: &[ProcId],
-    k: u32,
-    timeout: Option<Duration>,
-) -> R {
+/// Round `k`: group `chaos-k`, whose members post key `chaos-k`.
+fn round(c: &Client, plan: &[Failure], everyone: &[ProcId], k: u32) -> R {
     let me = c.rank();
     let gid = format!("chaos-{k}");
-    let key = format!("chaos-{k}");
+    let key = &gid;
     e2s(
-        c.put(Scope::Remote, &key, Value::U32(value_of(me, k))),
+        c.put(Scope::Remote, key, Value::U32(value_of(me, k))),
         "put",
     )?;
     e2s(c.commit(), "commit")?;
@@ -191,9 +184,8 @@ fn round(
     };
     let g = match c.group_construct(&gid, everyone, opts) {
         Ok(g) => g,
-        Err(e) => {
-            println!("RESULT {k} construct err {}", kind(&e));
-            eprintln!("chaos: rank {me}: {e}");
+        e @ Err(_) => {
+            println!("RESULT {k} construct {}", outcome(me, &e));
             arm(plan, k, "between");
             return Ok(());
         }
@@ -202,7 +194,7 @@ fn round(
     println!("RESULT {k} construct ok {} {cid}", ranks(&g.members));
     // Every member's data came with the construct, also a member lost since.
     for m in &g.members {
-        let v = c.get(m, &key, Some(Duration::from_secs(10)));
+        let v = c.get(m, key, Some(Duration::from_secs(10)));
         check!(
             matches!(v, Ok(Value::U32(x)) if x == value_of(m.rank, k)),
             "round {k}: {key} of member {m}: {v:?}"
@@ -215,10 +207,10 @@ fn round(
         ft_collective: true,
     };
     let r = c.fence(&[ProcId::wildcard(gid.as_str())], fence);
-    println!("RESULT {k} fence {}", outcome(&r));
+    println!("RESULT {k} fence {}", outcome(me, &r));
     arm(plan, k, "destruct");
-    let r = c.group_destruct_tolerant(&gid, timeout);
-    println!("RESULT {k} destruct {}", outcome(&r));
+    let r = c.group_destruct_tolerant(&gid, Some(Duration::from_millis(CALL_TIMEOUT_MS)));
+    println!("RESULT {k} destruct {}", outcome(me, &r));
     arm(plan, k, "between");
     Ok(())
 }

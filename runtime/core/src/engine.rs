@@ -100,6 +100,12 @@ fn salted_root(id: &str, seq: u64, nodes: &[NodeId]) -> Option<NodeId> {
 }
 
 /// The local failure view `c` carried (none when it carried none).
+/// Whether operations of `kind` meet at their group id's rendezvous server
+/// (`Engine::rendezvous_node`): constructs and destructs.
+fn meets_at_rendezvous(kind: CollKind) -> bool {
+    matches!(kind, CollKind::Construct | CollKind::Destruct)
+}
+
 fn failed_view_of(c: &Contribution) -> &[ProcId] {
     match info_get(&c.group_info, FAILED_VIEW_KEY) {
         Some(Value::Procs(procs)) => procs,
@@ -1078,7 +1084,7 @@ impl Engine {
             };
             let spec = self.colls.get(&key).and_then(|c| c.spec.clone());
             let mut forward = false;
-            if matches!(key.kind, CollKind::Construct | CollKind::Destruct) {
+            if meets_at_rendezvous(key.kind) {
                 // Servers that heard of the loss before they started their part went
                 // to the id's next rendezvous: it fails this attempt for them too
                 // (this server's own processes will not come there for it).
@@ -1189,7 +1195,7 @@ impl Engine {
     /// Whether `a`'s last failure of construct or destruct `key` was the loss of a
     /// node server that the group id's rendezvous has passed over since.
     fn failed_with_rendezvous(&self, key: &CollKey, a: &Attempts) -> bool {
-        matches!(key.kind, CollKind::Construct | CollKind::Destruct)
+        meets_at_rendezvous(key.kind)
             && matches!(&a.error, Some(CohortError::PeerLost { node, .. })
                 if self.lost_ahead(&key.id).contains(node))
     }
@@ -1247,7 +1253,7 @@ impl Engine {
             PeerMsg::CollUp { key, attempt, .. }
             | PeerMsg::CollJoin { key, attempt, .. }
             | PeerMsg::CollGather { key, attempt, .. }
-                if matches!(key.kind, CollKind::Construct | CollKind::Destruct)
+                if meets_at_rendezvous(key.kind)
                     && (self.root_of(key) == Some(self.node)
                         || self
                             .attempts
@@ -1298,6 +1304,28 @@ impl Engine {
             self.send_peers(children.clone(), msg);
         }
         children
+    }
+
+    /// Passes an outcome this server does not apply (of an attempt it ended or moved
+    /// past) on to its live children in the tree `spec` gives; returns them.
+    fn pass_on_down(
+        &mut self,
+        key: CollKey,
+        spec: Option<CollSpec>,
+        outcome: CollOutcome,
+        late: Vec<ProcId>,
+        attempt: u32,
+        lean: Option<u32>,
+    ) -> Vec<NodeId> {
+        let tree = spec.as_ref().map(|s| self.tree_for(&key, s));
+        self.pass_down(tree.as_ref(), || PeerMsg::CollDown {
+            key,
+            spec,
+            outcome,
+            late,
+            attempt,
+            lean,
+        })
     }
 
     /// The nearest ancestor of this server in `tree` that is not lost.
@@ -1568,20 +1596,11 @@ impl Engine {
                     attempt,
                     "not applying the outcome of an attempt this server already ended"
                 );
-                if matches!(key.kind, CollKind::Construct | CollKind::Destruct) {
+                if meets_at_rendezvous(key.kind) {
                     // This server's part may have ended on its own (its root, as it
                     // knew it, was lost): the servers below it in the tree the outcome
                     // follows still need it.
-                    let tree = spec.as_ref().map(|s| self.tree_for(&key, s));
-                    let k = key.clone();
-                    self.pass_down(tree.as_ref(), || PeerMsg::CollDown {
-                        key: k,
-                        spec,
-                        outcome,
-                        late,
-                        attempt,
-                        lean,
-                    });
+                    self.pass_on_down(key, spec, outcome, late, attempt, lean);
                 }
             }
             PeerMsg::CollDown {
@@ -1595,20 +1614,11 @@ impl Engine {
                 // The verdict on an attempt this server has moved past (its tracker is
                 // a retry's, started by a server that saw the failure first): passed on
                 // to the old tree below, counted, not applied.
-                let tree = spec.as_ref().map(|s| self.tree_for(&key, s));
                 let count = match &outcome {
                     CollOutcome::Failed(e) if attempt >= self.attempt_of(&key) => Some(e.clone()),
                     _ => None,
                 };
-                let k = key.clone();
-                let told = self.pass_down(tree.as_ref(), || PeerMsg::CollDown {
-                    key: k,
-                    spec,
-                    outcome,
-                    late,
-                    attempt,
-                    lean,
-                });
+                let told = self.pass_on_down(key.clone(), spec, outcome, late, attempt, lean);
                 if let Some(error) = count {
                     self.record_failure(&key, &told, &error);
                 }
@@ -3138,12 +3148,17 @@ impl Engine {
         if self.local_groups.contains(gid) {
             return self.node;
         }
-        let n = self.all_nodes.len();
-        let first = rendezvous(gid, n);
-        (0..n)
-            .map(|i| self.all_nodes[(first + i) % n])
+        self.rendezvous_order(gid)
             .find(|x| *x == self.node || !self.lost_nodes.contains(x))
             .unwrap_or(self.node)
+    }
+
+    /// Group `gid`'s candidate rendezvous servers in turn: its hash's pick, then the
+    /// next ones, all of them once.
+    fn rendezvous_order(&self, gid: &str) -> impl Iterator<Item = NodeId> + '_ {
+        let n = self.all_nodes.len();
+        let first = rendezvous(gid, n);
+        (0..n).map(move |i| self.all_nodes[(first + i) % n])
     }
 
     /// The losses that `from` did not know of when it sent `msg`, a contribution to a
@@ -3164,7 +3179,7 @@ impl Engine {
             | PeerMsg::CollAbort { key, .. } => key,
             _ => return None,
         };
-        if !matches!(key.kind, CollKind::Construct | CollKind::Destruct) {
+        if !meets_at_rendezvous(key.kind) {
             return None;
         }
         let behind: Vec<NodeId> = self
@@ -3181,10 +3196,7 @@ impl Engine {
         if self.lost_nodes.is_empty() || self.local_groups.contains(gid) {
             return Vec::new();
         }
-        let n = self.all_nodes.len();
-        let first = rendezvous(gid, n);
-        (0..n)
-            .map(|i| self.all_nodes[(first + i) % n])
+        self.rendezvous_order(gid)
             .take_while(|x| *x != self.node && self.lost_nodes.contains(x))
             .collect()
     }
@@ -3204,9 +3216,10 @@ impl Engine {
                 return Ok(());
             }
             let live = self.groups.contains_key(gid)
-                || self.colls.keys().any(|k| {
-                    k.id == gid && matches!(k.kind, CollKind::Construct | CollKind::Destruct)
-                });
+                || self
+                    .colls
+                    .keys()
+                    .any(|k| k.id == gid && meets_at_rendezvous(k.kind));
             if !live {
                 self.local_groups.remove(gid);
             }
@@ -4772,9 +4785,10 @@ impl Engine {
             }
             _ => return Vec::new(),
         };
-        match key.kind {
-            CollKind::Construct | CollKind::Destruct => self.lost_ahead(&key.id),
-            _ => Vec::new(),
+        if meets_at_rendezvous(key.kind) {
+            self.lost_ahead(&key.id)
+        } else {
+            Vec::new()
         }
     }
 

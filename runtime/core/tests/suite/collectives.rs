@@ -1025,16 +1025,31 @@ fn all_construct(c: &mut Cluster, id: &str, optional: bool) -> Vec<u64> {
 /// Ranks `0..n` all construct `id` (every rank a leader) with a context id.
 fn every_rank_constructs(c: &mut Cluster, id: &str, n: u32, optional: bool) -> Vec<u64> {
     let all: Vec<u32> = (0..n).collect();
-    (0..n)
-        .map(|r| {
+    ranks_construct(c, id, &all, optional)
+}
+
+/// Every rank of `ranks` constructs `id` over `ranks` (every one a leader) with a
+/// context id; the request ids, in `ranks`' order.
+fn ranks_construct(c: &mut Cluster, id: &str, ranks: &[u32], optional: bool) -> Vec<u64> {
+    ranks
+        .iter()
+        .map(|&r| {
             let opts = ConstructOpts {
                 optional,
                 assign_context_id: true,
                 ..Default::default()
             };
-            c.construct(r, id, &all, opts)
+            c.construct(r, id, ranks, opts)
         })
         .collect()
+}
+
+/// Every rank of `ranks` destructs `id`, which succeeds for each.
+fn ranks_destruct(c: &mut Cluster, id: &str, ranks: &[u32]) {
+    let reqs: Vec<u64> = ranks.iter().map(|&r| destruct(c, r, id, None)).collect();
+    for (&r, &q) in ranks.iter().zip(&reqs) {
+        assert!(matches!(c.reply(r, q), Some(Ok(_))), "rank {r} destructs");
+    }
 }
 
 #[test]
@@ -1124,14 +1139,7 @@ fn lost_root_fails_the_construct_everywhere_with_peer_lost() {
 /// Every rank of `survivors` constructs `id` over `survivors` (with a context id); all
 /// get the same group of exactly them.
 fn survivors_construct_again(c: &mut Cluster, id: &str, survivors: &[u32]) -> GroupResult {
-    let opts = || ConstructOpts {
-        assign_context_id: true,
-        ..Default::default()
-    };
-    let reqs: Vec<u64> = survivors
-        .iter()
-        .map(|&r| c.construct(r, id, survivors, opts()))
-        .collect();
+    let reqs = ranks_construct(c, id, survivors, false);
     let first = c.group(survivors[0], reqs[0]);
     let procs: Vec<ProcId> = survivors.iter().map(|&r| c.proc(r)).collect();
     assert_eq!(first.members, procs);
@@ -1157,8 +1165,7 @@ fn survivors_construct_again(c: &mut Cluster, id: &str, survivors: &[u32]) -> Gr
 #[test]
 fn an_id_whose_rendezvous_is_lost_meets_at_the_next_one() {
     let id = "failover";
-    let nodes: Vec<u32> = (0..7).collect();
-    let first = cohort_topology::rendezvous(id, nodes.len()) as u32;
+    let first = cohort_topology::rendezvous(id, 7) as u32;
     let next = (first + 1) % 7;
     // `late` hears of the loss last; it is neither of the two rendezvous servers.
     let late = (next + 1) % 7;
@@ -1173,14 +1180,7 @@ fn an_id_whose_rendezvous_is_lost_meets_at_the_next_one() {
         c.report_lost(n, first);
     }
     let survivors: Vec<u32> = (0..7).filter(|&r| r != first).collect();
-    let opts = || ConstructOpts {
-        assign_context_id: true,
-        ..Default::default()
-    };
-    let reqs: Vec<u64> = survivors
-        .iter()
-        .map(|&r| c.construct(r, id, &survivors, opts()))
-        .collect();
+    let reqs = ranks_construct(&mut c, id, &survivors, false);
     for n in (0..7).filter(|&n| n != late) {
         c.release(n, late);
     }
@@ -1195,23 +1195,14 @@ fn an_id_whose_rendezvous_is_lost_meets_at_the_next_one() {
     let g = survivors_construct_again(&mut c, id, &survivors);
     // The id is in use at the next rendezvous: another membership is refused.
     let pair = [survivors[0], survivors[1]];
-    let clash: Vec<u64> = pair
-        .iter()
-        .map(|&r| c.construct(r, id, &pair, opts()))
-        .collect();
+    let clash = ranks_construct(&mut c, id, &pair, false);
     for (&r, &q) in pair.iter().zip(&clash) {
         assert!(
             matches!(c.error(r, q), CohortError::GroupIdInUse { .. }),
             "rank {r}"
         );
     }
-    let gone: Vec<u64> = survivors
-        .iter()
-        .map(|&r| destruct(&mut c, r, id, None))
-        .collect();
-    for (&r, &q) in survivors.iter().zip(&gone) {
-        assert!(matches!(c.reply(r, q), Some(Ok(_))), "rank {r} destructs");
-    }
+    ranks_destruct(&mut c, id, &survivors);
     // Free again once destructed, with another context id.
     let again = survivors_construct_again(&mut c, id, &survivors);
     assert_ne!(again.context_id, g.context_id);
@@ -1230,27 +1221,14 @@ fn a_live_group_stays_in_use_after_its_rendezvous_is_lost() {
     let g = survivors_construct_again(&mut c, id, &members);
     c.kill_node(first);
     let pair = [members[0], members[1]];
-    let opts = || ConstructOpts {
-        assign_context_id: true,
-        ..Default::default()
-    };
-    let clash: Vec<u64> = pair
-        .iter()
-        .map(|&r| c.construct(r, id, &pair, opts()))
-        .collect();
+    let clash = ranks_construct(&mut c, id, &pair, false);
     for (&r, &q) in pair.iter().zip(&clash) {
         match c.error(r, q) {
             CohortError::GroupIdInUse { members: m, .. } => assert_eq!(m, g.members),
             e => panic!("rank {r}: expected GroupIdInUse, got {e}"),
         }
     }
-    let gone: Vec<u64> = members
-        .iter()
-        .map(|&r| destruct(&mut c, r, id, None))
-        .collect();
-    for (&r, &q) in members.iter().zip(&gone) {
-        assert!(matches!(c.reply(r, q), Some(Ok(_))), "rank {r} destructs");
-    }
+    ranks_destruct(&mut c, id, &members);
     survivors_construct_again(&mut c, id, &pair);
 }
 
