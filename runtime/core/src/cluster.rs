@@ -246,7 +246,9 @@ impl Cluster {
             }
             return id;
         }
+        let _at = tracing::debug_span!("server", n = node).entered();
         self.engines[node].on_client_request(Self::client_of(rank), id, req, now);
+        drop(_at);
         self.pump();
         id
     }
@@ -275,6 +277,7 @@ impl Cluster {
         let now = self.now;
         for (i, e) in self.engines.iter_mut().enumerate() {
             if !self.dead.contains(&(i as NodeId)) {
+                let _at = tracing::debug_span!("server", n = i).entered();
                 e.on_timer(now);
             }
         }
@@ -389,6 +392,7 @@ impl Cluster {
             return;
         }
         let now = self.now;
+        let _at = tracing::debug_span!("server", n = to).entered();
         self.engines[to as usize].on_peer_lost(lost, now);
     }
 
@@ -440,6 +444,7 @@ impl Cluster {
             Some(Next::Request(rank, id, req)) => {
                 let node = self.node_of_rank(rank) as usize;
                 let now = self.now;
+                let _at = tracing::debug_span!("server", n = node).entered();
                 self.engines[node].on_client_request(Self::client_of(rank), id, req, now);
                 return true;
             }
@@ -467,6 +472,7 @@ impl Cluster {
         };
         for (from, to, msg) in deliveries {
             if !self.dead.contains(&to) {
+                let _at = tracing::debug_span!("server", n = to, from).entered();
                 self.engines[to as usize].on_peer(from, msg, now);
             }
         }

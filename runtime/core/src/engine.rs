@@ -99,13 +99,21 @@ fn salted_root(id: &str, seq: u64, nodes: &[NodeId]) -> Option<NodeId> {
     nodes.get(salt.pick(nodes.len().max(1))).copied()
 }
 
-/// The local failure view `c` carried (none when it carried none).
 /// Whether operations of `kind` meet at their group id's rendezvous server
 /// (`Engine::rendezvous_node`): constructs and destructs.
 fn meets_at_rendezvous(kind: CollKind) -> bool {
     matches!(kind, CollKind::Construct | CollKind::Destruct)
 }
 
+/// Whether operations of `kind` whose root is lost before their outcome reached every
+/// server are decided for all by one server (`Engine::ask_about_agreement`): global
+/// failure views, constructs and destructs. (A fence fails where its outcome did not
+/// arrive; a member that got it and one that did not disagree on nothing lasting.)
+fn decided_after_root_loss(kind: CollKind) -> bool {
+    kind == CollKind::Agree || meets_at_rendezvous(kind)
+}
+
+/// The local failure view `c` carried (none when it carried none).
 fn failed_view_of(c: &Contribution) -> &[ProcId] {
     match info_get(&c.group_info, FAILED_VIEW_KEY) {
         Some(Value::Procs(procs)) => procs,
@@ -427,7 +435,7 @@ pub struct Engine {
     /// Global failure views ended here: the view, or `None` when it was decided that
     /// nobody had it (after its root was lost). For the deciders that ask after a
     /// root was lost (see [`Engine::ask_about_agreement`]).
-    agree_done: Recent<CollKey, Option<Vec<ProcId>>>,
+    agree_done: Recent<CollKey, Option<CollOutcome>>,
     /// Global failure views whose root was lost before their outcome arrived here: the
     /// decider asked (this server itself when it decides).
     agree_asking: HashMap<CollKey, NodeId>,
@@ -441,6 +449,11 @@ pub struct Engine {
     /// Views this server told a decider it lacks: their outcome is dropped if it still
     /// arrives from the lost root's tree.
     agree_bound: Recent<CollKey, ()>,
+    /// Constructs and destructs that succeeded here (applied, or decided here after
+    /// their root was lost): the outcome, for a decider that asks after a root's loss
+    /// (see [`Engine::ask_about_agreement`]). A construct's goes when the group's
+    /// destruct succeeds here; a destruct's when a construct of the id starts here.
+    settled: Recent<CollKey, CollOutcome>,
     /// Dissemination allgathers this server completed after a fallback (a server of
     /// the operation was lost), with a lean copy of the outcome possibly still on its
     /// way: it is dropped, until the key is used again here.
@@ -543,6 +556,7 @@ impl Engine {
             agree_waiting: Vec::new(),
             agree_questions: Vec::new(),
             agree_bound: Recent::new(MAX_TOMBSTONES),
+            settled: Recent::new(MAX_TOMBSTONES),
             leaders_memo: None,
             fallback_done: Recent::new(MAX_TOMBSTONES),
             owed_rounds: Recent::new(MAX_TOMBSTONES),
@@ -1070,10 +1084,14 @@ impl Engine {
             };
             self.on_ack(token, Err(err));
         }
-        // Collectives in progress whose root it was fail naming it, before its
-        // processes count as terminated: those may have taken part (the root may have
-        // answered them before it was lost), which a server the outcome did not reach
-        // cannot tell. Each ends here.
+        // Collectives in progress whose root it was end, before its processes count as
+        // terminated: those may have taken part (the root may have answered them before
+        // it was lost), which a server the outcome did not reach cannot tell. A fence
+        // fails here naming it; a construct, destruct or failure view is decided for
+        // everyone by one server (`ask_about_agreement`): the outcome if any server
+        // got it, else the same failure. (The decider of a construct or destruct is
+        // the id's next rendezvous, where servers that heard of the loss before they
+        // started their part went: it fails them too.)
         for key in rooted {
             if !self.colls.contains_key(&key) || self.ask_about_agreement(&key, now) {
                 continue;
@@ -1083,41 +1101,8 @@ impl Engine {
                 reason: format!("it was the root of {}", op_name(&key)),
             };
             let spec = self.colls.get(&key).and_then(|c| c.spec.clone());
-            let mut forward = false;
-            if meets_at_rendezvous(key.kind) {
-                // Servers that heard of the loss before they started their part went
-                // to the id's next rendezvous: it fails this attempt for them too
-                // (this server's own processes will not come there for it).
-                let next = self.rendezvous_node(&key.id);
-                if next != self.node {
-                    let attempt = self.stamp(&key);
-                    self.send_peer(
-                        next,
-                        PeerMsg::CollAbort {
-                            key: key.clone(),
-                            spec: spec.clone(),
-                            error: err.clone(),
-                            attempt,
-                        },
-                    );
-                } else {
-                    // This server is the next rendezvous: it ends the attempt as its
-                    // root, down the tree the servers that came here use.
-                    let tree = spec.as_ref().map(|s| self.tree_for(&key, s));
-                    if let Some(c) = self.colls.get_mut(&key) {
-                        c.tree = tree;
-                    }
-                    forward = true;
-                }
-            }
-            self.complete(
-                key,
-                spec,
-                CollOutcome::Failed(err),
-                Vec::new(),
-                forward,
-                now,
-            );
+            let outcome = CollOutcome::Failed(err);
+            self.complete(key, spec, outcome, Vec::new(), false, now);
         }
         self.agreement_peer_lost(peer, now);
         for proc in self.jobs.procs_on(peer) {
@@ -1215,6 +1200,14 @@ impl Engine {
 
     /// The tracker of `key`, created for `attempt` when there is none.
     fn tracker(&mut self, key: &CollKey, attempt: u32, now: Time) -> &mut Coll {
+        if key.kind == CollKind::Construct && !self.colls.contains_key(key) {
+            // A destruct of the id's previous group is no answer about the next one.
+            self.settled.remove(&CollKey {
+                kind: CollKind::Destruct,
+                id: key.id.clone(),
+                seq: 0,
+            });
+        }
         self.colls.entry(key.clone()).or_insert_with(|| Coll {
             attempt,
             ..Coll::new(now)
@@ -1582,6 +1575,16 @@ impl Engine {
                 // decider's word stands, whatever the lost root's tree still delivers.
                 tracing::debug!(?key, from, "dropping a failure view decided elsewhere");
             }
+            PeerMsg::CollDown { key, .. }
+                if meets_at_rendezvous(key.kind)
+                    && (self.agree_asking.contains_key(&key)
+                        || (!self.colls.contains_key(&key) && self.settled.contains_key(&key))) =>
+            {
+                // Its root was lost and a decider decides for everyone (this server may
+                // have told it that it lacks the outcome): the decider's word stands.
+                // Or it succeeded here already (a decider's answer came first).
+                tracing::debug!(?key, from, "dropping an outcome decided elsewhere");
+            }
             PeerMsg::CollDown {
                 key,
                 spec,
@@ -1832,6 +1835,12 @@ impl Engine {
                 missing: Vec::new(),
             };
             self.reply(w.client, w.req, Err(err));
+        }
+        if self.agree_asking.contains_key(key) {
+            // Its root is lost and a decider decides for everyone: ending it here alone
+            // could split it. The waiters give up after the grace (the outcome, if a
+            // success, still installs the group here as everywhere).
+            return;
         }
         if let Some(err) = abort {
             match root {
@@ -2676,19 +2685,23 @@ impl Engine {
         self.contribute(key, CollSpec::Agree { members }, contrib, waiter, now);
     }
 
-    /// Global failure view `key` lost its root before its outcome arrived here. The root
-    /// may have answered other servers first, and a server that passed its answer on
-    /// may be lost too with the answer still on its way to some: failing here alone, or
-    /// taking "not here" from the live servers for "nowhere", would leave some members
-    /// with the view and others to call again alone. So one server decides for all —
-    /// the view's decider, the first of its servers not lost — and this one asks it.
-    /// The decider polls every other live server of the view; a server answers once
-    /// everything the lost servers before the decider sent it has arrived, and one that
-    /// lacks the view drops it if it still arrives later. The view if any server has it,
-    /// else `PeerLost` naming the root, for everyone alike. Under a decider's loss the
+    /// Operation `key` (a global failure view, a construct or a destruct) lost its root
+    /// before its outcome arrived here. The root may have answered other servers first,
+    /// and a server that passed its answer on may be lost too with the answer still on
+    /// its way to some: failing here alone, or taking "not here" from the live servers
+    /// for "nowhere", would leave some members with the outcome (a view; a group, or a
+    /// destructed one) and others with an error. So one server decides for all — the
+    /// decider: for a view, the first of its servers not lost; for a construct or
+    /// destruct, the group id's rendezvous now (the first of its candidates not lost)
+    /// — and this one asks it. The decider polls every other live server that may have
+    /// the outcome (a view's servers; for a construct or destruct, every server: add-
+    /// members' servers are in no tree); a server answers once everything the lost
+    /// servers before the decider sent it has arrived, and one that lacks the outcome
+    /// drops it if it still arrives later. The outcome if any server has it, else
+    /// `PeerLost` naming the root, for everyone alike. Under a decider's loss the
     /// askers ask the next one. `false` for other operations.
     fn ask_about_agreement(&mut self, key: &CollKey, now: Time) -> bool {
-        if key.kind != CollKind::Agree || !self.colls.contains_key(key) {
+        if !decided_after_root_loss(key.kind) || !self.colls.contains_key(key) {
             return false;
         }
         self.ask_agreement_decider(key, now);
@@ -2696,20 +2709,42 @@ impl Engine {
     }
 
     /// Asks `key`'s decider (as this server knows it now) for its decision; polls the
-    /// view's servers when this server is the decider.
+    /// servers when this server is the decider.
     fn ask_agreement_decider(&mut self, key: &CollKey, now: Time) {
         let decider = self.agreement_decider(key).unwrap_or(self.node);
+        tracing::debug!(?key, decider, "root lost: asking the decider");
         self.agree_asking.insert(key.clone(), decider);
         if decider == self.node {
             self.poll_for_agreement(key, now);
         } else {
+            self.tell_losses_before(decider, key, decider);
             self.send_peer(decider, PeerMsg::AgreeQuery { key: key.clone() });
         }
     }
 
-    /// The view's servers, in the order deciders are taken: its tracker's spec, else
-    /// the group this server knows.
+    /// Tells `to` of the losses of `key`'s servers before `decider` (all known lost
+    /// here), ahead of a question about `key`: `to` answers only once it knows them,
+    /// and a server that told of a loss may have been lost itself before it told `to`.
+    fn tell_losses_before(&mut self, decider: NodeId, key: &CollKey, to: NodeId) {
+        let before: Vec<NodeId> = self
+            .agreement_servers(key)
+            .unwrap_or_default()
+            .into_iter()
+            .take_while(|&n| n != decider)
+            .filter(|&n| n != to && self.lost_nodes.contains(&n))
+            .collect();
+        for node in before {
+            self.send_peer(to, PeerMsg::NodeLost { node });
+        }
+    }
+
+    /// The servers `key`'s decider polls, in the order deciders are taken. A view's:
+    /// its tracker's spec, else the group this server knows. A construct's or
+    /// destruct's: every server, in the order of the id's rendezvous candidates.
     fn agreement_servers(&self, key: &CollKey) -> Option<Vec<NodeId>> {
+        if meets_at_rendezvous(key.kind) {
+            return Some(self.rendezvous_order(&key.id).collect());
+        }
         if let Some(CollSpec::Agree { members }) = self.colls.get(key).and_then(|c| c.spec.as_ref())
         {
             return Some(self.nodes_of(members));
@@ -2729,13 +2764,15 @@ impl Engine {
     }
 
     /// Whether this server may answer about `key` a poll of `decider` (or, as the
-    /// decider, a query): it knows the root lost, and every server of the view before
-    /// the decider, so whatever those sent here has arrived. A server that does not
-    /// know the view at all answers at once.
+    /// decider, a query): it knows every server before the decider to be lost (a
+    /// view's root too), so whatever those sent here has arrived. A server that does
+    /// not know the view at all answers at once. (A construct's or destruct's root was
+    /// the id's rendezvous when the operation started: a server before the decider.)
     fn may_answer_about_agreement(&self, decider: NodeId, key: &CollKey) -> bool {
-        if self
-            .agreement_root(key)
-            .is_some_and(|r| !self.lost_nodes.contains(&r))
+        if key.kind == CollKind::Agree
+            && self
+                .agreement_root(key)
+                .is_some_and(|r| !self.lost_nodes.contains(&r))
         {
             return false;
         }
@@ -2747,23 +2784,49 @@ impl Engine {
         })
     }
 
-    /// This server decides `key`: it asks every other live server of the view what it
-    /// has, and lacks it itself from now on (a late copy from the old tree is dropped).
+    /// What this server has of `key` for a decider, if it has anything: a view ended
+    /// here (decided, or `Failed`); a construct or destruct that succeeded here and is
+    /// not in progress here again.
+    fn agreement_state(&self, key: &CollKey) -> Option<AgreeState> {
+        if key.kind == CollKind::Agree {
+            return self.agree_done.get(key).map(|done| match done {
+                Some(outcome) => AgreeState::Has(outcome.clone()),
+                None => AgreeState::Failed,
+            });
+        }
+        if self.colls.contains_key(key) {
+            return None;
+        }
+        self.settled
+            .get(key)
+            .map(|outcome| AgreeState::Has(outcome.clone()))
+    }
+
+    /// This server decides `key`: it asks every other live server what it has, and
+    /// lacks it itself from now on (a late copy from the old tree is dropped).
     fn poll_for_agreement(&mut self, key: &CollKey, now: Time) {
-        if let Some(done) = self.agree_done.get(key).cloned() {
-            return self.decide_agreement(key, done, now);
+        match self.agreement_state(key) {
+            Some(AgreeState::Has(outcome)) => {
+                return self.decide_agreement(key, Some(outcome), now)
+            }
+            Some(_) => return self.decide_agreement(key, None, now),
+            None => {}
         }
         if self.agree_polling.contains_key(key) {
             return;
         }
-        self.agree_bound.insert(key.clone(), ());
+        if key.kind == CollKind::Agree {
+            self.agree_bound.insert(key.clone(), ());
+        }
         let poll: BTreeSet<NodeId> = self
             .agreement_servers(key)
             .unwrap_or_default()
             .into_iter()
             .filter(|n| *n != self.node && !self.lost_nodes.contains(n))
             .collect();
+        tracing::debug!(?key, ?poll, "polling for a lost root's operation");
         for &n in &poll {
+            self.tell_losses_before(self.node, key, n);
             self.send_peer(n, PeerMsg::AgreePoll { key: key.clone() });
         }
         if poll.is_empty() {
@@ -2772,8 +2835,8 @@ impl Engine {
         self.agree_polling.insert(key.clone(), poll);
     }
 
-    /// `peer` is lost: it will not answer polls; views it was to decide are asked of
-    /// the next decider; questions waiting for its loss can be answered now.
+    /// `peer` is lost: it will not answer polls; operations it was to decide are asked
+    /// of the next decider; questions waiting for its loss can be answered now.
     fn agreement_peer_lost(&mut self, peer: NodeId, now: Time) {
         let mut nobody: Vec<CollKey> = Vec::new();
         for (key, waiting) in self.agree_polling.iter_mut() {
@@ -2808,16 +2871,17 @@ impl Engine {
         }
     }
 
-    /// Another server asks about view `key`: its decider (`poll`) what this server has
-    /// of it, or an asker (`!poll`) for this server's decision.
+    /// Another server asks about `key`: its decider (`poll`) what this server has of
+    /// it, or an asker (`!poll`) for this server's decision.
     fn agreement_question(&mut self, from: NodeId, key: CollKey, poll: bool, now: Time) {
-        if key.kind != CollKind::Agree {
+        if !decided_after_root_loss(key.kind) {
             return;
         }
         let decider = if poll { from } else { self.node };
         if self.agree_done.contains_key(&key) || self.may_answer_about_agreement(decider, &key) {
             self.answer_about_agreement(from, key, poll, now);
         } else if self.agree_questions.len() < MAX_EARLY_MSGS {
+            tracing::debug!(?key, from, poll, "question waits for losses");
             // What the lost servers sent here may still be on its way: answer once
             // their losses are known here.
             self.agree_questions.push((from, key, poll));
@@ -2825,15 +2889,26 @@ impl Engine {
     }
 
     fn answer_about_agreement(&mut self, to: NodeId, key: CollKey, poll: bool, now: Time) {
-        if let Some(done) = self.agree_done.get(&key).cloned() {
-            let state = match done {
-                Some(failed) => AgreeState::Has(failed),
-                None => AgreeState::Failed,
-            };
+        if let Some(state) = self.agreement_state(&key) {
+            tracing::debug!(
+                ?key,
+                to,
+                poll,
+                "answering about a lost root's operation: ended here"
+            );
+            if let (false, AgreeState::Has(outcome)) = (poll, &state) {
+                // As the decider, with the outcome here already.
+                self.take_over_outcome(&key, &outcome.clone());
+            }
             return self.send_peer(to, PeerMsg::AgreeAnswer { key, state });
         }
         if poll {
-            self.agree_bound.insert(key.clone(), ());
+            // A view is bound here from now on; a construct's or destruct's tracker
+            // here, if any, asks too (its root is before the decider, so known lost
+            // here), which drops the outcome if it still arrives.
+            if key.kind == CollKind::Agree {
+                self.agree_bound.insert(key.clone(), ());
+            }
             return self.send_peer(
                 to,
                 PeerMsg::AgreeAnswer {
@@ -2857,31 +2932,56 @@ impl Engine {
 
     /// `from` answers this server's poll (it decides `key`) or query (`from` decides).
     fn agreement_answer(&mut self, from: NodeId, key: CollKey, state: AgreeState, now: Time) {
+        if let AgreeState::Has(outcome) = &state {
+            let fits = matches!(
+                (key.kind, outcome),
+                (CollKind::Agree, CollOutcome::Agree { .. })
+                    | (CollKind::Construct, CollOutcome::Construct { .. })
+                    | (CollKind::Destruct, CollOutcome::Destruct)
+            );
+            if !fits {
+                tracing::error!(
+                    ?key,
+                    from,
+                    "protocol violation: node server {from} answered about {} with the \
+                     outcome of another kind of operation; answer dropped",
+                    op_name(&key)
+                );
+                return;
+            }
+        }
         if let Some(waiting) = self.agree_polling.get_mut(&key) {
             if !waiting.remove(&from) {
                 return;
             }
             match state {
-                AgreeState::Has(failed) => self.decide_agreement(&key, Some(failed), now),
+                AgreeState::Has(outcome) => self.decide_agreement(&key, Some(outcome), now),
                 AgreeState::Failed => self.decide_agreement(&key, None, now),
                 AgreeState::Lacks if waiting.is_empty() => self.decide_agreement(&key, None, now),
                 AgreeState::Lacks => {}
             }
         } else if self.agree_asking.get(&key) == Some(&from) {
             match state {
-                AgreeState::Has(failed) => self.end_agreement(&key, Some(failed), now),
+                AgreeState::Has(outcome) => self.end_agreement(&key, Some(outcome), now),
                 AgreeState::Failed => self.end_agreement(&key, None, now),
                 AgreeState::Lacks => {}
             }
         }
     }
 
-    /// This server, `key`'s decider, decided: the view (`Some`), or nobody has it. It
-    /// tells the servers waiting for it and ends the view here.
-    fn decide_agreement(&mut self, key: &CollKey, decision: Option<Vec<ProcId>>, now: Time) {
+    /// This server, `key`'s decider, decided: the outcome (`Some`), or nobody has it.
+    /// It tells the servers waiting for it and ends the operation here. A construct's
+    /// or destruct's decider is the group id's rendezvous now: it takes over the id's
+    /// bookkeeping from the lost root.
+    fn decide_agreement(&mut self, key: &CollKey, decision: Option<CollOutcome>, now: Time) {
+        tracing::debug!(
+            ?key,
+            success = decision.is_some(),
+            "decided a lost root's operation"
+        );
         self.agree_polling.remove(key);
         let state = match &decision {
-            Some(failed) => AgreeState::Has(failed.clone()),
+            Some(outcome) => AgreeState::Has(outcome.clone()),
             None => AgreeState::Failed,
         };
         let waiting = crate::take_where(&mut self.agree_waiting, |(_, k)| k == key);
@@ -2889,28 +2989,85 @@ impl Engine {
             let state = state.clone();
             self.send_peer(to, PeerMsg::AgreeAnswer { key, state });
         }
+        if let Some(outcome) = &decision {
+            self.take_over_outcome(key, outcome);
+        }
         self.end_agreement(key, decision, now);
     }
 
-    /// View `key` ends here as its decider decided.
-    fn end_agreement(&mut self, key: &CollKey, decision: Option<Vec<ProcId>>, now: Time) {
+    /// This server, a construct's or destruct's decider, hands on `outcome`, which its
+    /// lost root decided: it is the group id's rendezvous now, and takes over the id's
+    /// bookkeeping (the id in use, or free again; a late abort is stale).
+    fn take_over_outcome(&mut self, key: &CollKey, outcome: &CollOutcome) {
+        if !meets_at_rendezvous(key.kind) {
+            return;
+        }
+        match outcome {
+            CollOutcome::Construct { members, .. } => {
+                self.live_roots.insert(key.id.clone(), members.clone());
+            }
+            CollOutcome::Destruct => {
+                self.live_roots.remove(&key.id);
+            }
+            _ => {}
+        }
+        self.recently_done.insert(key.clone(), ());
+        self.settled.insert(key.clone(), outcome.clone());
+    }
+
+    /// `key` ends here as its decider decided.
+    fn end_agreement(&mut self, key: &CollKey, decision: Option<CollOutcome>, now: Time) {
         self.agree_asking.remove(key);
-        self.agree_done.insert(key.clone(), decision.clone());
+        if key.kind == CollKind::Agree {
+            self.agree_done.insert(key.clone(), decision.clone());
+        }
+        let spec = self.colls.get(key).and_then(|c| c.spec.clone());
+        let Some(error) = decision.is_none().then(|| {
+            let root = self.lost_root_of(key);
+            CohortError::PeerLost {
+                node: root,
+                reason: format!("it was the root of {}", op_name(key)),
+            }
+        }) else {
+            if self.colls.contains_key(key) {
+                let outcome = decision.expect("checked");
+                self.complete(key.clone(), spec, outcome, Vec::new(), false, now);
+            }
+            return;
+        };
         if !self.colls.contains_key(key) {
             return;
         }
-        let spec = self.colls.get(key).and_then(|c| c.spec.clone());
-        let outcome = match decision {
-            Some(failed) => CollOutcome::Agree { failed },
-            None => {
-                let root = self.root_of(key).unwrap_or(self.node);
-                CollOutcome::Failed(CohortError::PeerLost {
-                    node: root,
-                    reason: format!("it was the root of {}", op_name(key)),
-                })
+        // A construct's or destruct's decider is the id's rendezvous now: servers that
+        // heard of the loss before they started their part came here, and fail too,
+        // down the tree they used.
+        let forward =
+            meets_at_rendezvous(key.kind) && self.agreement_decider(key) == Some(self.node);
+        if forward {
+            let tree = spec.as_ref().map(|s| self.tree_for(key, s));
+            self.colls.get_mut(key).expect("checked").tree = tree;
+        }
+        let outcome = CollOutcome::Failed(error);
+        self.complete(key.clone(), spec, outcome, Vec::new(), forward, now);
+    }
+
+    /// The lost root `key`'s failure names: its tracker's root, else the first lost
+    /// server of the decider order (a construct's or destruct's first pick).
+    fn lost_root_of(&self, key: &CollKey) -> NodeId {
+        let tracked = self
+            .colls
+            .get(key)
+            .and_then(|c| c.tree.as_ref())
+            .map(|t| t.root());
+        if let Some(root) = tracked.filter(|r| self.lost_nodes.contains(r)) {
+            return root;
+        }
+        if meets_at_rendezvous(key.kind) {
+            if let Some(&first) = self.lost_ahead(&key.id).last() {
+                return first;
             }
-        };
-        self.complete(key.clone(), spec, outcome, Vec::new(), false, now);
+        }
+        self.agreement_root(key).unwrap_or(self.node)
     }
 
     /// The root of view `key`: its tracker's, else the one its group's members give.
@@ -4102,6 +4259,17 @@ impl Engine {
         {
             self.local_groups.remove(&key.id);
         }
+        if success && meets_at_rendezvous(key.kind) {
+            // For a decider that asks after the root's loss.
+            self.settled.insert(key.clone(), outcome.clone());
+            if key.kind == CollKind::Destruct {
+                self.settled.remove(&CollKey {
+                    kind: CollKind::Construct,
+                    id: key.id.clone(),
+                    seq: 0,
+                });
+            }
+        }
         if key.kind == CollKind::Destruct {
             // The id may be reused now: a kept construct outcome would be stale.
             self.kept_outcomes
@@ -4354,7 +4522,10 @@ impl Engine {
                 }
             }
             CollOutcome::Agree { failed } => {
-                self.agree_done.insert(key.clone(), Some(failed.clone()));
+                let view = CollOutcome::Agree {
+                    failed: failed.clone(),
+                };
+                self.agree_done.insert(key.clone(), Some(view));
                 for w in waiters {
                     self.reply(w.client, w.req, Ok(Response::Procs(failed.clone())));
                 }

@@ -23,6 +23,14 @@ use scenarios::*;
 /// earlier sweep ran; a failure names its seed, which reruns it alone with
 /// `COHORT_SCHEDULES_FROM=SEED COHORT_SCHEDULES=1`.
 fn schedules() -> std::ops::RangeInclusive<u64> {
+    // `COHORT_TEST_LOG=cohort_core=debug` prints the engines' logs, each line under
+    // its server (`server{n=…}`): for one test, or one schedule seed, at a time.
+    if let Ok(filter) = std::env::var("COHORT_TEST_LOG") {
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(filter)
+            .with_test_writer()
+            .try_init();
+    }
     let var = |name: &str| std::env::var(name).ok().and_then(|v| v.parse::<u64>().ok());
     let from = var("COHORT_SCHEDULES_FROM").unwrap_or(1).max(1);
     let count = var("COHORT_SCHEDULES").unwrap_or(150);

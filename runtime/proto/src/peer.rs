@@ -124,12 +124,14 @@ pub enum CollOutcome {
     Failed(CohortError),
 }
 
-/// What a server has of a global failure view whose root was lost (see
+/// What a server has of an operation whose root was lost before its outcome reached
+/// every server — a global failure view, a construct or a destruct (see
 /// [`PeerMsg::AgreePoll`]).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum AgreeState {
-    /// The view (the failed members).
-    Has(Vec<ProcId>),
+    /// The outcome the root decided (a view: the failed members; a construct: the
+    /// group).
+    Has(CollOutcome),
     /// It was decided that nobody has it: the call failed.
     Failed,
     /// Not here, and it will not be taken if it still arrives.
@@ -282,16 +284,18 @@ pub enum PeerMsg {
     Ping { token: u64 },
     /// The answer to `Ping`.
     Pong { token: u64 },
-    /// What did the lost root of global failure view `key` decide? Asked of the view's
-    /// decider — the first of the view's servers that the asker does not know to be
-    /// lost — by a server whose tracker of it lost its root before the outcome
-    /// arrived. Answered (`AgreeAnswer`, `Has` or `Failed`) once the decider decided.
+    /// What did the lost root of `key` (a global failure view, a construct or a
+    /// destruct) decide? Asked of its decider — for a view, the first of the view's
+    /// servers that the asker does not know to be lost; for a construct or destruct,
+    /// the group id's rendezvous as the asker knows it now — by a server whose tracker
+    /// of it lost its root before the outcome arrived. Answered (`AgreeAnswer`, `Has`
+    /// or `Failed`) once the decider decided.
     AgreeQuery { key: CollKey },
-    /// The decider of view `key` asks the receiver what it has of it. Answered once the
-    /// receiver knows the root and every server before the decider to be lost (so
-    /// everything they sent it has arrived). A receiver that answers `Lacks` drops the
-    /// view if it still arrives from the lost root's tree afterwards, which keeps the
-    /// decider's "nobody has it" true.
+    /// The decider of `key` asks the receiver what it has of it. Answered once the
+    /// receiver knows every server before the decider (the root among them) to be lost
+    /// (so everything they sent it has arrived). A receiver that answers `Lacks` drops
+    /// the outcome if it still arrives from the lost root's tree afterwards, which keeps
+    /// the decider's "nobody has it" true.
     AgreePoll { key: CollKey },
     /// The answer to `AgreeQuery` and to `AgreePoll`.
     AgreeAnswer { key: CollKey, state: AgreeState },

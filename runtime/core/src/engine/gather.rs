@@ -466,6 +466,11 @@ impl Engine {
 
     /// Applies a waiting lean outcome once every contribution it leaves out is here.
     pub(super) fn finish_lean(&mut self, key: &CollKey, now: Time) {
+        if self.agree_asking.contains_key(key) {
+            // Its root was lost: a decider decides for everyone, and this server may
+            // have told it that it lacks the outcome.
+            return;
+        }
         let Some(coll) = self.colls.get_mut(key) else {
             return;
         };

@@ -1136,6 +1136,81 @@ fn lost_root_fails_the_construct_everywhere_with_peer_lost() {
     survivors_construct_again(&mut c, id, &survivors);
 }
 
+/// The root of `id`'s construct over 7 servers and its children in the tree the
+/// outcome goes down (a binary tree either way).
+fn root_and_children(id: &str) -> (u32, Vec<u32>) {
+    let nodes: Vec<u32> = (0..7).collect();
+    let root = nodes[cohort_topology::rendezvous(id, nodes.len())];
+    let tree = cohort_topology::Tree::new(&nodes, root, TreeShape::KAry(2));
+    (root, tree.children(root))
+}
+
+/// The root decided a construct and was lost while sending the outcome down: one child
+/// got it (and passed it on), the other did not. Every survivor ends it alike, with
+/// the group the root decided (pmix-standard-sets-and-groups.tex: all members of a
+/// constructed group get the same membership and context id): the id's next
+/// rendezvous asks every live server and hands on the outcome one of them has. (It
+/// used to fail with `PeerLost` where the outcome had not arrived: a split, after
+/// which the members that had the group waited in its destruct for those that did
+/// not.)
+#[test]
+fn a_root_lost_while_sending_the_outcome_leaves_every_survivor_with_the_group() {
+    let id = "midway";
+    let (root, kids) = root_and_children(id);
+    let mut c = new_cluster(7, 7, TreeShape::KAry(2));
+    c.connect_all();
+    c.hold(root, kids[1]);
+    let reqs = all_construct(&mut c, id, false);
+    let first = c.group(kids[0], reqs[kids[0] as usize]);
+    assert_eq!(first.members.len(), 7);
+    assert!(
+        c.reply(kids[1], reqs[kids[1] as usize]).is_none(),
+        "rank {} waits for the outcome held back",
+        kids[1]
+    );
+    c.kill_node(root);
+    for r in (0..7).filter(|&r| r != root) {
+        assert_eq!(c.group(r, reqs[r as usize]), first, "rank {r}");
+    }
+    // The group is whole: its survivors destruct it, and may use the id again.
+    let survivors: Vec<u32> = (0..7).filter(|&r| r != root).collect();
+    let reqs: Vec<u64> = survivors
+        .iter()
+        .map(|&r| destruct_ft(&mut c, r, id, None, true))
+        .collect();
+    for (&r, &q) in survivors.iter().zip(&reqs) {
+        assert!(matches!(c.reply(r, q), Some(Ok(_))), "rank {r} destructs");
+    }
+    let again = survivors_construct_again(&mut c, id, &survivors);
+    assert_ne!(again.context_id, first.context_id);
+}
+
+/// As above, for a destruct: every survivor's destruct succeeds, none gets `PeerLost`
+/// while others have destructed the group; the id is free again after.
+#[test]
+fn a_root_lost_while_sending_a_destruct_outcome_destructs_everywhere() {
+    let id = "midway-destruct";
+    let (root, kids) = root_and_children(id);
+    let mut c = new_cluster(7, 7, TreeShape::KAry(2));
+    c.connect_all();
+    let all: Vec<u32> = (0..7).collect();
+    survivors_construct_again(&mut c, id, &all);
+    c.hold(root, kids[1]);
+    let reqs: Vec<u64> = all.iter().map(|&r| destruct(&mut c, r, id, None)).collect();
+    assert!(matches!(c.reply(kids[0], reqs[kids[0] as usize]), Some(Ok(_))));
+    assert!(c.reply(kids[1], reqs[kids[1] as usize]).is_none());
+    c.kill_node(root);
+    for r in (0..7).filter(|&r| r != root) {
+        assert!(
+            matches!(c.reply(r, reqs[r as usize]), Some(Ok(_))),
+            "rank {r}: {:?}",
+            c.reply(r, reqs[r as usize])
+        );
+    }
+    let survivors: Vec<u32> = (0..7).filter(|&r| r != root).collect();
+    survivors_construct_again(&mut c, id, &survivors);
+}
+
 /// Every rank of `survivors` constructs `id` over `survivors` (with a context id); all
 /// get the same group of exactly them.
 fn survivors_construct_again(c: &mut Cluster, id: &str, survivors: &[u32]) -> GroupResult {
@@ -1664,5 +1739,13 @@ fn seeded_failures_leave_no_rank_unanswered_and_outcomes_uniform() {
 
 /// A cluster whose engines gather by the including test file's `ALLGATHER`.
 fn new_cluster(n: u32, m: u32, shape: TreeShape) -> Cluster {
+    // `COHORT_TEST_LOG=cohort_core=debug` prints the engines' logs, each line under
+    // its server (`server{n=…}`): for one test, or one schedule seed, at a time.
+    if let Ok(filter) = std::env::var("COHORT_TEST_LOG") {
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(filter)
+            .with_test_writer()
+            .try_init();
+    }
     Cluster::with_allgather(n, m, shape, ALLGATHER)
 }

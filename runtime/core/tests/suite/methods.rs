@@ -678,5 +678,13 @@ fn an_invite_whose_leader_died_ends_at_its_timeout() {
 
 /// A cluster whose engines gather by the including test file's `ALLGATHER`.
 fn new_cluster(n: u32, m: u32, shape: TreeShape) -> Cluster {
+    // `COHORT_TEST_LOG=cohort_core=debug` prints the engines' logs, each line under
+    // its server (`server{n=…}`): for one test, or one schedule seed, at a time.
+    if let Ok(filter) = std::env::var("COHORT_TEST_LOG") {
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(filter)
+            .with_test_writer()
+            .try_init();
+    }
     Cluster::with_allgather(n, m, shape, ALLGATHER)
 }
