@@ -106,12 +106,17 @@ fn meets_at_rendezvous(kind: CollKind) -> bool {
 }
 
 /// Whether operations of `kind` whose root is lost before their outcome reached every
-/// server are decided for all by one server (`Engine::ask_about_agreement`): global
-/// failure views, constructs and destructs. (A fence fails where its outcome did not
-/// arrive; a member that got it and one that did not disagree on nothing lasting.)
+/// server are decided for all by one server (`Engine::ask_about_agreement`): fences,
+/// global failure views, constructs and destructs (not invites: their tracker is their
+/// first leader's server, whose loss fails them).
 fn decided_after_root_loss(kind: CollKind) -> bool {
-    kind == CollKind::Agree || meets_at_rendezvous(kind)
+    kind != CollKind::Invite
 }
+
+/// Outcomes of fences kept for a decider that asks after their root's loss (their data
+/// is shared with the store, not copied): far more than a server completes in the
+/// moments a loss takes to be known.
+const SETTLED_FENCES: usize = 256;
 
 /// The local failure view `c` carried (none when it carried none).
 fn failed_view_of(c: &Contribution) -> &[ProcId] {
@@ -449,11 +454,16 @@ pub struct Engine {
     /// Views this server told a decider it lacks: their outcome is dropped if it still
     /// arrives from the lost root's tree.
     agree_bound: Recent<CollKey, ()>,
+    /// Constructs and destructs this server decides after their root's loss: the spec
+    /// an asker gave (see `PeerMsg::AgreeQuery`).
+    agree_specs: HashMap<CollKey, CollSpec>,
     /// Constructs and destructs that succeeded here (applied, or decided here after
     /// their root was lost): the outcome, for a decider that asks after a root's loss
     /// (see [`Engine::ask_about_agreement`]). A construct's goes when the group's
     /// destruct succeeds here; a destruct's when a construct of the id starts here.
     settled: Recent<CollKey, CollOutcome>,
+    /// Fences that succeeded here, likewise ([`SETTLED_FENCES`]).
+    settled_fences: Recent<CollKey, CollOutcome>,
     /// Dissemination allgathers this server completed after a fallback (a server of
     /// the operation was lost), with a lean copy of the outcome possibly still on its
     /// way: it is dropped, until the key is used again here.
@@ -557,6 +567,8 @@ impl Engine {
             agree_questions: Vec::new(),
             agree_bound: Recent::new(MAX_TOMBSTONES),
             settled: Recent::new(MAX_TOMBSTONES),
+            agree_specs: HashMap::default(),
+            settled_fences: Recent::new(SETTLED_FENCES),
             leaders_memo: None,
             fallback_done: Recent::new(MAX_TOMBSTONES),
             owed_rounds: Recent::new(MAX_TOMBSTONES),
@@ -1086,10 +1098,10 @@ impl Engine {
         }
         // Collectives in progress whose root it was end, before its processes count as
         // terminated: those may have taken part (the root may have answered them before
-        // it was lost), which a server the outcome did not reach cannot tell. A fence
-        // fails here naming it; a construct, destruct or failure view is decided for
-        // everyone by one server (`ask_about_agreement`): the outcome if any server
-        // got it, else the same failure. (The decider of a construct or destruct is
+        // it was lost), which a server the outcome did not reach cannot tell. A fence,
+        // construct, destruct or failure view is decided for everyone by one server
+        // (`ask_about_agreement`): the outcome if any server got it, else the same
+        // failure, naming the root. (The decider of a construct or destruct is
         // the id's next rendezvous, where servers that heard of the loss before they
         // started their part went: it fails them too.)
         for key in rooted {
@@ -1576,9 +1588,13 @@ impl Engine {
                 tracing::debug!(?key, from, "dropping a failure view decided elsewhere");
             }
             PeerMsg::CollDown { key, .. }
-                if meets_at_rendezvous(key.kind)
-                    && (self.agree_asking.contains_key(&key)
-                        || (!self.colls.contains_key(&key) && self.settled.contains_key(&key))) =>
+                if matches!(
+                    key.kind,
+                    CollKind::Fence | CollKind::Construct | CollKind::Destruct
+                ) && (self.agree_asking.contains_key(&key)
+                    || (!self.colls.contains_key(&key)
+                        && (self.settled.contains_key(&key)
+                            || self.settled_fences.contains_key(&key)))) =>
             {
                 // Its root was lost and a decider decides for everyone (this server may
                 // have told it that it lacks the outcome): the decider's word stands.
@@ -1699,7 +1715,24 @@ impl Engine {
                     self.live_roots.insert(id, members);
                 }
             }
-            PeerMsg::AgreeQuery { key } => self.agreement_question(from, key, false, now),
+            PeerMsg::AgreeQuery { key, spec } => {
+                if let Some(spec) = spec.filter(|_| meets_at_rendezvous(key.kind)) {
+                    if self.spec_contradicts_key(&key, &spec) {
+                        tracing::error!(
+                            ?key,
+                            from,
+                            "protocol violation: node server {from} asked about {} with an \
+                             operation description that contradicts its id; question dropped",
+                            op_name(&key)
+                        );
+                        return;
+                    }
+                    if self.agree_specs.len() < MAX_EARLY_MSGS {
+                        self.agree_specs.entry(key.clone()).or_insert(spec);
+                    }
+                }
+                self.agreement_question(from, key, false, now)
+            }
             PeerMsg::AgreePoll { key } => self.agreement_question(from, key, true, now),
             PeerMsg::AgreeAnswer { key, state } => self.agreement_answer(from, key, state, now),
             // The node server's failure detector takes these (`crate::detector`).
@@ -2685,21 +2718,22 @@ impl Engine {
         self.contribute(key, CollSpec::Agree { members }, contrib, waiter, now);
     }
 
-    /// Operation `key` (a global failure view, a construct or a destruct) lost its root
-    /// before its outcome arrived here. The root may have answered other servers first,
-    /// and a server that passed its answer on may be lost too with the answer still on
-    /// its way to some: failing here alone, or taking "not here" from the live servers
-    /// for "nowhere", would leave some members with the outcome (a view; a group, or a
-    /// destructed one) and others with an error. So one server decides for all — the
-    /// decider: for a view, the first of its servers not lost; for a construct or
-    /// destruct, the group id's rendezvous now (the first of its candidates not lost)
-    /// — and this one asks it. The decider polls every other live server that may have
-    /// the outcome (a view's servers; for a construct or destruct, every server: add-
-    /// members' servers are in no tree); a server answers once everything the lost
-    /// servers before the decider sent it has arrived, and one that lacks the outcome
-    /// drops it if it still arrives later. The outcome if any server has it, else
-    /// `PeerLost` naming the root, for everyone alike. Under a decider's loss the
-    /// askers ask the next one. `false` for other operations.
+    /// Operation `key` (a fence, a global failure view, a construct or a destruct) lost
+    /// its root before its outcome arrived here. The root may have answered other
+    /// servers first, and a server that passed its answer on may be lost too with the
+    /// answer still on its way to some: failing here alone, or taking "not here" from
+    /// the live servers for "nowhere", would leave some members with the outcome (a
+    /// fence's data, a view, a group or a destructed one) and others with an error
+    /// (whose retry then meets nobody). So one server decides for all — the decider:
+    /// for a fence or view, the first of its servers not lost; for a construct or
+    /// destruct, the group id's rendezvous now (the first of its candidates not lost) —
+    /// and this one asks it. The decider polls every other live server that may have
+    /// the outcome (a fence's or view's servers; for a construct or destruct, every
+    /// server: add-members' servers are in no tree); a server answers once everything
+    /// the lost servers before the decider (and the root) sent it has arrived, and one
+    /// that lacks the outcome drops it if it still arrives later. The outcome if any
+    /// server has it, else `PeerLost` naming the root, for everyone alike. Under a
+    /// decider's loss the askers ask the next one. `false` for invites.
     fn ask_about_agreement(&mut self, key: &CollKey, now: Time) -> bool {
         if !decided_after_root_loss(key.kind) || !self.colls.contains_key(key) {
             return false;
@@ -2718,36 +2752,55 @@ impl Engine {
             self.poll_for_agreement(key, now);
         } else {
             self.tell_losses_before(decider, key, decider);
-            self.send_peer(decider, PeerMsg::AgreeQuery { key: key.clone() });
+            let spec = self
+                .colls
+                .get(key)
+                .and_then(|c| c.spec.clone())
+                .filter(|_| meets_at_rendezvous(key.kind));
+            let query = PeerMsg::AgreeQuery {
+                key: key.clone(),
+                spec,
+            };
+            self.send_peer(decider, query);
         }
     }
 
-    /// Tells `to` of the losses of `key`'s servers before `decider` (all known lost
-    /// here), ahead of a question about `key`: `to` answers only once it knows them,
+    /// Tells `to` of the losses of `key`'s servers before `decider` and of its root
+    /// (all known lost here), ahead of a question about `key`: `to` answers only once it knows them,
     /// and a server that told of a loss may have been lost itself before it told `to`.
     fn tell_losses_before(&mut self, decider: NodeId, key: &CollKey, to: NodeId) {
-        let before: Vec<NodeId> = self
+        let mut before: Vec<NodeId> = self
             .agreement_servers(key)
             .unwrap_or_default()
             .into_iter()
             .take_while(|&n| n != decider)
-            .filter(|&n| n != to && self.lost_nodes.contains(&n))
             .collect();
+        // A fence's or view's root may come after the decider.
+        before.extend(self.agreement_root(key));
+        before.sort_unstable();
+        before.dedup();
+        before.retain(|&n| n != to && self.lost_nodes.contains(&n));
         for node in before {
             self.send_peer(to, PeerMsg::NodeLost { node });
         }
     }
 
     /// The servers `key`'s decider polls, in the order deciders are taken. A view's:
-    /// its tracker's spec, else the group this server knows. A construct's or
-    /// destruct's: every server, in the order of the id's rendezvous candidates.
+    /// its tracker's spec, else the group this server knows. A fence's: its tracker's
+    /// spec. A construct's or destruct's: every server, in the order of the id's
+    /// rendezvous candidates.
     fn agreement_servers(&self, key: &CollKey) -> Option<Vec<NodeId>> {
         if meets_at_rendezvous(key.kind) {
             return Some(self.rendezvous_order(&key.id).collect());
         }
-        if let Some(CollSpec::Agree { members }) = self.colls.get(key).and_then(|c| c.spec.as_ref())
-        {
-            return Some(self.nodes_of(members));
+        match self.colls.get(key).and_then(|c| c.spec.as_ref()) {
+            Some(CollSpec::Agree { members }) => return Some(self.nodes_of(members)),
+            Some(spec @ CollSpec::Fence { .. }) => return Some(self.nodes_of(expected_of(spec))),
+            _ => {}
+        }
+        if key.kind != CollKind::Agree {
+            // A fence this server has no tracker of: its part is done, or never began.
+            return None;
         }
         let group = self
             .groups
@@ -2769,7 +2822,7 @@ impl Engine {
     /// not know the view at all answers at once. (A construct's or destruct's root was
     /// the id's rendezvous when the operation started: a server before the decider.)
     fn may_answer_about_agreement(&self, decider: NodeId, key: &CollKey) -> bool {
-        if key.kind == CollKind::Agree
+        if !meets_at_rendezvous(key.kind)
             && self
                 .agreement_root(key)
                 .is_some_and(|r| !self.lost_nodes.contains(&r))
@@ -2797,7 +2850,11 @@ impl Engine {
         if self.colls.contains_key(key) {
             return None;
         }
-        self.settled
+        let settled = match key.kind {
+            CollKind::Fence => &self.settled_fences,
+            _ => &self.settled,
+        };
+        settled
             .get(key)
             .map(|outcome| AgreeState::Has(outcome.clone()))
     }
@@ -2936,6 +2993,7 @@ impl Engine {
             let fits = matches!(
                 (key.kind, outcome),
                 (CollKind::Agree, CollOutcome::Agree { .. })
+                    | (CollKind::Fence, CollOutcome::Fence { .. })
                     | (CollKind::Construct, CollOutcome::Construct { .. })
                     | (CollKind::Destruct, CollOutcome::Destruct)
             );
@@ -3018,6 +3076,7 @@ impl Engine {
     /// `key` ends here as its decider decided.
     fn end_agreement(&mut self, key: &CollKey, decision: Option<CollOutcome>, now: Time) {
         self.agree_asking.remove(key);
+        let asked_spec = self.agree_specs.remove(key);
         if key.kind == CollKind::Agree {
             self.agree_done.insert(key.clone(), decision.clone());
         }
@@ -3035,14 +3094,21 @@ impl Engine {
             }
             return;
         };
-        if !self.colls.contains_key(key) {
-            return;
-        }
         // A construct's or destruct's decider is the id's rendezvous now: servers that
         // heard of the loss before they started their part came here, and fail too,
-        // down the tree they used.
+        // down the tree they used. Without a part in it, it records the failure with
+        // the spec an asker gave: what of it still comes here is answered with the
+        // failure, and its own processes that call later get it too.
         let forward =
             meets_at_rendezvous(key.kind) && self.agreement_decider(key) == Some(self.node);
+        if !self.colls.contains_key(key) {
+            if forward {
+                let outcome = CollOutcome::Failed(error);
+                self.complete(key.clone(), asked_spec, outcome, Vec::new(), true, now);
+            }
+            return;
+        }
+        let spec = spec.or(asked_spec);
         if forward {
             let tree = spec.as_ref().map(|s| self.tree_for(key, s));
             self.colls.get_mut(key).expect("checked").tree = tree;
@@ -3074,6 +3140,9 @@ impl Engine {
     fn agreement_root(&self, key: &CollKey) -> Option<NodeId> {
         if let Some(root) = self.root_of(key) {
             return Some(root);
+        }
+        if key.kind != CollKind::Agree {
+            return None;
         }
         let group = self
             .groups
@@ -4258,6 +4327,10 @@ impl Engine {
             || (key.kind == CollKind::Construct && !success)
         {
             self.local_groups.remove(&key.id);
+        }
+        if success && key.kind == CollKind::Fence {
+            // For a decider that asks after the root's loss.
+            self.settled_fences.insert(key.clone(), outcome.clone());
         }
         if success && meets_at_rendezvous(key.kind) {
             // For a decider that asks after the root's loss.

@@ -289,8 +289,14 @@ pub enum PeerMsg {
     /// servers that the asker does not know to be lost; for a construct or destruct,
     /// the group id's rendezvous as the asker knows it now — by a server whose tracker
     /// of it lost its root before the outcome arrived. Answered (`AgreeAnswer`, `Has`
-    /// or `Failed`) once the decider decided.
-    AgreeQuery { key: CollKey },
+    /// or `Failed`) once the decider decided. A construct's or destruct's asker also
+    /// gives the operation's spec when it knows it: a decider that has no part in the
+    /// operation records the failure with it (its own processes that call later get
+    /// it too, instead of waiting alone).
+    AgreeQuery {
+        key: CollKey,
+        spec: Option<CollSpec>,
+    },
     /// The decider of `key` asks the receiver what it has of it. Answered once the
     /// receiver knows every server before the decider (the root among them) to be lost
     /// (so everything they sent it has arrived). A receiver that answers `Lacks` drops

@@ -912,10 +912,12 @@ fn an_exit_after_completion_does_not_fail_servers_the_outcome_has_not_reached() 
     }
 }
 
-/// A fence whose root server is lost after it gave the outcome to some servers and
-/// before others: the others fail with `PeerLost` naming the root, which took the
-/// outcome with it. Not `ProcTerminated` for the root's own rank: that rank took part
-/// (its fence returned), and a server the outcome did not reach cannot tell either way.
+/// A fence whose root server is lost after it decided, before the outcome left it:
+/// every survivor fails with `PeerLost` naming the root, which took the outcome with
+/// it (no live server has it: the decider asked them all). Not `ProcTerminated` for
+/// the root's own rank: that rank took part (its fence returned), and no survivor can
+/// tell either way. Then a retry meets everyone. (When a child did get the outcome,
+/// everyone gets it: `a_fence_root_lost_while_sending_the_outcome_completes_everywhere`.)
 #[test]
 fn a_fence_whose_root_is_lost_with_the_outcome_fails_naming_the_root() {
     use cohort_core::engine::signature;
@@ -925,15 +927,32 @@ fn a_fence_whose_root_is_lost_with_the_outcome_fails_naming_the_root() {
     let all: Vec<ProcId> = (0..3).map(|r| c.proc(r)).collect();
     let root = rendezvous(&format!("{}#0", signature(&all)), 3) as u32;
     let tree = Tree::new(&[0, 1, 2], root, TreeShape::KAry(2));
-    let slow = tree.children(root)[0];
-    c.hold(root, slow);
+    let kids = tree.children(root);
+    for &k in &kids {
+        c.hold(root, k);
+    }
     let reqs = c.fence_all(false);
-    assert_eq!(c.reply(root, reqs[root as usize]), Some(Ok(Response::Done)));
-    assert_eq!(c.reply(slow, reqs[slow as usize]), None, "held back");
+    if ALLGATHER == Allgather::Tree {
+        // (Dissemination: the root's own rounds to the others are held back too.)
+        assert_eq!(c.reply(root, reqs[root as usize]), Some(Ok(Response::Done)));
+    }
+    for &k in &kids {
+        assert_eq!(c.reply(k, reqs[k as usize]), None, "held back");
+    }
     c.kill_node(root);
-    match c.reply(slow, reqs[slow as usize]) {
-        Some(Err(CohortError::PeerLost { node, .. })) => assert_eq!(node, root),
-        other => panic!("rank {slow}: {other:?}"),
+    for &k in &kids {
+        match c.reply(k, reqs[k as usize]) {
+            Some(Err(CohortError::PeerLost { node, .. })) => assert_eq!(node, root),
+            other => panic!("rank {k}: {other:?}"),
+        }
+    }
+    let procs: Vec<ProcId> = kids.iter().map(|&r| c.proc(r)).collect();
+    let retry: Vec<u64> = kids
+        .iter()
+        .map(|&r| c.fence(r, procs.clone(), FenceOpts::default()))
+        .collect();
+    for (&r, &q) in kids.iter().zip(&retry) {
+        assert_eq!(c.reply(r, q), Some(Ok(Response::Done)), "rank {r}");
     }
 }
 
@@ -1183,6 +1202,61 @@ fn a_root_lost_while_sending_the_outcome_leaves_every_survivor_with_the_group() 
     }
     let again = survivors_construct_again(&mut c, id, &survivors);
     assert_ne!(again.context_id, first.context_id);
+}
+
+/// A fence's root lost while it was sending the outcome down (one child got it, the
+/// other did not): every survivor completes the fence, with the data the root
+/// collected — the lost root's rank's too, which no server could serve any more. (It
+/// used to fail with `PeerLost` where the outcome had not arrived, and a retry there
+/// then met the others' next fence.)
+#[test]
+fn a_fence_root_lost_while_sending_the_outcome_completes_everywhere() {
+    let nodes: Vec<u32> = (0..7).collect();
+    // The whole job's first fence: its id is the job's signature, its root salted with
+    // its sequence number.
+    let root = nodes[cohort_topology::rendezvous("job:0-6#0", nodes.len())];
+    let tree = cohort_topology::Tree::new(&nodes, root, TreeShape::KAry(2));
+    let kids = tree.children(root);
+    let mut c = new_cluster(7, 7, TreeShape::KAry(2));
+    c.connect_all();
+    for r in 0..7 {
+        commit(&mut c, r, "ep", Value::U32(100 + r));
+    }
+    c.hold(root, kids[1]);
+    let reqs = c.fence_all(true);
+    assert_eq!(
+        c.reply(kids[0], reqs[kids[0] as usize]),
+        Some(Ok(Response::Done))
+    );
+    assert!(
+        c.reply(kids[1], reqs[kids[1] as usize]).is_none(),
+        "rank {} waits for the outcome held back",
+        kids[1]
+    );
+    c.kill_node(root);
+    let survivors: Vec<u32> = (0..7).filter(|&r| r != root).collect();
+    for &r in &survivors {
+        assert_eq!(
+            c.reply(r, reqs[r as usize]),
+            Some(Ok(Response::Done)),
+            "rank {r}"
+        );
+    }
+    let lost = c.proc(root);
+    let g = get(&mut c, kids[1], lost, "ep");
+    assert_eq!(
+        c.reply(kids[1], g),
+        Some(Ok(Response::Value(Value::U32(100 + root))))
+    );
+    // Everyone is at the same fence next: one over the survivors completes.
+    let procs: Vec<ProcId> = survivors.iter().map(|&r| c.proc(r)).collect();
+    let next: Vec<u64> = survivors
+        .iter()
+        .map(|&r| c.fence(r, procs.clone(), FenceOpts::default()))
+        .collect();
+    for (&r, &q) in survivors.iter().zip(&next) {
+        assert_eq!(c.reply(r, q), Some(Ok(Response::Done)), "rank {r}");
+    }
 }
 
 /// As above, for a destruct: every survivor's destruct succeeds, none gets `PeerLost`
