@@ -946,14 +946,7 @@ fn a_fence_whose_root_is_lost_with_the_outcome_fails_naming_the_root() {
             other => panic!("rank {k}: {other:?}"),
         }
     }
-    let procs: Vec<ProcId> = kids.iter().map(|&r| c.proc(r)).collect();
-    let retry: Vec<u64> = kids
-        .iter()
-        .map(|&r| c.fence(r, procs.clone(), FenceOpts::default()))
-        .collect();
-    for (&r, &q) in kids.iter().zip(&retry) {
-        assert_eq!(c.reply(r, q), Some(Ok(Response::Done)), "rank {r}");
-    }
+    ranks_fence(&mut c, &kids);
 }
 
 /// A member that leaves right after its construct completed may reach a server before
@@ -1249,18 +1242,24 @@ fn a_fence_root_lost_while_sending_the_outcome_completes_everywhere() {
         Some(Ok(Response::Value(Value::U32(100 + root))))
     );
     // Everyone is at the same fence next: one over the survivors completes.
-    let procs: Vec<ProcId> = survivors.iter().map(|&r| c.proc(r)).collect();
-    let next: Vec<u64> = survivors
+    ranks_fence(&mut c, &survivors);
+}
+
+/// Every rank of `ranks` fences over `ranks`, which completes for each.
+fn ranks_fence(c: &mut Cluster, ranks: &[u32]) {
+    let procs: Vec<ProcId> = ranks.iter().map(|&r| c.proc(r)).collect();
+    let reqs: Vec<u64> = ranks
         .iter()
         .map(|&r| c.fence(r, procs.clone(), FenceOpts::default()))
         .collect();
-    for (&r, &q) in survivors.iter().zip(&next) {
+    for (&r, &q) in ranks.iter().zip(&reqs) {
         assert_eq!(c.reply(r, q), Some(Ok(Response::Done)), "rank {r}");
     }
 }
 
-/// As above, for a destruct: every survivor's destruct succeeds, none gets `PeerLost`
-/// while others have destructed the group; the id is free again after.
+/// As `a_root_lost_while_sending_the_outcome_leaves_every_survivor_with_the_group`, for
+/// a destruct: every survivor's destruct succeeds, none gets `PeerLost` while others
+/// have destructed the group; the id is free again after.
 #[test]
 fn a_root_lost_while_sending_a_destruct_outcome_destructs_everywhere() {
     let id = "midway-destruct";
