@@ -454,8 +454,8 @@ pub struct Engine {
     /// Views this server told a decider it lacks: their outcome is dropped if it still
     /// arrives from the lost root's tree.
     agree_bound: Recent<CollKey, ()>,
-    /// Constructs and destructs this server decides after their root's loss: the spec
-    /// an asker gave (see `PeerMsg::AgreeQuery`).
+    /// Fences, constructs and destructs this server decides after their root's loss:
+    /// the spec an asker gave (see `PeerMsg::AgreeQuery`).
     agree_specs: HashMap<CollKey, CollSpec>,
     /// Constructs and destructs that succeeded here (applied, or decided here after
     /// their root was lost): the outcome, for a decider that asks after a root's loss
@@ -1716,7 +1716,7 @@ impl Engine {
                 }
             }
             PeerMsg::AgreeQuery { key, spec } => {
-                if let Some(spec) = spec.filter(|_| meets_at_rendezvous(key.kind)) {
+                if let Some(spec) = spec.filter(|_| Self::query_carries_spec(key.kind)) {
                     if self.spec_contradicts_key(&key, &spec) {
                         tracing::error!(
                             ?key,
@@ -2756,13 +2756,21 @@ impl Engine {
                 .colls
                 .get(key)
                 .and_then(|c| c.spec.clone())
-                .filter(|_| meets_at_rendezvous(key.kind));
+                .filter(|_| Self::query_carries_spec(key.kind));
             let query = PeerMsg::AgreeQuery {
                 key: key.clone(),
                 spec,
             };
             self.send_peer(decider, query);
         }
+    }
+
+    /// Whether a query about a lost root's operation of `kind` carries the asker's spec:
+    /// a fence's decider may have no part in it (its processes terminated, excused by
+    /// a fault-tolerant fence) and polls the fence's servers all the same; a construct's
+    /// or destruct's records the failure with it.
+    fn query_carries_spec(kind: CollKind) -> bool {
+        kind == CollKind::Fence || meets_at_rendezvous(kind)
     }
 
     /// Tells `to` of the losses of `key`'s servers before `decider` and of its root
@@ -2787,19 +2795,21 @@ impl Engine {
 
     /// The servers `key`'s decider polls, in the order deciders are taken. A view's:
     /// its tracker's spec, else the group this server knows. A fence's: its tracker's
-    /// spec. A construct's or destruct's: every server, in the order of the id's
+    /// spec, else the one an asker gave. A construct's or destruct's: every server, in the order of the id's
     /// rendezvous candidates.
     fn agreement_servers(&self, key: &CollKey) -> Option<Vec<NodeId>> {
         if meets_at_rendezvous(key.kind) {
             return Some(self.rendezvous_order(&key.id).collect());
         }
-        match self.colls.get(key).and_then(|c| c.spec.as_ref()) {
+        let spec = self.colls.get(key).and_then(|c| c.spec.as_ref());
+        match spec.or_else(|| self.agree_specs.get(key)) {
             Some(CollSpec::Agree { members }) => return Some(self.nodes_of(members)),
             Some(spec @ CollSpec::Fence { .. }) => return Some(self.nodes_of(expected_of(spec))),
             _ => {}
         }
         if key.kind != CollKind::Agree {
-            // A fence this server has no tracker of: its part is done, or never began.
+            // A fence this server has no tracker of and was not asked about: its part
+            // is done, or never began.
             return None;
         }
         let group = self

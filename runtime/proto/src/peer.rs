@@ -289,10 +289,11 @@ pub enum PeerMsg {
     /// servers that the asker does not know to be lost; for a construct or destruct,
     /// the group id's rendezvous as the asker knows it now — by a server whose tracker
     /// of it lost its root before the outcome arrived. Answered (`AgreeAnswer`, `Has`
-    /// or `Failed`) once the decider decided. A construct's or destruct's asker also
-    /// gives the operation's spec when it knows it: a decider that has no part in the
-    /// operation records the failure with it (its own processes that call later get
-    /// it too, instead of waiting alone).
+    /// or `Failed`) once the decider decided. A fence's, construct's or destruct's
+    /// asker also gives the operation's spec when it knows it, for a decider that has
+    /// no part in the operation: a fence's polls the fence's servers all the same; a
+    /// construct's or destruct's records the failure with it (its own processes that
+    /// call later get it too, instead of waiting alone).
     AgreeQuery {
         key: CollKey,
         spec: Option<CollSpec>,

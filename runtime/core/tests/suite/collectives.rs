@@ -1245,6 +1245,50 @@ fn a_fence_root_lost_while_sending_the_outcome_completes_everywhere() {
     ranks_fence(&mut c, &survivors);
 }
 
+/// As `a_fence_root_lost_while_sending_the_outcome_completes_everywhere`, for a
+/// fault-tolerant fence whose decider (the first live server of the fence) took no
+/// part: its rank had exited, which the fence excused. It still asks the fence's
+/// servers (an asker gives it the fence's process list) and hands on the outcome one of
+/// them has, instead of deciding "nobody has it" alone.
+#[test]
+fn a_fault_tolerant_fence_decided_by_a_server_without_a_part_completes_everywhere() {
+    let nodes: Vec<u32> = (0..7).collect();
+    let root = nodes[cohort_topology::rendezvous("job:0-6#0", nodes.len())];
+    let tree = cohort_topology::Tree::new(&nodes, root, TreeShape::KAry(2));
+    let decider = *nodes.iter().find(|&&n| n != root).expect("7 servers");
+    // The child of the root above the decider gets nothing; the other child gets it.
+    let mut held = decider;
+    while tree.parent(held) != Some(root) {
+        held = tree.parent(held).expect("below the root");
+    }
+    let mut c = new_cluster(7, 7, TreeShape::KAry(2));
+    c.connect_all();
+    c.exit(decider);
+    c.hold(root, held);
+    let opts = FenceOpts {
+        collect: true,
+        timeout_ms: None,
+        ft_collective: true,
+    };
+    let ranks: Vec<u32> = nodes.iter().copied().filter(|&r| r != decider).collect();
+    let reqs: Vec<u64> = ranks
+        .iter()
+        .map(|&r| c.fence(r, vec![], opts.clone()))
+        .collect();
+    let waiting: Vec<u32> = ranks
+        .iter()
+        .zip(&reqs)
+        .filter(|(&r, &q)| c.reply(r, q).is_none())
+        .map(|(&r, _)| r)
+        .collect();
+    assert!(!waiting.is_empty(), "the held subtree waits");
+    assert!(waiting.len() < ranks.len() - 1, "the other subtree completed");
+    c.kill_node(root);
+    for (&r, &q) in ranks.iter().zip(&reqs).filter(|(&r, _)| r != root) {
+        assert_eq!(c.reply(r, q), Some(Ok(Response::Done)), "rank {r}");
+    }
+}
+
 /// Every rank of `ranks` fences over `ranks`, which completes for each.
 fn ranks_fence(c: &mut Cluster, ranks: &[u32]) {
     let procs: Vec<ProcId> = ranks.iter().map(|&r| c.proc(r)).collect();
