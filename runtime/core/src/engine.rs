@@ -105,6 +105,15 @@ fn meets_at_rendezvous(kind: CollKind) -> bool {
     matches!(kind, CollKind::Construct | CollKind::Destruct)
 }
 
+/// The key of group `id`'s construct, destruct or invite (one of each at a time).
+pub(super) fn group_key(kind: CollKind, id: &str) -> CollKey {
+    CollKey {
+        kind,
+        id: id.to_string(),
+        seq: 0,
+    }
+}
+
 /// Whether operations of `kind` whose root is lost before their outcome reached every
 /// server are decided for all by one server (`Engine::ask_about_agreement`): fences,
 /// global failure views, constructs and destructs (not invites: their tracker is their
@@ -1103,7 +1112,7 @@ impl Engine {
         // (`ask_about_agreement`): the outcome if any server got it, else the same
         // failure, naming the root. (The decider of a construct or destruct is
         // the id's next rendezvous, where servers that heard of the loss before they
-        // started their part went: it fails them too.)
+        // started their part went: it fails them too.) An invite fails here.
         for key in rooted {
             if !self.colls.contains_key(&key) || self.ask_about_agreement(&key, now) {
                 continue;
@@ -1214,11 +1223,7 @@ impl Engine {
     fn tracker(&mut self, key: &CollKey, attempt: u32, now: Time) -> &mut Coll {
         if key.kind == CollKind::Construct && !self.colls.contains_key(key) {
             // A destruct of the id's previous group is no answer about the next one.
-            self.settled.remove(&CollKey {
-                kind: CollKind::Destruct,
-                id: key.id.clone(),
-                seq: 0,
-            });
+            self.settled.remove(&group_key(CollKind::Destruct, &key.id));
         }
         self.colls.entry(key.clone()).or_insert_with(|| Coll {
             attempt,
@@ -1361,9 +1366,9 @@ impl Engine {
             PeerMsg::CollUp { key, spec, .. } | PeerMsg::CollGather { key, spec, .. } => {
                 Some((key, spec))
             }
-            PeerMsg::CollAbort { key, spec, .. } | PeerMsg::CollDown { key, spec, .. } => {
-                spec.as_ref().map(|s| (key, s))
-            }
+            PeerMsg::CollAbort { key, spec, .. }
+            | PeerMsg::CollDown { key, spec, .. }
+            | PeerMsg::AgreeQuery { key, spec } => spec.as_ref().map(|s| (key, s)),
             _ => None,
         };
         if let Some((key, spec)) = carried {
@@ -1593,8 +1598,7 @@ impl Engine {
                     CollKind::Fence | CollKind::Construct | CollKind::Destruct
                 ) && (self.agree_asking.contains_key(&key)
                     || (!self.colls.contains_key(&key)
-                        && (self.settled.contains_key(&key)
-                            || self.settled_fences.contains_key(&key)))) =>
+                        && self.settled_outcome(&key).is_some())) =>
             {
                 // Its root was lost and a decider decides for everyone (this server may
                 // have told it that it lacks the outcome): the decider's word stands.
@@ -1706,27 +1710,16 @@ impl Engine {
             PeerMsg::GroupLive { id, members } => {
                 // A group passed on after its rendezvous's loss may have been destructed
                 // here already (its members' contributions came another way).
-                let destructed = self.recently_done.contains_key(&CollKey {
-                    kind: CollKind::Destruct,
-                    id: id.clone(),
-                    seq: 0,
-                });
+                let destructed = self
+                    .recently_done
+                    .contains_key(&group_key(CollKind::Destruct, &id));
                 if self.rendezvous_node(&id) == self.node && !destructed {
                     self.live_roots.insert(id, members);
                 }
             }
             PeerMsg::AgreeQuery { key, spec } => {
+                // (Checked against the key above.)
                 if let Some(spec) = spec.filter(|_| Self::query_carries_spec(key.kind)) {
-                    if self.spec_contradicts_key(&key, &spec) {
-                        tracing::error!(
-                            ?key,
-                            from,
-                            "protocol violation: node server {from} asked about {} with an \
-                             operation description that contradicts its id; question dropped",
-                            op_name(&key)
-                        );
-                        return;
-                    }
                     if self.agree_specs.len() < MAX_EARLY_MSGS {
                         self.agree_specs.entry(key.clone()).or_insert(spec);
                     }
@@ -2774,8 +2767,9 @@ impl Engine {
     }
 
     /// Tells `to` of the losses of `key`'s servers before `decider` and of its root
-    /// (all known lost here), ahead of a question about `key`: `to` answers only once it knows them,
-    /// and a server that told of a loss may have been lost itself before it told `to`.
+    /// (all known lost here), ahead of a question about `key`: `to` answers only once
+    /// it knows them, and a server that told of a loss may have been lost itself before
+    /// it told `to`.
     fn tell_losses_before(&mut self, decider: NodeId, key: &CollKey, to: NodeId) {
         let mut before: Vec<NodeId> = self
             .agreement_servers(key)
@@ -2795,8 +2789,8 @@ impl Engine {
 
     /// The servers `key`'s decider polls, in the order deciders are taken. A view's:
     /// its tracker's spec, else the group this server knows. A fence's: its tracker's
-    /// spec, else the one an asker gave. A construct's or destruct's: every server, in the order of the id's
-    /// rendezvous candidates.
+    /// spec, else the one an asker gave. A construct's or destruct's: every server, in
+    /// the order of the id's rendezvous candidates.
     fn agreement_servers(&self, key: &CollKey) -> Option<Vec<NodeId>> {
         if meets_at_rendezvous(key.kind) {
             return Some(self.rendezvous_order(&key.id).collect());
@@ -2860,13 +2854,27 @@ impl Engine {
         if self.colls.contains_key(key) {
             return None;
         }
-        let settled = match key.kind {
-            CollKind::Fence => &self.settled_fences,
-            _ => &self.settled,
-        };
-        settled
-            .get(key)
+        self.settled_outcome(key)
             .map(|outcome| AgreeState::Has(outcome.clone()))
+    }
+
+    /// The outcome fence, construct or destruct `key` succeeded with here, while kept
+    /// (see `settled`).
+    fn settled_outcome(&self, key: &CollKey) -> Option<&CollOutcome> {
+        match key.kind {
+            CollKind::Fence => self.settled_fences.get(key),
+            k if meets_at_rendezvous(k) => self.settled.get(key),
+            _ => None,
+        }
+    }
+
+    /// Keeps the outcome a fence, construct or destruct succeeded with here.
+    fn settle(&mut self, key: &CollKey, outcome: &CollOutcome) {
+        match key.kind {
+            CollKind::Fence => self.settled_fences.insert(key.clone(), outcome.clone()),
+            k if meets_at_rendezvous(k) => self.settled.insert(key.clone(), outcome.clone()),
+            _ => None,
+        };
     }
 
     /// This server decides `key`: it asks every other live server what it has, and
@@ -2965,7 +2973,7 @@ impl Engine {
             );
             if let (false, AgreeState::Has(outcome)) = (poll, &state) {
                 // As the decider, with the outcome here already.
-                self.take_over_outcome(&key, &outcome.clone());
+                self.take_over_outcome(&key, outcome);
             }
             return self.send_peer(to, PeerMsg::AgreeAnswer { key, state });
         }
@@ -3080,7 +3088,7 @@ impl Engine {
             _ => {}
         }
         self.recently_done.insert(key.clone(), ());
-        self.settled.insert(key.clone(), outcome.clone());
+        self.settle(key, outcome);
     }
 
     /// `key` ends here as its decider decided.
@@ -3091,18 +3099,15 @@ impl Engine {
             self.agree_done.insert(key.clone(), decision.clone());
         }
         let spec = self.colls.get(key).and_then(|c| c.spec.clone());
-        let Some(error) = decision.is_none().then(|| {
-            let root = self.lost_root_of(key);
-            CohortError::PeerLost {
-                node: root,
-                reason: format!("it was the root of {}", op_name(key)),
-            }
-        }) else {
+        if let Some(outcome) = decision {
             if self.colls.contains_key(key) {
-                let outcome = decision.expect("checked");
                 self.complete(key.clone(), spec, outcome, Vec::new(), false, now);
             }
             return;
+        }
+        let error = CohortError::PeerLost {
+            node: self.lost_root_of(key),
+            reason: format!("it was the root of {}", op_name(key)),
         };
         // A construct's or destruct's decider is the id's rendezvous now: servers that
         // heard of the loss before they started their part came here, and fail too,
@@ -4338,30 +4343,20 @@ impl Engine {
         {
             self.local_groups.remove(&key.id);
         }
-        if success && key.kind == CollKind::Fence {
+        if success {
             // For a decider that asks after the root's loss.
-            self.settled_fences.insert(key.clone(), outcome.clone());
-        }
-        if success && meets_at_rendezvous(key.kind) {
-            // For a decider that asks after the root's loss.
-            self.settled.insert(key.clone(), outcome.clone());
+            self.settle(&key, &outcome);
             if key.kind == CollKind::Destruct {
-                self.settled.remove(&CollKey {
-                    kind: CollKind::Construct,
-                    id: key.id.clone(),
-                    seq: 0,
-                });
+                self.settled
+                    .remove(&group_key(CollKind::Construct, &key.id));
             }
         }
         if key.kind == CollKind::Destruct {
             // The id may be reused now: a kept construct outcome would be stale.
             self.kept_outcomes
                 .retain(|(k, _, _)| !(k.kind == CollKind::Construct && k.id == key.id));
-            self.fallback_done.remove(&CollKey {
-                kind: CollKind::Construct,
-                id: key.id.clone(),
-                seq: 0,
-            });
+            self.fallback_done
+                .remove(&group_key(CollKind::Construct, &key.id));
         }
         // The tracker built the tree with its spec; only a server that never saw the
         // operation builds it from the spec carried in the outcome.
@@ -4717,11 +4712,7 @@ impl Engine {
             self.deliver_local(&p, event.clone());
             self.deliver_local(&p, update.clone());
         }
-        let key = CollKey {
-            kind: CollKind::Destruct,
-            id: gid.to_string(),
-            seq: 0,
-        };
+        let key = group_key(CollKind::Destruct, gid);
         self.progress(&key, now);
     }
 

@@ -71,11 +71,7 @@ impl InviteTracker {
 }
 
 pub(super) fn invite_key(id: &str) -> CollKey {
-    CollKey {
-        kind: CollKind::Invite,
-        id: id.to_string(),
-        seq: 0,
-    }
+    super::group_key(CollKind::Invite, id)
 }
 
 impl Engine {

@@ -1019,9 +1019,8 @@ fn interior(id: &str) -> (u32, u32, Vec<u32>) {
 /// As [`interior`], over `n` servers (the binary tree a dissemination outcome also
 /// goes down).
 fn interior_of(id: &str, n: u32) -> (u32, u32, Vec<u32>) {
-    let nodes: Vec<u32> = (0..n).collect();
-    let root = nodes[cohort_topology::rendezvous(id, nodes.len())];
-    let tree = cohort_topology::Tree::new(&nodes, root, TreeShape::KAry(2));
+    let tree = outcome_tree(id, n);
+    let root = tree.root();
     let x = tree
         .children(root)
         .into_iter()
@@ -1148,13 +1147,19 @@ fn lost_root_fails_the_construct_everywhere_with_peer_lost() {
     survivors_construct_again(&mut c, id, &survivors);
 }
 
-/// The root of `id`'s construct over 7 servers and its children in the tree the
-/// outcome goes down (a binary tree either way).
+/// The binary tree over servers `0..n` (a dissemination outcome goes down one too)
+/// rooted where `salted_id` meets: a construct's group id, or a fence's `id#seq`.
+fn outcome_tree(salted_id: &str, n: u32) -> cohort_topology::Tree {
+    let nodes: Vec<u32> = (0..n).collect();
+    let root = nodes[cohort_topology::rendezvous(salted_id, nodes.len())];
+    cohort_topology::Tree::new(&nodes, root, TreeShape::KAry(2))
+}
+
+/// The root of `id`'s construct (or salted fence id) over 7 servers and its children in the tree the
+/// outcome goes down.
 fn root_and_children(id: &str) -> (u32, Vec<u32>) {
-    let nodes: Vec<u32> = (0..7).collect();
-    let root = nodes[cohort_topology::rendezvous(id, nodes.len())];
-    let tree = cohort_topology::Tree::new(&nodes, root, TreeShape::KAry(2));
-    (root, tree.children(root))
+    let tree = outcome_tree(id, 7);
+    (tree.root(), tree.children(tree.root()))
 }
 
 /// The root decided a construct and was lost while sending the outcome down: one child
@@ -1204,12 +1209,9 @@ fn a_root_lost_while_sending_the_outcome_leaves_every_survivor_with_the_group() 
 /// then met the others' next fence.)
 #[test]
 fn a_fence_root_lost_while_sending_the_outcome_completes_everywhere() {
-    let nodes: Vec<u32> = (0..7).collect();
     // The whole job's first fence: its id is the job's signature, its root salted with
     // its sequence number.
-    let root = nodes[cohort_topology::rendezvous("job:0-6#0", nodes.len())];
-    let tree = cohort_topology::Tree::new(&nodes, root, TreeShape::KAry(2));
-    let kids = tree.children(root);
+    let (root, kids) = root_and_children("job:0-6#0");
     let mut c = new_cluster(7, 7, TreeShape::KAry(2));
     c.connect_all();
     for r in 0..7 {
@@ -1253,8 +1255,8 @@ fn a_fence_root_lost_while_sending_the_outcome_completes_everywhere() {
 #[test]
 fn a_fault_tolerant_fence_decided_by_a_server_without_a_part_completes_everywhere() {
     let nodes: Vec<u32> = (0..7).collect();
-    let root = nodes[cohort_topology::rendezvous("job:0-6#0", nodes.len())];
-    let tree = cohort_topology::Tree::new(&nodes, root, TreeShape::KAry(2));
+    let tree = outcome_tree("job:0-6#0", 7);
+    let root = tree.root();
     let decider = *nodes.iter().find(|&&n| n != root).expect("7 servers");
     // The child of the root above the decider gets nothing; the other child gets it.
     let mut held = decider;
