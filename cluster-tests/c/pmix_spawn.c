@@ -274,6 +274,17 @@ static void spawn_children(const char *self, bool nb, pmix_nspace_t ns)
     CHECK(rc == PMIX_ERR_BAD_PARAM, "4 processes at ppr:1:node: %s", PMIx_Error_string(rc));
     app.maxprocs = CHILDREN;
     PMIX_INFO_DESTRUCT(&ppr1);
+    /* Cores per process: PE=0 in PMIX_MAPBY, PMIX_CPUS_PER_PROC 0 */
+    pmix_info_t pe0;
+    PMIX_INFO_LOAD(&pe0, PMIX_MAPBY, "ppr:2:node:PE=0", PMIX_STRING);
+    rc = PMIx_Spawn(&pe0, 1, &app, 1, none);
+    CHECK(rc == PMIX_ERR_BAD_PARAM, "PE=0: %s", PMIx_Error_string(rc));
+    PMIX_INFO_DESTRUCT(&pe0);
+    uint32_t zero = 0;
+    PMIX_INFO_LOAD(&pe0, PMIX_CPUS_PER_PROC, &zero, PMIX_UINT32);
+    rc = PMIx_Spawn(&pe0, 1, &app, 1, none);
+    CHECK(rc == PMIX_ERR_BAD_PARAM, "PMIX_CPUS_PER_PROC 0: %s", PMIx_Error_string(rc));
+    PMIX_INFO_DESTRUCT(&pe0);
 
     if (nb) {
         OK(PMIx_Spawn_nb(job, 2, &app, 1, on_spawned, NULL));

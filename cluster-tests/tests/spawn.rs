@@ -274,9 +274,11 @@ fn under_a_rankfile_spawned_processes_are_not_bound() {
 
 /// A spawned job is bound like the launched one (`--bind-to core`), on the cores its
 /// host has left: one process spawned next to a bound rank gets a core of its own;
-/// once it ended, the next one spawned gets that core again (slots are reused); a
-/// spawn of as many processes as the host has cores would oversubscribe it, so those
-/// run unbound, on every CPU (as a launch that oversubscribes does).
+/// once it ended, the next one spawned gets that core again (slots are reused); one
+/// with two cores (PMIX_CPUS_PER_PROC) gets two free cores where the host has them,
+/// and runs unbound where it does not (one core left of two); a spawn of as many
+/// processes as the host has cores would oversubscribe it, so those run unbound, on
+/// every CPU (as a launch that oversubscribes does).
 #[test]
 fn spawned_processes_are_bound_on_the_cores_left() {
     let job = run_testprog_with(1, 1, "spawn-bind", false, &["--bind-to", "core"]);
@@ -297,10 +299,20 @@ fn spawned_processes_are_bound_on_the_cores_left() {
             .filter(|l| l.starts_with("spawn-bind child ") && word(l, "of").ends_with(ns_end))
             .collect()
     };
-    let (first, again, second) = (children("@1"), children("@2"), children("@3"));
+    let (first, again, wide, second) = (
+        children("@1"),
+        children("@2"),
+        children("@3"),
+        children("@4"),
+    );
     assert_eq!(
-        (first.len() as u32, again.len() as u32, second.len() as u32),
-        (1, 1, cores),
+        (
+            first.len() as u32,
+            again.len() as u32,
+            wide.len() as u32,
+            second.len() as u32
+        ),
+        (1, 1, 1, cores),
         "{r:?}"
     );
     // A CPU list (`0-1,4`) as a set.
@@ -333,6 +345,24 @@ fn spawned_processes_are_bound_on_the_cores_left() {
             "a spawn after the first one's end is bound to the core it freed: {}",
             again[0]
         );
+        // Two cores: bound to two that the parent does not hold, or unbound (on
+        // every CPU) where only one is left.
+        let wb = word(wide[0], "binding");
+        if cores >= 3 {
+            assert!(
+                word(wide[0], "allowed") == wb
+                    && cpus(&wb).len() == 2 * cpus(&pb).len()
+                    && cpus(&wb).is_disjoint(&cpus(&pb)),
+                "a process of two cores gets two free cores (the parent holds {pb}): {}",
+                wide[0]
+            );
+        } else {
+            assert!(
+                wb == "none" && cpus(&word(wide[0], "allowed")) == all,
+                "a process of two cores, one core left: unbound: {}",
+                wide[0]
+            );
+        }
         // PMIX_CPUSET, as the node server answers it: each bound process's own
         // binding, to itself and to the parent asking about its child.
         let seen = r

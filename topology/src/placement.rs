@@ -418,14 +418,15 @@ impl NodeLayout {
         Some(in_group[nth])
     }
 
-    /// Binding of the placement slots `slots` (one process's): their cores' CPUs, or
-    /// their NUMA domains' / packages' for `--bind-to numa` / `package`. `pe` as in
+    /// Binding of the placement slots `slots` (one process's; consecutive for a
+    /// launched rank, the free ones a spawn got for a spawned one): their cores' CPUs,
+    /// or their NUMA domains' / packages' for `--bind-to numa` / `package`. `pe` as in
     /// [`core_of_slot`](Self::core_of_slot).
     pub fn binding(
         &self,
         map_by: MapBy,
         bind_to: BindTo,
-        slots: std::ops::Range<u32>,
+        slots: impl IntoIterator<Item = u32>,
         pe: u32,
     ) -> Binding {
         let mut cpus: Option<CpuSet> = None;
@@ -642,6 +643,26 @@ mod tests {
         assert_eq!(
             l.binding(MapBy::Numa, BindTo::Core, 8..9, 2),
             Binding::Cpus("0".parse().unwrap())
+        );
+    }
+
+    #[test]
+    fn a_spawned_process_of_several_cores_is_bound_to_the_free_slots_it_got() {
+        // 2 domains of 4 cores, 1 PU each; the slots need not be consecutive
+        let l = NodeLayout::from_topology(&synthetic(2, 4, 1));
+        let cpus = |list: &str| Binding::Cpus(list.parse().unwrap());
+        assert_eq!(l.binding(MapBy::Slot, BindTo::Core, [1, 3], 1), cpus("1,3"));
+        assert_eq!(
+            l.binding(MapBy::Core, BindTo::Core, [5, 6, 7], 1),
+            cpus("5-7")
+        );
+        // --bind-to numa: the domains of its cores
+        assert_eq!(l.binding(MapBy::Slot, BindTo::Numa, [3, 4], 1), cpus("0-7"));
+        assert_eq!(l.binding(MapBy::Slot, BindTo::Numa, [2, 3], 1), cpus("0-3"));
+        // none: unbound
+        assert_eq!(
+            l.binding(MapBy::Slot, BindTo::Core, [], 1),
+            Binding::Unbound
         );
     }
 

@@ -277,6 +277,8 @@ typedef struct {
     int timeout_ms;           /* > 0: COHORT_ERR_TIMEOUT unless every process is started within
                                  it (PMIX_TIMEOUT; the job is then cancelled); <= 0: none */
     uint32_t per_node;        /* K of COHORT_MAP_PER_NODE (at least 1); else ignored */
+    uint32_t cpus_per_proc;   /* cores per process where the session binds
+                                 (PMIX_CPUS_PER_PROC); 0 or 1: one */
 } cohort_spawn_opts_t;
 
 typedef void (*cohort_op_cb)(int status, void *cbdata);

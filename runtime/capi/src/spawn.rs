@@ -43,6 +43,8 @@ pub struct cohort_spawn_opts_t {
     pub timeout_ms: c_int,
     /// K of `COHORT_MAP_PER_NODE` (at least 1); else ignored.
     pub per_node: u32,
+    /// Cores per process where the session binds (PMIX_CPUS_PER_PROC); 0 or 1: one.
+    pub cpus_per_proc: u32,
 }
 
 pub type cohort_spawn_cb =
@@ -130,6 +132,7 @@ unsafe fn spawn_args(
             hosts,
             notify_completion,
             timeout_ms,
+            cpus_per_proc: o.cpus_per_proc,
         },
     ))
 }

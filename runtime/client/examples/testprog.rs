@@ -3348,7 +3348,9 @@ fn spawn_bind() -> R {
     );
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
     let ends = event_channel(&c, &[codes::JOB_END]);
-    for (i, n) in [1, 1, cores].into_iter().enumerate() {
+    // Processes and cores per process: one, the same again once it ended, one of two
+    // cores (PMIX_CPUS_PER_PROC), as many as the host has cores.
+    for (i, (n, cpus)) in [(1, 0), (1, 0), (1, 2), (cores, 0)].into_iter().enumerate() {
         let app = SpawnApp {
             command: vec![exe.display().to_string(), "spawn-bind".into()],
             maxprocs: n,
@@ -3357,7 +3359,8 @@ fn spawn_bind() -> R {
             pset: None,
         };
         let opts = SpawnOpts {
-            notify_completion: i < 2,
+            notify_completion: i < 3,
+            cpus_per_proc: cpus,
             ..SpawnOpts::default()
         };
         let ns = e2s(c.spawn(vec![app], opts), "spawn")?;
@@ -3365,7 +3368,7 @@ fn spawn_bind() -> R {
             let child = cpuset(&ProcId::new(ns.as_str(), 0))?;
             println!("RESULT spawn-bind parent sees its first child's cpuset {child}");
         }
-        if i < 2 {
+        if i < 3 {
             // Its process ended: its core is free for the next spawn.
             next_event(&ends, "JOB_END")?;
         }

@@ -269,22 +269,25 @@ pub fn host_key(host: &str) -> &str {
 }
 
 /// Where a spawned job's processes are bound, per node server: the slots of its host
-/// they take, the lowest ones free (`taken[host]`: the slots of the live processes
-/// bound there, by [`host_key`]; this job's on the host's earlier node servers come
-/// first), or none: unbound, because the launched job is not (`bound` false), the node
-/// server gets none of the job, its host's core count is unknown, or the host would
-/// then hold more live processes (`nodes[n].ranks`) than cores, as a launch does not
+/// they take, `per_proc` for each process in turn, the lowest ones free
+/// (`taken[host]`: the slots of the live processes bound there, by [`host_key`]; this
+/// job's on the host's earlier node servers come first), or none: unbound, because the
+/// launched job is not (`bound` false), the node server gets none of the job, its
+/// host's core count is unknown, or the host would then need more cores for its live
+/// processes (`nodes[n].ranks`, the cores they need) than it has, as a launch does not
 /// bind when oversubscribed. Slots of processes that ended are taken again.
 pub fn spawn_slots(
     nodes: &[NodeHost],
     taken: &BTreeMap<String, BTreeSet<u32>>,
     new: &[u32],
     bound: bool,
+    per_proc: u32,
 ) -> Vec<Vec<u32>> {
     let hosts = per_host(nodes);
+    let per_proc = u64::from(per_proc.max(1));
     let mut added: BTreeMap<&str, u64> = BTreeMap::new();
     for (n, &k) in nodes.iter().zip(new) {
-        *added.entry(open_mpi_host_name(&n.host)).or_default() += u64::from(k);
+        *added.entry(open_mpi_host_name(&n.host)).or_default() += u64::from(k) * per_proc;
     }
     let mut claimed: BTreeMap<&str, BTreeSet<u32>> = BTreeMap::new();
     nodes
@@ -299,11 +302,12 @@ pub fn spawn_slots(
             }
             let mine = claimed.entry(host).or_default();
             let held = taken.get(host);
+            let want = u64::from(k) * per_proc;
             let free: Vec<u32> = (0..cores)
                 .filter(|s| !mine.contains(s) && !held.is_some_and(|h| h.contains(s)))
-                .take(k as usize)
+                .take(want as usize)
                 .collect();
-            if free.len() < k as usize {
+            if (free.len() as u64) < want {
                 // More slots held than live processes counted: do not guess.
                 return Vec::new();
             }
@@ -941,23 +945,23 @@ mod tests {
         // One host of 4 cores, one node server with 1 rank (slot 0): 2 more take 1, 2.
         let one = loaded(&[("vm", 4, 1)]);
         assert_eq!(
-            spawn_slots(&one, &held(&[("vm", &[0])]), &[2], true),
+            spawn_slots(&one, &held(&[("vm", &[0])]), &[2], true, 1),
             [vec![1, 2]]
         );
         // Not bound at launch: not bound now.
         assert_eq!(
-            spawn_slots(&one, &held(&[("vm", &[0])]), &[2], false),
+            spawn_slots(&one, &held(&[("vm", &[0])]), &[2], false, 1),
             [Vec::<u32>::new()]
         );
         // 4 more would be 5 live processes on 4 cores.
         assert_eq!(
-            spawn_slots(&one, &held(&[("vm", &[0])]), &[4], true),
+            spawn_slots(&one, &held(&[("vm", &[0])]), &[4], true, 1),
             [Vec::<u32>::new()]
         );
         // 3 live (slots 0, 2, 3: the process of slot 1 ended): 1 more takes slot 1.
         let three = loaded(&[("vm", 4, 3)]);
         assert_eq!(
-            spawn_slots(&three, &held(&[("vm", &[0, 2, 3])]), &[1], true),
+            spawn_slots(&three, &held(&[("vm", &[0, 2, 3])]), &[1], true, 1),
             [vec![1]]
         );
         // Three node servers on one host of 8 cores (1, 2 and 1 ranks in slots 0-3):
@@ -965,15 +969,63 @@ mod tests {
         // none.
         let emulated = loaded(&[("vm", 8, 1), ("vm.local", 8, 2), ("vm", 8, 1)]);
         assert_eq!(
-            spawn_slots(&emulated, &held(&[("vm", &[0, 1, 2, 3])]), &[1, 1, 0], true),
+            spawn_slots(
+                &emulated,
+                &held(&[("vm", &[0, 1, 2, 3])]),
+                &[1, 1, 0],
+                true,
+                1
+            ),
             [vec![4], vec![5], vec![]]
         );
         // A cluster: each host on its own; the full one and the unknown one unbound.
         let cluster = loaded(&[("n1", 4, 2), ("n2", 2, 2), ("n3", 0, 0)]);
         let taken = held(&[("n1", &[0, 1]), ("n2", &[0, 1])]);
         assert_eq!(
-            spawn_slots(&cluster, &taken, &[2, 1, 1], true),
+            spawn_slots(&cluster, &taken, &[2, 1, 1], true, 1),
             [vec![2, 3], vec![], vec![]]
+        );
+    }
+
+    /// PMIX_CPUS_PER_PROC / `PE=n` of a spawn: each process takes n free slots.
+    #[test]
+    fn spawned_processes_with_several_cores_each_take_that_many_free_slots() {
+        let held = |slots: &[u32]| -> BTreeMap<String, BTreeSet<u32>> {
+            [("vm".to_string(), slots.iter().copied().collect())].into()
+        };
+        // 8 cores, 1 rank in slot 0: 2 processes of 3 cores each take slots 1-6, in
+        // turn (the first 1-3, the second 4-6).
+        let one = loaded(&[("vm", 8, 1)]);
+        assert_eq!(
+            spawn_slots(&one, &held(&[0]), &[2], true, 3),
+            [vec![1, 2, 3, 4, 5, 6]]
+        );
+        // The lowest free ones, also when not consecutive (slot 2 held).
+        assert_eq!(
+            spawn_slots(&one, &held(&[0, 2]), &[1], true, 2),
+            [vec![1, 3]]
+        );
+        // 3 processes of 3 cores next to 1 live rank: 10 cores needed on 8, unbound.
+        assert_eq!(
+            spawn_slots(&one, &held(&[0]), &[3], true, 3),
+            [Vec::<u32>::new()]
+        );
+        // A process of 2 cores next to 1 rank on a host of 2 cores: unbound.
+        let small = loaded(&[("vm", 2, 1)]);
+        assert_eq!(
+            spawn_slots(&small, &held(&[0]), &[1], true, 2),
+            [Vec::<u32>::new()]
+        );
+        // Two node servers on the host: the second's processes come after the
+        // first's, per_proc each; 0 is 1.
+        let two = loaded(&[("vm", 8, 1), ("vm", 8, 0)]);
+        assert_eq!(
+            spawn_slots(&two, &held(&[0]), &[1, 1], true, 2),
+            [vec![1, 2], vec![3, 4]]
+        );
+        assert_eq!(
+            spawn_slots(&two, &held(&[0]), &[1, 1], true, 0),
+            [vec![1], vec![2]]
         );
     }
 

@@ -1636,7 +1636,8 @@ impl Launcher {
                 host: d.host.clone(),
                 fabric_addr: d.fabric_addr.clone().unwrap_or_default(),
                 cores: d.cores,
-                // The cores they need: a launched rank takes --cpus-per-rank.
+                // The cores they need: a launched rank takes --cpus-per-rank, a
+                // spawned one its spawn's cores per process.
                 ranks: (0u32..)
                     .zip(session.jobs())
                     .map(|(index, j)| {
@@ -1644,7 +1645,7 @@ impl Launcher {
                         let n = live.filter(|&r| self.monitor.alive(index, r)).count() as u32;
                         match index {
                             0 => n.saturating_mul(self.args.cpus_per_rank.max(1)),
-                            _ => n,
+                            _ => n.saturating_mul(self.spawns.per_proc(index)),
                         }
                     })
                     .sum(),

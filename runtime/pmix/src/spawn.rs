@@ -5,8 +5,9 @@
 //! `cmd` is NULL) with `argv[1..]` as its arguments, `env` entries are `VAR=VAL`, and
 //! the working directory is `cwd`, else the app's PMIX_WDIR, else the job's. Of the
 //! job's and the apps' infos, PMIX_MAPBY (`node` or `ppr:N:node`: one per node server
-//! in turn, else block-wise) and PMIX_HOST (a comma-separated list of node server
-//! names) place the processes; PMIX_NOTIFY_COMPLETION asks for PMIX_EVENT_JOB_END;
+//! in turn, else block-wise; a `PE=n` modifier gives each process n cores) and
+//! PMIX_HOST (a comma-separated list of node server names) place the processes;
+//! PMIX_CPUS_PER_PROC gives each process that many cores where the session binds; PMIX_NOTIFY_COMPLETION asks for PMIX_EVENT_JOB_END;
 //! PMIX_TIMEOUT or PMIX_SPAWN_TIMEOUT (seconds) fails the spawn with
 //! PMIX_ERR_TIMEOUT, its job cancelled, unless every process started in time. An
 //! app's PMIX_PSET_NAME makes its processes a process set of the session while the
@@ -27,6 +28,7 @@ use crate::*;
 const UNDERSTOOD: &[&str] = &[
     PMIX_WDIR,
     PMIX_MAPBY,
+    PMIX_CPUS_PER_PROC,
     PMIX_HOST,
     PMIX_NOTIFY_COMPLETION,
     PMIX_TIMEOUT,
@@ -103,6 +105,25 @@ fn mapping_of(policy: &str) -> Result<SpawnMapping, pmix_status_t> {
     })
 }
 
+/// The `PE=n` modifier of a PMIX_MAPBY value (`slot:PE=2`, `ppr:1:node:PE=4`,
+/// modifiers after `:` or `,`): the cores each process gets; `None` without one,
+/// PMIX_ERR_BAD_PARAM for an n that is not a count of 1 or more.
+fn cpus_of(policy: &str) -> Result<Option<u32>, pmix_status_t> {
+    let mut cpus = None;
+    for part in policy.split([':', ',']) {
+        let Some((key, n)) = part.trim().split_once('=') else {
+            continue;
+        };
+        if key.trim().eq_ignore_ascii_case("pe") {
+            match n.trim().parse::<u32>() {
+                Ok(n) if n > 0 => cpus = Some(n),
+                _ => return Err(PMIX_ERR_BAD_PARAM),
+            }
+        }
+    }
+    Ok(cpus)
+}
+
 /// PMIX_HOST: node server names, comma-separated.
 fn hosts_of(list: &str) -> Vec<String> {
     list.split(',')
@@ -112,8 +133,9 @@ fn hosts_of(list: &str) -> Vec<String> {
         .collect()
 }
 
-/// Reads PMIX_MAPBY, PMIX_HOST, PMIX_NOTIFY_COMPLETION and the timeout (PMIX_TIMEOUT
-/// or PMIX_SPAWN_TIMEOUT, seconds, 0: none; PMIX_SPAWN_TIMEOUT wins) of `info` into
+/// Reads PMIX_MAPBY, PMIX_CPUS_PER_PROC (which wins over a `PE=n` of PMIX_MAPBY),
+/// PMIX_HOST, PMIX_NOTIFY_COMPLETION and the timeout (PMIX_TIMEOUT or
+/// PMIX_SPAWN_TIMEOUT, seconds, 0: none; PMIX_SPAWN_TIMEOUT wins) of `info` into
 /// `opts` (a later info array wins).
 fn placement(info: &[(String, PVal)], opts: &mut SpawnOpts) -> Result<(), pmix_status_t> {
     for key in [PMIX_TIMEOUT, PMIX_SPAWN_TIMEOUT] {
@@ -124,7 +146,17 @@ fn placement(info: &[(String, PVal)], opts: &mut SpawnOpts) -> Result<(), pmix_s
         }
     }
     if let Some(v) = find(info, PMIX_MAPBY) {
-        opts.mapping = mapping_of(&string_of(v)?)?;
+        let policy = string_of(v)?;
+        opts.mapping = mapping_of(&policy)?;
+        if let Some(n) = cpus_of(&policy)? {
+            opts.cpus_per_proc = n;
+        }
+    }
+    if let Some(v) = find(info, PMIX_CPUS_PER_PROC) {
+        opts.cpus_per_proc = match v.as_u64() {
+            Some(n) if (1..=u64::from(u16::MAX)).contains(&n) => n as u32,
+            _ => return Err(PMIX_ERR_BAD_PARAM),
+        };
     }
     if let Some(v) = find(info, PMIX_HOST) {
         opts.hosts = hosts_of(&string_of(v)?);
@@ -307,6 +339,46 @@ mod tests {
             assert_eq!(mapping_of(p), Ok(SpawnMapping::Block), "{p}");
         }
         assert_eq!(hosts_of(" a, b,,c "), ["a", "b", "c"]);
+    }
+
+    #[test]
+    fn pe_of_map_by_and_cpus_per_proc_give_each_process_that_many_cores() {
+        assert_eq!(cpus_of("ppr:1:node:PE=4"), Ok(Some(4)));
+        assert_eq!(cpus_of("slot,pe=2"), Ok(Some(2)));
+        assert_eq!(cpus_of("node:OVERSUBSCRIBE"), Ok(None));
+        for p in ["slot:PE=0", "slot:PE=x", "slot:pe="] {
+            assert_eq!(cpus_of(p), Err(PMIX_ERR_BAD_PARAM), "{p}");
+        }
+        let read = |info: Vec<(&str, PVal)>| {
+            let info: Vec<(String, PVal)> =
+                info.into_iter().map(|(k, v)| (k.to_string(), v)).collect();
+            let mut opts = SpawnOpts::default();
+            placement(&info, &mut opts).map(|()| (opts.mapping, opts.cpus_per_proc))
+        };
+        assert_eq!(read(vec![]), Ok((SpawnMapping::Block, 0)));
+        assert_eq!(
+            read(vec![(PMIX_MAPBY, PVal::Str("ppr:2:node:PE=3".into()))]),
+            Ok((SpawnMapping::PerNode(2), 3))
+        );
+        assert_eq!(
+            read(vec![(PMIX_CPUS_PER_PROC, PVal::Uint16(2))]),
+            Ok((SpawnMapping::Block, 2))
+        );
+        // PMIX_CPUS_PER_PROC wins over PE=n.
+        assert_eq!(
+            read(vec![
+                (PMIX_MAPBY, PVal::Str("node:PE=4".into())),
+                (PMIX_CPUS_PER_PROC, PVal::Uint16(2)),
+            ]),
+            Ok((SpawnMapping::RoundRobin, 2))
+        );
+        for bad in [PVal::Uint16(0), PVal::Int(-2), PVal::Uint32(1 << 20)] {
+            assert_eq!(
+                read(vec![(PMIX_CPUS_PER_PROC, bad.clone())]),
+                Err(PMIX_ERR_BAD_PARAM),
+                "{bad:?}"
+            );
+        }
     }
 
     #[test]

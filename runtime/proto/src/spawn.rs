@@ -67,6 +67,11 @@ pub struct SpawnOpts {
     /// killed. `None` or 0: no limit (a frozen node server then holds the spawn until
     /// the failure detector condemns it).
     pub timeout_ms: Option<u64>,
+    /// Cores per process (PMIX_CPUS_PER_PROC, `PE=n` of PMIX_MAPBY; `--cpus-per-rank`
+    /// of the launched job): where the spawned job is bound, each process gets this
+    /// many of its host's free cores (0 or 1: one).
+    #[serde(default)]
+    pub cpus_per_proc: u32,
 }
 
 /// How a spawned job's processes are bound: like the launched job, on the cores their
@@ -78,7 +83,15 @@ pub struct SpawnBinding {
     /// Per node server (missing: none), the host's slots this job's processes there
     /// take, in rank order: the lowest that no live process of the session holds.
     /// Empty: unbound there (the host would hold more live processes than cores).
+    /// Each process takes `per_proc` of them in turn.
     pub slots: Vec<Vec<u32>>,
+    /// The slots each process takes ([`SpawnOpts::cpus_per_proc`], at least 1).
+    #[serde(default = "one")]
+    pub per_proc: u32,
+}
+
+fn one() -> u32 {
+    1
 }
 
 /// Checks a spawn request: at least one app, each with a program and at least one

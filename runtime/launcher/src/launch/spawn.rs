@@ -39,9 +39,20 @@ pub(super) struct Spawns {
     /// Spawned jobs whose parent asked to be told when they end
     /// (`SpawnOpts::notify_completion`): job index → the parent.
     notify: BTreeMap<u32, ProcId>,
-    /// The host slot each bound spawned process took: (job, rank) → (host key, slot).
-    /// Entries of processes that ended are dropped at the next spawn.
-    slots: BTreeMap<(u32, Rank), (String, u32)>,
+    /// The host slots each bound spawned process took (`SpawnOpts::cpus_per_proc` of
+    /// them): (job, rank) → (host key, slots). Entries of processes that ended are
+    /// dropped at the next spawn.
+    slots: BTreeMap<(u32, Rank), (String, Vec<u32>)>,
+    /// The cores each process of a spawned job needs (`SpawnOpts::cpus_per_proc`, at
+    /// least 1), by job index; jobs not named here need one.
+    per_proc: BTreeMap<u32, u32>,
+}
+
+impl Spawns {
+    /// The cores each process of job `index` needs (the launched job excepted).
+    pub(super) fn per_proc(&self, index: u32) -> u32 {
+        self.per_proc.get(&index).copied().unwrap_or(1)
+    }
 }
 
 /// A spawn between its request and its answer.
@@ -106,15 +117,25 @@ impl Launcher {
         let bind_to = self.placement.bind_to;
         let bound = bind_to != cohort_topology::BindTo::None && self.rank_map.is_none();
         let new: Vec<u32> = (0..self.nodes).map(|n| job.count_on(n)).collect();
-        let slots =
-            crate::daemon::spawn_slots(&self.node_hosts(), &self.taken_slots(bound), &new, bound);
+        let per_proc = opts.cpus_per_proc.max(1);
+        let slots = crate::daemon::spawn_slots(
+            &self.node_hosts(),
+            &self.taken_slots(bound),
+            &new,
+            bound,
+            per_proc,
+        );
         for (node, taken) in slots.iter().enumerate() {
             let host = crate::daemon::host_key(&self.daemons[node].host).to_string();
-            for (rank, &slot) in job.ranks_on(node as NodeId).into_iter().zip(taken) {
+            let ranks = job.ranks_on(node as NodeId).into_iter();
+            for (rank, held) in ranks.zip(taken.chunks(per_proc as usize)) {
                 self.spawns
                     .slots
-                    .insert((index, rank), (host.clone(), slot));
+                    .insert((index, rank), (host.clone(), held.to_vec()));
             }
+        }
+        if per_proc > 1 {
+            self.spawns.per_proc.insert(index, per_proc);
         }
         // Counted from now on, so the session does not end while the job starts.
         if let Err(e) = self.monitor.add_job(index, job.clone(), caller.clone()) {
@@ -140,6 +161,7 @@ impl Launcher {
                 Box::new(SpawnBinding {
                     bind_to: bind_to.as_str().to_string(),
                     slots,
+                    per_proc,
                 })
             }),
         };
@@ -161,8 +183,8 @@ impl Launcher {
 
     /// The host slots the live processes of the session hold, by host key: the
     /// launched job's (from each node server's first slot, when it is bound; each rank
-    /// `--cpus-per-rank` of them) and the spawned ones' (one each, as
-    /// [`Launcher::on_spawn`] gave them). Forgets those of processes that ended.
+    /// `--cpus-per-rank` of them) and the spawned ones' (their spawn's cores per
+    /// process each, as [`Launcher::on_spawn`] gave them). Forgets those of processes that ended.
     fn taken_slots(&mut self, bound: bool) -> BTreeMap<String, BTreeSet<u32>> {
         let mut taken: BTreeMap<String, BTreeSet<u32>> = BTreeMap::new();
         if !bound {
@@ -190,8 +212,8 @@ impl Launcher {
         self.spawns
             .slots
             .retain(|&(job, rank), _| monitor.alive(job, rank));
-        for (host, slot) in self.spawns.slots.values() {
-            taken.entry(host.clone()).or_default().insert(*slot);
+        for (host, slots) in self.spawns.slots.values() {
+            taken.entry(host.clone()).or_default().extend(slots);
         }
         taken
     }

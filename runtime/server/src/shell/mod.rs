@@ -713,7 +713,8 @@ async fn serve(
                         let bind = bind.and_then(|b| {
                             let slots = b.slots.into_iter().nth(svc.node() as usize)?;
                             let policy = b.bind_to.parse::<BindTo>().ok()?;
-                            (policy != BindTo::None && !slots.is_empty()).then_some((policy, slots))
+                            (policy != BindTo::None && !slots.is_empty())
+                                .then_some((policy, slots, b.per_proc))
                         });
                         // The engine first: it checks the job and the index.
                         let nspace = job.nspace.to_string();

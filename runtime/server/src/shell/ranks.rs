@@ -405,7 +405,7 @@ impl Ranks {
         job: JobMap,
         apps: &[SpawnApp],
         env: Vec<(String, String)>,
-        bind: Option<(BindTo, Vec<u32>)>,
+        bind: Option<(BindTo, Vec<u32>, u32)>,
     ) -> Result<(), String> {
         if index as usize != self.templates.len() {
             return Err(format!(
@@ -415,13 +415,15 @@ impl Ranks {
         }
         let node = self.templates[0].node;
         let bindings = match (&self.layout, bind) {
-            (Some((layout, map_by, pe)), Some((bind_to, slots))) => job
+            (Some((layout, map_by, pe)), Some((bind_to, slots, per_proc))) => job
                 .ranks_on(node)
                 .into_iter()
-                .zip(slots)
-                .map(|(rank, slot)| {
-                    let b = layout.binding(*map_by, bind_to, slot..slot + 1, *pe);
-                    (rank, b)
+                .zip(slots.chunks(per_proc.max(1) as usize))
+                .map(|(rank, held)| {
+                    (
+                        rank,
+                        layout.binding(*map_by, bind_to, held.iter().copied(), *pe),
+                    )
                 })
                 .collect(),
             _ => BTreeMap::new(),
