@@ -280,6 +280,10 @@ static void spawn_children(cohort_client_t *c, const char *self) {
         rc = cohort_spawn(c, &app, 1, &sopts, child_ns);
         CHECK(rc == COHORT_ERR_BAD_PARAM, "per_node 0: %s", cohort_status_name(rc));
         sopts.per_node = 1; /* ppr:1:node: 4 do not fit on 1 or 3 node servers */
+        sopts.bind_to = "sideways";
+        rc = cohort_spawn(c, &app, 1, &sopts, child_ns);
+        CHECK(rc == COHORT_ERR_BAD_REQUEST, "bound sideways: %s", cohort_status_name(rc));
+        sopts.bind_to = NULL;
         app.maxprocs = 4;
         rc = cohort_spawn(c, &app, 1, &sopts, child_ns);
         CHECK(rc == COHORT_ERR_BAD_REQUEST, "4 at one per node server: %s",

@@ -285,6 +285,10 @@ static void spawn_children(const char *self, bool nb, pmix_nspace_t ns)
     rc = PMIx_Spawn(&pe0, 1, &app, 1, none);
     CHECK(rc == PMIX_ERR_BAD_PARAM, "PMIX_CPUS_PER_PROC 0: %s", PMIx_Error_string(rc));
     PMIX_INFO_DESTRUCT(&pe0);
+    PMIX_INFO_LOAD(&pe0, PMIX_BINDTO, "sideways", PMIX_STRING);
+    rc = PMIx_Spawn(&pe0, 1, &app, 1, none);
+    CHECK(rc == PMIX_ERR_BAD_PARAM, "PMIX_BINDTO sideways: %s", PMIx_Error_string(rc));
+    PMIX_INFO_DESTRUCT(&pe0);
 
     if (nb) {
         OK(PMIx_Spawn_nb(job, 2, &app, 1, on_spawned, NULL));

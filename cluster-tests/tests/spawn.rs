@@ -278,7 +278,8 @@ fn under_a_rankfile_spawned_processes_are_not_bound() {
 /// with two cores (PMIX_CPUS_PER_PROC) gets two free cores where the host has them,
 /// and runs unbound where it does not (one core left of two); a spawn of as many
 /// processes as the host has cores would oversubscribe it, so those run unbound, on
-/// every CPU (as a launch that oversubscribes does).
+/// every CPU (as a launch that oversubscribes does). A spawn bound to `none`
+/// (PMIX_BINDTO) is not bound; one bound to a word that is no binding is refused.
 #[test]
 fn spawned_processes_are_bound_on_the_cores_left() {
     let job = run_testprog_with(1, 1, "spawn-bind", false, &["--bind-to", "core"]);
@@ -299,20 +300,22 @@ fn spawned_processes_are_bound_on_the_cores_left() {
             .filter(|l| l.starts_with("spawn-bind child ") && word(l, "of").ends_with(ns_end))
             .collect()
     };
-    let (first, again, wide, second) = (
+    let (first, again, wide, unbound, second) = (
         children("@1"),
         children("@2"),
         children("@3"),
         children("@4"),
+        children("@5"),
     );
     assert_eq!(
         (
             first.len() as u32,
             again.len() as u32,
             wide.len() as u32,
+            unbound.len() as u32,
             second.len() as u32
         ),
-        (1, 1, 1, cores),
+        (1, 1, 1, 1, cores),
         "{r:?}"
     );
     // A CPU list (`0-1,4`) as a set.
@@ -383,6 +386,17 @@ fn spawned_processes_are_bound_on_the_cores_left() {
             "{r:?}"
         );
     }
+    // PMIX_BINDTO: `none` leaves the process unbound although a core is free (the
+    // first spawns took it); another word is refused.
+    assert!(
+        word(unbound[0], "binding") == "none" && cpus(&word(unbound[0], "allowed")) == all,
+        "a spawn bound to none (PMIX_BINDTO) runs unbound, cores free or not: {}",
+        unbound[0]
+    );
+    assert!(
+        r.iter().any(|l| l == "spawn-bind binding sideways refused"),
+        "{r:?}"
+    );
     for l in &second {
         assert!(
             word(l, "binding") == "none"

@@ -279,6 +279,8 @@ typedef struct {
     uint32_t per_node;        /* K of COHORT_MAP_PER_NODE (at least 1); else ignored */
     uint32_t cpus_per_proc;   /* cores per process where the session binds
                                  (PMIX_CPUS_PER_PROC); 0 or 1: one */
+    const char *bind_to;      /* NULL: bound as the launched job; else none, core, hwthread,
+                                 numa or package (PMIX_BINDTO) */
 } cohort_spawn_opts_t;
 
 typedef void (*cohort_op_cb)(int status, void *cbdata);

@@ -45,6 +45,9 @@ pub struct cohort_spawn_opts_t {
     pub per_node: u32,
     /// Cores per process where the session binds (PMIX_CPUS_PER_PROC); 0 or 1: one.
     pub cpus_per_proc: u32,
+    /// NULL, or what each process is bound to (PMIX_BINDTO: `none`, `core`,
+    /// `hwthread`, `numa`, `package`); NULL: as the launched job.
+    pub bind_to: *const c_char,
 }
 
 pub type cohort_spawn_cb =
@@ -133,6 +136,11 @@ unsafe fn spawn_args(
             notify_completion,
             timeout_ms,
             cpus_per_proc: o.cpus_per_proc,
+            bind_to: if o.bind_to.is_null() {
+                None
+            } else {
+                Some(text(o.bind_to, "the binding")?.to_string())
+            },
         },
     ))
 }

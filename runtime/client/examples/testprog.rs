@@ -3348,31 +3348,49 @@ fn spawn_bind() -> R {
     );
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
     let ends = event_channel(&c, &[codes::JOB_END]);
-    // Processes and cores per process: one, the same again once it ended, one of two
-    // cores (PMIX_CPUS_PER_PROC), as many as the host has cores.
-    for (i, (n, cpus)) in [(1, 0), (1, 0), (1, 2), (cores, 0)].into_iter().enumerate() {
-        let app = SpawnApp {
-            command: vec![exe.display().to_string(), "spawn-bind".into()],
-            maxprocs: n,
-            env: Vec::new(),
-            cwd: None,
-            pset: None,
-        };
+    let app = |n: u32| SpawnApp {
+        command: vec![exe.display().to_string(), "spawn-bind".into()],
+        maxprocs: n,
+        env: Vec::new(),
+        cwd: None,
+        pset: None,
+    };
+    // Processes, cores per process and binding: one, the same again once it ended,
+    // one of two cores (PMIX_CPUS_PER_PROC), one bound to none (PMIX_BINDTO), as many
+    // as the host has cores.
+    let spawns = [
+        (1, 0, None),
+        (1, 0, None),
+        (1, 2, None),
+        (1, 0, Some("none")),
+    ];
+    for (i, (n, cpus, bind)) in spawns.into_iter().enumerate() {
         let opts = SpawnOpts {
-            notify_completion: i < 3,
+            notify_completion: true,
             cpus_per_proc: cpus,
+            bind_to: bind.map(str::to_string),
             ..SpawnOpts::default()
         };
-        let ns = e2s(c.spawn(vec![app], opts), "spawn")?;
+        let ns = e2s(c.spawn(vec![app(n)], opts), "spawn")?;
         if i == 0 {
             let child = cpuset(&ProcId::new(ns.as_str(), 0))?;
             println!("RESULT spawn-bind parent sees its first child's cpuset {child}");
         }
-        if i < 3 {
-            // Its process ended: its core is free for the next spawn.
-            next_event(&ends, "JOB_END")?;
-        }
+        // Its process ended: its cores are free for the next spawn.
+        next_event(&ends, "JOB_END")?;
     }
+    // A binding that is none of the words is refused.
+    let sideways = SpawnOpts {
+        bind_to: Some("sideways".into()),
+        ..SpawnOpts::default()
+    };
+    match c.spawn(vec![app(1)], sideways) {
+        Err(CohortError::BadRequest(why)) if why.contains("sideways") => {
+            println!("RESULT spawn-bind binding sideways refused")
+        }
+        other => return Err(format!("a spawn bound sideways: {other:?}")),
+    }
+    e2s(c.spawn(vec![app(cores)], SpawnOpts::default()), "spawn")?;
     e2s(c.finalize(), "finalize")
 }
 

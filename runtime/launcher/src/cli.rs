@@ -858,7 +858,7 @@ fn parse_map_by(s: &str) -> Result<MapSpec, String> {
 /// `--bind-to`: a [`BindTo`] name, or `socket` (Open MPI's word for a package), with
 /// Open MPI's qualifiers `:overload-allowed` (cohort binds when asked even if
 /// oversubscribed) and `:if-supported` accepted.
-fn parse_bind_to(s: &str) -> Result<BindTo, String> {
+pub(crate) fn parse_bind_to(s: &str) -> Result<BindTo, String> {
     let mut base = s;
     while let Some((head, q)) = base.rsplit_once([':', ',']) {
         match q.to_ascii_lowercase().as_str() {

@@ -7,7 +7,9 @@
 //! job's and the apps' infos, PMIX_MAPBY (`node` or `ppr:N:node`: one per node server
 //! in turn, else block-wise; a `PE=n` modifier gives each process n cores) and
 //! PMIX_HOST (a comma-separated list of node server names) place the processes;
-//! PMIX_CPUS_PER_PROC gives each process that many cores where the session binds; PMIX_NOTIFY_COMPLETION asks for PMIX_EVENT_JOB_END;
+//! PMIX_CPUS_PER_PROC gives each process that many cores where the session binds;
+//! PMIX_BINDTO (`none`, `core`, `hwthread`, `numa`, `package` or `socket`) binds them
+//! otherwise than the launched job (the launcher refuses another word); PMIX_NOTIFY_COMPLETION asks for PMIX_EVENT_JOB_END;
 //! PMIX_TIMEOUT or PMIX_SPAWN_TIMEOUT (seconds) fails the spawn with
 //! PMIX_ERR_TIMEOUT, its job cancelled, unless every process started in time. An
 //! app's PMIX_PSET_NAME makes its processes a process set of the session while the
@@ -29,6 +31,7 @@ const UNDERSTOOD: &[&str] = &[
     PMIX_WDIR,
     PMIX_MAPBY,
     PMIX_CPUS_PER_PROC,
+    PMIX_BINDTO,
     PMIX_HOST,
     PMIX_NOTIFY_COMPLETION,
     PMIX_TIMEOUT,
@@ -134,7 +137,7 @@ fn hosts_of(list: &str) -> Vec<String> {
 }
 
 /// Reads PMIX_MAPBY, PMIX_CPUS_PER_PROC (which wins over a `PE=n` of PMIX_MAPBY),
-/// PMIX_HOST, PMIX_NOTIFY_COMPLETION and the timeout (PMIX_TIMEOUT or
+/// PMIX_BINDTO, PMIX_HOST, PMIX_NOTIFY_COMPLETION and the timeout (PMIX_TIMEOUT or
 /// PMIX_SPAWN_TIMEOUT, seconds, 0: none; PMIX_SPAWN_TIMEOUT wins) of `info` into
 /// `opts` (a later info array wins).
 fn placement(info: &[(String, PVal)], opts: &mut SpawnOpts) -> Result<(), pmix_status_t> {
@@ -157,6 +160,9 @@ fn placement(info: &[(String, PVal)], opts: &mut SpawnOpts) -> Result<(), pmix_s
             Some(n) if (1..=u64::from(u16::MAX)).contains(&n) => n as u32,
             _ => return Err(PMIX_ERR_BAD_PARAM),
         };
+    }
+    if let Some(v) = find(info, PMIX_BINDTO) {
+        opts.bind_to = Some(string_of(v)?);
     }
     if let Some(v) = find(info, PMIX_HOST) {
         opts.hosts = hosts_of(&string_of(v)?);
@@ -364,6 +370,11 @@ mod tests {
             read(vec![(PMIX_CPUS_PER_PROC, PVal::Uint16(2))]),
             Ok((SpawnMapping::Block, 2))
         );
+        let bind = vec![(PMIX_BINDTO, PVal::Str("none".into()))];
+        let info: Vec<(String, PVal)> = bind.into_iter().map(|(k, v)| (k.into(), v)).collect();
+        let mut opts = SpawnOpts::default();
+        placement(&info, &mut opts).unwrap();
+        assert_eq!(opts.bind_to.as_deref(), Some("none"));
         // PMIX_CPUS_PER_PROC wins over PE=n.
         assert_eq!(
             read(vec![

@@ -395,6 +395,7 @@ keys! {
     PMIX_WDIR = "pmix.wdir",
     PMIX_MAPBY = "pmix.mapby",
     PMIX_CPUS_PER_PROC = "pmix.cpuperproc",
+    PMIX_BINDTO = "pmix.bindto",
     PMIX_HOST = "pmix.host",
     PMIX_SPAWN_TIMEOUT = "pmix.sp.time",
     PMIX_QUERY_NAMESPACES = "pmix.qry.ns",

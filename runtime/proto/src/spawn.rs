@@ -72,6 +72,11 @@ pub struct SpawnOpts {
     /// many of its host's free cores (0 or 1: one).
     #[serde(default)]
     pub cpus_per_proc: u32,
+    /// What each process is bound to (PMIX_BINDTO): `none`, `core`, `hwthread`,
+    /// `numa`, `package` (or `socket`), with Open MPI's qualifiers accepted, in place
+    /// of the launched job's `--bind-to`; `None`: as the launched job.
+    #[serde(default)]
+    pub bind_to: Option<String>,
 }
 
 /// How a spawned job's processes are bound: like the launched job, on the cores their

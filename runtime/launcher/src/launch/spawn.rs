@@ -112,9 +112,10 @@ impl Launcher {
         if opts.notify_completion {
             self.spawns.notify.insert(index, caller.clone());
         }
-        // Bound like the launched job, on the cores its hosts have left. Under a
-        // rankfile, which cores are left is the file's business: not bound.
-        let bind_to = self.placement.bind_to;
+        // Bound like the launched job (or as the spawn asks), on the cores its hosts
+        // have left. Under a rankfile, which cores are left is the file's business:
+        // not bound.
+        let bind_to = self.spawn_bind_to(&opts).unwrap_or(self.placement.bind_to);
         let bound = bind_to != cohort_topology::BindTo::None && self.rank_map.is_none();
         let new: Vec<u32> = (0..self.nodes).map(|n| job.count_on(n)).collect();
         let per_proc = opts.cpus_per_proc.max(1);
@@ -218,6 +219,15 @@ impl Launcher {
         taken
     }
 
+    /// What a spawn's processes are bound to: what it asks for (PMIX_BINDTO), else
+    /// what the launched job is bound to.
+    fn spawn_bind_to(&self, opts: &SpawnOpts) -> Result<cohort_topology::BindTo, String> {
+        match &opts.bind_to {
+            Some(what) => crate::cli::parse_bind_to(what),
+            None => Ok(self.placement.bind_to),
+        }
+    }
+
     /// The job of a spawn: checked, named and placed on the live node servers (those
     /// `opts.hosts` names, if any).
     fn place_spawn(
@@ -232,6 +242,7 @@ impl Launcher {
             return Err(refuse(format!("spawning is off in this session: {why}")));
         }
         validate_spawn(apps).map_err(refuse)?;
+        self.spawn_bind_to(opts).map_err(refuse)?;
         if index > MAX_SPAWNED_JOBS {
             return Err(refuse(format!(
                 "a session spawns at most {MAX_SPAWNED_JOBS} jobs"
