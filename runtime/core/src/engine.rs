@@ -105,6 +105,20 @@ fn meets_at_rendezvous(kind: CollKind) -> bool {
     matches!(kind, CollKind::Construct | CollKind::Destruct)
 }
 
+/// Whether operation `key` (`spec`) goes on without its lost root when no live server
+/// has its outcome, rather than failing: a fault-tolerant fence (see
+/// `Engine::reroot`).
+fn goes_on_after_root_loss(key: &CollKey, spec: &CollSpec) -> bool {
+    key.kind == CollKind::Fence
+        && matches!(
+            spec,
+            CollSpec::Fence {
+                tolerate_terminated: true,
+                ..
+            }
+        )
+}
+
 /// The key of group `id`'s construct, destruct or invite (one of each at a time).
 pub(super) fn group_key(kind: CollKind, id: &str) -> CollKey {
     CollKey {
@@ -306,6 +320,9 @@ struct Coll {
     /// The attempt of the key this tracker belongs to (failed attempts seen by whoever
     /// started it here). Messages of a later attempt wait until it ends.
     attempt: u32,
+    /// A fault-tolerant fence whose root was lost with the outcome nowhere: it goes on
+    /// at its decider, the root of its tree now (see [`Engine::reroot`]).
+    rerooted: bool,
     started: Time,
 }
 
@@ -332,6 +349,7 @@ impl Coll {
             fallback: false,
             lean: None,
             attempt: 0,
+            rerooted: false,
             started: now,
         }
     }
@@ -1605,6 +1623,19 @@ impl Engine {
                 // Or it succeeded here already (a decider's answer came first).
                 tracing::debug!(?key, from, "dropping an outcome decided elsewhere");
             }
+            PeerMsg::CollDown { key, .. }
+                if self.colls.get(&key).is_some_and(|c| {
+                    c.rerooted && c.tree.as_ref().is_some_and(|t| t.root() != from)
+                }) =>
+            {
+                // A fault-tolerant fence going on at its decider: the decider found the
+                // lost root's outcome nowhere, so a late copy of it is not applied.
+                tracing::debug!(
+                    ?key,
+                    from,
+                    "dropping an outcome of a fence going on elsewhere"
+                );
+            }
             PeerMsg::CollDown {
                 key,
                 spec,
@@ -2829,8 +2860,9 @@ impl Engine {
         if !meets_at_rendezvous(key.kind)
             && self
                 .agreement_root(key)
-                .is_some_and(|r| !self.lost_nodes.contains(&r))
+                .is_some_and(|r| r != decider && !self.lost_nodes.contains(&r))
         {
+            // (A fault-tolerant fence going on at its decider has it for its root.)
             return false;
         }
         self.agreement_servers(key).is_none_or(|servers| {
@@ -2953,6 +2985,12 @@ impl Engine {
             return;
         }
         let decider = if poll { from } else { self.node };
+        if !poll && self.colls.get(&key).is_some_and(|c| c.rerooted) {
+            // A fault-tolerant fence this server decided goes on here: so it does for
+            // the asker, whose processes called late.
+            let state = AgreeState::Failed;
+            return self.send_peer(from, PeerMsg::AgreeAnswer { key, state });
+        }
         if self.agree_done.contains_key(&key) || self.may_answer_about_agreement(decider, &key) {
             self.answer_about_agreement(from, key, poll, now);
         } else if self.agree_questions.len() < MAX_EARLY_MSGS {
@@ -3091,9 +3129,10 @@ impl Engine {
         self.settle(key, outcome);
     }
 
-    /// `key` ends here as its decider decided.
+    /// `key` ends here as its decider decided (a fault-tolerant fence that nobody has
+    /// the outcome of goes on at the decider instead: [`Self::reroot`]).
     fn end_agreement(&mut self, key: &CollKey, decision: Option<CollOutcome>, now: Time) {
-        self.agree_asking.remove(key);
+        let decider = self.agree_asking.remove(key).unwrap_or(self.node);
         let asked_spec = self.agree_specs.remove(key);
         if key.kind == CollKind::Agree {
             self.agree_done.insert(key.clone(), decision.clone());
@@ -3104,6 +3143,11 @@ impl Engine {
                 self.complete(key.clone(), spec, outcome, Vec::new(), false, now);
             }
             return;
+        }
+        if let Some(spec) = spec.clone().or_else(|| asked_spec.clone()) {
+            if goes_on_after_root_loss(key, &spec) {
+                return self.reroot(key, decider, spec, now);
+            }
         }
         let error = CohortError::PeerLost {
             node: self.lost_root_of(key),
@@ -3130,6 +3174,44 @@ impl Engine {
         }
         let outcome = CollOutcome::Failed(error);
         self.complete(key.clone(), spec, outcome, Vec::new(), forward, now);
+    }
+
+    /// Fault-tolerant fence `key`, whose root was lost with its outcome nowhere (its
+    /// decider found none), goes on with `root` (the decider, which told everyone) as
+    /// the root of a flat tree over its live servers: PMIX_GROUP_FT_COLLECTIVE adjusts
+    /// a collective "on-the-fly for terminated processes", and the lost root's processes
+    /// terminated with it. Each server sends what it has there once its own processes
+    /// are settled; a server whose processes call later finds the root lost, asks the
+    /// decider, and comes there too. The decider makes a tracker if it has none (its
+    /// own processes took no part).
+    fn reroot(&mut self, key: &CollKey, root: NodeId, spec: CollSpec, now: Time) {
+        let mut nodes = self.nodes_of(expected_of(&spec));
+        nodes.push(root);
+        nodes.retain(|n| *n == root || !self.lost_nodes.contains(n));
+        nodes.sort_unstable();
+        nodes.dedup();
+        let tree = Tree::new(&nodes, root, TreeShape::KAry(nodes.len()));
+        if !self.colls.contains_key(key) {
+            if root != self.node {
+                return;
+            }
+            let attempt = self.attempt_of(key);
+            self.tracker(key, attempt, now).spec = Some(spec);
+        }
+        tracing::debug!(?key, root, "fault-tolerant fence: going on at its decider");
+        let coll = self.colls.get_mut(key).expect("present");
+        coll.tree = Some(tree);
+        coll.rerooted = true;
+        coll.sent_up = false;
+        coll.sent_to = None;
+        coll.subtree_expected.set(None);
+        if coll.gather.is_some() {
+            // What this server gathered goes to the new root, which sends the whole
+            // outcome.
+            coll.fallback = true;
+            self.fallback_up(key);
+        }
+        self.progress(key, now);
     }
 
     /// The lost root `key`'s failure names: its tracker's root, else the first lost
@@ -3589,8 +3671,14 @@ impl Engine {
                 .joined_before_death
                 .get(p)
                 .is_some_and(|keys| keys.contains(key));
-            // A process that joined before dying has its contribution on the way.
-            return if joined {
+            // A process that joined before dying has its contribution on the way, unless
+            // its server was lost too: what that server had not passed on is gone (a
+            // fault-tolerant fence waited for it for ever).
+            let carrier_lost = self
+                .jobs
+                .node_of(p)
+                .is_some_and(|n| n != self.node && self.lost_nodes.contains(&n));
+            return if joined && !carrier_lost {
                 Standing::Pending
             } else {
                 Standing::FailedEarly
@@ -3682,6 +3770,12 @@ impl Engine {
             }
         }
         if let Some(root) = self.root_of(key).filter(|r| self.lost_nodes.contains(r)) {
+            if goes_on_after_root_loss(key, spec) {
+                // A fault-tolerant fence started after its root was lost: its decider
+                // says where it goes on.
+                self.ask_about_agreement(key, now);
+                return;
+            }
             // Started after its root (the group id's rendezvous server, or the
             // invite's home) was lost: nobody can decide it.
             let err = CohortError::PeerLost {

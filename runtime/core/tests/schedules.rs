@@ -21,7 +21,8 @@ use scenarios::*;
 /// `COHORT_SCHEDULES=2000 cargo test -p cohort-core --test schedules`. Seeds run
 /// from `COHORT_SCHEDULES_FROM` (default 1), so a sweep can explore schedules no
 /// earlier sweep ran; a failure names its seed, which reruns it alone with
-/// `COHORT_SCHEDULES_FROM=SEED COHORT_SCHEDULES=1`.
+/// `COHORT_SCHEDULES_FROM=SEED COHORT_SCHEDULES=1`, with `COHORT_SCHEDULES_ONLY` (see
+/// [`selected`]) for one scenario's logs.
 fn schedules() -> std::ops::RangeInclusive<u64> {
     // `COHORT_TEST_LOG=cohort_core=debug` prints the engines' logs, each line under
     // its server (`server{n=…}`): for one test, or one schedule seed, at a time.
@@ -53,6 +54,16 @@ struct Seen {
     left_out: Vec<String>,
     /// Global failure views of one group that differ between the ranks that got one.
     split_views: Vec<String>,
+}
+
+/// Whether `scenario` at `size` runs: `COHORT_SCHEDULES_ONLY=NAME` (a scenario's
+/// name, optionally `@RANKS` for one size) narrows the runs to one, for its logs.
+fn selected(scenario: &str, size: (u32, u32)) -> bool {
+    let Ok(only) = std::env::var("COHORT_SCHEDULES_ONLY") else {
+        return true;
+    };
+    let (name, ranks) = only.split_once('@').unwrap_or((&only, ""));
+    name == scenario && (ranks.is_empty() || ranks == size.0.to_string())
 }
 
 /// Cluster sizes explored: the scenarios' own (a root and two leaves) and one whose
@@ -250,6 +261,9 @@ fn explore(allgather: Allgather) {
     let mut failures = Vec::new();
     for size in SIZES {
         for (name, scenario) in SCENARIOS {
+            if !selected(name, size) {
+                continue;
+            }
             let name = format!(
                 "{name} ({allgather:?}, {} ranks on {} servers)",
                 size.0, size.1
@@ -294,6 +308,9 @@ fn explore_overlapping(allgather: Allgather, losses: Losses) {
     let mut failures = Vec::new();
     for size in SIZES {
         for (name, scenario) in SCENARIOS {
+            if !selected(name, size) {
+                continue;
+            }
             let messages = {
                 let mut c = cluster_of(size.0, size.1, allgather);
                 scenario(&mut c);

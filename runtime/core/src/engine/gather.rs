@@ -145,7 +145,7 @@ impl Engine {
     /// has (its own contributions and what it gathered) goes straight to the root,
     /// once. Sending earlier would leave out processes of its own that join later:
     /// rounds cannot carry them to the root past a lost server.
-    fn fallback_up(&mut self, key: &CollKey) {
+    pub(super) fn fallback_up(&mut self, key: &CollKey) {
         let root = self.root_of(key);
         let Some(coll) = self.colls.get(key) else {
             return;

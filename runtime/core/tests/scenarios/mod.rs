@@ -103,7 +103,8 @@ pub fn get(c: &mut Cluster, r: u32, of: ProcId, key: &str) {
     );
 }
 
-/// Fences with and without data, a direct-modex get, a subset fence, events.
+/// Fences with and without data, a direct-modex get, a subset fence, events, a
+/// fault-tolerant fence.
 pub fn fences_and_data(c: &mut Cluster) {
     for r in everyone(c) {
         commit(c, r, "ep", Value::Bytes(vec![r as u8; 40].into()));
@@ -149,6 +150,20 @@ pub fn fences_and_data(c: &mut Cluster) {
         },
     );
     fence_all(c, false, None);
+    // A fault-tolerant fence with data and no timeout: with a server lost anywhere
+    // (schedules.rs), it completes among the survivors, also when the lost server was
+    // its root.
+    for r in everyone(c) {
+        c.fence(
+            r,
+            vec![],
+            FenceOpts {
+                collect: true,
+                timeout_ms: None,
+                ft_collective: true,
+            },
+        );
+    }
 }
 
 /// Collective construct with add-members, group info and a context id; a group fence,

@@ -1291,6 +1291,105 @@ fn a_fault_tolerant_fence_decided_by_a_server_without_a_part_completes_everywher
     }
 }
 
+/// A fault-tolerant fence (`FenceOpts::ft_collective`, PMIX_GROUP_FT_COLLECTIVE:
+/// "adjust internal tracking on-the-fly for terminated processes") whose root server
+/// is lost after it decided, before the outcome left it: no live server has the
+/// outcome, and the lost root's rank terminated with it, so the fence goes on at its
+/// decider and completes for every survivor, with their data. (A fence without the
+/// option fails: `a_fence_whose_root_is_lost_with_the_outcome_fails_naming_the_root`.)
+#[test]
+fn a_fault_tolerant_fence_whose_root_is_lost_with_the_outcome_completes_among_survivors() {
+    let tree = outcome_tree("job:0-6#0", 7);
+    let (root, kids) = (tree.root(), tree.children(tree.root()));
+    let mut c = new_cluster(7, 7, TreeShape::KAry(2));
+    c.connect_all();
+    for r in 0..7 {
+        commit(&mut c, r, "ep", Value::U32(100 + r));
+    }
+    for &k in &kids {
+        c.hold(root, k);
+    }
+    let reqs: Vec<u64> = (0..7).map(|r| c.fence(r, vec![], ft_fence())).collect();
+    let survivors: Vec<u32> = (0..7).filter(|&r| r != root).collect();
+    for &r in &survivors {
+        assert_eq!(c.reply(r, reqs[r as usize]), None, "rank {r}: held back");
+    }
+    c.kill_node(root);
+    for &r in &survivors {
+        assert_eq!(
+            c.reply(r, reqs[r as usize]),
+            Some(Ok(Response::Done)),
+            "rank {r}"
+        );
+    }
+    let (a, b) = (survivors[0], survivors[survivors.len() - 1]);
+    let pb = c.proc(b);
+    let g = get(&mut c, a, pb, "ep");
+    assert_eq!(c.reply(a, g), Some(Ok(Response::Value(Value::U32(100 + b)))));
+    // Everyone is at the same fence next.
+    ranks_fence(&mut c, &survivors);
+}
+
+/// A fault-tolerant fence whose root (salted by the fence's sequence number) is a
+/// server lost before the fence began: it goes on at its decider and completes for
+/// every survivor. (It failed at once with `PeerLost`.) The servers learn of the loss
+/// at different moments: here none had talked to it, so each learns when it sends its
+/// part toward the lost root, or from the decider.
+#[test]
+fn a_fault_tolerant_fence_whose_root_was_lost_before_it_began_completes() {
+    let root = outcome_tree("job:0-6#0", 7).root();
+    let mut c = new_cluster(7, 7, TreeShape::KAry(2));
+    c.connect_all();
+    c.kill_node(root);
+    let survivors: Vec<u32> = (0..7).filter(|&r| r != root).collect();
+    let reqs: Vec<u64> = survivors
+        .iter()
+        .map(|&r| c.fence(r, vec![], ft_fence()))
+        .collect();
+    for (&r, &q) in survivors.iter().zip(&reqs) {
+        assert_eq!(c.reply(r, q), Some(Ok(Response::Done)), "rank {r}");
+    }
+    ranks_fence(&mut c, &survivors);
+}
+
+/// A rank joined a fault-tolerant fence and exited; its server told the others that it
+/// had joined, then was lost before its part reached its parent in the tree. The root
+/// no longer waits for that rank's contribution (it waited for ever: "on its way"),
+/// and the fence completes for every survivor.
+#[test]
+fn a_fault_tolerant_fence_completes_when_a_joined_rank_is_lost_with_its_server() {
+    let tree = outcome_tree("job:0-6#0", 7);
+    let root = tree.root();
+    // A server two levels below the root: its part goes to its parent, which is held
+    // back; the news that its rank joined reaches the root.
+    let lost = (0..7)
+        .find(|&n| tree.parent(n).is_some_and(|p| p != root))
+        .expect("a binary tree of 7 has grandchildren");
+    let mut c = new_cluster(7, 7, TreeShape::KAry(2));
+    c.connect_all();
+    for n in (0..7).filter(|&n| n != lost && n != root) {
+        c.hold(lost, n);
+    }
+    let reqs: Vec<u64> = (0..7).map(|r| c.fence(r, vec![], ft_fence())).collect();
+    c.exit(lost);
+    c.kill_node(lost);
+    for r in (0..7).filter(|&r| r != lost) {
+        assert_eq!(
+            c.reply(r, reqs[r as usize]),
+            Some(Ok(Response::Done)),
+            "rank {r}"
+        );
+    }
+}
+
+fn ft_fence() -> FenceOpts {
+    FenceOpts {
+        collect: true,
+        timeout_ms: None,
+        ft_collective: true,
+    }
+}
+
 /// Every rank of `ranks` fences over `ranks`, which completes for each.
 fn ranks_fence(c: &mut Cluster, ranks: &[u32]) {
     let procs: Vec<ProcId> = ranks.iter().map(|&r| c.proc(r)).collect();
