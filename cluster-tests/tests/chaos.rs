@@ -14,6 +14,8 @@
 //! * a round's construct ends alike at every rank the plan spares: all with the same
 //!   membership and context id, or all with an error; every rank that got the group
 //!   got that membership; the spared ranks are in it;
+//! * a round's fault-tolerant group fence completes at every spared rank that got the
+//!   group (whoever was lost, the fence's root included);
 //! * context ids are never reused;
 //! * every member's data is readable from the construct's result (checked in the
 //!   ranks: `FAIL` lines).
@@ -191,6 +193,17 @@ fn run_seed(seed: u64) {
             spared_said.iter().all(|r| r.construct.as_ref() == first),
             "round {k}: the spared ranks' constructs ended differently: {ctx}"
         );
+        // The group fence is fault tolerant: whoever is lost (a member, a node server,
+        // the fence's root), it completes for the spared members.
+        for (rank, r) in spared.iter().map(|r| (r, &ranks[r])) {
+            if r.construct.as_ref().is_some_and(|c| c.starts_with("ok ")) {
+                assert_eq!(
+                    r.fence.as_deref(),
+                    Some("ok"),
+                    "round {k}: rank {rank}'s fault-tolerant group fence: {ctx}"
+                );
+            }
+        }
         if let Some(group) = groups.into_iter().next() {
             let mut f = group.split(' ').skip(1);
             let members: BTreeSet<u32> = f

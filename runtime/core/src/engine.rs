@@ -2762,6 +2762,10 @@ impl Engine {
         if !decided_after_root_loss(key.kind) || !self.colls.contains_key(key) {
             return false;
         }
+        // A lean outcome waiting here for the last allgather rounds is dropped: this
+        // server now tells the decider it lacks the outcome, which must stay true (the
+        // rounds may never come, and the decider may decide otherwise).
+        self.colls.get_mut(key).expect("checked").lean = None;
         self.ask_agreement_decider(key, now);
         true
     }
@@ -3817,6 +3821,17 @@ impl Engine {
         coll.sent_up = true;
         coll.sent_to = Some(parent);
         coll.excused = excused;
+        // The parent learns first of the losses in this subtree, whose processes it
+        // counts as settled: it may not have heard of them (a fault-tolerant fence's
+        // root waited for ever for the processes of a lost server it knew nothing of).
+        let mut lost: Vec<NodeId> = subtree
+            .into_iter()
+            .filter(|n| self.lost_nodes.contains(n))
+            .collect();
+        lost.sort_unstable();
+        for node in lost {
+            self.send_peer(parent, PeerMsg::NodeLost { node });
+        }
         let msg = self.up_msg(key, false);
         self.send_peer(parent, msg);
     }
