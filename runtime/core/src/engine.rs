@@ -1684,7 +1684,19 @@ impl Engine {
                 late,
                 lean,
                 ..
-            } => self.on_down(key, spec, outcome, late, lean, now),
+            } => {
+                if let Some(c) = self.colls.get_mut(&key).filter(|c| c.gather.is_some()) {
+                    if lean.is_none() {
+                        // Dissemination, and the outcome came whole: the root fell
+                        // back (a server of the operation was lost, maybe one this
+                        // server has not heard of). It goes on whole: a lean copy
+                        // would leave the servers below waiting for rounds that may
+                        // never come (a tolerant fence hung so; schedule seed 10037).
+                        c.fallback = true;
+                    }
+                }
+                self.on_down(key, spec, outcome, late, lean, now)
+            }
             PeerMsg::NodeLost { node } => {
                 // At most one entry per server and loss.
                 self.heard_lost.insert((from, node));
@@ -2989,7 +3001,11 @@ impl Engine {
             return;
         }
         let decider = if poll { from } else { self.node };
-        if !poll && self.colls.get(&key).is_some_and(|c| c.rerooted) {
+        let goes_on_here = self
+            .colls
+            .get(&key)
+            .is_some_and(|c| c.rerooted && c.tree.as_ref().is_some_and(|t| t.root() == self.node));
+        if !poll && goes_on_here {
             // A fault-tolerant fence this server decided goes on here: so it does for
             // the asker, whose processes called late.
             let state = AgreeState::Failed;

@@ -286,6 +286,16 @@ impl Engine {
         let coll = self.colls.get_mut(&key).expect("present");
         match coll.gather.as_mut() {
             Some(g) if g.expects(from, round) => g.received |= 1u64 << round,
+            // A fault-tolerant fence that went on at its decider after its root's loss:
+            // the old rounds still come, some twice (the decider's second tracker).
+            _ if coll.rerooted => {
+                tracing::debug!(
+                    ?key,
+                    from,
+                    round,
+                    "allgather round of a fence gone on elsewhere"
+                )
+            }
             _ => {
                 tracing::warn!(
                     ?key,
