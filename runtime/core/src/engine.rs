@@ -105,18 +105,17 @@ fn meets_at_rendezvous(kind: CollKind) -> bool {
     matches!(kind, CollKind::Construct | CollKind::Destruct)
 }
 
-/// Whether operation `key` (`spec`) goes on without its lost root when no live server
+/// Whether an operation of `spec` goes on without its lost root when no live server
 /// has its outcome, rather than failing: a fault-tolerant fence (see
-/// `Engine::reroot`).
-fn goes_on_after_root_loss(key: &CollKey, spec: &CollSpec) -> bool {
-    key.kind == CollKind::Fence
-        && matches!(
-            spec,
-            CollSpec::Fence {
-                tolerate_terminated: true,
-                ..
-            }
-        )
+/// `Engine::reroot`). (A fence's spec goes with a fence's key only.)
+fn goes_on_after_root_loss(spec: &CollSpec) -> bool {
+    matches!(
+        spec,
+        CollSpec::Fence {
+            tolerate_terminated: true,
+            ..
+        }
+    )
 }
 
 /// The key of group `id`'s construct, destruct or invite (one of each at a time).
@@ -327,6 +326,12 @@ struct Coll {
 }
 
 impl Coll {
+    /// The server a fault-tolerant fence went on at after its root's loss (see
+    /// `Engine::reroot`), if it did.
+    fn rerooted_at(&self) -> Option<NodeId> {
+        self.tree.as_ref().filter(|_| self.rerooted).map(Tree::root)
+    }
+
     fn new(now: Time) -> Coll {
         Coll {
             spec: None,
@@ -1624,9 +1629,11 @@ impl Engine {
                 tracing::debug!(?key, from, "dropping an outcome decided elsewhere");
             }
             PeerMsg::CollDown { key, .. }
-                if self.colls.get(&key).is_some_and(|c| {
-                    c.rerooted && c.tree.as_ref().is_some_and(|t| t.root() != from)
-                }) =>
+                if self
+                    .colls
+                    .get(&key)
+                    .and_then(Coll::rerooted_at)
+                    .is_some_and(|root| root != from) =>
             {
                 // A fault-tolerant fence going on at its decider: the decider found the
                 // lost root's outcome nowhere, so a late copy of it is not applied.
@@ -3001,10 +3008,7 @@ impl Engine {
             return;
         }
         let decider = if poll { from } else { self.node };
-        let goes_on_here = self
-            .colls
-            .get(&key)
-            .is_some_and(|c| c.rerooted && c.tree.as_ref().is_some_and(|t| t.root() == self.node));
+        let goes_on_here = self.colls.get(&key).and_then(Coll::rerooted_at) == Some(self.node);
         if !poll && goes_on_here {
             // A fault-tolerant fence this server decided goes on here: so it does for
             // the asker, whose processes called late.
@@ -3165,7 +3169,7 @@ impl Engine {
             return;
         }
         if let Some(spec) = spec.clone().or_else(|| asked_spec.clone()) {
-            if goes_on_after_root_loss(key, &spec) {
+            if goes_on_after_root_loss(&spec) {
                 return self.reroot(key, decider, spec, now);
             }
         }
@@ -3205,12 +3209,10 @@ impl Engine {
     /// decider, and comes there too. The decider makes a tracker if it has none (its
     /// own processes took no part).
     fn reroot(&mut self, key: &CollKey, root: NodeId, spec: CollSpec, now: Time) {
-        let mut nodes = self.nodes_of(expected_of(&spec));
-        nodes.push(root);
-        nodes.retain(|n| *n == root || !self.lost_nodes.contains(n));
-        nodes.sort_unstable();
-        nodes.dedup();
-        let tree = Tree::new(&nodes, root, TreeShape::KAry(nodes.len()));
+        let mut live = self.nodes_of(expected_of(&spec));
+        live.retain(|n| !self.lost_nodes.contains(n));
+        // A star (the root is added if it is not among them).
+        let tree = Tree::new(&live, root, TreeShape::KAry(live.len().max(1)));
         if !self.colls.contains_key(key) {
             if root != self.node {
                 return;
@@ -3790,7 +3792,7 @@ impl Engine {
             }
         }
         if let Some(root) = self.root_of(key).filter(|r| self.lost_nodes.contains(r)) {
-            if goes_on_after_root_loss(key, spec) {
+            if goes_on_after_root_loss(spec) {
                 // A fault-tolerant fence started after its root was lost: its decider
                 // says where it goes on.
                 self.ask_about_agreement(key, now);
@@ -3840,11 +3842,12 @@ impl Engine {
         // The parent learns first of the losses in this subtree, whose processes it
         // counts as settled: it may not have heard of them (a fault-tolerant fence's
         // root waited for ever for the processes of a lost server it knew nothing of).
-        let mut lost: Vec<NodeId> = subtree
-            .into_iter()
-            .filter(|n| self.lost_nodes.contains(n))
+        let lost: Vec<NodeId> = self
+            .lost_nodes
+            .iter()
+            .filter(|n| subtree.contains(n))
+            .copied()
             .collect();
-        lost.sort_unstable();
         for node in lost {
             self.send_peer(parent, PeerMsg::NodeLost { node });
         }

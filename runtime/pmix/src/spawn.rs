@@ -9,7 +9,8 @@
 //! PMIX_HOST (a comma-separated list of node server names) place the processes;
 //! PMIX_CPUS_PER_PROC gives each process that many cores where the session binds;
 //! PMIX_BINDTO (`none`, `core`, `hwthread`, `numa`, `package` or `socket`) binds them
-//! otherwise than the launched job (the launcher refuses another word); PMIX_NOTIFY_COMPLETION asks for PMIX_EVENT_JOB_END;
+//! otherwise than the launched job (the launcher refuses another word);
+//! PMIX_NOTIFY_COMPLETION asks for PMIX_EVENT_JOB_END;
 //! PMIX_TIMEOUT or PMIX_SPAWN_TIMEOUT (seconds) fails the spawn with
 //! PMIX_ERR_TIMEOUT, its job cancelled, unless every process started in time. An
 //! app's PMIX_PSET_NAME makes its processes a process set of the session while the
@@ -359,29 +360,28 @@ mod tests {
             let info: Vec<(String, PVal)> =
                 info.into_iter().map(|(k, v)| (k.to_string(), v)).collect();
             let mut opts = SpawnOpts::default();
-            placement(&info, &mut opts).map(|()| (opts.mapping, opts.cpus_per_proc))
+            placement(&info, &mut opts).map(|()| (opts.mapping, opts.cpus_per_proc, opts.bind_to))
         };
-        assert_eq!(read(vec![]), Ok((SpawnMapping::Block, 0)));
+        assert_eq!(read(vec![]), Ok((SpawnMapping::Block, 0, None)));
         assert_eq!(
             read(vec![(PMIX_MAPBY, PVal::Str("ppr:2:node:PE=3".into()))]),
-            Ok((SpawnMapping::PerNode(2), 3))
+            Ok((SpawnMapping::PerNode(2), 3, None))
         );
         assert_eq!(
             read(vec![(PMIX_CPUS_PER_PROC, PVal::Uint16(2))]),
-            Ok((SpawnMapping::Block, 2))
+            Ok((SpawnMapping::Block, 2, None))
         );
-        let bind = vec![(PMIX_BINDTO, PVal::Str("none".into()))];
-        let info: Vec<(String, PVal)> = bind.into_iter().map(|(k, v)| (k.into(), v)).collect();
-        let mut opts = SpawnOpts::default();
-        placement(&info, &mut opts).unwrap();
-        assert_eq!(opts.bind_to.as_deref(), Some("none"));
+        assert_eq!(
+            read(vec![(PMIX_BINDTO, PVal::Str("none".into()))]),
+            Ok((SpawnMapping::Block, 0, Some("none".to_string())))
+        );
         // PMIX_CPUS_PER_PROC wins over PE=n.
         assert_eq!(
             read(vec![
                 (PMIX_MAPBY, PVal::Str("node:PE=4".into())),
                 (PMIX_CPUS_PER_PROC, PVal::Uint16(2)),
             ]),
-            Ok((SpawnMapping::RoundRobin, 2))
+            Ok((SpawnMapping::RoundRobin, 2, None))
         );
         for bad in [PVal::Uint16(0), PVal::Int(-2), PVal::Uint32(1 << 20)] {
             assert_eq!(

@@ -67,9 +67,9 @@ pub struct SpawnOpts {
     /// killed. `None` or 0: no limit (a frozen node server then holds the spawn until
     /// the failure detector condemns it).
     pub timeout_ms: Option<u64>,
-    /// Cores per process (PMIX_CPUS_PER_PROC, `PE=n` of PMIX_MAPBY; `--cpus-per-rank`
-    /// of the launched job): where the spawned job is bound, each process gets this
-    /// many of its host's free cores (0 or 1: one).
+    /// Cores per process (PMIX_CPUS_PER_PROC, `PE=n` of PMIX_MAPBY; as
+    /// `--cpus-per-rank` for the launched job): where the spawned job is bound, each
+    /// process gets this many of its host's free cores (0 or 1: one).
     #[serde(default)]
     pub cpus_per_proc: u32,
     /// What each process is bound to (PMIX_BINDTO): `none`, `core`, `hwthread`,

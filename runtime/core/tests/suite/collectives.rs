@@ -1299,8 +1299,7 @@ fn a_fault_tolerant_fence_decided_by_a_server_without_a_part_completes_everywher
 /// option fails: `a_fence_whose_root_is_lost_with_the_outcome_fails_naming_the_root`.)
 #[test]
 fn a_fault_tolerant_fence_whose_root_is_lost_with_the_outcome_completes_among_survivors() {
-    let tree = outcome_tree("job:0-6#0", 7);
-    let (root, kids) = (tree.root(), tree.children(tree.root()));
+    let (root, kids) = root_and_children("job:0-6#0");
     let mut c = new_cluster(7, 7, TreeShape::KAry(2));
     c.connect_all();
     for r in 0..7 {

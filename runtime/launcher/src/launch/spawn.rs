@@ -94,8 +94,8 @@ impl Launcher {
     ) {
         let index = self.spawns.count + 1;
         let placed = self.place_spawn(index, &caller, &apps, &opts);
-        let job = match placed {
-            Ok(job) => job,
+        let (job, bind_to) = match placed {
+            Ok(placed) => placed,
             Err(e) => {
                 let result = Err(e);
                 let _ = self
@@ -115,7 +115,6 @@ impl Launcher {
         // Bound like the launched job (or as the spawn asks), on the cores its hosts
         // have left. Under a rankfile, which cores are left is the file's business:
         // not bound.
-        let bind_to = self.spawn_bind_to(&opts).unwrap_or(self.placement.bind_to);
         let bound = bind_to != cohort_topology::BindTo::None && self.rank_map.is_none();
         let new: Vec<u32> = (0..self.nodes).map(|n| job.count_on(n)).collect();
         let per_proc = opts.cpus_per_proc.max(1);
@@ -185,7 +184,8 @@ impl Launcher {
     /// The host slots the live processes of the session hold, by host key: the
     /// launched job's (from each node server's first slot, when it is bound; each rank
     /// `--cpus-per-rank` of them) and the spawned ones' (their spawn's cores per
-    /// process each, as [`Launcher::on_spawn`] gave them). Forgets those of processes that ended.
+    /// process each, as [`Launcher::on_spawn`] gave them). Forgets those of processes
+    /// that ended.
     fn taken_slots(&mut self, bound: bool) -> BTreeMap<String, BTreeSet<u32>> {
         let mut taken: BTreeMap<String, BTreeSet<u32>> = BTreeMap::new();
         if !bound {
@@ -229,20 +229,20 @@ impl Launcher {
     }
 
     /// The job of a spawn: checked, named and placed on the live node servers (those
-    /// `opts.hosts` names, if any).
+    /// `opts.hosts` names, if any); and what its processes are bound to.
     fn place_spawn(
         &self,
         index: u32,
         caller: &ProcId,
         apps: &[SpawnApp],
         opts: &SpawnOpts,
-    ) -> Result<JobMap, CohortError> {
+    ) -> Result<(JobMap, cohort_topology::BindTo), CohortError> {
         let refuse = |why: String| CohortError::BadRequest(format!("spawn by {caller}: {why}"));
         if let Some(why) = &self.spawns.refused {
             return Err(refuse(format!("spawning is off in this session: {why}")));
         }
         validate_spawn(apps).map_err(refuse)?;
-        self.spawn_bind_to(opts).map_err(refuse)?;
+        let bind_to = self.spawn_bind_to(opts).map_err(refuse)?;
         if index > MAX_SPAWNED_JOBS {
             return Err(refuse(format!(
                 "a session spawns at most {MAX_SPAWNED_JOBS} jobs"
@@ -293,7 +293,7 @@ impl Launcher {
             job.define_pset(name, members)
                 .map_err(|e| refuse(format!("application {i}: {e}")))?;
         }
-        Ok(job)
+        Ok((job, bind_to))
     }
 
     /// A node server's answer about spawn `index` (`JobAdded`, `JobStarted`); the
