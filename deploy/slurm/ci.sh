@@ -118,6 +118,10 @@ in_nodes() {
     done
 }
 
+# Whether pid $1 is a rank guard (`cohortd --rank-guard NODE`). The guard names itself
+# cohortd-guard only once it runs: between its exec and that, its comm is cohortd.
+is_guard() { tr '\0' '\n' <"/proc/$1/cmdline" 2>/dev/null | sed -n 2p | grep -qx -- --rank-guard; }
+
 # Nothing of the last job may be left: no step or job in squeue, no cohortd or rank
 # program on any node, no srun here. Waits a little for processes on their way out.
 nothing_left() {
@@ -401,7 +405,7 @@ job=$!
 victim=""
 for _ in $(seq 100); do
     for pid in $(in_nodes cohortd); do
-        [[ $(ip netns identify "$pid" 2>/dev/null) == sl-n2 ]] && victim=$pid
+        [[ $(ip netns identify "$pid" 2>/dev/null) == sl-n2 ]] && ! is_guard "$pid" && victim=$pid
     done
     [[ -n $victim && $(in_nodes sleep | wc -l) == 3 ]] && break
     sleep 0.2

@@ -226,6 +226,9 @@ in_hosts() {
         done
     done
 }
+# Whether pid $1 is a rank guard (`cohortd --rank-guard NODE`). The guard names itself
+# cohortd-guard only once it runs: between its exec and that, its comm is cohortd.
+is_guard() { tr '\0' '\n' <"/proc/$1/cmdline" 2>/dev/null | sed -n 2p | grep -qx -- --rank-guard; }
 # sshd processes in the namespaces besides the three listeners (sessions).
 sessions() {
     local pid listeners
@@ -557,7 +560,7 @@ echo "### 6. a node server killed from outside (SIGKILL to $net.2's cohortd), no
 if start_sleepers; then
     victim=""
     for pid in $(ip netns pids cohssh2); do
-        [[ $(cat "/proc/$pid/comm" 2>/dev/null) == cohortd ]] && victim=$pid
+        [[ $(cat "/proc/$pid/comm" 2>/dev/null) == cohortd ]] && ! is_guard "$pid" && victim=$pid
     done
     kill -KILL "$victim"
     rc=0
