@@ -106,15 +106,16 @@ fn meets_at_rendezvous(kind: CollKind) -> bool {
 }
 
 /// Whether an operation of `spec` goes on without its lost root when no live server
-/// has its outcome, rather than failing: a fault-tolerant fence (see
-/// `Engine::reroot`). (A fence's spec goes with a fence's key only.)
+/// has its outcome, rather than failing (see `Engine::reroot`): a fault-tolerant fence,
+/// and a destruct, whose root is the group id's rendezvous, a server of ours that may
+/// host none of its members. (A spec goes with its kind of key only.)
 fn goes_on_after_root_loss(spec: &CollSpec) -> bool {
     matches!(
         spec,
         CollSpec::Fence {
             tolerate_terminated: true,
             ..
-        }
+        } | CollSpec::Destruct { .. }
     )
 }
 
@@ -319,17 +320,43 @@ struct Coll {
     /// The attempt of the key this tracker belongs to (failed attempts seen by whoever
     /// started it here). Messages of a later attempt wait until it ends.
     attempt: u32,
-    /// A fault-tolerant fence whose root was lost with the outcome nowhere: it goes on
-    /// at its decider, the root of its tree now (see [`Engine::reroot`]).
+    /// A fault-tolerant fence or a destruct whose root was lost with the outcome
+    /// nowhere: it goes on at its decider, the root of its tree now (see
+    /// [`Engine::reroot`]).
     rerooted: bool,
+    /// A waiter here timed out (its timeout): the root was asked to end the operation.
+    /// A root that is lost before it did is asked again where the operation goes on.
+    timed_out: Option<u64>,
     started: Time,
 }
 
 impl Coll {
-    /// The server a fault-tolerant fence went on at after its root's loss (see
+    /// The server an operation went on at after its root's loss (see
     /// `Engine::reroot`), if it did.
     fn rerooted_at(&self) -> Option<NodeId> {
         self.tree.as_ref().filter(|_| self.rerooted).map(Tree::root)
+    }
+
+    /// Whether an outcome from `from` to `node` may be a late copy of the lost root's,
+    /// for an operation that went on elsewhere: `from` is lost (`lost`), or not above
+    /// `node` in the tree the operation goes on in. (Servers that lacked the outcome
+    /// drop a late copy, so only the lost root itself can still deliver one; it may be
+    /// above `node` in the new tree, a destruct's, which keeps lost servers in place.)
+    fn outcome_of_lost_root(&self, from: NodeId, node: NodeId, lost: bool) -> bool {
+        let Some(tree) = self.tree.as_ref().filter(|_| self.rerooted) else {
+            return false;
+        };
+        if lost {
+            return true;
+        }
+        let mut at = node;
+        while let Some(parent) = tree.parent(at) {
+            if parent == from {
+                return false;
+            }
+            at = parent;
+        }
+        true
     }
 
     fn new(now: Time) -> Coll {
@@ -355,6 +382,7 @@ impl Coll {
             lean: None,
             attempt: 0,
             rerooted: false,
+            timed_out: None,
             started: now,
         }
     }
@@ -1133,9 +1161,10 @@ impl Engine {
         // it was lost), which a server the outcome did not reach cannot tell. A fence,
         // construct, destruct or failure view is decided for everyone by one server
         // (`ask_about_agreement`): the outcome if any server got it, else the same
-        // failure, naming the root. (The decider of a construct or destruct is
-        // the id's next rendezvous, where servers that heard of the loss before they
-        // started their part went: it fails them too.) An invite fails here.
+        // failure, naming the root (a fault-tolerant fence and a destruct go on at the
+        // decider instead: `reroot`). (The decider of a construct is the id's next
+        // rendezvous, where servers that heard of the loss before they started their
+        // part went: it fails them too.) An invite fails here.
         for key in rooted {
             if !self.colls.contains_key(&key) || self.ask_about_agreement(&key, now) {
                 continue;
@@ -1629,18 +1658,17 @@ impl Engine {
                 tracing::debug!(?key, from, "dropping an outcome decided elsewhere");
             }
             PeerMsg::CollDown { key, .. }
-                if self
-                    .colls
-                    .get(&key)
-                    .and_then(Coll::rerooted_at)
-                    .is_some_and(|root| root != from) =>
+                if self.colls.get(&key).is_some_and(|c| {
+                    c.outcome_of_lost_root(from, self.node, self.lost_nodes.contains(&from))
+                }) =>
             {
-                // A fault-tolerant fence going on at its decider: the decider found the
-                // lost root's outcome nowhere, so a late copy of it is not applied.
+                // A fault-tolerant fence or a destruct going on at its decider: the
+                // decider found the lost root's outcome nowhere, so a late copy of it is
+                // not applied.
                 tracing::debug!(
                     ?key,
                     from,
-                    "dropping an outcome of a fence going on elsewhere"
+                    "dropping an outcome of an operation going on elsewhere"
                 );
             }
             PeerMsg::CollDown {
@@ -1880,6 +1908,7 @@ impl Engine {
             return;
         };
         let mut abort: Option<CohortError> = None;
+        let mut timed_out: Option<u64> = None;
         let mut give_up: Vec<Waiter> = Vec::new();
         coll.waiters.retain_mut(|w| {
             if w.deadline.is_none_or(|d| d > now) {
@@ -1891,6 +1920,7 @@ impl Engine {
             }
             w.abort_sent = true;
             w.deadline = Some(now + ABORT_GRACE);
+            timed_out = Some(w.timeout_ms);
             abort.get_or_insert(CohortError::Timeout {
                 op: op_name(key),
                 timeout_ms: w.timeout_ms,
@@ -1898,6 +1928,9 @@ impl Engine {
             });
             true
         });
+        if timed_out.is_some() {
+            coll.timed_out = timed_out;
+        }
         // The tracker stays until the root's verdict comes (or the root is lost): the
         // verdict may still be a success, which installs the group here as everywhere.
         // A retry by these ranks meanwhile waits for it (`parked`).
@@ -2775,8 +2808,10 @@ impl Engine {
     /// server: add-members' servers are in no tree); a server answers once everything
     /// the lost servers before the decider (and the root) sent it has arrived, and one
     /// that lacks the outcome drops it if it still arrives later. The outcome if any
-    /// server has it, else `PeerLost` naming the root, for everyone alike. Under a
-    /// decider's loss the askers ask the next one. `false` for invites.
+    /// server has it, else `PeerLost` naming the root, for everyone alike (a
+    /// fault-tolerant fence or a destruct goes on at the decider instead:
+    /// [`Self::reroot`]). Under a decider's loss the askers ask the next one. `false`
+    /// for invites.
     fn ask_about_agreement(&mut self, key: &CollKey, now: Time) -> bool {
         if !decided_after_root_loss(key.kind) || !self.colls.contains_key(key) {
             return false;
@@ -3177,8 +3212,8 @@ impl Engine {
             node: self.lost_root_of(key),
             reason: format!("it was the root of {}", op_name(key)),
         };
-        // A construct's or destruct's decider is the id's rendezvous now: servers that
-        // heard of the loss before they started their part came here, and fail too,
+        // A construct's decider is the id's rendezvous now: servers that heard of the
+        // loss before they started their part came here, and fail too,
         // down the tree they used. Without a part in it, it records the failure with
         // the spec an asker gave: what of it still comes here is answered with the
         // failure, and its own processes that call later get it too.
@@ -3200,19 +3235,42 @@ impl Engine {
         self.complete(key.clone(), spec, outcome, Vec::new(), forward, now);
     }
 
-    /// Fault-tolerant fence `key`, whose root was lost with its outcome nowhere (its
-    /// decider found none), goes on with `root` (the decider, which told everyone) as
-    /// the root of a flat tree over its live servers: PMIX_GROUP_FT_COLLECTIVE adjusts
-    /// a collective "on-the-fly for terminated processes", and the lost root's processes
-    /// terminated with it. Each server sends what it has there once its own processes
-    /// are settled; a server whose processes call later finds the root lost, asks the
-    /// decider, and comes there too. The decider makes a tracker if it has none (its
-    /// own processes took no part).
+    /// Operation `key`, whose root was lost with its outcome nowhere (its decider found
+    /// none), goes on with `root` (the decider, which told everyone) as its root.
+    ///
+    /// - A fault-tolerant fence, in a flat tree over its live servers:
+    ///   PMIX_GROUP_FT_COLLECTIVE adjusts a collective "on-the-fly for terminated
+    ///   processes", and the lost root's processes terminated with it. A server whose
+    ///   processes call later finds the root lost (a fence's root follows from its
+    ///   participants), asks the decider, and comes there too.
+    /// - A destruct, in the tree it would have had if it had begun after the loss: the
+    ///   decider is the group id's rendezvous now, where a server whose processes call
+    ///   later goes by itself. Its members on the lost server terminated: they are
+    ///   excused or fail it, as for any destruct.
+    ///
+    /// Each server sends what it has there once its subtree is settled. The decider
+    /// makes a tracker if it has none (its own processes took no part).
     fn reroot(&mut self, key: &CollKey, root: NodeId, spec: CollSpec, now: Time) {
-        let mut live = self.nodes_of(expected_of(&spec));
-        live.retain(|n| !self.lost_nodes.contains(n));
-        // A star (the root is added if it is not among them).
-        let tree = Tree::new(&live, root, TreeShape::KAry(live.len().max(1)));
+        let tree = if meets_at_rendezvous(key.kind) {
+            let tree = self.tree_for(key, &spec);
+            if tree.root() != root {
+                // The decider is the first of the id's candidates not lost, here as
+                // there: the asker knew every loss before it, and was told the rest.
+                tracing::warn!(
+                    ?key,
+                    root,
+                    rendezvous = tree.root(),
+                    "{} goes on at its decider, which is not its rendezvous here",
+                    op_name(key)
+                );
+            }
+            tree
+        } else {
+            let mut live = self.nodes_of(expected_of(&spec));
+            live.retain(|n| !self.lost_nodes.contains(n));
+            // A star (the root is added if it is not among them).
+            Tree::new(&live, root, TreeShape::KAry(live.len().max(1)))
+        };
         if !self.colls.contains_key(key) {
             if root != self.node {
                 return;
@@ -3220,13 +3278,14 @@ impl Engine {
             let attempt = self.attempt_of(key);
             self.tracker(key, attempt, now).spec = Some(spec);
         }
-        tracing::debug!(?key, root, "fault-tolerant fence: going on at its decider");
+        tracing::debug!(?key, root, "going on at the decider after the root's loss");
         let coll = self.colls.get_mut(key).expect("present");
         coll.tree = Some(tree);
         coll.rerooted = true;
         coll.sent_up = false;
         coll.sent_to = None;
         coll.subtree_expected.set(None);
+        let timed_out = coll.timed_out;
         if coll.gather.is_some() {
             // What this server gathered goes to the new root, which sends the whole
             // outcome.
@@ -3234,6 +3293,22 @@ impl Engine {
             self.fallback_up(key);
         }
         self.progress(key, now);
+        if let Some(timeout_ms) = timed_out.filter(|_| self.colls.contains_key(key)) {
+            // A caller here timed out and the lost root was asked to end it (it may
+            // have been probing): the new root is asked instead, or probes itself.
+            // Otherwise the operation would wait for ever for a process that never
+            // calls, its waiters here gone.
+            let err = CohortError::Timeout {
+                op: op_name(key),
+                timeout_ms,
+                missing: Vec::new(),
+            };
+            if root == self.node {
+                self.start_probe(key, err, now);
+            } else {
+                self.fail(key, err, now);
+            }
+        }
     }
 
     /// The lost root `key`'s failure names: its tracker's root, else the first lost
@@ -3835,23 +3910,40 @@ impl Engine {
             // Every ancestor up to the root is lost; node_lost failed or will fail it.
             return;
         };
+        // The lost servers between this one and `parent` (it skips them): the parent
+        // learns of them with the losses below (their processes are the parent's to
+        // count, and only their children may have heard of their loss: a fault-tolerant
+        // fence's root waited for ever for the processes of a lost child of its own,
+        // schedule seed 11737).
+        let mut skipped = Vec::new();
+        let mut at = self.node;
+        while let Some(up) = tree.parent(at).filter(|&up| up != parent) {
+            skipped.push(up);
+            at = up;
+        }
         let coll = self.colls.get_mut(key).expect("present");
         coll.sent_up = true;
         coll.sent_to = Some(parent);
         coll.excused = excused;
+        // After a reroot, what a server holds of its old subtree goes up too, so its
+        // new parent may complete before every child's part came: a part that comes
+        // after is answered with the kept outcome, not taken for a new operation's
+        // (a destruct's next incarnation completed without a member's call so).
+        let rerooted = coll.rerooted;
         // The parent learns first of the losses in this subtree, whose processes it
         // counts as settled: it may not have heard of them (a fault-tolerant fence's
         // root waited for ever for the processes of a lost server it knew nothing of).
-        let lost: Vec<NodeId> = self
+        let mut lost: Vec<NodeId> = self
             .lost_nodes
             .iter()
             .filter(|n| subtree.contains(n))
             .copied()
             .collect();
+        lost.extend(skipped);
         for node in lost {
             self.send_peer(parent, PeerMsg::NodeLost { node });
         }
-        let msg = self.up_msg(key, false);
+        let msg = self.up_msg(key, rerooted);
         self.send_peer(parent, msg);
     }
 
@@ -4478,6 +4570,12 @@ impl Engine {
                 self.settled
                     .remove(&group_key(CollKind::Construct, &key.id));
             }
+        }
+        if key.kind == CollKind::Construct && success {
+            // A new incarnation of the id: a kept destruct outcome of the last one would
+            // answer a part of the next destruct re-sent here (see the `CollUp` arm).
+            self.kept_outcomes
+                .retain(|(k, _, _)| !(k.kind == CollKind::Destruct && k.id == key.id));
         }
         if key.kind == CollKind::Destruct {
             // The id may be reused now: a kept construct outcome would be stale.

@@ -104,7 +104,7 @@ pub fn get(c: &mut Cluster, r: u32, of: ProcId, key: &str) {
 }
 
 /// Fences with and without data, a direct-modex get, a subset fence, events, a
-/// fault-tolerant fence.
+/// fault-tolerant fence; a group of everyone and its fault-tolerant destruct.
 pub fn fences_and_data(c: &mut Cluster) {
     for r in everyone(c) {
         commit(c, r, "ep", Value::Bytes(vec![r as u8; 40].into()));
@@ -159,6 +159,30 @@ pub fn fences_and_data(c: &mut Cluster) {
             vec![],
             FenceOpts {
                 collect: true,
+                timeout_ms: None,
+                ft_collective: true,
+            },
+        );
+    }
+    // A group of everyone (optional: members lost drop out) and, once every call of it
+    // ended, its fault-tolerant destruct with no timeout: with a server lost anywhere,
+    // the id's rendezvous too, it ends for every member that has the group.
+    let all: Vec<u32> = everyone(c).collect();
+    for &r in &all {
+        let opts = ConstructOpts {
+            optional: true,
+            assign_context_id: true,
+            timeout_ms: Some(5_000),
+            ..Default::default()
+        };
+        c.construct(r, "ftg", &all, opts);
+    }
+    c.advance(Duration::ZERO);
+    for &r in &all {
+        c.request(
+            r,
+            Request::Destruct {
+                id: "ftg".into(),
                 timeout_ms: None,
                 ft_collective: true,
             },

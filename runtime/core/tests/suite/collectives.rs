@@ -1059,7 +1059,7 @@ fn ranks_construct(c: &mut Cluster, id: &str, ranks: &[u32], optional: bool) -> 
 fn ranks_destruct(c: &mut Cluster, id: &str, ranks: &[u32]) {
     let reqs: Vec<u64> = ranks.iter().map(|&r| destruct(c, r, id, None)).collect();
     for (&r, &q) in ranks.iter().zip(&reqs) {
-        assert!(matches!(c.reply(r, q), Some(Ok(_))), "rank {r} destructs");
+        assert!(matches!(c.reply(r, q), Some(Ok(_))), "rank {r} destructs: {:?}", c.reply(r, q));
     }
 }
 
@@ -1196,7 +1196,7 @@ fn a_root_lost_while_sending_the_outcome_leaves_every_survivor_with_the_group() 
         .map(|&r| destruct_ft(&mut c, r, id, None, true))
         .collect();
     for (&r, &q) in survivors.iter().zip(&reqs) {
-        assert!(matches!(c.reply(r, q), Some(Ok(_))), "rank {r} destructs");
+        assert!(matches!(c.reply(r, q), Some(Ok(_))), "rank {r} destructs: {:?}", c.reply(r, q));
     }
     let again = survivors_construct_again(&mut c, id, &survivors);
     assert_ne!(again.context_id, first.context_id);
@@ -1426,6 +1426,141 @@ fn a_root_lost_while_sending_a_destruct_outcome_destructs_everywhere() {
     }
     let survivors: Vec<u32> = (0..7).filter(|&r| r != root).collect();
     survivors_construct_again(&mut c, id, &survivors);
+}
+
+/// A destruct whose root, the group id's rendezvous server, is lost after it decided,
+/// before the outcome left it, while it hosts none of the group's members: no live
+/// server has the outcome, and no member terminated, so the destruct goes on at the
+/// id's next rendezvous (the decider) and succeeds for every member
+/// (pmix-standard-sets-and-groups.tex: the group operation of the survivors must not
+/// depend on a server that hosts none of them). It failed with `PeerLost`, naming a
+/// server the members never chose. The id is free again after, there.
+#[test]
+fn a_destruct_whose_rendezvous_is_lost_with_the_outcome_goes_on_at_the_next_one() {
+    let id = "bystander";
+    let mut c = new_cluster(7, 7, TreeShape::KAry(2));
+    c.connect_all();
+    let root = cohort_topology::rendezvous(id, 7) as u32;
+    let members: Vec<u32> = (0..7).filter(|&r| r != root).collect();
+    survivors_construct_again(&mut c, id, &members);
+    for &m in &members {
+        c.hold(root, m);
+    }
+    let reqs: Vec<u64> = members.iter().map(|&r| destruct(&mut c, r, id, None)).collect();
+    for (&r, &q) in members.iter().zip(&reqs) {
+        assert_eq!(c.reply(r, q), None, "rank {r}: the outcome is held back");
+    }
+    c.kill_node(root);
+    for (&r, &q) in members.iter().zip(&reqs) {
+        assert!(
+            matches!(c.reply(r, q), Some(Ok(_))),
+            "rank {r}: {:?}",
+            c.reply(r, q)
+        );
+    }
+    survivors_construct_again(&mut c, id, &members);
+    ranks_destruct(&mut c, id, &members);
+}
+
+/// A destruct whose callers timed out while a member never called: their servers asked
+/// the root, the id's rendezvous (hosting no member), to end it, and it was probing who
+/// is missing when it was lost, its probes and outcome held back. The destruct goes on
+/// at the next rendezvous, which must learn of the timeout too: it probes, and every
+/// caller gets `Timeout` naming the member that never called, with nothing left
+/// behind. (Schedule seed 12162 left it waiting for ever for that member, its callers
+/// told only that the root did not answer.) The group stays.
+#[test]
+fn a_destruct_timed_out_at_a_lost_rendezvous_ends_at_the_next_one() {
+    let id = "bystander";
+    let mut c = new_cluster(7, 7, TreeShape::KAry(2));
+    c.connect_all();
+    let root = cohort_topology::rendezvous(id, 7) as u32;
+    let members: Vec<u32> = (0..7).filter(|&r| r != root).collect();
+    survivors_construct_again(&mut c, id, &members);
+    let (&late, callers) = members.split_last().expect("six members");
+    let reqs: Vec<u64> = callers
+        .iter()
+        .map(|&r| destruct(&mut c, r, id, Some(1_000)))
+        .collect();
+    for &m in &members {
+        c.hold(root, m);
+    }
+    // The callers time out; their servers ask the root, which probes (held back).
+    c.advance(Duration::from_millis(1_100));
+    for (&r, &q) in callers.iter().zip(&reqs) {
+        assert_eq!(c.reply(r, q), None, "rank {r} waits for the root's verdict");
+    }
+    c.kill_node(root);
+    c.advance(Duration::from_secs(10));
+    for (&r, &q) in callers.iter().zip(&reqs) {
+        match c.error(r, q) {
+            CohortError::Timeout { missing, .. } => {
+                assert_eq!(missing, vec![c.proc(late)], "rank {r}")
+            }
+            e => panic!("rank {r}: expected Timeout, got {e}"),
+        }
+    }
+    for &n in &members {
+        assert_eq!(
+            c.engines[n as usize].collectives_in_progress(),
+            0,
+            "server {n} keeps an operation"
+        );
+    }
+    // The member that never called gets the same failure when it does (as a late
+    // caller of a failed construct does); then everyone destructs the group.
+    let q = destruct(&mut c, late, id, None);
+    assert!(
+        matches!(c.error(late, q), CohortError::Timeout { .. }),
+        "rank {late}"
+    );
+    ranks_destruct(&mut c, id, &members);
+}
+
+/// As above, with a member on the lost rendezvous: it terminated with its server, so
+/// the destruct that goes on at the next rendezvous treats it as any destruct treats a
+/// member that died. With PMIX_GROUP_FT_COLLECTIVE it is excused and every survivor's
+/// destruct succeeds; without, every survivor's fails alike with `ProcTerminated`
+/// naming it (as `destruct_without_notify_termination_fails_when_a_member_died`), not
+/// with `PeerLost`.
+#[test]
+fn a_destruct_whose_rendezvous_is_lost_with_a_member_treats_it_as_terminated() {
+    for ft in [true, false] {
+        let id = "midway-destruct";
+        let (root, _) = root_and_children(id);
+        let mut c = new_cluster(7, 7, TreeShape::KAry(2));
+        c.connect_all();
+        let all: Vec<u32> = (0..7).collect();
+        survivors_construct_again(&mut c, id, &all);
+        for n in (0..7).filter(|&n| n != root) {
+            c.hold(root, n);
+        }
+        let reqs: Vec<u64> = all
+            .iter()
+            .map(|&r| destruct_ft(&mut c, r, id, None, ft))
+            .collect();
+        c.kill_node(root);
+        let survivors: Vec<u32> = (0..7).filter(|&r| r != root).collect();
+        for &r in &survivors {
+            let reply = c.reply(r, reqs[r as usize]);
+            if ft {
+                assert!(matches!(reply, Some(Ok(_))), "ft, rank {r}: {reply:?}");
+            } else {
+                assert!(
+                    matches!(
+                        reply,
+                        Some(Err(CohortError::ProcTerminated { ref procs, .. }))
+                            if *procs == vec![c.proc(root)]
+                    ),
+                    "rank {r}: {reply:?}"
+                );
+            }
+        }
+        if ft {
+            survivors_construct_again(&mut c, id, &survivors);
+            ranks_destruct(&mut c, id, &survivors);
+        }
+    }
 }
 
 /// Every rank of `survivors` constructs `id` over `survivors` (with a context id); all
