@@ -14,8 +14,9 @@
 //! * a round's construct ends alike at every rank the plan spares: all with the same
 //!   membership and context id, or all with an error; every rank that got the group
 //!   got that membership; the spared ranks are in it;
-//! * a round's fault-tolerant group fence completes at every spared rank that got the
-//!   group (whoever was lost, the fence's root included);
+//! * a round's fault-tolerant group fence and destruct complete at every spared rank
+//!   that got the group (whoever was lost, the fence's root and the group id's
+//!   rendezvous included);
 //! * context ids are never reused;
 //! * every member's data is readable from the construct's result (checked in the
 //!   ranks: `FAIL` lines).
@@ -193,14 +194,20 @@ fn run_seed(seed: u64) {
             spared_said.iter().all(|r| r.construct.as_ref() == first),
             "round {k}: the spared ranks' constructs ended differently: {ctx}"
         );
-        // The group fence is fault tolerant: whoever is lost (a member, a node server,
-        // the fence's root), it completes for the spared members.
+        // The group fence and destruct are fault tolerant: whoever is lost (a member,
+        // a node server, the fence's root, the group id's rendezvous), they complete
+        // for the spared members.
         for (rank, r) in spared.iter().map(|r| (r, &ranks[r])) {
             if r.construct.as_ref().is_some_and(|c| c.starts_with("ok ")) {
                 assert_eq!(
                     r.fence.as_deref(),
                     Some("ok"),
                     "round {k}: rank {rank}'s fault-tolerant group fence: {ctx}"
+                );
+                assert_eq!(
+                    r.destruct.as_deref(),
+                    Some("ok"),
+                    "round {k}: rank {rank}'s fault-tolerant group destruct: {ctx}"
                 );
             }
         }
