@@ -1428,6 +1428,21 @@ fn a_root_lost_while_sending_a_destruct_outcome_destructs_everywhere() {
     survivors_construct_again(&mut c, id, &survivors);
 }
 
+/// Seven servers of one rank each; group `id` of every rank but the one on the id's
+/// rendezvous server, which hosts no member then; every message from the rendezvous to
+/// the members held back. The cluster, the rendezvous and the members.
+fn group_beside_its_held_rendezvous(id: &str) -> (Cluster, u32, Vec<u32>) {
+    let mut c = new_cluster(7, 7, TreeShape::KAry(2));
+    c.connect_all();
+    let root = cohort_topology::rendezvous(id, 7) as u32;
+    let members: Vec<u32> = (0..7).filter(|&r| r != root).collect();
+    survivors_construct_again(&mut c, id, &members);
+    for &m in &members {
+        c.hold(root, m);
+    }
+    (c, root, members)
+}
+
 /// A destruct whose root, the group id's rendezvous server, is lost after it decided,
 /// before the outcome left it, while it hosts none of the group's members: no live
 /// server has the outcome, and no member terminated, so the destruct goes on at the
@@ -1438,14 +1453,7 @@ fn a_root_lost_while_sending_a_destruct_outcome_destructs_everywhere() {
 #[test]
 fn a_destruct_whose_rendezvous_is_lost_with_the_outcome_goes_on_at_the_next_one() {
     let id = "bystander";
-    let mut c = new_cluster(7, 7, TreeShape::KAry(2));
-    c.connect_all();
-    let root = cohort_topology::rendezvous(id, 7) as u32;
-    let members: Vec<u32> = (0..7).filter(|&r| r != root).collect();
-    survivors_construct_again(&mut c, id, &members);
-    for &m in &members {
-        c.hold(root, m);
-    }
+    let (mut c, root, members) = group_beside_its_held_rendezvous(id);
     let reqs: Vec<u64> = members.iter().map(|&r| destruct(&mut c, r, id, None)).collect();
     for (&r, &q) in members.iter().zip(&reqs) {
         assert_eq!(c.reply(r, q), None, "rank {r}: the outcome is held back");
@@ -1472,19 +1480,12 @@ fn a_destruct_whose_rendezvous_is_lost_with_the_outcome_goes_on_at_the_next_one(
 #[test]
 fn a_destruct_timed_out_at_a_lost_rendezvous_ends_at_the_next_one() {
     let id = "bystander";
-    let mut c = new_cluster(7, 7, TreeShape::KAry(2));
-    c.connect_all();
-    let root = cohort_topology::rendezvous(id, 7) as u32;
-    let members: Vec<u32> = (0..7).filter(|&r| r != root).collect();
-    survivors_construct_again(&mut c, id, &members);
+    let (mut c, root, members) = group_beside_its_held_rendezvous(id);
     let (&late, callers) = members.split_last().expect("six members");
     let reqs: Vec<u64> = callers
         .iter()
         .map(|&r| destruct(&mut c, r, id, Some(1_000)))
         .collect();
-    for &m in &members {
-        c.hold(root, m);
-    }
     // The callers time out; their servers ask the root, which probes (held back).
     c.advance(Duration::from_millis(1_100));
     for (&r, &q) in callers.iter().zip(&reqs) {
