@@ -1178,6 +1178,46 @@ impl Engine {
             self.complete(key, spec, outcome, Vec::new(), false, now);
         }
         self.agreement_peer_lost(peer, now);
+        // Outcomes this server passed on to `peer` may have died with it: its children
+        // get them from here (a server below it that sent its part straight to the root
+        // after an earlier loss waited for ever otherwise: schedule seed 34822).
+        let resend: Vec<(CollKey, Option<CollSpec>, CollOutcome)> = self
+            .kept_outcomes
+            .iter()
+            .filter(|(k, spec, _)| {
+                spec.as_ref()
+                    .is_some_and(|spec| self.tree_for(k, spec).parent(peer) == Some(self.node))
+            })
+            .cloned()
+            .collect();
+        for (key, spec, outcome) in resend {
+            let Some(tree) = spec.as_ref().map(|s| self.tree_for(&key, s)) else {
+                continue;
+            };
+            let attempt = self.stamp(&key);
+            for child in self.live_children(&tree, peer) {
+                if child == self.node {
+                    continue;
+                }
+                tracing::debug!(
+                    ?key,
+                    lost = peer,
+                    child,
+                    "passing an outcome on past a lost child"
+                );
+                self.send_peer(
+                    child,
+                    PeerMsg::CollDown {
+                        key: key.clone(),
+                        spec: spec.clone(),
+                        outcome: outcome.clone(),
+                        late: Vec::new(),
+                        attempt,
+                        lean: None,
+                    },
+                );
+            }
+        }
         for proc in self.jobs.procs_on(peer) {
             self.mark_terminated(proc, now);
         }

@@ -570,7 +570,8 @@ fn all_faults_at_once_keep_the_invariants_dissemination() {
 /// Schedules that once broke an invariant, run in every sweep (a schedule depends on
 /// the messages the code sends, so a seed may no longer lead where it did): 12162
 /// (a destruct gone on at its decider after callers timed out at the lost root),
-/// 11737 (a fault-tolerant fence's root never heard of a lost child of its own).
+/// 11737 (a fault-tolerant fence's root never heard of a lost child of its own),
+/// 34822 (an outcome passed on to a server lost before it passed it on).
 #[test]
 fn schedules_that_once_broke_an_invariant_keep_them() {
     explore_overlapping_seeds(Allgather::Tree, Losses::One, [12162].into_iter());
@@ -579,6 +580,11 @@ fn schedules_that_once_broke_an_invariant_keep_them() {
         Allgather::Tree,
         Losses::TwoReportedLate,
         [11737].into_iter(),
+    );
+    explore_overlapping_seeds(
+        Allgather::Dissemination,
+        Losses::TwoReportedLate,
+        [34822].into_iter(),
     );
 }
 
