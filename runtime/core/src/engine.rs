@@ -1181,20 +1181,16 @@ impl Engine {
         // Outcomes this server passed on to `peer` may have died with it: its children
         // get them from here (a server below it that sent its part straight to the root
         // after an earlier loss waited for ever otherwise: schedule seed 34822).
-        let resend: Vec<(CollKey, Option<CollSpec>, CollOutcome)> = self
+        let resend: Vec<(Tree, CollKey, Option<CollSpec>, CollOutcome)> = self
             .kept_outcomes
             .iter()
-            .filter(|(k, spec, _)| {
-                spec.as_ref()
-                    .is_some_and(|spec| self.tree_for(k, spec).parent(peer) == Some(self.node))
+            .filter_map(|(k, spec, outcome)| {
+                let tree = self.tree_for(k, spec.as_ref()?);
+                (tree.parent(peer) == Some(self.node))
+                    .then(|| (tree, k.clone(), spec.clone(), outcome.clone()))
             })
-            .cloned()
             .collect();
-        for (key, spec, outcome) in resend {
-            let Some(tree) = spec.as_ref().map(|s| self.tree_for(&key, s)) else {
-                continue;
-            };
-            let attempt = self.stamp(&key);
+        for (tree, key, spec, outcome) in resend {
             for child in self.live_children(&tree, peer) {
                 if child == self.node {
                     continue;
@@ -1205,17 +1201,7 @@ impl Engine {
                     child,
                     "passing an outcome on past a lost child"
                 );
-                self.send_peer(
-                    child,
-                    PeerMsg::CollDown {
-                        key: key.clone(),
-                        spec: spec.clone(),
-                        outcome: outcome.clone(),
-                        late: Vec::new(),
-                        attempt,
-                        lean: None,
-                    },
-                );
+                self.send_kept_outcome(child, key.clone(), spec.clone(), outcome.clone());
             }
         }
         for proc in self.jobs.procs_on(peer) {
@@ -1548,18 +1534,7 @@ impl Engine {
                     .find(|(k, _, _)| *k == key)
                     .cloned()
                     .expect("checked above");
-                let attempt = self.stamp(&key);
-                self.send_peer(
-                    from,
-                    PeerMsg::CollDown {
-                        key,
-                        spec,
-                        outcome,
-                        late: Vec::new(),
-                        attempt,
-                        lean: None,
-                    },
-                );
+                self.send_kept_outcome(from, key, spec, outcome);
             }
             PeerMsg::CollUp {
                 key,
@@ -1948,7 +1923,6 @@ impl Engine {
             return;
         };
         let mut abort: Option<CohortError> = None;
-        let mut timed_out: Option<u64> = None;
         let mut give_up: Vec<Waiter> = Vec::new();
         coll.waiters.retain_mut(|w| {
             if w.deadline.is_none_or(|d| d > now) {
@@ -1960,7 +1934,6 @@ impl Engine {
             }
             w.abort_sent = true;
             w.deadline = Some(now + ABORT_GRACE);
-            timed_out = Some(w.timeout_ms);
             abort.get_or_insert(CohortError::Timeout {
                 op: op_name(key),
                 timeout_ms: w.timeout_ms,
@@ -1968,8 +1941,8 @@ impl Engine {
             });
             true
         });
-        if timed_out.is_some() {
-            coll.timed_out = timed_out;
+        if let Some(CohortError::Timeout { timeout_ms, .. }) = &abort {
+            coll.timed_out = Some(*timeout_ms);
         }
         // The tracker stays until the root's verdict comes (or the root is lost): the
         // verdict may still be a success, which installs the group here as everywhere.
@@ -1992,12 +1965,7 @@ impl Engine {
             return;
         }
         if let Some(err) = abort {
-            match root {
-                // `fail` asks the root to end it (the root probes for who is missing;
-                // see start_probe), or ends it here when the root is lost.
-                Some(r) if r != self.node => self.fail(key, err, now),
-                _ => self.start_probe(key, err, now),
-            }
+            self.ask_root_to_end(key, root, err, now);
         }
     }
 
@@ -3343,11 +3311,7 @@ impl Engine {
                 timeout_ms,
                 missing: Vec::new(),
             };
-            if root == self.node {
-                self.start_probe(key, err, now);
-            } else {
-                self.fail(key, err, now);
-            }
+            self.ask_root_to_end(key, Some(root), err, now);
         }
     }
 
@@ -4519,6 +4483,43 @@ impl Engine {
 
     /// Ends `key` with `error`: decided here when this server is (or may be) the root,
     /// otherwise the root is asked to end it for everyone.
+    /// Sends `to` the whole outcome of `key` that this server kept (see
+    /// `kept_outcomes`): to a server whose parent was lost with it.
+    fn send_kept_outcome(
+        &mut self,
+        to: NodeId,
+        key: CollKey,
+        spec: Option<CollSpec>,
+        outcome: CollOutcome,
+    ) {
+        let attempt = self.stamp(&key);
+        let msg = PeerMsg::CollDown {
+            key,
+            spec,
+            outcome,
+            late: Vec::new(),
+            attempt,
+            lean: None,
+        };
+        self.send_peer(to, msg);
+    }
+
+    /// A caller of `key` here timed out (`err`): the root is asked to end it (it
+    /// probes for who is missing; see `start_probe`), or probes itself when it is this
+    /// server; `fail` ends it here when the root is lost.
+    fn ask_root_to_end(
+        &mut self,
+        key: &CollKey,
+        root: Option<NodeId>,
+        err: CohortError,
+        now: Time,
+    ) {
+        match root {
+            Some(r) if r != self.node => self.fail(key, err, now),
+            _ => self.start_probe(key, err, now),
+        }
+    }
+
     fn fail(&mut self, key: &CollKey, error: CohortError, now: Time) {
         match self.root_of(key) {
             Some(r) if r != self.node && self.lost_nodes.contains(&r) => {
