@@ -31,6 +31,12 @@ pub(crate) struct Identity<'a> {
     pub source_ip: Option<IpAddr>,
     /// `TCP_USER_TIMEOUT` for the connection (see `FabricConfig::stall_timeout`).
     pub stall_timeout: Option<Duration>,
+    /// `FabricConfig::connect_timeout`: a connector's bound on the whole attempt, and
+    /// an acceptor's on each step it waits for (the hello, the answer to its
+    /// challenge, its replies). An acceptor with a shorter bound than its connectors
+    /// would refuse a slow but live connector, and a refusal counts as the loss of
+    /// the acceptor at the connector.
+    pub limit: Duration,
 }
 
 /// The secret a fabric is bound with must fit in a hello: the error `bind` returns
@@ -224,14 +230,9 @@ pub(crate) async fn prove_within(
     id: &Identity<'_>,
     hello: &Hello,
 ) -> Result<(), String> {
-    timeout(crate::HELLO_TIMEOUT, prove_connector(stream, id, hello))
+    timeout(id.limit, prove_connector(stream, id, hello))
         .await
-        .unwrap_or_else(|_| {
-            Err(format!(
-                "no answer to the challenge within {:?}",
-                crate::HELLO_TIMEOUT
-            ))
-        })
+        .unwrap_or_else(|_| Err(format!("no answer to the challenge within {:?}", id.limit)))
 }
 
 /// The acceptor's half of the secret check, after an acceptable `hello`: sends the

@@ -80,8 +80,6 @@ pub use verbs::{
     GID_INDEX_ENV, MIN_MEMLOCK, POLL_ENV, RECV_DEPTH,
 };
 
-/// How long an acceptor waits for a connector's hello before dropping the connection.
-pub const HELLO_TIMEOUT: Duration = Duration::from_secs(5);
 /// Default for [`FabricConfig::connect_timeout`].
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long a closing fabric waits for its goodbyes to be acknowledged before it
@@ -121,7 +119,8 @@ pub struct FabricConfig {
     pub secret: Vec<u8>,
     /// Largest payload sent or accepted; a larger incoming frame closes that connection.
     pub max_frame: usize,
-    /// Bound on connecting plus handshaking with a peer.
+    /// Bound on connecting plus handshaking with a peer; an acceptor waits as long
+    /// for each step of a handshake (the hello, the answer to its challenge).
     pub connect_timeout: Duration,
     /// Device, port and GID for the verbs backend (unset fields: environment, then
     /// automatic); ignored by TCP.

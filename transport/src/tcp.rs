@@ -40,7 +40,7 @@ use crate::handshake::{self, closing, new_incarnation, read_hello, Identity, Tas
 use crate::links::{self, EventHandler, Links, OutLink, Outgoing, Sink, Spawner};
 use crate::liveness::{ConnId, LinkEnd};
 use crate::wire::{self, Frame, FrameDecoder, Hello, Reply, GOODBYE, WIRE_VERSION};
-use crate::{Fabric, FabricConfig, FabricError, FabricEvent, NodeId, CLOSE_GRACE, HELLO_TIMEOUT};
+use crate::{Fabric, FabricConfig, FabricError, FabricEvent, NodeId, CLOSE_GRACE};
 
 /// At most this many frames go into one vectored write (well under `IOV_MAX`).
 const MAX_BATCH_FRAMES: usize = 64;
@@ -375,6 +375,7 @@ impl Shared {
             wire_version: WIRE_VERSION,
             source_ip: self.source_ip,
             stall_timeout: self.stall_timeout,
+            limit: self.connect_timeout,
         }
     }
 
@@ -419,14 +420,17 @@ async fn run_inbound(shared: Arc<Shared>, mut stream: TcpStream, remote: SocketA
         if let Err(e) = cohort_os::set_tcp_user_timeout(&stream, shared.stall_timeout) {
             warn!(error = %e, "cannot set TCP_USER_TIMEOUT on a fabric connection");
         }
-        let hello = match timeout(HELLO_TIMEOUT, read_hello(&mut stream)).await {
+        let hello = match timeout(shared.connect_timeout, read_hello(&mut stream)).await {
             Ok(Ok(hello)) => hello,
             Ok(Err(e)) => {
                 warn!(error = %e, "dropping fabric connection: bad hello");
                 return;
             }
             Err(_) => {
-                warn!("dropping fabric connection: no hello within {HELLO_TIMEOUT:?}");
+                warn!(
+                    "dropping fabric connection: no hello within {:?}",
+                    shared.connect_timeout
+                );
                 return;
             }
         };
@@ -441,7 +445,7 @@ async fn run_inbound(shared: Arc<Shared>, mut stream: TcpStream, remote: SocketA
                 node: shared.me,
                 reason,
             };
-            let _ = timeout(HELLO_TIMEOUT, async {
+            let _ = timeout(shared.connect_timeout, async {
                 stream.write_all(&reply.encode()).await?;
                 stream.shutdown().await
             })
@@ -459,7 +463,7 @@ async fn run_inbound(shared: Arc<Shared>, mut stream: TcpStream, remote: SocketA
             incarnation: shared.incarnation,
         };
         // The reply goes out before anything queued for the peer meanwhile.
-        let end = match timeout(HELLO_TIMEOUT, stream.write_all(&reply.encode())).await {
+        let end = match timeout(shared.connect_timeout, stream.write_all(&reply.encode())).await {
             Ok(Ok(())) => {
                 debug!(peer, "fabric connection accepted");
                 let (rd, wr) = stream.into_split();

@@ -88,7 +88,7 @@ use crate::links::{self, EventHandler, Links, Outgoing, Sink, Spawner};
 use crate::liveness::{ConnId, LinkEnd};
 use crate::rdma_mem::{Access, PoolBuf, RecvPool, Registrar, SendCache};
 use crate::wire::{Reply, VerbsEndpoint, GOODBYE, MAX_DATA_LEN, VERBS_WIRE_VERSION};
-use crate::{Fabric, FabricConfig, FabricError, FabricEvent, NodeId, CLOSE_GRACE, HELLO_TIMEOUT};
+use crate::{Fabric, FabricConfig, FabricError, FabricEvent, NodeId, CLOSE_GRACE};
 
 /// Environment variable naming the device (`rxe0`), optionally with a port (`mlx5_0:1`).
 pub const DEVICE_ENV: &str = "COHORT_IB_DEVICE";
@@ -1303,6 +1303,7 @@ impl Shared {
             // Payloads go over the queue pairs, whose own retries find a peer that
             // stopped answering.
             stall_timeout: None,
+            limit: self.connect_timeout,
         }
     }
 
@@ -1425,14 +1426,17 @@ async fn run_inbound(shared: Arc<Shared>, mut stream: TcpStream, remote: SocketA
     let span = tracing::debug_span!("verbs_in", node = shared.me, %remote);
     async move {
         let _ = stream.set_nodelay(true);
-        let hello = match timeout(HELLO_TIMEOUT, read_hello(&mut stream)).await {
+        let hello = match timeout(shared.connect_timeout, read_hello(&mut stream)).await {
             Ok(Ok(hello)) => hello,
             Ok(Err(e)) => {
                 warn!(error = %e, "dropping fabric connection: bad hello");
                 return;
             }
             Err(_) => {
-                warn!("dropping fabric connection: no hello within {HELLO_TIMEOUT:?}");
+                warn!(
+                    "dropping fabric connection: no hello within {:?}",
+                    shared.connect_timeout
+                );
                 return;
             }
         };
@@ -1460,7 +1464,7 @@ async fn run_inbound(shared: Arc<Shared>, mut stream: TcpStream, remote: SocketA
                 node: shared.me,
                 reason,
             };
-            let _ = timeout(HELLO_TIMEOUT, async {
+            let _ = timeout(shared.connect_timeout, async {
                 stream.write_all(&reply.encode()).await?;
                 stream.shutdown().await
             })
@@ -1475,7 +1479,7 @@ async fn run_inbound(shared: Arc<Shared>, mut stream: TcpStream, remote: SocketA
             node: shared.me,
             incarnation: shared.incarnation,
         };
-        let setup = timeout(HELLO_TIMEOUT, async {
+        let setup = timeout(shared.connect_timeout, async {
             for slot in 0..RECV_DEPTH {
                 link.post_recv(Some(slot))?;
             }

@@ -16,7 +16,9 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use cohort_transport::auth::{self, Challenge, NONCE_LEN};
-use cohort_transport::wire::{self, Hello, Reply, HELLO_LEN, REPLY_FIXED_LEN, WIRE_VERSION};
+use cohort_transport::wire::{
+    self, Hello, Reply, HELLO_LEN, REPLY_FIXED_LEN, VERBS_WIRE_VERSION, WIRE_VERSION,
+};
 use cohort_transport::{
     AnyFabric, Fabric, FabricConfig, FabricEvent, FabricKind, QueuePairSide, Spinner, VerbsOptions,
 };
@@ -211,6 +213,7 @@ conformance!(
     a_peer_declared_lost_is_dropped_without_a_report,
     graceful_close_is_not_a_loss,
     bad_or_missing_hello_is_dropped,
+    an_acceptor_waits_for_the_challenge_answer_as_long_as_the_connect_timeout,
     reconnects_to_a_restarted_peer,
     a_send_after_a_loss_does_not_queue_behind_a_stalled_attempt,
     connect_failure_and_local_errors,
@@ -1095,7 +1098,10 @@ async fn a_replayed_proof_is_refused() {
 /// Connections that never complete a proper hello are dropped, silently for the owner.
 async fn bad_or_missing_hello_is_dropped(b: Backend) {
     within(async {
-        let (a, mut a_rx) = b.bind(config(b, 0, "127.0.6.11", SECRET)).await;
+        let mut cfg = config(b, 0, "127.0.6.11", SECRET);
+        // The silent connection is dropped after this long.
+        cfg.connect_timeout = Duration::from_secs(1);
+        let (a, mut a_rx) = b.bind(cfg).await;
         a.set_peers(vec![a.local_addr(), "127.0.6.12:1".into()]);
 
         let mut garbage = tokio::net::TcpStream::connect(a.local_addr())
@@ -1115,6 +1121,74 @@ async fn bad_or_missing_hello_is_dropped(b: Backend) {
         }
         assert!(matches!(a_rx.try_recv(), Err(TryRecvError::Empty)));
         a.shutdown().await;
+    })
+    .await
+}
+
+/// The acceptor's wait for each handshake step is `FabricConfig::connect_timeout`, the
+/// bound its connectors have on the whole attempt. It used to be a fixed 5 s: under
+/// emulation (the rxe CI job) a connector starved of CPU for longer was refused, and a
+/// refusal counts as the acceptor's loss at the connector, so a live node server was
+/// declared lost. Here a raw connector answers the challenge after 6 s and is accepted;
+/// one that never answers an acceptor with a short timeout is refused, the reason
+/// naming that timeout.
+async fn an_acceptor_waits_for_the_challenge_answer_as_long_as_the_connect_timeout(b: Backend) {
+    let wire_version = match b.kind() {
+        FabricKind::Verbs => VERBS_WIRE_VERSION,
+        _ => WIRE_VERSION,
+    };
+    let hello = |node, expected| {
+        Hello {
+            wire_version,
+            proto_version: cohort_proto::PROTOCOL_VERSION,
+            node,
+            expected,
+            incarnation: 42,
+            nonce: auth::nonce().unwrap(),
+        }
+        .encode()
+    };
+    within(async {
+        let mut patient = config(b, 0, "127.0.6.13", SECRET);
+        patient.connect_timeout = Duration::from_secs(30);
+        let (a, _a_rx) = b.bind(patient).await;
+        a.set_peers(vec![a.local_addr(), "127.0.6.14:1".into()]);
+        let mut slow = tokio::net::TcpStream::connect(a.local_addr())
+            .await
+            .unwrap();
+        let slow_hello = hello(1, 0);
+        slow.write_all(&slow_hello).await.unwrap();
+        let challenge = read_challenge(&mut slow).await;
+        tokio::time::sleep(Duration::from_secs(6)).await;
+        let proof = wire::encode_proof(&auth::connector_proof(SECRET, &slow_hello, &challenge));
+        slow.write_all(&proof).await.unwrap();
+        match read_reply(&mut slow).await {
+            Reply::Accept { node, .. } => assert_eq!(node, 0),
+            other => panic!("a connector answering after 6 s got {other:?}"),
+        }
+        drop(slow);
+        a.shutdown().await;
+
+        let mut hasty = config(b, 0, "127.0.6.15", SECRET);
+        hasty.connect_timeout = Duration::from_millis(300);
+        let (c, _c_rx) = b.bind(hasty).await;
+        c.set_peers(vec![c.local_addr(), "127.0.6.16:1".into()]);
+        let mut mute = tokio::net::TcpStream::connect(c.local_addr())
+            .await
+            .unwrap();
+        mute.write_all(&hello(1, 0)).await.unwrap();
+        read_challenge(&mut mute).await;
+        match read_reply(&mut mute).await {
+            Reply::Refuse { node, reason } => {
+                assert_eq!(node, 0);
+                assert!(
+                    reason.contains("no answer to the challenge within 300ms"),
+                    "{reason}"
+                );
+            }
+            other => panic!("a connector that never answered got {other:?}"),
+        }
+        c.shutdown().await;
     })
     .await
 }
