@@ -23,12 +23,19 @@ demo: setup
 # first use; COHORT_SKIP_SSH=1 skips it, loudly), then the verbs job in a soft-RoCE
 # guest (deploy/rxe/ci.sh: QEMU, installed on first use; COHORT_SKIP_RXE=1 skips it,
 # loudly).
+# Each step's start time is printed, so a slow step shows in a CI log.
 test: setup
+	@echo "### make test: build (at $$(date +%T))"
 	$(CARGO) build --workspace --lib --bins --examples
+	@echo "### make test: cargo tests (at $$(date +%T))"
 	$(CARGO) test --workspace
+	@echo "### make test: Slurm job (at $$(date +%T))"
 	deploy/slurm/ci.sh
+	@echo "### make test: ssh job (at $$(date +%T))"
 	deploy/ssh/ci.sh
+	@echo "### make test: rxe job (at $$(date +%T))"
 	deploy/rxe/ci.sh
+	@echo "### make test: done (at $$(date +%T))"
 
 # `cohort run` under a real Slurm of 3 nodes in network namespaces (root; installs
 # Debian's slurm-wlm and munge on first use): deploy/slurm/ci.sh.

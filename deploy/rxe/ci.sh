@@ -35,10 +35,13 @@ if ! command -v qemu-system-x86_64 >/dev/null 2>&1 && ! command -v apt-get >/dev
     exit 125
 fi
 
-# Test binaries (the guest runs the host's build through its read-only view of /).
+# Test binaries (the guest runs the host's build through its read-only view of /). The
+# workspace's, as `make test` built them just before: `-p cohort-transport` alone
+# unifies dependency features differently, and rebuilt the transport crate and its
+# dependencies a second time (about a minute of a clean clone's CI).
 build_log=$(mktemp)
 trap 'rm -f "$build_log"' EXIT
-if ! "$cargo" test -p cohort-transport --tests --no-run >"$build_log" 2>&1; then
+if ! "$cargo" test --workspace --no-run >"$build_log" 2>&1; then
     cat "$build_log" >&2
     exit 1
 fi
@@ -51,7 +54,7 @@ select=$(binary select)
 [[ $conformance == /* ]] || conformance=$repo/$conformance
 [[ $select == /* ]] || select=$repo/$select
 # The launcher, cohortd and the test rank program, for groups across node servers.
-if ! "$cargo" build --bins --examples >"$build_log" 2>&1; then
+if ! "$cargo" build --workspace --lib --bins --examples >"$build_log" 2>&1; then
     cat "$build_log" >&2
     exit 1
 fi
