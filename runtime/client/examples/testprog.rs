@@ -116,7 +116,7 @@ fn construct_on(c: &Client) -> R {
     let me = c.rank();
     let n = c.size();
     e2s(c.put(Scope::Remote, "ep", format!("ep-{me}")), "put")?;
-    let mut leaders = all(&c);
+    let mut leaders = all(c);
     let len = leaders.len();
     leaders.rotate_left(me as usize % len);
     let mut opts = ctx();
@@ -128,7 +128,7 @@ fn construct_on(c: &Client) -> R {
         g.status
     );
     check!(
-        g.members == all(&c),
+        g.members == all(c),
         "membership not canonical: {}",
         ranks(&g.members)
     );
@@ -144,7 +144,7 @@ fn construct_on(c: &Client) -> R {
             "group info of {pr}: {info:?}"
         );
     }
-    let other = p(&c, (me + 1) % n);
+    let other = p(c, (me + 1) % n);
     let ep = e2s(c.get(&other, "ep", Some(Duration::from_secs(5))), "get ep")?;
     check!(
         ep == Value::Str(format!("ep-{}", other.rank)),
@@ -209,7 +209,7 @@ fn fence_on(c: &Client) -> R {
     e2s(c.fence(&[], collect.clone()), "fence all")?;
     for r in 0..n {
         let v = e2s(
-            c.get(&p(&c, r), "payload", Some(Duration::from_secs(5))),
+            c.get(&p(c, r), "payload", Some(Duration::from_secs(5))),
             "get",
         )?;
         check!(
@@ -218,14 +218,14 @@ fn fence_on(c: &Client) -> R {
         );
     }
     // subset: even ranks only, twice in a row (sequence numbering)
-    let evens: Vec<ProcId> = (0..n).filter(|r| r % 2 == 0).map(|r| p(&c, r)).collect();
+    let evens: Vec<ProcId> = (0..n).filter(|r| r % 2 == 0).map(|r| p(c, r)).collect();
     if me % 2 == 0 {
         for _ in 0..2 {
             e2s(c.fence(&evens, FenceOpts::default()), "fence evens")?;
         }
     }
     // group-addressed fence
-    let odds: Vec<ProcId> = (0..n).filter(|r| r % 2 == 1).map(|r| p(&c, r)).collect();
+    let odds: Vec<ProcId> = (0..n).filter(|r| r % 2 == 1).map(|r| p(c, r)).collect();
     if me % 2 == 1 {
         e2s(c.group_construct("odds", &odds, ctx()), "construct odds")?;
         e2s(
@@ -300,12 +300,12 @@ fn addmembers() -> R {
 fn addmembers_on(c: &Client) -> R {
     let me = c.rank();
     let n = c.size();
-    let leaders = vec![p(&c, 0), p(&c, n - 1)];
+    let leaders = vec![p(c, 0), p(c, n - 1)];
     let g = if me == 0 || me == n - 1 {
         let mut opts = ctx();
         opts.add_members = (1..n - 1)
             .filter(|r| (r % 2 == 0) == (me == 0))
-            .map(|r| p(&c, r))
+            .map(|r| p(c, r))
             .collect();
         e2s(
             c.group_construct("adds", &leaders, opts),
@@ -317,7 +317,7 @@ fn addmembers_on(c: &Client) -> R {
             "add-member construct",
         )?
     };
-    check!(g.members == all(&c), "members {}", ranks(&g.members));
+    check!(g.members == all(c), "members {}", ranks(&g.members));
     println!(
         "RESULT members={} ctx={}",
         ranks(&g.members),
