@@ -12,10 +12,16 @@
 //! left itself and then says `done`, and the guard exits. When the pipe closes without
 //! `done` (cohortd died), the guard SIGKILLs every one of those groups that still has
 //! members, says so on stderr, and exits. It runs in a session of its own, so that a
-//! signal to cohortd's process group does not reach it, and is named `cohortd-guard`.
+//! signal to cohortd's process group does not reach it, and is named `cohortd-guard`
+//! from its exec on: it is started through a symbolic link of that name in cohortd's
+//! private directory (a process's name is the base name of the path it was executed
+//! by). Named only once its `main` ran, it went by `cohortd` while it loaded, and a
+//! script that took the last `cohortd` of a node for the node server killed the guard
+//! (stop 40's Slurm job).
 
 use std::io::{BufRead, Write};
 use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -24,6 +30,9 @@ use super::say;
 
 /// cohortd's first argument when it runs as the guard.
 pub const GUARD_ARG: &str = "--rank-guard";
+
+/// The guard's process name (at most 15 bytes, as the kernel keeps it).
+const GUARD_NAME: &str = "cohortd-guard";
 
 /// How long a normal stop waits for the guard to exit after `done`.
 const DISMISS_WAIT: Duration = Duration::from_secs(2);
@@ -35,9 +44,11 @@ pub struct Guard {
 }
 
 impl Guard {
-    /// Starts the guard for node server `node_name`; `None` (with a warning) when it
-    /// cannot, and the node server goes on without one.
-    pub fn start(node_name: &str) -> Option<Guard> {
+    /// Starts the guard for node server `node_name`, through a link named
+    /// `cohortd-guard` made in `dir` (cohortd's private directory; without the link, by
+    /// the binary's own path); `None` (with a warning) when it cannot, and the node
+    /// server goes on without one.
+    pub fn start(node_name: &str, dir: &Path) -> Option<Guard> {
         let exe = match std::env::current_exe() {
             Ok(exe) => exe,
             Err(e) => {
@@ -45,7 +56,7 @@ impl Guard {
                 return None;
             }
         };
-        let mut cmd = Command::new(exe);
+        let mut cmd = Command::new(named_link(&exe, dir).unwrap_or(exe));
         cmd.arg(GUARD_ARG)
             .arg(node_name)
             .stdin(Stdio::piped())
@@ -104,6 +115,23 @@ impl Guard {
     }
 }
 
+/// A symbolic link `dir/cohortd-guard` to `exe`, for the guard to be executed by (and
+/// so named); `None`, with the reason at debug level, when it cannot be made.
+fn named_link(exe: &Path, dir: &Path) -> Option<PathBuf> {
+    let link = dir.join(GUARD_NAME);
+    let _ = std::fs::remove_file(&link);
+    match std::os::unix::fs::symlink(exe, &link) {
+        Ok(()) => Some(link),
+        Err(e) => {
+            tracing::debug!(
+                "rank guard started by its binary's path (no link in {}: {e})",
+                dir.display()
+            );
+            None
+        }
+    }
+}
+
 /// What the guard does with what cohortd told it: the groups to kill, or `None` when
 /// cohortd said `done`. Only whole lines count.
 fn groups_to_kill(mut input: impl BufRead) -> Option<Vec<u32>> {
@@ -132,8 +160,8 @@ fn groups_to_kill(mut input: impl BufRead) -> Option<Vec<u32>> {
 /// The guard's main (`cohortd --rank-guard NODE_NAME`); returns the exit status.
 pub fn run(node_name: &str) -> i32 {
     // Its own name, so that nobody looking for cohortd (by /proc/PID/comm, pgrep)
-    // takes the guard for it; terminal signals are cohortd's business, and the guard
-    // ends with its pipe.
+    // takes the guard for it (already so when it was executed by its link); terminal
+    // signals are cohortd's business, and the guard ends with its pipe.
     // SAFETY: PR_SET_NAME reads a NUL-terminated name of at most 16 bytes; the signal
     // calls set dispositions of standard signals to ignore.
     unsafe {
@@ -161,6 +189,24 @@ pub fn run(node_name: &str) -> i32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The guard bears its own name from its exec on, not cohortd's (or here, the test
+    /// binary's): nothing looking for a process by name can take it for the node
+    /// server while it loads. (`spawn` returns once the exec succeeded; this binary,
+    /// not knowing `--rank-guard`, then exits.)
+    #[test]
+    fn the_guard_is_named_from_its_exec_on() {
+        let dir = std::env::temp_dir().join(format!("cohort-guard-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let guard = Guard::start("node-test", &dir).expect("a guard");
+        let pid = guard.child.id();
+        let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+        guard.dismiss();
+        std::fs::remove_dir_all(&dir).unwrap();
+        // A process already reaped has no comm to read: the guard outlives the read
+        // because `dismiss` reaps it only after.
+        assert_eq!(comm.trim_end(), GUARD_NAME);
+    }
 
     #[test]
     fn the_guard_kills_what_it_was_told_unless_dismissed() {

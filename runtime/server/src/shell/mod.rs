@@ -365,10 +365,14 @@ async fn run(
         ompi_env: args.pmix_libdir.is_some(),
     };
     let nspace = template.job.nspace.to_string();
-    let mut ranks = Ranks::new(template, exit_tx, guard::Guard::start(&node_name))
-        .with_layout(placement.layout(), args.map_by, args.cpus_per_rank)
-        .with_topology(placement.topology())
-        .reporting_bindings(args.report_bindings);
+    let mut ranks = Ranks::new(
+        template,
+        exit_tx,
+        guard::Guard::start(&node_name, &socket_dir),
+    )
+    .with_layout(placement.layout(), args.map_by, args.cpus_per_rank)
+    .with_topology(placement.topology())
+    .reporting_bindings(args.report_bindings);
     // Before any rank can connect: each learns its local peers' locality at once.
     svc.set_local_bindings(&nspace, ranks.local_bindings(0));
     ranks.launch_all(stdout, stderr);
