@@ -193,7 +193,7 @@ mod tests {
     /// The guard bears its own name from its exec on, not cohortd's (or here, the test
     /// binary's): nothing looking for a process by name can take it for the node
     /// server while it loads. (`spawn` returns once the exec succeeded; this binary,
-    /// not knowing `--rank-guard`, then exits.)
+    /// not knowing `--rank-guard`, then exits, saying so on stderr.)
     #[test]
     fn the_guard_is_named_from_its_exec_on() {
         let dir = std::env::temp_dir().join(format!("cohort-guard-test-{}", std::process::id()));
