@@ -1002,10 +1002,19 @@ async fn oversized_frame_closes_only_that_connection() {
     .await
 }
 
-/// A hello from node `node` to node `expected`, as a raw connector sends it.
+/// A hello from node `node` to node `expected`, as a raw TCP-backend connector sends it.
 fn raw_hello(node: u32, expected: u32) -> [u8; HELLO_LEN] {
+    backend_hello(Backend::Tcp, node, expected)
+}
+
+/// [`raw_hello`] of `b`'s wire version (a verbs node refuses a TCP node's hello).
+fn backend_hello(b: Backend, node: u32, expected: u32) -> [u8; HELLO_LEN] {
+    let wire_version = match b.kind() {
+        FabricKind::Verbs => VERBS_WIRE_VERSION,
+        _ => WIRE_VERSION,
+    };
     Hello {
-        wire_version: WIRE_VERSION,
+        wire_version,
         proto_version: cohort_proto::PROTOCOL_VERSION,
         node,
         expected,
@@ -1148,18 +1157,32 @@ async fn bad_or_missing_hello_is_dropped(b: Backend) {
     .await
 }
 
+/// Node 0 on `ip` with connect timeout `limit`, and a raw connection to it that sent
+/// `hello` (node 1's) and read the challenge.
+async fn challenged(
+    b: Backend,
+    ip: &str,
+    limit: Duration,
+    hello: &[u8; HELLO_LEN],
+) -> (AnyFabric, Events, tokio::net::TcpStream, Challenge) {
+    let mut cfg = config(b, 0, ip, SECRET);
+    cfg.connect_timeout = limit;
+    let (a, a_rx) = b.bind(cfg).await;
+    // Node 1's address is never used: node 0 only accepts here.
+    a.set_peers(vec![a.local_addr(), "127.0.6.14:1".into()]);
+    let mut raw = tokio::net::TcpStream::connect(a.local_addr())
+        .await
+        .unwrap();
+    raw.write_all(hello).await.unwrap();
+    let challenge = read_challenge(&mut raw).await;
+    (a, a_rx, raw, challenge)
+}
+
 /// An acceptor with a 30 s connect timeout accepts a connector that answers its
 /// challenge after 6 s (`slow_hello`: the connector's hello, node 1 to node 0).
 async fn slow_connector_is_accepted(b: Backend, slow_hello: [u8; HELLO_LEN]) {
-    let mut patient = config(b, 0, "127.0.6.13", SECRET);
-    patient.connect_timeout = Duration::from_secs(30);
-    let (a, _a_rx) = b.bind(patient).await;
-    a.set_peers(vec![a.local_addr(), "127.0.6.14:1".into()]);
-    let mut slow = tokio::net::TcpStream::connect(a.local_addr())
-        .await
-        .unwrap();
-    slow.write_all(&slow_hello).await.unwrap();
-    let challenge = read_challenge(&mut slow).await;
+    let limit = Duration::from_secs(30);
+    let (a, _a_rx, mut slow, challenge) = challenged(b, "127.0.6.13", limit, &slow_hello).await;
     tokio::time::sleep(Duration::from_secs(6)).await;
     let proof = wire::encode_proof(&auth::connector_proof(SECRET, &slow_hello, &challenge));
     slow.write_all(&proof).await.unwrap();
@@ -1180,34 +1203,13 @@ async fn slow_connector_is_accepted(b: Backend, slow_hello: [u8; HELLO_LEN]) {
 /// emulation every second counts); one that never answers an acceptor with a short
 /// timeout is refused, the reason naming that timeout.
 async fn an_acceptor_waits_for_the_challenge_answer_as_long_as_the_connect_timeout(b: Backend) {
-    let wire_version = match b.kind() {
-        FabricKind::Verbs => VERBS_WIRE_VERSION,
-        _ => WIRE_VERSION,
-    };
-    let hello = |node, expected| {
-        Hello {
-            wire_version,
-            proto_version: cohort_proto::PROTOCOL_VERSION,
-            node,
-            expected,
-            incarnation: 42,
-            nonce: auth::nonce().unwrap(),
-        }
-        .encode()
-    };
+    let hello = |node, expected| backend_hello(b, node, expected);
     within(async {
         if matches!(b, Backend::Tcp | Backend::Verbs) {
             slow_connector_is_accepted(b, hello(1, 0)).await;
         }
-        let mut hasty = config(b, 0, "127.0.6.15", SECRET);
-        hasty.connect_timeout = Duration::from_secs(1);
-        let (c, _c_rx) = b.bind(hasty).await;
-        c.set_peers(vec![c.local_addr(), "127.0.6.16:1".into()]);
-        let mut mute = tokio::net::TcpStream::connect(c.local_addr())
-            .await
-            .unwrap();
-        mute.write_all(&hello(1, 0)).await.unwrap();
-        read_challenge(&mut mute).await;
+        let limit = Duration::from_secs(1);
+        let (c, _c_rx, mut mute, _) = challenged(b, "127.0.6.15", limit, &hello(1, 0)).await;
         match read_reply(&mut mute).await {
             Reply::Refuse { node, reason } => {
                 assert_eq!(node, 0);
