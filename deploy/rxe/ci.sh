@@ -75,13 +75,13 @@ step 'backend selection on a host with an ACTIVE port'
 step 'group construct, add-members and fence across 3 node servers on verbs'
 deploy/rxe/examples/groups-on-verbs.sh '$target'
 step 'transport benchmarks on verbs (smoke run of the bench path: debug build, few iterations; not a measurement)'
-'$target/cohort-bench' transport-latency --fabric verbs -i 10 -x 2 --runs 1 --max-size 1048576
-'$target/cohort-bench' transport-bw --fabric verbs -i 20 -x 2 --window 8 --runs 1 --min-size 65536 --max-size 1048576
+'$target/cohort-bench' transport-latency --fabric verbs -i 10 -x 2 --runs 1 --max-size 131072
+'$target/cohort-bench' transport-bw --fabric verbs -i 20 -x 2 --window 8 --runs 1 --min-size 65536 --max-size 262144
 step 'a node server cut off on verbs (last: it removes a guest address)'
 deploy/rxe/examples/cut-off-on-verbs.sh '$target'
 step done"
 status=0
-# The guest's limit only catches a hang: the job takes 5 to 8 minutes under TCG on a
+# The guest's limit only catches a hang: the job takes 6 to 7 minutes under TCG on a
 # 2-core host, depending on the day (the polling modes move less bulk data than the
 # event mode, see conformance.rs's Backend::full_volume).
 COHORT_RXE_TIMEOUT=${COHORT_RXE_TIMEOUT:-900} "$repo/deploy/rxe/rxe-run.sh" "$repo" "$job" || status=$?
