@@ -17,7 +17,7 @@
 //! private directory (a process's name is the base name of the path it was executed
 //! by). Named only once its `main` ran, it went by `cohortd` while it loaded, and a
 //! script that took the last `cohortd` of a node for the node server killed the guard
-//! (stop 40's Slurm job).
+//! (the CI Slurm job, in session 38).
 
 use std::io::{BufRead, Write};
 use std::os::unix::process::CommandExt;
