@@ -4481,10 +4481,9 @@ impl Engine {
         }
     }
 
-    /// Ends `key` with `error`: decided here when this server is (or may be) the root,
-    /// otherwise the root is asked to end it for everyone.
     /// Sends `to` the whole outcome of `key` that this server kept (see
-    /// `kept_outcomes`): to a server whose parent was lost with it.
+    /// `kept_outcomes`): to a server whose part came after the outcome, or whose parent
+    /// was lost with it.
     fn send_kept_outcome(
         &mut self,
         to: NodeId,
@@ -4520,6 +4519,8 @@ impl Engine {
         }
     }
 
+    /// Ends `key` with `error`: decided here when this server is (or may be) the root,
+    /// otherwise the root is asked to end it for everyone.
     fn fail(&mut self, key: &CollKey, error: CohortError, now: Time) {
         match self.root_of(key) {
             Some(r) if r != self.node && self.lost_nodes.contains(&r) => {
