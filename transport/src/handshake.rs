@@ -215,13 +215,50 @@ async fn read_reply(stream: &mut TcpStream, peer: NodeId) -> Result<Reply, Fabri
     Ok(Reply::from_parts(head, &rest))
 }
 
-pub(crate) async fn read_hello(stream: &mut TcpStream) -> Result<Hello, String> {
+async fn read_hello(stream: &mut TcpStream) -> Result<Hello, String> {
     let mut bytes = [0u8; HELLO_LEN];
     stream
         .read_exact(&mut bytes)
         .await
         .map_err(|e| e.to_string())?;
     Hello::decode(&bytes).map_err(|e| e.to_string())
+}
+
+/// The acceptor's first step: a connector's hello within the handshake's time limit.
+/// `None` (logged) when none comes, or a bad one: the connection is then dropped
+/// without a reply.
+pub(crate) async fn read_hello_within(stream: &mut TcpStream, id: &Identity<'_>) -> Option<Hello> {
+    match timeout(id.limit, read_hello(stream)).await {
+        Ok(Ok(hello)) => Some(hello),
+        Ok(Err(e)) => {
+            tracing::warn!(error = %e, "dropping fabric connection: bad hello");
+            None
+        }
+        Err(_) => {
+            tracing::warn!("dropping fabric connection: no hello within {:?}", id.limit);
+            None
+        }
+    }
+}
+
+/// The acceptor refuses a connector that claimed to be node `claimed`: logs `reason`,
+/// sends it, and closes the connection (within the handshake's time limit).
+pub(crate) async fn refuse(
+    stream: &mut TcpStream,
+    id: &Identity<'_>,
+    claimed: NodeId,
+    reason: String,
+) {
+    tracing::warn!(claimed_node = claimed, %reason, "refusing fabric connection");
+    let reply = Reply::Refuse {
+        node: id.me,
+        reason,
+    };
+    let _ = timeout(id.limit, async {
+        stream.write_all(&reply.encode()).await?;
+        stream.shutdown().await
+    })
+    .await;
 }
 
 /// [`prove_connector`] within the handshake's time limit.

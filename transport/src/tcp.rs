@@ -36,7 +36,7 @@ use tokio::sync::watch;
 use tokio::time::timeout;
 use tracing::{debug, info, warn, Instrument};
 
-use crate::handshake::{self, closing, new_incarnation, read_hello, Identity, TaskCount};
+use crate::handshake::{self, closing, new_incarnation, Identity, TaskCount};
 use crate::links::{self, EventHandler, Links, OutLink, Outgoing, Sink, Spawner};
 use crate::liveness::{ConnId, LinkEnd};
 use crate::wire::{self, Frame, FrameDecoder, Hello, Reply, GOODBYE, WIRE_VERSION};
@@ -420,19 +420,9 @@ async fn run_inbound(shared: Arc<Shared>, mut stream: TcpStream, remote: SocketA
         if let Err(e) = cohort_os::set_tcp_user_timeout(&stream, shared.stall_timeout) {
             warn!(error = %e, "cannot set TCP_USER_TIMEOUT on a fabric connection");
         }
-        let hello = match timeout(shared.connect_timeout, read_hello(&mut stream)).await {
-            Ok(Ok(hello)) => hello,
-            Ok(Err(e)) => {
-                warn!(error = %e, "dropping fabric connection: bad hello");
-                return;
-            }
-            Err(_) => {
-                warn!(
-                    "dropping fabric connection: no hello within {:?}",
-                    shared.connect_timeout
-                );
-                return;
-            }
+        let Some(hello) = handshake::read_hello_within(&mut stream, &shared.identity()).await
+        else {
+            return;
         };
         let peer = hello.node;
         let verdict = match shared.check_hello(&hello) {
@@ -440,17 +430,7 @@ async fn run_inbound(shared: Arc<Shared>, mut stream: TcpStream, remote: SocketA
             refused => refused,
         };
         if let Err(reason) = verdict {
-            warn!(claimed_node = peer, %reason, "refusing fabric connection");
-            let reply = Reply::Refuse {
-                node: shared.me,
-                reason,
-            };
-            let _ = timeout(shared.connect_timeout, async {
-                stream.write_all(&reply.encode()).await?;
-                stream.shutdown().await
-            })
-            .await;
-            return;
+            return handshake::refuse(&mut stream, &shared.identity(), peer, reason).await;
         }
         if shared.lock().closing {
             return;

@@ -81,9 +81,7 @@ use tokio::sync::watch;
 use tokio::time::timeout;
 use tracing::{debug, info, warn, Instrument};
 
-use crate::handshake::{
-    self, closing, new_incarnation, read_hello, say_goodbye, Identity, TaskCount,
-};
+use crate::handshake::{self, closing, new_incarnation, say_goodbye, Identity, TaskCount};
 use crate::links::{self, EventHandler, Links, Outgoing, Sink, Spawner};
 use crate::liveness::{ConnId, LinkEnd};
 use crate::rdma_mem::{Access, PoolBuf, RecvPool, Registrar, SendCache};
@@ -1426,19 +1424,9 @@ async fn run_inbound(shared: Arc<Shared>, mut stream: TcpStream, remote: SocketA
     let span = tracing::debug_span!("verbs_in", node = shared.me, %remote);
     async move {
         let _ = stream.set_nodelay(true);
-        let hello = match timeout(shared.connect_timeout, read_hello(&mut stream)).await {
-            Ok(Ok(hello)) => hello,
-            Ok(Err(e)) => {
-                warn!(error = %e, "dropping fabric connection: bad hello");
-                return;
-            }
-            Err(_) => {
-                warn!(
-                    "dropping fabric connection: no hello within {:?}",
-                    shared.connect_timeout
-                );
-                return;
-            }
+        let Some(hello) = handshake::read_hello_within(&mut stream, &shared.identity()).await
+        else {
+            return;
         };
         let peer = hello.node;
         let known = shared.lock().peers.len();
@@ -1459,17 +1447,7 @@ async fn run_inbound(shared: Arc<Shared>, mut stream: TcpStream, remote: SocketA
             }
         }
         if let Err(reason) = verdict {
-            warn!(claimed_node = peer, %reason, "refusing fabric connection");
-            let reply = Reply::Refuse {
-                node: shared.me,
-                reason,
-            };
-            let _ = timeout(shared.connect_timeout, async {
-                stream.write_all(&reply.encode()).await?;
-                stream.shutdown().await
-            })
-            .await;
-            return;
+            return handshake::refuse(&mut stream, &shared.identity(), peer, reason).await;
         }
         let Ok(mut link) = link else { return };
         if shared.lock().closing {
