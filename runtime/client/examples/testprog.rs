@@ -23,10 +23,10 @@ use cohort::{
 fn main() {
     let scenario = std::env::args().nth(1).unwrap_or_default();
     let result = match scenario.as_str() {
-        "construct" => construct(),
-        "fence" => fence(),
+        "construct" => alone(construct_on),
+        "fence" => alone(fence_on),
         "modex" => modex(),
-        "addmembers" => addmembers(),
+        "addmembers" => alone(addmembers_on),
         "groups" => groups(),
         "optional" => optional(),
         "required" => required(),
@@ -106,12 +106,6 @@ fn ctx() -> ConstructOpts {
 /// Collective method across nodes: leaders list all leaders in different orders; the
 /// result is canonical, identical everywhere, and carries group info and posted data
 /// readable without a fence, also after destruct.
-fn construct() -> R {
-    let c = init()?;
-    construct_on(&c)?;
-    e2s(c.finalize(), "finalize")
-}
-
 fn construct_on(c: &Client) -> R {
     let me = c.rank();
     let n = c.size();
@@ -182,12 +176,6 @@ fn construct_on(c: &Client) -> R {
 }
 
 /// Fence over all (with data), over a subset, and over a group `{g,*}`.
-fn fence() -> R {
-    let c = init()?;
-    fence_on(&c)?;
-    e2s(c.finalize(), "finalize")
-}
-
 fn fence_on(c: &Client) -> R {
     let me = c.rank();
     let n = c.size();
@@ -291,12 +279,6 @@ fn modex() -> R {
 }
 
 /// Two leaders on different nodes each name add-members; add-members call with no procs.
-fn addmembers() -> R {
-    let c = init()?;
-    addmembers_on(&c)?;
-    e2s(c.finalize(), "finalize")
-}
-
 fn addmembers_on(c: &Client) -> R {
     let me = c.rank();
     let n = c.size();
@@ -325,6 +307,13 @@ fn addmembers_on(c: &Client) -> R {
     );
     e2s(c.group_destruct("adds", None), "destruct")?;
     Ok(())
+}
+
+/// Scenario `body` as a job of its own: init, `body`, finalize.
+fn alone(body: fn(&Client) -> R) -> R {
+    let c = init()?;
+    body(&c)?;
+    e2s(c.finalize(), "finalize")
 }
 
 /// `construct`, `addmembers` and `fence` one after the other in one job (where a job's
