@@ -423,8 +423,8 @@ fn pattern(len: usize, salt: u32) -> Vec<u8> {
         let start = v.len();
         let take = (len - start).min(BLOCK);
         v.extend_from_slice(&base[..take]);
-        let mut stamp = block.to_le_bytes().to_vec();
-        stamp.extend_from_slice(&salt.to_le_bytes());
+        // The block's index, then the salt, little-endian.
+        let stamp = (u64::from(salt) << 32 | u64::from(block)).to_le_bytes();
         let n = take.min(stamp.len());
         v[start..start + n].copy_from_slice(&stamp[..n]);
         block += 1;
